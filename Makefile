@@ -1,0 +1,61 @@
+# rStar2-Agent reproducibility kit. `make reproduce` runs the main job, `make test` the tests.
+# Both depend on `setup`, which is idempotent and quick when already done.
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PROFILE ?= tiny
+RUN ?= main
+PYTEST_ARGS ?=
+APT_PACKAGES := bubblewrap texlive-xetex texlive-fonts-recommended texlive-plain-generic pandoc poppler-utils
+STAMP := $(VENV)/.kit-installed
+APT_STAMP := $(VENV)/.kit-apt
+
+.PHONY: setup test reproduce report lint clean selftest
+
+setup: $(STAMP) $(APT_STAMP)
+
+$(VENV)/bin/python:
+	python3 -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+
+# torch first, pinned to the CPU wheel that installs offline on CPU machines; a GPU user who
+# already has a CUDA torch in the venv keeps it (the range in pyproject.toml admits it).
+$(STAMP): pyproject.toml | $(VENV)/bin/python
+	@if ! $(PY) -c 'import torch' 2>/dev/null; then $(VENV)/bin/pip install -q torch==2.13.0; fi
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	@touch $@
+
+# Debian packages: bubblewrap (sandbox isolation), TeX + pandoc (notebook PDFs), poppler (PDF checks).
+$(APT_STAMP): | $(VENV)/bin/python
+	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
+	if [ -z "$$missing" ]; then :; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+	  echo "installing Debian packages:$$missing"; \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	elif command -v apt-get >/dev/null && command -v sudo >/dev/null; then \
+	  sudo apt-get update -qq && sudo DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing >/dev/null; \
+	else \
+	  echo "WARNING: cannot install Debian packages:$$missing (no apt/root). The sandbox needs bubblewrap;"; \
+	  echo "         PDFs fall back to matplotlib without TeX. Install them with your package manager."; \
+	fi
+	@touch $@
+
+test: setup
+	$(PY) -m pytest $(PYTEST_ARGS)
+
+reproduce: setup
+	$(PY) -m kit reproduce --profile $(PROFILE) --run $(RUN)
+
+report: setup
+	$(PY) -m kit report --profile $(PROFILE) --run $(RUN)
+
+selftest: setup
+	$(PY) -m kit.sandbox selftest
+
+lint: setup
+	$(VENV)/bin/ruff check kit tests benchmarks
+
+clean:
+	rm -rf .pytest_cache .ruff_cache .hypothesis build dist *.egg-info runs
+	find . -name __pycache__ -type d -prune -not -path './$(VENV)/*' -exec rm -rf {} +
+	rm -rf reports/*/

@@ -1,0 +1,42 @@
+"""Command line: ``python -m kit <command>`` (what the Makefile calls)."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import sys
+
+
+def _reproduce(args: argparse.Namespace) -> int:
+    if importlib.util.find_spec("kit.pipeline") is None:
+        print("kit reproduce: the notebook pipeline (kit.pipeline) is not built yet; nothing was run.",
+              file=sys.stderr)
+        return 2
+    from kit import pipeline
+
+    return pipeline.main(["run", "--profile", args.profile, "--run", args.run, *(["--force"] if args.force else [])])
+
+
+def _report(args: argparse.Namespace) -> int:
+    if importlib.util.find_spec("kit.report") is None:
+        print("kit report: kit.report is not built yet; nothing was run.", file=sys.stderr)
+        return 2
+    from kit import report
+
+    return report.main(["--profile", args.profile, "--run", args.run])
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="kit", description=__doc__)
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("reproduce", help="run the notebook series through papermill")
+    p.add_argument("--profile", default="tiny")
+    p.add_argument("--run", default="main")
+    p.add_argument("--force", action="store_true", help="re-run notebooks that already finished")
+    p.set_defaults(fn=_reproduce)
+    r = sub.add_parser("report", help="build the report PDF of a run")
+    r.add_argument("--profile", default="tiny")
+    r.add_argument("--run", default="main")
+    r.set_defaults(fn=_report)
+    args = parser.parse_args(argv)
+    return args.fn(args)

@@ -1,0 +1,57 @@
+"""Policy models: the tiny from-scratch Qwen3 and real checkpoints, behind one loader."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from kit.models.tiny import build_tiny_model, tiny_qwen3_config
+from kit.models.tokenizer import stop_token_ids, train_tokenizer
+
+__all__ = ["build_tiny_model", "tiny_qwen3_config", "train_tokenizer", "stop_token_ids", "load_policy", "save_policy"]
+
+
+def save_policy(model, tokenizer, path: str | os.PathLike) -> Path:
+    """Save model and tokenizer with ``save_pretrained`` into ``path`` (created)."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def load_policy(name_or_path: str | os.PathLike, *, dtype: str = "float32", device: str = "cpu", allow_download: bool = False):
+    """Load ``(model, tokenizer)`` from a local directory or a hub id.
+
+    Args:
+        name_or_path: a directory written by :func:`save_policy` (the tiny path) or a hub id
+            such as ``Qwen/Qwen3-14B-Base``.
+        dtype: torch dtype name.
+        device: where to put the model.
+        allow_download: a hub id is fetched only when True; the tiny path never downloads.
+    Returns:
+        The model (eval mode) and tokenizer. A tokenizer without a chat template gets the kit's.
+    Raises:
+        FileNotFoundError: a local-looking path that does not exist, or a hub id with
+            ``allow_download=False`` that is not in the local cache.
+    """
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from kit import prompts
+
+    p = Path(name_or_path)
+    local = p.exists()
+    if not local and (str(name_or_path).startswith((".", "/", "~")) or os.sep in str(name_or_path) and str(name_or_path).count("/") > 1):
+        raise FileNotFoundError(f"model path not found: {name_or_path}")
+    kwargs = {"local_files_only": local or not allow_download}
+    try:
+        tok = AutoTokenizer.from_pretrained(str(name_or_path), **kwargs)
+        model = AutoModelForCausalLM.from_pretrained(str(name_or_path), dtype=getattr(torch, dtype), **kwargs)
+    except OSError as exc:
+        raise FileNotFoundError(
+            f"could not load model {name_or_path!r} ({'local directory' if local else 'hub id, downloads off'}): {exc}"
+        ) from exc
+    if not getattr(tok, "chat_template", None):
+        tok.chat_template = prompts.CHAT_TEMPLATE
+    return model.to(device).eval(), tok

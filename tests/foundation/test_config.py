@@ -1,0 +1,86 @@
+import json
+
+import pytest
+
+from kit import config
+from kit.config import ConfigError, load
+
+
+def test_tiny_profile_loads_with_tiny_values():
+    cfg = load("tiny")
+    assert cfg.profile == "tiny"
+    assert cfg.model.name_or_path == "tiny"
+    assert cfg.model.hidden_size == 128 and cfg.model.num_layers == 2
+    assert cfg.rollout.engine == "hf"
+    # paper defaults survive where the profile is silent (report §2.2.1 Clip-Higher)
+    assert (cfg.algorithm.clip_ratio_low, cfg.algorithm.clip_ratio_high) == (0.2, 0.28)
+    assert cfg.algorithm.oversample == 2 * cfg.algorithm.group_size
+
+
+@pytest.mark.parametrize("name", ["tiny", "smoke", "paper-14b", "paper-32b"])
+def test_every_profile_loads(name):
+    cfg = load(name)
+    assert cfg.profile == name
+    assert cfg.stages.stage1.max_response_tokens > 0
+
+
+def test_paper_profile_matches_reference_recipe():
+    cfg = load("paper-14b")
+    assert cfg.model.name_or_path == "Qwen/Qwen3-14B-Base"
+    assert cfg.algorithm.lr == 1e-6 and cfg.algorithm.prompts_per_step == 512
+    assert (cfg.algorithm.oversample, cfg.algorithm.group_size) == (32, 16)
+    s = cfg.stages
+    assert [s.stage1.max_response_tokens, s.stage2.max_response_tokens, s.stage3.max_response_tokens] == [8192, 12288, 12288]
+    assert [s.stage1.max_turns, s.stage2.max_turns, s.stage3.max_turns] == [10, 10, 15]
+    assert s.stage3.problems == "hard" and s.stage3.reset_optimizer
+
+
+def test_smoke_inherits_tiny_and_shrinks_steps():
+    tiny, smoke = load("tiny"), load("smoke")
+    assert smoke.model == tiny.model
+    assert smoke.sft.steps < tiny.sft.steps
+
+
+def test_overrides_dotted_double_underscore_and_cli_strings():
+    cfg = load("tiny", {"algorithm.lr": 1e-4}, seed=7, sandbox__timeout_s=2)
+    assert cfg.algorithm.lr == 1e-4 and cfg.seed == 7 and cfg.sandbox.timeout_s == 2.0
+    cfg = load("tiny", ["stages.stage2.steps=3", "rollout.scheduler=static", "ablation.seeds=1,2"])
+    assert cfg.stages.stage2.steps == 3 and cfg.rollout.scheduler == "static"
+    assert cfg.ablation.seeds == (1, 2)
+    # other stages keep their profile values
+    assert cfg.stages.stage1.steps == load("tiny").stages.stage1.steps
+
+
+def test_unknown_key_is_named():
+    with pytest.raises(ConfigError, match=r"algorithm\.lrr"):
+        load("tiny", {"algorithm.lrr": 1.0})
+    with pytest.raises(ConfigError, match="bogus"):
+        load("tiny", bogus=1)
+
+
+@pytest.mark.parametrize(
+    "key,value,match",
+    [("algorithm.lr", "fast", "algorithm.lr"), ("seed", 1.5, "seed"), ("sandbox.isolation", "docker", "sandbox.isolation"),
+     ("algorithm.roc_use_error_ratio", 3, "roc_use_error_ratio"), ("model", 3, "model")],
+)
+def test_wrong_type_is_named(key, value, match):
+    with pytest.raises(ConfigError, match=match):
+        load("tiny", {key: value})
+
+
+def test_unknown_profile():
+    with pytest.raises(ConfigError, match="unknown profile"):
+        load("nope")
+
+
+def test_run_dir_gets_config_json_roundtrip(tmp_path):
+    cfg = load("smoke", run_dir=str(tmp_path / "r"), seed=5)
+    data = json.loads((tmp_path / "r" / "config.json").read_text())
+    assert data["seed"] == 5 and data["profile"] == "smoke"
+    assert config.from_json(tmp_path / "r" / "config.json") == cfg
+
+
+def test_config_is_frozen():
+    cfg = load("tiny")
+    with pytest.raises(Exception):
+        cfg.seed = 3  # type: ignore[misc]

@@ -1,0 +1,290 @@
+"""RoC scores and selection: hand-computed cases, the release's text reading, and properties."""
+
+from itertools import pairwise
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from scipy import stats
+
+from kit.algo.roc import (
+    RocParams,
+    allocate,
+    counters,
+    p_err,
+    p_format,
+    p_total,
+    release_p_err,
+    release_p_format,
+    roc_select,
+    roc_step,
+    select_positives,
+    tool_failure_count,
+)
+
+# ------------------------------------------------------------------ p_err / p_format
+
+
+def test_p_err_hand_cases():
+    #        no call | 1 of 2 fail | all fail | 1 fail of 3 with 1 infra | only infra
+    calls = [0, 2, 3, 3, 2]
+    fails = [0, 1, 3, 1, 0]
+    infra = [0, 0, 0, 1, 2]
+    assert p_err(calls, fails, infra).tolist() == [0.5, 0.5, 1.0, 0.5, 0.5]
+    assert p_err([4], [0]).tolist() == [0.0]
+
+
+def test_p_err_rejects_impossible_counts_naming_the_row():
+    with pytest.raises(ValueError, match="row 1 has 3 failures"):
+        p_err([1, 2], [0, 3])
+    with pytest.raises(ValueError, match="n_tool_calls: negative count at row 0"):
+        p_err([-1], [0])
+
+
+def test_p_format_hand_cases_first_turn_counted():
+    # no answer | one answer, single no-tool turn | 2 answers over 4 turns | 3 answers over 2 turns
+    assert p_format([0, 1, 2, 3], [1, 1, 4, 2]).tolist() == [1.0, 0.0, 0.25, 1.0]
+    with pytest.raises(ValueError, match="row 0 has 1 answer tags but 0 turns"):
+        p_format([1], [0])
+
+
+def test_p_total_switches():
+    pe, pf = np.array([0.5, 0.0]), np.array([1.0, 0.25])
+    assert p_total(pe, pf).tolist() == [1.5, 0.25]
+    assert p_total(pe, pf, use_error_ratio=False).tolist() == [1.0, 0.25]
+    assert p_total(pe, pf, use_answer_format=False).tolist() == [0.5, 0.0]
+
+
+def _resp(*turns):
+    """A decoded response as the release sees it: the first turn's header is in the prompt."""
+    body = turns[0]
+    for t in turns[1:]:
+        body += "<|im_end|>\n<|im_start|>user\n" + t[0] + "<|im_end|>\n<|im_start|>assistant\n<reason>" + t[1]
+    return body + "<|im_end|>"
+
+
+def test_release_text_reading_reproduces_its_quirks():
+    no_tool = _resp("<reason>2+2=4</reason> <answer>\\boxed{4}</answer>")
+    clean = _resp("<tool_call>{}</tool_call>", ("<tool_response>\n4\n</tool_response>", "<answer>4</answer>"))
+    exc = _resp("<tool_call>{}</tool_call>",
+                ("<tool_response>\nNameError: x\n</tool_response>", "<answer>4</answer>"))
+    timeout = _resp("c", ("<tool_response>\nTool call failure\nreason: worker_timeout\n</tool_response>",
+                          "<answer>4</answer>"))
+    bad_json = _resp("c", ("<tool_response>\nFailed to decode tool call: Expecting ','\n</tool_response>",
+                           "<answer>4</answer>"))
+    prints_error = _resp("c", ("<tool_response>\nerror bars: 0.1\n</tool_response>", "<answer>4</answer>"))
+    texts = [no_tool, clean, exc, timeout, bad_json, prints_error]
+    assert release_p_err(texts).tolist() == [0.5, 0.0, 1.0, 0.0, 0.0, 1.0]
+    # the no-tool answer has no counted turn -> 1.0; the others have one counted turn -> 0.0
+    assert release_p_format(texts).tolist() == [1.0, 0.0, 0.0, 0.0, 0.0, 0.0]
+    # worst score for the correct no-tool answer (1.5), best for one clean call (0.0)
+    assert p_total(release_p_err(texts), release_p_format(texts))[:2].tolist() == [1.5, 0.0]
+    # the structured reading gives the no-tool answer p_format 0 and counts timeouts/bad JSON
+    assert p_format([1], [1]).tolist() == [0.0]
+    assert release_p_format(["<answer>1</answer> <answer>2"]).tolist() == [1.0]  # unbalanced
+
+
+def test_counters_from_trajectory_objects_and_extra_fields():
+    traj = SimpleNamespace(tool_calls=3, tool_errors={"exception": 1, "timeout": 1, "infra": 5},
+                           infra_errors=0, answer_tags=1, turns=4)
+    row = {"tool_calls": 2, "tool_errors": 1, "answer_tags": 0, "turns": 1}
+    c = counters([traj, row])
+    assert c["tool_failures"].tolist() == [2, 1]
+    assert c["infra_errors"].tolist() == [0, 0] and c["turns"].tolist() == [4, 1]
+    with pytest.raises(KeyError, match="trajectory 0 has no 'turns'"):
+        counters([{"tool_calls": 1, "answer_tags": 1}])
+    assert tool_failure_count({"malformed": 2, "memory": 1}) == 3
+
+
+# ------------------------------------------------------------------ allocation
+
+
+@pytest.mark.parametrize(
+    ("n_pos", "n_neg", "G", "expected"),
+    [
+        (16, 16, 16, (8, 8)),
+        (3, 29, 16, (2, 14)),   # 1.5 -> 2 (half to even); k_neg 14.5 -> 14 in the release too
+        (5, 27, 16, (2, 14)),   # 2.5 -> 2, 13.5 -> 14 (the release's banker's rounding)
+        (1, 31, 16, (1, 15)),   # round(15.5) = 16 negatives would leave none: min(2, 1) = 1 positive
+        (31, 1, 16, (15, 1)),   # the single negative survives through min_negative
+        (32, 0, 16, (16, 0)),   # all correct
+        (0, 32, 16, (0, 16)),   # all wrong
+        (2, 3, 16, (2, 3)),     # fewer rows than G: keep all
+    ],
+)
+def test_allocate_hand_cases(n_pos, n_neg, G, expected):
+    assert allocate(n_pos, n_neg, G) == expected
+
+
+def test_allocate_rejects_minimums_larger_than_the_group():
+    with pytest.raises(ValueError, match="exceeds group_size"):
+        allocate(4, 4, 3, min_positive=2, min_negative=2)
+
+
+# ------------------------------------------------------------------ selection: hand cases
+
+
+def test_rank_mode_keeps_lowest_penalties_ties_in_rollout_order():
+    # one group of 8, G = 4: positives at rows 0..3 with penalties, negatives rows 4..7
+    rewards = [1, 1, 1, 1, 0, 0, 0, 0]
+    pt = [1.5, 0.0, 0.5, 0.5, 2.0, 2.0, 2.0, 2.0]
+    sel = roc_select(rewards, ["q"] * 8, pt, group_size=4, mode="rank", min_positive=1, min_negative=1)
+    kept = sel.kept.tolist()
+    assert len(kept) == 4 and [i for i in kept if i < 4] == [1, 2]  # 0.0 then the first 0.5
+    assert sel.positives_kept == 2 and sel.negatives_kept == 2
+
+
+def test_sample_mode_takes_zero_penalty_positives_first():
+    rewards = [1, 1, 1, 1, 0, 0, 0, 0]
+    pt = [0.0, 1.0, 0.0, 2.0, 1, 1, 1, 1]
+    for seed in range(50):
+        sel = roc_select(rewards, [0] * 8, pt, group_size=4, mode="sample", seed=seed)
+        assert [i for i in sel.kept if i < 4] == [0, 2]
+
+
+def test_all_correct_all_wrong_and_short_groups():
+    G = 4
+    rewards = [1] * 8 + [0] * 8 + [1, 0, 1]
+    gids = ["all_ok"] * 8 + ["all_bad"] * 8 + ["short"] * 3
+    pt = [0.0, 0.0, 0.5, 0.5, 1.0, 1.0, 1.5, 1.5] + [1.0] * 8 + [0.0] * 3
+    sel = roc_select(rewards, gids, pt, group_size=G, mode="rank", drop_equal_reward_groups=False)
+    kept = sel.kept.tolist()
+    assert [i for i in kept if i < 8] == [0, 1, 2, 3]          # RoC chooses among positives
+    assert len([i for i in kept if 8 <= i < 16]) == G          # uniform negatives
+    assert [i for i in kept if i >= 16] == [16, 17, 18] and sel.short_groups == ["short"]
+    dropped = roc_select(rewards, gids, pt, group_size=G, mode="rank", drop_equal_reward_groups=True)
+    assert dropped.dropped_equal_reward == ["all_ok", "all_bad"] and dropped.kept.tolist() == [16, 17, 18]
+
+
+def test_minimum_counts_raise_the_rare_side():
+    # 1 positive of 8, G = 4: round(7 * 4 / 8) = 4 negatives would drop it; min(2, 1) keeps it
+    rewards = [0, 0, 0, 1, 0, 0, 0, 0]
+    sel = roc_select(rewards, [0] * 8, np.ones(8), group_size=4)
+    assert 3 in sel.kept and len(sel.kept) == 4
+    sel0 = roc_select(rewards, [0] * 8, np.ones(8), group_size=4, min_positive=0, min_negative=0)
+    assert 3 not in sel0.kept
+
+
+def test_selection_is_seeded_and_deterministic():
+    rng = np.random.default_rng(0)
+    rewards = rng.integers(0, 2, 64)
+    gids = np.repeat(np.arange(4), 16)
+    pt = rng.random(64) * 2
+    a = roc_select(rewards, gids, pt, group_size=8, seed=11).kept
+    b = roc_select(rewards, gids, pt, group_size=8, seed=11).kept
+    c = roc_select(rewards, gids, pt, group_size=8, seed=12).kept
+    assert a.tolist() == b.tolist() and a.tolist() != c.tolist()
+
+
+def test_roc_step_metrics_hand_computed():
+    # 1 prompt, 4 rows, G = 2; rows 0, 1 correct; row 0: 1 of 2 calls failed, row 1: 0 of 2
+    counts = {"tool_calls": np.array([2, 2, 1, 0]), "tool_failures": np.array([1, 0, 1, 0]),
+              "infra_errors": np.array([0, 0, 0, 0]), "answer_tags": np.array([1, 1, 0, 2]),
+              "turns": np.array([3, 3, 2, 1])}
+    params = RocParams(group_size=2, mode="rank", min_positive=1, min_negative=1)
+    sel, m = roc_step([1, 1, 0, 0], ["p"] * 4, counts, params)
+    assert sel.kept.tolist()[0] == 1                  # the clean positive (p_total 0 vs 0.5)
+    assert m["tool_error_ratio_correct_before"] == pytest.approx(1 / 4)
+    assert m["tool_error_ratio_correct_after"] == 0.0
+    assert m["kept"] == 2 and m["sampled"] == 4 and m["positives_kept"] == 1
+
+
+def test_roc_step_accepts_the_release_text_reading():
+    counts = {k: np.zeros(4, dtype=int) for k in ("tool_calls", "tool_failures", "infra_errors")}
+    counts.update(answer_tags=np.ones(4, dtype=int), turns=np.ones(4, dtype=int))
+    pen = (np.array([0.5, 0.0, 0.5, 0.5]), np.array([1.0, 0.0, 1.0, 1.0]))
+    sel, _ = roc_step([1, 1, 0, 0], [0] * 4, counts, RocParams(group_size=2, mode="rank", min_positive=1,
+                                                                min_negative=1), penalties=pen)
+    assert sel.kept.tolist()[0] == 1
+
+
+# ------------------------------------------------------------------ properties
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    G=st.integers(2, 12),
+    n_groups=st.integers(1, 5),
+    factor=st.sampled_from([1, 2]),
+    mins=st.tuples(st.integers(0, 3), st.integers(0, 3)),
+    mode=st.sampled_from(["sample", "rank"]),
+    seed=st.integers(0, 2**16),
+)
+def test_property_exactly_G_per_group_with_proportions_kept(G, n_groups, factor, mins, mode, seed):
+    min_pos, min_neg = mins
+    if min_pos + min_neg > G:
+        min_pos, min_neg = 0, 0
+    rng = np.random.default_rng(seed)
+    n = 2 * G if factor == 2 else G + rng.integers(1, G + 1)
+    rewards = rng.integers(0, 2, n * n_groups).astype(float)
+    gids = np.repeat(np.arange(n_groups), n)
+    pt = rng.choice([0.0, 0.25, 0.5, 1.0, 1.5], n * n_groups)
+    sel = roc_select(rewards, gids, pt, group_size=G, mode=mode, min_positive=min_pos,
+                     min_negative=min_neg, drop_equal_reward_groups=False, seed=seed)
+    assert len(set(sel.kept.tolist())) == sel.kept.size
+    for g in range(n_groups):
+        rows = np.flatnonzero(gids == g)
+        kept = np.intersect1d(sel.kept, rows)
+        assert kept.size == G
+        n_pos = int((rewards[rows] > 0).sum())
+        n_neg = n - n_pos
+        k_pos = int((rewards[kept] > 0).sum())
+        k_neg = G - k_pos
+        ideal = n_pos * G / n
+        raised = k_pos == min(min_pos, n_pos) or k_neg == min(min_neg, n_neg)
+        assert abs(k_pos - ideal) <= 0.5 + 1e-9 or raised
+        assert k_pos >= min(min_pos, n_pos) and k_neg >= min(min_neg, n_neg)
+
+
+def _negative_inclusion_counts(selector_kept, n_seeds=2000):
+    counts = np.zeros(16)
+    for seed in range(n_seeds):
+        counts[selector_kept(seed)] += 1
+    return counts
+
+
+def test_property_negatives_are_uniform_chi_square():
+    # G = 8 of 16 rows, 4 positives: round(12 * 8 / 16) = 6 of 12 negatives (rows 4..15)
+    rewards = np.array([1] * 4 + [0] * 12, dtype=float)
+    pt = np.linspace(0.1, 1.9, 16)  # negatives' penalties must not matter
+
+    def kit(seed):
+        return roc_select(rewards, [0] * 16, pt, group_size=8, seed=seed).kept
+
+    counts = _negative_inclusion_counts(kit)[4:]
+    assert counts.sum() == 2000 * 6
+    assert stats.chisquare(counts).pvalue > 1e-3
+    # the same test rejects the release's rule (first k negatives in rollout order)
+    release = _negative_inclusion_counts(lambda s: np.r_[np.arange(2), np.arange(4, 10)])[4:]
+    assert stats.chisquare(release + 1e-9).pvalue < 1e-6
+
+
+def test_property_positive_first_pick_follows_inverse_penalty():
+    p = np.array([0.25, 0.5, 1.0, 1.5, 2.0])
+    w = (1 / p) / (1 / p).sum()
+    rng = np.random.default_rng(0)
+    n = 6000
+    picks = np.bincount([select_positives(p, 1, "sample", rng)[0] for _ in range(n)], minlength=5)
+    assert stats.chisquare(picks, w * n).pvalue > 1e-3
+    # rank mode would always take the first; the test would see that
+    assert stats.chisquare(np.bincount([0] * n, minlength=5) + 1e-9, w * n).pvalue < 1e-6
+
+
+def test_property_positive_inclusion_in_a_group_matches_sequential_draws():
+    # G = 8 of 16 rows with 5 positives: k_neg = round(11 * 8 / 16 = 5.5) = 6, so k_pos = 2
+    p = np.array([0.25, 0.5, 1.0, 1.5, 2.0])
+    rewards = np.r_[np.ones(5), np.zeros(11)]
+    pt = np.r_[p, np.ones(11)]
+    w = 1 / p
+    W = w.sum()
+    exact = np.array([w[i] / W + sum(w[j] / W * w[i] / (W - w[j]) for j in range(5) if j != i) for i in range(5)])
+    n = 3000
+    inc = np.zeros(5)
+    for seed in range(n):
+        kept = roc_select(rewards, [0] * 16, pt, group_size=8, seed=seed).kept
+        assert (kept < 5).sum() == 2
+        inc[kept[kept < 5]] += 1
+    assert stats.chisquare(inc, exact * n).pvalue > 1e-3
+    assert all(a > b for a, b in pairwise(inc))  # lower penalty, more often kept

@@ -1,0 +1,372 @@
+"""Generation backends behind one small interface (rStar2-Agent §3.2: the rollout engine).
+
+Every backend implements::
+
+    async def generate(prompt_ids: list[int], max_new_tokens: int, temperature: float,
+                       top_p: float, stop_ids: Sequence[int]) -> Generation
+
+``Generation.token_ids`` are the sampled ids, the stop id included when generation stopped on
+one; ``finish_reason`` is ``"stop"`` (ended with a stop id) or ``"length"`` (``max_new_tokens``
+reached, or the model's context is full); ``logprobs[i]`` is ``log softmax(logits / T)`` of the
+sampled token ``i`` (``T = 1`` when greedy), the quantity VERL's actor recomputes as the old
+log-prob, or ``None`` when the backend cannot give it.
+
+Backends here:
+    * :class:`ScriptedBackend` replays fixed model texts (tests, demos).
+    * :class:`HFBackend` the tiny model on CPU: a micro-batching engine that gathers the pending
+      requests of many concurrent trajectories and decodes them together with a KV cache.
+    * :class:`OpenAIBackend` an OpenAI-compatible ``/v1/completions`` server (SGLang, vLLM) with
+      the released rStar2-Agent-14B, token ids in and (when the server returns them) out.
+The continuous-batching training engine (``kit.train.engine``) and VERL's SGLang servers
+(``kit.bridge.agent_loop``) implement the same interface.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import math
+import threading
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol, runtime_checkable
+
+from kit import prompts
+
+
+@dataclass(frozen=True)
+class Generation:
+    """One model turn: sampled ids (stop id included), their log-probs, and why it ended."""
+
+    token_ids: list[int]
+    logprobs: list[float] | None
+    finish_reason: Literal["stop", "length"]
+
+    def __post_init__(self):
+        if self.logprobs is not None and len(self.logprobs) != len(self.token_ids):
+            raise ValueError(f"Generation: {len(self.logprobs)} logprobs for {len(self.token_ids)} tokens")
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """Anything that samples one continuation of a token prompt (see the module docstring)."""
+
+    async def generate(self, prompt_ids: list[int], max_new_tokens: int, temperature: float, top_p: float,
+                       stop_ids: Sequence[int]) -> Generation: ...
+
+
+def _check_request(prompt_ids: Sequence[int], max_new_tokens: int, temperature: float, top_p: float) -> None:
+    if not prompt_ids:
+        raise ValueError("generate: empty prompt_ids")
+    if max_new_tokens < 0:
+        raise ValueError(f"generate: max_new_tokens must be >= 0, got {max_new_tokens}")
+    if temperature < 0 or not 0 < top_p <= 1:
+        raise ValueError(f"generate: need temperature >= 0 and 0 < top_p <= 1, got {temperature}, {top_p}")
+
+
+def _cut_at_stop(ids: list[int], lps: list[float] | None, max_new: int, stop: set[int]):
+    """Keep ids up to and including the first stop id, and at most ``max_new`` of them."""
+    for i, t in enumerate(ids[:max_new]):
+        if t in stop:
+            return ids[: i + 1], (lps[: i + 1] if lps is not None else None), "stop"
+    return ids[:max_new], (lps[:max_new] if lps is not None else None), "length"
+
+
+class ScriptedBackend:
+    """Replays scripted model turns as token ids (for tests and notebook demos).
+
+    Args:
+        tokenizer: the tokenizer that encodes the scripted texts.
+        script: either a list of turn texts, consumed in order across all calls, or a function
+            ``(context_text) -> turn text`` given the decoded prompt (for many concurrent
+            trajectories). A text gets ``<|im_end|>`` appended unless it already holds a stop
+            token; generation is cut at ``max_new_tokens`` like a real model.
+        logprob: the log-prob reported for every scripted token (``None``: report none).
+    Raises:
+        RuntimeError: when a list script runs out.
+    """
+
+    def __init__(self, tokenizer: Any, script: Sequence[str] | Callable[[str], str], logprob: float | None = -0.5):
+        self.tokenizer = tokenizer
+        self.script = script if callable(script) else list(script)
+        self.logprob = logprob
+        self.calls: list[dict[str, Any]] = []  # every request, for assertions
+
+    async def generate(self, prompt_ids, max_new_tokens, temperature, top_p, stop_ids) -> Generation:
+        _check_request(prompt_ids, max_new_tokens, temperature, top_p)
+        self.calls.append({"prompt_ids": list(prompt_ids), "max_new_tokens": max_new_tokens})
+        if callable(self.script):
+            text = self.script(self.tokenizer.decode(prompt_ids))
+        else:
+            if not self.script:
+                raise RuntimeError("ScriptedBackend: the script ran out of turns")
+            text = self.script.pop(0)
+        ids = self.tokenizer.encode(text, add_special_tokens=False)
+        stop = set(stop_ids)
+        if not stop & set(ids):
+            ids = ids + [self.tokenizer.convert_tokens_to_ids(prompts.IM_END)]
+        lps = [float(self.logprob)] * len(ids) if self.logprob is not None else None
+        await asyncio.sleep(0)  # yield like a real engine, so trajectories interleave
+        ids, lps, reason = _cut_at_stop(ids, lps, max_new_tokens, stop)
+        return Generation(ids, lps, reason)
+
+
+# --------------------------------------------------------------------------- HF micro-batching engine
+
+
+@dataclass
+class _Request:
+    prompt_ids: list[int]
+    max_new_tokens: int
+    temperature: float
+    top_p: float
+    stop_ids: frozenset[int]
+    seed: int
+    future: asyncio.Future
+
+
+class HFBackend:
+    """The tiny model on CPU: micro-batched sampling with a KV cache for concurrent trajectories.
+
+    Pending requests are gathered (up to ``batch_size``, after ``gather_s`` seconds of quiet),
+    left-padded and decoded together in a worker thread, so the event loop keeps running tool
+    calls meanwhile. Each row has its own token budget, temperature, top-p and stop ids; a row
+    stops on a stop id (kept) or its budget, the batch when every row has stopped. Requests that
+    arrive during a batch wait for the next one (use ``kit.train.engine`` for continuous batching).
+
+    Sampling is reproducible: row ``r`` draws from its own ``torch.Generator`` seeded by
+    ``(seed, prompt ids, how many times this prompt was requested before)``, so the result does not
+    depend on which other requests share the batch (up to float summation order in the batched
+    matmul; identical in practice on CPU float32).
+
+    Args:
+        model: a causal LM (``Qwen3ForCausalLM``), eval mode.
+        tokenizer: its tokenizer (for ``pad_token_id``).
+        batch_size: the most rows decoded together.
+        seed: base seed.
+        gather_s: how long to wait for more requests before starting a batch (seconds).
+        max_context: prompt + new tokens limit; default ``model.config.max_position_embeddings``.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64, seed: int = 0, gather_s: float = 0.002,
+                 max_context: int | None = None):
+        self.model = model
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.batch_size = batch_size
+        self.seed = seed
+        self.gather_s = gather_s
+        self.max_context = max_context or int(getattr(model.config, "max_position_embeddings", 1 << 30))
+        self._pending: list[_Request] = []
+        self._seen: dict[bytes, int] = {}
+        self._worker: asyncio.Task | None = None
+        self._wake: asyncio.Event | None = None
+        self._lock = threading.Lock()  # one forward at a time even across event loops
+        self.stats = {"batches": 0, "rows": 0, "tokens": 0, "seconds": 0.0}
+
+    async def generate(self, prompt_ids, max_new_tokens, temperature, top_p, stop_ids) -> Generation:
+        _check_request(prompt_ids, max_new_tokens, temperature, top_p)
+        room = self.max_context - len(prompt_ids)
+        if room <= 0:
+            raise ValueError(f"HFBackend: prompt of {len(prompt_ids)} tokens fills the context of {self.max_context}")
+        key = hashlib.blake2b(json.dumps(list(prompt_ids)).encode(), digest_size=8).digest()
+        k = self._seen.get(key, 0)
+        self._seen[key] = k + 1
+        seed = int.from_bytes(hashlib.blake2b(key + f"{self.seed}:{k}".encode(), digest_size=8).digest(), "little") >> 1
+        loop = asyncio.get_running_loop()
+        req = _Request(list(prompt_ids), min(max_new_tokens, room), float(temperature), float(top_p),
+                       frozenset(stop_ids), seed, loop.create_future())
+        if req.max_new_tokens == 0:
+            return Generation([], [], "length")
+        self._pending.append(req)
+        if self._worker is None or self._worker.done() or self._worker.get_loop() is not loop:
+            self._wake = asyncio.Event()
+            self._worker = loop.create_task(self._serve())
+        self._wake.set()
+        return await req.future
+
+    async def _serve(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            n = -1
+            while n != len(self._pending):  # let concurrent trajectories submit before batching
+                n = len(self._pending)
+                await asyncio.sleep(self.gather_s)
+            if not self._pending:
+                continue
+            batch, self._pending = self._pending[: self.batch_size], self._pending[self.batch_size:]
+            if self._pending:
+                self._wake.set()
+            try:
+                outs = await asyncio.to_thread(self._decode, batch)
+            except Exception as exc:  # hand the error to every waiting trajectory
+                for r in batch:
+                    if not r.future.done():
+                        r.future.set_exception(exc)
+                continue
+            for r, g in zip(batch, outs, strict=True):
+                if not r.future.done():
+                    r.future.set_result(g)
+
+    def _decode(self, batch: list[_Request]) -> list[Generation]:
+        import time
+
+        import torch
+
+        t0 = time.perf_counter()
+        with self._lock, torch.inference_mode():
+            B = len(batch)
+            L = max(len(r.prompt_ids) for r in batch)
+            ids = torch.full((B, L), self.pad_id, dtype=torch.long)
+            attn = torch.zeros((B, L), dtype=torch.long)
+            for i, r in enumerate(batch):  # left padding
+                ids[i, L - len(r.prompt_ids):] = torch.tensor(r.prompt_ids)
+                attn[i, L - len(r.prompt_ids):] = 1
+            pos = (attn.cumsum(-1) - 1).clamp(min=0)
+            temps = torch.tensor([r.temperature for r in batch])
+            top_ps = torch.tensor([r.top_p for r in batch])
+            gens = [torch.Generator().manual_seed(r.seed) for r in batch]
+            budget = [r.max_new_tokens for r in batch]
+            out_ids: list[list[int]] = [[] for _ in batch]
+            out_lp: list[list[float]] = [[] for _ in batch]
+            done = [False] * B
+            past = None
+            step_ids, step_pos = ids, pos
+            while not all(done):
+                res = self.model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos,
+                                 past_key_values=past, use_cache=True)
+                past = res.past_key_values
+                logits = res.logits[:, -1, :].float()  # (B, V)
+                greedy = temps == 0
+                scaled = logits / torch.where(greedy, torch.ones_like(temps), temps)[:, None]
+                logp = torch.log_softmax(scaled, dim=-1)
+                nxt = torch.empty(B, dtype=torch.long)
+                probs = _top_p_filter(logp.exp(), top_ps)
+                for i in range(B):
+                    if done[i]:
+                        nxt[i] = self.pad_id
+                    elif greedy[i]:
+                        nxt[i] = int(torch.argmax(logits[i]))
+                    else:
+                        nxt[i] = int(torch.multinomial(probs[i], 1, generator=gens[i]))
+                for i, r in enumerate(batch):
+                    if done[i]:
+                        continue
+                    t = int(nxt[i])
+                    out_ids[i].append(t)
+                    out_lp[i].append(float(logp[i, t]))
+                    if t in r.stop_ids or len(out_ids[i]) >= budget[i]:
+                        done[i] = True
+                step_ids = nxt[:, None]
+                attn = torch.cat([attn, torch.ones((B, 1), dtype=torch.long)], dim=1)
+                step_pos = step_pos[:, -1:] + 1
+        self.stats["batches"] += 1
+        self.stats["rows"] += B
+        self.stats["tokens"] += sum(len(o) for o in out_ids)
+        self.stats["seconds"] += time.perf_counter() - t0
+        return [Generation(o, lp, "stop" if o and o[-1] in r.stop_ids else "length")
+                for o, lp, r in zip(out_ids, out_lp, batch, strict=True)]
+
+
+def _top_p_filter(probs, top_p):
+    """Zero the tail of each row's distribution beyond cumulative mass ``top_p`` (nucleus).
+
+    probs: (B, V) rows summing to 1; top_p: (B,). Returns (B, V), not renormalised
+    (``torch.multinomial`` accepts unnormalised weights). The most likely token is always kept.
+    """
+    import torch
+
+    if bool((top_p >= 1).all()):
+        return probs
+    sorted_p, order = probs.sort(dim=-1, descending=True)
+    before = sorted_p.cumsum(-1) - sorted_p  # mass strictly before each token
+    keep_sorted = before < top_p[:, None]
+    keep = torch.zeros_like(keep_sorted).scatter(-1, order, keep_sorted)
+    return probs * keep
+
+
+# --------------------------------------------------------------------------- OpenAI-compatible server
+
+
+class OpenAIBackend:
+    """An OpenAI-compatible ``/v1/completions`` endpoint (SGLang or vLLM serving a checkpoint).
+
+    The prompt is sent as token ids (``"prompt": [ids]``) with ``stop_token_ids``,
+    ``skip_special_tokens=false``, ``logprobs=1`` and the vLLM flags ``return_token_ids`` /
+    ``return_tokens_as_token_ids``. Output ids are read, in this order of preference, from
+    ``choice.token_ids``, from ``logprobs.tokens`` written as ``"token_id:<n>"``, else by
+    tokenizing ``choice.text`` (re-tokenized text may differ from the sampled ids: run
+    :func:`kit.rollout.audit.audit_trajectory` to see it). A stop id that the server strips
+    from the text is appended when ``finish_reason == "stop"``.
+
+    Args:
+        base_url: e.g. ``http://127.0.0.1:30000/v1``.
+        model: the served model name.
+        tokenizer: for the text fallback and the stop token.
+        timeout_s: HTTP timeout per request (seconds).
+        api_key: sent as a bearer token when given.
+    Raises:
+        RuntimeError: (from ``generate``) an HTTP error or a reply without choices, with the
+            server's message.
+    """
+
+    def __init__(self, base_url: str, model: str, tokenizer: Any, timeout_s: float = 600.0, api_key: str | None = None):
+        self.url = base_url.rstrip("/") + "/completions"
+        self.model = model
+        self.tokenizer = tokenizer
+        self.timeout_s = timeout_s
+        self.api_key = api_key
+
+    def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
+        headers = {"Content-Type": "application/json"}
+        if self.api_key:
+            headers["Authorization"] = f"Bearer {self.api_key}"
+        req = urllib.request.Request(self.url, data=json.dumps(payload).encode(), headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                return json.loads(resp.read())
+        except urllib.error.HTTPError as exc:
+            raise RuntimeError(f"{self.url}: HTTP {exc.code}: {exc.read()[:500]!r}") from exc
+        except urllib.error.URLError as exc:
+            raise RuntimeError(f"{self.url}: {exc.reason}") from exc
+
+    async def generate(self, prompt_ids, max_new_tokens, temperature, top_p, stop_ids) -> Generation:
+        _check_request(prompt_ids, max_new_tokens, temperature, top_p)
+        if max_new_tokens == 0:
+            return Generation([], [], "length")
+        payload = {
+            "model": self.model, "prompt": list(prompt_ids), "max_tokens": int(max_new_tokens),
+            "temperature": float(temperature), "top_p": float(top_p), "stop_token_ids": list(stop_ids),
+            "skip_special_tokens": False, "include_stop_str_in_output": True, "logprobs": 1,
+            "return_token_ids": True, "return_tokens_as_token_ids": True, "n": 1,
+        }
+        reply = await asyncio.to_thread(self._post, payload)
+        choices = reply.get("choices") or []
+        if not choices:
+            raise RuntimeError(f"{self.url}: reply without choices: {json.dumps(reply)[:300]}")
+        return self._parse(choices[0], max_new_tokens, stop_ids)
+
+    def _parse(self, choice: dict[str, Any], max_new: int, stop_ids: Sequence[int]) -> Generation:
+        lp_obj = choice.get("logprobs") or {}
+        lps = lp_obj.get("token_logprobs")
+        toks = lp_obj.get("tokens") or []
+        if choice.get("token_ids") is not None:
+            ids = [int(t) for t in choice["token_ids"]]
+        elif toks and all(isinstance(t, str) and t.startswith("token_id:") for t in toks):
+            ids = [int(t.split(":", 1)[1]) for t in toks]
+        else:
+            ids = self.tokenizer.encode(choice.get("text") or "", add_special_tokens=False)
+            lps = None  # log-probs of the server's tokens do not line up with re-tokenized ids
+        if lps is not None and len(lps) != len(ids):
+            lps = None
+        if lps is not None:
+            lps = [float(x) if x is not None and math.isfinite(x) else 0.0 for x in lps]
+        stop = set(stop_ids)
+        if choice.get("finish_reason") == "stop" and not (ids and ids[-1] in stop) and stop_ids:
+            ids = ids + [int(stop_ids[0])]
+            lps = lps + [0.0] if lps is not None else None
+        ids, lps, reason = _cut_at_stop(ids, lps, max_new, stop)
+        return Generation(ids, lps, reason)

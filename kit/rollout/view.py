@@ -1,0 +1,85 @@
+"""A colored HTML view of one trajectory, for notebooks.
+
+Colors: prompt grey; the model's own tokens (mask 1) black on white; tool-response and template
+tokens (mask 0) blue on a light blue background; ``<tool_call>`` blocks of the model on light
+yellow; ``<answer> ... </answer>`` on light green. With ``token_boundaries=True`` each token is
+its own box (alternating shades), so splits and drift are visible.
+"""
+
+from __future__ import annotations
+
+import html
+import re
+from typing import Any
+
+from kit import prompts
+
+_STYLE = {
+    "prompt": "color:#888",
+    "model": "color:#000",
+    "tool": "color:#1f4e9c;background:#e3ecfa",
+    "call": "background:#fff3bf",
+    "answer": "background:#c8f0c8;font-weight:bold",
+}
+_HILITE = re.compile(
+    f"({re.escape(prompts.TOOL_CALL_OPEN)}.*?(?:{re.escape(prompts.TOOL_CALL_CLOSE)}|$)"
+    f"|{re.escape(prompts.ANSWER_OPEN)}.*?(?:{re.escape(prompts.ANSWER_CLOSE)}|$))",
+    re.S,
+)
+
+
+def _model_html(text: str) -> str:
+    out, pos = [], 0
+    for m in _HILITE.finditer(text):
+        out.append(html.escape(text[pos:m.start()]))
+        kind = "call" if m.group(0).startswith(prompts.TOOL_CALL_OPEN) else "answer"
+        out.append(f'<span style="{_STYLE[kind]}">{html.escape(m.group(0))}</span>')
+        pos = m.end()
+    out.append(html.escape(text[pos:]))
+    return "".join(out)
+
+
+def trajectory_html(tr: Any, tokenizer: Any, *, show_prompt: bool = False, token_boundaries: bool = False) -> str:
+    """HTML for one :class:`kit.rollout.loop.Trajectory`.
+
+    Args:
+        tr: the trajectory.
+        tokenizer: its tokenizer (to decode spans).
+        show_prompt: include the prompt (system + user turn) in grey.
+        token_boundaries: one box per token instead of one per span.
+    Returns:
+        A ``<div>`` string with a header line of counters.
+    """
+    dec = lambda ids: tokenizer.decode(ids, skip_special_tokens=False)  # noqa: E731
+    errs = ", ".join(f"{k} {v}" for k, v in tr.tool_errors.items() if v) or "none"
+    head = (f"<div style='font-family:sans-serif;font-size:12px;margin-bottom:4px'>"
+            f"<b>{tr.finish_reason}</b>{' (truncated)' if tr.truncated else ''} · {tr.turns} turns · "
+            f"{tr.tool_calls} tool calls · errors: {errs} · infra {tr.infra_errors} · "
+            f"&lt;answer&gt; tags {tr.answer_tags} · {len(tr.response_ids)} response tokens "
+            f"({sum(tr.response_mask)} model)</div>")
+    body = []
+    if show_prompt:
+        body.append(f'<span style="{_STYLE["prompt"]}">{html.escape(dec(tr.prompt_ids))}</span>')
+    for m, s, e in tr.spans():
+        ids = tr.response_ids[s:e]
+        if token_boundaries:
+            for j, t in enumerate(ids):
+                shade = "outline:1px solid #ccc;" + ("background:#f4f4f4;" if j % 2 else "")
+                style = (_STYLE["tool"] if m == 0 else _STYLE["model"]) + ";" + shade
+                body.append(f'<span style="{style}">{html.escape(dec([t]))}</span>')
+        elif m == 1:
+            body.append(f'<span style="{_STYLE["model"]}">{_model_html(dec(ids))}</span>')
+        else:
+            body.append(f'<span style="{_STYLE["tool"]}">{html.escape(dec(ids))}</span>')
+    return (f"<div>{head}<pre style='white-space:pre-wrap;font-size:12px;line-height:1.4'>"
+            f"{''.join(body)}</pre></div>")
+
+
+def show(tr: Any, tokenizer: Any, **kwargs: Any) -> Any:
+    """``IPython.display.HTML`` of :func:`trajectory_html` (the string if IPython is absent)."""
+    text = trajectory_html(tr, tokenizer, **kwargs)
+    try:
+        from IPython.display import HTML
+    except ImportError:
+        return text
+    return HTML(text)

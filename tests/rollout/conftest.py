@@ -1,0 +1,13 @@
+"""Fixtures of the rollout tests."""
+
+from __future__ import annotations
+
+import pytest
+from rollout_helpers import corpus
+
+from kit.models import train_tokenizer
+
+
+@pytest.fixture(scope="session")
+def tok():
+    return train_tokenizer(corpus(), vocab_size=700)

@@ -1,0 +1,145 @@
+"""How a worker process is launched: the bubblewrap command line, the scrubbed environment.
+
+The sandbox view of the file system is an allowlist, not the host's root: system directories
+(``/usr``, ``/bin``, ``/lib*``, ``/etc``) plus the Python installation and the directories on
+``sys.path`` (the venv, the kit), all read-only; a private tmpfs on ``/tmp``; a minimal ``/dev``
+and a ``/proc`` of the worker's own PID namespace. Home directories, ``/root`` (except the
+Python installation when it lives there), ``/run`` (docker.sock), data directories and the
+host's ``/tmp`` are simply absent.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+import warnings
+from pathlib import Path
+
+from kit.config import SandboxConfig
+
+SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+TMPFS_BYTES = 256 << 20
+CLEAN_ENV = {
+    "PATH": "/usr/local/bin:/usr/bin:/bin",
+    "HOME": "/tmp",
+    "LANG": "C.UTF-8",
+    "LC_ALL": "C.UTF-8",
+    "OPENBLAS_NUM_THREADS": "1",
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "PYTHONDONTWRITEBYTECODE": "1",
+    "PYTHONUNBUFFERED": "1",
+    "MPLCONFIGDIR": "/tmp",
+}
+
+
+class SandboxUnavailable(RuntimeError):
+    """Isolation was requested but bubblewrap is missing or does not work here."""
+
+
+def bwrap_path() -> str | None:
+    return shutil.which("bwrap")
+
+
+def require_isolation(cfg: SandboxConfig) -> None:
+    """Raise when bwrap is asked for but absent; warn loudly when isolation is off."""
+    if cfg.isolation == "bwrap":
+        if bwrap_path() is None:
+            raise SandboxUnavailable(
+                "bubblewrap (bwrap) is not installed, so the code sandbox cannot isolate model code. "
+                "Install it (`make setup`, or `apt-get install bubblewrap`), or set "
+                "sandbox.isolation='none' explicitly to run model code WITHOUT isolation."
+            )
+    elif cfg.isolation == "none":
+        msg = ("kit.sandbox: isolation='none': model-written code runs WITHOUT namespaces "
+               "(network, host files and processes are reachable); only rlimits, process groups "
+               "and a dedicated uid (when root) apply. Use only on a throwaway machine.")
+        warnings.warn(msg, RuntimeWarning, stacklevel=3)
+        print(f"WARNING: {msg}", file=sys.stderr)
+    else:
+        raise ValueError(f"sandbox.isolation must be 'bwrap' or 'none', got {cfg.isolation!r}")
+
+
+def _python_roots() -> list[str]:
+    """Directories the worker's interpreter needs: prefixes and every sys.path entry."""
+    roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
+    for p in sys.path:
+        if p and os.path.isdir(p):
+            roots.add(os.path.realpath(p))
+    roots.add(str(Path(__file__).resolve().parents[2]))  # the kit checkout (editable installs)
+    for p in list(roots):
+        roots.add(os.path.realpath(p))
+    # keep only the outermost of nested roots, skip what the system dirs already cover
+    out: list[str] = []
+    for p in sorted(roots, key=len):
+        if p in ("/", "") or any(p == d or p.startswith(d + "/") for d in (*SYSTEM_DIRS, *out)):
+            continue
+        out.append(p)
+    return out
+
+
+def worker_argv(cfg: SandboxConfig, opts: dict) -> list[str]:
+    """The command that starts one worker (wrapped in bwrap unless isolation is 'none')."""
+    inner = [sys.executable, "-I", "-m", "kit.sandbox.worker", json.dumps(opts)]
+    if cfg.isolation == "none":
+        return inner
+    bw = bwrap_path()
+    if bw is None:
+        raise SandboxUnavailable("bwrap disappeared")
+    argv = [bw, "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net",
+            "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try", "--hostname", "sandbox"]
+    if os.geteuid() != 0:
+        argv.append("--unshare-user")
+    for d in SYSTEM_DIRS:
+        if os.path.islink(d):
+            argv += ["--symlink", os.readlink(d), d]
+        elif os.path.isdir(d):
+            argv += ["--ro-bind", d, d]
+    made: set[str] = set()
+    for root in _python_roots():
+        # parents such as /root are created with the host's mode (0700): make them traversable
+        for parent in reversed(Path(root).parents):
+            sp = str(parent)
+            if sp != "/" and sp not in made and not any(sp == d or sp.startswith(d + "/") for d in SYSTEM_DIRS):
+                argv += ["--perms", "0755", "--dir", sp]
+                made.add(sp)
+        argv += ["--ro-bind", root, root]
+    argv += ["--dev", "/dev", "--proc", "/proc",
+             "--size", str(TMPFS_BYTES), "--perms", "1777", "--tmpfs", "/tmp",
+             "--clearenv"]
+    for k, v in CLEAN_ENV.items():
+        argv += ["--setenv", k, v]
+    argv += ["--chdir", "/tmp", "--"]
+    return argv + inner
+
+
+def worker_env() -> dict[str, str]:
+    """Environment for the launcher process itself (bwrap clears it again inside)."""
+    return dict(CLEAN_ENV)
+
+
+def world_readable_python() -> bool:
+    """True when every directory above the interpreter and sys.path is traversable by others."""
+    for root in _python_roots():
+        for d in (Path(root), *Path(root).parents):
+            try:
+                if not d.stat().st_mode & 0o001:
+                    return False
+            except OSError:
+                return False
+    return True
+
+
+def worker_uid(index: int, isolation: str = "bwrap") -> int | None:
+    """A uid of its own for worker ``index`` when we are root (None otherwise).
+
+    Unique per live host process and worker slot, so RLIMIT_NPROC counts only that worker's
+    call and the post-call sweep kills only that call's leftovers.
+    """
+    if os.geteuid() != 0:
+        return None
+    if isolation == "none" and not world_readable_python():
+        return None  # the unprivileged uid could not import anything; stay root (documented)
+    return 100_000_000 + (os.getpid() % (1 << 22)) * 256 + index % 256

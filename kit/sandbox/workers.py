@@ -1,0 +1,266 @@
+"""Host side of the warm workers: start, talk to, recycle and replace them (rStar2-Agent §3.1).
+
+:class:`LocalExecutor` owns ``num_workers`` worker processes on this machine and hands each
+request to an idle one. A worker that dies or hangs mid-call is killed and replaced (the
+watchdog also replaces idle ones that died); its call is retried once on another worker, then
+answered ``infra_error``, so no call is lost or left hanging. Workers are recycled after
+``recycle_after`` calls or when their memory grows. The Ray actors of
+:mod:`kit.bridge.ray_sandbox` wrap this same class.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import os
+import time
+from typing import Any
+
+from kit.config import SandboxConfig
+from kit.sandbox import isolation
+from kit.sandbox.worker import HEADER, MAX_FRAME
+
+START_TIMEOUT_S = 120.0  # imports on a loaded 2-core box can take a while
+HANG_GRACE_S = 10.0  # a worker silent this long past a call's deadline is declared hung
+RSS_GROWTH_MB = 256.0
+
+
+class WorkerDied(RuntimeError):
+    """The worker process exited, hung, or sent something that is not a frame."""
+
+
+class WorkerProc:
+    """One worker process (inside its own bwrap sandbox) and its pipes."""
+
+    def __init__(self, cfg: SandboxConfig, index: int, preload: tuple[str, ...] = ()):
+        self.cfg, self.index, self.preload = cfg, index, preload
+        self.proc: asyncio.subprocess.Process | None = None
+        self.calls = 0
+        self.base_rss = self.rss = 0.0
+        self.log: collections.deque[str] = collections.deque(maxlen=40)
+        self._log_task: asyncio.Task | None = None
+        self.info: dict[str, Any] = {}
+
+    def opts(self) -> dict[str, Any]:
+        c = self.cfg
+        return {"timeout_s": c.timeout_s, "cpu_s": c.cpu_s, "memory_mb": c.memory_mb,
+                "max_output_chars": c.max_output_chars, "max_procs": c.max_procs,
+                "uid": isolation.worker_uid(self.index, c.isolation), "isolation": c.isolation,
+                "preload": list(self.preload)}
+
+    async def start(self) -> None:
+        argv = isolation.worker_argv(self.cfg, self.opts())
+        self.proc = await asyncio.create_subprocess_exec(
+            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE, env=isolation.worker_env(), limit=MAX_FRAME + 8,
+            start_new_session=True)
+        self._log_task = asyncio.create_task(self._read_log())
+        try:
+            self.info = await asyncio.wait_for(self._read(), START_TIMEOUT_S)
+        except (TimeoutError, WorkerDied) as exc:
+            await self.kill()
+            raise WorkerDied(f"worker {self.index} did not start: {exc}; log: {self.tail_log()}") from None
+        self.base_rss = self.rss = float(self.info.get("rss_mb", 0.0))
+
+    async def _read_log(self) -> None:
+        assert self.proc is not None and self.proc.stderr is not None
+        while line := await self.proc.stderr.readline():
+            self.log.append(line.decode(errors="replace").rstrip()[:500])
+
+    def tail_log(self) -> str:
+        return " | ".join(self.log) or "(empty)"
+
+    @property
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.returncode is None
+
+    async def _read(self) -> dict:
+        assert self.proc is not None and self.proc.stdout is not None
+        try:
+            head = await self.proc.stdout.readexactly(HEADER.size)
+            (n,) = HEADER.unpack(head)
+            if n > MAX_FRAME:
+                raise WorkerDied(f"frame of {n} bytes")
+            return json.loads(await self.proc.stdout.readexactly(n))
+        except (asyncio.IncompleteReadError, ConnectionError, ValueError) as exc:
+            raise WorkerDied(f"worker {self.index} gone ({type(exc).__name__})") from None
+
+    async def request(self, req: dict, timeout_s: float) -> dict:
+        """Send one request and wait for its answer; WorkerDied if the worker fails."""
+        if not self.alive:
+            raise WorkerDied(f"worker {self.index} is not running")
+        assert self.proc is not None and self.proc.stdin is not None
+        body = json.dumps(req).encode()
+        try:
+            self.proc.stdin.write(HEADER.pack(len(body)) + body)
+            await self.proc.stdin.drain()
+            out = await asyncio.wait_for(self._read(), timeout_s + HANG_GRACE_S)
+        except (TimeoutError, ConnectionError) as exc:
+            await self.kill()
+            raise WorkerDied(f"worker {self.index} failed ({type(exc).__name__})") from None
+        except WorkerDied:
+            await self.kill()
+            raise
+        self.calls += 1
+        self.rss = float(out.pop("rss_mb", self.rss))
+        return out
+
+    def worn_out(self) -> bool:
+        return self.calls >= self.cfg.recycle_after or self.rss > self.base_rss + RSS_GROWTH_MB
+
+    async def stop(self) -> None:
+        if self.alive:
+            assert self.proc is not None and self.proc.stdin is not None
+            with contextlib.suppress(Exception):
+                body = json.dumps({"kind": "exit"}).encode()
+                self.proc.stdin.write(HEADER.pack(len(body)) + body)
+                await self.proc.stdin.drain()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.proc.wait(), 2.0)
+        await self.kill()
+
+    async def kill(self) -> None:
+        if self.proc is None:
+            return
+        if self.proc.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(self.proc.pid, 9)  # bwrap and, with it, the worker's PID namespace
+            with contextlib.suppress(ProcessLookupError):
+                self.proc.kill()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self.proc.wait(), 5.0)
+        if self._log_task is not None:
+            self._log_task.cancel()
+
+
+class LocalExecutor:
+    """``num_workers`` warm workers on this machine; ``await run(req)`` executes one request."""
+
+    def __init__(self, cfg: SandboxConfig, preload: tuple[str, ...] = ()):
+        self.cfg = cfg
+        self.preload = tuple(preload)
+        self.n = cfg.num_workers or os.cpu_count() or 1
+        self.workers: dict[int, WorkerProc] = {}
+        self.idle: asyncio.Queue[WorkerProc | None] = asyncio.Queue()
+        self.counters: collections.Counter[str] = collections.Counter()
+        self.broken: str | None = None
+        self._tasks: set[asyncio.Task] = set()
+        self._watchdog: asyncio.Task | None = None
+        self._closed = False
+
+    async def start(self) -> None:
+        isolation.require_isolation(self.cfg)
+        ws = [WorkerProc(self.cfg, i, self.preload) for i in range(self.n)]
+        results = await asyncio.gather(*(w.start() for w in ws), return_exceptions=True)
+        errors = [r for r in results if isinstance(r, BaseException)]
+        if errors:
+            await asyncio.gather(*(w.kill() for w in ws))
+            raise RuntimeError(f"sandbox workers failed to start: {errors[0]}")
+        for w in ws:
+            self.workers[w.index] = w
+            self.idle.put_nowait(w)
+        self._watchdog = asyncio.create_task(self._watch())
+
+    async def run(self, req: dict) -> dict:
+        """Execute one wire request; always returns a result dict (infra_error at worst)."""
+        timeout = float(req.get("timeout_s") or self.cfg.timeout_s)
+        last = "no attempt"
+        for attempt in range(2):  # the original try and one retry
+            w = await self.idle.get()
+            if w is None or self._closed:
+                self.idle.put_nowait(None)  # wake the next waiter too
+                return _infra(self.broken or "sandbox pool closed")
+            t0 = time.monotonic()
+            try:
+                out = await w.request(req, timeout)
+            except WorkerDied as exc:
+                last = str(exc)
+                self.counters["worker_deaths"] += 1
+                if attempt == 0:
+                    self.counters["retries"] += 1
+                self._replace(w)
+                continue
+            except BaseException:  # cancelled mid-call: the worker state is unknown, replace it
+                self._replace(w)
+                raise
+            out["queue_s"] = round(time.monotonic() - t0 - out.get("wall_s", 0.0), 6)
+            if w.worn_out():
+                self.counters["recycled"] += 1
+                self._replace(w)
+            else:
+                self.idle.put_nowait(w)
+            return out
+        return _infra(f"call failed on two workers: {last}")
+
+    def _replace(self, old: WorkerProc) -> None:
+        if self._closed:
+            self._spawn(old.stop())
+            return
+        self._spawn(self._restart(old))
+
+    def _spawn(self, coro) -> None:
+        t = asyncio.create_task(coro)
+        self._tasks.add(t)
+        t.add_done_callback(self._tasks.discard)
+
+    async def _restart(self, old: WorkerProc) -> None:
+        self._spawn(old.stop())
+        for attempt in range(3):
+            new = WorkerProc(self.cfg, old.index, self.preload)
+            try:
+                await new.start()
+            except Exception as exc:  # noqa: BLE001
+                self.counters["start_failures"] += 1
+                await asyncio.sleep(0.5 * 2**attempt)
+                last = str(exc)
+                continue
+            if self._closed:
+                await new.stop()
+                return
+            self.counters["restarts"] += 1
+            self.workers[old.index] = new
+            self.idle.put_nowait(new)
+            return
+        self.workers.pop(old.index, None)
+        if not self.workers:
+            self.broken = f"every sandbox worker failed to restart: {last}"
+            self.idle.put_nowait(None)
+
+    async def _watch(self) -> None:
+        """Replace idle workers that died between calls."""
+        while not self._closed:
+            await asyncio.sleep(1.0)
+            keep = []
+            while not self.idle.empty():
+                w = self.idle.get_nowait()
+                if w is None:
+                    keep.append(w)
+                elif w.alive:
+                    keep.append(w)
+                else:
+                    self.counters["watchdog_restarts"] += 1
+                    self._replace(w)
+            for w in keep:
+                self.idle.put_nowait(w)
+
+    async def close(self) -> None:
+        self._closed = True
+        if self._watchdog is not None:
+            self._watchdog.cancel()
+        self.idle.put_nowait(None)
+        await asyncio.gather(*(w.stop() for w in list(self.workers.values())), return_exceptions=True)
+        for t in list(self._tasks):
+            with contextlib.suppress(BaseException):
+                await asyncio.wait_for(t, 10.0)
+
+    def stats(self) -> dict[str, Any]:
+        return {"workers": len(self.workers), "alive": sum(w.alive for w in self.workers.values()),
+                **self.counters}
+
+
+def _infra(reason: str) -> dict:
+    return {"status": "infra_error", "stderr": f"sandbox infrastructure error: {reason}",
+            "stdout": "", "value": "", "exit_code": None, "wall_s": 0.0, "cpu_s": 0.0,
+            "truncated": False}

@@ -5,7 +5,7 @@ stays binary. Positives (reward > 0) and negatives keep their proportion; negati
 uniformly at random, positives preferring fewer tool errors and a cleaner answer format:
 
 * ``p_err = failed tool calls / tool calls`` (0.5 without any call). "Failed" is the sandbox's
-  structured status: an exception, a timeout, a memory kill or a malformed call. Failures of the
+  structured status: an exception, a timeout, a memory or output limit, a malformed call. Failures of the
   execution service itself (``infra_errors``) are not the model's fault and are excluded from
   both counts.
 * ``p_format = 1`` without an ``<answer>`` tag, else ``min(1, (answer_tags - 1) / turns)``,
@@ -57,8 +57,11 @@ import numpy as np
 
 RocMode = Literal["sample", "rank"]
 
-#: Sandbox outcomes that are the model's fault (``ToolResult.status`` / ``Trajectory.tool_errors``).
-FAILURE_KINDS = ("exception", "timeout", "memory", "malformed")
+#: Tool-error kinds that are the model's fault (keys of ``kit.rollout`` ``Trajectory.tool_errors``):
+#: a raised exception, a wall/CPU timeout, the memory limit, the output limit, a malformed call.
+FAILURE_KINDS = ("exception", "timeout", "memory", "output", "malformed")
+#: Kinds that are the execution service's fault; never counted against the model.
+INFRA_KINDS = ("infra", "infra_error")
 #: p_err of a trajectory without any (attributable) tool call, as in the report and release.
 NO_CALL_P_ERR = 0.5
 
@@ -89,7 +92,7 @@ def p_err(
         n_tool_calls: (N,) tool calls the trajectory made, every attempt counted (malformed
             calls and calls the service failed to run included).
         n_tool_failures: (N,) calls that failed by the model's fault: exception, timeout,
-            memory limit, malformed call (:data:`FAILURE_KINDS`).
+            memory limit, output limit, malformed call (:data:`FAILURE_KINDS`).
         n_infra_errors: (N,) calls lost to the execution service (``infra_error``); removed
             from the denominator. None means zero.
     Returns:
@@ -205,8 +208,8 @@ def tool_failure_count(tool_errors: Mapping[str, int] | int | None) -> int:
     """Number of model-caused tool failures in a ``Trajectory.tool_errors`` value.
 
     Args:
-        tool_errors: dict kind -> count (kinds in :data:`FAILURE_KINDS`; other kinds such as
-            ``infra`` are ignored), or an already summed int, or None (0).
+        tool_errors: dict kind -> count (every kind counts except :data:`INFRA_KINDS`; the
+            usual kinds are :data:`FAILURE_KINDS`), or an already summed int, or None (0).
     Raises:
         ValueError: a negative count.
     """
@@ -214,8 +217,10 @@ def tool_failure_count(tool_errors: Mapping[str, int] | int | None) -> int:
         return 0
     if isinstance(tool_errors, Mapping):
         total = 0
-        for kind in FAILURE_KINDS:
-            v = int(tool_errors.get(kind, 0) or 0)
+        for kind, value in tool_errors.items():
+            if kind in INFRA_KINDS:
+                continue
+            v = int(value or 0)
             if v < 0:
                 raise ValueError(f"tool_errors[{kind!r}] is negative: {v}")
             total += v

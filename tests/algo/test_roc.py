@@ -95,7 +95,7 @@ def test_counters_from_trajectory_objects_and_extra_fields():
     assert c["infra_errors"].tolist() == [0, 0] and c["turns"].tolist() == [4, 1]
     with pytest.raises(KeyError, match="trajectory 0 has no 'turns'"):
         counters([{"tool_calls": 1, "answer_tags": 1}])
-    assert tool_failure_count({"malformed": 2, "memory": 1}) == 3
+    assert tool_failure_count({"malformed": 2, "memory": 1, "output": 1, "infra": 4}) == 4
 
 
 # ------------------------------------------------------------------ allocation

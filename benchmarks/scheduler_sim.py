@@ -1,0 +1,64 @@
+"""Static against dynamic rollout scheduling on the paper-like preset (rStar2-Agent report §3.2).
+
+Simulates one stage-2 RL step (512 prompts x 32 rollouts, 12K response limit, ~0.3 s tool calls)
+on 16 engines (64 MI300X as TP=4 groups serving Qwen3-14B) with :mod:`kit.train.sim`, once per
+policy, and prints makespans, the lower bound, engine idle fractions and recomputed tokens.
+The preset is fixed in ``kit/train/sim.py`` (derived from hardware figures, not fitted).
+
+Usage: ``.venv/bin/python benchmarks/scheduler_sim.py [--seed 0] [--engines 16] [--scale 1.0]``
+Last line: ``static_over_dynamic=<x> dynamic_over_bound=<y>``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import time
+
+import numpy as np
+
+from kit.train.sim import PAPER_ENGINE, PAPER_WORKLOAD, lower_bound, sample_workload, simulate
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--engines", type=int, default=16)
+    ap.add_argument("--scale", type=float, default=1.0, help="fraction of the 16384 trajectories (and engines)")
+    args = ap.parse_args()
+    n = max(1, int(PAPER_WORKLOAD.n_trajectories * args.scale))
+    E = max(1, round(args.engines * args.scale))
+    preset = dataclasses.replace(PAPER_WORKLOAD, n_trajectories=n)
+    trajs = sample_workload(preset, seed=args.seed)
+    resp = np.array([t.response_tokens for t in trajs])
+    turns = np.array([len(t.gen_tokens) for t in trajs])
+    print(f"workload: {n} trajectories on {E} engines; response tokens mean {resp.mean():.0f}, "
+          f"p50 {np.median(resp):.0f}, p99 {np.percentile(resp, 99):.0f}, max {resp.max()}, "
+          f"truncated {np.mean(resp >= preset.max_response_tokens):.3f}; turns mean {turns.mean():.2f}")
+    lb = lower_bound(trajs, E, PAPER_ENGINE)
+    print(f"lower bound: {lb['bound_s']:.1f} s (work/capacity {lb['work_s']:.1f} s, longest trajectory alone {lb['critical_s']:.1f} s)")
+    res = {}
+    for policy in ("static", "dynamic", "static_barrier"):
+        t0 = time.perf_counter()
+        r = simulate(trajs, E, PAPER_ENGINE, policy, max_response_tokens=preset.max_response_tokens)
+        res[policy] = r
+        idle = r.idle_fraction
+        print(f"{policy:15s} makespan {r.makespan_s:7.1f} s  idle mean {idle.mean():.3f} (min {idle.min():.3f}, "
+              f"max {idle.max():.3f})  recomputed {r.recomputed_tokens:,} tokens in {r.retractions:,} evictions  "
+              f"prefill {r.prefill_tokens:,}  decoded {r.decoded_tokens:,}  peak KV {r.peak_kv.max() / PAPER_ENGINE.kv_capacity:.2f}"
+              f"  p50 finish {np.median(r.finish_s):.1f} s  [sim {time.perf_counter() - t0:.1f} s]")
+    for median in (3500, 7750):  # information: the ends of the report's 4K-8K average range
+        alt = sample_workload(dataclasses.replace(preset, response_median_tokens=median), seed=args.seed)
+        ms = {p: simulate(alt, E, PAPER_ENGINE, p, max_response_tokens=preset.max_response_tokens) for p in ("static", "dynamic")}
+        b = lower_bound(alt, E, PAPER_ENGINE)["bound_s"]
+        print(f"(information) response mean {np.mean([t.response_tokens for t in alt]):.0f}: static {ms['static'].makespan_s:.1f} s "
+              f"({ms['static'].recomputed_tokens:,} recomputed), dynamic {ms['dynamic'].makespan_s:.1f} s, bound {b:.1f} s, "
+              f"static_over_dynamic={ms['static'].makespan_s / ms['dynamic'].makespan_s:.3f}")
+    x = res["static"].makespan_s / res["dynamic"].makespan_s
+    y = res["dynamic"].makespan_s / lb["bound_s"]
+    print(f"(information) static_barrier_over_dynamic={res['static_barrier'].makespan_s / res['dynamic'].makespan_s:.3f}")
+    print(f"static_over_dynamic={x:.3f} dynamic_over_bound={y:.3f}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,1 @@
+"""Local CPU training engine: SFT, RL stages, continuous-batching rollout engine, scheduler simulator."""

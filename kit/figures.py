@@ -1,0 +1,295 @@
+"""The report's training figures, redrawn from a run's ``metrics.jsonl`` files.
+
+One function per figure; each takes metrics (a DataFrame from :func:`collect_metrics`, or paths)
+and returns a matplotlib Figure, so notebooks show it and :func:`save_figure` writes it.
+
+- :func:`figure4_tool_errors`: tool-error ratio among correct trajectories against training step,
+  GRPO vs GRPO-RoC (rStar2-Agent §2.2.2, Figure 4).
+- :func:`figure8_stages`: accuracy and mean response length across the three RL stages, stage
+  boundaries marked (rStar2-Agent §4.3, Figure 8).
+- :func:`figure9_roc_ablation`: accuracy and mean training response length against step, GRPO vs
+  GRPO-RoC (rStar2-Agent §5.3, Figure 9).
+
+The metrics keys are those of DEVELOPERS.md ("metrics keys per RL step"). Accuracy here is what the
+metrics hold: the training rollouts' accuracy on the profile's own problems (for the tiny profile,
+generated tool tasks), not AIME accuracy as in the paper's panels; the axis labels say so. Several
+seeds of one algorithm are drawn as their mean with a min-max band.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+ALGO_LABEL = {"grpo": "GRPO", "grpo_roc": "GRPO-RoC"}
+ALGO_COLOR = {"grpo": "#d62728", "grpo_roc": "#1f77b4"}
+STAGE_COLOR = {"stage1": "#1f77b4", "stage2": "#ff7f0e", "stage3": "#2ca02c"}
+
+FIGURE_KEYS = {
+    "figure4": ("step", "algorithm", "seed", "tool_error_ratio_correct_before"),
+    "figure8": ("stage", "global_step", "accuracy", "response_len_mean"),
+    "figure9": ("step", "algorithm", "seed", "accuracy", "response_len_mean"),
+}
+
+
+class MetricsError(ValueError):
+    """A metrics file is missing, malformed, or lacks a key a figure or table needs."""
+
+
+# --------------------------------------------------------------------------- reading
+
+
+def read_metrics(path: str | os.PathLike) -> pd.DataFrame:
+    """Read one ``metrics.jsonl`` (one JSON object per step) into a DataFrame.
+
+    Args:
+        path: the file. Blank lines are ignored; JSON ``null`` becomes NaN.
+    Returns:
+        One row per line, columns as in the file, plus ``source`` (the file path).
+    Raises:
+        MetricsError: the file is missing or empty, or a line is not a JSON object (the message
+            names the file and the line number).
+    """
+    path = Path(path)
+    if not path.exists():
+        raise MetricsError(f"metrics file not found: {path}")
+    rows = []
+    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise MetricsError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
+        if not isinstance(row, dict):
+            raise MetricsError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
+        rows.append(row)
+    if not rows:
+        raise MetricsError(f"{path}: no metrics rows")
+    df = pd.DataFrame(rows)
+    df["source"] = str(path)
+    return df
+
+
+def collect_metrics(paths: str | os.PathLike | Iterable[str | os.PathLike]) -> pd.DataFrame:
+    """Concatenate metrics files; a directory contributes every ``metrics.jsonl`` below it.
+
+    Raises:
+        MetricsError: a given path does not exist, or no metrics file was found at all.
+    """
+    if isinstance(paths, str | os.PathLike):
+        paths = [paths]
+    files: list[Path] = []
+    for p in map(Path, paths):
+        if p.is_dir():
+            files.extend(sorted(p.rglob("metrics.jsonl")))
+        elif p.exists():
+            files.append(p)
+        else:
+            raise MetricsError(f"metrics path not found: {p}")
+    if not files:
+        raise MetricsError(f"no metrics.jsonl under {', '.join(map(str, paths))}")
+    return pd.concat([read_metrics(f) for f in files], ignore_index=True)
+
+
+def require_keys(df: pd.DataFrame, keys: Sequence[str], what: str) -> None:
+    """Raise :class:`MetricsError` naming the first of ``keys`` absent from ``df`` and its files."""
+    missing = [k for k in keys if k not in df.columns]
+    if missing:
+        files = ", ".join(sorted(set(df.get("source", pd.Series(["?"])).astype(str))))
+        raise MetricsError(f"{what} needs metrics key(s) {missing}; not found in {files}")
+
+
+def _as_frame(metrics: pd.DataFrame | str | os.PathLike | Iterable, what: str) -> pd.DataFrame:
+    df = metrics if isinstance(metrics, pd.DataFrame) else collect_metrics(metrics)
+    require_keys(df, FIGURE_KEYS[what], what)
+    return df
+
+
+# --------------------------------------------------------------------------- drawing helpers
+
+
+def _smooth(y: np.ndarray, window: int) -> np.ndarray:
+    """Trailing moving average over ``window`` points, ignoring NaN."""
+    if window <= 1:
+        return y
+    s = pd.Series(y)
+    return s.rolling(window, min_periods=1).mean().to_numpy()
+
+
+def _per_algorithm(df: pd.DataFrame, key: str, window: int):
+    """Yield (algorithm, steps, mean, lo, hi, n_seeds) for ``key`` across seeds, per step."""
+    for algo, g in sorted(df.groupby("algorithm"), key=lambda kv: str(kv[0])):
+        wide = g.pivot_table(index="step", columns="seed", values=key, aggfunc="mean").sort_index()
+        wide = wide.apply(lambda col: pd.Series(_smooth(col.to_numpy(dtype=float), window), index=col.index))
+        values = wide.to_numpy(dtype=float)
+        with np.errstate(all="ignore"):
+            ok = ~np.all(np.isnan(values), axis=1)
+            steps = wide.index.to_numpy()[ok]
+            v = values[ok]
+            yield str(algo), steps, np.nanmean(v, axis=1), np.nanmin(v, axis=1), np.nanmax(v, axis=1), wide.shape[1]
+
+
+def _plot_algorithms(ax, df: pd.DataFrame, key: str, window: int, linestyle: str = "-", suffix: str = "") -> None:
+    for algo, steps, mean, lo, hi, n in _per_algorithm(df, key, window):
+        color = ALGO_COLOR.get(algo, None)
+        label = f"{ALGO_LABEL.get(algo, algo)}{suffix} ({n} seed{'s' if n != 1 else ''})"
+        (line,) = ax.plot(steps, mean, linestyle, color=color, label=label, lw=1.8)
+        if n > 1:
+            ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.15, lw=0)
+
+
+def _subtitle(fig, note: str) -> None:
+    if note:
+        fig.text(0.5, 0.005, note, ha="center", va="bottom", fontsize=8, color="0.35")
+
+
+# --------------------------------------------------------------------------- figures
+
+
+def figure4_tool_errors(metrics, *, smooth: int = 1, note: str = "", paper_plateau: float | None = None,
+                        show_after: bool = True) -> Figure:
+    """Figure 4: tool-error ratio among correct trajectories against step, GRPO vs GRPO-RoC.
+
+    Args:
+        metrics: ablation metrics (DataFrame or metrics paths/dirs) with ``step, algorithm, seed,
+            tool_error_ratio_correct_before`` (failed tool calls / tool calls over the correct
+            trajectories the policy sampled, a fraction in [0, 1]); ``..._after`` (over the ones
+            RoC kept) is drawn dashed when present and ``show_after``.
+        smooth: trailing moving-average window in steps (1 = raw).
+        note: a line under the axes naming the profile and model, so a tiny run is not mistaken
+            for the paper's.
+        paper_plateau: if given, a dotted reference line labelled as the paper's GRPO plateau.
+    Returns:
+        The Figure (one axes).
+    Raises:
+        MetricsError: a required key is missing (names the key and the files).
+    """
+    df = _as_frame(metrics, "figure4")
+    fig = Figure(figsize=(6.4, 4.0), layout="constrained")
+    ax = fig.subplots()
+    _plot_algorithms(ax, df, "tool_error_ratio_correct_before", smooth, suffix=", sampled")
+    if show_after and "tool_error_ratio_correct_after" in df.columns:
+        roc = df[df["algorithm"] == "grpo_roc"]
+        if len(roc) and roc["tool_error_ratio_correct_after"].notna().any():
+            _plot_algorithms(ax, roc, "tool_error_ratio_correct_after", smooth, "--", suffix=", kept by RoC")
+    if paper_plateau is not None:
+        ax.axhline(paper_plateau, color="0.4", ls=":", lw=1)
+        ax.annotate(f"paper: GRPO plateau {paper_plateau:.2f} (Qwen3-14B, reference)", (0.01, paper_plateau),
+                    xycoords=("axes fraction", "data"), va="bottom", fontsize=7, color="0.3")
+    ax.set_xlabel("training step")
+    ax.set_ylabel("tool-error ratio in correct trajectories")
+    ax.set_ylim(bottom=0)
+    ax.set_title("Figure 4: tool errors in correct trajectories")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    _subtitle(fig, note)
+    return fig
+
+
+def figure8_stages(metrics, *, smooth: int = 1, note: str = "", stage_end_reference: dict | None = None) -> Figure:
+    """Figure 8: accuracy and mean response length across the RL stages, boundaries marked.
+
+    Args:
+        metrics: the stages' metrics (DataFrame or the stage run dirs) with ``stage, global_step,
+            accuracy`` (fraction of correct training rollouts) and ``response_len_mean`` (tokens).
+        smooth: trailing moving-average window in steps, applied within each stage.
+        note: profile and model line under the axes.
+        stage_end_reference: optional ``{stage: {benchmark: percent}}`` of published stage-end
+            accuracies, printed as a labelled reference box (never plotted as our data).
+    Returns:
+        The Figure (two axes: accuracy, response length).
+    Raises:
+        MetricsError: a required key is missing.
+    """
+    df = _as_frame(metrics, "figure8").sort_values("global_step")
+    fig = Figure(figsize=(10, 4.0), layout="constrained")
+    ax_acc, ax_len = fig.subplots(1, 2)
+    stages = sorted(df["stage"].astype(str).unique(), key=lambda s: df.loc[df["stage"].astype(str) == s, "global_step"].min())
+    for stage in stages:
+        g = df[df["stage"].astype(str) == stage]
+        x = g["global_step"].to_numpy()
+        color = STAGE_COLOR.get(stage)
+        ax_acc.plot(x, _smooth(g["accuracy"].to_numpy(dtype=float), smooth), "-o", ms=2.5, color=color, label=stage)
+        ax_len.plot(x, _smooth(g["response_len_mean"].to_numpy(dtype=float), smooth), "-o", ms=2.5, color=color,
+                    label=stage)
+    for stage in stages[1:]:
+        start = df.loc[df["stage"].astype(str) == stage, "global_step"].min()
+        for ax in (ax_acc, ax_len):
+            ax.axvline(start - 0.5, color="0.5", ls="--", lw=1)
+    ax_acc.set_ylabel("training accuracy (fraction correct)")
+    ax_acc.set_ylim(-0.02, 1.02)
+    ax_len.set_ylabel("mean response length (tokens)")
+    for ax in (ax_acc, ax_len):
+        ax.set_xlabel("global training step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    ax_acc.set_title("Figure 8: accuracy across RL stages")
+    ax_len.set_title("response length across RL stages")
+    if stage_end_reference:
+        lines = ["paper, Qwen3-14B (reference, not this run):"]
+        for stage, vals in stage_end_reference.items():
+            lines.append(f"{stage}: " + ", ".join(f"{k} {v:g}%" for k, v in vals.items()))
+        ax_acc.text(0.02, 0.02, "\n".join(lines), transform=ax_acc.transAxes, fontsize=6.5, va="bottom",
+                    color="0.3", bbox={"facecolor": "white", "edgecolor": "0.8", "alpha": 0.8})
+    _subtitle(fig, note)
+    return fig
+
+
+def figure9_roc_ablation(metrics, *, smooth: int = 1, note: str = "") -> Figure:
+    """Figure 9: the RoC ablation, accuracy and mean training response length against step.
+
+    Args:
+        metrics: ablation metrics with ``step, algorithm, seed, accuracy, response_len_mean``.
+        smooth: trailing moving-average window in steps.
+        note: profile and model line under the axes.
+    Returns:
+        The Figure (two axes).
+    Raises:
+        MetricsError: a required key is missing.
+    """
+    df = _as_frame(metrics, "figure9")
+    fig = Figure(figsize=(10, 4.0), layout="constrained")
+    ax_acc, ax_len = fig.subplots(1, 2)
+    _plot_algorithms(ax_acc, df, "accuracy", smooth)
+    _plot_algorithms(ax_len, df, "response_len_mean", smooth)
+    ax_acc.set_ylabel("training accuracy (fraction correct)")
+    ax_acc.set_ylim(-0.02, 1.02)
+    ax_len.set_ylabel("mean training response length (tokens)")
+    for ax in (ax_acc, ax_len):
+        ax.set_xlabel("training step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    ax_acc.set_title("Figure 9: RoC ablation, accuracy")
+    ax_len.set_title("RoC ablation, response length")
+    _subtitle(fig, note)
+    return fig
+
+
+def save_figure(fig: Figure, out_dir: str | os.PathLike, name: str, formats: Sequence[str] = ("png", "pdf"),
+                dpi: int = 150) -> list[Path]:
+    """Write ``fig`` as ``out_dir/name.<fmt>`` for each format; returns the paths written."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for fmt in formats:
+        p = out / f"{name}.{fmt}"
+        fig.savefig(p, dpi=dpi)
+        paths.append(p)
+    return paths
+
+
+def finite_or_none(x) -> float | None:
+    """``float(x)`` when finite, else None (for JSON and tables: absent stays absent)."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return v if math.isfinite(v) else None

@@ -1,0 +1,354 @@
+"""The notebook pipeline: run the ordered notebook series through papermill (``make reproduce``).
+
+One run of the series lives in ``reports/<profile>/<run>/``::
+
+    notebooks/NN_*.ipynb   the executed notebooks (with outputs; the sources in notebooks/ stay clean)
+    data/ sft/ stage1/ stage2/ stage3/ ablation/ analysis/ eval/
+                           one run directory per notebook; notebooks share state only through them
+    figures/ tables/       written by 09_figures_and_tables
+    report.pdf             built by :mod:`kit.report` after the last notebook
+    pipeline_state.json    which notebooks finished, with their parameters and wall time
+
+The runner executes the notebooks in order, shows a progress bar per notebook (one tick per cell),
+stops at the first failure naming the notebook and the cell, and is resumable: a notebook that
+already finished with the same parameters and the same source is skipped, unless ``--force`` is
+given or an earlier notebook was run again in this invocation (its inputs may have changed).
+
+Command line (what ``python -m kit reproduce`` calls)::
+
+    python -m kit.pipeline run --profile tiny --run main [--force] [--log-output]
+
+What it does not do: it does not run notebooks in parallel (each one uses all cores), and it does
+not track data files outside the run directory; delete the run folder or pass ``--force`` after
+changing ``../shared/data``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kit.paths import REPO_ROOT
+
+NOTEBOOK_DIR = REPO_ROOT / "notebooks"
+REPORTS_ROOT = REPO_ROOT / "reports"
+STATE_FILE = "pipeline_state.json"
+
+
+class PipelineError(RuntimeError):
+    """A notebook of the series failed; the message names the notebook and the cell."""
+
+    def __init__(self, message: str, notebook: str, cell_index: int | None = None):
+        super().__init__(message)
+        self.notebook = notebook
+        self.cell_index = cell_index
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Paths of one pipeline run: ``<reports_root>/<profile>/<run>/`` and its run directories."""
+
+    root: Path
+    profile: str
+
+    @classmethod
+    def for_run(cls, profile: str, run: str, reports_root: str | os.PathLike | None = None) -> Layout:
+        """Layout of ``reports/<profile>/<run>`` (``reports_root`` defaults to the repo's ``reports/``).
+
+        Raises:
+            ValueError: ``profile`` or ``run`` is empty or contains a path separator.
+        """
+        for what, value in (("profile", profile), ("run", run)):
+            if not value or "/" in value or os.sep in value or value in (".", ".."):
+                raise ValueError(f"--{what} must be a plain folder name, got {value!r}")
+        base = Path(reports_root) if reports_root is not None else REPORTS_ROOT
+        return cls(root=(base / profile / run).resolve(), profile=profile)
+
+    def dir(self, name: str) -> str:
+        """Absolute path (str, for papermill) of the run directory ``name`` inside the run."""
+        return str(self.root / name)
+
+    @property
+    def executed(self) -> Path:
+        """Folder of the executed notebooks."""
+        return self.root / "notebooks"
+
+    @property
+    def state_path(self) -> Path:
+        return self.root / STATE_FILE
+
+    @property
+    def report_pdf(self) -> Path:
+        return self.root / "report.pdf"
+
+
+@dataclass(frozen=True)
+class NotebookRun:
+    """One notebook of a series: its source file and the papermill parameters it gets."""
+
+    source: Path
+    parameters: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def name(self) -> str:
+        return self.source.stem
+
+
+# The series and the parameters each notebook receives. Upstream run directories are passed
+# explicitly, so a notebook's inputs are visible in its parameters cell.
+def _series_parameters(lay: Layout, seed: int) -> list[tuple[str, dict[str, Any]]]:
+    common = {"profile": lay.profile, "seed": seed}
+    d = lay.dir
+    return [
+        ("00_setup_and_sandbox_check", {**common, "run_dir": d("setup")}),
+        ("01_data_curation", {**common, "run_dir": d("data")}),
+        ("02_cold_start_sft", {**common, "run_dir": d("sft"), "data_dir": d("data")}),
+        ("03_rl_stage1", {**common, "run_dir": d("stage1"), "init_dir": d("sft"), "data_dir": d("data")}),
+        ("04_rl_stage2", {**common, "run_dir": d("stage2"), "init_dir": d("stage1"), "data_dir": d("data")}),
+        ("05_rl_stage3", {**common, "run_dir": d("stage3"), "init_dir": d("stage2"), "data_dir": d("data")}),
+        ("06_roc_ablation", {**common, "run_dir": d("ablation"), "init_dir": d("sft"), "data_dir": d("data")}),
+        ("07_behavior_analysis", {**common, "run_dir": d("analysis"), "sft_dir": d("sft"),
+                                  "rl_dir": d("stage3"), "data_dir": d("data")}),
+        ("08_evaluation", {**common, "run_dir": d("eval"), "policy_dir": d("stage3"), "sft_dir": d("sft")}),
+        ("09_figures_and_tables", {**common, "run_dir": str(lay.root),
+                                   "stage_dirs": [d("stage1"), d("stage2"), d("stage3")],
+                                   "ablation_dir": d("ablation"), "eval_dir": d("eval")}),
+    ]
+
+
+SERIES: tuple[str, ...] = tuple(name for name, _ in _series_parameters(Layout(Path("."), "tiny"), 0))
+
+
+def standard_series(layout: Layout, seed: int = 0, notebook_dir: Path = NOTEBOOK_DIR) -> list[NotebookRun]:
+    """The kit's ordered series (``SERIES``) with each notebook's parameters for ``layout``.
+
+    Raises:
+        FileNotFoundError: a notebook of the series is missing from ``notebook_dir``.
+    """
+    runs = []
+    for name, params in _series_parameters(layout, seed):
+        path = notebook_dir / f"{name}.ipynb"
+        if not path.exists():
+            raise FileNotFoundError(f"notebook of the series not found: {path}")
+        runs.append(NotebookRun(path, params))
+    return runs
+
+
+# --------------------------------------------------------------------------- state
+
+
+def _sha(path: Path) -> str:
+    """Hash of the notebook's cell sources (outputs and metadata do not count)."""
+    nb = json.loads(path.read_text())
+    text = json.dumps([(c.get("cell_type"), "".join(c.get("source", ""))) for c in nb.get("cells", [])])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def read_state(layout: Layout) -> dict[str, Any]:
+    """The run's ``pipeline_state.json`` (empty dict when absent).
+
+    Raises:
+        ValueError: the file exists but is not a JSON object (the message names the file).
+    """
+    if not layout.state_path.exists():
+        return {}
+    try:
+        state = json.loads(layout.state_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{layout.state_path}: not valid JSON ({exc}); delete it to rerun everything") from exc
+    if not isinstance(state, dict):
+        raise ValueError(f"{layout.state_path}: expected a JSON object, got {type(state).__name__}")
+    return state
+
+
+def _write_state(layout: Layout, state: dict[str, Any]) -> None:
+    layout.root.mkdir(parents=True, exist_ok=True)
+    tmp = layout.state_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=2) + "\n")
+    tmp.replace(layout.state_path)
+
+
+def _is_finished(entry: dict[str, Any] | None, nb: NotebookRun, out: Path) -> tuple[bool, str]:
+    if not entry or entry.get("status") != "done":
+        return False, "not finished"
+    if not out.exists():
+        return False, "executed notebook missing"
+    if entry.get("parameters") != json.loads(json.dumps(nb.parameters)):
+        return False, "parameters changed"
+    if entry.get("source_sha") != _sha(nb.source):
+        return False, "notebook source changed"
+    return True, ""
+
+
+# --------------------------------------------------------------------------- failures
+
+
+def _failed_cell(output: Path) -> tuple[int | None, str]:
+    """Index and first source line of the cell papermill marked failed or left running."""
+    try:
+        nb = json.loads(output.read_text())
+    except (OSError, json.JSONDecodeError):
+        return None, ""
+    for i, cell in enumerate(nb.get("cells", [])):
+        status = cell.get("metadata", {}).get("papermill", {}).get("status")
+        if status in ("failed", "running"):
+            lines = [ln for ln in "".join(cell.get("source", "")).splitlines() if ln.strip()]
+            return i, (lines[0] if lines else "")
+    return None, ""
+
+
+def _describe_failure(nb: NotebookRun, output: Path, exc: BaseException) -> PipelineError:
+    from papermill.exceptions import PapermillExecutionError
+
+    if isinstance(exc, PapermillExecutionError):
+        index, error = exc.cell_index, f"{exc.ename}: {exc.evalue}"
+        lines = [ln for ln in (exc.source or "").splitlines() if ln.strip()]
+        first = lines[0] if lines else ""
+        count = f", In [{exc.exec_count}]" if exc.exec_count is not None else ""
+    else:
+        index, first = _failed_cell(output)
+        error = f"{type(exc).__name__}: {exc}"
+        count = ""
+    where = f"cell {index}{count}" if index is not None else "before any cell ran (kernel start)"
+    snippet = f" `{first.strip()[:80]}`" if first else ""
+    msg = (f"notebook {nb.name} failed in {where}{snippet}: {error}\n"
+           f"  executed notebook with the traceback: {output}")
+    return PipelineError(msg, nb.name, index)
+
+
+# --------------------------------------------------------------------------- running
+
+
+def run_series(
+    notebooks: Sequence[NotebookRun],
+    layout: Layout,
+    *,
+    force: bool = False,
+    log_output: bool = False,
+    progress_bar: bool = True,
+    cell_timeout_s: int | None = None,
+    echo: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
+    """Execute ``notebooks`` in order with papermill into ``layout.executed``.
+
+    Args:
+        notebooks: the series; each gets its ``parameters`` injected after its ``parameters`` cell.
+        layout: where the executed notebooks and ``pipeline_state.json`` go.
+        force: run every notebook even when it already finished.
+        log_output: stream cell outputs to the terminal as they are produced.
+        progress_bar: show papermill's per-cell progress bar.
+        cell_timeout_s: kill a cell that runs longer than this (None: no limit).
+        echo: where the one-line status of each notebook is written.
+    Returns:
+        One record per notebook: ``{"notebook", "status" ("done" | "skipped"), "seconds"}``.
+    Raises:
+        PipelineError: the first notebook that fails; the message names the notebook, the
+            cell index (as in the executed notebook, injected-parameters cell included), its first
+            source line and the error. Later notebooks are not run.
+    """
+    import papermill as pm
+
+    layout.executed.mkdir(parents=True, exist_ok=True)
+    state = read_state(layout)
+    rerun_downstream = False
+    records = []
+    total = len(notebooks)
+    for i, nb in enumerate(notebooks, 1):
+        out = layout.executed / nb.source.name
+        done, why = _is_finished(state.get(nb.name), nb, out)
+        if done and not force and not rerun_downstream:
+            echo(f"[{i}/{total}] {nb.name}: finished earlier ({state[nb.name]['seconds']:.0f} s), "
+                 "skipped (--force reruns it)")
+            records.append({"notebook": nb.name, "status": "skipped", "seconds": 0.0})
+            continue
+        reason = "forced" if force else ("an earlier notebook was rerun" if rerun_downstream and done else why)
+        echo(f"[{i}/{total}] {nb.name}: running ({reason})")
+        state[nb.name] = {"status": "running", "parameters": nb.parameters}
+        _write_state(layout, state)
+        t0 = time.perf_counter()
+        kwargs: dict[str, Any] = {}
+        if cell_timeout_s is not None:
+            kwargs["execution_timeout"] = cell_timeout_s
+        try:
+            pm.execute_notebook(
+                str(nb.source), str(out), parameters=nb.parameters, kernel_name="python3",
+                progress_bar=progress_bar, log_output=log_output, cwd=str(nb.source.parent), **kwargs,
+            )
+        except Exception as exc:  # noqa: BLE001 - every failure is reported with the notebook named
+            seconds = time.perf_counter() - t0
+            err = _describe_failure(nb, out, exc)
+            state[nb.name] = {"status": "failed", "parameters": nb.parameters, "seconds": seconds,
+                              "error": str(err)}
+            _write_state(layout, state)
+            raise err from exc
+        seconds = time.perf_counter() - t0
+        state[nb.name] = {"status": "done", "parameters": json.loads(json.dumps(nb.parameters)),
+                          "source_sha": _sha(nb.source), "seconds": seconds,
+                          "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        _write_state(layout, state)
+        echo(f"[{i}/{total}] {nb.name}: done in {seconds:.0f} s")
+        records.append({"notebook": nb.name, "status": "done", "seconds": seconds})
+        rerun_downstream = True
+    return records
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``run --profile P --run R [--force] [--log-output] [--no-report]``; returns the exit code.
+
+    Runs :data:`SERIES` into ``reports/<P>/<R>/`` and then builds ``report.pdf`` with
+    :mod:`kit.report`. Exit code 0 on success, 1 when a notebook failed (the message names it),
+    2 on bad arguments.
+    """
+    parser = argparse.ArgumentParser(prog="kit.pipeline", description="Run the notebook series with papermill.")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="execute the series into reports/<profile>/<run>/")
+    r.add_argument("--profile", default="tiny")
+    r.add_argument("--run", default="main")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--force", action="store_true", help="rerun notebooks that already finished")
+    r.add_argument("--log-output", action="store_true", help="stream cell outputs to the terminal")
+    r.add_argument("--cell-timeout", type=int, default=None, help="seconds before a cell is killed")
+    r.add_argument("--no-report", action="store_true", help="do not build report.pdf at the end")
+    r.add_argument("--reports-root", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    from kit.config import ConfigError, available_profiles
+
+    if args.profile not in available_profiles():
+        print(f"kit.pipeline: unknown profile {args.profile!r}; available: {', '.join(available_profiles())}",
+              file=sys.stderr)
+        return 2
+    try:
+        layout = Layout.for_run(args.profile, args.run, args.reports_root)
+        series = standard_series(layout, seed=args.seed)
+    except (ValueError, FileNotFoundError, ConfigError) as exc:
+        print(f"kit.pipeline: {exc}", file=sys.stderr)
+        return 2
+    print(f"kit.pipeline: profile {args.profile}, run {args.run} -> {layout.root}")
+    t0 = time.perf_counter()
+    try:
+        run_series(series, layout, force=args.force, log_output=args.log_output,
+                   cell_timeout_s=args.cell_timeout)
+    except PipelineError as exc:
+        print(f"\nkit.pipeline: STOPPED. {exc}\n  Fix it and rerun; finished notebooks are skipped.",
+              file=sys.stderr)
+        return 1
+    if not args.no_report:
+        from kit import report
+
+        pdf = report.build_report(layout)
+        print(f"kit.pipeline: report {pdf}")
+    print(f"kit.pipeline: all {len(series)} notebooks finished in {time.perf_counter() - t0:.0f} s")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

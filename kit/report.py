@@ -1,0 +1,173 @@
+"""The report PDF of a pipeline run (``make report``).
+
+Route 1 (preferred): the executed notebooks of ``reports/<profile>/<run>/notebooks/`` merged in
+series order into one notebook and exported with nbconvert ``--to pdf`` (xelatex): prose, code,
+tables, figures and math as the reader saw them in JupyterLab.
+
+Route 2 (fallback, printed as a notice): when ``xelatex`` is not installed or the LaTeX export
+fails, a figures-and-tables PDF made with matplotlib's ``PdfPages`` from the run's ``figures/*.png``
+and ``tables/*.csv``. It has no notebook prose or code.
+
+Command line::
+
+    python -m kit report --profile tiny --run main      # or: python -m kit.report ...
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+import nbformat
+
+from kit.pipeline import SERIES, Layout
+
+
+class ReportError(RuntimeError):
+    """Nothing to report: the run folder holds no executed notebooks, figures or tables."""
+
+
+def _executed_notebooks(layout: Layout) -> list[Path]:
+    """Executed notebooks in series order, then any others by name."""
+    found = {p.stem: p for p in sorted(layout.executed.glob("*.ipynb"))}
+    ordered = [found.pop(name) for name in SERIES if name in found]
+    return ordered + list(found.values())
+
+
+def merge_notebooks(paths: Sequence[Path], title: str) -> nbformat.NotebookNode:
+    """One notebook holding the cells of ``paths`` in order, each part under a heading.
+
+    The papermill ``injected-parameters`` cells are kept (they show what each notebook ran with).
+    """
+    merged = nbformat.v4.new_notebook()
+    merged.metadata["title"] = title
+    merged.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    for p in paths:
+        nb = nbformat.read(p, as_version=4)
+        merged.cells.append(nbformat.v4.new_markdown_cell(f"# Notebook `{p.stem}`"))
+        for cell in nb.cells:
+            cell = nbformat.from_dict(cell)
+            if cell.cell_type == "markdown":  # demote headings one level under the part heading
+                cell.source = "\n".join("#" + ln if ln.startswith("#") else ln for ln in cell.source.splitlines())
+            merged.cells.append(cell)
+    for n, cell in enumerate(merged.cells):
+        cell["id"] = f"cell-{n}"  # ids must be unique across the merged parts
+    return merged
+
+
+def latex_available() -> bool:
+    """True when ``xelatex`` is on PATH (nbconvert's PDF route needs it)."""
+    return shutil.which("xelatex") is not None
+
+
+def notebook_pdf(paths: Sequence[Path], out: Path, title: str) -> Path:
+    """Export the merged notebooks to ``out`` through nbconvert's LaTeX PDF exporter.
+
+    Raises:
+        nbconvert.exporters.pdf.LatexFailed: xelatex failed (its log is in the exception).
+    """
+    from nbconvert import PDFExporter
+
+    nb = merge_notebooks(paths, title)
+    exporter = PDFExporter()
+    exporter.exclude_input_prompt = True
+    exporter.exclude_output_prompt = True
+    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title}})
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_bytes(body)
+    return out
+
+
+def figures_tables_pdf(layout: Layout, out: Path, title: str) -> Path:
+    """Fallback PDF: a title page, each ``figures/*.png`` on a page, each ``tables/*.csv`` on a page.
+
+    Raises:
+        ReportError: there are neither figures nor tables in the run folder.
+    """
+    import matplotlib.image as mpimg
+    import pandas as pd
+    from matplotlib.backends.backend_pdf import PdfPages
+    from matplotlib.figure import Figure
+
+    figs = sorted((layout.root / "figures").glob("*.png"))
+    tabs = sorted((layout.root / "tables").glob("*.csv"))
+    if not figs and not tabs:
+        raise ReportError(f"no figures or tables under {layout.root} to put in a report; run the notebooks first")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with PdfPages(out) as pdf:
+        page = Figure(figsize=(8.27, 11.69))
+        page.text(0.5, 0.6, title, ha="center", fontsize=16)
+        page.text(0.5, 0.55, "figures and tables only (no LaTeX: install xelatex for the full notebook report)",
+                  ha="center", fontsize=9, color="0.4")
+        pdf.savefig(page)
+        for f in figs:
+            page = Figure(figsize=(11.69, 8.27))
+            ax = page.add_axes((0.02, 0.02, 0.96, 0.9))
+            ax.imshow(mpimg.imread(f))
+            ax.set_axis_off()
+            page.suptitle(f.stem)
+            pdf.savefig(page)
+        for t in tabs:
+            df = pd.read_csv(t, index_col=0, keep_default_na=True)
+            page = Figure(figsize=(11.69, 8.27))
+            ax = page.add_axes((0.02, 0.05, 0.96, 0.8))
+            ax.set_axis_off()
+            cells = [["\u2014" if pd.isna(v) else f"{v:.1f}" if isinstance(v, float) else str(v) for v in row]
+                     for row in df.itertuples(index=False)]
+            tab = ax.table(cellText=cells, rowLabels=list(df.index), colLabels=[c.replace(": ", ":\n") for c in df.columns],
+                           loc="upper center")
+            tab.auto_set_font_size(False)
+            tab.set_fontsize(7)
+            tab.scale(1, 2.2)
+            page.suptitle(t.stem)
+            pdf.savefig(page)
+    return out
+
+
+def build_report(layout: Layout, *, echo=print) -> Path:
+    """Write ``layout.report_pdf`` by route 1 when possible, else route 2 with a printed notice.
+
+    Returns:
+        The path of the PDF.
+    Raises:
+        ReportError: the run holds no executed notebooks, figures or tables.
+    """
+    title = f"rStar2-Agent reproduction: profile {layout.profile}, run {layout.root.name}"
+    notebooks = _executed_notebooks(layout)
+    out = layout.report_pdf
+    if notebooks and latex_available():
+        try:
+            return notebook_pdf(notebooks, out, title)
+        except Exception as exc:  # noqa: BLE001 - LaTeX failures fall back, loudly
+            echo(f"NOTICE: the LaTeX export failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
+                 "writing the figures-and-tables PDF instead.")
+    elif notebooks:
+        echo("NOTICE: xelatex not found (install texlive-xetex, or run `make setup`); "
+             "writing the figures-and-tables PDF with matplotlib instead of the notebook report.")
+    if not notebooks and not (layout.root / "figures").exists():
+        raise ReportError(f"no executed notebooks in {layout.executed}; run `make reproduce` first")
+    return figures_tables_pdf(layout, out, title)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``--profile P --run R``: build ``reports/P/R/report.pdf``; returns the exit code (0 ok, 1 error)."""
+    parser = argparse.ArgumentParser(prog="kit.report", description="Build the report PDF of a pipeline run.")
+    parser.add_argument("--profile", default="tiny")
+    parser.add_argument("--run", default="main")
+    parser.add_argument("--reports-root", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+    try:
+        layout = Layout.for_run(args.profile, args.run, args.reports_root)
+        pdf = build_report(layout)
+    except (ValueError, ReportError) as exc:
+        print(f"kit.report: {exc}", file=sys.stderr)
+        return 1
+    print(f"kit.report: wrote {pdf}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

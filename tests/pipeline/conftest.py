@@ -1,0 +1,53 @@
+"""Helpers for the pipeline tests: small throwaway notebooks written with nbformat."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import nbformat
+import pytest
+
+
+def write_notebook(path: Path, parameters: str, *cells: str) -> Path:
+    """Write a notebook with a cell tagged ``parameters`` followed by ``cells`` (code)."""
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    p = nbformat.v4.new_code_cell(parameters)
+    p.metadata["tags"] = ["parameters"]
+    nb.cells = [nbformat.v4.new_markdown_cell(f"# {path.stem}"), p] + [nbformat.v4.new_code_cell(c) for c in cells]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path
+
+
+@pytest.fixture
+def make_notebook():
+    return write_notebook
+
+
+def write_rl_metrics(path: Path, *, stage: str, algorithm: str, seed: int, steps: int, start_global: int = 0,
+                     acc0: float = 0.3, acc_slope: float = 0.02, err0: float = 0.3, err_slope: float = -0.01,
+                     length0: float = 100.0) -> Path:
+    """A synthetic ``metrics.jsonl`` with every documented RL key (DEVELOPERS.md), values linear in step."""
+    import json
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows = []
+    for s in range(1, steps + 1):
+        acc = min(1.0, acc0 + acc_slope * s)
+        err = max(0.0, err0 + err_slope * s)
+        rows.append({
+            "stage": stage, "step": s, "global_step": start_global + s, "reward_mean": acc, "accuracy": acc,
+            "response_len_mean": length0 + 2.0 * s, "truncation_ratio": 0.0, "tool_calls_per_traj": 1.5,
+            "tool_error_ratio_correct_before": err,
+            "tool_error_ratio_correct_after": (err / 2 if algorithm == "grpo_roc" else err),
+            "p_format_mean": 0.1, "kept": 64, "time_generate_s": 1.0, "time_tool_s": 0.1,
+            "time_verify_s": 0.01, "time_update_s": 0.2, "algorithm": algorithm, "seed": seed,
+        })
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+@pytest.fixture
+def rl_metrics():
+    return write_rl_metrics

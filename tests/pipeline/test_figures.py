@@ -1,0 +1,79 @@
+"""Figures 4, 8 and 9 drawn from synthetic metrics files with the documented keys."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from kit import figures
+from kit.figures import MetricsError
+
+
+def _ablation(tmp_path, rl_metrics, seeds=(0, 1)):
+    for seed in seeds:
+        rl_metrics(tmp_path / "ablation" / f"grpo_seed{seed}" / "metrics.jsonl", stage="ablation",
+                   algorithm="grpo", seed=seed, steps=6, err_slope=0.0, err0=0.2 + 0.02 * seed)
+        rl_metrics(tmp_path / "ablation" / f"grpo_roc_seed{seed}" / "metrics.jsonl", stage="ablation",
+                   algorithm="grpo_roc", seed=seed, steps=6, err0=0.2 + 0.02 * seed)
+    return tmp_path / "ablation"
+
+
+def test_figure4_draws_mean_over_seeds_per_algorithm(tmp_path, rl_metrics):
+    fig = figures.figure4_tool_errors(_ablation(tmp_path, rl_metrics), note="profile smoke", paper_plateau=0.1)
+    ax = fig.axes[0]
+    lines = {ln.get_label(): ln for ln in ax.get_lines() if not ln.get_label().startswith("_")}
+    grpo = lines["GRPO, sampled (2 seeds)"]
+    roc = lines["GRPO-RoC, sampled (2 seeds)"]
+    assert list(grpo.get_xdata()) == [1, 2, 3, 4, 5, 6]
+    np.testing.assert_allclose(grpo.get_ydata(), 0.21)  # mean of 0.20 and 0.22, flat
+    np.testing.assert_allclose(roc.get_ydata(), 0.21 - 0.01 * np.arange(1, 7))
+    assert "GRPO-RoC, kept by RoC (2 seeds)" in lines
+    assert any("paper" in t.get_text() and "reference" in t.get_text() for t in ax.texts)
+    assert any(t.get_text() == "profile smoke" for t in fig.texts)
+
+
+def test_figure8_marks_stage_boundaries(tmp_path, rl_metrics):
+    dirs = []
+    for i, (stage, n) in enumerate([("stage1", 4), ("stage2", 2), ("stage3", 3)]):
+        start = [0, 4, 6][i]
+        rl_metrics(tmp_path / stage / "metrics.jsonl", stage=stage, algorithm="grpo_roc", seed=0, steps=n,
+                   start_global=start)
+        dirs.append(tmp_path / stage)
+    fig = figures.figure8_stages(figures.collect_metrics(dirs), stage_end_reference={"stage1": {"aime24": 72.1}})
+    ax_acc, ax_len = fig.axes
+    data_lines = [ln for ln in ax_acc.get_lines() if ln.get_label() in ("stage1", "stage2", "stage3")]
+    assert [list(ln.get_xdata()) for ln in data_lines] == [[1, 2, 3, 4], [5, 6], [7, 8, 9]]
+    boundaries = sorted(ln.get_xdata()[0] for ln in ax_len.get_lines() if ln.get_linestyle() == "--")
+    assert boundaries == [4.5, 6.5]
+    assert "response length" in ax_len.get_ylabel()
+
+
+def test_figure9_two_panels_and_saved_files(tmp_path, rl_metrics):
+    fig = figures.figure9_roc_ablation(_ablation(tmp_path, rl_metrics, seeds=(0,)), smooth=3)
+    assert len(fig.axes) == 2
+    acc = {ln.get_label(): ln for ln in fig.axes[0].get_lines()}
+    # smoothed accuracy: trailing mean of 0.32, 0.34, 0.36 ... over 3 steps
+    np.testing.assert_allclose(acc["GRPO (1 seed)"].get_ydata()[2], np.mean([0.32, 0.34, 0.36]))
+    paths = figures.save_figure(fig, tmp_path / "figs", "figure9")
+    assert [p.suffix for p in paths] == [".png", ".pdf"] and all(p.stat().st_size > 1000 for p in paths)
+
+
+def test_missing_key_is_named_with_file(tmp_path):
+    p = tmp_path / "metrics.jsonl"
+    p.write_text(json.dumps({"step": 1, "algorithm": "grpo", "seed": 0, "accuracy": 0.5}) + "\n")
+    with pytest.raises(MetricsError, match=r"response_len_mean.*metrics.jsonl"):
+        figures.figure9_roc_ablation(p)
+
+
+def test_bad_json_line_is_named(tmp_path):
+    p = tmp_path / "metrics.jsonl"
+    p.write_text('{"step": 1}\n\n{"step": 2,\n')
+    with pytest.raises(MetricsError, match=r"metrics.jsonl:3"):
+        figures.read_metrics(p)
+    with pytest.raises(MetricsError, match="not found"):
+        figures.collect_metrics(tmp_path / "nope")
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(MetricsError, match="no metrics.jsonl"):
+        figures.collect_metrics(tmp_path / "empty")

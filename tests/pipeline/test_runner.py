@@ -1,0 +1,106 @@
+"""The papermill runner on small throwaway notebooks: order, failure report, resume, --force."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+
+from kit import pipeline
+from kit.pipeline import Layout, NotebookRun, PipelineError, run_series
+
+WRITE = "from pathlib import Path\nPath(run_dir).mkdir(parents=True, exist_ok=True)\n"
+
+
+def _series(tmp_path, make_notebook, fail_second: bool):
+    """A -> B -> C; B reads A's file and (optionally) raises in its second code cell."""
+    src = tmp_path / "src"
+    a = make_notebook(src / "a.ipynb", 'run_dir = ""\nvalue = 0',
+                      WRITE + "Path(run_dir, 'a.txt').write_text(str(value * 2))")
+    b_cells = ["from pathlib import Path\nx = int(Path(upstream, 'a.txt').read_text())",
+               "raise ValueError('planted failure')" if fail_second else "y = x + 1",
+               WRITE + "Path(run_dir, 'b.txt').write_text(str(y))"]
+    b = make_notebook(src / "b.ipynb", 'run_dir = ""\nupstream = ""', *b_cells)
+    c = make_notebook(src / "c.ipynb", 'run_dir = ""', WRITE + "Path(run_dir, 'c.txt').write_text('c')")
+    lay = Layout(root=tmp_path / "out", profile="tiny")
+    runs = [NotebookRun(a, {"run_dir": lay.dir("a"), "value": 21}),
+            NotebookRun(b, {"run_dir": lay.dir("b"), "upstream": lay.dir("a")}),
+            NotebookRun(c, {"run_dir": lay.dir("c")})]
+    return runs, lay
+
+
+def test_failure_names_notebook_and_cell_then_resume_skips_finished(tmp_path, make_notebook):
+    runs, lay = _series(tmp_path, make_notebook, fail_second=True)
+    lines: list[str] = []
+    with pytest.raises(PipelineError) as info:
+        run_series(runs, lay, progress_bar=False, echo=lines.append)
+    msg = str(info.value)
+    assert info.value.notebook == "b"
+    # markdown 0, parameters 1, injected parameters 2, first code cell 3, failing cell 4
+    assert info.value.cell_index == 4
+    assert "notebook b failed in cell 4" in msg and "planted failure" in msg and "ValueError" in msg
+    assert str(lay.executed / "b.ipynb") in msg
+    assert (lay.root / "a" / "a.txt").read_text() == "42"  # parameters were injected
+    assert not (lay.root / "c").exists(), "the runner must stop at the first failure"
+    state = json.loads(lay.state_path.read_text())
+    assert state["a"]["status"] == "done" and state["b"]["status"] == "failed" and "c" not in state
+
+    # fix b's source: a is skipped, b and c run
+    nb = nbformat.read(runs[1].source, as_version=4)
+    nb.cells[3].source = "y = x + 1"
+    nbformat.write(nb, runs[1].source)
+    a_mtime = (lay.executed / "a.ipynb").stat().st_mtime_ns
+    lines.clear()
+    records = run_series(runs, lay, progress_bar=False, echo=lines.append)
+    assert [r["status"] for r in records] == ["skipped", "done", "done"]
+    assert (lay.executed / "a.ipynb").stat().st_mtime_ns == a_mtime
+    assert (lay.root / "b" / "b.txt").read_text() == "43"
+    assert "skipped" in lines[0] and lines[0].startswith("[1/3] a")
+
+
+def test_finished_series_is_skipped_and_force_reruns(tmp_path, make_notebook):
+    src = tmp_path / "src"
+    a = make_notebook(src / "a.ipynb", 'run_dir = ""',
+                      WRITE + "import time\nPath(run_dir, 'stamp.txt').write_text(str(time.time_ns()))")
+    lay = Layout(root=tmp_path / "out", profile="tiny")
+    runs = [NotebookRun(a, {"run_dir": lay.dir("a")})]
+    assert [r["status"] for r in run_series(runs, lay, progress_bar=False, echo=lambda s: None)] == ["done"]
+    first = (lay.root / "a" / "stamp.txt").read_text()
+    assert [r["status"] for r in run_series(runs, lay, progress_bar=False, echo=lambda s: None)] == ["skipped"]
+    assert (lay.root / "a" / "stamp.txt").read_text() == first
+    # changed parameters are not "finished"
+    runs2 = [NotebookRun(a, {"run_dir": lay.dir("a2")})]
+    assert [r["status"] for r in run_series(runs2, lay, progress_bar=False, echo=lambda s: None)] == ["done"]
+    assert [r["status"] for r in run_series(runs2, lay, force=True, progress_bar=False,
+                                            echo=lambda s: None)] == ["done"]
+    executed = nbformat.read(lay.executed / "a.ipynb", as_version=4)
+    injected = [c for c in executed.cells if "injected-parameters" in c.metadata.get("tags", [])]
+    assert len(injected) == 1 and "a2" in injected[0].source
+
+
+def test_standard_series_passes_upstream_run_dirs(tmp_path):
+    lay = Layout.for_run("smoke", "t", reports_root=tmp_path)
+    series = pipeline.standard_series(lay)
+    assert [r.name for r in series] == list(pipeline.SERIES)
+    assert len(series) == 10 and series[0].name.startswith("00_") and series[-1].name.startswith("09_")
+    by = {r.name: r.parameters for r in series}
+    assert by["04_rl_stage2"]["init_dir"] == by["03_rl_stage1"]["run_dir"]
+    assert by["05_rl_stage3"]["init_dir"] == by["04_rl_stage2"]["run_dir"]
+    assert by["08_evaluation"]["policy_dir"] == by["05_rl_stage3"]["run_dir"]
+    assert all(p["profile"] == "smoke" for p in by.values())
+    assert all(str(tmp_path) in p["run_dir"] for p in by.values())
+
+
+@pytest.mark.parametrize("argv", [["run", "--profile", "nope"], ["run", "--run", "../x"], ["run", "--run", ""]])
+def test_main_rejects_bad_arguments_without_running(argv, tmp_path, capsys):
+    assert pipeline.main([*argv, "--reports-root", str(tmp_path)]) == 2
+    assert "kit.pipeline:" in capsys.readouterr().err
+    assert not any(tmp_path.iterdir())
+
+
+def test_corrupt_state_file_is_named(tmp_path):
+    lay = Layout(root=tmp_path, profile="tiny")
+    lay.state_path.write_text("{not json")
+    with pytest.raises(ValueError, match="pipeline_state.json"):
+        pipeline.read_state(lay)

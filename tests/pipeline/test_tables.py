@@ -1,0 +1,74 @@
+"""Tables 3-6: reproduced beside published values, captions naming profile and model, absent stays absent."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+import yaml
+
+from kit import tables
+from kit.tables import RunInfo
+
+RUN = RunInfo("smoke", "tiny Qwen3 (0.45M params)", n_samples=2, temperature=0.6)
+SUMMARY = {"aime24": {"accuracy": 0.0, "response_len_mean": 87.5}, "math500": {"accuracy": 0.125},
+           "hmmt25": {"accuracy": None}}
+
+
+def test_table3_reproduced_beside_paper_with_absent_as_nan():
+    df = tables.table3_math(SUMMARY, RUN)
+    col = RUN.column
+    assert list(df.columns)[0] == col and col == "reproduced: smoke, tiny Qwen3 (0.45M params)"
+    assert df.loc["MATH-500", col] == pytest.approx(12.5)  # percent
+    assert df.loc["AIME24", col] == 0.0  # a measured zero stays zero
+    assert math.isnan(df.loc["AIME25", col]) and math.isnan(df.loc["HMMT25", col])  # not measured: absent
+    assert df.loc["AIME24", "paper: rStar2-Agent-14B"] == 80.6
+    assert math.isnan(df.loc["MATH-500", "paper: o3-mini (medium)"])  # not published: absent
+    cap = df.attrs["caption"]
+    assert "smoke" in cap and "tiny Qwen3" in cap and "avg@2" in cap and "reference only" in cap
+
+
+@pytest.mark.parametrize("fn,rows,paper_col", [
+    (tables.table4_response_tokens, 4, "paper: DeepSeek-R1-Zero (671B)"),
+    (tables.table5_generalization, 4, "paper: rStar2-Agent SFT checkpoint"),
+    (tables.table6_32b, 3, "paper: ReTool-32B (400 steps)"),
+])
+def test_every_table_has_reproduced_and_paper_columns(fn, rows, paper_col):
+    df = fn(SUMMARY, RUN)
+    assert len(df) == rows and df.columns[0].startswith("reproduced: ") and paper_col in df.columns
+    assert df[paper_col].notna().any()
+
+
+def test_table4_uses_token_lengths_not_percent():
+    df = tables.table4_response_tokens(SUMMARY, RUN)
+    assert df.loc["AIME24", RUN.column] == 87.5
+    assert df.loc["AIME24", "paper: rStar2-Agent-14B"] == pytest.approx(9339.7)
+
+
+def test_csv_and_latex_keep_absent_visible(tmp_path):
+    df = tables.table3_math(SUMMARY, RUN)
+    csv, tex = tables.write_table(df, tmp_path)
+    back = pd.read_csv(csv, index_col=0)
+    assert math.isnan(back.loc["AIME25", RUN.column]) and back.loc["AIME24", RUN.column] == 0.0
+    text = tex.read_text()
+    assert "---" in text and "\\caption{" in text and "smoke" in text and "80.6" in text
+    assert "12.5" in text and "\\%" in text  # percent sign escaped in the caption
+    html = tables.show(df)._repr_html_()
+    assert tables.ABSENT in html and "reproduced: smoke" in html
+
+
+def test_bundled_reference_matches_shared_copy():
+    if not tables.SHARED_REFERENCE.exists():
+        pytest.skip("../shared/reference/paper_values.yaml not beside this checkout")
+    assert yaml.safe_load(tables.BUNDLED_REFERENCE.read_text()) == yaml.safe_load(tables.SHARED_REFERENCE.read_text())
+
+
+def test_missing_reference_section_is_named(tmp_path):
+    p = tmp_path / "ref.yaml"
+    p.write_text("rstar2_agent: {table3_math: {}}\n")
+    ref = tables.paper_values(p)
+    with pytest.raises(tables.ReferenceError, match="table6_32b"):
+        tables.table6_32b(SUMMARY, RUN, ref)
+    with pytest.raises(tables.ReferenceError, match="not found"):
+        tables.paper_values(tmp_path / "nope.yaml")

@@ -1,0 +1,88 @@
+r"""Answer verification and the binary reward (rStar2-Agent §2.2.1; issue #4).
+
+The reward is 1 when the model's final answer matches the reference, else 0. Every wrong
+verdict is a training bug, so grading is split in three:
+
+1. :func:`extract_final_answer` (``extract.py``): the last ``\boxed{}`` of the final
+   ``<answer>`` block, else of the model's own text; tool responses and tool-call code are
+   removed first. Strict by default; ``fallback=True`` for other models.
+2. Exact rules in the caller's process (``rules.py``): integers (the whole RL data), decimals,
+   scientific notation, choice letters, equations offered for a value. No sympy, cannot hang.
+3. math_verify with guards (``mathcheck.py``), in warm worker processes with a soft alarm, a
+   hard kill at ``timeout_s`` and an address-space cap (``pool.py``, :class:`Verifier`).
+
+Public API::
+
+    extract_final_answer(response, fallback=False) -> str | None
+    verify(gold, response, *, timeout_s=5.0, fallback=False, verifier=None) -> Verdict
+    verify_batch(pairs, *, workers=None, timeout_s=5.0, fallback=False) -> list[Verdict]
+    averify(...), averify_batch(...)                  # asyncio forms
+    count_reasons(verdicts) -> {reason: count}        # all of REASONS present
+    compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw) -> dict
+    Verifier(workers, timeout_s=5.0, memory_mb=1024)  # long-lived pool, context manager
+    grade_answer(gold, answer) -> (reason, detail)    # in-process, unbounded (debugging)
+
+``Verdict(correct, reason, extracted, seconds, detail)``; reason is one of ``correct``,
+``wrong``, ``no_answer``, ``timeout`` (time or memory limit hit; scored 0), ``parse_error``.
+
+Lenient-case policy (each row is tested in ``tests/reward/test_policy.py``):
+
+====================================  ====================================================
+case (gold vs answer)                 decision
+====================================  ====================================================
+percent: ``25`` vs ``25\%``           correct: a trailing percent sign is dropped on both
+                                      sides and the numbers compared *as written*, so
+                                      ``25\%`` vs ``0.25`` is wrong.
+degrees: ``30^\circ`` vs ``30``       correct (``^\circ``, ``^{\circ}``, ``°``, ``\degree``
+                                      dropped); ``30^\circ`` vs ``\frac{\pi}{6}`` is wrong:
+                                      units are never converted.
+units: ``5`` vs ``5\text{ cm}``       correct: one trailing ``\text{}``/``\mathrm{}``/
+                                      ``\mbox{}`` group without digits (optionally ``^2``)
+                                      is dropped; bare letters (``5 cm``) are variables, wrong.
+``3`` vs ``x=3``                      correct when the left side is a single name (``x``,
+                                      ``a_1``, ``\theta``, ``f(2)``); an equation with
+                                      anything else on the left (``2x-y+5=0`` vs ``0``) is
+                                      wrong, not unwrapped. Gold ``x=5`` vs ``5``: correct.
+``\dfrac``/``\tfrac`` vs ``\frac``    correct (rewritten to ``\frac``).
+scientific: ``4200`` vs ``4.2e3``     correct: ``4.2e3``, ``4.2E3``, ``4.2\times 10^{3}``,
+                                      ``4.2\cdot 10^3`` are exact decimals, never Euler's
+                                      e; ``3.1`` vs ``3.1e99999999`` wrong at once.
+choice letters (gold ``A``-``J``)     the answer must be one letter, optionally in
+                                      parentheses or ``\text{}``, any case: ``(c)`` matches
+                                      ``C``; an option's value instead of its letter is wrong.
+thousands: ``2,500`` vs ``2500``      correct both ways, also ``10,\!080``, ``1{,}000``,
+                                      ``10\,000``; only 3-digit groups (``0,1`` is a pair).
+plain numbers                         compared exactly as decimals: ``05`` = ``+5`` = ``5``,
+                                      ``0.50`` = ``0.5``, ``3.14159265`` vs ``3.1415927`` wrong.
+numbers via math_verify               a "match" must also hold to a *relative* 1e-12 (1e-6
+                                      with decimals): ``1/2^{60}`` vs ``1/2^{59}`` is wrong.
+``\pm 7`` vs ``7``                    wrong (one of two values); ``\pm 7`` vs ``7,-7`` correct.
+huge numbers                          an answer over 10,000 digits (``7^{7^{7^{7^7}}}``) is
+                                      wrong without evaluation unless the gold is that big.
+malformed LaTeX (``5\sqrt(3)``)       ``parse_error`` (score 0), never a partial parse.
+====================================  ====================================================
+
+Departure from the release: it graded the whole response, tool output included
+(``rstar2_agent_release.md`` §5); the kit grades only the model's own text.
+"""
+
+from kit.reward.api import (
+    acompute_score,
+    averify,
+    averify_batch,
+    close_default_verifiers,
+    compute_score,
+    default_verifier,
+    grade_answer,
+    verify,
+    verify_batch,
+)
+from kit.reward.extract import boxed_contents, extract_final_answer, model_text
+from kit.reward.pool import Verifier, VerifierError
+from kit.reward.verdict import REASONS, Verdict, count_reasons
+
+__all__ = [
+    "REASONS", "Verdict", "Verifier", "VerifierError", "acompute_score", "averify", "averify_batch",
+    "boxed_contents", "close_default_verifiers", "compute_score", "count_reasons", "default_verifier",
+    "extract_final_answer", "grade_answer", "model_text", "verify", "verify_batch",
+]

@@ -1,0 +1,182 @@
+"""Which part of a response is the model's final answer (rStar2-Agent §2.2.1 answer format).
+
+The released code graded the *whole* response text, tool output included, with the last
+``\\boxed{}`` anywhere in it (research note ``rstar2_agent_release.md`` §5). Tool output is not
+the model's answer: a program that prints ``\\boxed{12}`` must not earn a reward for a response
+whose own final box says 13. So the kit first removes every ``<tool_response>`` block (and the
+``<tool_call>`` blocks, whose code is not an answer either), then reads the final ``<answer>``
+block, then the model's own text.
+
+Pure string functions, linear in the length of the response; no regular expression here can
+backtrack catastrophically.
+"""
+
+from __future__ import annotations
+
+import re
+
+from kit.prompts import (
+    ANSWER_CLOSE,
+    ANSWER_OPEN,
+    TOOL_CALL_CLOSE,
+    TOOL_CALL_OPEN,
+    TOOL_RESPONSE_CLOSE,
+    TOOL_RESPONSE_OPEN,
+)
+
+# Fallback phrases (opt-in only), in the order tried; each takes the text after the phrase up
+# to the end of the line or sentence.
+_PHRASE = re.compile(
+    r"(?:final answer|the answer|answer)\s*(?:is|:|=)\s*:?\s*(?P<ans>[^\n]{1,200})",
+    re.IGNORECASE,
+)
+_BOLD = re.compile(r"\*\*([^*\n]{1,200})\*\*")
+
+
+def strip_blocks(text: str, open_tag: str, close_tag: str) -> str:
+    """Remove every ``open_tag ... close_tag`` span; an unclosed block runs to the end.
+
+    Args:
+        text: any string.
+        open_tag, close_tag: e.g. ``<tool_response>`` and ``</tool_response>``.
+    Returns:
+        ``text`` without those spans (a single space stands in for each, so words on either
+        side do not merge).
+    """
+    out, pos = [], 0
+    while True:
+        start = text.find(open_tag, pos)
+        if start < 0:
+            out.append(text[pos:])
+            break
+        out.append(text[pos:start])
+        end = text.find(close_tag, start + len(open_tag))
+        if end < 0:
+            break
+        out.append(" ")
+        pos = end + len(close_tag)
+    return "".join(out)
+
+
+def model_text(response: str) -> str:
+    """The model's own text: ``response`` without tool responses and tool-call bodies."""
+    text = strip_blocks(response, TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE)
+    return strip_blocks(text, TOOL_CALL_OPEN, TOOL_CALL_CLOSE)
+
+
+def _brace_group(text: str, start: int) -> int:
+    """Index just past the ``}`` matching the ``{`` at ``text[start]``, or -1 if unbalanced.
+
+    ``\\{`` and ``\\}`` are escaped braces and do not count.
+    """
+    depth, i, n = 0, start, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "{":
+            depth += 1
+        elif c == "}":
+            depth -= 1
+            if depth == 0:
+                return i + 1
+        i += 1
+    return -1
+
+
+def boxed_contents(text: str) -> list[str]:
+    """Contents of every complete ``\\boxed{...}`` (or ``\\fbox{...}``) in ``text``, in order.
+
+    Nested braces are matched (``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``); the TeX form
+    without braces, ``\\boxed 5``, gives its single token. An unbalanced box (a truncated
+    response) and an empty box are skipped: neither is a complete answer.
+    """
+    found: list[str] = []
+    for m in re.finditer(r"\\(?:boxed|fbox)(?![A-Za-z])", text):
+        i = m.end()
+        while i < len(text) and text[i] in " \t":
+            i += 1
+        if i < len(text) and text[i] == "{":
+            end = _brace_group(text, i)
+            if end < 0:
+                continue
+            inner = text[i + 1 : end - 1].strip()
+        else:
+            tok = re.match(r"[^\s$]+", text[i:])  # \boxed 5 : one TeX token
+            if not tok or m.end() == i:  # "\boxed5" is not TeX; require the space
+                continue
+            inner = tok.group(0)
+        if inner:
+            found.append(inner)
+    return found
+
+
+def _last_answer_block(text: str) -> str | None:
+    """Body of the final ``<answer>`` block (an unclosed final block runs to the end)."""
+    start = text.rfind(ANSWER_OPEN)
+    if start < 0:
+        return None
+    body = text[start + len(ANSWER_OPEN) :]
+    end = body.find(ANSWER_CLOSE)
+    return body if end < 0 else body[:end]
+
+
+def _clean_fallback(ans: str) -> str | None:
+    ans = ans.strip().strip("$").strip()
+    ans = re.sub(r"[.\s]+$", "", ans)  # a sentence's full stop is not part of the answer
+    ans = ans.strip("*").strip()
+    return ans or None
+
+
+def extract_final_answer(response: str, fallback: bool = False) -> str | None:
+    """The final answer the model gave in ``response``, as the LaTeX inside its box.
+
+    Rules, in order (rStar2-Agent prompt: "put your answer inside <answer> </answer> tags ...
+    your final answer will be extracted automatically by the \\boxed{} tag"):
+
+    1. ``<tool_response>`` and ``<tool_call>`` blocks are removed first: tool output and code
+       are never the model's answer.
+    2. If the final ``<answer>`` block holds a complete box, its *last* box is the answer.
+    3. Else the last complete box anywhere in the model's own text is the answer (an earlier,
+       abandoned box never counts).
+    4. Strict mode (default): no box means no answer (``None``).
+    5. ``fallback=True`` (for grading models that were not trained on this format): the body
+       of the final ``<answer>`` block when it has no box, else the last
+       "final answer is X" / "answer: X" phrase, else the last ``**X**`` bold span.
+
+    Args:
+        response: decoded response text (all turns), with the tags of :mod:`kit.prompts`
+            still in it (decode without dropping them, or tool output cannot be told apart).
+        fallback: enable rule 5.
+    Returns:
+        The answer text (stripped), or None when there is none.
+    Raises:
+        TypeError: if ``response`` is not a string.
+    """
+    if not isinstance(response, str):
+        raise TypeError(f"response must be str, got {type(response).__name__}")
+    text = model_text(response)
+    block = _last_answer_block(text)
+    if block is not None:
+        boxes = boxed_contents(block)
+        if boxes:
+            return boxes[-1]
+    boxes = boxed_contents(text)
+    if boxes:
+        return boxes[-1]
+    if not fallback:
+        return None
+    if block is not None and block.strip():
+        ans = _clean_fallback(block)
+        if ans is not None:
+            return ans
+    phrases = list(_PHRASE.finditer(text))
+    if phrases:
+        ans = _clean_fallback(phrases[-1].group("ans"))
+        if ans is not None:
+            return ans
+    bolds = _BOLD.findall(text)
+    if bolds:
+        return _clean_fallback(bolds[-1])
+    return None

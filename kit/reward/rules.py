@@ -1,0 +1,169 @@
+"""Cheap, exact grading rules that run before (and instead of) math_verify.
+
+Everything here is a pure string or :class:`decimal.Decimal` function: no sympy, nothing that
+can hang, so it runs in the caller's process. :func:`quick_grade` decides the integer answers
+of the RL data (and plain decimals, scientific notation, multiple-choice letters, equations
+offered for a value) exactly; anything it cannot decide goes to math_verify in a killable
+worker (:mod:`kit.reward.mathcheck`). The lenient-case policy table is in
+:mod:`kit.reward`'s docstring; each rule below implements one row.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+#: Answers longer than this many characters are not given to math_verify (graded wrong).
+MAX_ANSWER_CHARS = 2000
+
+_WRAP = r"\\(?:text|textbf|textrm|mathrm|mbox|mathbf|textup|operatorname)"
+_WHOLE_WRAP = re.compile(r"^" + _WRAP + r"\s*\{([^{}]*)\}$")
+_TRAILING_UNIT = re.compile(r"^(?P<head>.*?\S)\s*" + _WRAP + r"\s*\{\s*[^{}\d]*\}\s*(?:\^\s*\{?[23]\}?)?$")
+_DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree")
+_THIN_SPACE = re.compile(r"(?<!\\)\\[!,;: ]|~")
+_SCI_E = re.compile(r"(?<![\w.])(\d+(?:\.\d*)?|\.\d+)[eE]([+-]?\d+)(?![\w.])")
+_NUMBER = re.compile(
+    r"^(?P<m>[+-]?(?:\d+(?:\.\d*)?|\.\d+))"
+    r"(?:\s*(?:\\times|\\cdot|\*)\s*10\s*\^\s*(?:\{\s*(?P<e1>[+-]?\d+)\s*\}|(?P<e2>\d)))?$"
+)
+_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:(?:,\d{3})+|(?: \d{3})+)(?:\.\d+)?$")
+_LETTER_GOLD = re.compile(r"^\(?([A-J])\)?$")
+_LETTER_ANSWER = re.compile(r"^(?:option\s*|choice\s*)?\(?([A-Ja-j])\)?[.:]?$", re.IGNORECASE)
+_LONE_SYMBOL = re.compile(
+    r"^(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?[A-Za-z0-9]+\}?)?(?:'|\^\{?\*\}?)?(?:\([^()=]*\))?$"
+)
+_MAX_EXPONENT_DIGITS = 18
+
+
+def _top_level_split(s: str, sep: str) -> list[str]:
+    """Split ``s`` on ``sep`` outside braces, brackets and parentheses."""
+    parts, depth, cur = [], 0, []
+    for c in s:
+        if c in "{[(":
+            depth += 1
+        elif c in "}])":
+            depth -= 1
+        if c == sep and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(c)
+    parts.append("".join(cur))
+    return parts
+
+
+def normalize(s: str) -> str:
+    """Canonical text of one answer (gold or extracted), following the policy table.
+
+    Drops math-mode delimiters, ``\\left``/``\\right``, thin spaces, dollar signs, a trailing
+    percent sign, degree marks and a trailing unit in ``\\text{}``; unwraps an answer that is
+    wholly ``\\text{...}``; maps ``\\dfrac``/``\\tfrac`` to ``\\frac``; removes thousands
+    separators from a plain number (``1,000``, ``10,\\!080``); rewrites ``4.2e3`` as
+    ``4.2\\times 10^{3}`` (math_verify alone reads the ``e`` as Euler's number).
+
+    Args:
+        s: answer text.
+    Returns:
+        The normalized text (may be empty).
+    """
+    s = s.strip()
+    for a, b in (("\\(", ""), ("\\)", ""), ("\\[", ""), ("\\]", ""), ("\\displaystyle", ""),
+                 ("\\left", ""), ("\\right", ""), ("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"),
+                 ("{,}", ","), ("\\$", ""), ("$", "")):
+        s = s.replace(a, b)
+    s = re.sub(r",\s*\\!\s*", ",", s)  # 10,\!080 -> 10,080
+    s = _THIN_SPACE.sub(" ", s).strip()
+    s = s.rstrip(".").strip()
+    m = _WHOLE_WRAP.match(s)
+    if m:
+        s = m.group(1).strip()
+    for _ in range(3):  # "5\text{ cm}^2", "30^\circ\text{ C}" ...
+        s = _DEGREES.sub("", s).strip()
+        if s.endswith("\\%"):
+            s = s[:-2].strip()
+        elif s.endswith("%"):
+            s = s[:-1].strip()
+        m = _TRAILING_UNIT.match(s)
+        if not m:
+            break
+        s = m.group("head").strip()
+    if _THOUSANDS.match(s):
+        s = s.replace(",", "").replace(" ", "")
+    s = _SCI_E.sub(lambda m: f"{m.group(1)}\\times 10^{{{m.group(2)}}}", s)
+    return re.sub(r"\s+", " ", s).strip()
+
+
+def to_decimal(s: str) -> Decimal | None:
+    """The exact value of a plain number literal, or None when ``s`` is not one.
+
+    Accepts ``-12``, ``+5``, ``05``, ``3.``, ``.5``, ``4.2\\times 10^{3}``, ``2\\cdot 10^5``
+    (after :func:`normalize`). The value is built from the digits, never evaluated, so
+    ``3.1\\times 10^{99999999}`` costs nothing.
+    """
+    m = _NUMBER.match(s)
+    if not m:
+        return None
+    exp = m.group("e1") or m.group("e2") or "0"
+    if len(exp.lstrip("+-")) > _MAX_EXPONENT_DIGITS:
+        return None
+    try:
+        return Decimal(f"{m.group('m')}E{exp}")
+    except InvalidOperation:
+        return None
+
+
+def split_assignment(s: str) -> tuple[str, str] | None:
+    """``(lhs, last rhs)`` when ``s`` has a top-level ``=``, else None."""
+    if "=" not in s:
+        return None
+    parts = _top_level_split(s, "=")
+    if len(parts) < 2:
+        return None
+    return parts[0].strip(), parts[-1].strip()
+
+
+def is_lone_symbol(s: str) -> bool:
+    """True for a single name that can take a value: ``x``, ``a_1``, ``\\theta``, ``f(2)``."""
+    return bool(_LONE_SYMBOL.match(s.replace(" ", "")))
+
+
+def quick_grade(gold: str, answer: str) -> tuple[str | None, str, str, str]:
+    """Decide the cases that need no computer algebra.
+
+    Args:
+        gold: reference answer text (LaTeX or plain).
+        answer: extracted answer text.
+    Returns:
+        ``(reason, detail, gold_norm, answer_norm)``: ``reason`` is ``"correct"``,
+        ``"wrong"`` or None (undecided: give the normalized pair to math_verify); ``detail``
+        names the rule that decided.
+    """
+    g, a = normalize(gold), normalize(answer)
+    if not a:
+        return "wrong", "empty_answer", g, a
+    if g == a:
+        return "correct", "same_text", g, a
+    letter = _LETTER_GOLD.match(g)
+    if letter:  # multiple choice: the letter alone decides
+        m = _LETTER_ANSWER.match(a)
+        if m is None:
+            return "wrong", "choice_not_a_letter", g, a
+        ok = m.group(1).upper() == letter.group(1)
+        return ("correct" if ok else "wrong"), "choice_letter", g, a
+    g_eq, a_eq = split_assignment(g), split_assignment(a)
+    if g_eq is not None and a_eq is None and is_lone_symbol(g_eq[0]):
+        g = g_eq[1]  # gold "x=5" against answer "5"
+    elif a_eq is not None and g_eq is None:
+        if not is_lone_symbol(a_eq[0]):
+            return "wrong", "equation_for_value", g, a
+        a = a_eq[1]  # answer "x=3" against gold "3"
+        if g == a:
+            return "correct", "assignment", g, a
+    gd = to_decimal(g)
+    if gd is not None:
+        ad = to_decimal(a)
+        if ad is not None:
+            return ("correct" if gd == ad else "wrong"), "exact_number", g, a
+    if len(a) > MAX_ANSWER_CHARS:
+        return "wrong", "answer_too_long", g, a
+    return None, "", g, a

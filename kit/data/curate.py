@@ -163,12 +163,12 @@ def _first_failure(p: Problem, max_digits: int, index: NgramIndex | None, years:
                    seen: dict[str, str]) -> tuple[str, str, int | None]:
     if not p.answer.strip():
         return "missing_answer", "", None
-    if p.meta.get("year") in years:
-        return "decontaminated", f"benchmark contest year {p.meta['year']}", None
     if index is not None:
         hit = index.match(p.problem)
         if hit:
             return "decontaminated", f"{hit.benchmark}:{hit.item_id} '{hit.ngram}'", None
+    if p.meta.get("year") in years:
+        return "decontaminated", f"benchmark contest year {p.meta['year']}", None
     if p.meta.get("needs_file"):
         return "needs_file", "", None
     if p.meta.get("md5_ok") is False:

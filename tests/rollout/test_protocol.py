@@ -1,0 +1,83 @@
+"""Tool-call parser and feedback rendering (rStar2-Agent §2.1; release parser behaviour)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from rollout_helpers import Res, call
+
+from kit import prompts
+from kit.rollout.protocol import has_tool_call, parse_tool_calls, render_result, truncate_tokens
+
+T = prompts.TOOL_NAME
+
+
+def one(text):
+    (c,) = parse_tool_calls(text)
+    return c
+
+
+def test_well_formed_call_and_whitespace():
+    c = one("reason first " + call("print(int(input())*2)", "21"))
+    assert (c.error, c.name, c.code, c.input) == (None, T, "print(int(input())*2)", "21")
+    assert one('<tool_call>{"name": "%s", "arguments": {"code": "x=1"}}</tool_call>' % T).input == ""
+
+
+@pytest.mark.parametrize("body, message", [
+    ('{"name": "%s", "arguments": {"code": "1",}}' % T, "not valid JSON (Expecting property name enclosed in double quotes: line 1"),
+    ("", "the tool call is empty"),
+    ('["a"]', "must be a JSON object, got an array"),
+    ('{"arguments": {"code": "1"}}', 'has no "name" key'),
+    ('{"name": "%s"}' % T, 'has no "arguments" key'),
+    ('{"name": 3, "arguments": {}}', '"name" must be a string, got a number'),
+    ('{"name": "wolfram", "arguments": {"code": "1"}}', "unknown tool 'wolfram'; the only tool is '%s'" % T),
+    ('{"name": "%s", "arguments": "print(1)"}' % T, '"arguments" must be a JSON object, got a string'),
+    ('{"name": "%s", "arguments": {"code": 5}}' % T, 'argument "code" must be a string, got a number'),
+    ('{"name": "%s", "arguments": {"code": "1", "input": 7}}' % T, 'argument "input" must be a string, got a number'),
+    ('{"name": "%s", "arguments": {"input": "1"}}' % T, 'argument "code" is missing'),
+    ('{"name": "%s", "arguments": {"code": "1", "timeout": 3}}' % T, "unexpected argument(s) 'timeout'"),
+])
+def test_malformed_calls_say_what_is_wrong(body, message):
+    c = one(f"<tool_call>{body}</tool_call>")
+    assert c.error is not None and message in c.error, c.error
+    assert c.code is None
+
+
+def test_unclosed_tags():
+    calls = parse_tool_calls("<tool_call>{\"name\": 1 <tool_call>" + json.dumps({"name": T, "arguments": {"code": "2"}})
+                             + "</tool_call> then <tool_call>{")
+    assert [c.error is None for c in calls] == [False, True, False]
+    assert "before the next <tool_call>" in calls[0].error and "before the end of the turn" in calls[2].error
+    assert calls[1].code == "2" and [c.index for c in calls] == [0, 1, 2]
+
+
+def test_no_call_and_stray_close():
+    assert parse_tool_calls("just an answer </tool_call> <answer> 3 </answer>") == []
+    assert not has_tool_call("</tool_call>") and has_tool_call("<tool_call>")
+
+
+def test_render_result_rules():
+    assert render_result(Res("ok", stdout="42\n")) == "42"
+    assert render_result(Res("ok", stdout="", value="3")) == "3"  # last expression when nothing printed
+    assert render_result(Res("ok")) == "(no output)"
+    assert render_result(Res("ok", stdout="1\n", stderr="DeprecationWarning: x\n")) == "1\nstderr:\nDeprecationWarning: x"
+    assert render_result(Res("error", stdout="a\n", stderr="Traceback ...\nNameError: b\n")) == "a\nTraceback ...\nNameError: b"
+    assert render_result(Res("killed", exit_code=-11)) == "The program failed (exit code -11)."
+    assert render_result(Res("timeout", stdout="partial"), timeout_s=10) == \
+        "partial\nTimeout: the program did not finish within 10 s and was stopped."
+    assert render_result(Res("memory_limit")).startswith("MemoryError")
+    assert render_result(Res("output_limit", stdout="xx")).startswith("xx\nOutput limit")
+    assert "not a problem with the code" in render_result(Res("infra_error", stderr="secret host info"))
+    with pytest.raises(ValueError, match="unknown tool result status 'weird'"):
+        render_result(Res("weird"))
+
+
+def test_truncate_tokens_keeps_head_and_tail(tok):
+    text = "".join(f"{i:03d}," for i in range(300))
+    out, cut = truncate_tokens(text, tok, 50)
+    n = len(tok.encode(out, add_special_tokens=False))
+    assert n <= 50 and cut > 0
+    assert out.startswith("000,") and out.endswith("299,") and f"[{cut} tokens cut]" in out
+    assert truncate_tokens("short", tok, 50) == ("short", 0)
+    assert truncate_tokens(text, tok, 0) == (text, 0)

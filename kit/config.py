@@ -77,6 +77,7 @@ class DataConfig:
     task_families: tuple[str, ...] = ("product", "digit_sum_factorial", "divisor_count", "mod_pow",
                                       "gcd_lcm", "prime_count", "range_sum")
     demo_error_fraction: float = 0.25  # SFT demos whose first tool call fails and is then fixed
+    demo_direct_fraction: float = 0.2  # SFT demos that answer without the tool (a guess RL can fix)
 
 
 @dataclass(frozen=True)
@@ -155,6 +156,7 @@ class SFTConfig:
     function_calling_sets: tuple[str, ...] = ("glaive", "toolace", "xlam", "reason_tool_use")
     task_demo_fraction: float = 0.8  # share of SFT rows that are task tool-use demonstrations
     min_lr_ratio: float = 0.1
+    checkpoint_every: int = 100  # steps between checkpoints (0 = only the final policy)
 
 
 @dataclass(frozen=True)
@@ -168,6 +170,7 @@ class StageConfig:
     difficulty: int = 1  # tiny task level for this stage
     reset_optimizer: bool = False
     hard_filter_samples: int = 8  # stage 3: drop problems solved 8/8 by the latest policy
+    checkpoint_every: int = 10  # steps between checkpoints (0 = none); resume starts at the last one
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,338 @@
+"""The tiny profile's task family: generated integer-answer problems where the tool is the way.
+
+Like the report's curated RL data (rStar2-Agent §4.2: integer answers, problems that reward
+computing over guessing), every problem here has an exact integer answer that a 0.5M-parameter
+model cannot produce in its head (products of large numbers, digit sums of factorials, divisor
+and prime counts, modular powers, gcd/lcm, power sums), but that a two-line Python program
+computes in milliseconds. Each family has three difficulty levels (larger numbers to copy and
+longer answers), used by the RL stages (stage 1 level 1, stage 2 level 2, stage 3 level 3).
+
+Demonstrations follow the rStar2 trajectory format (:mod:`kit.prompts`): a short reasoning line,
+a ``<tool_call>`` with the JSON call of ``execute_python_code_with_standard_io``, the tool
+response as a user turn, then ``</reason>`` and an ``<answer>`` block with ``\\boxed{}``. Three
+kinds:
+
+    * ``tool``: one clean call, then the answer;
+    * ``tool_error``: the first call fails (a missing import, a misspelt name, an unclosed
+      parenthesis), the model reads the traceback and sends the fixed call, then answers. These
+      are the correct-with-tool-errors trajectories that RoC (§2.2.2) selects away;
+    * ``direct``: no tool, the answer written directly (the model has to guess it). These give
+      RL something to fix: the SFT policy sometimes skips the tool and is then nearly always
+      wrong (../shared/research/tiny_model_and_notebooks.md §2).
+
+This module only generates problems and the *model side* of demonstrations (texts and code).
+Running the code and rendering the tool feedback is done by :mod:`kit.data.sft` through the same
+sandbox and feedback renderer the agent loop uses, so demos match RL rollouts byte for byte.
+
+Not done here: no natural-language variety (one template per family), no multi-step problems.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import random
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+
+from kit import prompts
+
+FAMILIES = ("product", "digit_sum_factorial", "divisor_count", "mod_pow", "gcd_lcm", "prime_count", "range_sum")
+LEVELS = (1, 2, 3)
+DEMO_KINDS = ("tool", "tool_error", "direct")
+
+
+@dataclass(frozen=True)
+class Problem:
+    """One generated problem.
+
+    Attributes:
+        id: stable id ``<family>-L<level>-<hash of the question>``.
+        family: one of :data:`FAMILIES`.
+        level: difficulty 1..3.
+        question: the problem text (what goes after the user prefix).
+        answer: the exact integer answer as a decimal string.
+        code: the reference program (prints the answer); ``input`` is its stdin.
+        input: stdin text for ``code`` ("" for most problems).
+    """
+
+    id: str
+    family: str
+    level: int
+    question: str
+    answer: str
+    code: str
+    input: str = ""
+
+    def to_dict(self) -> dict:
+        return {"id": self.id, "family": self.family, "level": self.level, "question": self.question,
+                "answer": self.answer, "code": self.code, "input": self.input}
+
+
+@dataclass(frozen=True)
+class DemoCall:
+    """One tool call of a demonstration: the code the model writes and its stdin."""
+
+    code: str
+    input: str = ""
+
+
+@dataclass(frozen=True)
+class Demo:
+    """The model side of one demonstration (texts before each call, and the final text).
+
+    Attributes:
+        problem: the problem it solves.
+        kind: one of :data:`DEMO_KINDS`.
+        turns: ``(text_before_call, call)`` per tool-calling assistant turn, in order. The text
+            of turn ``i`` is what the model writes after the ``<reason>`` prefill, before the
+            ``<tool_call>`` block.
+        final: the last assistant turn's text (after its ``<reason>`` prefill): the closing
+            ``</reason>`` and the ``<answer>`` block.
+    """
+
+    problem: Problem
+    kind: str
+    turns: tuple[tuple[str, DemoCall], ...] = field(default_factory=tuple)
+    final: str = ""
+
+
+# --------------------------------------------------------------------------- problem families
+
+# Per level: ranges of the numbers the model must copy. Wider numbers are harder to copy
+# exactly and give longer answers (more tokens to get right).
+_DIGITS = {1: (3, 4), 2: (4, 5), 3: (5, 7)}
+
+
+def _num(rng: random.Random, digits: tuple[int, int]) -> int:
+    d = rng.randint(*digits)
+    return rng.randint(10 ** (d - 1), 10**d - 1)
+
+
+def _prime_count_below(n: int) -> int:
+    sieve = bytearray([1]) * n
+    sieve[:2] = b"\x00\x00"[: min(2, n)]
+    for i in range(2, int(n**0.5) + 1):
+        if sieve[i]:
+            sieve[i * i :: i] = bytearray(len(range(i * i, n, i)))
+    return sum(sieve)
+
+
+def _divisor_count(n: int) -> int:
+    count, d = 0, 1
+    while d * d <= n:
+        if n % d == 0:
+            count += 1 if d * d == n else 2
+        d += 1
+    return count
+
+
+def _gen(family: str, level: int, rng: random.Random) -> tuple[str, int, str, str]:
+    """(question, answer, code, stdin) for one problem of ``family`` at ``level``."""
+    if family == "product":
+        a, b = _num(rng, _DIGITS[level]), _num(rng, _DIGITS[level])
+        if rng.random() < 0.5:
+            return f"What is {a} * {b}?", a * b, "a, b = map(int, input().split())\nprint(a * b)", f"{a} {b}"
+        return f"What is {a} * {b}?", a * b, f"print({a} * {b})", ""
+    if family == "digit_sum_factorial":
+        n = rng.randint(*{1: (10, 60), 2: (60, 200), 3: (200, 500)}[level])
+        return (f"What is the sum of the digits of {n}!?", sum(map(int, str(math.factorial(n)))),
+                f"import math\nprint(sum(map(int, str(math.factorial({n})))))", "")
+    if family == "divisor_count":
+        n = _num(rng, {1: (4, 5), 2: (5, 6), 3: (6, 7)}[level])
+        return (f"How many positive divisors does {n} have?", _divisor_count(n),
+                f"n = {n}\nprint(sum(1 for d in range(1, n + 1) if n % d == 0))", "")
+    if family == "mod_pow":
+        a, b = _num(rng, _DIGITS[level]), _num(rng, _DIGITS[level])
+        m = _num(rng, {1: (3, 4), 2: (4, 5), 3: (5, 6)}[level])
+        return f"What is {a}^{b} mod {m}?", pow(a, b, m), f"print(pow({a}, {b}, {m}))", ""
+    if family == "gcd_lcm":
+        g = _num(rng, (2, 3))
+        a, b = g * _num(rng, _DIGITS[level]), g * _num(rng, _DIGITS[level])
+        if rng.random() < 0.5:
+            return f"What is the gcd of {a} and {b}?", math.gcd(a, b), f"import math\nprint(math.gcd({a}, {b}))", ""
+        return f"What is the lcm of {a} and {b}?", math.lcm(a, b), f"import math\nprint(math.lcm({a}, {b}))", ""
+    if family == "prime_count":
+        n = rng.randint(*{1: (100, 2000), 2: (2000, 20000), 3: (20000, 100000)}[level])
+        code = f"n = {n}\nprint(sum(all(k % d for d in range(2, int(k ** 0.5) + 1)) for k in range(2, n)))"
+        return f"How many primes are there below {n}?", _prime_count_below(n), code, ""
+    if family == "range_sum":
+        p = rng.randint(2, 2 + level)
+        a = rng.randint(1, 10**level)
+        b = a + rng.randint(10 ** (level + 1), 10 ** (level + 2))
+        return (f"What is the sum of k^{p} for k from {a} to {b}?", sum(k**p for k in range(a, b + 1)),
+                f"print(sum(k ** {p} for k in range({a}, {b} + 1)))", "")
+    raise ValueError(f"unknown task family {family!r}; known: {', '.join(FAMILIES)}")
+
+
+def make_problem(family: str, level: int, rng: random.Random) -> Problem:
+    """Draw one problem.
+
+    Args:
+        family: one of :data:`FAMILIES`.
+        level: difficulty in :data:`LEVELS`.
+        rng: the random source (a ``random.Random``; the draw is deterministic given its state).
+    Returns:
+        The :class:`Problem`; its ``code`` prints ``answer``.
+    Raises:
+        ValueError: unknown family or level.
+    """
+    if level not in LEVELS:
+        raise ValueError(f"task level {level!r} is not one of {LEVELS}")
+    question, answer, code, stdin = _gen(family, level, rng)
+    digest = format(abs(hash_text(question)) % 16**8, "08x")
+    return Problem(f"{family}-L{level}-{digest}", family, level, question, str(answer), code, stdin)
+
+
+def hash_text(text: str) -> int:
+    """A stable (process-independent) 64-bit hash of ``text`` (FNV-1a)."""
+    h = 0xCBF29CE484222325
+    for byte in text.encode():
+        h = ((h ^ byte) * 0x100000001B3) & 0xFFFFFFFFFFFFFFFF
+    return h
+
+
+def generate(n: int, seed: int, families: Sequence[str] = FAMILIES, levels: Sequence[int] = LEVELS,
+             exclude: frozenset[str] | set[str] = frozenset()) -> list[Problem]:
+    """``n`` distinct problems, families and levels drawn uniformly, seeded.
+
+    Args:
+        n: number of problems.
+        seed: random seed; the same ``(n, seed, families, levels, exclude)`` gives the same list.
+        families: families to draw from.
+        levels: levels to draw from.
+        exclude: question texts that must not appear (e.g. the held-out split).
+    Returns:
+        ``n`` problems with pairwise distinct questions, none in ``exclude``.
+    Raises:
+        ValueError: empty ``families`` or ``levels``, an unknown family, or a space too small
+            to give ``n`` distinct problems.
+    """
+    if not families or not levels:
+        raise ValueError("generate: families and levels must not be empty")
+    for f in families:
+        if f not in FAMILIES:
+            raise ValueError(f"unknown task family {f!r} (config data.task_families); known: {', '.join(FAMILIES)}")
+    rng = random.Random(seed)
+    seen, out = set(exclude), []
+    tries = 0
+    while len(out) < n:
+        tries += 1
+        if tries > 50 * n + 1000:
+            raise ValueError(f"generate: could not draw {n} distinct problems from {list(families)} x {list(levels)}")
+        p = make_problem(rng.choice(list(families)), rng.choice(list(levels)), rng)
+        if p.question not in seen:
+            seen.add(p.question)
+            out.append(p)
+    return out
+
+
+@dataclass(frozen=True)
+class TaskSplit:
+    """Train and held-out problems of the tiny task family (disjoint by question text)."""
+
+    train: tuple[Problem, ...]
+    heldout: tuple[Problem, ...]
+
+    def level(self, level: int, split: str = "train") -> list[Problem]:
+        """Problems of one difficulty level from ``split`` ("train" or "heldout")."""
+        if split not in ("train", "heldout"):
+            raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
+        return [p for p in getattr(self, split) if p.level == level]
+
+
+def make_split(train_size: int, heldout_size: int, seed: int, families: Sequence[str] = FAMILIES) -> TaskSplit:
+    """The seeded train/held-out split used by SFT, RL and evaluation.
+
+    The held-out problems are drawn first from their own stream (``seed`` + 1,000,003), so the
+    held-out set does not change when ``train_size`` changes; train problems never repeat a
+    held-out question.
+
+    Args:
+        train_size, heldout_size: numbers of problems (all levels mixed, uniform).
+        seed: the run seed.
+        families: task families (``cfg.data.task_families``).
+    Returns:
+        A :class:`TaskSplit`.
+    """
+    heldout = generate(heldout_size, seed + 1_000_003, families)
+    train = generate(train_size, seed, families, exclude={p.question for p in heldout})
+    return TaskSplit(tuple(train), tuple(heldout))
+
+
+# --------------------------------------------------------------------------- demonstrations
+
+_OPENERS = ("I should compute this exactly with python.", "Let me compute this with python.",
+            "I will use python to get the exact value.")
+_FIXES = ("The code failed. Let me fix it.", "There is an error in my code. Let me correct it.")
+
+
+def _break(code: str, rng: random.Random) -> str:
+    """A plausible first attempt that fails: missing import, misspelt name or unclosed paren."""
+    options = []
+    if code.startswith("import math\n"):
+        options.append(code[len("import math\n"):])  # NameError: name 'math' is not defined
+    options.append(code.replace("print(", "pritn(", 1))  # NameError
+    options.append(code.rstrip(")") if code.endswith("))") else code[:-1])  # SyntaxError: '(' was never closed
+    return rng.choice(options)
+
+
+def tool_call_text(call: DemoCall, name: str = prompts.TOOL_NAME) -> str:
+    """The ``<tool_call>`` block for ``call``, Hermes style (JSON on its own line)."""
+    payload = json.dumps({"name": name, "arguments": {"code": call.code, "input": call.input}}, ensure_ascii=False)
+    return f"{prompts.TOOL_CALL_OPEN}\n{payload}\n{prompts.TOOL_CALL_CLOSE}"
+
+
+def answer_text(answer: str, lead: str) -> str:
+    """Final assistant text: a lead sentence, ``</reason>``, and the boxed answer block."""
+    return (f"{lead}\n{prompts.REASON_CLOSE}\n{prompts.ANSWER_OPEN}\n"
+            f"The answer is \\boxed{{{answer}}}.\n{prompts.ANSWER_CLOSE}")
+
+
+def make_demo(problem: Problem, kind: str, rng: random.Random) -> Demo:
+    """The model side of one demonstration of ``problem``.
+
+    Args:
+        problem: the problem.
+        kind: ``tool``, ``tool_error`` or ``direct`` (see the module docstring).
+        rng: random source for the wording and the kind of mistake.
+    Returns:
+        A :class:`Demo`. For ``tool_error`` the first call is a broken variant of
+        ``problem.code`` that raises (NameError or SyntaxError) and the second is the fixed one.
+    Raises:
+        ValueError: unknown ``kind``.
+    """
+    good = DemoCall(problem.code, problem.input)
+    if kind == "tool":
+        return Demo(problem, kind, ((rng.choice(_OPENERS), good),),
+                    answer_text(problem.answer, "The tool printed the result."))
+    if kind == "tool_error":
+        bad = DemoCall(_break(problem.code, rng), problem.input)
+        return Demo(problem, kind, ((rng.choice(_OPENERS), bad), (rng.choice(_FIXES), good)),
+                    answer_text(problem.answer, "The fixed code printed the result."))
+    if kind == "direct":
+        return Demo(problem, kind, (), answer_text(problem.answer, "I will work it out in my head."))
+    raise ValueError(f"unknown demo kind {kind!r}; known: {', '.join(DEMO_KINDS)}")
+
+
+def demo_kinds(n: int, error_fraction: float, direct_fraction: float, seed: int) -> list[str]:
+    """Kinds for ``n`` demos: exact shares (rounded) of direct and tool-error demos, shuffled.
+
+    Args:
+        n: number of demos.
+        error_fraction: share of tool-using demos whose first call fails
+            (``cfg.data.demo_error_fraction``).
+        direct_fraction: share of all demos that answer without the tool
+            (``cfg.data.demo_direct_fraction``).
+        seed: shuffle seed.
+    Raises:
+        ValueError: a fraction outside [0, 1].
+    """
+    for name, f in (("demo_error_fraction", error_fraction), ("demo_direct_fraction", direct_fraction)):
+        if not 0.0 <= f <= 1.0:
+            raise ValueError(f"data.{name} must be in [0, 1], got {f}")
+    n_direct = round(n * direct_fraction)
+    n_error = round((n - n_direct) * error_fraction)
+    kinds = ["direct"] * n_direct + ["tool_error"] * n_error + ["tool"] * (n - n_direct - n_error)
+    random.Random(seed).shuffle(kinds)
+    return kinds

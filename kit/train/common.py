@@ -1,0 +1,183 @@
+"""Pieces shared by the local SFT and RL trainers: seeds, schedule, metrics file, checkpoints.
+
+Run-directory files (DEVELOPERS.md "Run directories"):
+    ``metrics.jsonl``                one JSON object per optimizer step (SFT and RL rows; RL
+                                     rows carry the keys listed in DEVELOPERS.md);
+    ``checkpoints/step_<n>/``        ``save_policy`` format plus ``trainer_state.pt``
+                                     (optimizer, step, RNG states, stage state);
+    ``policy/``                      the final policy of the run (``save_policy`` format);
+    ``summary.json``                 what the run's entry point returned.
+
+Exact resume: the data a step sees is a pure function of ``(seed, stage, step)``
+(:func:`step_seed`), and every RNG the step uses is reseeded from it, so a run killed after
+step k and resumed from its last checkpoint repeats steps exactly; on resume the metrics rows
+after the checkpoint are dropped before they are written again (:meth:`MetricsWriter.truncate`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import random
+import shutil
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kit.data.tasks import hash_text
+
+
+def step_seed(seed: int, *keys: Any) -> int:
+    """A 63-bit seed derived from ``seed`` and ``keys`` (e.g. a stage name and a step number).
+
+    Stable across processes and Python versions (no ``hash()`` randomisation).
+    """
+    return hash_text(json.dumps([seed, *keys])) & 0x7FFFFFFFFFFFFFFF
+
+
+def seed_everything(seed: int) -> None:
+    """Seed Python's ``random`` and torch's CPU generator with ``seed``."""
+    random.seed(seed)
+    torch.manual_seed(seed)
+
+
+def set_threads(n: int) -> None:
+    """Use ``n`` torch threads (0 leaves torch's default)."""
+    if n > 0:
+        torch.set_num_threads(n)
+
+
+def lr_at(step: int, base_lr: float, warmup: int, total: int, schedule: str = "cosine", min_ratio: float = 0.1) -> float:
+    """Learning rate for optimizer step ``step`` (0-based).
+
+    Linear warmup over ``warmup`` steps to ``base_lr``, then either constant or a cosine decay to
+    ``base_lr * min_ratio`` at step ``total``.
+
+    Raises:
+        ValueError: an unknown ``schedule``.
+    """
+    if step < warmup:
+        return base_lr * (step + 1) / warmup
+    if schedule == "constant":
+        return base_lr
+    if schedule != "cosine":
+        raise ValueError(f"unknown lr schedule {schedule!r}; expected 'cosine' or 'constant'")
+    span = max(1, total - warmup)
+    frac = min(1.0, (step - warmup) / span)
+    return base_lr * (min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def make_optimizer(model: torch.nn.Module, lr: float, weight_decay: float = 0.0,
+                   betas: tuple[float, float] = (0.9, 0.98)) -> torch.optim.AdamW:
+    """AdamW over the trainable parameters (betas (0.9, 0.98) as measured for the tiny model)."""
+    return torch.optim.AdamW([p for p in model.parameters() if p.requires_grad], lr=lr,
+                             betas=betas, weight_decay=weight_decay)
+
+
+class MetricsWriter:
+    """Append-only ``run_dir/metrics.jsonl`` (one JSON object per line, flushed per row)."""
+
+    def __init__(self, run_dir: str | os.PathLike):
+        self.path = Path(run_dir) / "metrics.jsonl"
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+
+    def write(self, row: dict[str, Any]) -> None:
+        with self.path.open("a") as fh:
+            fh.write(json.dumps(row) + "\n")
+
+    def rows(self) -> list[dict[str, Any]]:
+        """All rows written so far (a partial last line from a killed run is skipped)."""
+        if not self.path.exists():
+            return []
+        out = []
+        for line in self.path.read_text().splitlines():
+            try:
+                out.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        return out
+
+    def truncate(self, keep: Callable[[dict[str, Any]], bool]) -> None:
+        """Rewrite the file keeping only rows for which ``keep(row)`` is true."""
+        rows = [r for r in self.rows() if keep(r)]
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        tmp.replace(self.path)
+
+
+def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """The rows of ``run_dir/metrics.jsonl`` (empty list if absent)."""
+    return MetricsWriter(run_dir).rows()
+
+
+# --------------------------------------------------------------------------- checkpoints
+
+
+def checkpoint_dir(run_dir: str | os.PathLike, step: int) -> Path:
+    return Path(run_dir) / "checkpoints" / f"step_{step}"
+
+
+def save_checkpoint(run_dir: str | os.PathLike, step: int, model, tokenizer, optimizer,
+                    state: dict[str, Any], keep_last: int = 2) -> Path:
+    """Write ``checkpoints/step_<step>/`` atomically: the policy plus ``trainer_state.pt``.
+
+    Args:
+        step: steps completed.
+        state: JSON-able and tensor state of the trainer (stage, reference, ...); the
+            optimizer state and torch/Python RNG states are added here.
+        keep_last: older ``step_*`` folders beyond this many are removed.
+    Returns:
+        The checkpoint folder.
+    """
+    from kit.models import save_policy
+
+    final = checkpoint_dir(run_dir, step)
+    tmp = final.with_name(final.name + ".tmp")
+    if tmp.exists():
+        shutil.rmtree(tmp)
+    save_policy(model, tokenizer, tmp)
+    torch.save({"step": step, "optimizer": optimizer.state_dict(), "torch_rng": torch.get_rng_state(),
+                "py_rng": random.getstate(), **state}, tmp / "trainer_state.pt")
+    if final.exists():
+        shutil.rmtree(final)
+    tmp.rename(final)
+    steps = sorted(s for s in _checkpoint_steps(run_dir))
+    for old in steps[:-keep_last] if keep_last > 0 else []:
+        shutil.rmtree(checkpoint_dir(run_dir, old), ignore_errors=True)
+    return final
+
+
+def _checkpoint_steps(run_dir: str | os.PathLike) -> list[int]:
+    root = Path(run_dir) / "checkpoints"
+    if not root.exists():
+        return []
+    out = []
+    for p in root.iterdir():
+        if p.is_dir() and p.name.startswith("step_") and (p / "trainer_state.pt").exists():
+            try:
+                out.append(int(p.name[len("step_"):]))
+            except ValueError:
+                continue
+    return out
+
+
+def latest_checkpoint(run_dir: str | os.PathLike) -> Path | None:
+    """The complete checkpoint with the highest step, or None."""
+    steps = _checkpoint_steps(run_dir)
+    return checkpoint_dir(run_dir, max(steps)) if steps else None
+
+
+def load_trainer_state(ckpt: str | os.PathLike) -> dict[str, Any]:
+    """``trainer_state.pt`` of a checkpoint folder (RNG states are restored by the caller)."""
+    return torch.load(Path(ckpt) / "trainer_state.pt", weights_only=False)
+
+
+def write_json(path: str | os.PathLike, obj: Any) -> Path:
+    """Write ``obj`` as indented JSON (parents created)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(obj, indent=2, default=str) + "\n")
+    return path

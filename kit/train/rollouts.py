@@ -1,0 +1,164 @@
+"""Rollouts and rewards for the local trainers: the kit's agent loop, sandbox and verifier.
+
+One code path with the paper-scale recipe: trajectories come from
+:func:`kit.rollout.rollout_batch` (multi-turn, tool calls sent to :class:`kit.sandbox.SandboxPool`)
+on the tiny model's :class:`kit.rollout.HFBackend`, rewards from :func:`kit.reward.verify_batch`.
+Nothing here samples, runs code or grades by itself.
+
+Determinism: the backend seeds each row from ``(seed, prompt ids, repeat count)``; which of
+several identical requests gets which repeat count depends on arrival order (tool latency), so
+each group is put in a canonical order (sorted by response ids) before anything looks at
+indices. A group's *multiset* of trajectories is reproducible; so is everything computed from it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from kit.config import KitConfig
+from kit.data.tasks import Problem
+
+
+@dataclass
+class Batch:
+    """Rollouts of P problems x n samples with their rewards.
+
+    Attributes:
+        problems: the P problems.
+        groups: ``groups[p][g]`` a ``kit.rollout.Trajectory`` (canonical order within a group).
+        rewards: (P, n) float array of 0/1 rewards.
+        verdict_reasons: (P, n) verifier reasons (``correct``, ``wrong``, ``no_answer``, ...).
+        time_generate_s: wall seconds of the rollout phase (generation and tool calls overlap).
+        time_tool_s: summed sandbox wall seconds of all calls (they run concurrently with
+            generation, so this is work, not added wall time).
+        time_verify_s: wall seconds of verification.
+    """
+
+    problems: list[Problem]
+    groups: list[list[Any]]
+    rewards: np.ndarray
+    verdict_reasons: list[list[str]]
+    time_generate_s: float
+    time_tool_s: float
+    time_verify_s: float
+
+    def flat(self) -> list[Any]:
+        """All trajectories, problem-major (index ``p * n + g``)."""
+        return [t for g in self.groups for t in g]
+
+
+def make_backend(cfg: KitConfig, model, tokenizer, seed: int):
+    """The tiny model's sampling backend (:class:`kit.rollout.HFBackend`), seeded."""
+    from kit.rollout import HFBackend
+
+    return HFBackend(model, tokenizer, batch_size=cfg.rollout.batch_size, seed=seed)
+
+
+async def collect(cfg: KitConfig, model, tokenizer, problems: Sequence[Problem], n: int, executor, *,
+                  seed: int, max_response_tokens: int, max_turns: int, temperature: float,
+                  top_p: float = 1.0) -> Batch:
+    """Roll out ``problems`` x ``n`` with the agent loop and grade them.
+
+    Args:
+        cfg: config (``cfg.rollout`` for prompt limits, calls per turn, feedback truncation).
+        model, tokenizer: the policy (eval mode; no gradients are taken here).
+        problems: P problems.
+        n: samples per problem (G, or 2G with RoC oversampling).
+        executor: a started ``kit.sandbox.SandboxPool``.
+        seed: backend seed (use a fresh one per step).
+        max_response_tokens: budget shared by all turns (tokens).
+        max_turns: model turns.
+        temperature, top_p: sampling (temperature 0 = greedy).
+    Returns:
+        A :class:`Batch`.
+    """
+    import asyncio
+
+    from kit.reward import verify_batch
+    from kit.rollout import rollout_batch
+
+    backend = make_backend(cfg, model, tokenizer, seed)
+    t0 = time.perf_counter()
+    groups = await rollout_batch(backend, tokenizer, [p.question for p in problems], executor, n, cfg.rollout,
+                                 max_response_tokens=max_response_tokens, max_turns=max_turns,
+                                 temperature=temperature, top_p=top_p, timeout_s=cfg.sandbox.timeout_s)
+    t_gen = time.perf_counter() - t0
+    groups = [sorted(g, key=lambda t: t.response_ids) for g in groups]
+    t1 = time.perf_counter()
+    pairs = [(p.answer, t.response_text) for p, g in zip(problems, groups, strict=True) for t in g]
+    verdicts = await asyncio.to_thread(verify_batch, pairs)
+    t_ver = time.perf_counter() - t1
+    rewards = np.array([1.0 if v.correct else 0.0 for v in verdicts]).reshape(len(problems), n)
+    reasons = [[v.reason for v in verdicts[i * n:(i + 1) * n]] for i in range(len(problems))]
+    t_tool = sum(c.wall_s for g in groups for t in g for c in t.calls)
+    return Batch(list(problems), groups, rewards, reasons, t_gen, t_tool, t_ver)
+
+
+def batch_stats(batch: Batch) -> dict[str, float]:
+    """Means over all trajectories of a batch (before any selection).
+
+    Returns floats: ``reward_mean``, ``accuracy`` (same, binary reward), ``response_len_mean``
+    (tokens, feedback included), ``model_tokens_mean`` (mask-1 tokens), ``truncation_ratio``,
+    ``tool_calls_per_traj``, ``tool_use_rate`` (share with at least one call),
+    ``tool_error_ratio_correct`` (failed calls / calls over correct trajectories),
+    ``correct_with_error_frac`` (share of correct trajectories with at least one failed call).
+    """
+    from kit.algo.roc import tool_failure_count
+
+    flat = batch.flat()
+    r = batch.rewards.reshape(-1)
+    calls = np.array([t.tool_calls - t.infra_errors for t in flat], dtype=float)
+    fails = np.array([tool_failure_count(t.tool_errors) for t in flat], dtype=float)
+    ok = r > 0
+    return {
+        "reward_mean": float(r.mean()) if r.size else 0.0,
+        "accuracy": float(ok.mean()) if r.size else 0.0,
+        "response_len_mean": float(np.mean([len(t.response_ids) for t in flat])) if flat else 0.0,
+        "model_tokens_mean": float(np.mean([sum(t.response_mask) for t in flat])) if flat else 0.0,
+        "truncation_ratio": float(np.mean([t.truncated for t in flat])) if flat else 0.0,
+        "tool_calls_per_traj": float(calls.mean()) if flat else 0.0,
+        "tool_use_rate": float((calls > 0).mean()) if flat else 0.0,
+        "tool_error_ratio_correct": float(fails[ok].sum() / calls[ok].sum()) if calls[ok].sum() > 0 else 0.0,
+        "correct_with_error_frac": float((fails[ok] > 0).mean()) if ok.any() else 0.0,
+    }
+
+
+def evaluate_policy(cfg: KitConfig, model, tokenizer, problems: Sequence[Problem], *, seed: int = 0,
+                    prefix: str = "heldout") -> dict[str, float]:
+    """Greedy and sampled accuracy of the policy on ``problems`` with the tool available.
+
+    Greedy (temperature 0) is the "tool-assisted accuracy" of the issue's target; sampled
+    (temperature 1, one sample each) is the RL reward the policy would get. Limits:
+    ``cfg.eval.max_tokens`` and ``cfg.eval.max_turns``.
+
+    Returns:
+        ``{prefix}_accuracy``, ``{prefix}_tool_rate``, ``{prefix}_tool_error_ratio_correct``
+        (greedy) and ``{prefix}_sampled_reward``, ``{prefix}_sampled_tool_rate``,
+        ``{prefix}_sampled_tool_error_ratio_correct``, ``{prefix}_n``, ``{prefix}_seconds``.
+    """
+    from kit.rollout import run_sync
+    from kit.sandbox import SandboxPool
+
+    t0 = time.perf_counter()
+
+    async def go():
+        async with SandboxPool(cfg.sandbox) as pool:
+            kw = dict(seed=seed, max_response_tokens=cfg.eval.max_tokens, max_turns=cfg.eval.max_turns)
+            greedy = await collect(cfg, model, tokenizer, problems, 1, pool, temperature=0.0, **kw)
+            sampled = await collect(cfg, model, tokenizer, problems, 1, pool, temperature=1.0, **kw)
+            return greedy, sampled
+
+    greedy, sampled = run_sync(go())
+    g, s = batch_stats(greedy), batch_stats(sampled)
+    return {
+        f"{prefix}_accuracy": g["accuracy"], f"{prefix}_tool_rate": g["tool_use_rate"],
+        f"{prefix}_tool_error_ratio_correct": g["tool_error_ratio_correct"],
+        f"{prefix}_sampled_reward": s["reward_mean"], f"{prefix}_sampled_tool_rate": s["tool_use_rate"],
+        f"{prefix}_sampled_tool_error_ratio_correct": s["tool_error_ratio_correct"],
+        f"{prefix}_n": float(len(problems)), f"{prefix}_seconds": time.perf_counter() - t0,
+    }

@@ -1,0 +1,305 @@
+"""Cold-start SFT on the local CPU engine (rStar2-Agent §4.1, tiny profile).
+
+Entry points (notebook 02 calls them)::
+
+    model, tok = build_tokenizer_and_model(cfg, run_dir)   # tokenizer + random tiny Qwen3 -> run_dir/init
+    summary = run_sft(cfg, run_dir, progress=print)         # train, checkpoints, metrics, held-out eval
+
+Data (:mod:`kit.data.sft`): task demonstrations of the tiny family (tool, tool-error-then-fixed
+and direct-guess demos; their calls run once in the real sandbox and are cached in
+``run_dir/sft_data.json``) plus the function-calling sets, mixed so that a share
+``cfg.sft.task_demo_fraction`` of each batch are task demos. Loss: token-mean cross-entropy
+over assistant tokens only (mask from :func:`kit.data.sft.encode_conversation`).
+
+Optimizer (measured for the 0.45M model in ../shared/research/tiny_model_and_notebooks.md §2):
+AdamW betas (0.9, 0.98), no weight decay, linear warmup over ``warmup_ratio * steps``, cosine to
+``min_lr_ratio``, gradient clip 1.0. Batches are split into micro-batches by length (rows sorted
+by length, at most :data:`MICRO_TOKENS` padded tokens each) and the gradients summed, so long
+function-calling rows do not pad the short task rows.
+
+Exact resume: the rows of step ``s`` are drawn from ``step_seed(seed, "sft", s)``, so a run
+resumed from ``checkpoints/step_<k>`` repeats steps ``k+1..`` exactly.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from kit.config import KitConfig, save
+from kit.data import sft as sft_data
+from kit.data import tasks
+from kit.train import common
+
+MICRO_TOKENS = 12288  # padded tokens per micro-batch (rows x longest row)
+SFT_DATA_FILE = "sft_data.json"
+
+
+# --------------------------------------------------------------------------- data
+
+
+def task_split(cfg: KitConfig) -> tasks.TaskSplit:
+    """The run's train/held-out task split (``cfg.data.task_*``, ``cfg.seed``)."""
+    return tasks.make_split(cfg.data.task_train_size, cfg.data.task_heldout_size, cfg.seed, cfg.data.task_families)
+
+
+def prepare_sft_data(cfg: KitConfig, run_dir: str | Path) -> dict[str, Any]:
+    """Task demos with their sandbox feedback, cached in ``run_dir/sft_data.json``.
+
+    One demo per train problem; kinds from :func:`kit.data.tasks.demo_kinds` with
+    ``cfg.data.demo_direct_fraction`` and ``cfg.data.demo_error_fraction``. Every tool call runs
+    once in the sandbox (``cfg.sandbox``); the feedback is rendered untruncated here and cut by
+    tokens when encoding (the tokenizer does not exist yet).
+
+    Returns:
+        ``{"demos": [{"problem", "kind", "turns": [[text, code, input]], "final", "feedback": [...]}],
+        "statuses": {status: count}}``.
+    Raises:
+        RuntimeError: a clean demo call did not print the problem's answer (the sandbox or the
+            task generator is broken; the message names the problem).
+    """
+    path = Path(run_dir) / SFT_DATA_FILE
+    if path.exists():
+        return json.loads(path.read_text())
+    split = task_split(cfg)
+    kinds = tasks.demo_kinds(len(split.train), cfg.data.demo_error_fraction, cfg.data.demo_direct_fraction,
+                             common.step_seed(cfg.seed, "demo-kinds"))
+    rng = random.Random(common.step_seed(cfg.seed, "demos"))
+    demos = [tasks.make_demo(p, k, rng) for p, k in zip(split.train, kinds, strict=True)]
+    results = sft_data.run_demo_calls(demos, cfg.sandbox)
+    feedback = sft_data.render_feedback(results, timeout_s=cfg.sandbox.timeout_s)
+    statuses: dict[str, int] = {}
+    rows = []
+    for d, res, fb in zip(demos, results, feedback, strict=True):
+        for r in res:
+            statuses[r.status] = statuses.get(r.status, 0) + 1
+        if res and (res[-1].status != "ok" or res[-1].stdout.strip() != d.problem.answer):
+            raise RuntimeError(f"SFT demo {d.problem.id}: reference code gave {res[-1].status} "
+                               f"{res[-1].stdout[:80]!r}{res[-1].stderr[-200:]!r}, expected {d.problem.answer}")
+        rows.append({"problem": d.problem.to_dict(), "kind": d.kind,
+                     "turns": [[t, c.code, c.input] for t, c in d.turns], "final": d.final, "feedback": fb})
+    data = {"demos": rows, "statuses": statuses}
+    common.write_json(path, data)
+    return data
+
+
+def _demo(row: dict[str, Any]) -> tasks.Demo:
+    p = tasks.Problem(**row["problem"])
+    return tasks.Demo(p, row["kind"], tuple((t, tasks.DemoCall(c, i)) for t, c, i in row["turns"]), row["final"])
+
+
+def demo_conversations(data: dict[str, Any], tokenizer=None, max_feedback_tokens: int = 0) -> list[sft_data.Conversation]:
+    """Conversations of the cached demos; feedback truncated by tokens when ``tokenizer`` is given."""
+    from kit.rollout.protocol import truncate_tokens
+
+    out = []
+    for row in data["demos"]:
+        fb = row["feedback"]
+        if tokenizer is not None:
+            fb = [truncate_tokens(t, tokenizer, max_feedback_tokens)[0] for t in fb]
+        out.append(sft_data.demo_conversation(_demo(row), fb))
+    return out
+
+
+def build_tokenizer_and_model(cfg: KitConfig, run_dir: str | Path):
+    """Train the tiny tokenizer and build the randomly initialised policy; save to ``run_dir/init``.
+
+    For ``cfg.model.name_or_path != "tiny"`` the named checkpoint is loaded instead (no
+    download unless it is cached). The tokenizer corpus is the rendered SFT data (task demos
+    with untruncated feedback and the function-calling chats).
+
+    Returns:
+        ``(model, tokenizer)``; the model in train mode, float32, on the CPU.
+    """
+    from kit.models import build_tiny_model, load_policy, save_policy, train_tokenizer
+
+    run_dir = Path(run_dir)
+    init = run_dir / "init"
+    if (init / "config.json").exists():
+        model, tok = load_policy(init)
+        return model.train(), tok
+    if cfg.model.name_or_path != "tiny":
+        model, tok = load_policy(cfg.model.name_or_path, dtype=cfg.model.dtype)
+        return model.train(), tok
+    data = prepare_sft_data(cfg, run_dir)
+    fc = sft_data.load_function_calling(cfg.sft.function_calling_sets, cfg.data.data_dir)
+    corpus = sft_data.tokenizer_corpus(demo_conversations(data) + fc, cfg.seed)
+    tok = train_tokenizer(corpus, cfg.model.tokenizer_vocab_size)
+    model = build_tiny_model(cfg.model, tok, seed=cfg.seed)
+    save_policy(model, tok, init)
+    return model.train(), tok
+
+
+def encode_rows(cfg: KitConfig, tokenizer, data: dict[str, Any]) -> tuple[list, list, dict[str, int]]:
+    """Token rows for SFT: ``(task_rows, fc_rows, counts)``, each row ``(ids, mask)``.
+
+    Rows are cut to ``cfg.sft.max_seq_tokens``; rows left without an assistant token are dropped
+    (counted in ``counts["fc_dropped"]`` / ``counts["task_dropped"]``).
+    """
+    limit = cfg.sft.max_seq_tokens
+    counts = {"task_dropped": 0, "fc_dropped": 0, "fc_truncated": 0}
+    task_rows = []
+    for c in demo_conversations(data, tokenizer, cfg.rollout.tool_response_max_tokens):
+        ids, mask = sft_data.encode_conversation(tokenizer, c.messages, limit)
+        if sum(mask) == 0:
+            counts["task_dropped"] += 1
+            continue
+        task_rows.append((ids, mask))
+    fc_rows = []
+    for c in sft_data.load_function_calling(cfg.sft.function_calling_sets, cfg.data.data_dir):
+        ids, mask = sft_data.encode_conversation(tokenizer, c.messages)
+        if len(ids) > limit:
+            counts["fc_truncated"] += 1
+            ids, mask = ids[:limit], mask[:limit]
+        if sum(mask) == 0:
+            counts["fc_dropped"] += 1
+            continue
+        fc_rows.append((ids, mask))
+    counts.update(task_rows=len(task_rows), fc_rows=len(fc_rows))
+    return task_rows, fc_rows, counts
+
+
+def batch_rows(task_rows: list, fc_rows: list, batch_size: int, task_fraction: float, rng: random.Random) -> list:
+    """One SFT batch: ``round(batch_size * task_fraction)`` task rows, the rest function-calling
+    rows (all task rows when there are none), drawn with replacement from ``rng``."""
+    n_task = batch_size if not fc_rows else round(batch_size * task_fraction)
+    if not task_rows:
+        n_task = 0
+    out = [task_rows[rng.randrange(len(task_rows))] for _ in range(n_task)]
+    out += [fc_rows[rng.randrange(len(fc_rows))] for _ in range(batch_size - n_task)]
+    return out
+
+
+def micro_batches(rows: list, max_tokens: int = MICRO_TOKENS) -> list[list]:
+    """Split ``rows`` (sorted by length here) into groups of at most ``max_tokens`` padded tokens."""
+    rows = sorted(rows, key=lambda r: len(r[0]))
+    out: list[list] = []
+    cur: list = []
+    for r in rows:
+        if cur and (len(cur) + 1) * len(r[0]) > max_tokens:
+            out.append(cur)
+            cur = []
+        cur.append(r)
+    if cur:
+        out.append(cur)
+    return out
+
+
+def sft_loss_sum(model, rows: list, pad_id: int) -> tuple[torch.Tensor, int]:
+    """Summed next-token cross-entropy over the assistant tokens of ``rows``.
+
+    Args:
+        rows: ``(ids, mask)`` pairs, right-padded here to the longest (B, T).
+    Returns:
+        ``(loss_sum, n_tokens)``: the scalar sum of -log p over mask-1 target tokens (grad flows)
+        and how many there were.
+    """
+    T = max(len(r[0]) for r in rows)
+    ids = torch.full((len(rows), T), pad_id, dtype=torch.long)
+    att = torch.zeros((len(rows), T), dtype=torch.long)
+    lmask = torch.zeros((len(rows), T), dtype=torch.float32)
+    for i, (r_ids, r_mask) in enumerate(rows):
+        ids[i, : len(r_ids)] = torch.tensor(r_ids)
+        att[i, : len(r_ids)] = 1
+        lmask[i, : len(r_mask)] = torch.tensor(r_mask, dtype=torch.float32)
+    logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float()  # (B, T-1, V)
+    logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    m = lmask[:, 1:]
+    return -(logp * m).sum(), int(m.sum())
+
+
+# --------------------------------------------------------------------------- training
+
+
+def run_sft(cfg: KitConfig, run_dir: str | Path, progress: Callable[[dict], None] | None = None,
+            evaluate: bool = True) -> dict[str, Any]:
+    """Cold-start SFT of the policy in ``run_dir`` (resumes from its last checkpoint).
+
+    Args:
+        cfg: the resolved config (``cfg.sft``, ``cfg.data``, ``cfg.model``, ``cfg.seed``).
+        run_dir: the run directory; writes ``config.json``, ``metrics.jsonl`` (rows with
+            ``stage="sft", step, global_step, loss, lr, tokens, grad_norm, time_s``),
+            ``checkpoints/step_<n>/``, ``policy/`` and ``summary.json``.
+        progress: called with each metrics row (and the final summary) for live curves.
+        evaluate: run the held-out evaluation at the end (greedy, tool available).
+    Returns:
+        Summary dict: ``steps, final_loss, seconds, rows`` (counts from :func:`encode_rows`),
+        ``policy_dir``, and with ``evaluate``: ``heldout_accuracy`` (greedy, tool available:
+        the "tool-assisted accuracy"), ``heldout_tool_rate``, ``heldout_sampled_reward`` (T=1).
+    Raises:
+        ValueError: ``cfg.sft.steps`` is 0 (set the number of steps for the local engine).
+    """
+    from kit.models import load_policy, save_policy
+
+    if cfg.sft.steps <= 0:
+        raise ValueError("sft.steps must be > 0 for the local engine (epochs are for the paper-scale path)")
+    run_dir = Path(run_dir)
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save(cfg, run_dir)
+    common.set_threads(cfg.model.torch_threads)
+    t_start = time.perf_counter()
+    model, tok = build_tokenizer_and_model(cfg, run_dir)
+    data = prepare_sft_data(cfg, run_dir)
+    task_rows, fc_rows, counts = encode_rows(cfg, tok, data)
+    sc = cfg.sft
+    opt = common.make_optimizer(model, sc.lr)
+    writer = common.MetricsWriter(run_dir)
+    start = 0
+    ckpt = common.latest_checkpoint(run_dir)
+    if ckpt is not None:
+        model, _ = load_policy(ckpt)
+        model.train()
+        opt = common.make_optimizer(model, sc.lr)
+        state = common.load_trainer_state(ckpt)
+        opt.load_state_dict(state["optimizer"])
+        start = int(state["step"])
+        writer.truncate(lambda r: not (r.get("stage") == "sft" and r.get("step", 0) > start))
+    warmup = round(sc.warmup_ratio * sc.steps)
+    loss_val = float("nan")
+    for step in range(start, sc.steps):
+        t0 = time.perf_counter()
+        rng = random.Random(common.step_seed(cfg.seed, "sft", step))
+        common.seed_everything(common.step_seed(cfg.seed, "sft-torch", step))
+        rows = batch_rows(task_rows, fc_rows, sc.batch_size, sc.task_demo_fraction, rng)
+        lr = common.lr_at(step, sc.lr, warmup, sc.steps, sc.schedule, sc.min_lr_ratio)
+        for g in opt.param_groups:
+            g["lr"] = lr
+        n_tok = sum(sum(m[1:]) for _, m in rows)
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for mb in micro_batches(rows):
+            loss_sum, _ = sft_loss_sum(model, mb, tok.pad_token_id)
+            (loss_sum / n_tok).backward()
+            total += float(loss_sum.detach())
+        gn = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+        opt.step()
+        loss_val = total / max(n_tok, 1)
+        row = {"stage": "sft", "step": step + 1, "global_step": step + 1, "loss": loss_val, "lr": lr,
+               "tokens": n_tok, "grad_norm": gn, "time_s": time.perf_counter() - t0, "seed": cfg.seed}
+        writer.write(row)
+        if progress is not None:
+            progress(row)
+        done = step + 1
+        if sc.checkpoint_every and done % sc.checkpoint_every == 0 and done < sc.steps:
+            common.save_checkpoint(run_dir, done, model, tok, opt, {"stage": "sft"})
+    policy_dir = save_policy(model, tok, run_dir / "policy")
+    summary: dict[str, Any] = {"steps": sc.steps, "final_loss": loss_val, "rows": counts,
+                               "demo_statuses": data["statuses"], "policy_dir": str(policy_dir),
+                               "train_seconds": time.perf_counter() - t_start}
+    if evaluate:
+        from kit.train.rollouts import evaluate_policy
+
+        model.eval()
+        split = task_split(cfg)
+        summary.update(evaluate_policy(cfg, model, tok, list(split.heldout), seed=cfg.seed))
+    summary["seconds"] = time.perf_counter() - t_start
+    common.write_json(run_dir / "summary.json", summary)
+    if progress is not None:
+        progress({"stage": "sft", "summary": summary})
+    return summary

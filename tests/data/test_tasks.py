@@ -1,0 +1,100 @@
+"""The tiny task family: seeded, distinct, held-out disjoint, answers right, demos well formed."""
+
+import json
+import random
+import subprocess
+import sys
+
+import pytest
+
+from kit import prompts
+from kit.data import tasks
+from kit.rollout.protocol import parse_tool_calls
+
+
+def test_split_is_seeded_and_disjoint():
+    a = tasks.make_split(300, 40, seed=3)
+    b = tasks.make_split(300, 40, seed=3)
+    assert a == b
+    assert tasks.make_split(300, 40, seed=4).train != a.train
+    train_q = {p.question for p in a.train}
+    assert len(train_q) == 300
+    assert not train_q & {p.question for p in a.heldout}
+    # the held-out set does not move when the train size changes
+    assert tasks.make_split(100, 40, seed=3).heldout == a.heldout
+
+
+def test_every_family_and_level_reference_code_prints_the_answer():
+    rng = random.Random(0)
+    progs = []
+    for fam in tasks.FAMILIES:
+        for level in tasks.LEVELS:
+            p = tasks.make_problem(fam, level, rng)
+            assert p.answer.lstrip("-").isdigit(), p
+            progs.append(p)
+    # run the reference programs in a plain interpreter: they must print exactly the answer
+    script = "import sys,io,contextlib,json\nout=[]\n"
+    for p in progs:
+        script += (f"sys.stdin=io.StringIO({p.input!r})\nbuf=io.StringIO()\n"
+                   f"with contextlib.redirect_stdout(buf): exec({p.code!r}, {{}})\nout.append(buf.getvalue().strip())\n")
+    script += "print(json.dumps(out))"
+    res = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout) == [p.answer for p in progs]
+
+
+def test_levels_grow_harder():
+    # higher levels: longer numbers in the question (more to copy) on average
+    rng = random.Random(1)
+    digits = {}
+    for level in tasks.LEVELS:
+        qs = [tasks.make_problem(f, level, rng).question for f in tasks.FAMILIES for _ in range(20)]
+        digits[level] = sum(c.isdigit() for q in qs for c in q) / len(qs)
+    assert digits[1] < digits[2] < digits[3]
+
+
+def test_demo_kinds_shares_are_exact():
+    kinds = tasks.demo_kinds(1000, error_fraction=0.25, direct_fraction=0.2, seed=0)
+    assert kinds.count("direct") == 200
+    assert kinds.count("tool_error") == 200
+    assert kinds.count("tool") == 600
+    with pytest.raises(ValueError, match="demo_error_fraction"):
+        tasks.demo_kinds(10, 1.5, 0.0, 0)
+
+
+def test_demos_parse_with_the_rollout_parser():
+    rng = random.Random(2)
+    split = tasks.make_split(60, 0, seed=0)
+    for p in split.train:
+        for kind in tasks.DEMO_KINDS:
+            d = tasks.make_demo(p, kind, rng)
+            for text, call in d.turns:
+                parsed = parse_tool_calls(text + "\n" + tasks.tool_call_text(call))
+                assert len(parsed) == 1 and parsed[0].error is None
+                assert (parsed[0].code, parsed[0].input) == (call.code, call.input)
+            assert d.final.count(prompts.ANSWER_OPEN) == 1
+            assert f"\\boxed{{{p.answer}}}" in d.final
+            if kind == "tool_error":
+                assert d.turns[0][1].code != p.code and d.turns[1][1].code == p.code
+            assert len(d.turns) == {"tool": 1, "tool_error": 2, "direct": 0}[kind]
+
+
+def test_broken_first_calls_really_fail():
+    rng = random.Random(5)
+    codes = []
+    for fam in tasks.FAMILIES:
+        p = tasks.make_problem(fam, 1, rng)
+        for _ in range(3):
+            codes.append((tasks.make_demo(p, "tool_error", rng).turns[0][1], p))
+    for call, p in codes:
+        res = subprocess.run([sys.executable, "-c", call.code], input=call.input, capture_output=True, text=True,
+                             timeout=30)
+        assert res.returncode != 0, call.code
+        assert "Error" in res.stderr
+
+
+def test_unknown_family_and_level_are_rejected():
+    with pytest.raises(ValueError, match="unknown task family"):
+        tasks.generate(3, 0, families=("nope",))
+    with pytest.raises(ValueError, match="level"):
+        tasks.make_problem("product", 7, random.Random(0))

@@ -281,33 +281,38 @@ class Worker:
         return False
 
     def _sweep(self) -> None:
-        """Kill every process the call left behind (setsid grandchildren), then reap zombies."""
-        if self.in_pid_ns or self.uid is not None:
-            for _ in range(3):
-                victims = []
-                for name in os.listdir("/proc"):
-                    if not name.isdigit():
+        """Kill every process the call left behind (setsid grandchildren), reap them all.
+
+        The worker is a child subreaper, so orphans of the call become its children; it loops
+        until ``/proc`` shows none of them (bounded at 2 s for unkillable stragglers).
+        """
+        if not (self.in_pid_ns or self.uid is not None):
+            self._reap()
+            return
+        deadline = time.monotonic() + 2.0
+        while True:
+            victims = self._leftovers()
+            for p in victims:
+                with contextlib.suppress(OSError):
+                    os.kill(p, signal.SIGKILL)
+            self._reap()
+            if not victims or time.monotonic() > deadline:
+                return
+            time.sleep(0.001)
+
+    def _leftovers(self) -> list[int]:
+        out = []
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) in (1, self.my_pid):
+                continue
+            if not self.in_pid_ns:
+                try:
+                    if os.stat(f"/proc/{name}").st_uid != self.uid:
                         continue
-                    p = int(name)
-                    if p in (1, self.my_pid):
-                        continue
-                    if not self.in_pid_ns:
-                        try:
-                            if os.stat(f"/proc/{name}").st_uid != self.uid:
-                                continue
-                        except OSError:
-                            continue
-                    victims.append(p)
-                if not victims:
-                    break
-                for p in victims:
-                    try:
-                        os.kill(p, signal.SIGKILL)
-                    except OSError:
-                        pass
-                self._reap()
-                time.sleep(0.001)
-        self._reap()
+                except OSError:
+                    continue
+            out.append(int(name))
+        return out
 
     @staticmethod
     def _reap() -> None:

@@ -44,7 +44,8 @@ class FakeExecutor:
         self.batches: list[list[tuple[str, str]]] = []
 
     async def run_batch(self, calls):
-        self.batches.append([(c[0], c[1]) for c in calls])
+        calls = [(c.code, c.input) if hasattr(c, "code") else (c[0], c[1]) for c in calls]  # ToolCall or pair
+        self.batches.append(calls)
         return [self.fn(code, stdin) for code, stdin in calls]
 
 

@@ -1,0 +1,117 @@
+"""The VERL 0.9.x agent loop (kit.bridge.agent_loop) with VERL's real classes on CPU.
+
+VERL's ``AgentLoopWorker`` builds agent loops with ``hydra.utils.instantiate`` from the registry
+and awaits ``run``; here a mock server stands in for the SGLang replica (``generate`` returns
+``TokenOutput``), as in ../shared/research/verl_0.9_api.md §2.
+"""
+
+from __future__ import annotations
+
+import hydra
+import pytest
+from omegaconf import OmegaConf
+from rollout_helpers import FakeExecutor, Res, call, pair
+
+pytest.importorskip("verl.experimental.agent_loop")
+
+from verl.experimental.agent_loop.agent_loop import (  # noqa: E402
+    AgentLoopOutput,
+    DictConfigWrap,
+    ToolListWrap,
+    _agent_loop_registry,
+)
+from verl.workers.rollout.replica import TokenOutput  # noqa: E402
+
+from kit import prompts  # noqa: E402
+from kit.bridge.agent_loop import AGENT_NAME, KitAgentLoop  # noqa: E402
+from kit.config import RolloutConfig  # noqa: E402
+from kit.rollout import ScriptedBackend, run_trajectory  # noqa: E402
+
+ANSWER = "done</reason> <answer> \\boxed{42} </answer>"
+
+
+class MockServer:
+    """LLMServerClient stand-in: replays texts as TokenOutput, ignores the stop id it is told about
+    for one turn to check the adapter cuts at the stop id itself."""
+
+    def __init__(self, tok, texts):
+        self.tok, self.texts, self.requests = tok, list(texts), []
+
+    async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+        self.requests.append((request_id, list(prompt_ids), dict(sampling_params)))
+        ids = self.tok.encode(self.texts.pop(0), add_special_tokens=False)
+        return TokenOutput(token_ids=ids, log_probs=[-0.25] * len(ids), stop_reason="completed")
+
+
+def _config(response_length=300, turns=3):
+    return OmegaConf.create({
+        "actor_rollout_ref": {"rollout": {"prompt_length": 256, "response_length": response_length,
+                                          "multi_turn": {"max_assistant_turns": turns}}},
+        "data": {},
+    })
+
+
+def _make(tok, server, executor, cfg=None):
+    cfg = cfg or _config()
+    return hydra.utils.instantiate(
+        config=_agent_loop_registry[AGENT_NAME], trainer_config=DictConfigWrap(cfg), server_manager=server,
+        tokenizer=tok, processor=None, hf_model_type=None, dataset_cls=None, data_config=DictConfigWrap(cfg.data),
+        tools=ToolListWrap([]), executor=executor, tool_response_max_tokens=64,
+    )
+
+
+async def test_registered_and_built_like_verl_does(tok):
+    assert _agent_loop_registry[AGENT_NAME]["_target_"] == "kit.bridge.agent_loop.KitAgentLoop"
+    loop = _make(tok, MockServer(tok, []), FakeExecutor())
+    assert isinstance(loop, KitAgentLoop)
+    assert (loop.kit_cfg.max_response_tokens, loop.kit_cfg.max_turns, loop.kit_cfg.max_prompt_tokens) == (300, 3, 256)
+
+
+async def test_output_matches_the_kit_loop_and_carries_counters(tok):
+    turns = ["try " + call("print(6*7)") + prompts.IM_END + " junk after stop",
+             call("1/0") + '<tool_call>{"bad json</tool_call>' + prompts.IM_END, ANSWER + prompts.IM_END]
+
+    def fn(code, stdin):
+        return Res("ok", stdout="42\n") if "6*7" in code else Res("error", stderr="ZeroDivisionError: division by zero")
+
+    server = MockServer(tok, turns)
+    loop = _make(tok, server, FakeExecutor(fn))
+    out = await loop.run({"temperature": 0.9, "top_p": 0.95, "logprobs": True, "top_k": -1},
+                         raw_prompt=[{"role": "user", "content": "What is 6 * 7?"}])
+    assert isinstance(out, AgentLoopOutput)
+
+    # the same rollout through the engine-agnostic loop gives the same ids and mask
+    ref = await run_trajectory(ScriptedBackend(tok, [t.split(prompts.IM_END)[0] for t in turns], logprob=-0.25), tok,
+                               "What is 6 * 7?", FakeExecutor(fn), RolloutConfig(max_response_tokens=300, max_turns=3,
+                               tool_response_max_tokens=64), call_factory=pair)
+    assert out.prompt_ids == ref.prompt_ids and out.response_ids == ref.response_ids
+    assert out.response_mask == ref.response_mask and out.response_logprobs == ref.logprobs
+    assert out.num_turns == 3 + 2 + 1
+    ef = out.extra_fields
+    assert (ef["tool_calls"], ef["tool_error_exception"], ef["tool_error_malformed"], ef["tool_errors"]) == (3, 1, 1, 2)
+    assert (ef["infra_errors"], ef["answer_tags"], ef["truncated"], ef["finish_reason"]) == (0, 1, False, "answer")
+
+    # every turn of the trajectory went to one request id, with the shared budget and the stop ids
+    rids = {r[0] for r in server.requests}
+    assert len(rids) == 1
+    first, second = server.requests[0][2], server.requests[1][2]
+    assert first["max_new_tokens"] == 300 and first["temperature"] == 0.9 and first["top_p"] == 0.95
+    assert first["logprobs"] is True and first["top_k"] == -1
+    assert second["max_new_tokens"] == 300 - (len(server.requests[1][1]) - len(out.prompt_ids))
+    assert tok.convert_tokens_to_ids(prompts.IM_END) in first["stop_token_ids"]
+
+    d = out.as_dict()  # what AgentLoopWorker pads and hands to the trainer
+    assert d["response_mask"].tolist() == ref.response_mask and d["rollout_log_probs"].shape == d["responses"].shape
+
+
+async def test_budget_from_verl_response_length(tok):
+    server = MockServer(tok, [call("print(1)") + prompts.IM_END, "word " * 200])
+    loop = _make(tok, server, FakeExecutor(), _config(response_length=90))
+    out = await loop.run({"temperature": 1.0, "top_p": 1.0}, raw_prompt=[{"role": "user", "content": "q"}])
+    assert len(out.response_ids) == 90 and out.extra_fields["truncated"] and out.extra_fields["finish_reason"] == "length"
+
+
+async def test_row_without_user_message_is_a_clear_error(tok):
+    loop = _make(tok, MockServer(tok, []), FakeExecutor())
+    with pytest.raises(ValueError, match="no user message"):
+        await loop.run({"temperature": 1.0}, raw_prompt=[{"role": "system", "content": "x"}])

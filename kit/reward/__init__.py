@@ -38,7 +38,9 @@ degrees: ``30^\circ`` vs ``30``       correct (``^\circ``, ``^{\circ}``, ``°``,
                                       units are never converted.
 units: ``5`` vs ``5\text{ cm}``       correct: one trailing ``\text{}``/``\mathrm{}``/
                                       ``\mbox{}`` group without digits (optionally ``^2``)
-                                      is dropped; bare letters (``5 cm``) are variables, wrong.
+                                      is dropped; bare unit words math_verify knows (``5 cm``)
+                                      are dropped by it; other letters are variables (``5x``
+                                      vs ``5`` wrong).
 ``3`` vs ``x=3``                      correct when the left side is a single name (``x``,
                                       ``a_1``, ``\theta``, ``f(2)``); an equation with
                                       anything else on the left (``2x-y+5=0`` vs ``0``) is

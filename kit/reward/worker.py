@@ -7,7 +7,8 @@ prints goes to stderr, so it cannot corrupt the protocol.
 
 Limits inside the worker: a soft alarm (``setitimer``) of ``soft_s`` seconds interrupts
 Python-level work and answers ``timeout`` while keeping the worker alive; ``RLIMIT_AS`` caps
-its address space (a ``MemoryError`` answers ``timeout`` with detail ``memory_limit`` and the
+its address space (a ``MemoryError``, or a peak within 2 MiB of the cap, since math_verify
+swallows ``MemoryError`` and answers False, gives ``timeout`` with detail ``memory_limit``; the
 worker then exits to be replaced). Work stuck in C code ignores the alarm: the pool's hard kill
 (:class:`kit.reward.pool.Verifier`) ends it. The worker dies with its parent (``PDEATHSIG``)
 and exits when stdin closes.
@@ -23,6 +24,9 @@ import resource
 import signal
 import sys
 import time
+
+
+_NEAR_CAP = 2 * 1024 * 1024  # a peak this close to RLIMIT_AS counts as hitting it
 
 
 class SoftTimeout(BaseException):
@@ -60,6 +64,14 @@ def _grade(grade_math, req: dict) -> tuple[str, str]:
         return "parse_error", f"exception:{type(e).__name__}"
 
 
+def _vm_peak_bytes() -> int:
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmPeak"))
+    except (OSError, StopIteration, ValueError):
+        return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__)
     ap.add_argument("--memory-mb", type=int, default=1024)
@@ -71,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     from kit.reward.mathcheck import grade_math
 
     grade_math("1", "1")  # warm the parser caches before declaring ready
-    if args.memory_mb > 0:
-        cap = args.memory_mb * 1024 * 1024
+    cap = args.memory_mb * 1024 * 1024 if args.memory_mb > 0 else 0
+    if cap:
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
     signal.signal(signal.SIGALRM, _on_alarm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a notebook's Ctrl-C is for the parent
@@ -85,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
             req = json.loads(line)
             t0 = time.perf_counter()
             reason, detail = _grade(grade_math, req)
+            if cap and _vm_peak_bytes() >= cap - _NEAR_CAP:
+                # math_verify catches MemoryError itself and answers False: a peak at the cap
+                # means the verdict is not trustworthy
+                reason, detail = "timeout", "memory_limit"
             out = {"id": req["id"], "reason": reason, "detail": detail,
                    "seconds": time.perf_counter() - t0}
             proto.write(json.dumps(out) + "\n")

@@ -1,0 +1,51 @@
+"""Final-answer extraction: last box, answer block first, never tool output."""
+
+import pytest
+
+from kit.prompts import ANSWER_CLOSE, ANSWER_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, render_tool_responses
+from kit.reward import boxed_contents, extract_final_answer
+
+
+def test_last_box_wins_and_nested_braces():
+    assert extract_final_answer(r"\boxed{1} then \boxed{\frac{1}{\sqrt{2}}}") == r"\frac{1}{\sqrt{2}}"
+    assert boxed_contents(r"\boxed{a\{b\}c} \fbox{2} \boxed 7") == [r"a\{b\}c", "2", "7"]
+
+
+def test_answer_block_box_beats_later_text_box():
+    r = f"{ANSWER_OPEN} so \\boxed{{9}} {ANSWER_CLOSE} later I doubt it \\boxed{{4}}"
+    assert extract_final_answer(r) == "9"
+
+
+def test_answer_block_without_box_falls_back_to_model_text_box():
+    r = f"reasoning \\boxed{{6}} {ANSWER_OPEN} six {ANSWER_CLOSE}"
+    assert extract_final_answer(r) == "6"
+
+
+def test_tool_output_and_tool_code_are_never_the_answer():
+    feedback = render_tool_responses(["stdout: \\boxed{12}"])
+    r = f"let me compute {TOOL_CALL_OPEN}print('\\\\boxed{{12}}'){TOOL_CALL_CLOSE}{feedback}<reason>so"
+    assert extract_final_answer(r) is None
+    assert extract_final_answer(r + " \\boxed{13}") == "13"
+    # an unclosed tool response (truncated) is removed to the end
+    assert extract_final_answer("\\boxed{5} <tool_response> \\boxed{6}") == "5"
+
+
+@pytest.mark.parametrize("text", [r"\boxed{12", r"\boxed{}", r"\boxed12", "**41**", "the answer is 41"])
+def test_strict_mode_needs_a_complete_box(text):
+    assert extract_final_answer(text) is None
+
+
+@pytest.mark.parametrize("text,expected", [
+    ("so the final answer is 41.", "41"),
+    ("Answer: $\\frac{1}{2}$", "\\frac{1}{2}"),
+    ("**41**", "41"),
+    (f"{ANSWER_OPEN} 17 {ANSWER_CLOSE}", "17"),
+    ("nothing here", None),
+])
+def test_fallback_mode(text, expected):
+    assert extract_final_answer(text, fallback=True) == expected
+
+
+def test_bad_type_is_a_clear_error():
+    with pytest.raises(TypeError, match="response must be str"):
+        extract_final_answer(None)

@@ -1,0 +1,118 @@
+"""The lenient-case policy table of kit.reward's docstring, one test per row (in-process)."""
+
+import pytest
+
+from kit.reward import grade_answer
+from kit.reward.rules import normalize, to_decimal
+
+
+def ok(gold, answer):
+    reason, _ = grade_answer(gold, answer)
+    return reason == "correct"
+
+
+@pytest.mark.parametrize("gold,answer,expected", [
+    ("25", r"25\%", True), (r"25\%", "25", True), (r"25\%", "0.25", False), ("25", "25%", True),
+])
+def test_percent(gold, answer, expected):
+    assert ok(gold, answer) is expected
+
+
+@pytest.mark.parametrize("gold,answer,expected", [
+    (r"30^\circ", "30", True), ("30", r"30^{\circ}", True), ("30", "30°", True),
+    (r"30^\circ", r"\frac{\pi}{6}", False), (r"30^\circ", "31", False),
+])
+def test_degrees(gold, answer, expected):
+    assert ok(gold, answer) is expected
+
+
+@pytest.mark.parametrize("gold,answer,expected", [
+    ("5", r"5\text{ cm}", True), ("5", r"5\mathrm{cm}^2", True), (r"5.4 \text{ cents}", "5.4", True),
+    (r"\frac{270}7\text{ degrees}", r"\frac{270}{7}", True), ("5", "5 cm", True), ("5", "5x", False),
+    (r"\text{Evelyn}", r"\text{Evelyn}", True), (r"\text{Evelyn}", r"\text{Navin}", False),
+])
+def test_units_in_text(gold, answer, expected):
+    assert ok(gold, answer) is expected
+
+
+@pytest.mark.parametrize("gold,answer,expected", [
+    ("3", "x=3", True), ("3", r"\theta = 3", True), ("3", "a_1 = 3", True), ("7", "f(2)=7", True),
+    ("x=5", "5", True), ("0", "2x-y+5=0", False), ("3", "x+y=3", False), ("3", "x=4", False),
+    ("y = 2x + 3", "y=2x+3", True), ("y=2x+5", "2x-y+5=0", True), ("2x-y+5=0", "x+3y+7=0", False),
+    ("2x-y+5=0", "4x-2y+10=0", True),
+])
+def test_assignments_and_equations(gold, answer, expected):
+    assert ok(gold, answer) is expected
+
+
+@pytest.mark.parametrize("gold,answer,expected", [
+    (r"\frac{\sqrt{2}}{2}", r"\dfrac{\sqrt{2}}{2}", True), (r"\dfrac{3}{4}", r"\tfrac34", True),
+    (r"\frac{\sqrt{2}}{2}", r"\frac{1}{\sqrt{2}}", True), (r"\frac{\sqrt{2}}{2}", r"\dfrac{\sqrt{3}}{2}", False),
+])
+def test_dfrac(gold, answer, expected):
+    assert ok(gold, answer) is expected
+
+
+@pytest.mark.parametrize("gold,answer,expected", [
+    ("4200", "4.2e3", True), ("4200", "4.2E+3", True), ("4200", r"4.2\times 10^{3}", True),
+    ("4200", r"4.2 \cdot 10^3", True), ("4200", "4.2e2", False), ("3.1", "3.1e99999999", False),
+    ("0.00042", "4.2e-4", True), ("3", r"3.1\times10^{99999999}+1", False),
+])
+def test_scientific_notation(gold, answer, expected):
+    assert ok(gold, answer) is expected
+
+
+@pytest.mark.parametrize("gold,answer,expected", [
+    ("C", "C", True), ("C", "(C)", True), ("C", r"\text{C}", True), ("C", r"\textbf{(C)}", True),
+    ("C", "c", True), ("C", "D", False), (r"\text{(C)}", "C", True), ("B", "42", False),
+])
+def test_choice_letters(gold, answer, expected):
+    assert ok(gold, answer) is expected
+
+
+@pytest.mark.parametrize("gold,answer,expected", [
+    ("2,500", "2500", True), ("2500", "2,500", True), (r"10,\!080", "10080", True),
+    ("1000", "1{,}000", True), ("10000", r"10\,000", True), ("0,1", "1", False), ("0,1", "0.1", False),
+    ("05", "5", True), ("+5", "5", True), ("0.50", "0.5", True), ("3.14159265", "3.1415927", False),
+    (r"\$32,\!348", "32348", True), ("-3", "-3", True), ("-3", "3", False),
+])
+def test_plain_numbers_and_thousands(gold, answer, expected):
+    assert ok(gold, answer) is expected
+
+
+@pytest.mark.parametrize("gold,answer,expected", [
+    (r"\frac{1}{2^{60}}", r"\frac{1}{2^{59}}", False),
+    (r"\left( \frac{1}{2^{60}}, 1 \right)", r"(\frac{1}{2^{59}}, 1)", False),
+    (r"\{1, 2^{-60}\}", r"\{2^{-59}, 1\}", False),
+    (r"\frac{1}{2^{60}}", r"2^{-60}", True),
+    ("0.5", r"\frac{1}{2}", True), (r"\frac{1}{3}", "0.3333333", True),
+])
+def test_relative_tolerance(gold, answer, expected):
+    assert ok(gold, answer) is expected
+
+
+@pytest.mark.parametrize("gold,answer,expected", [
+    (r"\pm 7", "7", False), (r"\pm 7", "7,-7", True), (r"\pm 7", r"\pm 7", True), ("7", r"\pm 7", False),
+    (r"\{1\pm\sqrt{5},-2\}", r"-2, 1+\sqrt5, 1-\sqrt5", True),
+])
+def test_plus_minus(gold, answer, expected):
+    assert ok(gold, answer) is expected
+
+
+@pytest.mark.parametrize("answer", [r"7^{7^{7^{7^7}}}", r"2^{10^{100}}", r"10^{9000}!",
+                                    r"\binom{10^{8}}{5\cdot 10^{7}}", r"\frac{2^{10000000}}{2^{9999999}}"])
+def test_huge_numbers_are_wrong_without_evaluation(answer):
+    assert grade_answer("3", answer) == ("wrong", "too_large")
+
+
+@pytest.mark.parametrize("answer", [r"5\sqrt(3)", r"5\frac{1}", "5+", r"5\sqrt"])
+def test_malformed_latex_never_drops_a_factor(answer):
+    reason, _ = grade_answer("5", answer)
+    assert reason in {"parse_error", "wrong"}
+
+
+def test_normalize_and_decimal_helpers():
+    assert normalize(r"\$1{,}000\text{ dollars}") == "1000"
+    assert normalize(r"\left(1,2\right)") == "(1,2)"
+    assert to_decimal(r"4.2\times 10^{3}") == 4200
+    assert to_decimal("x") is None and to_decimal("1e" + "9" * 30) is None

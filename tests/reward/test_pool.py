@@ -1,0 +1,85 @@
+"""The killable worker pool: hard kill and replacement, memory cap, clear errors."""
+
+import time
+
+import pytest
+
+from kit.reward import Verifier, VerifierError, count_reasons, verify_batch
+
+SLOW = r"\boxed{\frac{(x+1)^{300}-(x-1)^{300}}{x}}"  # ~2 s of sympy on this machine
+BIG = r"\boxed{\frac{(x+1)^{900}-(x-1)^{900}}{x}}"  # expands to hundreds of big-integer terms
+
+
+def test_hard_kill_replaces_the_worker_and_the_pool_stays_healthy():
+    # soft alarm set after the hard deadline, so only the parent's SIGKILL can end the item
+    with Verifier(1, timeout_s=0.5, soft_fraction=10.0) as v:
+        assert v.verify("1", r"\boxed{\frac{2}{2}}").correct
+        before = v.worker_pids()
+        t = time.monotonic()
+        verdict = v.verify("3", SLOW)
+        assert time.monotonic() - t < 0.5 + 1.0
+        assert (verdict.correct, verdict.reason, verdict.detail) == (False, "timeout", "hard_kill")
+        assert v.stats["hard_kills"] == 1
+        assert v.verify("1", r"\boxed{\frac{3}{3}}").correct  # a fresh worker answers
+        assert v.worker_pids() != before
+
+
+def test_soft_alarm_keeps_the_worker():
+    with Verifier(1, timeout_s=0.5) as v:
+        v.verify("1", r"\boxed{\frac{2}{2}}")
+        pid = v.worker_pids()
+        verdict = v.verify("3", SLOW)
+        assert verdict.reason == "timeout" and verdict.detail == "soft_alarm"
+        assert v.worker_pids() == pid and v.stats["hard_kills"] == 0
+
+
+def _vm_size_mb(pid):
+    with open(f"/proc/{pid}/status") as f:
+        return next(int(line.split()[1]) for line in f if line.startswith("VmSize")) // 1024
+
+
+def test_memory_cap_is_a_timeout_and_the_worker_is_replaced():
+    with Verifier(1, timeout_s=20.0) as probe:  # measure a warm worker's address space here
+        probe.verify("1", r"\boxed{\frac{2}{2}}")
+        base = _vm_size_mb(probe.worker_pids()[0])
+    with Verifier(1, timeout_s=20.0, memory_mb=base + 8) as v:
+        assert v.verify("1", r"\boxed{\frac{2}{2}}").correct  # small items fit under the cap
+        t = time.monotonic()
+        verdict = v.verify("3", BIG)  # needs tens of MB more
+        assert (verdict.reason, verdict.detail) == ("timeout", "memory_limit")
+        assert time.monotonic() - t < 2.0
+        assert v.verify("1", r"\boxed{\frac{3}{3}}").correct  # replaced worker
+        assert v.stats["deaths"] >= 1
+
+
+def test_batch_counts_reasons_and_keeps_order(pool):
+    pairs = [("1", r"\boxed{\frac{2}{2}}"), ("2", r"\boxed{3}"), ("3", "none"), ("5", r"\boxed{5\sqrt(3)}"),
+             (r"\frac12", r"\boxed{0.5}")]
+    vs = pool.verify_batch(pairs)
+    assert [v.reason for v in vs] == ["correct", "wrong", "no_answer", "parse_error", "correct"]
+    assert count_reasons(vs) == {"correct": 2, "wrong": 1, "no_answer": 1, "timeout": 0, "parse_error": 1}
+
+
+def test_bad_input_names_the_pair(pool):
+    with pytest.raises(TypeError, match=r"pairs\[1\]: response must be str"):
+        pool.verify_batch([("1", r"\boxed{1}"), ("2", None)])
+    with pytest.raises(TypeError, match="gold must be str or int"):
+        verify_batch([(1.5, r"\boxed{1}")], workers=1)
+
+
+def test_closed_pool_raises():
+    v = Verifier(1)
+    v.start()
+    v.close()
+    with pytest.raises(VerifierError, match="closed"):
+        v.submit("1", "1").result(timeout=5)
+
+
+def test_workers_that_cannot_start_mark_the_pool_broken(monkeypatch):
+    monkeypatch.setenv("PYTHONPATH", "/nonexistent")
+    v = Verifier(1, max_start_failures=2)
+    monkeypatch.setattr("kit.reward.pool._REPO_ROOT", "/nonexistent")
+    monkeypatch.setattr("sys.executable", "/bin/false")
+    with v:
+        with pytest.raises(VerifierError, match="fail to start"):
+            v.submit("1", "2").result(timeout=30)

@@ -1,0 +1,72 @@
+"""B-STaR balance score: exploration vs exploitation of a sampling step (Zeng et al., ICLR 2025,
+"B-STaR: Monitoring and Balancing Exploration and Exploitation in Self-Taught Reasoners", §4).
+
+Per query with n samples, ``c`` of them correct and ``u`` distinct correct responses:
+
+    balance = min(u / n_star, 1) * (c / n)
+
+The first factor rewards exploration (enough *different* correct solutions, saturating at
+``n_star``), the second exploitation (a high share of correct samples). The step score is the
+mean over queries. Here it is a monitoring metric of RL steps (logged beside accuracy), not a
+knob: B-STaR itself tunes temperature and reward thresholds to maximise it.
+
+"Distinct" compares responses by a key (default: the response text with whitespace removed),
+since math answers of correct samples are all equal by construction.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+
+def _default_key(response: str) -> str:
+    return "".join(str(response).split())
+
+
+def balance_score(correct: Sequence[bool], responses: Sequence[str], n_star: int = 4,
+                  key: Callable[[str], object] = _default_key) -> float:
+    """Balance score of one query's ``n`` samples.
+
+    Args:
+        correct: (n,) correctness of each sample.
+        responses: (n,) response texts (or any value ``key`` maps to a hashable).
+        n_star: distinct correct responses at which exploration saturates (B-STaR's n*).
+        key: maps a response to its identity for "distinct".
+    Returns:
+        A float in [0, 1]; 0 when nothing is correct or n = 0.
+    Raises:
+        ValueError: lengths differ or n_star < 1.
+    Example:
+        >>> balance_score([1, 1, 0, 1], ["a", "b", "c", "a"], n_star=4)
+        0.375
+    """
+    if len(correct) != len(responses):
+        raise ValueError(f"{len(correct)} correctness flags but {len(responses)} responses")
+    if n_star < 1:
+        raise ValueError(f"n_star must be >= 1, got {n_star}")
+    n = len(correct)
+    if n == 0:
+        return 0.0
+    good = [key(r) for c, r in zip(correct, responses, strict=True) if c]
+    return min(len(set(good)) / n_star, 1.0) * (len(good) / n)
+
+
+def balance_score_step(correct: Sequence[Sequence[bool]], responses: Sequence[Sequence[str]], n_star: int = 4,
+                       key: Callable[[str], object] = _default_key) -> float:
+    """Mean balance score over the P queries of one RL step.
+
+    Args:
+        correct: (P, G) correctness.
+        responses: (P, G) response texts.
+    Returns:
+        The mean over queries (NaN when P = 0).
+    Raises:
+        ValueError: P differs between the two arguments.
+    """
+    if len(correct) != len(responses):
+        raise ValueError(f"{len(correct)} correctness rows but {len(responses)} response rows")
+    if not correct:
+        return float("nan")
+    return float(np.mean([balance_score(c, r, n_star, key) for c, r in zip(correct, responses, strict=True)]))

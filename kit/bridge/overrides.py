@@ -1,0 +1,232 @@
+"""The one map from kit settings to VERL 0.9.1 Hydra overrides (``python -m verl.trainer.main_ppo``).
+
+``to_hydra_overrides(config, stage)`` returns ``key=value`` strings for the report's recipe
+(rStar2-Agent §4.3; values from ``kit.config`` and the profile): SGLang async multi-turn rollout
+through the kit's agent loop (``kit.bridge.agent_loop``, registered as ``rstar2_kit``),
+``rollout.n = G`` with 2G oversampling and RoC in the v1 trainer's custom sampler
+(``kit.bridge.roc_hook``; why there is written in that module), the kit reward function
+(``kit.bridge.reward_fn``), GRPO advantage, Clip-Higher 0.2/0.28 with VERL's dual clip c = 3,
+token-mean loss, no KL and no entropy term, lr 1e-6, one optimizer step per RL step, and the
+stage's response length, turn limit, step count and checkpoint resumption:
+
+* stage1 starts from ``model_path`` (the SFT checkpoint) and saves under ``run_dir/checkpoints``;
+* stage2 resumes model and optimizer from ``global_step_<stage1 steps>``;
+* stage3 resumes only the model weights from the end of stage 2 (``reset_optimizer``) and trains
+  on the hard subset (its own ``train_files``).
+
+``trainer.total_training_steps`` is cumulative (300, 385, 510 for the paper) because VERL
+resumes its step counter from the checkpoint folder name. Every override is checked against
+VERL's composed config by ``tests/bridge/test_overrides.py`` and pinned by golden files in
+``tests/bridge/golden/``. Keys VERL's YAML lacks carry a ``+``.
+
+What it does not do: write the files it names (``kit.recipe`` writes the agent-loop YAML and
+the parquet files), choose a cluster layout for you (``n_gpus_per_node``, ``nnodes``,
+``rollout_tp`` are arguments), or set VERL's chat template (the kit agent loop renders prompts
+from ``kit.prompts`` itself).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import PurePosixPath
+from typing import Any
+
+STAGES = ("stage1", "stage2", "stage3")
+AGENT_NAME = "rstar2_kit"  # kit.bridge.agent_loop.AGENT_NAME (kept literal: that module imports verl)
+ROC_SAMPLER = ("pkg://kit.bridge.roc_hook", "RocReplayBuffer")
+ROC_MANAGER = "kit.bridge.roc_hook.RocAgentLoopManager"
+REWARD_FN = ("pkg://kit.bridge.reward_fn", "compute_score")
+
+
+@dataclass(frozen=True)
+class RecipePaths:
+    """Files a VERL run reads or writes, derived from ``run_dir`` unless given."""
+
+    run_dir: str
+    train_files: str
+    val_files: str
+    agent_loop_config: str
+    checkpoints: str
+
+    @classmethod
+    def default(cls, run_dir: str, stage: str, train_files: str | None = None,
+                val_files: str | None = None) -> RecipePaths:
+        d = PurePosixPath(run_dir)
+        return cls(
+            run_dir=str(d),
+            train_files=train_files or str(d / "verl" / f"{stage}_train.parquet"),
+            val_files=val_files or str(d / "verl" / "val.parquet"),
+            agent_loop_config=str(d / "verl" / "agent_loop.yaml"),
+            checkpoints=str(d / "checkpoints"),
+        )
+
+
+def stage_step_offset(config: Any, stage: str) -> int:
+    """Global steps done before ``stage`` (sum of the earlier stages' ``steps``)."""
+    _check_stage(stage)
+    return sum(getattr(config.stages, s).steps for s in STAGES[: STAGES.index(stage)])
+
+
+def _check_stage(stage: str) -> None:
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, bool):
+        return "True" if v else "False"
+    if isinstance(v, float):
+        return repr(v)
+    if isinstance(v, list | tuple):
+        return "[" + ",".join(_fmt(x) for x in v) + "]"
+    return str(v)
+
+
+def to_hydra_overrides(
+    config: Any,
+    stage: str,
+    *,
+    paths: RecipePaths | None = None,
+    model_path: str | None = None,
+    n_gpus_per_node: int = 8,
+    nnodes: int = 1,
+    rollout_tp: int = 4,
+    gpu_memory_utilization: float = 0.8,
+    save_freq: int = 50,
+    test_freq: int = 50,
+    logger: tuple[str, ...] = ("console",),
+) -> list[str]:
+    """Hydra overrides for ``python -m verl.trainer.main_ppo`` running one kit stage.
+
+    Args:
+        config: a ``kit.config.KitConfig`` (e.g. ``load("paper-14b")``).
+        stage: ``"stage1"``, ``"stage2"`` or ``"stage3"`` (report §4.3).
+        paths: files of the run; default :meth:`RecipePaths.default` under ``config.run_dir``
+            (``runs/<profile>`` when empty).
+        model_path: policy to start stage 1 from (the SFT checkpoint); default
+            ``config.model.name_or_path``. Later stages load it only for the architecture and
+            tokenizer; weights come from the checkpoint.
+        n_gpus_per_node, nnodes: cluster layout (the report used 64 MI300X = 8 x 8).
+        rollout_tp: SGLang tensor parallel size per replica (4 in the release for 14B).
+        gpu_memory_utilization: SGLang's KV-cache share of GPU memory (0.8 in the release).
+        save_freq, test_freq: checkpoint and validation every that many steps (the last step
+            of a stage is always saved).
+        logger: VERL loggers (``console``, ``wandb``, ...).
+    Returns:
+        list of ``key=value`` strings, in a fixed order (golden-file friendly).
+    Raises:
+        ValueError: unknown stage, or RoC settings that cannot keep G of 2G.
+    """
+    _check_stage(stage)
+    a, r, st = config.algorithm, config.rollout, getattr(config.stages, stage)
+    G, oversample, P = a.group_size, a.oversample, a.prompts_per_step
+    roc = a.name == "grpo_roc"
+    if roc and oversample < G:
+        raise ValueError(f"algorithm.oversample ({oversample}) must be >= algorithm.group_size ({G}) for RoC")
+    if roc and a.min_positive + a.min_negative > G:
+        raise ValueError(f"algorithm.min_positive + min_negative ({a.min_positive + a.min_negative}) > group_size ({G})")
+    paths = paths or RecipePaths.default(config.run_dir or f"runs/{config.profile}", stage)
+    max_seq = r.max_prompt_tokens + st.max_response_tokens
+    offset = stage_step_offset(config, stage)
+    out: list[tuple[str, Any]] = [
+        # data (report §4.2 pools, written to parquet by kit.recipe)
+        ("data.train_files", paths.train_files),
+        ("data.val_files", paths.val_files),
+        ("data.train_batch_size", P),
+        ("data.max_prompt_length", r.max_prompt_tokens),
+        ("data.max_response_length", st.max_response_tokens),
+        ("data.return_raw_chat", True),
+        ("data.filter_overlong_prompts", True),
+        ("data.truncation", "error"),
+        ("data.seed", config.seed),
+        # policy and optimizer (report §4.3)
+        ("actor_rollout_ref.model.path", model_path or config.model.name_or_path),
+        ("actor_rollout_ref.model.use_remove_padding", True),
+        ("actor_rollout_ref.model.enable_gradient_checkpointing", True),
+        ("actor_rollout_ref.actor.optim.lr", float(a.lr)),
+        ("actor_rollout_ref.actor.optim.lr_warmup_steps", a.warmup_steps),
+        ("actor_rollout_ref.actor.optim.weight_decay", float(a.weight_decay)),
+        ("actor_rollout_ref.actor.optim.clip_grad", float(a.grad_clip)),
+        ("actor_rollout_ref.actor.ppo_mini_batch_size", P),
+        ("actor_rollout_ref.actor.ppo_epochs", a.ppo_epochs),
+        ("actor_rollout_ref.actor.use_dynamic_bsz", True),
+        ("actor_rollout_ref.actor.ppo_max_token_len_per_gpu", max_seq),
+        # GRPO loss (report §2.2.1): Clip-Higher, token-mean, no KL, no entropy
+        ("actor_rollout_ref.actor.policy_loss.loss_mode", "vanilla"),
+        ("actor_rollout_ref.actor.clip_ratio_low", float(a.clip_ratio_low)),
+        ("actor_rollout_ref.actor.clip_ratio_high", float(a.clip_ratio_high)),
+        ("actor_rollout_ref.actor.clip_ratio_c", float(a.clip_ratio_c)),
+        ("actor_rollout_ref.actor.loss_agg_mode", a.loss_agg_mode),
+        ("actor_rollout_ref.actor.use_kl_loss", a.kl_coef > 0),
+        ("actor_rollout_ref.actor.kl_loss_coef", float(a.kl_coef)),
+        ("actor_rollout_ref.actor.entropy_coeff", float(a.entropy_coef)),
+        ("algorithm.adv_estimator", "grpo"),
+        ("algorithm.norm_adv_by_std_in_grpo", True),
+        ("algorithm.use_kl_in_reward", False),
+        # rollout: SGLang, async multi-turn agent loop of the kit (report §2.1, §3)
+        ("actor_rollout_ref.rollout.name", "sglang"),
+        ("actor_rollout_ref.rollout.mode", "async"),
+        ("actor_rollout_ref.rollout.n", G),
+        ("actor_rollout_ref.rollout.temperature", float(r.temperature)),
+        ("actor_rollout_ref.rollout.top_p", float(r.top_p)),
+        ("actor_rollout_ref.rollout.tensor_model_parallel_size", rollout_tp),
+        ("actor_rollout_ref.rollout.gpu_memory_utilization", float(gpu_memory_utilization)),
+        ("actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu", max_seq),
+        ("actor_rollout_ref.rollout.multi_turn.enable", True),
+        ("actor_rollout_ref.rollout.multi_turn.max_assistant_turns", st.max_turns),
+        ("actor_rollout_ref.rollout.agent.default_agent_loop", AGENT_NAME),
+        ("actor_rollout_ref.rollout.agent.agent_loop_config_path", paths.agent_loop_config),
+        ("actor_rollout_ref.rollout.val_kwargs.do_sample", True),
+        ("actor_rollout_ref.rollout.val_kwargs.temperature", float(config.eval.temperature)),
+        ("actor_rollout_ref.rollout.val_kwargs.top_p", float(config.eval.top_p)),
+        ("actor_rollout_ref.rollout.val_kwargs.n", config.eval.n_samples),
+        # reward: binary, kit.reward (report §2.2)
+        ("reward.custom_reward_function.path", REWARD_FN[0]),
+        ("reward.custom_reward_function.name", REWARD_FN[1]),
+        # trainer (v1, sync)
+        ("trainer.use_v1", True),
+        ("trainer.v1.trainer_mode", "sync"),
+        ("trainer.project_name", "rstar2-kit"),
+        ("trainer.experiment_name", f"{config.profile}-{stage}"),
+        ("trainer.logger", list(logger)),
+        ("trainer.n_gpus_per_node", n_gpus_per_node),
+        ("trainer.nnodes", nnodes),
+        ("trainer.total_training_steps", offset + st.steps),
+        ("trainer.total_epochs", 1000),
+        ("trainer.save_freq", save_freq),
+        ("trainer.test_freq", test_freq),
+        ("trainer.val_before_train", False),
+        ("trainer.default_local_dir", paths.checkpoints),
+    ]
+    if stage == "stage1":
+        out.append(("trainer.resume_mode", "disable"))
+    else:
+        out += [("trainer.resume_mode", "resume_path"),
+                ("trainer.resume_from_path", f"{paths.checkpoints}/global_step_{offset}")]
+        if st.reset_optimizer:
+            out.append(("actor_rollout_ref.actor.checkpoint.load_contents", ["model"]))
+    if roc:
+        out += [
+            ("+actor_rollout_ref.rollout.agent.agent_loop_manager_class", ROC_MANAGER),
+            ("trainer.v1.sampler.custom_sampler.path", ROC_SAMPLER[0]),
+            ("trainer.v1.sampler.custom_sampler.name", ROC_SAMPLER[1]),
+            ("+trainer.v1.sampler.sampler_kwargs.group_size", G),
+            ("+trainer.v1.sampler.sampler_kwargs.oversample", oversample),
+            ("+trainer.v1.sampler.sampler_kwargs.train_batch_size", P),
+            ("+trainer.v1.sampler.sampler_kwargs.mode", a.roc_mode),
+            ("+trainer.v1.sampler.sampler_kwargs.use_error_ratio", a.roc_use_error_ratio),
+            ("+trainer.v1.sampler.sampler_kwargs.use_answer_format", a.roc_use_answer_format),
+            ("+trainer.v1.sampler.sampler_kwargs.min_positive", a.min_positive),
+            ("+trainer.v1.sampler.sampler_kwargs.min_negative", a.min_negative),
+            ("+trainer.v1.sampler.sampler_kwargs.drop_equal_reward_groups", a.drop_equal_reward_groups),
+            ("+trainer.v1.sampler.sampler_kwargs.reading", "counters"),
+            ("+trainer.v1.sampler.sampler_kwargs.seed", config.seed),
+        ]
+        if a.drop_equal_reward_groups:
+            out.append(("data.gen_batch_size", 1))  # exact refill of dropped groups, one prompt at a time
+    return [f"{k}={_fmt(v)}" for k, v in out]
+
+
+def command(overrides: list[str], python: str = "python3") -> list[str]:
+    """argv of the VERL launch: ``python -m verl.trainer.main_ppo <overrides>``."""
+    return [python, "-m", "verl.trainer.main_ppo", *overrides]

@@ -1,0 +1,104 @@
+"""Hydra overrides for VERL: golden files, and every key accepted by VERL 0.9.1's own config.
+
+Regenerate the golden files after an intended change with
+``KIT_UPDATE_GOLDEN=1 .venv/bin/python -m pytest tests/bridge/test_overrides.py`` and review the diff.
+"""
+
+import os
+from pathlib import Path
+
+import pytest
+
+from kit.bridge.overrides import RecipePaths, command, stage_step_offset, to_hydra_overrides
+from kit.config import load
+
+GOLDEN = Path(__file__).parent / "golden"
+CASES = [("paper-14b", "stage1"), ("paper-14b", "stage2"), ("paper-14b", "stage3"), ("paper-32b", "stage1")]
+
+
+def _overrides(profile, stage):
+    cfg = load(profile, write=False)
+    return to_hydra_overrides(cfg, stage, paths=RecipePaths.default("/RUN", stage), model_path="/MODELS/sft")
+
+
+@pytest.mark.parametrize(("profile", "stage"), CASES)
+def test_overrides_match_golden_file(profile, stage):
+    text = "\n".join(_overrides(profile, stage)) + "\n"
+    path = GOLDEN / f"{profile}_{stage}.txt"
+    if os.environ.get("KIT_UPDATE_GOLDEN"):
+        path.write_text(text)
+    assert path.exists(), f"missing golden file {path}; run with KIT_UPDATE_GOLDEN=1"
+    assert text == path.read_text()
+
+
+@pytest.fixture(scope="module")
+def composed():
+    """VERL's ppo_trainer config composed with our overrides, for each case (hydra, no Ray)."""
+    from hydra import compose, initialize_config_module
+
+    out = {}
+    with initialize_config_module("verl.trainer.config", version_base=None):
+        for profile, stage in CASES:
+            out[(profile, stage)] = compose(config_name="ppo_trainer", overrides=_overrides(profile, stage))
+    return out
+
+
+def test_every_key_exists_in_verl_config_and_values_land(composed):
+    c = composed[("paper-14b", "stage1")]
+    a = c.actor_rollout_ref
+    assert (a.rollout.name, a.rollout.mode, a.rollout.n) == ("sglang", "async", 16)
+    assert c.trainer.v1.sampler.sampler_kwargs.oversample == 32 and c.data.train_batch_size == 512
+    assert (a.actor.clip_ratio_low, a.actor.clip_ratio_high, a.actor.loss_agg_mode) == (0.2, 0.28, "token-mean")
+    assert a.actor.optim.lr == 1e-6 and not a.actor.use_kl_loss and a.actor.entropy_coeff == 0
+    assert not c.algorithm.use_kl_in_reward and c.algorithm.adv_estimator == "grpo"
+    assert c.data.max_response_length == 8192 and a.rollout.multi_turn.max_assistant_turns == 10
+    assert a.rollout.agent.agent_loop_manager_class == "kit.bridge.roc_hook.RocAgentLoopManager"
+    assert c.trainer.v1.sampler.custom_sampler.name == "RocReplayBuffer"
+
+
+def test_stage_lengths_turns_steps_and_resumption(composed):
+    s2, s3 = composed[("paper-14b", "stage2")], composed[("paper-14b", "stage3")]
+    assert s2.data.max_response_length == 12288 and s3.data.max_response_length == 12288
+    assert s2.actor_rollout_ref.rollout.multi_turn.max_assistant_turns == 10
+    assert s3.actor_rollout_ref.rollout.multi_turn.max_assistant_turns == 15
+    assert (s2.trainer.total_training_steps, s3.trainer.total_training_steps) == (385, 510)
+    assert s2.trainer.resume_from_path == "/RUN/checkpoints/global_step_300"
+    assert list(s2.actor_rollout_ref.actor.checkpoint.load_contents) == ["model", "optimizer", "extra"]
+    assert s3.trainer.resume_from_path == "/RUN/checkpoints/global_step_385"
+    assert list(s3.actor_rollout_ref.actor.checkpoint.load_contents) == ["model"]  # reset optimizer
+
+
+def test_verl_accepts_the_config_objects(composed):
+    """VERL's own validation and dataclass conversion (what main_ppo does before starting Ray)."""
+    from verl.trainer.ppo.utils import need_critic, need_reference_policy
+    from verl.utils.config import omega_conf_to_dataclass, validate_config
+
+    c = composed[("paper-14b", "stage1")]
+    assert not need_reference_policy(c) and not need_critic(c)
+    validate_config(config=c, use_reference_policy=False, use_critic=False)
+    actor = omega_conf_to_dataclass(c.actor_rollout_ref.actor)
+    assert actor.rollout_n == 16 and actor.clip_ratio_c == 3.0
+    rollout = omega_conf_to_dataclass(c.actor_rollout_ref.rollout)
+    assert rollout.agent.agent_loop_manager_class.endswith("RocAgentLoopManager")
+
+
+def test_plain_grpo_ablation_has_no_roc_pieces():
+    cfg = load("paper-14b", write=False, overrides={"algorithm.name": "grpo"})
+    ov = to_hydra_overrides(cfg, "stage1")
+    assert not any("roc_hook" in o or "sampler_kwargs" in o for o in ov)
+    assert "actor_rollout_ref.rollout.n=16" in ov
+
+
+def test_bad_stage_and_bad_roc_settings_are_rejected():
+    cfg = load("paper-14b", write=False)
+    with pytest.raises(ValueError, match="unknown stage 'stage4'"):
+        to_hydra_overrides(cfg, "stage4")
+    bad = load("paper-14b", write=False, overrides={"algorithm.oversample": 8})
+    with pytest.raises(ValueError, match="oversample"):
+        to_hydra_overrides(bad, "stage1")
+
+
+def test_offsets_and_command():
+    cfg = load("paper-14b", write=False)
+    assert [stage_step_offset(cfg, s) for s in ("stage1", "stage2", "stage3")] == [0, 300, 385]
+    assert command(["a=1"], python="py")[:3] == ["py", "-m", "verl.trainer.main_ppo"]

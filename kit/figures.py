@@ -21,6 +21,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
@@ -271,6 +272,83 @@ def figure9_roc_ablation(metrics, *, smooth: int = 1, note: str = "") -> Figure:
     ax_len.set_title("RoC ablation, response length")
     _subtitle(fig, note)
     return fig
+
+
+class LiveCurves:
+    """Learning curves that redraw in place while a trainer runs; pass it as ``progress=``.
+
+    Each call receives one metrics row (a dict with ``x`` and the ``keys``); every ``every`` rows
+    the figure is redrawn into one notebook output (``display_id``), titled with the step count,
+    the latest values and the elapsed time. A row holding ``"summary"`` ends the run: the final
+    curves are drawn and the summary kept in ``self.summary``. Outside a notebook nothing is
+    displayed (``figure()`` still works).
+
+    Args:
+        keys: metrics keys to plot, one axes each (e.g. ``("loss",)`` or ``("accuracy", "response_len_mean")``).
+        total: planned number of steps (for the title and the x range), or None.
+        every: redraw period in rows (drawing costs ~0.1 s).
+        x: the step key.
+        title: prefix of the figure title.
+    """
+
+    def __init__(self, keys: Sequence[str], total: int | None = None, every: int = 10, x: str = "step",
+                 title: str = ""):
+        if not keys:
+            raise ValueError("LiveCurves needs at least one metrics key")
+        self.keys, self.total, self.every, self.x, self.title = tuple(keys), total, max(1, every), x, title
+        self.rows: list[dict] = []
+        self.summary: dict | None = None
+        self._handle = None
+        self._t0 = time.perf_counter()
+
+    def __call__(self, row: dict) -> None:
+        if "summary" in row:
+            self.summary = row["summary"]
+            self.draw()
+            return
+        self.rows.append(row)
+        if len(self.rows) % self.every == 0 or (self.total is not None and row.get(self.x) == self.total):
+            self.draw()
+
+    def status(self) -> str:
+        """``"<title> step 40/500  loss 0.512  (12 s)"`` for the latest row."""
+        if not self.rows:
+            return f"{self.title} waiting for the first step".strip()
+        last = self.rows[-1]
+        of = f"/{self.total}" if self.total else ""
+        vals = "  ".join(f"{k} {last[k]:.4g}" for k in self.keys if isinstance(last.get(k), int | float))
+        return f"{self.title} {self.x} {last.get(self.x)}{of}  {vals}  ({time.perf_counter() - self._t0:.0f} s)".strip()
+
+    def figure(self) -> Figure:
+        """The current curves (one axes per key) as a Figure."""
+        fig = Figure(figsize=(3.6 * len(self.keys), 2.8), layout="constrained")
+        axes = np.atleast_1d(fig.subplots(1, len(self.keys)))
+        xs = [r.get(self.x) for r in self.rows]
+        for ax, key in zip(axes, self.keys, strict=True):
+            ys = [r.get(key, np.nan) if r.get(key) is not None else np.nan for r in self.rows]
+            ax.plot(xs, ys, lw=1.2)
+            ax.set_xlabel(self.x)
+            ax.set_ylabel(key)
+            if self.total:
+                ax.set_xlim(0, self.total)
+            ax.grid(alpha=0.3)
+        fig.suptitle(self.status(), fontsize=9)
+        return fig
+
+    def draw(self) -> None:
+        """Redraw into the notebook output (no-op outside IPython)."""
+        try:
+            from IPython import get_ipython
+            from IPython.display import display
+        except ImportError:  # pragma: no cover - IPython is a dependency
+            return
+        if get_ipython() is None:
+            return
+        fig = self.figure()
+        if self._handle is None:
+            self._handle = display(fig, display_id=True)
+        else:
+            self._handle.update(fig)
 
 
 def save_figure(fig: Figure, out_dir: str | os.PathLike, name: str, formats: Sequence[str] = ("png", "pdf"),

@@ -142,6 +142,63 @@ def standard_series(layout: Layout, seed: int = 0, notebook_dir: Path = NOTEBOOK
     return runs
 
 
+# --------------------------------------------------------------------------- preflight
+
+#: Data files the tiny chain reads (relative to the data directory); all are required.
+REQUIRED_DATA = (
+    "benchmarks/aime2024.json", "benchmarks/aime2025.jsonl", "benchmarks/math500.json", "benchmarks/hmmt2025.jsonl",
+    "train/dapo_math_17k.parquet", "train/gsm8k_train.jsonl", "train/project_euler_problems.txt",
+    "train/project_euler_answers.md", "train/aime_1983_2025.csv", "train/openmathreasoning_sample.jsonl",
+    "sft/glaive_toolcall_en_demo.json", "sft/toolace_sample.json", "sft/xlam_fc_sample.jsonl",
+    "sft/reason_tool_use_demo_50.jsonl",
+)
+PACKAGES = ("torch", "transformers", "tokenizers", "verl", "math-verify", "papermill", "nbconvert", "pandas",
+            "matplotlib")
+
+
+def preflight(data_dir: str = "") -> list[dict[str, str]]:
+    """Check what the chain needs before the expensive steps run.
+
+    Args:
+        data_dir: ``DataConfig.data_dir`` (empty: ``KIT_DATA_DIR`` or ``../shared/data``).
+    Returns:
+        Rows ``{"check", "status" ("ok" | "missing" | "warning"), "detail"}``: Python packages
+        (versions from their metadata, nothing heavy is imported), bubblewrap, xelatex, the core
+        count, and every file of :data:`REQUIRED_DATA`.
+    """
+    import importlib.metadata as md
+    import shutil
+
+    from kit.paths import data_dir as resolve_data_dir
+
+    rows = [{"check": "python", "status": "ok", "detail": sys.version.split()[0]},
+            {"check": "cpu cores", "status": "ok", "detail": str(os.cpu_count())}]
+    for pkg in PACKAGES:
+        try:
+            rows.append({"check": pkg, "status": "ok", "detail": md.version(pkg)})
+        except md.PackageNotFoundError:
+            rows.append({"check": pkg, "status": "missing", "detail": "pip install -e . (make setup)"})
+    bwrap = shutil.which("bwrap")
+    rows.append({"check": "bubblewrap (sandbox isolation)", "status": "ok" if bwrap else "missing",
+                 "detail": bwrap or "apt-get install bubblewrap (make setup)"})
+    tex = shutil.which("xelatex")
+    rows.append({"check": "xelatex (notebook PDF)", "status": "ok" if tex else "warning",
+                 "detail": tex or "absent: the report falls back to a figures-and-tables PDF"})
+    base = resolve_data_dir(data_dir or None)
+    for rel in REQUIRED_DATA:
+        p = base / rel
+        rows.append({"check": f"data: {rel}", "status": "ok" if p.exists() else "missing",
+                     "detail": str(p) if p.exists() else f"not found in {base} (set KIT_DATA_DIR; see README, Data)"})
+    return rows
+
+
+def require_preflight(rows: Sequence[dict[str, str]]) -> None:
+    """Raise ``RuntimeError`` listing every ``missing`` row of :func:`preflight` (warnings pass)."""
+    missing = [f"{r['check']}: {r['detail']}" for r in rows if r["status"] == "missing"]
+    if missing:
+        raise RuntimeError("preflight failed; missing:\n  " + "\n  ".join(missing))
+
+
 # --------------------------------------------------------------------------- state
 
 
@@ -177,8 +234,10 @@ def _write_state(layout: Layout, state: dict[str, Any]) -> None:
 
 
 def _is_finished(entry: dict[str, Any] | None, nb: NotebookRun, out: Path) -> tuple[bool, str]:
-    if not entry or entry.get("status") != "done":
-        return False, "not finished"
+    if not entry:
+        return False, "not run yet"
+    if entry.get("status") != "done":
+        return False, f"{entry.get('status', 'unfinished')} last time"
     if not out.exists():
         return False, "executed notebook missing"
     if entry.get("parameters") != json.loads(json.dumps(nb.parameters)):
@@ -301,7 +360,7 @@ def run_series(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``run --profile P --run R [--force] [--log-output] [--no-report]``; returns the exit code.
+    """``run --profile P --run R [--force] [--until NN] [--log-output] [--no-report]``; returns the exit code.
 
     Runs :data:`SERIES` into ``reports/<P>/<R>/`` and then builds ``report.pdf`` with
     :mod:`kit.report`. Exit code 0 on success, 1 when a notebook failed (the message names it),
@@ -316,6 +375,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--force", action="store_true", help="rerun notebooks that already finished")
     r.add_argument("--log-output", action="store_true", help="stream cell outputs to the terminal")
     r.add_argument("--cell-timeout", type=int, default=None, help="seconds before a cell is killed")
+    r.add_argument("--until", default=None, metavar="NN",
+                   help="stop after the notebook whose name starts with NN (e.g. 03); no report then")
     r.add_argument("--no-report", action="store_true", help="do not build report.pdf at the end")
     r.add_argument("--reports-root", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -329,6 +390,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         layout = Layout.for_run(args.profile, args.run, args.reports_root)
         series = standard_series(layout, seed=args.seed)
+        if args.until:
+            last = next((i for i, nb in enumerate(series) if nb.name.startswith(args.until)), None)
+            if last is None:
+                raise ValueError(f"--until {args.until!r} matches no notebook of {', '.join(SERIES)}")
+            series = series[:last + 1]
     except (ValueError, FileNotFoundError, ConfigError) as exc:
         print(f"kit.pipeline: {exc}", file=sys.stderr)
         return 2
@@ -341,7 +407,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"\nkit.pipeline: STOPPED. {exc}\n  Fix it and rerun; finished notebooks are skipped.",
               file=sys.stderr)
         return 1
-    if not args.no_report:
+    if not args.no_report and not args.until:
         from kit import report
 
         pdf = report.build_report(layout)

@@ -36,6 +36,7 @@ ABSENT = "\u2014"  # em dash, how an absent value is shown
 BENCH_LABEL = {"math500": "MATH-500", "aime24": "AIME24", "aime25": "AIME25", "hmmt25": "HMMT25",
                "gpqa_diamond": "GPQA-Diamond", "bfcl_v3": "BFCL v3", "ifeval": "IFEval",
                "arena_hard": "Arena-Hard"}
+EVAL_FILE_NAME = {"gpqa_diamond": "gpqa"}  # kit.eval's benchmark names where they differ
 MODEL_LABEL = {
     "rstar2_agent_14b": "rStar2-Agent-14B", "deepseek_r1_671b": "DeepSeek-R1 (671B)",
     "o3_mini_medium": "o3-mini (medium)", "claude_opus_4_think": "Claude-Opus-4.0 (think)",
@@ -263,3 +264,60 @@ def show(df: pd.DataFrame):
             return df.attrs.get("caption", "") + "\n" + df.to_string(na_rep=ABSENT, float_format="%.1f")
 
     return _Table()
+
+
+# --------------------------------------------------------------------------- inputs
+
+
+def eval_summary(eval_dir: str | os.PathLike, tag: str = "") -> dict[str, dict[str, Any]]:
+    """Headline numbers of the ``<benchmark>[_<tag>].json`` files written by ``kit.eval.save_result``.
+
+    Args:
+        eval_dir: the evaluation run directory (its ``eval/`` subfolder is used when present).
+        tag: the checkpoint tag of the files (``""`` for untagged ones).
+    Returns:
+        ``{benchmark: {"accuracy": avg@n as a fraction, "response_len_mean": tokens,
+        "n_samples": n, "n_problems": N, "temperature": T, "model": manifest model}}``.
+    Raises:
+        FileNotFoundError: the folder does not exist or holds no result for ``tag``.
+        ValueError: a result file lacks ``avg_at_n`` (the message names the file).
+    """
+    import json
+
+    base = Path(eval_dir)
+    if (base / "eval").is_dir():
+        base = base / "eval"
+    if not base.is_dir():
+        raise FileNotFoundError(f"evaluation folder not found: {base}")
+    suffix = f"_{tag}" if tag else ""
+    out: dict[str, dict[str, Any]] = {}
+    for bench in BENCH_LABEL:
+        p = base / f"{EVAL_FILE_NAME.get(bench, bench)}{suffix}.json"
+        if not p.exists():
+            continue
+        d = json.loads(p.read_text())
+        if "avg_at_n" not in d:
+            raise ValueError(f"{p}: no 'avg_at_n' (not a kit.eval result file)")
+        man = d.get("manifest") or {}
+        out[bench] = {"accuracy": d["avg_at_n"], "response_len_mean": d.get("response_tokens_mean"),
+                      "n_samples": d.get("n_samples"), "n_problems": d.get("n_problems"),
+                      "temperature": (man.get("sampling") or {}).get("temperature"), "model": man.get("model")}
+    if not out:
+        raise FileNotFoundError(f"no evaluation results{' tagged ' + repr(tag) if tag else ''} in {base}")
+    return out
+
+
+def describe_model(name_or_path: str, n_params: int | None = None) -> str:
+    """Caption text for the model: ``tiny`` becomes "tiny Qwen3 from scratch (0.45M params)"."""
+    if name_or_path == "tiny":
+        size = f" ({n_params / 1e6:.2f}M params)" if n_params else ""
+        return f"tiny Qwen3 trained from scratch{size}"
+    return name_or_path
+
+
+def run_info(profile: str, model: str, summary: Mapping[str, Mapping[str, Any]]) -> RunInfo:
+    """:class:`RunInfo` for ``summary`` (from :func:`eval_summary`): n and temperature taken from
+    its results when they agree across benchmarks, else left out of the caption."""
+    ns = {v.get("n_samples") for v in summary.values()}
+    ts = {v.get("temperature") for v in summary.values()}
+    return RunInfo(profile, model, ns.pop() if len(ns) == 1 else None, ts.pop() if len(ts) == 1 else None)

@@ -77,3 +77,17 @@ def test_bad_json_line_is_named(tmp_path):
     (tmp_path / "empty").mkdir()
     with pytest.raises(MetricsError, match="no metrics.jsonl"):
         figures.collect_metrics(tmp_path / "empty")
+
+
+def test_live_curves_keep_rows_and_title_latest_values():
+    live = figures.LiveCurves(("loss", "lr"), total=4, every=2, title="SFT")
+    for s in range(1, 5):
+        live({"step": s, "loss": 1.0 / s, "lr": 0.1})
+    live({"stage": "sft", "summary": {"final_loss": 0.25}})
+    assert live.summary == {"final_loss": 0.25} and len(live.rows) == 4
+    assert live.status().startswith("SFT step 4/4  loss 0.25  lr 0.1")
+    fig = live.figure()
+    assert len(fig.axes) == 2
+    np.testing.assert_allclose(fig.axes[0].get_lines()[0].get_ydata(), [1, 0.5, 1 / 3, 0.25])
+    with pytest.raises(ValueError):
+        figures.LiveCurves(())

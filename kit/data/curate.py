@@ -274,6 +274,36 @@ def consistency_filter(problems: Sequence[Problem], sampled_answers: Mapping[str
     return kept, stats
 
 
+async def sample_answers(backend: Any, problems: Sequence[Problem], *, tokenizer: Any, executor: Any,
+                         n: int = 16, temperature: float = 1.0, top_p: float = 1.0, max_tokens: int = 8192,
+                         max_turns: int = 10, rollout_cfg: Any = None, max_concurrency: int | None = None,
+                         rollout_kwargs: Mapping[str, Any] | None = None) -> dict[str, list[str | None]]:
+    """Sample ``n`` agent rollouts per problem with any backend and extract their final answers,
+    the input of :func:`consistency_filter` ("run with whatever model the profile has").
+
+    Uses the training agent loop (:func:`kit.rollout.rollout_batch`) and the reward's extractor
+    (:func:`kit.reward.extract_final_answer`, strict: no box means None).
+
+    Args:
+        backend / tokenizer / executor: as in :func:`kit.rollout.rollout_batch`.
+        n: samples per problem (``DataConfig.consistency_samples`` = 16).
+        temperature, top_p: sampling (the report does not say; training uses 1.0).
+        max_tokens: response budget in tokens; max_turns: model turns.
+        rollout_kwargs: more keywords for ``run_trajectory`` (``call_factory``, ``stop_ids``).
+    Returns:
+        ``{problem uid: [answer or None] * n}``.
+    """
+    from kit.reward import extract_final_answer
+    from kit.rollout import rollout_batch
+
+    groups = await rollout_batch(backend, tokenizer, [p.problem for p in problems], executor, n, rollout_cfg,
+                                 max_concurrency=max_concurrency, max_response_tokens=max_tokens,
+                                 max_turns=max_turns, temperature=temperature, top_p=top_p,
+                                 **dict(rollout_kwargs or {}))
+    return {p.uid: [extract_final_answer(tr.response_text) for tr in row]
+            for p, row in zip(problems, groups, strict=True)}
+
+
 # ------------------------------------------------------------------- stage-3 hard subset
 
 T = TypeVar("T")

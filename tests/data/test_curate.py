@@ -127,3 +127,31 @@ def test_real_curation_removes_benchmark_rows_and_writes_parquet(tmp_path):
     assert len(df) == table.loc["total", "out"] == len(r.problems)
     assert df.reward_model.iloc[0]["ground_truth"] == df.answer.iloc[0]
     assert pd.read_csv(paths["funnel"], index_col=0).loc["total", "out"] == len(df)
+
+
+def test_consistency_filter_over_backend_samples():
+    """sample_answers runs the agent loop with a scripted backend; wrong labels are filtered."""
+    import json
+
+    from kit import prompts
+    from kit.data.curate import sample_answers
+    from kit.models import train_tokenizer
+    from kit.rollout import ScriptedBackend, run_sync
+
+    tok = train_tokenizer([prompts.render_prompt(f"Add {a} and {a}.") + f"</reason> <answer> \\boxed{{{2 * a}}} "
+                           "</answer>" + prompts.IM_END for a in range(20)], vocab_size=400)
+    seen = {}
+
+    def script(context):
+        a = int(context.split("Add ")[-1].split(" ")[0])
+        seen[a] = seen.get(a, 0) + 1
+        value = 2 * a if seen[a] % 4 else 999  # one in four samples is wrong
+        return f"easy</reason> <answer> \\boxed{{{value}}} </answer>"
+
+    problems = [_p("t", 0, "Add 3 and 3.", "6"), _p("t", 1, "Add 5 and 5.", "11")]  # second label is wrong
+    answers = run_sync(sample_answers(ScriptedBackend(tok, script), problems, tokenizer=tok, executor=None, n=8,
+                                      max_tokens=64, max_turns=2))
+    assert sorted(answers["t/0"]) == ["6"] * 6 + ["999"] * 2
+    kept, stats = consistency_filter(problems, answers, min_matches=2)
+    assert [p.uid for p in kept] == ["t/0"] and stats["inconsistent"] == 1
+    json.dumps(answers)

@@ -65,8 +65,8 @@ def require_isolation(cfg: SandboxConfig) -> None:
 def _python_roots() -> list[str]:
     """Directories the worker's interpreter needs: prefixes and every sys.path entry."""
     roots = {sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable))}
-    for p in sys.path:
-        if p and os.path.isdir(p):
+    for p in sys.path:  # site-packages and friends; not the host script's dir or cwd
+        if p and os.path.isdir(p) and ("-packages" in p or any(p.startswith(x) for x in (sys.prefix, sys.base_prefix))):
             roots.add(os.path.realpath(p))
     roots.add(str(Path(__file__).resolve().parents[2]))  # the kit checkout (editable installs)
     for p in list(roots):

@@ -111,14 +111,7 @@ class WorkerProc:
         return self.calls >= self.cfg.recycle_after or self.rss > self.base_rss + RSS_GROWTH_MB
 
     async def stop(self) -> None:
-        if self.alive:
-            assert self.proc is not None and self.proc.stdin is not None
-            with contextlib.suppress(Exception):
-                body = json.dumps({"kind": "exit"}).encode()
-                self.proc.stdin.write(HEADER.pack(len(body)) + body)
-                await self.proc.stdin.drain()
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self.proc.wait(), 2.0)
+        """Workers hold no state worth saving: stopping is killing the sandbox."""
         await self.kill()
 
     async def kill(self) -> None:

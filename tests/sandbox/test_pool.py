@@ -1,0 +1,88 @@
+"""The async client: infra errors are never lost, retries, back-pressure, sync wrappers."""
+
+import asyncio
+import warnings
+
+import pytest
+
+from kit.sandbox import SandboxPool, SandboxUnavailable, ToolCall, isolation, run_sync
+
+
+async def test_worker_death_is_retried_then_infra_error(make_cfg):
+    async with SandboxPool(make_cfg(num_workers=2)) as pool:
+        ex = pool._executor
+
+        async def killer(times):
+            for _ in range(times):
+                await asyncio.sleep(0.4)
+                busy = [w for w in ex.workers.values() if w.alive and w not in ex.idle._queue]
+                for w in busy:
+                    await w.kill()  # the worker of the call in flight
+
+        # killed once: the call is retried on another worker and succeeds
+        r, _ = await asyncio.gather(pool.run(ToolCall("import time\ntime.sleep(1)\nprint('ok')")), killer(1))
+        assert r.status == "ok" and r.stdout == "ok\n"
+        # killed on both attempts: infra_error, not a model error, and not lost
+        r, _ = await asyncio.gather(pool.run(ToolCall("import time\ntime.sleep(1)")), killer(2))
+        assert r.status == "infra_error" and "infrastructure" in r.stderr
+        st = pool.stats()
+        assert st["worker_deaths"] >= 3 and st["retries"] >= 2
+        rs = await pool.run_batch(["1 + 1"] * 8)  # replaced workers serve again
+        assert all(x.value == "2" for x in rs)
+
+
+async def test_watchdog_replaces_idle_dead_worker(make_cfg):
+    async with SandboxPool(make_cfg(num_workers=1)) as pool:
+        w = next(iter(pool._executor.workers.values()))
+        await w.kill()
+        r = await pool.run("6 * 7")
+        assert r.value == "42"
+
+
+async def test_recycling_after_n_calls(make_cfg):
+    async with SandboxPool(make_cfg(num_workers=1, recycle_after=5)) as pool:
+        rs = await pool.run_batch([f"{i}" for i in range(12)])
+        assert [r.value for r in rs] == [str(i) for i in range(12)]
+        assert pool.stats()["recycled"] >= 2
+
+
+async def test_backpressure_and_many_coroutines(make_cfg):
+    cfg = make_cfg(num_workers=2, batch_size=4, send_workers=2)
+    async with SandboxPool(cfg) as pool:
+        assert pool._queue.maxsize == 2 * 4 * 2
+        rs = await asyncio.gather(*(pool.run(ToolCall(f"{i} * 2")) for i in range(300)))
+        assert [r.value for r in rs] == [str(2 * i) for i in range(300)]
+
+
+async def test_close_answers_pending_calls(make_cfg):
+    pool = await SandboxPool(make_cfg(num_workers=1)).start()
+    task = asyncio.ensure_future(pool.run_batch([ToolCall("import time\ntime.sleep(0.3)")] * 6))
+    await asyncio.sleep(0.5)
+    await pool.close()
+    rs = await asyncio.wait_for(task, 10)
+    assert {r.status for r in rs} <= {"ok", "infra_error"} and len(rs) == 6
+
+
+async def test_run_sync_inside_a_running_loop(make_cfg):
+    # a notebook cell: an event loop is already running in this thread
+    rs = run_sync(["sum(range(4))", ToolCall("print(input())", input="hey")], make_cfg(num_workers=1))
+    assert rs[0].value == "6" and rs[1].stdout == "hey\n"
+
+
+def test_run_sync_plain(make_cfg):
+    assert run_sync("2 ** 10", make_cfg(num_workers=1))[0].value == "1024"
+
+
+def test_missing_bwrap_is_a_clear_error(make_cfg, monkeypatch):
+    monkeypatch.setattr(isolation, "bwrap_path", lambda: None)
+    with pytest.raises(SandboxUnavailable, match="bubblewrap"):
+        run_sync("1", make_cfg(num_workers=1))
+
+
+def test_isolation_none_warns_loudly_and_still_limits(make_cfg):
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        rs = run_sync(["x = bytearray(10**12)", "import time\ntime.sleep(30)", "7 * 6"],
+                      make_cfg(num_workers=1, isolation="none", timeout_s=1.0))
+    assert any("WITHOUT" in str(w.message) for w in caught)
+    assert [r.status for r in rs] == ["memory_limit", "timeout", "ok"]

@@ -1,0 +1,288 @@
+"""GRPO-RoC inside VERL 0.9.1: oversample 2G per prompt, keep G after reward, before advantage.
+
+Which hook, and why
+-------------------
+VERL 0.9.1 runs ``python -m verl.trainer.main_ppo`` on the **v1 trainer** by default
+(``trainer.use_v1=true``; the legacy ``RayPPOTrainer`` path is logged as deprecated). In its
+step (``verl/trainer/ppo/v1/trainer_base.py::PPOTrainer._step_once``) the replay buffer's
+``sample()`` returns the finished trajectories of ``train_batch_size`` prompts, already scored
+(rule rewards are computed per trajectory inside the agent-loop worker and stored as
+``rm_scores``), and only then come ``_balance_batch``, old log-probs, ``_compute_advantage``
+and the actor update. So a custom sampler (``trainer.v1.sampler.custom_sampler``) sits exactly
+where the release put ``_down_sample_batch``: after reward, before advantage. Both pieces load
+from Hydra overrides on the stock entry point (no forked ``main`` or TaskRunner):
+
+* :class:`RocReplayBuffer` (``trainer.v1.sampler.custom_sampler.path=pkg://kit.bridge.roc_hook``,
+  ``.name=RocReplayBuffer``, settings in ``trainer.v1.sampler.sampler_kwargs``): reads
+  ``rm_scores`` and the agent loop's ``extra_fields`` counters of the 2G trajectories of each
+  prompt from TransferQueue, runs :func:`kit.algo.roc.roc_step`, clears the rejected keys and
+  returns the kept ones. Equal-reward groups are dropped through the base class's DAPO filter
+  (evicted *and refilled*, so the batch keeps ``train_batch_size`` prompts; the release shrinks
+  the batch instead).
+* :class:`RocAgentLoopManager` (``+actor_rollout_ref.rollout.agent.agent_loop_manager_class=
+  kit.bridge.roc_hook.RocAgentLoopManager``): sets ``__rollout_n__ = 2G`` on training prompts,
+  which ``AgentLoopWorkerTQ._run_prompt`` pops as the per-prompt sample count; validation
+  prompts keep ``val_kwargs.n``.
+
+This keeps ``actor_rollout_ref.rollout.n = G``, which avoids the sizing trap: every downstream
+size (``_get_required_batch_multiple``, mini-batch = ``ppo_mini_batch_size * rollout.n``) uses
+``rollout.n``, and the sampler hands over exactly G per prompt. With ``rollout.n = 2G`` the
+batch would be padded with zero-loss rows or the mini-batch count would halve.
+
+Not chosen: a ``RayPPOTrainer`` subclass on ``trainer.use_v1=false`` (what the release and the
+DAPO recipe do) needs its own TaskRunner and entry script, copies ``fit()``, and targets a path
+marked for removal. :func:`apply_roc` still offers the same selection on a v0 ``DataProto``
+for anyone on that path (and it is how the tests drive the hook on a real ``DataProto``).
+
+Limits, stated plainly: ``trainer.v1.trainer_mode=sync`` only (RoC is an on-policy step; the
+async modes evict and refill stale groups with different bookkeeping). A key
+``{uid}_{session}_{index}`` is one trajectory; an agent loop emitting several outputs per
+session would have each treated as its own row. A prompt group that failed and holds at most
+G trajectories is kept whole. TransferQueue's default placement hangs on a 2-CPU Ray node
+(verl issue #7656); this hook is for GPU clusters, the CPU tests drive it with an in-memory
+stand-in for the TransferQueue calls it makes (``kv_batch_get``, ``kv_clear``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+import transfer_queue as tq
+from tensordict import TensorDict
+from transfer_queue import KVBatchMeta
+from verl import DataProto
+from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+from verl.utils import tensordict_utils as tu
+
+from kit.algo.roc import RocParams, counters, release_p_err, release_p_format, roc_step
+
+#: extra_fields keys the agent loop (kit.bridge.agent_loop) writes and RoC reads.
+COUNTER_KEYS = ("tool_calls", "tool_errors", "infra_errors", "answer_tags", "turns")
+#: Prefix of the metrics this hook adds to VERL's step metrics.
+METRIC_PREFIX = "roc/"
+ROLLOUT_N_KEY = "__rollout_n__"
+
+
+def roc_params_from_kwargs(kw: Mapping[str, Any]) -> tuple[RocParams, dict[str, Any]]:
+    """Read ``trainer.v1.sampler.sampler_kwargs`` (written by ``kit.bridge.overrides``).
+
+    Returns:
+        ``(params, extra)`` where extra holds ``oversample``, ``seed``, ``reading``
+        (``"counters"`` or ``"text"``), ``train_batch_size``, ``max_inflight_gen_batches``.
+    Raises:
+        KeyError: a required key is missing (the message names ``sampler_kwargs.<key>``).
+        ValueError: ``reading`` is not one of the two readings, or oversample < group_size.
+    """
+    def need(key: str) -> Any:
+        if key not in kw:
+            raise KeyError(f"trainer.v1.sampler.sampler_kwargs.{key} is required by kit.bridge.roc_hook")
+        return kw[key]
+
+    params = RocParams(
+        group_size=int(need("group_size")),
+        mode=str(kw.get("mode", "sample")),  # type: ignore[arg-type]
+        use_error_ratio=bool(kw.get("use_error_ratio", True)),
+        use_answer_format=bool(kw.get("use_answer_format", True)),
+        min_positive=int(kw.get("min_positive", 2)),
+        min_negative=int(kw.get("min_negative", 2)),
+        drop_equal_reward_groups=bool(kw.get("drop_equal_reward_groups", True)),
+    )
+    extra = {
+        "oversample": int(need("oversample")),
+        "seed": int(kw.get("seed", 0)),
+        "reading": str(kw.get("reading", "counters")),
+        "train_batch_size": int(need("train_batch_size")),
+        "max_inflight_gen_batches": int(kw.get("max_inflight_gen_batches", 1)),
+        "tokenizer_path": kw.get("tokenizer_path"),
+    }
+    if extra["reading"] not in ("counters", "text"):
+        raise ValueError(f"sampler_kwargs.reading must be 'counters' or 'text', got {extra['reading']!r}")
+    if extra["oversample"] < params.group_size:
+        raise ValueError(f"sampler_kwargs.oversample ({extra['oversample']}) < group_size ({params.group_size})")
+    return params, extra
+
+
+def select_trajectories(
+    uids: Sequence[str],
+    scores: Sequence[float] | np.ndarray,
+    extra_fields: Sequence[Mapping[str, Any]],
+    params: RocParams,
+    seed: int | np.random.Generator,
+    texts: Sequence[str] | None = None,
+) -> tuple[np.ndarray, dict[str, float]]:
+    """RoC on one sampled batch as VERL stores it (shared by the v1 sampler and :func:`apply_roc`).
+
+    Args:
+        uids: (N,) prompt uid of each trajectory.
+        scores: (N,) summed reward of each trajectory (``rm_scores.sum()``).
+        extra_fields: (N,) the agent loop's ``extra_fields`` dicts (counters in
+            :data:`COUNTER_KEYS`).
+        params: RoC settings.
+        seed: int or Generator.
+        texts: (N,) decoded responses with special tokens; given, p_err and p_format use the
+            release's text reading instead of the counters.
+    Returns:
+        ``(kept, metrics)``: ascending row indices and ``roc/``-prefixed floats.
+    Raises:
+        KeyError: a trajectory lacks a counter (names the row and the key).
+    """
+    counts = counters(extra_fields)
+    penalties = None
+    if texts is not None:
+        penalties = (release_p_err(texts), release_p_format(texts))
+    sel, metrics = roc_step(np.asarray(scores, dtype=np.float64), list(uids), counts, params, seed, penalties)
+    return sel.kept, {METRIC_PREFIX + k: v for k, v in metrics.items()}
+
+
+def _decode(tokenizer: Any, responses: torch.Tensor, lengths: Sequence[int]) -> list[str]:
+    return [tokenizer.decode(responses[i, : int(n)].tolist(), skip_special_tokens=False)
+            for i, n in enumerate(lengths)]
+
+
+def apply_roc(
+    data: DataProto,
+    params: RocParams,
+    seed: int | np.random.Generator = 0,
+    tokenizer: Any = None,
+) -> tuple[DataProto, dict[str, float]]:
+    """RoC on a legacy (v0) ``DataProto`` after reward: keep G rows per ``uid``.
+
+    Reads ``non_tensor_batch["uid"]``, the reward from ``batch["token_level_scores"]`` (else
+    ``rm_scores``) summed over tokens, and the counters either from per-key columns of
+    ``non_tensor_batch`` (how v0 ``AgentLoopWorker`` spreads ``extra_fields``) or from a
+    ``tool_extra_fields`` column of dicts. With ``tokenizer``, p_err/p_format use the release's
+    text reading of ``batch["responses"]`` (decoded with special tokens, up to the attention
+    mask's response length).
+
+    Args:
+        data: the scored batch, N = P * 2G rows.
+        params: RoC settings.
+        seed: int or Generator.
+        tokenizer: optional, selects the text reading.
+    Returns:
+        ``(kept_data, metrics)``; ``kept_data`` is ``data`` indexed by the kept rows (ascending).
+    Raises:
+        KeyError: no ``uid`` column, no reward tensor, or a missing counter.
+    """
+    nt = data.non_tensor_batch
+    if "uid" not in nt:
+        raise KeyError("apply_roc: DataProto has no non_tensor_batch['uid'] (GRPO group ids)")
+    key = "token_level_scores" if "token_level_scores" in data.batch.keys() else "rm_scores"
+    if key not in data.batch.keys():
+        raise KeyError("apply_roc: DataProto has neither batch['token_level_scores'] nor batch['rm_scores']")
+    scores = data.batch[key].sum(-1).float().cpu().numpy()
+    n = len(data)
+    if all(k in nt for k in ("tool_calls", "answer_tags", "turns")):
+        rows = [{k: nt[k][i] for k in COUNTER_KEYS if k in nt} for i in range(n)]
+    elif "tool_extra_fields" in nt:
+        rows = list(nt["tool_extra_fields"])
+    else:
+        raise KeyError(f"apply_roc: no RoC counters {COUNTER_KEYS} in non_tensor_batch (have {sorted(nt)})")
+    texts = None
+    if tokenizer is not None:
+        responses = data.batch["responses"]
+        lengths = data.batch["attention_mask"][:, -responses.shape[-1]:].sum(-1).tolist()
+        texts = _decode(tokenizer, responses, lengths)
+    kept, metrics = select_trajectories(list(nt["uid"]), scores, rows, params, seed, texts)
+    return data[kept], metrics
+
+
+class RocReplayBuffer(ReplayBuffer):
+    """VERL v1 replay buffer that applies GRPO-RoC to each sampled training batch.
+
+    Constructed by ``PPOTrainer._build_replay_buffer`` with the keyword arguments every custom
+    sampler gets; the RoC settings come from ``sampler_kwargs`` (see
+    :func:`roc_params_from_kwargs`). Validation batches pass through untouched.
+    """
+
+    def __init__(self, trainer_mode: str, trainer_config: Any, max_off_policy_threshold: int | None,
+                 max_off_policy_strategy: str, sampler_kwargs: Mapping[str, Any], poll_interval: float = 2.0,
+                 refill_fn: Any = None, **_: Any):
+        if trainer_mode != "sync":
+            raise ValueError(f"RocReplayBuffer supports trainer.v1.trainer_mode=sync only, got {trainer_mode!r}")
+        self.roc_params, self.roc_extra = roc_params_from_kwargs(dict(sampler_kwargs or {}))
+        drop = self.roc_params.drop_equal_reward_groups
+        super().__init__(
+            trainer_mode=trainer_mode,
+            trainer_config=trainer_config,
+            max_off_policy_threshold=max_off_policy_threshold,
+            max_off_policy_strategy=max_off_policy_strategy,
+            sampler_kwargs=sampler_kwargs,
+            poll_interval=poll_interval,
+            refill_fn=refill_fn,
+            filter_groups_metric="reward" if drop else None,
+            train_batch_size=self.roc_extra["train_batch_size"],
+            gen_batch_size=1 if drop else None,
+            max_inflight_gen_batches=self.roc_extra["max_inflight_gen_batches"],
+        )
+        self._global_steps = 0
+        self._roc_metrics: dict[str, float] = {}
+        self._tokenizer = None
+
+    def _text_tokenizer(self) -> Any:
+        if self._tokenizer is None:
+            from transformers import AutoTokenizer
+
+            path = self.roc_extra.get("tokenizer_path")
+            if not path:
+                raise KeyError("sampler_kwargs.tokenizer_path is required when sampler_kwargs.reading=text")
+            self._tokenizer = AutoTokenizer.from_pretrained(path)
+        return self._tokenizer
+
+    def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
+        """As ``ReplayBuffer.sample``, plus RoC on the materialised training batch and its metrics."""
+        self._global_steps = int(global_steps)
+        self._roc_metrics = {}
+        batch, metrics = super().sample(global_steps, partition_id, batch_size)
+        metrics = dict(metrics)
+        metrics.update(self._roc_metrics)
+        return batch, metrics
+
+    def _materialize_batch(self, partition_id: str, selected_prompt_uids: list[str],
+                           partition_snapshot: dict[str, dict]) -> KVBatchMeta:
+        meta = super()._materialize_batch(partition_id, selected_prompt_uids, partition_snapshot)
+        if partition_id == "val" or not meta.keys:
+            return meta
+        text = self.roc_extra["reading"] == "text"
+        fields = ["rm_scores", "extra_fields"] + (["responses"] if text else [])
+        data = tq.kv_batch_get(keys=list(meta.keys), partition_id=partition_id, select_fields=fields)
+        scores = [float(v.sum().item()) for v in data["rm_scores"]]
+        extras = [getattr(v, "data", v) for v in data["extra_fields"]]
+        texts = None
+        if text:
+            tok = self._text_tokenizer()
+            texts = [tok.decode(list(map(int, r)), skip_special_tokens=False) for r in data["responses"]]
+        uids = [k.split("_")[0] for k in meta.keys]
+        rng = np.random.default_rng([self.roc_extra["seed"], self._global_steps])
+        kept, metrics = select_trajectories(uids, scores, extras, self.roc_params, rng, texts)
+        kept_set = set(kept.tolist())
+        rejected = [k for i, k in enumerate(meta.keys) if i not in kept_set]
+        if rejected:
+            tq.kv_clear(keys=rejected, partition_id=partition_id)
+        self._roc_metrics = metrics
+        return KVBatchMeta(partition_id=partition_id, keys=[meta.keys[i] for i in kept],
+                           tags=[meta.tags[i] for i in kept])
+
+
+def with_oversampling(prompts: TensorDict, n: int) -> TensorDict:
+    """Mark a training prompt batch to be sampled ``n`` (= 2G) times per prompt.
+
+    Sets ``__rollout_n__`` (read by ``AgentLoopWorkerTQ._run_prompt``) unless the batch is a
+    validation batch (it carries ``validate``) or already sets it. Returns the same TensorDict.
+    """
+    keys = set(prompts.keys())
+    if "validate" not in keys and ROLLOUT_N_KEY not in keys:
+        tu.assign_non_tensor_data(prompts, ROLLOUT_N_KEY, int(n))
+    return prompts
+
+
+class RocAgentLoopManager(AgentLoopManagerTQ):
+    """``AgentLoopManagerTQ`` that oversamples training prompts to ``sampler_kwargs.oversample``."""
+
+    def generate_sequences(self, prompts: TensorDict) -> None:
+        n = int(self.config.trainer.v1.sampler.sampler_kwargs.oversample)
+        return super().generate_sequences(with_oversampling(prompts, n))

@@ -1,0 +1,239 @@
+"""The RoC hook on real VERL objects: a DataProto of synthetic trajectories, and the v1 sampler.
+
+The v1 sampler runs VERL's own ``ReplayBuffer.sample`` loop (equal-reward eviction and refill
+included); only the three TransferQueue calls it makes are served by an in-memory store that
+returns VERL's real container types (``list_of_dict_to_tensordict``), because TransferQueue
+needs a Ray cluster (and hangs on 2-CPU nodes, verl #7656).
+"""
+
+import numpy as np
+import pytest
+import torch
+from omegaconf import OmegaConf
+
+from kit.algo.roc import RocParams, allocate
+
+G, N2 = 4, 8  # keep G of 2G
+
+
+@pytest.fixture(scope="module")
+def hook():
+    from kit.bridge import roc_hook
+
+    return roc_hook
+
+
+def _group_rows(uid, rewards, calls, fails, tags, turns, T=6):
+    rows = []
+    for s, (r, c, f, a, t) in enumerate(zip(rewards, calls, fails, tags, turns, strict=True)):
+        scores = torch.zeros(T)
+        scores[T - 1] = r
+        rows.append(dict(uid=uid, session=s, score=scores, responses=torch.arange(T) + 10 * s,
+                         extra={"tool_calls": c, "tool_errors": f, "infra_errors": 0, "answer_tags": a, "turns": t}))
+    return rows
+
+
+def _synthetic_batch():
+    """3 prompts x 8 trajectories: mixed (3 correct), all correct, mixed (5 correct)."""
+    rows = []
+    # prompt A: correct rows 0,1,2 with p_total 0 (clean), 1.0 (1 of 2 calls failed + p_format .5), 1.5
+    rows += _group_rows("A", [1, 1, 1, 0, 0, 0, 0, 0], [1, 2, 0, 1, 1, 2, 0, 3], [0, 1, 0, 1, 0, 2, 0, 1],
+                        [1, 2, 0, 1, 0, 1, 0, 1], [2, 2, 1, 2, 2, 3, 1, 4])
+    rows += _group_rows("B", [1] * 8, [1] * 8, [0] * 8, [1] * 8, [2] * 8)
+    rows += _group_rows("C", [1, 0, 1, 0, 1, 0, 1, 1], [2] * 8, [0, 1, 1, 0, 2, 0, 0, 1], [1] * 8, [3] * 8)
+    return rows
+
+
+def _dataproto(rows, columns=True):
+    from verl import DataProto
+
+    B, T = len(rows), rows[0]["score"].numel()
+    batch = {
+        "token_level_scores": torch.stack([r["score"] for r in rows]),
+        "responses": torch.stack([r["responses"] for r in rows]),
+        "attention_mask": torch.ones(B, 4 + T, dtype=torch.long),
+    }
+    nt = {"uid": np.array([r["uid"] for r in rows], dtype=object)}
+    if columns:
+        for k in ("tool_calls", "tool_errors", "infra_errors", "answer_tags", "turns"):
+            nt[k] = np.array([r["extra"][k] for r in rows])
+    else:
+        nt["tool_extra_fields"] = np.array([r["extra"] for r in rows], dtype=object)
+    return DataProto.from_dict(tensors=batch, non_tensors=nt)
+
+
+def test_apply_roc_on_dataproto_keeps_G_per_prompt_with_intended_composition(hook):
+    rows = _synthetic_batch()
+    data = _dataproto(rows)
+    params = RocParams(group_size=G, mode="rank", drop_equal_reward_groups=True)
+    kept, metrics = hook.apply_roc(data, params, seed=0)
+    uids = list(kept.non_tensor_batch["uid"])
+    assert uids.count("A") == G and uids.count("C") == G and "B" not in uids  # all-correct B dropped
+    rew = kept.batch["token_level_scores"].sum(-1)
+    a_rows = [i for i, u in enumerate(uids) if u == "A"]
+    # A: 3 of 8 correct -> round(5 * 4 / 8 = 2.5) = 2 negatives, 2 positives = the two lowest p_total
+    assert int((rew[a_rows] > 0).sum()) == allocate(3, 5, G)[0] == 2
+    a_pos_sessions = sorted(int(kept.batch["responses"][i, 0]) // 10 for i in a_rows if rew[i] > 0)
+    assert a_pos_sessions == [0, 1]  # p_total 0.0 and 1.0 beat row 2 (no tool, no answer: 1.5)
+    c_rows = [i for i, u in enumerate(uids) if u == "C"]
+    assert int((rew[c_rows] > 0).sum()) == allocate(5, 3, G)[0]
+    assert metrics["roc/kept"] == 2 * G and metrics["roc/groups_dropped_equal_reward"] == 1
+    # rows travel whole: each kept row's responses are those of an input row of the same uid
+    orig = {(r["uid"], int(r["responses"][0])) for r in rows}
+    assert all((u, int(kept.batch["responses"][i, 0])) in orig for i, u in enumerate(uids))
+
+
+def test_apply_roc_reads_tool_extra_fields_and_reports_missing_counters(hook):
+    rows = _synthetic_batch()
+    params = RocParams(group_size=G, mode="sample", drop_equal_reward_groups=False)
+    a, _ = hook.apply_roc(_dataproto(rows, columns=False), params, seed=3)
+    b, _ = hook.apply_roc(_dataproto(rows, columns=True), params, seed=3)
+    assert len(a) == 3 * G and torch.equal(a.batch["responses"], b.batch["responses"])
+    broken = _dataproto(rows, columns=False)
+    broken.non_tensor_batch["tool_extra_fields"][5] = {"tool_calls": 1}
+    with pytest.raises(KeyError, match="trajectory 5 has no 'answer_tags'"):
+        hook.apply_roc(broken, params)
+
+
+class FakeTQ:
+    """In-memory stand-in for the TransferQueue calls ReplayBuffer makes (kv_list, kv_batch_get, kv_clear)."""
+
+    def __init__(self):
+        self.tags: dict[str, dict] = {"train": {}, "val": {}}
+        self.values: dict[str, dict] = {"train": {}, "val": {}}
+        self.refills = 0
+
+    def add_group(self, rows, step=0, partition="train"):
+        uid = rows[0]["uid"]
+        self.tags[partition][uid] = {"is_prompt": True, "status": "finished", "global_steps": step}
+        for r in rows:
+            key = f"{uid}_{r['session']}_0"
+            self.tags[partition][key] = {"status": "success", "seq_len": 10, "global_steps": step}
+            self.values[partition][key] = {"rm_scores": r["score"], "extra_fields": r["extra"],
+                                           "responses": r["responses"]}
+
+    def kv_list(self, partition_id=None):
+        return {p: dict(t) for p, t in self.tags.items() if partition_id in (None, p)}
+
+    def kv_batch_get(self, keys, partition_id, select_fields=None):
+        from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+        return list_of_dict_to_tensordict([{f: self.values[partition_id][k][f] for f in select_fields} for k in keys])
+
+    def kv_clear(self, keys, partition_id):
+        for k in keys:
+            self.tags[partition_id].pop(k, None)
+            self.values[partition_id].pop(k, None)
+
+
+@pytest.fixture()
+def fake_tq(hook, monkeypatch):
+    import verl.trainer.ppo.v1.replay_buffer as rb
+
+    store = FakeTQ()
+    monkeypatch.setattr(rb, "tq", store)
+    monkeypatch.setattr(hook, "tq", store)
+    return store
+
+
+def _sampler_kwargs(**over):
+    kw = dict(group_size=G, oversample=N2, train_batch_size=2, mode="rank", min_positive=2, min_negative=2,
+              drop_equal_reward_groups=True, reading="counters", seed=0)
+    kw.update(over)
+    return OmegaConf.create(kw)
+
+
+def test_v1_sampler_evicts_refills_and_keeps_G_of_2G(hook, fake_tq):
+    rows = _synthetic_batch()
+    fake_tq.add_group([r for r in rows if r["uid"] == "A"])
+    fake_tq.add_group([r for r in rows if r["uid"] == "B"])  # all correct: evicted, refilled
+    counter = iter(range(100))
+
+    def refill(n):
+        for _ in range(n):
+            uid = f"R{next(counter)}"
+            fake_tq.add_group([dict(r, uid=uid) for r in rows if r["uid"] == "C"], step=1)
+        fake_tq.refills += n
+        return n
+
+    buf = hook.RocReplayBuffer(trainer_mode="sync", trainer_config=OmegaConf.create({}), max_off_policy_threshold=8,
+                               max_off_policy_strategy="drop", sampler_kwargs=_sampler_kwargs(), poll_interval=0.0,
+                               refill_fn=refill)
+    meta, metrics = buf.sample(global_steps=1, partition_id="train", batch_size=2)
+    uids = [k.split("_")[0] for k in meta.keys]
+    assert len(meta.keys) == 2 * G and len(meta.tags) == 2 * G
+    assert uids.count("A") == G and "B" not in uids and fake_tq.refills >= 1
+    assert metrics["training/filter_groups/evicted_samples"] == 1
+    assert metrics["roc/kept"] == 2 * G and metrics["roc/sampled"] == 2 * N2
+    # rejected trajectories and the evicted group are gone from the store; kept ones remain
+    stored = set(fake_tq.values["train"])
+    assert set(meta.keys) <= stored and not any(k.startswith("B_") for k in stored)
+    assert len([k for k in stored if k.startswith("A_")]) == G
+
+
+def test_v1_sampler_is_seeded_per_step_and_leaves_validation_alone(hook, fake_tq, monkeypatch):
+    import verl.trainer.ppo.v1.replay_buffer as rb
+
+    rows = _synthetic_batch()
+    kw = _sampler_kwargs(mode="sample", drop_equal_reward_groups=False, train_batch_size=1)
+
+    def run(step):
+        store = FakeTQ()
+        store.add_group([r for r in rows if r["uid"] == "C"])
+        monkeypatch.setattr(rb, "tq", store)
+        monkeypatch.setattr(hook, "tq", store)
+        buf = hook.RocReplayBuffer("sync", OmegaConf.create({}), 8, "drop", kw, poll_interval=0.0)
+        return buf.sample(global_steps=step, partition_id="train", batch_size=1)[0].keys
+
+    assert run(5) == run(5)
+    assert len({tuple(run(s)) for s in range(6)}) > 1
+    monkeypatch.setattr(rb, "tq", fake_tq)
+    monkeypatch.setattr(hook, "tq", fake_tq)
+    fake_tq.add_group([r for r in rows if r["uid"] == "A"], partition="val")
+    buf = hook.RocReplayBuffer("sync", OmegaConf.create({}), 8, "drop", kw, poll_interval=0.0)
+    snapshot = {k: t for k, t in fake_tq.tags["val"].items() if not t.get("is_prompt")}  # as _sync_metadata builds it
+    meta = buf._materialize_batch("val", ["A"], snapshot)
+    assert len(meta.keys) == N2
+
+
+def test_sampler_kwargs_errors_name_the_key(hook):
+    with pytest.raises(KeyError, match="sampler_kwargs.oversample"):
+        hook.roc_params_from_kwargs({"group_size": 4, "train_batch_size": 2})
+    with pytest.raises(ValueError, match="trainer_mode=sync"):
+        hook.RocReplayBuffer("separate_async", {}, 8, "drop", _sampler_kwargs())
+
+
+def test_oversampling_marks_training_prompts_only_and_survives_worker_chunking(hook):
+    from tensordict import NonTensorData, NonTensorStack
+    from verl.utils import tensordict_utils as tu
+
+    def batch():
+        return tu.get_tensordict({"raw_prompt": np.array([[{"role": "user", "content": str(i)}] for i in range(4)],
+                                                         dtype=object),
+                                  "uid": np.array([f"u{i}" for i in range(4)], dtype=object)})
+
+    train = hook.with_oversampling(batch(), N2)
+    for chunk in train.chunk(2):  # what AgentLoopManagerTQ.generate_sequences sends each worker
+        for i in range(len(chunk)):  # AgentLoopWorkerTQ.generate_sequences' per-prompt extraction
+            prompt = {}
+            for k, v in chunk.items():
+                if isinstance(v, torch.Tensor):
+                    prompt[k] = v[i]
+                elif isinstance(v, NonTensorStack):
+                    prompt[k] = v[i].data
+                elif isinstance(v, NonTensorData):
+                    prompt[k] = v.data
+            assert prompt.pop("__rollout_n__", None) == N2  # what _run_prompt pops as n
+    val = batch()
+    tu.assign_non_tensor_data(val, "validate", True)
+    assert "__rollout_n__" not in hook.with_oversampling(val, N2).keys()
+
+
+def test_verl_loads_both_classes_from_the_override_strings(hook):
+    from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ
+    from verl.utils.import_utils import load_class_from_fqn, load_extern_object
+
+    from kit.bridge.overrides import ROC_MANAGER, ROC_SAMPLER
+
+    assert load_extern_object(*ROC_SAMPLER) is hook.RocReplayBuffer
+    assert issubclass(load_class_from_fqn(ROC_MANAGER, "AgentLoopManager"), AgentLoopManagerTQ)

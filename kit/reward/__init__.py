@@ -54,6 +54,9 @@ choice letters (gold ``A``-``J``)     the answer must be one letter, optionally 
                                       ``C``; an option's value instead of its letter is wrong.
 thousands: ``2,500`` vs ``2500``      correct both ways, also ``10,\!080``, ``1{,}000``,
                                       ``10\,000``; only 3-digit groups (``0,1`` is a pair).
+base subscripts: ``2516_8``           digits and base must match (``2516_{8}`` correct,
+                                      ``2516_2`` wrong); the subscript may be left out
+                                      (``2516``); a base-10 value (``1358``) is wrong.
 plain numbers                         compared exactly as decimals: ``05`` = ``+5`` = ``5``,
                                       ``0.50`` = ``0.5``, ``3.14159265`` vs ``3.1415927`` wrong.
 numbers via math_verify               a "match" must also hold to a *relative* 1e-12 (1e-6

@@ -32,6 +32,7 @@ _LETTER_ANSWER = re.compile(r"^(?:option\s*|choice\s*)?\(?([A-Ja-j])\)?[.:]?$", 
 _LONE_SYMBOL = re.compile(
     r"^(?:[A-Za-z]|\\[A-Za-z]+)(?:_\{?[A-Za-z0-9]+\}?)?(?:'|\^\{?\*\}?)?(?:\([^()=]*\))?$"
 )
+_BASE_NUMBER = re.compile(r"^([0-9A-Za-z]+)_\{?\s*(\d+)\s*\}?$")
 _MAX_EXPONENT_DIGITS = 18
 
 
@@ -150,6 +151,12 @@ def quick_grade(gold: str, answer: str) -> tuple[str | None, str, str, str]:
             return "wrong", "choice_not_a_letter", g, a
         ok = m.group(1).upper() == letter.group(1)
         return ("correct" if ok else "wrong"), "choice_letter", g, a
+    based = _BASE_NUMBER.match(g)
+    if based:  # "2516_8": digits in a base; math_verify drops the subscript
+        m = _BASE_NUMBER.match(a)
+        digits, base = (m.group(1), m.group(2)) if m else (a, based.group(2))
+        ok = digits.upper() == based.group(1).upper() and int(base) == int(based.group(2))
+        return ("correct" if ok else "wrong"), "base_subscript", g, a
     g_eq, a_eq = split_assignment(g), split_assignment(a)
     if g_eq is not None and a_eq is None and is_lone_symbol(g_eq[0]):
         g = g_eq[1]  # gold "x=5" against answer "5"

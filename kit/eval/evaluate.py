@@ -19,6 +19,8 @@ do this by accident, ``../shared/research/rstar2_agent_release.md`` §9).
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
@@ -27,6 +29,7 @@ from typing import Any
 
 import numpy as np
 
+from kit import prompts
 from kit.eval import metrics
 from kit.eval.manifest import build_manifest, write_json
 
@@ -279,7 +282,10 @@ async def evaluate_async(backend: Any, benchmark: str, *, tokenizer: Any, execut
         model=model_name or type(backend).__name__, backend=_describe(backend),
         sampling={"n": n, "temperature": temperature, "top_p": top_p, "max_tokens": max_tokens,
                   "max_turns": max_turns, "greedy": temperature == 0},
-        seed=seed, data_files=files, extra={"benchmark": benchmark, "max_problems": max_problems})
+        seed=seed, data_files=files,
+        extra={"benchmark": benchmark, "max_problems": max_problems,
+               "system_prompt_sha256": hashlib.sha256(prompts.SYSTEM_PROMPT.encode()).hexdigest(),
+               "rollout": dataclasses.asdict(rollout_cfg) if dataclasses.is_dataclass(rollout_cfg) else None})
     if run_dir is not None:
         save_result(run_dir, result, tag)
     return result
@@ -297,7 +303,7 @@ def evaluate(backend: Any, benchmark: str, n: int = 16, temperature: float = 0.6
 
 def _describe(backend: Any) -> str:
     parts = [type(backend).__name__]
-    for attr in ("base_url", "model", "device"):
+    for attr in ("base_url", "model", "device", "seed", "batch_size"):
         v = getattr(backend, attr, None)
         if isinstance(v, str | int | float):
             parts.append(f"{attr}={v}")

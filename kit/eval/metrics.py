@@ -14,6 +14,7 @@ Symbols: ``N`` problems of a benchmark, ``n`` samples per problem (16 in the rep
 
 from __future__ import annotations
 
+import functools
 import itertools
 import math
 from collections import Counter
@@ -125,11 +126,35 @@ def maj_at_k(answers: Sequence[Sequence[Hashable | None]], golds_correct: Sequen
             raise ValueError(f"k must be in [1, {n}], got {kk}")
         right = {a for a, c in zip(row, ok, strict=True) if c and a is not None}
         use_exact = exact if exact is not None else math.comb(n, kk) <= 5000
-        subsets = (itertools.combinations(range(n), kk) if use_exact
-                   else (rng.choice(n, size=kk, replace=False) for _ in range(resamples)))
-        hits = [majority_answer([row[j] for j in s]) in right for s in subsets]
-        scores.append(float(np.mean(hits)))
+        subsets = (_all_subsets(n, kk) if use_exact
+                   else np.argsort(rng.random((resamples, n)), axis=1)[:, :kk])  # uniform k-subsets
+        scores.append(_majority_hits(row, right, subsets))
     return float(np.mean(scores))
+
+
+@functools.lru_cache(maxsize=64)
+def _all_subsets(n: int, k: int) -> np.ndarray:
+    """(C(n, k), k) array of every k-subset of range(n), in lexicographic order."""
+    return np.array(list(itertools.combinations(range(n), k)), dtype=int).reshape(-1, k)
+
+
+def _majority_hits(row: Sequence[Hashable | None], right: set, subsets: np.ndarray) -> float:
+    """Share of ``subsets`` (S, k) of sample indices whose majority answer (ties: first seen in
+    the subset, None never votes, as :func:`majority_answer`) is in ``right``; vectorised."""
+    values = list(dict.fromkeys(a for a in row if a is not None))
+    if not values or not right:
+        return 0.0
+    code = {a: i for i, a in enumerate(values)}
+    codes = np.array([code[a] if a is not None else -1 for a in row])[subsets]  # (S, k)
+    onehot = codes[:, :, None] == np.arange(len(values))[None, None, :]  # (S, k, m)
+    counts = onehot.sum(axis=1)  # (S, m)
+    k = subsets.shape[1]
+    first = np.where(onehot.any(axis=1), onehot.argmax(axis=1), k)  # (S, m) first position
+    score = np.where(counts > 0, counts * (k + 1) - first, -1)
+    winner = score.argmax(axis=1)  # (S,)
+    voted = counts.max(axis=1) > 0
+    good = np.array([v in right for v in values])
+    return float(np.mean(good[winner] & voted))
 
 
 def bootstrap_ci(per_problem: Sequence[float], samples: int = 1000, alpha: float = 0.05,

@@ -153,5 +153,6 @@ def test_evaluate_runs_the_agent_loop_and_writes_result(tok, tmp_path):
     assert r.tool_calls_per_traj == 1.0 and r.tool_error_ratio == 0.0 and r.truncation_ratio == 0.0
     assert r.manifest["sampling"] == {"n": 4, "temperature": 0.6, "top_p": 0.95, "max_tokens": 400,
                                       "max_turns": 4, "greedy": False}
+    assert len(r.manifest["system_prompt_sha256"]) == 64 and r.manifest["benchmark"] == "toy"
     saved = json.loads((tmp_path / "eval" / "toy.json").read_text())
     assert saved["manifest"]["model"] == "scripted" and saved["avg_at_n"] == pytest.approx(0.75)

@@ -85,3 +85,13 @@ def test_bootstrap_interval_covers_mean_and_shrinks():
     assert bootstrap_ci([0.5] * 10) == (0.5, 0.5)
     with pytest.raises(ValueError):
         bootstrap_ci(small, alpha=1.5)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.lists(st.lists(st.sampled_from(["1", "2", "3", None]), min_size=5, max_size=5), min_size=1, max_size=4),
+       st.integers(1, 5), st.sampled_from(["1", "2"]))
+def test_maj_at_k_equals_python_vote_over_all_subsets(answers, k, gold):
+    correct = [[a == gold for a in row] for row in answers]
+    expected = np.mean([np.mean([majority_answer([row[j] for j in s]) == gold
+                                 for s in itertools.combinations(range(5), k)]) for row in answers])
+    assert maj_at_k(answers, correct, k, exact=True) == pytest.approx(expected)

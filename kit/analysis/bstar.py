@@ -70,3 +70,41 @@ def balance_score_step(correct: Sequence[Sequence[bool]], responses: Sequence[Se
     if not correct:
         return float("nan")
     return float(np.mean([balance_score(c, r, n_star, key) for c, r in zip(correct, responses, strict=True)]))
+
+
+def balance_by_step(records, n_star: int = 4, key: Callable[[str], object] = _default_key):
+    """Balance score per RL step from sample records (e.g. the rows of ``samples.jsonl``).
+
+    Args:
+        records: dicts with ``step``, ``problem_id``, ``reward`` (> 0 = correct) and
+            ``response_text``; samples of one (step, problem) form one query.
+        n_star: B-STaR's n*; scale it with the samples per query present (the tiny trainer
+            writes only a few samples of one problem per step to ``samples.jsonl``, so compute
+            it on full batches in the trainer for a faithful monitor).
+    Returns:
+        pandas DataFrame indexed by step: ``balance`` (mean over queries), ``queries``,
+        ``accuracy`` (share of correct samples), ``distinct_correct`` (mean per query).
+    Raises:
+        KeyError: a record lacks one of the four keys (the message names the record index).
+    """
+    import pandas as pd
+
+    groups: dict[tuple, list[tuple[bool, str]]] = {}
+    for i, r in enumerate(records):
+        missing = [k for k in ("step", "problem_id", "reward", "response_text") if k not in r]
+        if missing:
+            raise KeyError(f"record {i} lacks {missing}")
+        groups.setdefault((r["step"], r["problem_id"]), []).append((float(r["reward"]) > 0, r["response_text"]))
+    rows = []
+    for (step, _pid), samples in groups.items():
+        correct = [c for c, _ in samples]
+        texts = [t for _, t in samples]
+        rows.append({"step": step, "balance": balance_score(correct, texts, n_star, key),
+                     "accuracy": float(np.mean(correct)),
+                     "distinct_correct": len({key(t) for c, t in samples if c})})
+    if not rows:
+        return pd.DataFrame(columns=["balance", "queries", "accuracy", "distinct_correct"])
+    df = pd.DataFrame(rows).groupby("step")
+    out = df[["balance", "accuracy", "distinct_correct"]].mean()
+    out.insert(1, "queries", df.size())
+    return out

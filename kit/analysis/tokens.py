@@ -150,7 +150,7 @@ def analyze_trajectory(model: Any, tokenizer: Any, trajectory: Any, *, top_frac:
     ids, mask = list(get("response_ids")), list(get("response_mask"))
     ent = trajectory_entropy(model, list(get("prompt_ids")), ids, temperature)
     high = high_entropy_mask(ent, mask, top_frac)
-    pieces = [tokenizer.decode([t]) for t in ids]
+    pieces = [tokenizer.decode([t], skip_special_tokens=False) for t in ids]
     labels = classify_tokens(pieces, mask, high, **windows)
     return {"pieces": pieces, "entropy": ent, "mask": np.asarray(mask), "high": high, "labels": labels,
             "counts": count_labels(labels)}

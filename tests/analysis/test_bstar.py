@@ -25,3 +25,19 @@ def test_extremes():
 def test_step_mean():
     assert balance_score_step([[1, 0], [1, 1]], [["a", "b"], ["a", "b"]], n_star=2) == pytest.approx(
         (0.5 * 0.5 + 1.0 * 1.0) / 2)
+
+
+def test_balance_by_step_from_records():
+    from kit.analysis.bstar import balance_by_step
+
+    recs = [{"step": 1, "problem_id": "a", "reward": 1.0, "response_text": "x"},
+            {"step": 1, "problem_id": "a", "reward": 1.0, "response_text": "y"},
+            {"step": 1, "problem_id": "a", "reward": 0.0, "response_text": "z"},
+            {"step": 1, "problem_id": "a", "reward": 0.0, "response_text": "w"},
+            {"step": 2, "problem_id": "a", "reward": 1.0, "response_text": "x"},
+            {"step": 2, "problem_id": "b", "reward": 0.0, "response_text": "x"}]
+    df = balance_by_step(recs, n_star=2)
+    assert df.loc[1, "balance"] == pytest.approx(1.0 * 0.5) and df.loc[1, "queries"] == 1
+    assert df.loc[2, "balance"] == pytest.approx((0.5 * 1.0 + 0.0) / 2) and df.loc[2, "queries"] == 2
+    with pytest.raises(KeyError, match="record 0"):
+        balance_by_step([{"step": 1}])

@@ -1,0 +1,126 @@
+"""The kit's Python tool as a VERL 0.9.1 ``BaseTool``: runs the model's code in ``kit.sandbox``.
+
+For agent loops that take VERL tools (``actor_rollout_ref.rollout.multi_turn.tool_config_path``,
+e.g. VERL's built-in ``tool_agent``), declared in the tool YAML as::
+
+    tools:
+      - class_name: kit.bridge.tool.KitSandboxTool
+        config: {type: native, timeout_s: 10, memory_mb: 1024, num_workers: 64}  # SandboxConfig fields
+        # tool_schema optional: default kit.prompts.TOOL_SCHEMA (execute_python_code_with_standard_io)
+
+``execute(instance_id, {"code", "input"}, agent_data=...)`` sends one call to a
+``kit.sandbox.SandboxPool`` shared by the worker process (started on first use, one per event
+loop), renders the result with ``kit.rollout.protocol.render_result`` (the same feedback text
+the kit's own agent loop shows) and returns ``(ToolResponse(text), 0.0, metrics)``. It adds
+the structured counters RoC reads to ``agent_data.extra_fields`` (``tool_calls``,
+``tool_errors``, ``tool_error_<kind>``, ``infra_errors``), the same keys the kit agent loop
+writes.
+
+What it does not do: the recipe's default agent loop (``kit.bridge.agent_loop``, ``rstar2_kit``)
+runs the sandbox itself and never calls this tool; VERL's ``tool_agent`` loop does not record
+``answer_tags`` or ``turns``, and silently drops malformed ``<tool_call>`` JSON before any tool
+sees it, so RoC's ``p_format`` and malformed-call counts need the kit agent loop. Arguments
+other than ``code`` (string) and ``input`` (string, default empty) are rejected as a malformed
+call. VERL truncates the returned text by characters (``multi_turn.max_tool_response_length``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+from typing import Any
+
+from verl.tools.base_tool import BaseTool
+from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
+
+from kit import prompts
+from kit.config import SandboxConfig
+from kit.rollout.protocol import STATUS_KIND, render_malformed, render_result
+
+_SANDBOX_FIELDS = {f.name for f in dataclasses.fields(SandboxConfig)}
+_NON_SANDBOX_KEYS = {"type"}  # VERL's tool-type key in the YAML config
+
+
+def sandbox_config_from_tool_config(config: dict[str, Any]) -> SandboxConfig:
+    """``SandboxConfig`` from the tool YAML's ``config`` mapping.
+
+    Raises:
+        ValueError: a key that is neither a ``SandboxConfig`` field nor ``type`` (names it).
+    """
+    unknown = sorted(set(config) - _SANDBOX_FIELDS - _NON_SANDBOX_KEYS)
+    if unknown:
+        raise ValueError(f"KitSandboxTool config: unknown key {unknown[0]!r}; allowed: {sorted(_SANDBOX_FIELDS)}")
+    return SandboxConfig(**{k: v for k, v in config.items() if k in _SANDBOX_FIELDS})
+
+
+def count_into(extra_fields: dict[str, Any], status: str | None) -> None:
+    """Add one call with sandbox ``status`` (None = malformed call) to the RoC counters."""
+    kind = "malformed" if status is None else STATUS_KIND[status]
+    extra_fields["tool_calls"] = int(extra_fields.get("tool_calls", 0)) + 1
+    if kind == "infra":
+        extra_fields["infra_errors"] = int(extra_fields.get("infra_errors", 0)) + 1
+    elif kind is not None:
+        extra_fields["tool_errors"] = int(extra_fields.get("tool_errors", 0)) + 1
+        key = f"tool_error_{kind}"
+        extra_fields[key] = int(extra_fields.get(key, 0)) + 1
+
+
+class KitSandboxTool(BaseTool):
+    """``execute_python_code_with_standard_io(code, input)`` on the kit sandbox (see module docstring).
+
+    Args:
+        config: the tool YAML's ``config`` (``SandboxConfig`` fields plus ``type``).
+        tool_schema: OpenAI function schema; default :data:`kit.prompts.TOOL_SCHEMA`.
+        executor: tests only: an object with ``async run(ToolCall) -> ToolResult`` used instead
+            of a sandbox pool.
+    """
+
+    def __init__(self, config: dict[str, Any], tool_schema: OpenAIFunctionToolSchema | None = None,
+                 executor: Any = None):
+        self.sandbox_cfg = sandbox_config_from_tool_config(dict(config or {}))
+        schema = tool_schema or OpenAIFunctionToolSchema.model_validate(prompts.TOOL_SCHEMA)
+        super().__init__(dict(config or {}), schema)
+        self._executor = executor
+        self._pools: dict[int, Any] = {}
+
+    async def _pool(self) -> Any:
+        if self._executor is not None:
+            return self._executor
+        loop_id = id(asyncio.get_running_loop())
+        if loop_id not in self._pools:
+            from kit.sandbox import SandboxPool
+
+            self._pools[loop_id] = await SandboxPool(self.sandbox_cfg).start()
+        return self._pools[loop_id]
+
+    async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> tuple[ToolResponse, float, dict]:
+        """Run one call. ``kwargs["agent_data"]`` (VERL's ``AgentData``) receives the counters.
+
+        Returns:
+            ``(ToolResponse(text=feedback), 0.0, {"status": str, "wall_s": float})``; status
+            ``"malformed"`` for bad arguments (no sandbox call made).
+        """
+        agent_data = kwargs.get("agent_data")
+        extra = agent_data.extra_fields if agent_data is not None else {}
+        code, stdin = parameters.get("code") if isinstance(parameters, dict) else None, ""
+        if isinstance(parameters, dict):
+            stdin = parameters.get("input", "")
+        bad = set(parameters) - {"code", "input"} if isinstance(parameters, dict) else set()
+        if not isinstance(code, str) or not isinstance(stdin, str) or bad:
+            why = (f"unexpected argument {sorted(bad)[0]!r}" if bad else
+                   "'code' must be a string" if not isinstance(code, str) else "'input' must be a string")
+            count_into(extra, None)
+            return ToolResponse(text=render_malformed(why)), 0.0, {"status": "malformed", "wall_s": 0.0}
+        from kit.sandbox import ToolCall
+
+        pool = await self._pool()
+        result = await pool.run(ToolCall(code=code, input=stdin))
+        count_into(extra, result.status)
+        text = render_result(result, timeout_s=self.sandbox_cfg.timeout_s)
+        return ToolResponse(text=text), 0.0, {"status": result.status, "wall_s": float(result.wall_s or 0.0)}
+
+    async def close(self) -> None:
+        """Stop the pools this tool started (VERL never calls it; tests and scripts may)."""
+        pools, self._pools = list(self._pools.values()), {}
+        for pool in pools:
+            await pool.close()

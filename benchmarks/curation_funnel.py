@@ -23,6 +23,8 @@ def main() -> None:
     aime_bench = [u for u, f, _ in result.removed if u.startswith(("aime_history/2024_", "aime_history/2025_"))]
     print(f"aime_history 2024_/2025_ rows removed: {len(aime_bench)} (decontaminated: "
           f"{sum(1 for u, f, _ in result.removed if f == 'decontaminated' and u in set(aime_bench))})")
+    conflicts = sum(1 for _, f, d in result.removed if f == "duplicate" and "label differs" in d)
+    print(f"duplicates whose label differs from the kept copy: {conflicts}")
     print(f"max_df={max_df} load+curate seconds={seconds:.2f}")
     print("name=curation_funnel")
 

@@ -118,7 +118,7 @@ def entropy_html(pieces: Sequence[str], entropy: Sequence[float], response_mask:
     m = np.ones(len(e), dtype=int) if response_mask is None else np.asarray(response_mask, dtype=int)
     hi = high_entropy_mask(e, m, top_frac)
     emax = float(e[hi].max()) if hi.any() else 1.0
-    parts = [f"<div style='font-family:monospace;white-space:pre-wrap;line-height:1.5'>"]
+    parts = ["<div style='font-family:monospace;white-space:pre-wrap;line-height:1.5'>"]
     if title:
         parts.append(f"<b>{html.escape(title)}</b><br>")
     for piece, ent, mask, h in zip(pieces, e, m, hi, strict=True):

@@ -114,7 +114,8 @@ class CurationResult:
             string kept in ``meta["raw_answer"]``.
         counts: ``{pool: {"in": n, <filter>: removed, ..., "out": n}}``.
         removed: ``[(uid, filter, detail)]`` for every dropped row (detail names the benchmark
-            item and shared n-gram for decontamination, the duplicate's first uid, ...).
+            item and shared n-gram for decontamination, the duplicate's first uid and whether
+            the two labels differ, ...).
     """
 
     problems: list[Problem]
@@ -142,7 +143,7 @@ def curate(pools: Mapping[str, Sequence[Problem]], *, max_answer_digits: int = 1
     kept: list[Problem] = []
     counts: dict[str, dict[str, int]] = {}
     removed: list[tuple[str, str, str]] = []
-    seen: dict[str, str] = {}
+    seen: dict[str, tuple[str, int]] = {}
     years = set(benchmark_years)
     for pool, problems in pools.items():
         c = counts.setdefault(pool, {"in": 0, **{f: 0 for f in FILTERS}, "out": 0})
@@ -153,14 +154,14 @@ def curate(pools: Mapping[str, Sequence[Problem]], *, max_answer_digits: int = 1
                 c[reason] += 1
                 removed.append((p.uid, reason, detail))
                 continue
-            seen[problem_key(p.problem)] = p.uid
+            seen[problem_key(p.problem)] = (p.uid, value)
             c["out"] += 1
             kept.append(Problem(p.source, p.id, p.problem, str(value), {**p.meta, "raw_answer": p.answer}))
     return CurationResult(kept, counts, removed)
 
 
 def _first_failure(p: Problem, max_digits: int, index: NgramIndex | None, years: set[int],
-                   seen: dict[str, str]) -> tuple[str, str, int | None]:
+                   seen: dict[str, tuple[str, int]]) -> tuple[str, str, int | None]:
     if not p.answer.strip():
         return "missing_answer", "", None
     if index is not None:
@@ -181,7 +182,9 @@ def _first_failure(p: Problem, max_digits: int, index: NgramIndex | None, years:
         return "non_integer", p.answer[:80], None
     key = problem_key(p.problem)
     if key in seen:
-        return "duplicate", seen[key], None
+        first_uid, first_value = seen[key]
+        note = "" if first_value == value else f" (label differs: {first_value} kept, {value} dropped)"
+        return "duplicate", first_uid + note, None
     return "", "", value
 
 

@@ -4,8 +4,17 @@ import pandas as pd
 import pytest
 
 from kit.config import DataConfig
-from kit.data.curate import (FILTERS, AnswerTooLarge, build_hard_subset, consistency_filter, curate,
-                             curate_from_config, funnel_table, parse_integer_answer, write_curated)
+from kit.data.curate import (
+    FILTERS,
+    AnswerTooLarge,
+    build_hard_subset,
+    consistency_filter,
+    curate,
+    curate_from_config,
+    funnel_table,
+    parse_integer_answer,
+    write_curated,
+)
 from kit.data.decontam import NgramIndex
 from kit.data.pools import Problem
 from kit.paths import data_dir

@@ -4,8 +4,14 @@ import csv
 
 import pytest
 
-from kit.eval.benchmarks import (HMMT_SUFFIX, BenchmarkFormatError, benchmark_path, load_benchmark, load_gpqa,
-                                 strip_hmmt_suffix)
+from kit.eval.benchmarks import (
+    HMMT_SUFFIX,
+    BenchmarkFormatError,
+    benchmark_path,
+    load_benchmark,
+    load_gpqa,
+    strip_hmmt_suffix,
+)
 from kit.paths import data_dir
 
 needs_data = pytest.mark.skipif(not (data_dir() / "benchmarks").is_dir(), reason="no shared data")

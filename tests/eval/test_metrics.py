@@ -8,8 +8,15 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from kit.eval.metrics import (avg_at_n, bootstrap_ci, maj_at_k, majority_answer, pass_at_k, pass_at_k_curve,
-                              pass_at_k_one)
+from kit.eval.metrics import (
+    avg_at_n,
+    bootstrap_ci,
+    maj_at_k,
+    majority_answer,
+    pass_at_k,
+    pass_at_k_curve,
+    pass_at_k_one,
+)
 
 
 def brute_pass_at_k(row, k):

@@ -51,11 +51,14 @@ class RecipePaths:
     @classmethod
     def default(cls, run_dir: str, stage: str, train_files: str | None = None,
                 val_files: str | None = None) -> RecipePaths:
+        """Stages 1-2 train on ``run_dir/data/curated.parquet`` (``kit.data.curate.write_curated``),
+        stage 3 on ``run_dir/data/hard.parquet``; validation on ``run_dir/data/val.parquet``."""
         d = PurePosixPath(run_dir)
+        train = "hard.parquet" if stage == "stage3" else "curated.parquet"
         return cls(
             run_dir=str(d),
-            train_files=train_files or str(d / "verl" / f"{stage}_train.parquet"),
-            val_files=val_files or str(d / "verl" / "val.parquet"),
+            train_files=train_files or str(d / "data" / train),
+            val_files=val_files or str(d / "data" / "val.parquet"),
             agent_loop_config=str(d / "verl" / "agent_loop.yaml"),
             checkpoints=str(d / "checkpoints"),
         )

@@ -1,0 +1,230 @@
+"""Paper-scale launch on a GPU cluster: ``python -m kit.recipe launch --profile paper-14b --stage stage1``.
+
+``launch(profile, stage)`` resolves the profile (``kit.config``), writes the agent-loop YAML the
+overrides point at, checks that the stage's parquet files exist, prints the VERL command
+(``python -m verl.trainer.main_ppo`` with ``kit.bridge.overrides.to_hydra_overrides``) and runs
+it with ``RAY_ADDRESS`` set to the Ray cluster it finds (``RAY_ADDRESS``, else the cluster
+``ray start`` recorded in ``/tmp/ray/ray_current_cluster``). Without a cluster it stops with a
+message, unless ``allow_local_ray`` lets VERL start a one-node Ray itself.
+
+``prepare_data(config)`` writes the files a run reads: ``run_dir/data/curated.parquet`` (the
+curated RL pools, ``kit.data.curate``; stages 1-2), ``run_dir/data/val.parquet`` (benchmarks,
+same VERL row schema). Stage 3's ``hard.parquet`` needs solve counts of the stage-2 policy
+(``kit.data.curate.build_hard_subset`` with 8 rollouts per problem); produce it with your
+evaluation run and pass it as ``train_files`` (or place it at the default path).
+
+Commands::
+
+    python -m kit.recipe prepare-data --profile paper-14b [--run-dir runs/paper-14b]
+    python -m kit.recipe launch --profile paper-14b --stage stage1 [--model-path SFT_DIR] \\
+        [--n-gpus-per-node 8 --nnodes 8 --rollout-tp 4] [--dry-run] [-- extra.hydra=overrides]
+
+What it does not do: install SGLang (see README), start or size a Ray cluster, convert VERL's
+FSDP checkpoints to Hugging Face format between stages (VERL resumes from its own folders), or
+run the stage-3 difficulty filter.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import shlex
+import subprocess
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kit.bridge.overrides import AGENT_NAME, STAGES, RecipePaths, command, to_hydra_overrides
+from kit.config import KitConfig, load
+
+RAY_CLUSTER_FILE = Path("/tmp/ray/ray_current_cluster")
+VAL_BENCHMARKS = ("aime24", "aime25")
+
+
+def find_ray_cluster(cluster_file: Path | None = None) -> str | None:
+    """Address of a running Ray cluster: ``RAY_ADDRESS``, else the one ``ray start`` recorded
+    in ``cluster_file`` (default :data:`RAY_CLUSTER_FILE`); None when there is neither."""
+    if os.environ.get("RAY_ADDRESS"):
+        return os.environ["RAY_ADDRESS"]
+    cluster_file = cluster_file or RAY_CLUSTER_FILE
+    if cluster_file.exists():
+        text = cluster_file.read_text().strip()
+        return text or None
+    return None
+
+
+def run_dir_of(config: KitConfig) -> str:
+    return config.run_dir or f"runs/{config.profile}"
+
+
+def write_agent_loop_config(config: KitConfig, path: str | os.PathLike) -> Path:
+    """The ``agent_loop_config_path`` YAML registering the kit agent loop with the run's settings.
+
+    Written as JSON (a YAML subset OmegaConf reads): one entry ``rstar2_kit`` ->
+    ``kit.bridge.agent_loop.KitAgentLoop`` with the ``[sandbox]`` section and the rollout's
+    per-turn call limit and feedback truncation (tokens).
+    """
+    r = config.rollout
+    entry = {
+        "name": AGENT_NAME,
+        "_target_": "kit.bridge.agent_loop.KitAgentLoop",
+        "sandbox": dataclasses.asdict(config.sandbox),
+        "max_calls_per_turn": r.max_calls_per_turn,
+        "tool_response_max_tokens": r.tool_response_max_tokens,
+        "tool_name": r.tool_name,
+    }
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps([entry], indent=2) + "\n")
+    return path
+
+
+def _val_rows(config: KitConfig, benchmarks: Sequence[str]) -> list[dict[str, Any]]:
+    from kit.eval.benchmarks import load_benchmark
+
+    rows = []
+    for name in benchmarks:
+        for item in load_benchmark(name, config.data.data_dir or None):
+            rows.append({
+                "data_source": f"rstar2_kit/{name}", "prompt": [{"role": "user", "content": item.question}],
+                "ability": "math", "reward_model": {"style": "rule", "ground_truth": item.answer},
+                "extra_info": {"index": len(rows), "source": name, "id": item.id},
+            })
+    return rows
+
+
+def prepare_data(config: KitConfig, *, curated: Any = None, val_benchmarks: Sequence[str] = VAL_BENCHMARKS) -> dict[str, Path]:
+    """Write ``run_dir/data/curated.parquet`` and ``run_dir/data/val.parquet`` (VERL row schema).
+
+    Args:
+        config: resolved kit config (``run_dir`` empty: ``runs/<profile>``).
+        curated: a ``kit.data.curate.CurationResult``; default: curate ``config.data.train_pools``
+            from the data directory (minutes for the full pools).
+        val_benchmarks: benchmarks in the validation file.
+    Returns:
+        ``{"train": path, "val": path}``.
+    Raises:
+        kit.paths.DataFileMissing: a pool or benchmark file is absent (names it).
+    """
+    import pandas as pd
+
+    from kit.data.curate import curate_from_config, write_curated
+
+    run_dir = Path(run_dir_of(config))
+    result = curated if curated is not None else curate_from_config(config.data)
+    train = write_curated(run_dir, result)["parquet"]
+    val = run_dir / "data" / "val.parquet"
+    pd.DataFrame(_val_rows(config, val_benchmarks)).to_parquet(val, index=False)
+    return {"train": train, "val": val}
+
+
+def launch(
+    profile: str,
+    stage: str,
+    *,
+    run_dir: str | None = None,
+    model_path: str | None = None,
+    train_files: str | None = None,
+    val_files: str | None = None,
+    n_gpus_per_node: int = 8,
+    nnodes: int = 1,
+    rollout_tp: int = 4,
+    extra_overrides: Sequence[str] = (),
+    dry_run: bool = False,
+    allow_local_ray: bool = False,
+    python: str = sys.executable,
+) -> int:
+    """Print the VERL command for one stage and run it on the Ray cluster found.
+
+    Args:
+        profile: kit profile (``paper-14b``, ``paper-32b``).
+        stage: ``stage1`` | ``stage2`` | ``stage3``.
+        run_dir: where config, data, agent-loop YAML and checkpoints live (default ``runs/<profile>``).
+        model_path: stage-1 starting policy (the SFT checkpoint; default the profile's model).
+        train_files, val_files: parquet files (default under ``run_dir/data``).
+        n_gpus_per_node, nnodes, rollout_tp: cluster layout (see ``to_hydra_overrides``).
+        extra_overrides: more Hydra overrides appended last (they win).
+        dry_run: print and return 0 without running.
+        allow_local_ray: run even when no cluster is found (VERL starts a local Ray).
+        python: interpreter for the child process.
+    Returns:
+        The command's exit status (0 for a dry run).
+    Raises:
+        FileNotFoundError: a parquet file is missing (names it and the command that writes it).
+        RuntimeError: no Ray cluster found and ``allow_local_ray`` is False.
+    """
+    overrides = {"run_dir": run_dir} if run_dir else {}
+    config = load(profile, overrides=overrides, write=not dry_run)
+    # absolute: Ray workers do not share the launcher's working directory
+    absolute = str(Path(run_dir_of(config)).resolve())
+    paths = RecipePaths.default(absolute, stage, train_files and str(Path(train_files).resolve()),
+                                val_files and str(Path(val_files).resolve()))
+    args = to_hydra_overrides(config, stage, paths=paths, model_path=model_path, n_gpus_per_node=n_gpus_per_node,
+                              nnodes=nnodes, rollout_tp=rollout_tp)
+    cmd = command([*args, *extra_overrides], python=python)
+    print(shlex.join(cmd), flush=True)
+    if dry_run:
+        return 0
+    write_agent_loop_config(config, paths.agent_loop_config)
+    for f in (paths.train_files, paths.val_files):
+        if not Path(f).exists():
+            how = ("build it from stage-2 solve counts (kit.data.curate.build_hard_subset) and pass --train-files"
+                   if stage == "stage3" and f == paths.train_files
+                   else f"run: python -m kit.recipe prepare-data --profile {profile} --run-dir {paths.run_dir}")
+            raise FileNotFoundError(f"{f} does not exist; {how}")
+    env = dict(os.environ)
+    address = find_ray_cluster()
+    if address:
+        env["RAY_ADDRESS"] = address
+        print(f"kit.recipe: using the Ray cluster at {address}", flush=True)
+    elif not allow_local_ray:
+        raise RuntimeError("no Ray cluster found (RAY_ADDRESS unset, no /tmp/ray/ray_current_cluster): "
+                           "run `ray start --head` on this node or join your cluster, or pass --allow-local-ray")
+    return subprocess.run(cmd, env=env, check=False).returncode
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line (see module docstring)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    extra: list[str] = []
+    if "--" in argv:
+        i = argv.index("--")
+        argv, extra = argv[:i], argv[i + 1:]
+    parser = argparse.ArgumentParser(prog="python -m kit.recipe", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("launch", help="print and run the VERL command of one stage")
+    p.add_argument("--profile", default="paper-14b")
+    p.add_argument("--stage", default="stage1", choices=STAGES)
+    p.add_argument("--run-dir")
+    p.add_argument("--model-path")
+    p.add_argument("--train-files")
+    p.add_argument("--val-files")
+    p.add_argument("--n-gpus-per-node", type=int, default=8)
+    p.add_argument("--nnodes", type=int, default=1)
+    p.add_argument("--rollout-tp", type=int, default=4)
+    p.add_argument("--dry-run", action="store_true")
+    p.add_argument("--allow-local-ray", action="store_true")
+    d = sub.add_parser("prepare-data", help="write run_dir/data/{curated,val}.parquet")
+    d.add_argument("--profile", default="paper-14b")
+    d.add_argument("--run-dir")
+    a = parser.parse_args(argv)
+    if a.cmd == "prepare-data":
+        cfg = load(a.profile, overrides={"run_dir": a.run_dir} if a.run_dir else {})
+        for name, path in prepare_data(cfg).items():
+            print(f"{name}: {path}")
+        return 0
+    try:
+        return launch(a.profile, a.stage, run_dir=a.run_dir, model_path=a.model_path, train_files=a.train_files,
+                      val_files=a.val_files, n_gpus_per_node=a.n_gpus_per_node, nnodes=a.nnodes,
+                      rollout_tp=a.rollout_tp, extra_overrides=extra, dry_run=a.dry_run,
+                      allow_local_ray=a.allow_local_ray)
+    except (FileNotFoundError, RuntimeError) as exc:
+        print(f"kit.recipe: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,92 @@
+"""kit.recipe: prints the VERL command, writes what it points at, finds the Ray cluster, runs it."""
+
+import json
+import stat
+import sys
+
+import pytest
+
+from kit import recipe
+from kit.config import load
+
+
+def test_dry_run_prints_the_verl_command(capsys, tmp_path):
+    rc = recipe.main(["launch", "--profile", "paper-14b", "--stage", "stage2", "--run-dir", str(tmp_path / "r"),
+                      "--dry-run", "--", "trainer.nnodes=8"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "-m verl.trainer.main_ppo" in out
+    assert f"trainer.resume_from_path={tmp_path}/r/checkpoints/global_step_300" in out
+    assert out.strip().endswith("trainer.nnodes=8")  # extra overrides come last and win
+
+
+def test_agent_loop_yaml_is_what_verl_loads(tmp_path):
+    from hydra.utils import get_class
+    from omegaconf import OmegaConf
+
+    cfg = load("paper-14b", write=False)
+    path = recipe.write_agent_loop_config(cfg, tmp_path / "agent_loop.yaml")
+    (entry,) = OmegaConf.load(path)  # how AgentLoopWorker reads agent_loop_config_path
+    assert entry.name == "rstar2_kit" and entry.sandbox.timeout_s == cfg.sandbox.timeout_s
+    from kit.bridge.agent_loop import KitAgentLoop
+
+    assert get_class(entry._target_) is KitAgentLoop
+
+
+def _fake_python(tmp_path):
+    """An interpreter stand-in that records its argv and RAY_ADDRESS, then exits 0."""
+    script = tmp_path / "fake_python"
+    log = tmp_path / "log.json"
+    script.write_text(f"#!{sys.executable}\nimport json, os, sys\n"
+                      f"json.dump({{'argv': sys.argv[1:], 'ray': os.environ.get('RAY_ADDRESS')}}, open({str(log)!r}, 'w'))\n")
+    script.chmod(script.stat().st_mode | stat.S_IEXEC)
+    return str(script), log
+
+
+def test_launch_runs_on_the_cluster_it_finds(tmp_path, monkeypatch):
+    run = tmp_path / "run"
+    (run / "data").mkdir(parents=True)
+    for f in ("curated.parquet", "val.parquet"):
+        (run / "data" / f).write_bytes(b"")
+    python, log = _fake_python(tmp_path)
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    assert recipe.launch("paper-14b", "stage1", run_dir=str(run), python=python) == 0
+    got = json.loads(log.read_text())
+    assert got["ray"] == "10.0.0.1:6379" and got["argv"][:2] == ["-m", "verl.trainer.main_ppo"]
+    assert f"actor_rollout_ref.rollout.agent.agent_loop_config_path={run}/verl/agent_loop.yaml" in got["argv"]
+    assert (run / "verl" / "agent_loop.yaml").exists() and (run / "config.json").exists()
+
+
+def test_launch_without_cluster_or_data_says_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.setattr(recipe, "RAY_CLUSTER_FILE", tmp_path / "none")
+    run = tmp_path / "run"
+    with pytest.raises(FileNotFoundError, match="prepare-data"):
+        recipe.launch("paper-14b", "stage1", run_dir=str(run))
+    with pytest.raises(FileNotFoundError, match="build_hard_subset"):
+        recipe.launch("paper-14b", "stage3", run_dir=str(run))
+    (run / "data").mkdir(parents=True, exist_ok=True)
+    for f in ("curated.parquet", "val.parquet"):
+        (run / "data" / f).write_bytes(b"")
+    with pytest.raises(RuntimeError, match="ray start --head"):
+        recipe.launch("paper-14b", "stage1", run_dir=str(run))
+
+
+def test_prepare_data_writes_rows_verls_dataset_reads(tmp_path):
+    from omegaconf import OmegaConf
+    from verl.utils.dataset.rl_dataset import RLHFDataset
+
+    from kit.data.curate import curate
+    from kit.data.pools import Problem
+    from kit.models import train_tokenizer
+
+    cfg = load("paper-14b", overrides={"run_dir": str(tmp_path)}, write=False)
+    pools = {"dapo": [Problem("dapo", str(i), f"What is {i} + {i}?", str(2 * i)) for i in range(1, 6)]}
+    paths = recipe.prepare_data(cfg, curated=curate(pools), val_benchmarks=("aime24",))
+    tok = train_tokenizer(["What is 1 + 1? <answer>2</answer>"] * 10, 400)
+    data_cfg = OmegaConf.create({"max_prompt_length": 4096, "return_raw_chat": True, "filter_overlong_prompts": False,
+                                 "truncation": "error", "prompt_key": "prompt"})
+    train = RLHFDataset(str(paths["train"]), tok, data_cfg)
+    row = train[0]
+    assert row["raw_prompt"][-1]["content"].startswith("What is") and row["reward_model"]["ground_truth"]
+    val = RLHFDataset(str(paths["val"]), tok, data_cfg)
+    assert len(val) == 30 and val[0]["data_source"] == "rstar2_kit/aime24"

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -137,7 +136,7 @@ def score_samples(benchmark: str, item_ids: Sequence[str], trajectories: Sequenc
         sl = slice(i * n, (i + 1) * n)
         per_problem.append({
             "id": str(pid), "correct": correct[i].astype(int).tolist(), "answers": answers[i],
-            "pass1": float(correct[i].mean()), "response_tokens": lengths[sl].astype(int).tolist(),
+            "pass1": float(correct[i].mean()), "response_tokens": [int(x) if np.isfinite(x) else None for x in lengths[sl]],
             "tool_calls": calls[sl].astype(int).tolist(), "tool_errors": errs[sl].astype(int).tolist(),
             "truncated": trunc[sl].astype(int).tolist(),
         })
@@ -147,7 +146,7 @@ def score_samples(benchmark: str, item_ids: Sequence[str], trajectories: Sequenc
         ci95=metrics.bootstrap_ci(correct.mean(axis=1), samples=bootstrap_samples, seed=seed),
         pass_at_k=metrics.pass_at_k_curve(correct),
         maj_at_k={k: metrics.maj_at_k(answers, correct.astype(bool).tolist(), k, seed=seed) for k in ks},
-        response_tokens_mean=float(lengths.mean()), response_tokens_median=float(statistics.median(lengths)),
+        response_tokens_mean=float(lengths.mean()), response_tokens_median=float(np.median(lengths)),
         model_tokens_mean=float(model_len.mean()),
         tool_calls_per_traj=float(calls.mean()),
         tool_error_ratio=float(errs.sum() / calls.sum()) if calls.sum() else float("nan"),

@@ -156,3 +156,17 @@ def test_evaluate_runs_the_agent_loop_and_writes_result(tok, tmp_path):
     assert len(r.manifest["system_prompt_sha256"]) == 64 and r.manifest["benchmark"] == "toy"
     saved = json.loads((tmp_path / "eval" / "toy.json").read_text())
     assert saved["manifest"]["model"] == "scripted" and saved["avg_at_n"] == pytest.approx(0.75)
+
+
+def test_plot_passk_curves_draws_one_line_per_model():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import pandas as pd
+
+    from kit.eval.evaluate import plot_passk_curves
+
+    curves = pd.DataFrame({"base": [0.1, 0.3, 0.5], "rl": [0.4, 0.5, 0.55]}, index=pd.Index([1, 2, 4], name="k"))
+    ax = plot_passk_curves(curves, title="AIME24")
+    assert [line.get_label() for line in ax.get_lines()] == ["base", "rl"]
+    assert list(ax.get_lines()[1].get_ydata()) == [0.4, 0.5, 0.55] and ax.get_title() == "AIME24"

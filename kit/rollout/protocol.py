@@ -22,15 +22,17 @@ Differences from the release, on purpose:
       (:func:`truncate_tokens`), not to 256 characters.
 
 Why ``tool_response_max_tokens`` defaults to 1024 (``kit.config.RolloutConfig``): the release
-kept VERL's 256-character middle cut (first 128 + last 128 characters). A Python traceback of a
-one-line error in the sandbox is about 150-400 characters, and of an error inside a helper
-function or a library (sympy, numpy) 600-3000 characters: a 256-character window keeps the
-"Traceback (most recent call last):" header and the last line, and hides the line of the
-model's code that failed, which is what the model needs to fix the call. Printed intermediate
-results (tables of values, lists of candidates) are cut just as early. 1024 tokens (about
-3-4 KB of code text with Qwen's tokenizer) keeps whole tracebacks and ordinary outputs, while one
-call can never take more than 1/8 of the 8K response budget, which is shared by all turns.
-The tiny profile scales this to 64 tokens of its 256-token budget (same 1/4-1/8 ratio).
+kept VERL's 256-character middle cut (first 128 + last 128 characters, after code-judge's own
+1000-character cap). Measured with the kit sandbox (``benchmarks/rollout_bench.py``, tracebacks
+trimmed to the model's own frames): an error in the model's own code gives 125-325 characters
+(``1/0``: 125, a NameError inside a helper: 198, a numpy shape mismatch: 252, a RecursionError:
+323); an error raised inside sympy 782; a 39-row table of squares and cubes 458. A 256-character
+window keeps the short one-frame tracebacks but cuts the middle out of the deeper ones (the
+failing source line of the sympy error is lost) and out of any printed table, i.e. exactly the
+intermediate values the model asked for. 1024 tokens (about 3-4 KB of code-like text with
+Qwen's tokenizer) keeps all of these whole, while one call can never take more than 1/8 of the
+8K response budget, which is shared by all turns and so bounds the total anyway. The tiny
+profile scales it to 64 tokens of its 256-token budget.
 """
 
 from __future__ import annotations

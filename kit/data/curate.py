@@ -371,3 +371,30 @@ def write_curated(run_dir: str | Path, result: CurationResult, name: str = "cura
         for uid, reason, detail in result.removed:
             fh.write(json.dumps({"uid": uid, "filter": reason, "detail": detail}) + "\n")
     return paths
+
+
+def write_hard_subset(run_dir: str | Path, solve_counts: Sequence[int], n: int = 8, source: str = "curated",
+                      name: str = "hard") -> tuple[Path, dict[str, int]]:
+    """Stage-3 training file: ``run_dir/data/<name>.parquet`` holding the rows of
+    ``run_dir/data/<source>.parquet`` that the latest policy did not solve ``n``/``n`` times.
+
+    Args:
+        solve_counts: (N,) correct rollouts out of ``n`` per row of the source parquet, in row order
+            (e.g. from 8 rollouts of the stage-2 policy per problem).
+        n: rollouts per problem (``StageConfig.hard_filter_samples``).
+    Returns:
+        ``(path, stats)`` with the stats of :func:`build_hard_subset`.
+    Raises:
+        FileNotFoundError: the source parquet is missing. ValueError: see :func:`build_hard_subset`.
+    """
+    import pandas as pd
+
+    data = Path(run_dir) / "data"
+    src = data / f"{source}.parquet"
+    if not src.exists():
+        raise FileNotFoundError(f"{src} not found: write it first with write_curated()")
+    df = pd.read_parquet(src)
+    keep, stats = build_hard_subset(list(range(len(df))), solve_counts, n)
+    out = data / f"{name}.parquet"
+    df.iloc[keep].reset_index(drop=True).to_parquet(out, index=False)
+    return out, stats

@@ -164,3 +164,17 @@ def test_consistency_filter_over_backend_samples():
     kept, stats = consistency_filter(problems, answers, min_matches=2)
     assert [p.uid for p in kept] == ["t/0"] and stats["inconsistent"] == 1
     json.dumps(answers)
+
+
+def test_write_hard_subset_from_curated_parquet(tmp_path):
+    from kit.data.curate import CurationResult, write_hard_subset
+
+    probs = [Problem("s", str(i), f"problem {i}", str(i), {}) for i in range(5)]
+    counts = {"s": {"in": 5, **{f: 0 for f in FILTERS}, "out": 5}}
+    write_curated(tmp_path, CurationResult(probs, counts))
+    path, stats = write_hard_subset(tmp_path, [8, 3, 8, 0, 7], n=8)
+    df = pd.read_parquet(path)
+    assert path.name == "hard.parquet" and df.id.tolist() == ["1", "3", "4"]
+    assert stats["solved_all"] == 2 and df.reward_model.iloc[0]["ground_truth"] == "1"
+    with pytest.raises(FileNotFoundError, match="write_curated"):
+        write_hard_subset(tmp_path / "nowhere", [1])

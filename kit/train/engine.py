@@ -1,0 +1,436 @@
+"""Continuous-batching rollout engine for the tiny model on CPU (rStar2-Agent report §3.2).
+
+Two backends with the :class:`kit.rollout.backends.Backend` interface
+(``async generate(prompt_ids, max_new_tokens, temperature, top_p, stop_ids) -> Generation``),
+so the agent loop and the RL trainer take either as a drop-in:
+
+* :class:`ContinuousBatchingEngine` (``rollout.scheduler = "dynamic"``): a fixed number of
+  slots (``rollout.batch_size``); a row that ends its turn (a stop id, e.g. after a tool call,
+  or its budget) frees its slot at once and the next pending request takes it at the next step
+  while the other rows keep decoding; tool calls run in the event loop meanwhile. Optionally a
+  KV budget in tokens: a request is admitted only when the ``prompt + max_new_tokens`` of all
+  rows fits (the report's safe concurrency from free KV capacity and each request's maximum
+  length; the release's ``budget = len(prompt_ids) + response_length``).
+* :class:`BatchLoopBackend` (``rollout.scheduler = "static"``): the plain loop. A cohort of
+  trajectories generates a whole batch; finished rows stay in the batch until the slowest row is
+  done; the batch's tool calls all return before the next turn's batch starts
+  (:func:`rollout_plain` declares the cohort; without one it micro-batches what is pending).
+
+KV cache: one left-padded ``DynamicCache`` for the running rows. A joining group is prefilled
+alone and merged by left-padding the shorter cache along the sequence axis; leaving rows are
+dropped with ``index_select`` and all-padding columns are trimmed. Padding is masked and every
+row has its own position ids, so a row's logits do not depend on its neighbours (up to float
+summation order). Row ``r`` samples with its own ``torch.Generator`` seeded exactly as
+:class:`kit.rollout.backends.HFBackend` seeds it (base seed, prompt ids, how many times that
+prompt was requested), so both engines and the HF backend give the same tokens for the same
+requests. There is no prefix cache: the next turn re-prefills the whole context (tiny prompts;
+prefill is a small share of the work here).
+
+Not done: no chunked prefill, no preemption (admission never over-commits), one model forward at
+a time per process, CPU float32 only.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from transformers import DynamicCache
+
+from kit.rollout.backends import Generation, _check_request, _top_p_filter
+
+
+def request_seed(base_seed: int, prompt_ids: Sequence[int], count: int) -> int:
+    """Sampling seed of a request: the same function as ``HFBackend`` (so outputs agree).
+
+    Args:
+        base_seed: the backend's seed.
+        prompt_ids: the request's prompt.
+        count: how many times this exact prompt was requested before from this backend.
+    Returns:
+        A non-negative 63-bit int for ``torch.Generator().manual_seed``.
+    """
+    key = hashlib.blake2b(json.dumps(list(prompt_ids)).encode(), digest_size=8).digest()
+    return int.from_bytes(hashlib.blake2b(key + f"{base_seed}:{count}".encode(), digest_size=8).digest(), "little") >> 1
+
+
+@dataclass
+class _Req:
+    prompt_ids: list[int]
+    max_new: int
+    temperature: float
+    top_p: float
+    stop: frozenset[int]
+    seed: int
+    future: asyncio.Future | None = None
+    out: list[int] = field(default_factory=list)
+    lps: list[float] = field(default_factory=list)
+    done: bool = False
+    gen: torch.Generator | None = None
+
+    def result(self) -> Generation:
+        reason = "stop" if self.out and self.out[-1] in self.stop else "length"
+        return Generation(list(self.out), list(self.lps), reason)
+
+
+class _Rows:
+    """Running rows with one left-padded KV cache: (B, heads, L, dim) per layer; mask (B, L)."""
+
+    def __init__(self, model: Any, pad_id: int):
+        self.model, self.pad_id = model, pad_id
+        self.reqs: list[_Req] = []
+        self.kv: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.mask = torch.zeros((0, 0), dtype=torch.long)
+        self.pos = torch.zeros((0, 1), dtype=torch.long)  # (B, 1) next position id
+        self.last = torch.zeros((0, 1), dtype=torch.long)  # (B, 1) last sampled token
+
+    def __len__(self) -> int:
+        return len(self.reqs)
+
+    def _sample(self, logits: torch.Tensor, reqs: list[_Req]) -> torch.Tensor:
+        """Append one token to every unfinished row of ``reqs``; return the (B, 1) tokens."""
+        logits = logits.float()
+        temps = torch.tensor([r.temperature for r in reqs])
+        greedy = temps == 0
+        logp = torch.log_softmax(logits / torch.where(greedy, torch.ones_like(temps), temps)[:, None], dim=-1)
+        probs = _top_p_filter(logp.exp(), torch.tensor([r.top_p for r in reqs]))
+        nxt = torch.full((len(reqs), 1), self.pad_id, dtype=torch.long)
+        for i, r in enumerate(reqs):
+            if r.done:
+                continue
+            if greedy[i]:
+                t = int(torch.argmax(logits[i]))
+            else:
+                t = int(torch.multinomial(probs[i], 1, generator=r.gen))
+            nxt[i, 0] = t
+            r.out.append(t)
+            r.lps.append(float(logp[i, t]))
+            r.done = t in r.stop or len(r.out) >= r.max_new
+        return nxt
+
+    def add(self, reqs: list[_Req]) -> None:
+        """Prefill ``reqs`` together and merge them into the running batch (first token sampled)."""
+        L = max(len(r.prompt_ids) for r in reqs)
+        ids = torch.full((len(reqs), L), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(reqs), L), dtype=torch.long)
+        for i, r in enumerate(reqs):
+            ids[i, L - len(r.prompt_ids):] = torch.tensor(r.prompt_ids)
+            mask[i, L - len(r.prompt_ids):] = 1
+            r.gen = torch.Generator().manual_seed(r.seed)
+        pos = (mask.cumsum(-1) - 1).clamp(min=0)
+        res = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+        kv = [(layer.keys, layer.values) for layer in res.past_key_values.layers]
+        last = self._sample(res.logits[:, -1, :], reqs)
+        new_pos = torch.tensor([[len(r.prompt_ids)] for r in reqs])
+        if not self.reqs:
+            self.reqs, self.kv, self.mask, self.pos, self.last = list(reqs), kv, mask, new_pos, last
+            return
+        La, Lb = self.mask.shape[1], L
+        Lm = max(La, Lb)
+
+        def lpad(t: torch.Tensor, n: int) -> torch.Tensor:  # left-pad the sequence axis (-2 for KV, -1 for mask)
+            if n == 0:
+                return t
+            if t.dim() == 2:
+                return torch.cat([torch.zeros((t.shape[0], n), dtype=t.dtype), t], dim=1)
+            return torch.cat([t.new_zeros((*t.shape[:2], n, t.shape[3])), t], dim=2)
+
+        self.kv = [(torch.cat([lpad(ka, Lm - La), lpad(kb, Lm - Lb)]), torch.cat([lpad(va, Lm - La), lpad(vb, Lm - Lb)]))
+                   for (ka, va), (kb, vb) in zip(self.kv, kv, strict=True)]
+        self.mask = torch.cat([lpad(self.mask, Lm - La), lpad(mask, Lm - Lb)])
+        self.pos = torch.cat([self.pos, new_pos])
+        self.last = torch.cat([self.last, last])
+        self.reqs += reqs
+
+    def step(self) -> None:
+        """One decode step for every row (finished rows, if kept, decode padding)."""
+        cache = DynamicCache(ddp_cache_data=self.kv)
+        mask = torch.cat([self.mask, torch.ones((len(self.reqs), 1), dtype=torch.long)], dim=1)
+        res = self.model(input_ids=self.last, attention_mask=mask, position_ids=self.pos,
+                         past_key_values=cache, use_cache=True)
+        self.kv = [(layer.keys, layer.values) for layer in res.past_key_values.layers]
+        self.mask = mask
+        self.pos = self.pos + 1
+        self.last = self._sample(res.logits[:, -1, :], self.reqs)
+
+    def drop_finished(self) -> list[_Req]:
+        """Remove finished rows (freeing their slots); return them."""
+        gone = [r for r in self.reqs if r.done]
+        if not gone:
+            return []
+        keep = torch.tensor([i for i, r in enumerate(self.reqs) if not r.done], dtype=torch.long)
+        self.reqs = [r for r in self.reqs if not r.done]
+        if not self.reqs:
+            self.kv, self.mask = [], torch.zeros((0, 0), dtype=torch.long)
+            self.pos = self.last = torch.zeros((0, 1), dtype=torch.long)
+            return gone
+        mask = self.mask[keep]
+        first = int((mask.sum(0) > 0).nonzero()[0])  # trim columns that are padding for every row
+        self.mask = mask[:, first:]
+        self.kv = [(k[keep][:, :, first:], v[keep][:, :, first:]) for k, v in self.kv]
+        self.pos, self.last = self.pos[keep], self.last[keep]
+        return gone
+
+
+class _BackendBase:
+    """Request bookkeeping shared by both backends (seeds, limits, statistics)."""
+
+    def __init__(self, model: Any, tokenizer: Any, seed: int, max_context: int | None):
+        self.model = model
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
+        self.seed = seed
+        self.max_context = max_context or int(getattr(model.config, "max_position_embeddings", 1 << 30))
+        self._seen: dict[str, int] = {}
+        self._pending: list[_Req] = []
+        self._lock = threading.Lock()
+        self._wake: asyncio.Event | None = None
+        self._worker: asyncio.Task | None = None
+        #: tokens: sampled tokens; steps: decode forwards; row_steps: rows x steps (padding rows
+        #: included); prefills; busy_s: seconds inside model forwards and sampling.
+        self.stats = {"tokens": 0, "steps": 0, "row_steps": 0, "prefills": 0, "busy_s": 0.0}
+
+    def _make(self, prompt_ids, max_new_tokens, temperature, top_p, stop_ids) -> _Req | Generation:
+        _check_request(prompt_ids, max_new_tokens, temperature, top_p)
+        room = self.max_context - len(prompt_ids)
+        if room <= 0:
+            raise ValueError(f"{type(self).__name__}: prompt of {len(prompt_ids)} tokens fills the context of {self.max_context}")
+        key = json.dumps(list(prompt_ids))
+        k = self._seen.get(key, 0)
+        self._seen[key] = k + 1
+        if min(max_new_tokens, room) == 0:
+            return Generation([], [], "length")
+        return _Req(list(prompt_ids), min(max_new_tokens, room), float(temperature), float(top_p), frozenset(stop_ids),
+                    request_seed(self.seed, prompt_ids, k), asyncio.get_running_loop().create_future())
+
+    def _ensure_worker(self) -> None:
+        loop = asyncio.get_running_loop()
+        if self._worker is None or self._worker.done() or self._worker.get_loop() is not loop:
+            self._wake = asyncio.Event()
+            self._worker = loop.create_task(self._serve())
+        self._wake.set()
+
+    async def generate(self, prompt_ids: list[int], max_new_tokens: int, temperature: float, top_p: float,
+                       stop_ids: Sequence[int]) -> Generation:
+        """Sample one turn (the ``Backend`` contract of :mod:`kit.rollout.backends`).
+
+        Args:
+            prompt_ids: the whole context so far, token ids.
+            max_new_tokens: token budget of this turn (clipped to the model's context).
+            temperature: 0 = greedy; top_p: nucleus mass in (0, 1].
+            stop_ids: ids that end the turn (kept in the output).
+        Returns:
+            ``Generation(token_ids, logprobs, finish_reason)``; ``logprobs`` are
+            ``log softmax(logits / T)`` of the sampled ids.
+        Raises:
+            ValueError: empty prompt, negative budget, bad sampling values, or a prompt that fills
+                the context.
+        """
+        req = self._make(prompt_ids, max_new_tokens, temperature, top_p, stop_ids)
+        if isinstance(req, Generation):
+            return req
+        self._pending.append(req)
+        self._ensure_worker()
+        return await req.future
+
+    def _finish(self, reqs: list[_Req]) -> None:
+        for r in reqs:
+            self.stats["tokens"] += len(r.out)
+            if not r.future.done():
+                r.future.set_result(r.result())
+
+    def _fail(self, reqs: list[_Req], exc: BaseException) -> None:
+        for r in reqs:
+            if not r.future.done():
+                r.future.set_exception(exc)
+
+
+class ContinuousBatchingEngine(_BackendBase):
+    """Continuous batching over ``slots`` rows (report §3.2's load-balanced rollout, locally).
+
+    Args:
+        model: a causal LM (the tiny ``Qwen3ForCausalLM``), eval mode, CPU.
+        tokenizer: its tokenizer (``pad_token_id``).
+        slots: the most rows decoded together (``rollout.batch_size``).
+        seed: base sampling seed (same scheme as ``HFBackend``).
+        max_context: prompt + new tokens limit; default ``max_position_embeddings``.
+        kv_budget_tokens: if set, admit a request only while the sum of ``prompt + max_new`` over
+            the running rows stays within this many tokens (no over-commit, so no eviction).
+        max_steps_per_call: decode steps run in the worker thread before the event loop is
+            consulted, unless a row finishes or a request is waiting for a free slot first.
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, slots: int = 64, seed: int = 0, max_context: int | None = None,
+                 kv_budget_tokens: int | None = None, max_steps_per_call: int = 8):
+        super().__init__(model, tokenizer, seed, max_context)
+        if slots < 1:
+            raise ValueError(f"slots must be >= 1, got {slots}")
+        self.slots = slots
+        self.kv_budget = kv_budget_tokens
+        self.max_steps_per_call = max_steps_per_call
+        self._rows: _Rows | None = None
+        self.occupancy: list[int] = []  # running rows at each decode step
+
+    def _admissible(self, rows: _Rows) -> list[_Req]:
+        take: list[_Req] = []
+        reserved = sum(len(r.prompt_ids) + r.max_new for r in rows.reqs)
+        while self._pending and len(rows) + len(take) < self.slots:
+            r = self._pending[0]
+            need = len(r.prompt_ids) + r.max_new
+            if self.kv_budget is not None and reserved + need > self.kv_budget and (len(rows) or take):
+                break
+            take.append(self._pending.pop(0))
+            reserved += need
+        return take
+
+    def _advance(self, rows: _Rows, admit: list[_Req]) -> list[_Req]:
+        """Worker thread: prefill ``admit``, then decode until a row ends or a slot is wanted."""
+        t0 = time.perf_counter()
+        with self._lock, torch.inference_mode():
+            if admit:
+                rows.add(admit)
+                self.stats["prefills"] += 1
+            done = rows.drop_finished()
+            n = 0
+            while not done and len(rows) and n < self.max_steps_per_call:
+                rows.step()
+                n += 1
+                self.stats["steps"] += 1
+                self.stats["row_steps"] += len(rows)
+                self.occupancy.append(len(rows))
+                done = rows.drop_finished()
+                if self._pending and len(rows) < self.slots:
+                    break
+        self.stats["busy_s"] += time.perf_counter() - t0
+        return done
+
+    async def _serve(self) -> None:
+        rows = self._rows = _Rows(self.model, self.pad_id)
+        while True:
+            if not self._pending and not len(rows):
+                await self._wake.wait()
+                self._wake.clear()
+                continue
+            admit = self._admissible(rows)
+            try:
+                done = await asyncio.to_thread(self._advance, rows, admit)
+            except Exception as exc:  # every row in flight fails with the error
+                self._fail(admit + rows.reqs, exc)
+                rows = self._rows = _Rows(self.model, self.pad_id)
+                continue
+            self._finish(done)
+
+
+class BatchLoopBackend(_BackendBase):
+    """The plain batch loop (``rollout.scheduler = "static"``): whole batches, slowest row last.
+
+    Inside a cohort (:meth:`join` / :meth:`leave`, done by :func:`rollout_plain`) a batch starts
+    only when every live trajectory of the cohort has submitted its next turn, so the batch waits
+    for all tool calls of the previous one; all rows decode until the slowest is done (finished
+    rows keep occupying the batch, as with ``model.generate``). Outside a cohort it batches what
+    is pending after ``gather_s`` seconds of quiet.
+
+    Args:
+        model, tokenizer, seed, max_context: as :class:`ContinuousBatchingEngine`.
+        batch_size: the most rows per batch.
+        gather_s: quiet period before a batch outside a cohort (seconds).
+    """
+
+    def __init__(self, model: Any, tokenizer: Any, batch_size: int = 64, seed: int = 0,
+                 max_context: int | None = None, gather_s: float = 0.002):
+        super().__init__(model, tokenizer, seed, max_context)
+        self.batch_size = batch_size
+        self.gather_s = gather_s
+        self.active = 0  # live trajectories of the current cohort
+
+    def join(self, n: int) -> None:
+        """Declare ``n`` more live trajectories in the cohort."""
+        self.active += n
+
+    def leave(self) -> None:
+        """A trajectory of the cohort ended (no more requests from it)."""
+        self.active -= 1
+        if self._wake is not None:
+            self._wake.set()
+
+    def _decode(self, batch: list[_Req]) -> None:
+        t0 = time.perf_counter()
+        with self._lock, torch.inference_mode():
+            rows = _Rows(self.model, self.pad_id)
+            rows.add(batch)
+            self.stats["prefills"] += 1
+            while not all(r.done for r in batch):
+                rows.step()
+                self.stats["steps"] += 1
+                self.stats["row_steps"] += len(batch)
+        self.stats["busy_s"] += time.perf_counter() - t0
+
+    async def _serve(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self.active > 0:
+                if len(self._pending) < min(self.active, self.batch_size):
+                    continue
+            else:
+                n = -1
+                while n != len(self._pending):
+                    n = len(self._pending)
+                    await asyncio.sleep(self.gather_s)
+            if not self._pending:
+                continue
+            batch, self._pending = self._pending[: self.batch_size], self._pending[self.batch_size:]
+            if self._pending:
+                self._wake.set()
+            try:
+                await asyncio.to_thread(self._decode, batch)
+            except Exception as exc:
+                self._fail(batch, exc)
+                continue
+            self._finish(batch)
+
+
+async def rollout_plain(backend: BatchLoopBackend, tokenizer: Any, problems: Sequence[str], executor: Any, n: int,
+                        cfg: Any = None, **kwargs: Any) -> list[list[Any]]:
+    """The plain loop over ``P x n`` trajectories in cohorts of ``backend.batch_size``.
+
+    Each cohort runs to its slowest trajectory before the next starts. Same arguments and
+    result as :func:`kit.rollout.loop.rollout_batch` (``out[p][g]``, problem order).
+    """
+    from kit.rollout.loop import run_trajectory
+
+    flat_problems = [p for p in problems for _ in range(n)]
+    flat: list[Any] = []
+
+    async def one(p: str) -> Any:
+        try:
+            return await run_trajectory(backend, tokenizer, p, executor, cfg, **kwargs)
+        finally:
+            backend.leave()
+
+    for start in range(0, len(flat_problems), backend.batch_size):
+        chunk = flat_problems[start:start + backend.batch_size]
+        backend.join(len(chunk))
+        flat += await asyncio.gather(*(one(p) for p in chunk))
+    return [flat[i * n:(i + 1) * n] for i in range(len(problems))]
+
+
+def make_backend(model: Any, tokenizer: Any, rollout_cfg: Any, seed: int = 0) -> _BackendBase:
+    """The backend ``rollout.scheduler`` names: ``dynamic`` -> continuous batching, ``static`` -> plain loop.
+
+    Args:
+        rollout_cfg: a :class:`kit.config.RolloutConfig` (``scheduler``, ``batch_size``).
+    Raises:
+        ValueError: an unknown scheduler name.
+    """
+    if rollout_cfg.scheduler == "dynamic":
+        return ContinuousBatchingEngine(model, tokenizer, slots=rollout_cfg.batch_size, seed=seed)
+    if rollout_cfg.scheduler == "static":
+        return BatchLoopBackend(model, tokenizer, batch_size=rollout_cfg.batch_size, seed=seed)
+    raise ValueError(f"unknown rollout.scheduler {rollout_cfg.scheduler!r}")

@@ -44,8 +44,9 @@ What the sandbox does NOT protect against (read before exposing it to untrusted 
     * CPU starvation of the host by ``num_workers`` busy calls (no cpu cgroup) and disk I/O
       bandwidth; wall-clock and CPU limits bound each call only in time.
     * Side channels and timing; information in ``/proc/cpuinfo``, ``/sys``, kernel version.
-    * Cross-call state inside one worker's ``/tmp`` working directory is wiped after each call,
-      but a call can still learn the worker's pre-imported module versions.
+    * Cross-call leaks are limited, not impossible: the call's working directory and every
+      file it left in ``/tmp`` and ``/dev/shm`` are deleted after the call, but a call can see
+      what the worker pre-imported and the worker's own (root-owned, read-only) files.
     * With ``isolation="none"`` (explicit opt-in, warned loudly): no namespaces at all, so the
       network, the host file system (read, and write where the uid allows) and host processes
       are reachable; and when the Python install is not world-readable the call keeps the

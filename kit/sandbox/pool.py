@@ -38,6 +38,9 @@ def _as_call(c: Call) -> ToolCall | FunctionCall:
 class SandboxPool:
     """Warm sandbox workers behind an async queue. Use ``async with SandboxPool(cfg) as pool``.
 
+    A pool belongs to the event loop that started it; any number of coroutines of that loop
+    may call it concurrently. From threads or other loops use :class:`SyncSandboxPool`.
+
     Args:
         cfg: the ``[sandbox]`` config section.
         preload: extra modules each worker imports once (e.g. ``("math_verify",)`` when

@@ -150,7 +150,9 @@ class LocalExecutor:
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             await asyncio.gather(*(w.kill() for w in ws))
-            raise RuntimeError(f"sandbox workers failed to start: {errors[0]}")
+            hint = (" (bubblewrap could not build the sandbox here: containers often forbid namespaces; "
+                    "run on a host or VM, or set sandbox.isolation='none' explicitly)") if self.cfg.isolation == "bwrap" else ""
+            raise isolation.SandboxUnavailable(f"sandbox workers failed to start: {errors[0]}{hint}")
         for w in ws:
             self.workers[w.index] = w
             self.idle.put_nowait(w)

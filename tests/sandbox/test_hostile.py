@@ -41,6 +41,9 @@ CASES = [
     ("host_processes_invisible", "import os\nprint(len([p for p in os.listdir('/proc') if p.isdigit()]))", "ok",
      lambda r: int(r.stdout) <= 3),
     ("fork_bomb", "import os\nwhile True:\n    os.fork()", "error", has("BlockingIOError")),
+    ("process_count_capped_for_root", "import os, time\nn = 0\ntry:\n    while True:\n        if os.fork() == 0:\n"
+     "            time.sleep(100)\n        n += 1\nexcept BlockingIOError:\n    print(n)", "ok",
+     lambda r: 0 < int(r.stdout) < 32),
     ("subprocess_bomb", "import subprocess\nps = [subprocess.Popen(['sleep', '100']) for _ in range(200)]",
      "error", has("BlockingIOError")),
     ("thread_bomb", "import threading, time\nfor _ in range(10000):\n    threading.Thread(target=time.sleep, args=(100,)).start()",

@@ -73,6 +73,31 @@ def test_run_sync_plain(make_cfg):
     assert run_sync("2 ** 10", make_cfg(num_workers=1))[0].value == "1024"
 
 
+def _our_sandbox_uids_alive() -> list[int]:
+    import os
+
+    base = isolation.worker_uid(0)
+    if base is None:
+        return []
+    found = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                uid = os.stat(f"/proc/{name}").st_uid
+            except OSError:
+                continue
+            if base <= uid < base + 256:
+                found.append(int(name))
+    return found
+
+
+def test_nothing_survives_the_pool(make_cfg):
+    daemon = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(300)\nprint('x')"
+    rs = run_sync([daemon, ToolCall("import time\ntime.sleep(300)", timeout_s=0.5)], make_cfg(num_workers=1))
+    assert [r.status for r in rs] == ["ok", "timeout"]
+    assert _our_sandbox_uids_alive() == []
+
+
 def test_missing_bwrap_is_a_clear_error(make_cfg, monkeypatch):
     monkeypatch.setattr(isolation, "bwrap_path", lambda: None)
     with pytest.raises(SandboxUnavailable, match="bubblewrap"):

@@ -9,7 +9,15 @@ rStar2-Agent §2, §2.1. Public API::
 
 from kit.rollout.audit import AuditReport, audit_trajectory
 from kit.rollout.backends import Backend, Generation, HFBackend, OpenAIBackend, ScriptedBackend
-from kit.rollout.loop import CallRecord, Executor, Trajectory, rollout_batch, run_group, run_sync, run_trajectory
+from kit.rollout.loop import (
+    CallRecord,
+    Executor,
+    Trajectory,
+    rollout_batch,
+    run_group,
+    run_sync,
+    run_trajectory,
+)
 from kit.rollout.protocol import ERROR_KINDS, ParsedCall, parse_tool_calls, render_result, truncate_tokens
 from kit.rollout.view import show, trajectory_html
 

@@ -90,13 +90,13 @@ def audit_trajectory(tr: Trajectory, tokenizer: Any) -> AuditReport:
     got_text = dec(ids)
     text_ok = got_text == text
     if not text_ok:
-        at = next((i for i, (a, b) in enumerate(zip(got_text, text)) if a != b), min(len(got_text), len(text)))
+        at = next((i for i, (a, b) in enumerate(zip(got_text, text, strict=False)) if a != b), min(len(got_text), len(text)))
         problems.append(f"text differs at char {at}: built {got_text[at:at + 40]!r} vs rendered {text[at:at + 40]!r}")
     want = enc(text)
     ids_ok = want == ids
     drift_at = None
     if not ids_ok:
-        drift_at = next((i for i, (a, b) in enumerate(zip(ids, want)) if a != b), min(len(ids), len(want)))
+        drift_at = next((i for i, (a, b) in enumerate(zip(ids, want, strict=False)) if a != b), min(len(ids), len(want)))
         problems.append(f"ids differ at position {drift_at} (prompt has {len(tr.prompt_ids)}): built "
                         f"{ids[drift_at:drift_at + 5]} vs tokenized {want[drift_at:drift_at + 5]}")
 

@@ -59,7 +59,7 @@ STATUS_KIND: dict[str, str | None] = {
 #: Keys of ``Trajectory.tool_errors`` (always all present).
 ERROR_KINDS = ("exception", "timeout", "memory", "output", "malformed")
 
-CALL_EXAMPLE = '{"name": "%s", "arguments": {"code": "...", "input": "..."}}' % prompts.TOOL_NAME
+CALL_EXAMPLE = json.dumps({"name": prompts.TOOL_NAME, "arguments": {"code": "...", "input": "..."}})
 
 
 @dataclass(frozen=True)

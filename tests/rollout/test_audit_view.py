@@ -22,7 +22,7 @@ async def _traj(tok):
 def _split_token(tok, tr, want_mask):
     """Replace one multi-character token of a span with mask ``want_mask`` by its single characters
     (same text, a non-canonical tokenization). Returns the position."""
-    for t, (i, m) in enumerate(zip(tr.response_ids, tr.response_mask)):
+    for t, (i, m) in enumerate(zip(tr.response_ids, tr.response_mask, strict=True)):
         piece = tok.convert_ids_to_tokens(i)
         if m == want_mask and len(piece) > 1 and i not in tok.all_special_ids and piece not in tok.get_added_vocab():
             parts = tok.convert_tokens_to_ids(list(piece))

@@ -41,7 +41,7 @@ async def test_hf_logprobs_equal_a_full_forward_pass(model, tok):
     be = HFBackend(model, tok, batch_size=8, seed=1)
     outs = await _gen_all(be, reqs)
     assert be.stats["batches"] == 1 and be.stats["rows"] == 3  # the three requests shared one batch
-    for r, g in zip(reqs, outs):
+    for r, g in zip(reqs, outs, strict=True):
         assert 0 < len(g.token_ids) <= r["max_new_tokens"]
         assert g.finish_reason == ("stop" if g.token_ids[-1] in r["stop_ids"] else "length")
         if g.finish_reason == "length":

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import pytest
+from rollout_helpers import FakeExecutor, Res, call, pair
 
 from kit import prompts
 from kit.config import RolloutConfig
 from kit.rollout import ScriptedBackend, audit_trajectory, rollout_batch, run_trajectory
-from rollout_helpers import FakeExecutor, Res, call, pair
 
 CFG = RolloutConfig(max_prompt_tokens=256, max_response_tokens=400, max_turns=4, max_calls_per_turn=4,
                     tool_response_max_tokens=64)
@@ -30,8 +30,8 @@ def check_spans(tr, tok):
     assert model == tr.model_texts
     assert masked == [prompts.feedback_block(t) for t in tr.feedback_texts]
     assert len(tr.response_ids) == len(tr.response_mask) == len(tr.logprobs)
-    assert all(lp == 0.0 for lp, m in zip(tr.logprobs, tr.response_mask) if m == 0)
-    assert all(lp == -0.5 for lp, m in zip(tr.logprobs, tr.response_mask) if m == 1)
+    assert all(lp == 0.0 for lp, m in zip(tr.logprobs, tr.response_mask, strict=True) if m == 0)
+    assert all(lp == -0.5 for lp, m in zip(tr.logprobs, tr.response_mask, strict=True) if m == 1)
     rep = audit_trajectory(tr, tok)
     assert rep.text_ok and rep.ids_ok and rep.masked_ok, rep.problems
 
@@ -58,7 +58,7 @@ async def test_exception_feedback_is_the_traceback(tok):
 
 
 async def test_malformed_json_is_answered_and_not_run(tok):
-    bad = '<tool_call>\n{"name": "%s", "arguments": {"code": "print(1)",}}\n</tool_call>' % prompts.TOOL_NAME
+    bad = '<tool_call>\n{"name": "TOOL", "arguments": {"code": "print(1)",}}\n</tool_call>'.replace("TOOL", prompts.TOOL_NAME)
     tr, ex = await roll(tok, [bad, ANSWER])
     assert ex.batches == []
     (fb,) = tr.feedback_texts[0]
@@ -197,7 +197,7 @@ async def test_rollout_batch_groups_by_problem(tok):
     out = await rollout_batch(ScriptedBackend(tok, script), tok, ["p1", "p2", "p3"], FakeExecutor(), 2, CFG,
                               call_factory=pair, max_concurrency=4)
     assert [len(g) for g in out] == [2, 2, 2]
-    for p, group in zip("123", out):
+    for p, group in zip("123", out, strict=True):
         for tr in group:
             assert tr.problem == f"p{p}" and tr.finish_reason == "answer" and f"\\boxed{{{p}}}" in tr.response_text
 

@@ -21,24 +21,25 @@ def one(text):
 def test_well_formed_call_and_whitespace():
     c = one("reason first " + call("print(int(input())*2)", "21"))
     assert (c.error, c.name, c.code, c.input) == (None, T, "print(int(input())*2)", "21")
-    assert one('<tool_call>{"name": "%s", "arguments": {"code": "x=1"}}</tool_call>' % T).input == ""
+    assert one('<tool_call>{"name": "@T", "arguments": {"code": "x=1"}}</tool_call>'.replace("@T", T)).input == ""
 
 
 @pytest.mark.parametrize("body, message", [
-    ('{"name": "%s", "arguments": {"code": "1",}}' % T, "not valid JSON (Expecting property name enclosed in double quotes: line 1"),
+    ('{"name": "@T", "arguments": {"code": "1",}}', "not valid JSON (Expecting property name enclosed in double quotes: line 1"),
     ("", "the tool call is empty"),
     ('["a"]', "must be a JSON object, got an array"),
     ('{"arguments": {"code": "1"}}', 'has no "name" key'),
-    ('{"name": "%s"}' % T, 'has no "arguments" key'),
+    ('{"name": "@T"}', 'has no "arguments" key'),
     ('{"name": 3, "arguments": {}}', '"name" must be a string, got a number'),
-    ('{"name": "wolfram", "arguments": {"code": "1"}}', "unknown tool 'wolfram'; the only tool is '%s'" % T),
-    ('{"name": "%s", "arguments": "print(1)"}' % T, '"arguments" must be a JSON object, got a string'),
-    ('{"name": "%s", "arguments": {"code": 5}}' % T, 'argument "code" must be a string, got a number'),
-    ('{"name": "%s", "arguments": {"code": "1", "input": 7}}' % T, 'argument "input" must be a string, got a number'),
-    ('{"name": "%s", "arguments": {"input": "1"}}' % T, 'argument "code" is missing'),
-    ('{"name": "%s", "arguments": {"code": "1", "timeout": 3}}' % T, "unexpected argument(s) 'timeout'"),
+    ('{"name": "wolfram", "arguments": {"code": "1"}}', "unknown tool 'wolfram'; the only tool is '@T'"),
+    ('{"name": "@T", "arguments": "print(1)"}', '"arguments" must be a JSON object, got a string'),
+    ('{"name": "@T", "arguments": {"code": 5}}', 'argument "code" must be a string, got a number'),
+    ('{"name": "@T", "arguments": {"code": "1", "input": 7}}', 'argument "input" must be a string, got a number'),
+    ('{"name": "@T", "arguments": {"input": "1"}}', 'argument "code" is missing'),
+    ('{"name": "@T", "arguments": {"code": "1", "timeout": 3}}', "unexpected argument(s) 'timeout'"),
 ])
 def test_malformed_calls_say_what_is_wrong(body, message):
+    body, message = body.replace("@T", T), message.replace("@T", T)
     c = one(f"<tool_call>{body}</tool_call>")
     assert c.error is not None and message in c.error, c.error
     assert c.code is None

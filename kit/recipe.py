@@ -33,7 +33,7 @@ import os
 import shlex
 import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -121,6 +121,70 @@ def prepare_data(config: KitConfig, *, curated: Any = None, val_benchmarks: Sequ
     return {"train": train, "val": val}
 
 
+def _task_rows(problems: Sequence[Any], source: str) -> list[dict[str, Any]]:
+    return [{"data_source": f"rstar2_kit/{source}", "prompt": [{"role": "user", "content": p.question}],
+             "ability": "math", "reward_model": {"style": "rule", "ground_truth": p.answer},
+             "extra_info": {"index": i, "source": source, "id": p.id}} for i, p in enumerate(problems)]
+
+
+def prepare_smoke(run_dir: str | os.PathLike, n_train: int = 64, n_val: int = 8, seed: int = 0) -> dict[str, Path]:
+    """Offline inputs for the GPU smoke run: a randomly initialised tiny Qwen3 with a tokenizer
+    trained on the task prompts (``run_dir/model``), and train/val parquet files of the tiny
+    task family (``run_dir/data``). Nothing is downloaded.
+
+    Returns:
+        ``{"model": dir, "train": parquet, "val": parquet}``.
+    """
+    import pandas as pd
+
+    from kit import prompts
+    from kit.data.tasks import make_split
+    from kit.models import build_tiny_model, save_policy, train_tokenizer
+
+    run_dir = Path(run_dir)
+    split = make_split(n_train, n_val, seed)
+    corpus = [prompts.render_prompt(p.question) + f"<reason>{p.code}</reason> <answer>\\boxed{{{p.answer}}}</answer>"
+              for p in (*split.train, *split.heldout)]
+    cfg = load("smoke", write=False)
+    tok = train_tokenizer(corpus * 4, cfg.model.tokenizer_vocab_size)
+    model_dir = save_policy(build_tiny_model(cfg.model, tok, seed=seed), tok, run_dir / "model")
+    data = run_dir / "data"
+    data.mkdir(parents=True, exist_ok=True)
+    paths = {"model": model_dir, "train": data / "curated.parquet", "val": data / "val.parquet"}
+    pd.DataFrame(_task_rows(split.train, "tasks")).to_parquet(paths["train"], index=False)
+    pd.DataFrame(_task_rows(split.heldout, "tasks_heldout")).to_parquet(paths["val"], index=False)
+    return paths
+
+
+#: Hydra overrides that make the smoke run two small steps on one GPU.
+SMOKE_OVERRIDES = (
+    "trainer.total_training_steps=2",
+    "trainer.save_freq=2",
+    "trainer.test_freq=2",
+    "actor_rollout_ref.rollout.gpu_memory_utilization=0.3",
+    "actor_rollout_ref.rollout.agent.num_workers=2",
+    "reward.num_workers=2",
+    "data.dataloader_num_workers=0",
+    "actor_rollout_ref.model.enable_gradient_checkpointing=False",
+    "actor_rollout_ref.model.use_remove_padding=False",
+)
+
+
+def smoke(run_dir: str = "runs/gpu-smoke", n_gpus: int = 1, dry_run: bool = False, python: str = sys.executable) -> int:
+    """Two GRPO-RoC steps of the tiny model with SGLang on this machine's GPUs (``scripts/gpu_smoke.sh``).
+
+    The ``smoke`` profile (P = 8 prompts, 16 rollouts -> 8 kept, 256-token responses) with
+    equal-reward dropping off: a random model scores 0 everywhere, and dropping every group
+    would refill forever. Returns the VERL exit status.
+    """
+    paths = prepare_smoke(run_dir)
+    return launch("smoke", "stage1", run_dir=run_dir, model_path=str(paths["model"].resolve()),
+                  train_files=str(paths["train"]), val_files=str(paths["val"]), n_gpus_per_node=n_gpus,
+                  rollout_tp=1, extra_overrides=SMOKE_OVERRIDES,
+                  config_overrides={"algorithm.drop_equal_reward_groups": False},
+                  dry_run=dry_run, allow_local_ray=True, python=python)
+
+
 def launch(
     profile: str,
     stage: str,
@@ -133,6 +197,7 @@ def launch(
     nnodes: int = 1,
     rollout_tp: int = 4,
     extra_overrides: Sequence[str] = (),
+    config_overrides: Mapping[str, Any] | None = None,
     dry_run: bool = False,
     allow_local_ray: bool = False,
     python: str = sys.executable,
@@ -147,6 +212,7 @@ def launch(
         train_files, val_files: parquet files (default under ``run_dir/data``).
         n_gpus_per_node, nnodes, rollout_tp: cluster layout (see ``to_hydra_overrides``).
         extra_overrides: more Hydra overrides appended last (they win).
+        config_overrides: kit config overrides (``{"algorithm.roc_mode": "rank"}``).
         dry_run: print and return 0 without running.
         allow_local_ray: run even when no cluster is found (VERL starts a local Ray).
         python: interpreter for the child process.
@@ -156,7 +222,7 @@ def launch(
         FileNotFoundError: a parquet file is missing (names it and the command that writes it).
         RuntimeError: no Ray cluster found and ``allow_local_ray`` is False.
     """
-    overrides = {"run_dir": run_dir} if run_dir else {}
+    overrides = {**(config_overrides or {}), **({"run_dir": run_dir} if run_dir else {})}
     config = load(profile, overrides=overrides, write=not dry_run)
     # absolute: Ray workers do not share the launcher's working directory
     absolute = str(Path(run_dir_of(config)).resolve())
@@ -210,7 +276,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     d = sub.add_parser("prepare-data", help="write run_dir/data/{curated,val}.parquet")
     d.add_argument("--profile", default="paper-14b")
     d.add_argument("--run-dir")
+    s = sub.add_parser("smoke", help="two training steps of the tiny model with SGLang (GPU)")
+    s.add_argument("--run-dir", default="runs/gpu-smoke")
+    s.add_argument("--n-gpus", type=int, default=1)
+    s.add_argument("--dry-run", action="store_true")
     a = parser.parse_args(argv)
+    if a.cmd == "smoke":
+        return smoke(a.run_dir, a.n_gpus, a.dry_run)
     if a.cmd == "prepare-data":
         cfg = load(a.profile, overrides={"run_dir": a.run_dir} if a.run_dir else {})
         for name, path in prepare_data(cfg).items():

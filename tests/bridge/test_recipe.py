@@ -1,6 +1,7 @@
 """kit.recipe: prints the VERL command, writes what it points at, finds the Ray cluster, runs it."""
 
 import json
+import shlex
 import stat
 import sys
 
@@ -90,3 +91,21 @@ def test_prepare_data_writes_rows_verls_dataset_reads(tmp_path):
     assert row["raw_prompt"][-1]["content"].startswith("What is") and row["reward_model"]["ground_truth"]
     val = RLHFDataset(str(paths["val"]), tok, data_cfg)
     assert len(val) == 30 and val[0]["data_source"] == "rstar2_kit/aime24"
+
+
+def test_smoke_run_is_prepared_offline_and_its_overrides_compose(tmp_path, capsys):
+    from hydra import compose, initialize_config_module
+    from transformers import AutoConfig, AutoTokenizer
+
+    assert recipe.smoke(str(tmp_path / "smoke"), dry_run=True) == 0
+    argv = shlex.split(capsys.readouterr().out.strip().split("\n")[-1])
+    overrides = argv[argv.index("verl.trainer.main_ppo") + 1:]
+    with initialize_config_module("verl.trainer.config", version_base=None):
+        c = compose(config_name="ppo_trainer", overrides=overrides)
+    assert c.trainer.total_training_steps == 2 and c.actor_rollout_ref.rollout.n == 8
+    assert c.trainer.v1.sampler.sampler_kwargs.oversample == 16
+    assert c.trainer.v1.sampler.sampler_kwargs.drop_equal_reward_groups is False
+    model = c.actor_rollout_ref.model.path
+    assert AutoConfig.from_pretrained(model).model_type == "qwen3"
+    tok = AutoTokenizer.from_pretrained(model)
+    assert tok.decode(tok.encode("<answer>\\boxed{42}</answer>", add_special_tokens=False)) == "<answer>\\boxed{42}</answer>"

@@ -23,7 +23,7 @@ Differences from the release, on purpose:
 
 Why ``tool_response_max_tokens`` defaults to 1024 (``kit.config.RolloutConfig``): the release
 kept VERL's 256-character middle cut (first 128 + last 128 characters, after code-judge's own
-1000-character cap). Measured with the kit sandbox (``benchmarks/rollout_bench.py``, tracebacks
+1000-character cap). Measured with the kit sandbox (``benchmarks/agent_loop_bench.py``, tracebacks
 trimmed to the model's own frames): an error in the model's own code gives 125-325 characters
 (``1/0``: 125, a NameError inside a helper: 198, a numpy shape mismatch: 252, a RecursionError:
 323); an error raised inside sympy 782; a 39-row table of squares and cubes 458. A 256-character

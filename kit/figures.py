@@ -289,13 +289,16 @@ class LiveCurves:
         every: redraw period in rows (drawing costs ~0.1 s).
         x: the step key.
         title: prefix of the figure title.
+        group: keys whose values split the rows into separate lines (e.g. ``("algorithm", "seed")``
+            for the ablation, whose runs restart at step 1).
     """
 
     def __init__(self, keys: Sequence[str], total: int | None = None, every: int = 10, x: str = "step",
-                 title: str = ""):
+                 title: str = "", group: Sequence[str] = ()):
         if not keys:
             raise ValueError("LiveCurves needs at least one metrics key")
         self.keys, self.total, self.every, self.x, self.title = tuple(keys), total, max(1, every), x, title
+        self.group = tuple(group)
         self.rows: list[dict] = []
         self.summary: dict | None = None
         self._handle = None
@@ -323,10 +326,16 @@ class LiveCurves:
         """The current curves (one axes per key) as a Figure."""
         fig = Figure(figsize=(3.6 * len(self.keys), 2.8), layout="constrained")
         axes = np.atleast_1d(fig.subplots(1, len(self.keys)))
-        xs = [r.get(self.x) for r in self.rows]
+        groups: dict[tuple, list[dict]] = {}
+        for r in self.rows:
+            groups.setdefault(tuple(r.get(g) for g in self.group), []).append(r)
         for ax, key in zip(axes, self.keys, strict=True):
-            ys = [r.get(key, np.nan) if r.get(key) is not None else np.nan for r in self.rows]
-            ax.plot(xs, ys, lw=1.2)
+            for gkey, rows in groups.items():
+                ys = [r[key] if isinstance(r.get(key), int | float) else np.nan for r in rows]
+                label = " ".join(f"{g}={v}" for g, v in zip(self.group, gkey, strict=True)) or None
+                ax.plot([r.get(self.x) for r in rows], ys, lw=1.2, label=label)
+            if self.group and len(groups) > 1:
+                ax.legend(fontsize=6)
             ax.set_xlabel(self.x)
             ax.set_ylabel(key)
             if self.total:

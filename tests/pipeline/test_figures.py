@@ -91,3 +91,13 @@ def test_live_curves_keep_rows_and_title_latest_values():
     np.testing.assert_allclose(fig.axes[0].get_lines()[0].get_ydata(), [1, 0.5, 1 / 3, 0.25])
     with pytest.raises(ValueError):
         figures.LiveCurves(())
+
+
+def test_live_curves_split_groups_into_lines():
+    live = figures.LiveCurves(("accuracy",), group=("algorithm", "seed"))
+    for alg in ("grpo", "grpo_roc"):
+        for s in (1, 2):
+            live({"step": s, "accuracy": 0.5, "algorithm": alg, "seed": 0})
+    lines = live.figure().axes[0].get_lines()
+    assert [ln.get_label() for ln in lines] == ["algorithm=grpo seed=0", "algorithm=grpo_roc seed=0"]
+    assert all(list(ln.get_xdata()) == [1, 2] for ln in lines)

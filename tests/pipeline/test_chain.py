@@ -1,0 +1,61 @@
+"""kit.chain: the trajectory view the notebooks and the PDF show, and the paper-profile guards."""
+
+from __future__ import annotations
+
+import pytest
+
+from kit import chain
+from kit.config import load
+from kit.rollout.loop import Trajectory
+
+
+class CharTokenizer:
+    """One token per character (ids are code points)."""
+
+    def decode(self, ids, skip_special_tokens=False):
+        return "".join(map(chr, ids))
+
+
+def _traj() -> Trajectory:
+    model = "run <code> 50% & x_1\n"
+    tool = "<tool_response>42</tool_response>"
+    answer = "so \\boxed{42}"
+    ids = [ord(c) for c in model + tool + answer]
+    mask = [1] * len(model) + [0] * len(tool) + [1] * len(answer)
+    return Trajectory(problem="p", prompt_ids=[1], response_ids=ids, response_mask=mask, turns=2, tool_calls=1,
+                      finish_reason="answer")
+
+
+def test_view_marks_tool_tokens_in_text_and_latex():
+    view = chain.TrajectoryView(_traj(), CharTokenizer(), title="demo")
+    text = repr(view)
+    assert "[tool response, mask 0]<tool_response>42</tool_response>[/tool response]" in text
+    assert text.splitlines()[0].startswith("demo: answer, 2 turns, 1 tool calls")
+    tex = view._repr_latex_()
+    assert r"\textcolor{gray}{<tool\_response>42</tool\_response>}" in tex
+    assert r"50\%~\&~x\_1" in tex and r"\textbackslash{}boxed\{42\}" in tex
+    assert "demo" in view._repr_html_()
+
+
+def test_paper_profile_sft_needs_a_checkpoint(tmp_path):
+    cfg = load("paper-14b", write=False)
+    assert chain.uses_cluster(cfg) and not chain.uses_cluster(load("smoke", write=False))
+    with pytest.raises(RuntimeError, match="sft_checkpoint"):
+        chain.cold_start(cfg, tmp_path)
+    with pytest.raises(FileNotFoundError, match="nope"):
+        chain.cold_start(cfg, tmp_path, sft_checkpoint=str(tmp_path / "nope"))
+    ck = tmp_path / "ck"
+    ck.mkdir()
+    out = chain.cold_start(cfg, tmp_path / "run", sft_checkpoint=str(ck))
+    assert (tmp_path / "run" / "policy").resolve() == ck.resolve() and out["sft_checkpoint"] == str(ck.resolve())
+
+
+def test_missing_policy_names_the_folder(tmp_path):
+    with pytest.raises(FileNotFoundError, match="upstream training notebook"):
+        chain.load_run_policy(tmp_path / "stage3" / "policy")
+
+
+def test_gpqa_joins_the_benchmarks_only_when_supplied():
+    assert chain.eval_benchmarks(load("smoke", write=False)) == ["aime24", "aime25", "math500", "hmmt25"]
+    cfg = load("smoke", {"eval.gpqa_path": "/x/gpqa.csv"}, write=False)
+    assert chain.eval_benchmarks(cfg)[-1] == "gpqa"

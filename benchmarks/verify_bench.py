@@ -146,12 +146,12 @@ def main() -> None:
         stats = dict(v.stats)
 
     kit_rate, plain_rate = len(items) / kit_s, len(items) / plain_s
-    disagree = [(row, k, p) for row, k, p in zip(rows, kit, plain) if p is not None and k.correct != p]
+    disagree = [(row, k, p) for row, k, p in zip(rows, kit, plain, strict=True) if p is not None and k.correct != p]
     counts = count_reasons(kit)
-    kit_wrong_on_equal = sum(1 for row, k in zip(rows, kit) if row[3] and not k.correct)
-    kit_right_on_perturbed = sum(1 for row, k in zip(rows, kit) if not row[3] and k.correct)
-    plain_wrong_on_equal = sum(1 for row, p in zip(rows, plain) if row[3] and p is False)
-    plain_right_on_perturbed = sum(1 for row, p in zip(rows, plain) if not row[3] and p)
+    kit_wrong_on_equal = sum(1 for row, k in zip(rows, kit, strict=True) if row[3] and not k.correct)
+    kit_right_on_perturbed = sum(1 for row, k in zip(rows, kit, strict=True) if not row[3] and k.correct)
+    plain_wrong_on_equal = sum(1 for row, p in zip(rows, plain, strict=True) if row[3] and p is False)
+    plain_right_on_perturbed = sum(1 for row, p in zip(rows, plain, strict=True) if not row[3] and p)
 
     print(f"kit_startup_s={startup_s:.2f} workers={args.workers} timeout_s={args.timeout_s}")
     print(f"kit_verifications_per_s={kit_rate:.1f} kit_wall_s={kit_s:.2f} kit_reasons={counts} "
@@ -164,12 +164,12 @@ def main() -> None:
         idx = [i for i, r in enumerate(rows) if r[0] == source]
         print(f"  {source}: kit_mean_item_s={sum(kit[i].seconds for i in idx) / len(idx):.4f} "
               f"plain_mean_item_s={sum(plain_item_s[i] for i in idx) / len(idx):.4f}")
-    for (source, gold, response, equal), k in zip(rows, kit):
+    for (_source, gold, _response, equal), k in zip(rows, kit, strict=True):
         if not equal and k.correct:
             print(f"  perturbed but still equal: gold={gold!r} answer={k.extracted!r} ({k.detail})")
     print(f"disagreements={len(disagree)} (math500={sum(r[0] == 'math500' for r, *_ in disagree)}, "
           f"dapo={sum(r[0] == 'dapo' for r, *_ in disagree)})")
-    for (source, gold, response, equal), k, p in disagree[:12]:
+    for (source, gold, _response, equal), k, p in disagree[:12]:
         ans = k.extracted
         print(f"  [{source}] gold={gold!r} answer={ans!r} equal_by_construction={equal} "
               f"kit={k.reason}/{k.detail} plain={p}")

@@ -24,10 +24,25 @@ import logging
 import math
 from typing import Any
 
-from sympy import Basic, Expr, FiniteSet, Float, Integer, Number, NumberSymbol, Pow, Rational, Symbol, Tuple
-from sympy import Interval, MatrixBase, binomial, factorial, gamma
-
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+from sympy import (
+    Basic,
+    Expr,
+    FiniteSet,
+    Float,
+    Integer,
+    Interval,
+    MatrixBase,
+    Number,
+    NumberSymbol,
+    Pow,
+    Rational,
+    Symbol,
+    Tuple,
+    binomial,
+    factorial,
+    gamma,
+)
 
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
@@ -112,18 +127,18 @@ def numbers_agree(gold: Any, pred: Any) -> bool:
         gs, ps = [_numeric(x) for x in gold.args], [_numeric(x) for x in pred.args]
         if len(gs) != len(ps) or any(v is None for v in gs + ps):
             return True
-        return all(numbers_agree(g, p) for g, p in zip(sorted(gs), sorted(ps)))
+        return all(numbers_agree(g, p) for g, p in zip(sorted(gs), sorted(ps), strict=True))
     if isinstance(gold, MatrixBase) and isinstance(pred, MatrixBase):
         if gold.shape != pred.shape:
             return True
-        return all(numbers_agree(g, p) for g, p in zip(gold, pred))
+        return all(numbers_agree(g, p) for g, p in zip(gold, pred, strict=True))
     containers = (Tuple, Interval, tuple, list)
     if isinstance(gold, containers) and isinstance(pred, containers):
         g_args = gold.args if isinstance(gold, Basic) else gold
         p_args = pred.args if isinstance(pred, Basic) else pred
         if type(gold) is not type(pred) or len(g_args) != len(p_args):
             return True
-        return all(numbers_agree(g, p) for g, p in zip(g_args, p_args))
+        return all(numbers_agree(g, p) for g, p in zip(g_args, p_args, strict=True))
     gv, pv = _numeric(gold), _numeric(pred)
     if gv is None or pv is None:
         return True

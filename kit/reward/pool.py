@@ -33,7 +33,7 @@ from collections.abc import Sequence
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from kit.reward.verdict import Verdict, check_pair, prepare
+from kit.reward.verdict import EXIT_MEMORY, Verdict, check_pair, prepare
 
 
 @dataclass
@@ -102,9 +102,10 @@ class Verifier:
         self._broken: str | None = None
         self._pid = os.getpid()
         self._wake_r, self._wake_w = -1, -1
+        self._all_ready = threading.Event()
 
     # ---------------------------------------------------------------- lifecycle
-    def start(self) -> "Verifier":
+    def start(self) -> Verifier:
         """Start the dispatcher thread (workers start in the background). Idempotent."""
         with self._lock:
             if self._closing:
@@ -115,6 +116,17 @@ class Verifier:
                 self._thread = threading.Thread(target=self._run, name="kit-verifier", daemon=True)
                 self._thread.start()
         return self
+
+    def wait_ready(self, timeout_s: float = 60.0) -> bool:
+        """Start the pool if needed and block until every worker is warm (math_verify imported).
+
+        The first item on a cold pool otherwise waits for a worker start (about 0.5-2 s).
+
+        Returns:
+            True when all workers are ready; False on timeout or a broken pool.
+        """
+        self.start()
+        return self._all_ready.wait(timeout_s) and self._broken is None
 
     def close(self) -> None:
         """Kill the workers and stop the dispatcher; pending items fail with VerifierError."""
@@ -130,7 +142,7 @@ class Verifier:
                 except OSError:
                     pass
 
-    def __enter__(self) -> "Verifier":
+    def __enter__(self) -> Verifier:
         return self.start()
 
     def __exit__(self, *exc) -> None:
@@ -264,15 +276,17 @@ class Verifier:
     def _on_death(self, w: _Worker) -> None:
         """A worker's stdout closed: answer its job, count a start failure if it never got ready."""
         self.stats["deaths"] += 1
-        w.proc.poll()
-        rc = w.proc.returncode
+        try:
+            rc = w.proc.wait(timeout=2)
+        except subprocess.TimeoutExpired:
+            rc = None
         if not w.ready:
             self._start_failures += 1
             if self._start_failures >= self.max_start_failures:
                 self._broken = (f"verifier workers fail to start (exit code {rc}); last stderr:\n"
                                 f"{self._stderr_tail(w)}")
         if w.job is not None:
-            detail = "memory_limit" if rc == 0 else f"worker_died:{rc}"
+            detail = "memory_limit" if rc == EXIT_MEMORY else f"worker_died:{rc}"
             self._resolve(w, ("timeout", detail, time.monotonic() - w.job.dispatched))
         self._kill(w)
 
@@ -293,11 +307,13 @@ class Verifier:
             if "ready" in msg:
                 w.ready = True
                 self._start_failures = 0
+                if len(self._workers) >= self.workers and all(x.ready for x in self._workers):
+                    self._all_ready.set()
             elif w.job is not None and msg.get("id") == w.job.id:
                 elapsed = time.monotonic() - w.job.dispatched
                 self._resolve(w, (msg["reason"], msg["detail"], elapsed))
                 w.done += 1
-                if w.done >= self.recycle_after:
+                if msg.get("exiting") or w.done >= self.recycle_after:
                     self._kill(w)
                     self.stats["restarts"] += 1
                     return
@@ -316,6 +332,7 @@ class Verifier:
                     if self._closing:
                         break
                 if self._broken:
+                    self._all_ready.set()  # wake wait_ready(); it reports the broken pool
                     for job in pending:
                         job.future.set_exception(VerifierError(self._broken))
                     pending.clear()

@@ -9,6 +9,9 @@ from dataclasses import dataclass
 from kit.reward.extract import extract_final_answer
 from kit.reward.rules import quick_grade
 
+#: Exit status of a verifier worker that hit its memory cap (kit.reward.worker).
+EXIT_MEMORY = 3
+
 #: Every reason a verdict can carry; only ``correct`` scores 1.
 REASONS = ("correct", "wrong", "no_answer", "timeout", "parse_error")
 

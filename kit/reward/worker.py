@@ -25,6 +25,7 @@ import signal
 import sys
 import time
 
+from kit.reward.verdict import EXIT_MEMORY
 
 _NEAR_CAP = 2 * 1024 * 1024  # a peak this close to RLIMIT_AS counts as hitting it
 
@@ -64,12 +65,20 @@ def _grade(grade_math, req: dict) -> tuple[str, str]:
         return "parse_error", f"exception:{type(e).__name__}"
 
 
-def _vm_peak_bytes() -> int:
+def _vm_peak_bytes(status_fd: int) -> int:
+    """VmPeak from an already open ``/proc/self/status`` (no file object to allocate)."""
     try:
-        with open("/proc/self/status") as f:
-            return next(int(line.split()[1]) * 1024 for line in f if line.startswith("VmPeak"))
-    except (OSError, StopIteration, ValueError):
-        return 0
+        for line in os.pread(status_fd, 8192, 0).split(b"\n"):
+            if line.startswith(b"VmPeak"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0
+
+
+def _reply(proto, req_id, reason: str, detail: str, seconds: float, exiting: bool = False) -> None:
+    proto.write(json.dumps({"id": req_id, "reason": reason, "detail": detail, "seconds": seconds,
+                            "exiting": exiting}) + "\n")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -83,6 +92,8 @@ def main(argv: list[str] | None = None) -> int:
     from kit.reward.mathcheck import grade_math
 
     grade_math("1", "1")  # warm the parser caches before declaring ready
+    status_fd = os.open("/proc/self/status", os.O_RDONLY) if os.path.exists("/proc/self/status") else -1
+    reserve = bytearray(1 << 20)  # freed on MemoryError so the reply can still be written
     cap = args.memory_mb * 1024 * 1024 if args.memory_mb > 0 else 0
     if cap:
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
@@ -92,23 +103,28 @@ def main(argv: list[str] | None = None) -> int:
     for line in sys.stdin:
         if not line.strip():
             continue
-        req, reason, detail = {}, "timeout", "soft_alarm"
+        req_id, t0 = None, time.perf_counter()
         try:
             req = json.loads(line)
-            t0 = time.perf_counter()
+            req_id = req["id"]
             reason, detail = _grade(grade_math, req)
-            if cap and _vm_peak_bytes() >= cap - _NEAR_CAP:
+            if cap and status_fd >= 0 and _vm_peak_bytes(status_fd) >= cap - _NEAR_CAP:
                 # math_verify catches MemoryError itself and answers False: a peak at the cap
                 # means the verdict is not trustworthy
                 reason, detail = "timeout", "memory_limit"
-            out = {"id": req["id"], "reason": reason, "detail": detail,
-                   "seconds": time.perf_counter() - t0}
-            proto.write(json.dumps(out) + "\n")
+            exiting = detail == "memory_limit"
+            _reply(proto, req_id, reason, detail, time.perf_counter() - t0, exiting)
         except SoftTimeout:  # an alarm that fired between two statements above
-            proto.write(json.dumps({"id": req.get("id"), "reason": "timeout", "detail": "soft_alarm",
-                                    "seconds": 0.0}) + "\n")
-        if reason == "timeout" and detail == "memory_limit":
-            return 0  # the heap may be fragmented or half-built: let the pool replace us
+            _reply(proto, req_id, "timeout", "soft_alarm", time.perf_counter() - t0)
+            exiting = False
+        except MemoryError:
+            del reserve
+            try:
+                _reply(proto, req_id, "timeout", "memory_limit", time.perf_counter() - t0, True)
+            finally:
+                os._exit(EXIT_MEMORY)
+        if exiting:
+            return EXIT_MEMORY  # the heap may be fragmented or half-built: let the pool replace us
     return 0
 
 

@@ -47,9 +47,9 @@ def test_memory_cap_is_a_timeout_and_the_worker_is_replaced():
         t = time.monotonic()
         verdict = v.verify("3", BIG)  # needs tens of MB more
         assert (verdict.reason, verdict.detail) == ("timeout", "memory_limit")
-        assert time.monotonic() - t < 2.0
+        assert time.monotonic() - t < 10.0  # well before the 20 s limit
         assert v.verify("1", r"\boxed{\frac{3}{3}}").correct  # replaced worker
-        assert v.stats["deaths"] >= 1
+        assert v.stats["restarts"] >= 1
 
 
 def test_batch_counts_reasons_and_keeps_order(pool):
@@ -81,5 +81,6 @@ def test_workers_that_cannot_start_mark_the_pool_broken(monkeypatch):
     monkeypatch.setattr("kit.reward.pool._REPO_ROOT", "/nonexistent")
     monkeypatch.setattr("sys.executable", "/bin/false")
     with v:
+        assert v.wait_ready(30) is False
         with pytest.raises(VerifierError, match="fail to start"):
             v.submit("1", "2").result(timeout=30)

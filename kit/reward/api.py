@@ -5,6 +5,7 @@ count), closed at interpreter exit and re-created after a fork."""
 from __future__ import annotations
 
 import atexit
+import numbers
 import os
 import threading
 from collections.abc import Sequence
@@ -111,9 +112,9 @@ def grade_answer(gold: str, answer: str) -> tuple[str, str]:
 
 
 def _gold_text(ground_truth: Any) -> str:
-    if isinstance(ground_truth, bool) or not isinstance(ground_truth, (str, int)):
+    if isinstance(ground_truth, bool) or not isinstance(ground_truth, (str, numbers.Integral)):
         raise TypeError(f"ground_truth must be str or int, got {type(ground_truth).__name__}: {ground_truth!r}")
-    return str(ground_truth)
+    return ground_truth if isinstance(ground_truth, str) else str(int(ground_truth))
 
 
 def _score_dict(v: Verdict) -> dict[str, Any]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numbers
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass
@@ -53,16 +54,16 @@ def count_reasons(verdicts: Iterable[Verdict]) -> dict[str, int]:
 
 
 def check_pair(gold: object, response: object, where: str = "") -> tuple[str, str]:
-    """Validate one ``(gold, response)`` pair; integers are accepted as golds.
+    """Validate one ``(gold, response)`` pair; integers (numpy's too) are accepted as golds.
 
     Raises:
         TypeError: naming ``where`` (e.g. ``pairs[3]``) and the offending type.
     """
-    if isinstance(gold, bool) or not isinstance(gold, (str, int)):
+    if isinstance(gold, bool) or not isinstance(gold, (str, numbers.Integral)):
         raise TypeError(f"{where or 'gold'}: gold must be str or int, got {type(gold).__name__}")
     if not isinstance(response, str):
         raise TypeError(f"{where or 'response'}: response must be str, got {type(response).__name__}")
-    return str(gold), response
+    return (gold if isinstance(gold, str) else str(int(gold))), response
 
 
 def prepare(gold: str, response: str, fallback: bool = False) -> tuple[Verdict | None, str, str, str | None, float]:

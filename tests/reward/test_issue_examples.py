@@ -81,3 +81,29 @@ def test_module_level_verify_and_compute_score_from_thread():
     assert out["b"] == {"score": 1.0, "acc": 1.0, "reason": "correct", "extracted": "1,000",
                         "verify_s": out["b"]["verify_s"]}
     assert out["c"]["score"] == 0.0 and out["c"]["reason"] == "no_answer" and out["c"]["extracted"] == ""
+
+
+def test_compute_score_accepts_numpy_integers_and_rejects_floats():
+    import numpy as np
+
+    assert compute_score("dapo", r"\boxed{34}", np.int64(34))["score"] == 1.0
+    with pytest.raises(TypeError, match="ground_truth must be str or int"):
+        compute_score("dapo", r"\boxed{34}", 34.0)
+
+
+def _child_verdict(conn):
+    v = verify(r"\frac{1}{2}", r"\boxed{\frac{3}{6}}")
+    conn.send((v.correct, v.reason))
+
+
+def test_shared_pool_is_recreated_after_fork():
+    import multiprocessing as mp
+
+    assert verify(r"\frac{1}{2}", r"\boxed{0.5}").correct  # parent's shared pool is running
+    ctx = mp.get_context("fork")
+    recv, send = ctx.Pipe(duplex=False)
+    p = ctx.Process(target=_child_verdict, args=(send,))
+    p.start()
+    assert recv.poll(60)
+    assert recv.recv() == (True, "correct")
+    p.join(10)

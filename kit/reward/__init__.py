@@ -19,6 +19,7 @@ Public API::
     averify(...), averify_batch(...)                  # asyncio forms
     count_reasons(verdicts) -> {reason: count}        # all of REASONS present
     compute_score(data_source, solution_str, ground_truth, extra_info=None, **kw) -> dict
+    compute_score_batch(data_sources, solution_strs, ground_truths, extra_infos=None, **kw)
     Verifier(workers, timeout_s=5.0, memory_mb=1024)  # long-lived pool, context manager
     grade_answer(gold, answer) -> (reason, detail)    # in-process, unbounded (debugging)
 
@@ -77,6 +78,7 @@ from kit.reward.api import (
     averify_batch,
     close_default_verifiers,
     compute_score,
+    compute_score_batch,
     default_verifier,
     grade_answer,
     verify,
@@ -88,6 +90,6 @@ from kit.reward.verdict import REASONS, Verdict, count_reasons
 
 __all__ = [
     "REASONS", "Verdict", "Verifier", "VerifierError", "acompute_score", "averify", "averify_batch",
-    "boxed_contents", "close_default_verifiers", "compute_score", "count_reasons", "default_verifier",
+    "boxed_contents", "close_default_verifiers", "compute_score", "compute_score_batch", "count_reasons", "default_verifier",
     "extract_final_answer", "grade_answer", "model_text", "verify", "verify_batch",
 ]

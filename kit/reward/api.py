@@ -153,3 +153,25 @@ async def acompute_score(data_source: str, solution_str: str, ground_truth: Any,
     v = await averify(_gold_text(ground_truth), solution_str, timeout_s=float(kw.get("timeout_s", 5.0)),
                       fallback=bool(kw.get("fallback", False)))
     return _score_dict(v)
+
+
+def compute_score_batch(data_sources: Sequence[str], solution_strs: Sequence[str], ground_truths: Sequence[Any],
+                        extra_infos: Sequence[dict | None] | None = None, **kw: Any) -> list[dict[str, Any]]:
+    """Batched :func:`compute_score` (VERL's batch reward manager signature), on :func:`verify_batch`.
+
+    Args:
+        data_sources, solution_strs, ground_truths: equal-length sequences (B,).
+        extra_infos: unused.
+        **kw: ``timeout_s``, ``fallback``, ``workers`` are read.
+    Returns:
+        B dicts as :func:`compute_score` returns, in input order.
+    Raises:
+        ValueError: the sequences differ in length.
+    """
+    if not (len(data_sources) == len(solution_strs) == len(ground_truths)):
+        raise ValueError(f"lengths differ: data_sources={len(data_sources)}, solution_strs={len(solution_strs)}, "
+                         f"ground_truths={len(ground_truths)}")
+    pairs = [(_gold_text(g), s) for g, s in zip(ground_truths, solution_strs, strict=True)]
+    verdicts = verify_batch(pairs, workers=kw.get("workers"), timeout_s=float(kw.get("timeout_s", 5.0)),
+                            fallback=bool(kw.get("fallback", False)))
+    return [_score_dict(v) for v in verdicts]

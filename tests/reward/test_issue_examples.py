@@ -107,3 +107,15 @@ def test_shared_pool_is_recreated_after_fork():
     assert recv.poll(60)
     assert recv.recv() == (True, "correct")
     p.join(10)
+
+
+def test_compute_score_batch_matches_single_calls():
+    from kit.reward import compute_score_batch
+
+    sols = [r"\boxed{1,000}", r"\boxed{7}", "no box", r"<tool_response>\boxed{5}</tool_response>"]
+    golds = ["1000", "8", "3", "5"]
+    batch = compute_score_batch(["dapo"] * 4, sols, golds)
+    assert [d["reason"] for d in batch] == ["correct", "wrong", "no_answer", "no_answer"]
+    assert [d["score"] for d in batch] == [compute_score("dapo", s, g)["score"] for s, g in zip(sols, golds, strict=True)]
+    with pytest.raises(ValueError, match="lengths differ"):
+        compute_score_batch(["dapo"], sols, golds)

@@ -373,17 +373,22 @@ class Verifier:
                     self.stats["hard_kills"] += 1
                     self._kill(w)
                     self.stats["restarts"] += 1
+        except BaseException as e:  # noqa: BLE001  (a dispatcher bug must not leave callers waiting)
+            self._broken = f"verifier dispatcher crashed: {e!r}"
         finally:
+            why = self._broken or "verifier closed"
             for w in list(self._workers):
                 if w.job is not None and not w.job.future.done():
-                    w.job.future.set_exception(VerifierError("verifier closed"))
+                    w.job.future.set_exception(VerifierError(why))
                 self._kill(w)
             with self._lock:
+                self._closing = True
                 pending.extend(self._incoming)
                 self._incoming.clear()
             for job in pending:
                 if not job.future.done():
-                    job.future.set_exception(VerifierError("verifier closed"))
+                    job.future.set_exception(VerifierError(why))
+            self._all_ready.set()
             self._sel.close()
 
 

@@ -84,3 +84,11 @@ def test_workers_that_cannot_start_mark_the_pool_broken(monkeypatch):
         assert v.wait_ready(30) is False
         with pytest.raises(VerifierError, match="fail to start"):
             v.submit("1", "2").result(timeout=30)
+
+
+def test_a_missing_interpreter_fails_callers_instead_of_hanging(monkeypatch):
+    monkeypatch.setattr("sys.executable", "/nonexistent/python")
+    with Verifier(1) as v:
+        with pytest.raises(VerifierError, match="crashed|closed"):
+            v.submit("1", "2").result(timeout=30)
+        assert not v.alive

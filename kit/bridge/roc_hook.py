@@ -35,10 +35,11 @@ marked for removal. :func:`apply_roc` still offers the same selection on a v0 ``
 for anyone on that path (and it is how the tests drive the hook on a real ``DataProto``).
 
 Limits, stated plainly: ``trainer.v1.trainer_mode=sync`` only (RoC is an on-policy step; the
-async modes evict and refill stale groups with different bookkeeping). A key
-``{uid}_{session}_{index}`` is one trajectory; an agent loop emitting several outputs per
-session would have each treated as its own row. A prompt group that failed and holds at most
-G trajectories is kept whole. TransferQueue's default placement hangs on a 2-CPU Ray node
+async modes evict and refill stale groups with different bookkeeping). RoC picks sessions
+(``{uid}_{session}``); when an agent loop emits several outputs per session, the last one's
+reward and counters stand for the session (as in VERL's GRPO advantage) and all its outputs
+are kept or dropped together. A prompt group that failed and holds at most G sessions is kept
+whole. TransferQueue's default placement hangs on a 2-CPU Ray node
 (verl issue #7656); this hook is for GPU clusters, the CPU tests drive it with an in-memory
 stand-in for the TransferQueue calls it makes (``kv_batch_get``, ``kv_clear``).
 """
@@ -247,25 +248,35 @@ class RocReplayBuffer(ReplayBuffer):
         meta = super()._materialize_batch(partition_id, selected_prompt_uids, partition_snapshot)
         if partition_id == "val" or not meta.keys:
             return meta
+        # RoC chooses sessions ({uid}_{session}); a session's last output ({..}_{index}) stands for it,
+        # as in VERL's GRPO advantage (compute_advantage_for_multi_trajectories).
+        final: dict[str, tuple[int, int]] = {}
+        for i, key in enumerate(meta.keys):
+            uid, session, index = key.rsplit("_", 2)
+            if f"{uid}_{session}" not in final or final[f"{uid}_{session}"][0] < int(index):
+                final[f"{uid}_{session}"] = (int(index), i)
+        sessions = list(final)
+        rows = [final[s][1] for s in sessions]
         text = self.roc_extra["reading"] == "text"
         fields = ["rm_scores", "extra_fields"] + (["responses"] if text else [])
-        data = tq.kv_batch_get(keys=list(meta.keys), partition_id=partition_id, select_fields=fields)
+        data = tq.kv_batch_get(keys=[meta.keys[i] for i in rows], partition_id=partition_id, select_fields=fields)
         scores = [float(v.sum().item()) for v in data["rm_scores"]]
         extras = [getattr(v, "data", v) for v in data["extra_fields"]]
         texts = None
         if text:
             tok = self._text_tokenizer()
             texts = [tok.decode(list(map(int, r)), skip_special_tokens=False) for r in data["responses"]]
-        uids = [k.split("_")[0] for k in meta.keys]
+        uids = [s.rsplit("_", 1)[0] for s in sessions]
         rng = np.random.default_rng([self.roc_extra["seed"], self._global_steps])
         kept, metrics = select_trajectories(uids, scores, extras, self.roc_params, rng, texts)
-        kept_set = set(kept.tolist())
-        rejected = [k for i, k in enumerate(meta.keys) if i not in kept_set]
+        kept_sessions = {sessions[i] for i in kept.tolist()}
+        keep = [i for i, key in enumerate(meta.keys) if key.rsplit("_", 1)[0] in kept_sessions]
+        rejected = [key for key in meta.keys if key.rsplit("_", 1)[0] not in kept_sessions]
         if rejected:
             tq.kv_clear(keys=rejected, partition_id=partition_id)
         self._roc_metrics = metrics
-        return KVBatchMeta(partition_id=partition_id, keys=[meta.keys[i] for i in kept],
-                           tags=[meta.tags[i] for i in kept])
+        return KVBatchMeta(partition_id=partition_id, keys=[meta.keys[i] for i in keep],
+                           tags=[meta.tags[i] for i in keep])
 
 
 def with_oversampling(prompts: TensorDict, n: int) -> TensorDict:

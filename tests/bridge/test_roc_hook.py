@@ -107,7 +107,7 @@ class FakeTQ:
         uid = rows[0]["uid"]
         self.tags[partition][uid] = {"is_prompt": True, "status": "finished", "global_steps": step}
         for r in rows:
-            key = f"{uid}_{r['session']}_0"
+            key = f"{uid}_{r['session']}_{r.get('index', 0)}"
             self.tags[partition][key] = {"status": "success", "seq_len": 10, "global_steps": step}
             self.values[partition][key] = {"rm_scores": r["score"], "extra_fields": r["extra"],
                                            "responses": r["responses"]}
@@ -194,6 +194,21 @@ def test_v1_sampler_is_seeded_per_step_and_leaves_validation_alone(hook, fake_tq
     snapshot = {k: t for k, t in fake_tq.tags["val"].items() if not t.get("is_prompt")}  # as _sync_metadata builds it
     meta = buf._materialize_batch("val", ["A"], snapshot)
     assert len(meta.keys) == N2
+
+
+def test_v1_sampler_selects_sessions_by_their_last_output(hook, fake_tq):
+    rows = [r for r in _synthetic_batch() if r["uid"] == "A"]
+    # each session also has an earlier output (index 0) whose counters would say "no answer";
+    # the final output (index 1) carries the real reward and counters
+    early = [dict(r, score=torch.zeros(6), extra={**r["extra"], "answer_tags": 0}) for r in rows]
+    fake_tq.add_group(early + [dict(r, index=1) for r in rows])
+    buf = hook.RocReplayBuffer("sync", OmegaConf.create({}), 8, "drop",
+                               _sampler_kwargs(train_batch_size=1, drop_equal_reward_groups=False), poll_interval=0.0)
+    meta, metrics = buf.sample(global_steps=0, partition_id="train", batch_size=1)
+    sessions = {k.rsplit("_", 1)[0] for k in meta.keys}
+    assert len(sessions) == G and len(meta.keys) == 2 * G  # both outputs of each kept session
+    assert metrics["roc/sampled"] == N2 and metrics["roc/positives_kept"] == 2
+    assert {"A_0", "A_1"} <= sessions  # the two lowest-p_total positives by their final outputs
 
 
 def test_sampler_kwargs_errors_name_the_key(hook):

@@ -28,6 +28,7 @@ from kit.config import RolloutConfig  # noqa: E402
 from kit.rollout import ScriptedBackend, run_trajectory  # noqa: E402
 
 ANSWER = "done</reason> <answer> \\boxed{42} </answer>"
+PROBLEM = "What is 6 * 7?"
 
 
 class MockServer:
@@ -115,3 +116,46 @@ async def test_row_without_user_message_is_a_clear_error(tok):
     loop = _make(tok, MockServer(tok, []), FakeExecutor())
     with pytest.raises(ValueError, match="no user message"):
         await loop.run({"temperature": 1.0}, raw_prompt=[{"role": "system", "content": "x"}])
+
+
+def _fixed_42_tool():
+    """A VERL BaseTool with the kit's schema that answers every call with "42"."""
+    from verl.tools.base_tool import BaseTool
+    from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
+
+    class Tool(BaseTool):
+        async def execute(self, instance_id, parameters, **kwargs):
+            return ToolResponse(text="42"), 0.0, {}
+
+    return Tool({}, OpenAIFunctionToolSchema.model_validate(prompts.TOOL_SCHEMA))
+
+
+@pytest.mark.parametrize("hf_model_type, same", [("qwen3", True), (None, False)])
+async def test_token_layout_equals_verl_tool_agent_loop(tok, hf_model_type, same):
+    """VERL's own ToolAgentLoop with its Qwen3 Continuous Token builder lays out exactly the kit's
+    ids and mask. Its generic builder (unknown model type) drops the template newline after
+    <|im_end|>, as the release did; the audit flags that sequence."""
+    from verl.experimental.agent_loop.tool_agent_loop import ToolAgentLoop
+
+    from kit.rollout import Trajectory, audit_trajectory
+
+    turns = ["try " + call("print(6*7)") + prompts.IM_END, ANSWER + prompts.IM_END]
+    cfg = _config()
+    cfg.actor_rollout_ref.rollout.multi_turn.update({"max_user_turns": None, "max_parallel_calls": 1,
+                                                     "max_tool_response_length": 256,
+                                                     "tool_response_truncate_side": "middle", "format": "hermes"})
+    cfg.actor_rollout_ref.rollout.full_determinism = False
+    verl_loop = ToolAgentLoop(trainer_config=DictConfigWrap(cfg), server_manager=MockServer(tok, turns), tokenizer=tok,
+                              processor=None, dataset_cls=None, data_config=DictConfigWrap(cfg.data),
+                              hf_model_type=hf_model_type, tools=ToolListWrap([_fixed_42_tool()]))
+    theirs = await verl_loop.run({"temperature": 1.0}, raw_prompt=[{"role": "user", "content": PROBLEM}])
+    ours = await run_trajectory(ScriptedBackend(tok, [t.split(prompts.IM_END)[0] for t in turns]), tok, PROBLEM,
+                                FakeExecutor(), RolloutConfig(max_response_tokens=300), call_factory=pair)
+    assert theirs.prompt_ids == ours.prompt_ids
+    assert (theirs.response_ids == ours.response_ids and theirs.response_mask == ours.response_mask) is same
+    as_traj = Trajectory(problem=PROBLEM, prompt_ids=theirs.prompt_ids, response_ids=theirs.response_ids,
+                         response_mask=theirs.response_mask, model_texts=ours.model_texts,
+                         feedback_texts=ours.feedback_texts)
+    rep = audit_trajectory(as_traj, tok)
+    assert rep.ok is same and rep.text_ok is same
+

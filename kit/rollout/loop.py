@@ -12,7 +12,11 @@ Token ids are built turn by turn and never re-tokenized: the model's sampled ids
 they are (mask 1), the feedback block is tokenized on its own (mask 0); both joins sit on special
 tokens (``<|im_end|>`` before, the ``<reason>`` prefill after), so the ids equal the tokenization
 of the rendered conversation whenever the model's own samples are canonical
-(:func:`kit.rollout.audit.audit_trajectory` checks it).
+(:func:`kit.rollout.audit.audit_trajectory` checks it). The newline after the model's
+``<|im_end|>`` is masked template text at the start of each feedback block. The release (and
+VERL's generic Continuous Token builder) leave it out, so its training ids differ from the
+rendered conversation at every turn join; VERL 0.9's Qwen3 builder puts it in and lays out
+exactly the kit's ids and mask (``tests/rollout/test_verl_agent_loop.py``).
 
 Termination (``finish_reason``):
     ``answer``    a turn ended with ``<|im_end|>`` and holds no tool call;

@@ -92,10 +92,17 @@ class Layout:
 
 @dataclass(frozen=True)
 class NotebookRun:
-    """One notebook of a series: its source file and the papermill parameters it gets."""
+    """One notebook of a series.
+
+    Attributes:
+        source: the notebook file.
+        parameters: papermill parameters it gets.
+        outputs: folders it writes; emptied before it runs afresh (see :func:`run_series`).
+    """
 
     source: Path
     parameters: dict[str, Any] = field(default_factory=dict)
+    outputs: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -138,7 +145,9 @@ def standard_series(layout: Layout, seed: int = 0, notebook_dir: Path = NOTEBOOK
         path = notebook_dir / f"{name}.ipynb"
         if not path.exists():
             raise FileNotFoundError(f"notebook of the series not found: {path}")
-        runs.append(NotebookRun(path, params))
+        own = params["run_dir"]
+        outputs = (own,) if own != str(layout.root) else (layout.dir("figures"), layout.dir("tables"))
+        runs.append(NotebookRun(path, params, outputs))
     return runs
 
 
@@ -233,6 +242,20 @@ def _write_state(layout: Layout, state: dict[str, Any]) -> None:
     tmp.replace(layout.state_path)
 
 
+def _clear_outputs(nb: NotebookRun, layout: Layout, echo: Callable[[str], None]) -> None:
+    """Empty the notebook's output folders (only ones inside the run folder)."""
+    import shutil
+
+    root = layout.root.resolve()
+    for d in map(Path, nb.outputs):
+        d = d.resolve()
+        if d == root or root not in d.parents:
+            raise ValueError(f"{nb.name}: refusing to clear {d}, which is not inside the run folder {root}")
+        if d.exists():
+            shutil.rmtree(d)
+            echo(f"    cleared {d} (a fresh run; stale checkpoints would be resumed otherwise)")
+
+
 def _is_finished(entry: dict[str, Any] | None, nb: NotebookRun, out: Path) -> tuple[bool, str]:
     if not entry:
         return False, "not run yet"
@@ -298,6 +321,11 @@ def run_series(
 ) -> list[dict[str, Any]]:
     """Execute ``notebooks`` in order with papermill into ``layout.executed``.
 
+    A notebook that failed or was interrupted last time, with the same parameters and no rerun
+    upstream, resumes into its output folders as they are (the trainers continue from their last
+    checkpoint). Every other rerun (``force``, changed parameters or source, an upstream notebook
+    rerun) first empties the notebook's ``outputs`` folders.
+
     Args:
         notebooks: the series; each gets its ``parameters`` injected after its ``parameters`` cell.
         layout: where the executed notebooks and ``pipeline_state.json`` go.
@@ -330,6 +358,13 @@ def run_series(
             continue
         reason = "forced" if force else ("an earlier notebook was rerun" if rerun_downstream and done else why)
         echo(f"[{i}/{total}] {nb.name}: running ({reason})")
+        # an interrupted notebook with unchanged inputs resumes (trainers continue from their last
+        # checkpoint); any other rerun starts from empty output folders
+        entry = state.get(nb.name) or {}
+        resumable = (entry.get("status") in ("failed", "running") and not force and not rerun_downstream
+                     and entry.get("parameters") == json.loads(json.dumps(nb.parameters)))
+        if not resumable:
+            _clear_outputs(nb, layout, echo)
         state[nb.name] = {"status": "running", "parameters": nb.parameters}
         _write_state(layout, state)
         t0 = time.perf_counter()

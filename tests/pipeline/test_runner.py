@@ -24,9 +24,9 @@ def _series(tmp_path, make_notebook, fail_second: bool):
     b = make_notebook(src / "b.ipynb", 'run_dir = ""\nupstream = ""', *b_cells)
     c = make_notebook(src / "c.ipynb", 'run_dir = ""', WRITE + "Path(run_dir, 'c.txt').write_text('c')")
     lay = Layout(root=tmp_path / "out", profile="tiny")
-    runs = [NotebookRun(a, {"run_dir": lay.dir("a"), "value": 21}),
-            NotebookRun(b, {"run_dir": lay.dir("b"), "upstream": lay.dir("a")}),
-            NotebookRun(c, {"run_dir": lay.dir("c")})]
+    runs = [NotebookRun(a, {"run_dir": lay.dir("a"), "value": 21}, (lay.dir("a"),)),
+            NotebookRun(b, {"run_dir": lay.dir("b"), "upstream": lay.dir("a")}, (lay.dir("b"),)),
+            NotebookRun(c, {"run_dir": lay.dir("c")}, (lay.dir("c"),))]
     return runs, lay
 
 
@@ -46,7 +46,9 @@ def test_failure_names_notebook_and_cell_then_resume_skips_finished(tmp_path, ma
     state = json.loads(lay.state_path.read_text())
     assert state["a"]["status"] == "done" and state["b"]["status"] == "failed" and "c" not in state
 
-    # fix b's source: a is skipped, b and c run
+    # fix b's source: a is skipped, b resumes (its folder is kept, as a trainer's checkpoints), c runs
+    (lay.root / "b").mkdir()
+    (lay.root / "b" / "checkpoint.txt").write_text("partial work")
     nb = nbformat.read(runs[1].source, as_version=4)
     nb.cells[3].source = "y = x + 1"
     nbformat.write(nb, runs[1].source)
@@ -56,6 +58,7 @@ def test_failure_names_notebook_and_cell_then_resume_skips_finished(tmp_path, ma
     assert [r["status"] for r in records] == ["skipped", "done", "done"]
     assert (lay.executed / "a.ipynb").stat().st_mtime_ns == a_mtime
     assert (lay.root / "b" / "b.txt").read_text() == "43"
+    assert (lay.root / "b" / "checkpoint.txt").exists()
     assert "skipped" in lines[0] and lines[0].startswith("[1/3] a")
 
 
@@ -64,16 +67,18 @@ def test_finished_series_is_skipped_and_force_reruns(tmp_path, make_notebook):
     a = make_notebook(src / "a.ipynb", 'run_dir = ""',
                       WRITE + "import time\nPath(run_dir, 'stamp.txt').write_text(str(time.time_ns()))")
     lay = Layout(root=tmp_path / "out", profile="tiny")
-    runs = [NotebookRun(a, {"run_dir": lay.dir("a")})]
+    runs = [NotebookRun(a, {"run_dir": lay.dir("a")}, (lay.dir("a"),))]
     assert [r["status"] for r in run_series(runs, lay, progress_bar=False, echo=lambda s: None)] == ["done"]
     first = (lay.root / "a" / "stamp.txt").read_text()
     assert [r["status"] for r in run_series(runs, lay, progress_bar=False, echo=lambda s: None)] == ["skipped"]
     assert (lay.root / "a" / "stamp.txt").read_text() == first
     # changed parameters are not "finished"
-    runs2 = [NotebookRun(a, {"run_dir": lay.dir("a2")})]
+    runs2 = [NotebookRun(a, {"run_dir": lay.dir("a2")}, (lay.dir("a2"),))]
     assert [r["status"] for r in run_series(runs2, lay, progress_bar=False, echo=lambda s: None)] == ["done"]
+    (lay.root / "a2" / "stale.txt").write_text("from an older run")
     assert [r["status"] for r in run_series(runs2, lay, force=True, progress_bar=False,
                                             echo=lambda s: None)] == ["done"]
+    assert not (lay.root / "a2" / "stale.txt").exists(), "a forced rerun starts from an empty run folder"
     executed = nbformat.read(lay.executed / "a.ipynb", as_version=4)
     injected = [c for c in executed.cells if "injected-parameters" in c.metadata.get("tags", [])]
     assert len(injected) == 1 and "a2" in injected[0].source
@@ -97,6 +102,15 @@ def test_main_rejects_bad_arguments_without_running(argv, tmp_path, capsys):
     assert pipeline.main([*argv, "--reports-root", str(tmp_path)]) == 2
     assert "kit.pipeline:" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
+
+
+def test_outputs_outside_the_run_folder_are_never_cleared(tmp_path, make_notebook):
+    a = make_notebook(tmp_path / "src" / "a.ipynb", 'run_dir = ""', "pass")
+    lay = Layout(root=tmp_path / "out", profile="tiny")
+    with pytest.raises(ValueError, match="refusing to clear"):
+        run_series([NotebookRun(a, {"run_dir": ""}, (str(tmp_path / "src"),))], lay, progress_bar=False,
+                   echo=lambda s: None)
+    assert a.exists()
 
 
 def test_corrupt_state_file_is_named(tmp_path):

@@ -252,3 +252,35 @@ def test_verl_loads_both_classes_from_the_override_strings(hook):
 
     assert load_extern_object(*ROC_SAMPLER) is hook.RocReplayBuffer
     assert issubclass(load_class_from_fqn(ROC_MANAGER, "AgentLoopManager"), AgentLoopManagerTQ)
+
+
+def test_text_reading_option_decodes_responses_like_the_release(hook):
+    """reading='text' scores from decoded responses; the counters here say the opposite."""
+    from verl import DataProto
+
+    from kit.models import train_tokenizer
+
+    no_tool = "<reason>4</reason> <answer>\\boxed{4}</answer><|im_end|>"
+    one_call = ("<tool_call>{}</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n4\n</tool_response>"
+                "<|im_end|>\n<|im_start|>assistant\n<reason>ok</reason> <answer>\\boxed{4}</answer><|im_end|>")
+    wrong = "<reason>5</reason> <answer>\\boxed{5}</answer><|im_end|>"
+    tok = train_tokenizer([no_tool, one_call, wrong] * 10, 400)
+    texts = [no_tool, one_call, wrong, wrong]
+    ids = [tok.encode(t, add_special_tokens=False) for t in texts]
+    T = max(map(len, ids))
+    responses = torch.tensor([i + [0] * (T - len(i)) for i in ids])
+    attn = torch.tensor([[1] * 3 + [1] * len(i) + [0] * (T - len(i)) for i in ids])
+    scores = torch.zeros(4, T)
+    scores[0, 0] = scores[1, 0] = 1.0
+    # counters: row 0 (no tool in the text) claims a clean call; row 1 claims a failed one
+    nt = {"uid": np.array(["q"] * 4, dtype=object), "tool_calls": np.array([1, 1, 0, 0]),
+          "tool_errors": np.array([0, 1, 0, 0]), "infra_errors": np.zeros(4, dtype=int),
+          "answer_tags": np.array([1, 1, 1, 1]), "turns": np.array([2, 2, 1, 1])}
+    data = DataProto.from_dict(tensors={"token_level_scores": scores, "responses": responses, "attention_mask": attn},
+                               non_tensors=nt)
+    params = RocParams(group_size=2, mode="rank", min_positive=1, min_negative=1)
+    by_counters, _ = hook.apply_roc(data, params)
+    by_text, m = hook.apply_roc(data, params, tokenizer=tok)
+    assert int(by_counters.batch["responses"][0, 0]) == ids[0][0]  # row 0 kept (p_total 0 vs 1.0)
+    assert by_text.batch["responses"][0].tolist()[: len(ids[1])] == ids[1]  # row 1 kept (0.0 vs 1.5)
+    assert m["roc/p_total_correct_mean_before"] == pytest.approx((1.5 + 0.0) / 2)

@@ -34,8 +34,10 @@ class WorkerDied(RuntimeError):
 class WorkerProc:
     """One worker process (inside its own bwrap sandbox) and its pipes."""
 
-    def __init__(self, cfg: SandboxConfig, index: int, preload: tuple[str, ...] = ()):
-        self.cfg, self.index, self.preload = cfg, index, preload
+    def __init__(self, cfg: SandboxConfig, index: int, preload: tuple[str, ...] = (), generation: int = 0):
+        self.cfg, self.index, self.preload, self.generation = cfg, index, preload, generation
+        self.retiring = False  # a replacement is starting; keep serving until it is ready
+        self.retired = False  # the replacement is serving; stop at the next pick-up
         self.proc: asyncio.subprocess.Process | None = None
         self.calls = 0
         self.base_rss = self.rss = 0.0
@@ -47,7 +49,7 @@ class WorkerProc:
         c = self.cfg
         return {"timeout_s": c.timeout_s, "cpu_s": c.cpu_s, "memory_mb": c.memory_mb,
                 "max_output_chars": c.max_output_chars, "max_procs": c.max_procs,
-                "uid": isolation.worker_uid(self.index, c.isolation), "isolation": c.isolation,
+                "uid": isolation.worker_uid(self.index % 128 + 128 * (self.generation % 2), c.isolation), "isolation": c.isolation,
                 "preload": list(self.preload)}
 
     async def start(self) -> None:
@@ -136,6 +138,7 @@ class LocalExecutor:
         self.preload = tuple(preload)
         self.n = cfg.num_workers or os.cpu_count() or 1
         self.workers: dict[int, WorkerProc] = {}
+        self._live: list[WorkerProc] = []  # every started worker, old ones being recycled included
         self.idle: asyncio.Queue[WorkerProc | None] = asyncio.Queue()
         self.counters: collections.Counter[str] = collections.Counter()
         self.broken: str | None = None
@@ -153,6 +156,7 @@ class LocalExecutor:
             hint = (" (bubblewrap could not build the sandbox here: containers often forbid namespaces; "
                     "run on a host or VM, or set sandbox.isolation='none' explicitly)") if self.cfg.isolation == "bwrap" else ""
             raise isolation.SandboxUnavailable(f"sandbox workers failed to start: {errors[0]}{hint}")
+        self._live += ws
         for w in ws:
             self.workers[w.index] = w
             self.idle.put_nowait(w)
@@ -163,10 +167,14 @@ class LocalExecutor:
         timeout = float(req.get("timeout_s") or self.cfg.timeout_s)
         last = "no attempt"
         for attempt in range(2):  # the original try and one retry
-            w = await self.idle.get()
-            if w is None or self._closed:
-                self.idle.put_nowait(None)  # wake the next waiter too
-                return _infra(self.broken or "sandbox pool closed")
+            while True:
+                w = await self.idle.get()
+                if w is None or self._closed:
+                    self.idle.put_nowait(None)  # wake the next waiter too
+                    return _infra(self.broken or "sandbox pool closed")
+                if not w.retired:
+                    break
+                self._spawn(w.stop())
             t0 = time.monotonic()
             try:
                 out = await w.request(req, timeout)
@@ -181,16 +189,18 @@ class LocalExecutor:
                 self._replace(w)
                 raise
             out["queue_s"] = round(time.monotonic() - t0 - out.get("wall_s", 0.0), 6)
-            if w.worn_out():
+            if w.worn_out() and not w.retiring:
+                # recycle without losing capacity: the old worker serves until the new one is up
+                w.retiring = True
                 self.counters["recycled"] += 1
-                self._replace(w)
-            else:
-                self.idle.put_nowait(w)
+                self._spawn(self._restart(w, overlap=True))
+            self.idle.put_nowait(w)
             return out
         return _infra(f"call failed on two workers: {last}")
 
     def _replace(self, old: WorkerProc) -> None:
-        if self._closed:
+        if self._closed or old.retiring:  # closing, or a replacement is already on its way
+            old.retired = True
             self._spawn(old.stop())
             return
         self._spawn(self._restart(old))
@@ -200,10 +210,12 @@ class LocalExecutor:
         self._tasks.add(t)
         t.add_done_callback(self._tasks.discard)
 
-    async def _restart(self, old: WorkerProc) -> None:
-        self._spawn(old.stop())
+    async def _restart(self, old: WorkerProc, overlap: bool = False) -> None:
+        if not overlap:
+            self._spawn(old.stop())
+        last = ""
         for attempt in range(3):
-            new = WorkerProc(self.cfg, old.index, self.preload)
+            new = WorkerProc(self.cfg, old.index, self.preload, old.generation + 1)
             try:
                 await new.start()
             except Exception as exc:  # noqa: BLE001
@@ -215,8 +227,14 @@ class LocalExecutor:
                 await new.stop()
                 return
             self.counters["restarts"] += 1
+            self._live = [w for w in self._live if w.alive] + [new]
             self.workers[old.index] = new
+            old.retired = True  # an idle old worker is stopped when next picked up
             self.idle.put_nowait(new)
+            return
+        if overlap:  # could not start a replacement: keep the old worker a while longer
+            old.retiring = False
+            old.calls = 0
             return
         self.workers.pop(old.index, None)
         if not self.workers:
@@ -230,7 +248,7 @@ class LocalExecutor:
             keep = []
             while not self.idle.empty():
                 w = self.idle.get_nowait()
-                if w is None:
+                if w is None or w.retired:
                     keep.append(w)
                 elif w.alive:
                     keep.append(w)
@@ -245,7 +263,14 @@ class LocalExecutor:
         if self._watchdog is not None:
             self._watchdog.cancel()
         self.idle.put_nowait(None)
-        await asyncio.gather(*(w.stop() for w in list(self.workers.values())), return_exceptions=True)
+        queued = []
+        while not self.idle.empty():
+            w = self.idle.get_nowait()
+            if w is not None:
+                queued.append(w)  # includes old workers still serving while being recycled
+        self.idle.put_nowait(None)
+        everyone = {id(w): w for w in [*self.workers.values(), *queued, *self._live]}
+        await asyncio.gather(*(w.stop() for w in everyone.values()), return_exceptions=True)
         for t in list(self._tasks):
             with contextlib.suppress(BaseException):
                 await asyncio.wait_for(t, 10.0)

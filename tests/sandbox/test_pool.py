@@ -13,11 +13,18 @@ async def test_worker_death_is_retried_then_infra_error(make_cfg):
         ex = pool._executor
 
         async def killer(times):
+            killed = []
             for _ in range(times):
-                await asyncio.sleep(0.4)
-                busy = [w for w in ex.workers.values() if w.alive and w not in ex.idle._queue]
-                for w in busy:
-                    await w.kill()  # the worker of the call in flight
+                for _ in range(500):  # wait until the call is in flight on a worker not yet killed
+                    busy = [w for w in ex.workers.values()
+                            if w.alive and w not in ex.idle._queue and w not in killed]
+                    if busy:
+                        await asyncio.sleep(0.1)
+                        for w in busy:
+                            await w.kill()  # the worker of the call in flight
+                        killed += busy
+                        break
+                    await asyncio.sleep(0.02)
 
         # killed once: the call is retried on another worker and succeeds
         r, _ = await asyncio.gather(pool.run(ToolCall("import time\ntime.sleep(1)\nprint('ok')")), killer(1))
@@ -41,9 +48,18 @@ async def test_watchdog_replaces_idle_dead_worker(make_cfg):
 
 async def test_recycling_after_n_calls(make_cfg):
     async with SandboxPool(make_cfg(num_workers=1, recycle_after=5)) as pool:
-        rs = await pool.run_batch([f"{i}" for i in range(12)])
-        assert [r.value for r in rs] == [str(i) for i in range(12)]
-        assert pool.stats()["recycled"] >= 2
+        ex = pool._executor
+        first = ex.workers[0]
+        rs = await pool.run_batch([f"{i}" for i in range(6)])
+        assert [r.value for r in rs] == [str(i) for i in range(6)] and pool.stats()["recycled"] == 1
+        for _ in range(300):  # the old worker keeps serving while its replacement starts
+            if ex.workers[0] is not first:
+                break
+            await asyncio.sleep(0.1)
+        assert ex.workers[0].generation == 1
+        rs = await pool.run_batch([f"{i}" for i in range(6)])
+        assert [r.value for r in rs] == [str(i) for i in range(6)]
+        assert not first.alive  # retired once the new worker took over
 
 
 async def test_backpressure_and_many_coroutines(make_cfg):

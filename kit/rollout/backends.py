@@ -217,6 +217,7 @@ class HFBackend:
         import torch
 
         t0 = time.perf_counter()
+        dev = next(self.model.parameters()).device
         with self._lock, torch.inference_mode():
             B = len(batch)
             L = max(len(r.prompt_ids) for r in batch)
@@ -225,6 +226,7 @@ class HFBackend:
             for i, r in enumerate(batch):  # left padding
                 ids[i, L - len(r.prompt_ids):] = torch.tensor(r.prompt_ids)
                 attn[i, L - len(r.prompt_ids):] = 1
+            ids, attn = ids.to(dev), attn.to(dev)
             pos = (attn.cumsum(-1) - 1).clamp(min=0)
             temps = torch.tensor([r.temperature for r in batch])
             top_ps = torch.tensor([r.top_p for r in batch])
@@ -239,7 +241,7 @@ class HFBackend:
                 res = self.model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos,
                                  past_key_values=past, use_cache=True)
                 past = res.past_key_values
-                logits = res.logits[:, -1, :].float()  # (B, V)
+                logits = res.logits[:, -1, :].float().cpu()  # (B, V); sampling on the CPU generators
                 greedy = temps == 0
                 scaled = logits / torch.where(greedy, torch.ones_like(temps), temps)[:, None]
                 logp = torch.log_softmax(scaled, dim=-1)
@@ -260,8 +262,8 @@ class HFBackend:
                     out_lp[i].append(float(logp[i, t]))
                     if t in r.stop_ids or len(out_ids[i]) >= budget[i]:
                         done[i] = True
-                step_ids = nxt[:, None]
-                attn = torch.cat([attn, torch.ones((B, 1), dtype=torch.long)], dim=1)
+                step_ids = nxt[:, None].to(dev)
+                attn = torch.cat([attn, torch.ones((B, 1), dtype=torch.long, device=dev)], dim=1)
                 step_pos = step_pos[:, -1:] + 1
         self.stats["batches"] += 1
         self.stats["rows"] += B

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from rollout_helpers import FakeExecutor, Res, call, pair
 
@@ -45,6 +47,8 @@ async def test_success_then_answer(tok):
     assert tr.call_statuses == ["ok"]
     assert [m for m, _, _ in tr.spans()] == [1, 0, 1]
     assert tr.response_text.endswith(ANSWER + prompts.IM_END)
+    rec = json.loads(json.dumps(tr.to_record()))  # samples.jsonl row
+    assert rec["spans"] == [list(sp) for sp in tr.spans()] and rec["call_statuses"] == ["ok"]
     assert "<tool_response>\n42\n</tool_response>" in tr.response_text
     check_spans(tr, tok)
 

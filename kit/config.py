@@ -125,6 +125,7 @@ class AlgorithmConfig:
     roc_mode: Literal["sample", "rank"] = "sample"  # report: sample by 1/p_total; release: rank
     roc_use_error_ratio: bool = True
     roc_use_answer_format: bool = True
+    roc_reading: Literal["counters", "text"] = "counters"  # text: the release's decoded-text p_err/p_format
     min_positive: int = 2  # release: min_non_zero_reward_trace_num
     min_negative: int = 2  # release: min_zero_reward_trace_num
     drop_equal_reward_groups: bool = True  # DAPO-style, as released

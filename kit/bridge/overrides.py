@@ -222,9 +222,11 @@ def to_hydra_overrides(
             ("+trainer.v1.sampler.sampler_kwargs.min_positive", a.min_positive),
             ("+trainer.v1.sampler.sampler_kwargs.min_negative", a.min_negative),
             ("+trainer.v1.sampler.sampler_kwargs.drop_equal_reward_groups", a.drop_equal_reward_groups),
-            ("+trainer.v1.sampler.sampler_kwargs.reading", "counters"),
+            ("+trainer.v1.sampler.sampler_kwargs.reading", a.roc_reading),
             ("+trainer.v1.sampler.sampler_kwargs.seed", config.seed),
         ]
+        if a.roc_reading == "text":  # the release's reading decodes responses with the policy's tokenizer
+            out.append(("+trainer.v1.sampler.sampler_kwargs.tokenizer_path", model_path or config.model.name_or_path))
         if a.drop_equal_reward_groups:
             out.append(("data.gen_batch_size", 1))  # exact refill of dropped groups, one prompt at a time
     return [f"{k}={_fmt(v)}" for k, v in out]

@@ -89,6 +89,14 @@ def test_plain_grpo_ablation_has_no_roc_pieces():
     assert "actor_rollout_ref.rollout.n=16" in ov
 
 
+def test_release_text_reading_passes_the_tokenizer():
+    cfg = load("paper-14b", write=False, overrides={"algorithm.roc_reading": "text", "algorithm.roc_mode": "rank"})
+    ov = to_hydra_overrides(cfg, "stage1", model_path="/MODELS/sft")
+    assert "+trainer.v1.sampler.sampler_kwargs.reading=text" in ov
+    assert "+trainer.v1.sampler.sampler_kwargs.tokenizer_path=/MODELS/sft" in ov
+    assert "+trainer.v1.sampler.sampler_kwargs.mode=rank" in ov
+
+
 def test_bad_stage_and_bad_roc_settings_are_rejected():
     cfg = load("paper-14b", write=False)
     with pytest.raises(ValueError, match="unknown stage 'stage4'"):

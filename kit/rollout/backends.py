@@ -310,17 +310,23 @@ class OpenAIBackend:
         tokenizer: for the text fallback and the stop token.
         timeout_s: HTTP timeout per request (seconds).
         api_key: sent as a bearer token when given.
+        token_id_flags: send vLLM's ``return_token_ids`` / ``return_tokens_as_token_ids``; turn
+            off for a server that rejects unknown request fields.
+        extra_body: more request fields (e.g. ``{"top_k": 20}``).
     Raises:
         RuntimeError: (from ``generate``) an HTTP error or a reply without choices, with the
             server's message.
     """
 
-    def __init__(self, base_url: str, model: str, tokenizer: Any, timeout_s: float = 600.0, api_key: str | None = None):
+    def __init__(self, base_url: str, model: str, tokenizer: Any, timeout_s: float = 600.0, api_key: str | None = None,
+                 token_id_flags: bool = True, extra_body: dict[str, Any] | None = None):
         self.url = base_url.rstrip("/") + "/completions"
         self.model = model
         self.tokenizer = tokenizer
         self.timeout_s = timeout_s
         self.api_key = api_key
+        self.token_id_flags = token_id_flags
+        self.extra_body = dict(extra_body or {})
 
     def _post(self, payload: dict[str, Any]) -> dict[str, Any]:
         headers = {"Content-Type": "application/json"}
@@ -343,8 +349,10 @@ class OpenAIBackend:
             "model": self.model, "prompt": list(prompt_ids), "max_tokens": int(max_new_tokens),
             "temperature": float(temperature), "top_p": float(top_p), "stop_token_ids": list(stop_ids),
             "skip_special_tokens": False, "include_stop_str_in_output": True, "logprobs": 1,
-            "return_token_ids": True, "return_tokens_as_token_ids": True, "n": 1,
+            "n": 1, **self.extra_body,
         }
+        if self.token_id_flags:
+            payload.update(return_token_ids=True, return_tokens_as_token_ids=True)
         reply = await asyncio.to_thread(self._post, payload)
         choices = reply.get("choices") or []
         if not choices:

@@ -146,7 +146,10 @@ async def test_openai_backend_token_ids_and_fallbacks(stub, tok):
     assert body["stop_token_ids"] == stops and body["skip_special_tokens"] is False and body["temperature"] == 0.6
     b = await be.generate([5], len(ids), 1.0, 1.0, stops)
     assert b.token_ids == ids and b.logprobs == [-0.2] * len(ids) and b.finish_reason == "length"
+    assert body["return_token_ids"] is True
+    be = OpenAIBackend(stub, "m", tok, token_id_flags=False, extra_body={"top_k": 20})
     c = await be.generate([5], 64, 1.0, 1.0, stops)  # text only: re-tokenized, stop id restored, no logprobs
+    assert "return_token_ids" not in _Stub.seen[2][1] and _Stub.seen[2][1]["top_k"] == 20
     assert c.token_ids == ids + [end] and c.logprobs is None and c.finish_reason == "stop"
     with pytest.raises(RuntimeError, match="HTTP 500"):
         await be.generate([5], 4, 1.0, 1.0, stops)

@@ -32,6 +32,8 @@ from kit.rollout.loop import Trajectory
 
 @dataclass
 class AuditReport:
+    """Result of :func:`audit_trajectory`; the fields are described in the module docstring."""
+
     text_ok: bool
     ids_ok: bool
     masked_ok: bool

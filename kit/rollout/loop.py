@@ -110,6 +110,7 @@ class Trajectory:
 
     @property
     def n_tool_errors(self) -> int:
+        """Tool errors that are the model's fault (all kinds; infra errors excluded)."""
         return sum(self.tool_errors.values())
 
     def spans(self) -> list[tuple[int, int, int]]:
@@ -315,7 +316,10 @@ def _count(tr: Trajectory, records: list[CallRecord]) -> None:
 
 async def run_group(backend, tokenizer, problem: str, executor, n: int, cfg: RolloutConfig | None = None,
                     **kwargs) -> list[Trajectory]:
-    """``n`` concurrent rollouts of one problem (one GRPO group, G or 2G trajectories)."""
+    """``n`` concurrent rollouts of one problem (one GRPO group, G or 2G trajectories).
+
+    Same arguments as :func:`run_trajectory`; returns the ``n`` trajectories in start order.
+    """
     return list(await asyncio.gather(*(run_trajectory(backend, tokenizer, problem, executor, cfg, **kwargs)
                                        for _ in range(n))))
 

@@ -5,9 +5,9 @@ stays binary. Positives (reward > 0) and negatives keep their proportion; negati
 uniformly at random, positives preferring fewer tool errors and a cleaner answer format:
 
 * ``p_err = failed tool calls / tool calls`` (0.5 without any call). "Failed" is the sandbox's
-  structured status: an exception, a timeout, a memory or output limit, a malformed call. Failures of the
-  execution service itself (``infra_errors``) are not the model's fault and are excluded from
-  both counts.
+  structured status: an exception, a timeout, a memory or output limit, a malformed call.
+  Failures of the execution service itself (``infra_errors``) are not the model's fault and are
+  excluded from both counts.
 * ``p_format = 1`` without an ``<answer>`` tag, else ``min(1, (answer_tags - 1) / turns)``,
   where ``turns`` counts every assistant turn, the first one included.
 * ``p_total = p_err + p_format``; positives are drawn without replacement with probability
@@ -32,7 +32,8 @@ turns in ``p_format``          assistant turns found in the        all assistant
                                header sits in the prompt, so a
                                no-tool answer scores 1.0
 positives                      lowest penalty first                ``mode="sample"`` (``"rank"``)
-negatives                      rollout order (after PR #50)        uniform at random
+negatives                      rollout order (after PR #50;        uniform at random
+                               lowest penalty before it)
 counts                         ``round()`` each side separately    ``k_neg = round(...)``,
                                                                    ``k_pos = G - k_neg`` (equal
                                                                    to the release when G is even
@@ -42,8 +43,9 @@ groups with < G rollouts       dropped                             kept whole
 
 ``round`` is Python's (half to even), as released. Minimum counts (``min_positive``,
 ``min_negative``; released as ``min_non_zero_reward_trace_num`` / ``min_zero_reward_trace_num``)
-raise a side to ``min(minimum, available)``; unlike the release (which then keeps the whole
-group) the kit rejects ``min_positive + min_negative > G`` up front, so exactly ``G`` are kept.
+raise a side to ``min(minimum, available)``. Like the release, ``min_positive + min_negative > G``
+is rejected up front; the release's fallback that keeps a whole group when both sides fall
+below their minimums is therefore not needed, and exactly ``G`` rows are kept per group.
 """
 
 from __future__ import annotations

@@ -2,7 +2,9 @@
 
 Builds ``--pairs`` (default 2,000) graded pairs from real golds read at run time: half from
 MATH-500 (LaTeX golds), half from DAPO-Math-17k (integer golds), each gold once against an
-equal answer and once against a perturbed one (a digit changed). Both paths grade the same
+equal answer and once against a perturbed one (a digit changed). Half of the equal MATH-500
+answers are the gold respaced inside a brace group (``{\\frac{ 1}{ 2}}``: same value, other
+text). Both paths grade the same
 responses in the same run:
 
 * plain: the release's call (research note ``rstar2_agent_release.md`` §5), gold boxed with
@@ -55,8 +57,11 @@ def build_pairs(n: int, seed: int = 0) -> list[tuple[str, str, str, bool]]:
     rows = []
     for source, golds in (("math500", math500), ("dapo", dapo_golds)):
         picked = [golds[i % len(golds)] for i in rng.sample(range(max(len(golds), n // 4)), n // 4)]
-        for g in picked:
-            rows.append((source, g, response_for(g), True))
+        for j, g in enumerate(picked):
+            # every other LaTeX gold comes back respaced ("\\frac{ 1}{ 2}") and in a brace group:
+            # equal in value, other text, so the kit's same-text rule cannot settle it
+            same = "{" + re.sub(r"(?<!\\begin)(?<!\\end)\{", "{ ", g) + "}" if source == "math500" and j % 2 else g
+            rows.append((source, g, response_for(same), True))
             rows.append((source, g, response_for(perturb(g, rng)), False))
     return rows
 

@@ -53,12 +53,25 @@ def _top_level_split(s: str, sep: str) -> list[str]:
     return parts
 
 
+def _strip_outer_braces(s: str) -> str:
+    """``{{x}}`` -> ``x``: brace groups around the whole answer only group."""
+    while s.startswith("{") and s.endswith("}"):
+        depth = 0
+        for i, c in enumerate(s):
+            depth += c == "{"
+            depth -= c == "}"
+            if depth == 0 and i < len(s) - 1:
+                return s  # "{a}{b}": the first group closes early
+        s = s[1:-1].strip()
+    return s
+
+
 def normalize(s: str) -> str:
     """Canonical text of one answer (gold or extracted), following the policy table.
 
     Drops math-mode delimiters, ``\\left``/``\\right``, thin spaces, dollar signs, a trailing
     percent sign, degree marks and a trailing unit in ``\\text{}``; unwraps an answer that is
-    wholly ``\\text{...}``; maps ``\\dfrac``/``\\tfrac`` to ``\\frac``; removes thousands
+    wholly ``\\text{...}`` or one brace group ``{...}``; maps ``\\dfrac``/``\\tfrac`` to ``\\frac``; removes thousands
     separators from a plain number (``1,000``, ``10,\\!080``); rewrites ``4.2e3`` as
     ``4.2\\times 10^{3}`` (math_verify alone reads the ``e`` as Euler's number).
 
@@ -75,6 +88,7 @@ def normalize(s: str) -> str:
     s = re.sub(r",\s*\\!\s*", ",", s)  # 10,\!080 -> 10,080
     s = _THIN_SPACE.sub(" ", s).strip()
     s = s.rstrip(".").strip()
+    s = _strip_outer_braces(s)
     m = _WHOLE_WRAP.match(s)
     if m:
         s = m.group(1).strip()

@@ -26,7 +26,7 @@ Public API::
 ``Verdict(correct, reason, extracted, seconds, detail)``; reason is one of ``correct``,
 ``wrong``, ``no_answer``, ``timeout`` (time or memory limit hit; scored 0), ``parse_error``.
 
-Lenient-case policy (each row is tested in ``tests/reward/test_policy.py``):
+Lenient-case policy (each row is tested in ``tests/reward/test_reward_policy.py``):
 
 ====================================  ====================================================
 case (gold vs answer)                 decision

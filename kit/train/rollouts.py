@@ -77,26 +77,38 @@ async def collect(cfg: KitConfig, model, tokenizer, problems: Sequence[Problem],
     Returns:
         A :class:`Batch`.
     """
-    import asyncio
-
-    from kit.reward import verify_batch
     from kit.rollout import rollout_batch
 
     backend = make_backend(cfg, model, tokenizer, seed)
     t0 = time.perf_counter()
-    groups = await rollout_batch(backend, tokenizer, [p.question for p in problems], executor, n, cfg.rollout,
-                                 max_response_tokens=max_response_tokens, max_turns=max_turns,
-                                 temperature=temperature, top_p=top_p, timeout_s=cfg.sandbox.timeout_s)
+    try:
+        groups = await rollout_batch(backend, tokenizer, [p.question for p in problems], executor, n, cfg.rollout,
+                                     max_response_tokens=max_response_tokens, max_turns=max_turns,
+                                     temperature=temperature, top_p=top_p, timeout_s=cfg.sandbox.timeout_s)
+    finally:
+        worker = getattr(backend, "_worker", None)  # the backend's batching task outlives the batch
+        if worker is not None and not worker.done():
+            worker.cancel()
     t_gen = time.perf_counter() - t0
     groups = [sorted(g, key=lambda t: t.response_ids) for g in groups]
     t1 = time.perf_counter()
     pairs = [(p.answer, t.response_text) for p, g in zip(problems, groups, strict=True) for t in g]
-    verdicts = await asyncio.to_thread(verify_batch, pairs)
+    verdicts = await grade(pairs)
     t_ver = time.perf_counter() - t1
     rewards = np.array([1.0 if v.correct else 0.0 for v in verdicts]).reshape(len(problems), n)
     reasons = [[v.reason for v in verdicts[i * n:(i + 1) * n]] for i in range(len(problems))]
     t_tool = sum(c.wall_s for g in groups for t in g for c in t.calls)
     return Batch(list(problems), groups, rewards, reasons, t_gen, t_tool, t_ver)
+
+
+async def grade(pairs: Sequence[tuple[str, str]]) -> list[Any]:
+    """Verdicts for ``(gold, response_text)`` pairs: :func:`kit.reward.averify_batch`.
+
+    The one place the trainers grade; tests may replace it with a test double.
+    """
+    from kit.reward import averify_batch
+
+    return await averify_batch(list(pairs))
 
 
 def batch_stats(batch: Batch) -> dict[str, float]:

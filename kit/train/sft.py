@@ -58,15 +58,18 @@ def prepare_sft_data(cfg: KitConfig, run_dir: str | Path) -> dict[str, Any]:
     tokens when encoding (the tokenizer does not exist yet).
 
     Returns:
-        ``{"demos": [{"problem", "kind", "turns": [[text, code, input]], "final", "feedback": [...]}],
+        ``{"key", "demos": [{"problem", "kind", "turns": [[text, code, input]], "final", "feedback": [...]}],
         "statuses": {status: count}}``.
     Raises:
         RuntimeError: a clean demo call did not print the problem's answer (the sandbox or the
             task generator is broken; the message names the problem).
     """
     path = Path(run_dir) / SFT_DATA_FILE
+    key = {"seed": cfg.seed, "data": {k: v for k, v in cfg.to_dict()["data"].items() if k.startswith(("task_", "demo_"))}}
     if path.exists():
-        return json.loads(path.read_text())
+        cached = json.loads(path.read_text())
+        if cached.get("key") == key:
+            return cached
     split = task_split(cfg)
     kinds = tasks.demo_kinds(len(split.train), cfg.data.demo_error_fraction, cfg.data.demo_direct_fraction,
                              common.step_seed(cfg.seed, "demo-kinds"))
@@ -84,7 +87,7 @@ def prepare_sft_data(cfg: KitConfig, run_dir: str | Path) -> dict[str, Any]:
                                f"{res[-1].stdout[:80]!r}{res[-1].stderr[-200:]!r}, expected {d.problem.answer}")
         rows.append({"problem": d.problem.to_dict(), "kind": d.kind,
                      "turns": [[t, c.code, c.input] for t, c in d.turns], "final": d.final, "feedback": fb})
-    data = {"demos": rows, "statuses": statuses}
+    data = {"key": key, "demos": rows, "statuses": statuses}
     common.write_json(path, data)
     return data
 

@@ -1,0 +1,432 @@
+"""RL stages of the recipe and the RoC ablation on the local CPU engine (rStar2-Agent §4.3, §5.3).
+
+Entry points (notebooks 03-05 call them)::
+
+    summary = run_stage(cfg, "stage1", init_dir=sft_dir / "policy", run_dir=..., progress=print)
+    summary = run_ablation(cfg, init_dir=sft_dir / "policy", run_dir=..., seeds=(0, 1, 2))
+
+One RL step (:func:`rl_step`), with the kit's shared pieces only:
+    1. P problems of the stage's pool (``cfg.algorithm.prompts_per_step``), a fixed permutation
+       per seed walked in order;
+    2. rollouts with the agent loop (:mod:`kit.train.rollouts`): n = 2G per problem for
+       ``grpo_roc`` (``cfg.algorithm.oversample``), G for ``grpo``; truncated trajectories stay
+       in as failures (no overlong filtering, report §4.3);
+    3. binary reward (:func:`kit.reward.verify_batch`);
+    4. ``grpo_roc``: :func:`kit.algo.roc_step` keeps G per group (RoC, report §2.2.2);
+       ``grpo``: all G are kept (the ablation's baseline, report §5.3);
+    5. :func:`kit.algo.group_advantage` over the kept rows, :func:`kit.algo.policy_loss`
+       (Clip-Higher, token-mean, response mask), one optimizer step (``ppo_epochs`` passes over
+       the batch; old log-probs recomputed by the policy before the update, as VERL does).
+
+Stages (``cfg.stages.stage1..3``): response budget, turn limit, task level and step count
+from the profile. A stage starts from ``init_dir`` (the latest policy); its reference policy is
+that same latest policy (recorded in the summary; the report trains without a KL term, so it
+enters no loss, and ``kl_coef > 0`` is rejected). ``reset_optimizer`` starts AdamW afresh;
+otherwise the optimizer state saved with the previous stage's policy (``optimizer.pt``) is
+loaded. ``problems = "hard"`` (stage 3) first samples ``hard_filter_samples`` trajectories per
+candidate problem with the latest policy and drops the problems solved every time.
+
+Run directory: ``metrics.jsonl`` (keys in DEVELOPERS.md plus extras), ``samples.jsonl`` (a few
+trajectories per step), ``checkpoints/step_<n>/``, ``hard_subset.json`` (stage 3),
+``policy/`` (+ ``optimizer.pt``), ``summary.json``. A run killed mid-stage and started again
+with the same arguments resumes from its last checkpoint and writes the same metrics.
+
+Does not: train with KL, run several mini-batches per step, or overlap rollout and update.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from kit.config import KitConfig, StageConfig, save
+from kit.data.tasks import Problem
+from kit.train import common
+from kit.train.rollouts import Batch, batch_stats, collect, evaluate_policy
+
+STAGES = ("stage1", "stage2", "stage3")
+ALGORITHMS = ("grpo", "grpo_roc")
+SAMPLES_PER_STEP = 4  # trajectories written to samples.jsonl per step
+MICRO_TOKENS = 16384
+RL_STATE = "rl_state.json"  # in a policy folder: RL steps done so far (global_step offset of the next stage)
+
+
+def stage_config(cfg: KitConfig, stage_name: str) -> StageConfig:
+    """``cfg.stages.<stage_name>``.
+
+    Raises:
+        ValueError: an unknown stage name.
+    """
+    if stage_name not in STAGES:
+        raise ValueError(f"unknown stage {stage_name!r}; expected one of {STAGES}")
+    return getattr(cfg.stages, stage_name)
+
+
+def stage_pool(cfg: KitConfig, stage: StageConfig) -> list[Problem]:
+    """Train problems of the stage's difficulty level."""
+    from kit.train.sft import task_split
+
+    return task_split(cfg).level(stage.difficulty)
+
+
+def step_problems(pool: Sequence[Problem], step: int, per_step: int, seed: int) -> list[Problem]:
+    """The ``per_step`` problems of step ``step``: a seeded permutation of ``pool`` walked in
+    order (a new permutation each pass). Pure function of its arguments."""
+    if not pool:
+        raise ValueError("the stage's problem pool is empty (check data.task_train_size and the stage difficulty)")
+    out = []
+    for k in range(step * per_step, (step + 1) * per_step):
+        epoch, i = divmod(k, len(pool))
+        perm = list(range(len(pool)))
+        random.Random(common.step_seed(seed, "perm", epoch)).shuffle(perm)
+        out.append(pool[perm[i]])
+    return out
+
+
+# --------------------------------------------------------------------------- the update
+
+
+def _pad(rows: list[tuple[list[int], list[int]]], pad_id: int):
+    """Right-pad ``(ids, mask)`` rows to (B, T) tensors: ids, attention, mask."""
+    T = max(len(i) for i, _ in rows)
+    ids = torch.full((len(rows), T), pad_id, dtype=torch.long)
+    att = torch.zeros((len(rows), T), dtype=torch.long)
+    msk = torch.zeros((len(rows), T), dtype=torch.float32)
+    for b, (i, m) in enumerate(rows):
+        ids[b, : len(i)] = torch.tensor(i)
+        att[b, : len(i)] = 1
+        msk[b, : len(m)] = torch.tensor(m, dtype=torch.float32)
+    return ids, att, msk
+
+
+def token_logprobs(model, ids: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
+    """(B, T) log-prob of each token given its prefix (column 0 is 0: it has no prefix)."""
+    logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float()
+    lp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+    return torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
+
+
+def policy_update(cfg: KitConfig, model, optimizer, trajectories: Sequence[Any], advantages: torch.Tensor,
+                  pad_id: int, lr: float) -> dict[str, float]:
+    """One optimizer step of the clipped policy loss on the kept trajectories.
+
+    Args:
+        trajectories: B kept ``Trajectory`` objects (prompt ids + response ids + response mask).
+        advantages: (B,) from :func:`kit.algo.group_advantage`.
+        lr: learning rate of this step.
+    Returns:
+        ``loss``, ``grad_norm``, ``clipfrac``, ``entropy`` proxy (``-mean logp`` of kept tokens),
+        ``update_tokens``.
+    """
+    from kit.algo import policy_loss
+
+    a = cfg.algorithm
+    rows = [(t.prompt_ids + t.response_ids, [0] * len(t.prompt_ids) + list(t.response_mask)) for t in trajectories]
+    order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
+    chunks: list[list[int]] = []
+    for i in order:  # micro-batches of similar length
+        if chunks and (len(chunks[-1]) + 1) * len(rows[i][0]) <= MICRO_TOKENS:
+            chunks[-1].append(i)
+        else:
+            chunks.append([i])
+    n_tok = float(sum(sum(m) for _, m in rows))
+    tensors = [_pad([rows[i] for i in c], pad_id) for c in chunks]
+    with torch.no_grad():
+        old = [token_logprobs(model, ids, att) for ids, att, _ in tensors]
+    for g in optimizer.param_groups:
+        g["lr"] = lr
+    stats = {"loss": 0.0, "clipfrac": 0.0, "neg_logp": 0.0}
+    gn = 0.0
+    for _ in range(max(1, a.ppo_epochs)):
+        optimizer.zero_grad(set_to_none=True)
+        for c, (ids, att, msk), old_lp in zip(chunks, tensors, old, strict=True):
+            lp = token_logprobs(model, ids, att)
+            loss, m = policy_loss(lp, old_lp, advantages[c], msk, a.clip_ratio_low, a.clip_ratio_high,
+                                  a.clip_ratio_c, a.loss_agg_mode, batch_num_tokens=n_tok, batch_num_seqs=float(len(rows)))
+            loss.backward()
+            w = float(msk.sum()) / n_tok
+            stats["loss"] += float(loss.detach())
+            stats["clipfrac"] += float(m.get("clipfrac", 0.0)) * w
+            stats["neg_logp"] += float(-(lp.detach() * msk).sum()) / n_tok
+        gn = float(torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip))
+        optimizer.step()
+    return {"loss": stats["loss"], "grad_norm": gn, "clipfrac": stats["clipfrac"], "neg_logp": stats["neg_logp"],
+            "update_tokens": n_tok}
+
+
+def select(cfg: KitConfig, batch: Batch, algorithm: str, seed: int) -> tuple[np.ndarray, dict[str, float]]:
+    """Rows kept for the update and the selection metrics.
+
+    ``grpo_roc``: :func:`kit.algo.roc_step` (2G -> G, penalties from the structured counters).
+    ``grpo``: every row kept; the same metrics computed with ``kept = all``.
+
+    Returns:
+        ``(kept, metrics)``: (K,) row indices into ``batch.flat()``; metrics include
+        ``tool_error_ratio_correct_before/after``, ``p_format_mean``, ``kept``.
+    """
+    from kit.algo import RocParams, counters, p_format, roc_metrics, roc_step
+
+    flat = batch.flat()
+    n = batch.rewards.shape[1]
+    rewards = batch.rewards.reshape(-1)
+    gids = np.repeat(np.arange(len(batch.groups)), n)
+    cnt = counters(flat)
+    if algorithm == "grpo_roc":
+        sel, m = roc_step(rewards, gids, cnt, RocParams.from_config(cfg.algorithm), seed=seed)
+        return sel.kept, m
+    if algorithm != "grpo":
+        raise ValueError(f"unknown algorithm {algorithm!r}; expected one of {ALGORITHMS}")
+    kept = np.arange(rewards.size)
+    pf = p_format(cnt["answer_tags"], cnt["turns"])
+    m = roc_metrics(rewards, kept, cnt["tool_calls"] - cnt["infra_errors"], cnt["tool_failures"], pf, cnt["answer_tags"])
+    return kept, m
+
+
+# --------------------------------------------------------------------------- one stage
+
+
+def run_stage(cfg: KitConfig, stage_name: str, init_dir: str | Path, run_dir: str | Path,
+              progress: Callable[[dict], None] | None = None, *, algorithm: str | None = None,
+              seed: int | None = None, steps: int | None = None, evaluate: bool = True) -> dict[str, Any]:
+    """Run one RL stage from the policy in ``init_dir``; resumable.
+
+    Args:
+        cfg: resolved config (``cfg.algorithm``, ``cfg.rollout``, ``cfg.stages.<stage_name>``).
+        stage_name: ``stage1``, ``stage2`` or ``stage3``.
+        init_dir: a ``save_policy`` folder (SFT's or the previous stage's ``policy/``).
+        run_dir: this stage's run directory.
+        progress: called with every metrics row and finally with ``{"summary": ...}``.
+        algorithm: ``grpo_roc`` or ``grpo``; default ``cfg.algorithm.name``.
+        seed: default ``cfg.seed``.
+        steps: default the stage's ``steps``.
+        evaluate: evaluate the final policy on the held-out problems (greedy and sampled).
+    Returns:
+        Summary: ``stage, algorithm, seed, steps, reward_first, reward_last`` (mean reward over
+        the first/last ``min(5, steps)`` steps), ``tool_error_ratio_correct_first/last``,
+        ``hard_subset`` info (stage 3), ``reference_dir``, ``policy_dir``, ``seconds`` and the
+        held-out evaluation keys of :func:`kit.train.rollouts.evaluate_policy`.
+    Raises:
+        ValueError: unknown stage or algorithm, ``kl_coef > 0``, or an empty problem pool.
+    """
+    from kit.rollout import run_sync
+
+    return run_sync(_run_stage(cfg, stage_name, Path(init_dir), Path(run_dir), progress, algorithm, seed, steps,
+                               evaluate))
+
+
+async def _run_stage(cfg, stage_name, init_dir, run_dir, progress, algorithm, seed, steps, evaluate):
+    from kit.algo import group_advantage
+    from kit.models import load_policy, save_policy
+    from kit.sandbox import SandboxPool
+
+    stage = stage_config(cfg, stage_name)
+    algorithm = algorithm or cfg.algorithm.name
+    if algorithm not in ALGORITHMS:
+        raise ValueError(f"unknown algorithm {algorithm!r}; expected one of {ALGORITHMS}")
+    if cfg.algorithm.kl_coef > 0:
+        raise ValueError("algorithm.kl_coef > 0 is not supported by the local engine (the report trains without KL)")
+    seed = cfg.seed if seed is None else seed
+    steps = stage.steps if steps is None else steps
+    run_dir.mkdir(parents=True, exist_ok=True)
+    save(cfg, run_dir)
+    common.set_threads(cfg.model.torch_threads)
+    t_start = time.perf_counter()
+    a = cfg.algorithm
+    model, tok = load_policy(init_dir)
+    opt = common.make_optimizer(model, a.lr, a.weight_decay)
+    if not stage.reset_optimizer and (init_dir / "optimizer.pt").exists():
+        opt.load_state_dict(torch.load(init_dir / "optimizer.pt", weights_only=False))
+    writer = common.MetricsWriter(run_dir)
+    start = 0
+    ckpt = common.latest_checkpoint(run_dir)
+    if ckpt is not None:
+        model, tok = load_policy(ckpt)
+        opt = common.make_optimizer(model, a.lr, a.weight_decay)
+        st = common.load_trainer_state(ckpt)
+        opt.load_state_dict(st["optimizer"])
+        start = int(st["step"])
+    writer.truncate(lambda r: not (r.get("stage") == stage_name and r.get("step", 0) > start))
+    samples = run_dir / "samples.jsonl"
+    if samples.exists():
+        keep = [ln for ln in samples.read_text().splitlines() if ln and json.loads(ln)["step"] <= start]
+        samples.write_text("".join(ln + "\n" for ln in keep))
+    n = a.oversample if algorithm == "grpo_roc" else a.group_size
+    pool = stage_pool(cfg, stage)
+    offset = json.loads((init_dir / RL_STATE).read_text())["global_step"] if (init_dir / RL_STATE).exists() else 0
+    summary: dict[str, Any] = {"stage": stage_name, "algorithm": algorithm, "seed": seed, "steps": steps,
+                               "reference_dir": str(init_dir), "init_dir": str(init_dir)}
+    async with SandboxPool(cfg.sandbox) as executor:
+        if stage.problems == "hard":
+            model.eval()
+            pool, info = await _hard_subset_async(cfg, model, tok, stage, pool, run_dir, seed, executor)
+            summary["hard_subset"] = info
+            if not pool:
+                raise ValueError(f"{stage_name}: every candidate problem was solved {stage.hard_filter_samples}/"
+                                 f"{stage.hard_filter_samples} times; the hard subset is empty")
+        for step in range(start, steps):
+            common.seed_everything(common.step_seed(seed, stage_name, algorithm, "torch", step))
+            problems = step_problems(pool, step, a.prompts_per_step, common.step_seed(seed, stage_name, "problems"))
+            model.eval()
+            batch = await collect(cfg, model, tok, problems, n, executor,
+                                  seed=common.step_seed(seed, stage_name, algorithm, "rollout", step),
+                                  max_response_tokens=stage.max_response_tokens, max_turns=stage.max_turns,
+                                  temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
+            kept, sel_m = select(cfg, batch, algorithm, common.step_seed(seed, stage_name, "roc", step))
+            t_up = time.perf_counter()
+            upd: dict[str, float] = {"loss": 0.0, "grad_norm": 0.0, "clipfrac": 0.0, "neg_logp": 0.0, "update_tokens": 0.0}
+            if kept.size:
+                flat = batch.flat()
+                r = batch.rewards.reshape(-1)
+                gids = np.repeat(np.arange(len(problems)), n)
+                adv = group_advantage(torch.tensor(r[kept]), gids[kept].tolist(), a.adv_eps)
+                model.train()
+                lr = common.lr_at(step, a.lr, a.warmup_steps, steps, "constant")
+                upd = policy_update(cfg, model, opt, [flat[i] for i in kept], adv, tok.pad_token_id, lr)
+            row = {"stage": stage_name, "step": step + 1, "global_step": offset + step + 1,
+                   **batch_stats(batch),
+                   "tool_error_ratio_correct_before": sel_m["tool_error_ratio_correct_before"],
+                   "tool_error_ratio_correct_after": sel_m["tool_error_ratio_correct_after"],
+                   "p_format_mean": sel_m["p_format_mean"], "p_format_mean_before": sel_m["p_format_mean_before"],
+                   "kept": int(kept.size), "sampled": int(batch.rewards.size),
+                   "time_generate_s": batch.time_generate_s, "time_tool_s": batch.time_tool_s,
+                   "time_verify_s": batch.time_verify_s, "time_update_s": time.perf_counter() - t_up,
+                   "algorithm": algorithm, "seed": seed, **upd}
+            writer.write(row)
+            _write_samples(samples, step + 1, batch)
+            if progress is not None:
+                progress(row)
+            done = step + 1
+            if stage.checkpoint_every and done % stage.checkpoint_every == 0 and done < steps:
+                common.save_checkpoint(run_dir, done, model, tok, opt, {"stage": stage_name, "algorithm": algorithm})
+    policy_dir = save_policy(model, tok, run_dir / "policy")
+    torch.save(opt.state_dict(), policy_dir / "optimizer.pt")
+    common.write_json(policy_dir / RL_STATE, {"global_step": offset + steps, "stage": stage_name})
+    rows = [r for r in writer.rows() if r.get("stage") == stage_name]
+    k = min(5, len(rows))
+    summary.update(policy_dir=str(policy_dir),
+                   reward_first=float(np.mean([r["reward_mean"] for r in rows[:k]])) if rows else None,
+                   reward_last=float(np.mean([r["reward_mean"] for r in rows[-k:]])) if rows else None,
+                   tool_error_ratio_correct_first=float(np.mean([r["tool_error_ratio_correct_before"] for r in rows[:k]])) if rows else None,
+                   tool_error_ratio_correct_last=float(np.mean([r["tool_error_ratio_correct_before"] for r in rows[-k:]])) if rows else None)
+    if evaluate:
+        from kit.train.sft import task_split
+
+        model.eval()
+        summary.update(evaluate_policy(cfg, model, tok, list(task_split(cfg).heldout), seed=seed))
+    summary["seconds"] = time.perf_counter() - t_start
+    common.write_json(run_dir / "summary.json", summary)
+    if progress is not None:
+        progress({"stage": stage_name, "summary": summary})
+    return summary
+
+
+async def _hard_subset_async(cfg, model, tok, stage, pool, run_dir, seed, executor):
+    """Stage 3's hard problems: drop candidates the latest policy solves ``hard_filter_samples``
+    times out of as many (report §4.3); cached in ``run_dir/hard_subset.json``."""
+    path = run_dir / "hard_subset.json"
+    if path.exists():
+        d = json.loads(path.read_text())
+        by_id = {p.id: p for p in pool}
+        return [by_id[i] for i in d["kept_ids"] if i in by_id], d["info"]
+    P = cfg.algorithm.prompts_per_step
+    n_cand = min(len(pool), max(4 * P, P * stage.steps))
+    cand = step_problems(pool, 0, n_cand, common.step_seed(seed, "hard-candidates"))
+    k = stage.hard_filter_samples
+    batch = await collect(cfg, model, tok, cand, k, executor, seed=common.step_seed(seed, "hard-filter"),
+                          max_response_tokens=stage.max_response_tokens, max_turns=stage.max_turns,
+                          temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
+    solved = batch.rewards.sum(axis=1)
+    kept = [p for p, s in zip(cand, solved, strict=True) if s < k]
+    info = {"candidates": len(cand), "samples": k, "solved_all": int((solved == k).sum()), "kept": len(kept),
+            "solve_rate": float(batch.rewards.mean()), "seconds": batch.time_generate_s + batch.time_verify_s}
+    common.write_json(path, {"kept_ids": [p.id for p in kept], "info": info})
+    return kept, info
+
+
+def _write_samples(path: Path, step: int, batch: Batch) -> None:
+    with path.open("a") as fh:
+        for p, g, r in list(zip(batch.problems, batch.groups, batch.rewards, strict=True))[:1]:
+            for t, rew in list(zip(g, r, strict=True))[:SAMPLES_PER_STEP]:
+                rec = {"step": step, "problem_id": p.id, "answer": p.answer, "reward": float(rew),
+                       "response_text": t.response_text, "spans": t.spans(), "turns": t.turns,
+                       "tool_calls": t.tool_calls, "tool_errors": t.tool_errors, "truncated": t.truncated}
+                fh.write(json.dumps(rec) + "\n")
+
+
+# --------------------------------------------------------------------------- the RoC ablation
+
+
+def _spread(values: Sequence[float]) -> dict[str, float]:
+    v = np.asarray(values, dtype=float)
+    return {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if v.size > 1 else 0.0,
+            "min": float(v.min()), "max": float(v.max()), "n": int(v.size)}
+
+
+def run_ablation(cfg: KitConfig, init_dir: str | Path, run_dir: str | Path, seeds: Sequence[int] | None = None,
+                 progress: Callable[[dict], None] | None = None, stage_name: str = "stage1") -> dict[str, Any]:
+    """GRPO against GRPO-RoC from the same policy, same steps, several seeds (report §5.3, Figures 4, 9).
+
+    Each (algorithm, seed) pair is one :func:`run_stage` with ``stage_name``'s budget, turns and
+    level and ``cfg.ablation.steps`` steps, in ``run_dir/<algorithm>_seed<seed>/``. ``grpo``
+    samples G per prompt and uses all of them; ``grpo_roc`` samples 2G and keeps G.
+
+    The compared quantity is the tool-error ratio among correct trajectories *as sampled* (the
+    policy's behaviour, ``tool_error_ratio_correct_before``), averaged over the first and the
+    last ``min(5, steps)`` steps of each run, then summarised over seeds (mean, sample std,
+    min, max). The report's Figure 4 expects it to fall under RoC and stay flat under GRPO.
+
+    Args:
+        cfg: resolved config (``cfg.ablation.steps``, ``cfg.ablation.seeds``).
+        init_dir: the starting policy (usually the SFT policy).
+        run_dir: the ablation's run directory; writes ``ablation.json``.
+        seeds: default ``cfg.ablation.seeds``.
+        progress: called with every metrics row (it carries ``algorithm`` and ``seed``).
+        stage_name: whose stage settings to use.
+    Returns:
+        ``{"steps", "seeds", "runs": {"<algo>_seed<s>": {...first/last values}},
+        "<algo>": {"tool_error_ratio_correct_first"/"_last"/"_drop", "reward_first"/"_last":
+        spread dicts}, "curves": {"<algo>": per-step mean over seeds}, "seconds"}``.
+    """
+    run_dir = Path(run_dir)
+    seeds = tuple(cfg.ablation.seeds if seeds is None else seeds)
+    steps = cfg.ablation.steps
+    t0 = time.perf_counter()
+    runs: dict[str, dict[str, Any]] = {}
+    curves: dict[str, list[list[float]]] = {alg: [] for alg in ALGORITHMS}
+    for seed in seeds:
+        for alg in ALGORITHMS:
+            rd = run_dir / f"{alg}_seed{seed}"
+            run_stage(cfg, stage_name, init_dir, rd, progress, algorithm=alg, seed=seed, steps=steps, evaluate=False)
+            rows = [r for r in common.read_metrics(rd) if r.get("stage") == stage_name]
+            k = min(5, len(rows))
+            err = [r["tool_error_ratio_correct_before"] for r in rows]
+            rew = [r["reward_mean"] for r in rows]
+            runs[f"{alg}_seed{seed}"] = {
+                "algorithm": alg, "seed": seed,
+                "tool_error_ratio_correct_first": float(np.mean(err[:k])),
+                "tool_error_ratio_correct_last": float(np.mean(err[-k:])),
+                "reward_first": float(np.mean(rew[:k])), "reward_last": float(np.mean(rew[-k:])),
+                "response_len_last": float(np.mean([r["response_len_mean"] for r in rows[-k:]])),
+                "tool_calls_per_traj_last": float(np.mean([r["tool_calls_per_traj"] for r in rows[-k:]])),
+            }
+            curves[alg].append(err)
+    summary: dict[str, Any] = {"steps": steps, "seeds": list(seeds), "stage": stage_name, "runs": runs}
+    for alg in ALGORITHMS:
+        rs = [v for v in runs.values() if v["algorithm"] == alg]
+        summary[alg] = {key: _spread([r[key] for r in rs]) for key in
+                        ("tool_error_ratio_correct_first", "tool_error_ratio_correct_last", "reward_first", "reward_last")}
+        summary[alg]["tool_error_ratio_correct_drop"] = _spread(
+            [r["tool_error_ratio_correct_first"] - r["tool_error_ratio_correct_last"] for r in rs])
+    summary["curves"] = {alg: np.mean(np.asarray(c, dtype=float), axis=0).tolist() for alg, c in curves.items() if c}
+    summary["seconds"] = time.perf_counter() - t0
+    common.write_json(run_dir / "ablation.json", summary)
+    if progress is not None:
+        progress({"stage": "ablation", "summary": summary})
+    return summary

@@ -336,7 +336,7 @@ async def _hard_subset_async(cfg, model, tok, stage, pool, run_dir, seed, execut
         by_id = {p.id: p for p in pool}
         return [by_id[i] for i in d["kept_ids"] if i in by_id], d["info"]
     P = cfg.algorithm.prompts_per_step
-    n_cand = min(len(pool), max(4 * P, P * stage.steps))
+    n_cand = min(len(pool), max(2 * P, P * stage.steps // 2))  # the stage sees each hard problem about twice
     cand = step_problems(pool, 0, n_cand, common.step_seed(seed, "hard-candidates"))
     k = stage.hard_filter_samples
     batch = await collect(cfg, model, tok, cand, k, executor, seed=common.step_seed(seed, "hard-filter"),

@@ -2,7 +2,7 @@
 
 One code path with the paper-scale recipe: trajectories come from
 :func:`kit.rollout.rollout_batch` (multi-turn, tool calls sent to :class:`kit.sandbox.SandboxPool`)
-on the tiny model's :class:`kit.rollout.HFBackend`, rewards from :func:`kit.reward.verify_batch`.
+on the tiny model's continuous-batching engine (:func:`make_backend`), rewards from :func:`kit.reward.verify_batch`.
 Nothing here samples, runs code or grades by itself.
 
 Determinism: the backend seeds each row from ``(seed, prompt ids, repeat count)``; which of
@@ -53,7 +53,17 @@ class Batch:
 
 
 def make_backend(cfg: KitConfig, model, tokenizer, seed: int):
-    """The tiny model's sampling backend (:class:`kit.rollout.HFBackend`), seeded."""
+    """The tiny model's sampling backend, seeded.
+
+    ``cfg.rollout.scheduler == "dynamic"``: :class:`kit.train.engine.ContinuousBatchingEngine`
+    (report §3.2's load-balanced rollout: a row that ends its turn frees its slot at once);
+    ``"static"``: :class:`kit.rollout.HFBackend` (micro-batches of whatever is pending). Both
+    draw row ``r``'s tokens from the same per-request seed, so they sample the same tokens.
+    """
+    if cfg.rollout.scheduler == "dynamic":
+        from kit.train.engine import ContinuousBatchingEngine
+
+        return ContinuousBatchingEngine(model, tokenizer, slots=cfg.rollout.batch_size, seed=seed)
     from kit.rollout import HFBackend
 
     return HFBackend(model, tokenizer, batch_size=cfg.rollout.batch_size, seed=seed)

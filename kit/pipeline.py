@@ -41,6 +41,9 @@ from kit.paths import REPO_ROOT
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 REPORTS_ROOT = REPO_ROOT / "reports"
 STATE_FILE = "pipeline_state.json"
+#: Environment of the kernels the runner starts: no download progress bars in executed notebooks
+#: (they would print as ``Loading weights: 0%`` text in the PDF).
+KERNEL_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1"}
 
 
 class PipelineError(RuntimeError):
@@ -111,8 +114,10 @@ class NotebookRun:
 
 # The series and the parameters each notebook receives. Upstream run directories are passed
 # explicitly, so a notebook's inputs are visible in its parameters cell.
-def _series_parameters(lay: Layout, seed: int) -> list[tuple[str, dict[str, Any]]]:
-    common = {"profile": lay.profile, "seed": seed}
+def _series_parameters(lay: Layout, seed: int, overrides: dict[str, Any] | None = None) -> list[tuple[str, dict[str, Any]]]:
+    common: dict[str, Any] = {"profile": lay.profile, "seed": seed}
+    if overrides:
+        common["overrides"] = dict(overrides)
     d = lay.dir
     return [
         ("00_setup_and_sandbox_check", {**common, "run_dir": d("setup")}),
@@ -134,14 +139,26 @@ def _series_parameters(lay: Layout, seed: int) -> list[tuple[str, dict[str, Any]
 SERIES: tuple[str, ...] = tuple(name for name, _ in _series_parameters(Layout(Path("."), "tiny"), 0))
 
 
-def standard_series(layout: Layout, seed: int = 0, notebook_dir: Path = NOTEBOOK_DIR) -> list[NotebookRun]:
+def standard_series(layout: Layout, seed: int = 0, notebook_dir: Path = NOTEBOOK_DIR,
+                    overrides: dict[str, Any] | None = None) -> list[NotebookRun]:
     """The kit's ordered series (``SERIES``) with each notebook's parameters for ``layout``.
 
+    Args:
+        layout: the run's folders.
+        seed: passed to every notebook.
+        notebook_dir: where the source notebooks are.
+        overrides: dotted config keys passed to every notebook's ``overrides`` parameter
+            (``{"rollout.max_response_tokens": 64}``); checked by ``kit.config.load``.
     Raises:
         FileNotFoundError: a notebook of the series is missing from ``notebook_dir``.
+        kit.config.ConfigError: an override names an unknown key or has the wrong type.
     """
+    if overrides:
+        from kit.config import load
+
+        load(layout.profile, overrides, write=False)  # fail here, not in the fifth notebook
     runs = []
-    for name, params in _series_parameters(layout, seed):
+    for name, params in _series_parameters(layout, seed, overrides):
         path = notebook_dir / f"{name}.ipynb"
         if not path.exists():
             raise FileNotFoundError(f"notebook of the series not found: {path}")
@@ -341,9 +358,22 @@ def run_series(
             cell index (as in the executed notebook, injected-parameters cell included), its first
             source line and the error. Later notebooks are not run.
     """
+    layout.executed.mkdir(parents=True, exist_ok=True)
+    saved = {k: os.environ.get(k) for k in KERNEL_ENV}
+    os.environ.update(KERNEL_ENV)
+    try:
+        return _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout_s, echo)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout_s, echo) -> list[dict[str, Any]]:
     import papermill as pm
 
-    layout.executed.mkdir(parents=True, exist_ok=True)
     state = read_state(layout)
     rerun_downstream = False
     records = []
@@ -394,12 +424,30 @@ def run_series(
     return records
 
 
+def _parse_sets(items: Sequence[str]) -> dict[str, Any]:
+    """``["a.b=1", "c=x,y"]`` -> ``{"a.b": 1, "c": "x,y"}``; values are JSON when they parse as JSON.
+
+    Raises:
+        ValueError: an item without ``=``.
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--set {item!r} is not of the form key=value")
+        key, value = item.split("=", 1)
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``run --profile P --run R [--force] [--until NN] [--log-output] [--no-report]``; returns the exit code.
+    """``run --profile P --run R [--force] [--until NN] [--set KEY=VALUE ...] [--log-output] [--no-report]``.
 
     Runs :data:`SERIES` into ``reports/<P>/<R>/`` and then builds ``report.pdf`` with
-    :mod:`kit.report`. Exit code 0 on success, 1 when a notebook failed (the message names it),
-    2 on bad arguments.
+    :mod:`kit.report`. Returns the exit code: 0 on success, 1 when a notebook failed (the message
+    names it), 2 on bad arguments (unknown profile, bad ``--set`` key, ...).
     """
     parser = argparse.ArgumentParser(prog="kit.pipeline", description="Run the notebook series with papermill.")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -407,6 +455,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--profile", default="tiny")
     r.add_argument("--run", default="main")
     r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="config override for every notebook, e.g. --set rollout.max_response_tokens=64 (repeatable)")
     r.add_argument("--force", action="store_true", help="rerun notebooks that already finished")
     r.add_argument("--log-output", action="store_true", help="stream cell outputs to the terminal")
     r.add_argument("--cell-timeout", type=int, default=None, help="seconds before a cell is killed")
@@ -424,7 +474,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         layout = Layout.for_run(args.profile, args.run, args.reports_root)
-        series = standard_series(layout, seed=args.seed)
+        overrides = _parse_sets(args.set)
+        series = standard_series(layout, seed=args.seed, overrides=overrides)
         if args.until:
             last = next((i for i, nb in enumerate(series) if nb.name.startswith(args.until)), None)
             if last is None:

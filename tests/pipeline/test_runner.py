@@ -118,3 +118,17 @@ def test_corrupt_state_file_is_named(tmp_path):
     lay.state_path.write_text("{not json")
     with pytest.raises(ValueError, match="pipeline_state.json"):
         pipeline.read_state(lay)
+
+
+def test_set_overrides_reach_every_notebook_and_bad_keys_stop_early(tmp_path, capsys):
+    lay = Layout.for_run("smoke", "t", reports_root=tmp_path)
+    series = pipeline.standard_series(lay, overrides=pipeline._parse_sets(["rollout.max_response_tokens=64",
+                                                                           "data.train_pools=dapo,gsm8k"]))
+    assert all(r.parameters["overrides"] == {"rollout.max_response_tokens": 64, "data.train_pools": "dapo,gsm8k"}
+               for r in series)
+    assert "overrides" not in pipeline.standard_series(lay)[0].parameters
+    assert pipeline.main(["run", "--profile", "smoke", "--set", "rollout.no_such_key=1",
+                          "--reports-root", str(tmp_path)]) == 2
+    assert "rollout.no_such_key" in capsys.readouterr().err
+    with pytest.raises(ValueError, match="key=value"):
+        pipeline._parse_sets(["novalue"])

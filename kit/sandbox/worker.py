@@ -23,87 +23,17 @@ import os
 import resource
 import select
 import signal
-import struct
 import sys
 import time
 
-HEADER = struct.Struct(">I")
-MAX_FRAME = 64 << 20
+from kit.sandbox.wire import Capture, read_frame, write_frame
+
 FSIZE_BYTES = 64 << 20  # largest file a call may write
 NOFILE = 256
 OUTPUT_KILL_FACTOR = 16  # kill a call once it printed this many times max_output_chars (>= 1 MiB)
 PREIMPORTS = ("math", "cmath", "fractions", "decimal", "itertools", "functools", "collections",
               "heapq", "bisect", "random", "re", "json", "string", "statistics", "numpy", "scipy",
               "scipy.special", "scipy.linalg", "sympy")
-
-
-# --------------------------------------------------------------------------- framing
-
-
-def read_frame(fd: int) -> dict | None:
-    head = _read_exact(fd, HEADER.size)
-    if head is None:
-        return None
-    (n,) = HEADER.unpack(head)
-    if n > MAX_FRAME:
-        raise ValueError(f"frame of {n} bytes")
-    body = _read_exact(fd, n)
-    return None if body is None else json.loads(body)
-
-
-def write_frame(fd: int, obj: dict) -> None:
-    body = json.dumps(obj).encode()
-    data = HEADER.pack(len(body)) + body
-    while data:
-        n = os.write(fd, data)
-        data = data[n:]
-
-
-def _read_exact(fd: int, n: int) -> bytes | None:
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = os.read(fd, n - len(buf))
-        if not chunk:
-            return None
-        buf += chunk
-    return bytes(buf)
-
-
-# --------------------------------------------------------------------------- output capture
-
-
-class Capture:
-    """Keeps the head and the tail of a stream, never more than ~4x the cap in memory."""
-
-    def __init__(self, cap_chars: int):
-        self.cap = max(64, cap_chars)
-        self.head = bytearray()
-        self.tail = bytearray()
-        self.total = 0
-
-    def add(self, data: bytes) -> None:
-        self.total += len(data)
-        room = 2 * self.cap - len(self.head)
-        if room > 0:
-            self.head += data[:room]
-            data = data[room:]
-        if data:
-            self.tail += data
-            if len(self.tail) > 4 * self.cap:
-                del self.tail[: len(self.tail) - 2 * self.cap]
-
-    def text(self) -> tuple[str, bool]:
-        """The captured text, middle-cut to ``cap`` characters with a visible marker."""
-        if not self.tail:
-            full = self.head.decode("utf-8", "replace")
-            if len(full) <= self.cap:
-                return full, False
-            head_s, tail_s, omitted = full[: self.cap // 2], full[-(self.cap // 2):], len(full) - self.cap
-        else:
-            head_s = self.head.decode("utf-8", "replace")[: self.cap // 2]
-            tail_s = self.tail.decode("utf-8", "replace")[-(self.cap // 2):]
-            omitted = max(0, self.total - len(head_s.encode()) - len(tail_s.encode()))
-        return f"{head_s}\n...[output truncated: {omitted} characters omitted]...\n{tail_s}", True
 
 
 # --------------------------------------------------------------------------- the child
@@ -136,6 +66,8 @@ def _child(req: dict, opts: dict, fds: tuple[int, int, int, int], workdir: str) 
             os.setgroups([])
             os.setgid(uid)
             os.setuid(uid)
+        if _LIBC is not None:  # after setuid, which clears it: die with the worker (isolation="none")
+            _LIBC.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
         nproc = int(opts["max_procs"])
         resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
         os.chdir(workdir)
@@ -408,11 +340,15 @@ def _rss_mb() -> float:
         return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
+try:
+    _LIBC = ctypes.CDLL(None, use_errno=True)
+except OSError:  # pragma: no cover - not glibc
+    _LIBC = None
+
+
 def _set_subreaper() -> None:
-    try:
-        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
-    except Exception:  # noqa: BLE001
-        pass
+    if _LIBC is not None:
+        _LIBC.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 
 
 def main() -> None:

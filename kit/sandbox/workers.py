@@ -20,7 +20,7 @@ from typing import Any
 
 from kit.config import SandboxConfig
 from kit.sandbox import isolation
-from kit.sandbox.worker import HEADER, MAX_FRAME
+from kit.sandbox.wire import HEADER, MAX_FRAME
 
 START_TIMEOUT_S = 120.0  # imports on a loaded 2-core box can take a while
 HANG_GRACE_S = 10.0  # a worker silent this long past a call's deadline is declared hung

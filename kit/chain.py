@@ -246,30 +246,62 @@ def evaluate_checkpoint(cfg: KitConfig, policy_dir: str | os.PathLike, run_dir: 
     Uses ``cfg.eval`` (n samples, temperature, top_p, token and turn budgets, ``max_problems``)
     and writes ``run_dir/eval/<benchmark>[_<tag>].json`` with manifests via :mod:`kit.eval`.
 
+    A small model's context cannot hold every benchmark prompt: the prompt budget is the model's
+    context minus ``eval.max_tokens`` (at least ``rollout.max_prompt_tokens``), and problems whose
+    rendered prompt is longer are skipped, printed, and listed in the manifest under
+    ``skipped_prompt_too_long`` (``n_problems`` counts only the evaluated ones).
+
     Returns:
         ``{benchmark: kit.eval.EvalResult}``.
     Raises:
         FileNotFoundError: the policy folder or a benchmark file is missing.
     """
-    from kit.eval.evaluate import evaluate_async
+    import dataclasses
+
+    from kit import prompts
+    from kit.eval.benchmarks import benchmark_path, load_benchmark
+    from kit.eval.evaluate import evaluate_async, save_result
+    from kit.eval.manifest import sha256_file
     from kit.rollout import HFBackend, run_sync
     from kit.sandbox import SandboxPool
 
     model, tok = load_run_policy(policy_dir)
     ev = cfg.eval
     names = list(benchmarks) if benchmarks is not None else eval_benchmarks(cfg)
+    context = int(getattr(model.config, "max_position_embeddings", 1 << 30))
+    rollout_cfg = dataclasses.replace(cfg.rollout, max_prompt_tokens=max(cfg.rollout.max_prompt_tokens,
+                                                                         context - ev.max_tokens))
+    data_dir = cfg.data.data_dir or None
+
+    def fits(item) -> bool:
+        ids = tok.encode(prompts.render_prompt(item.question), add_special_tokens=False)
+        return len(ids) <= rollout_cfg.max_prompt_tokens
 
     async def go():
         out = {}
         async with SandboxPool(cfg.sandbox) as pool:
             for bench in names:
+                items = load_benchmark(bench, data_dir, ev.gpqa_path, ev.max_problems)
+                kept = [it for it in items if fits(it)]
+                skipped = [it.id for it in items if not fits(it)]
+                if skipped:
+                    print(f"{bench}: {len(skipped)} of {len(items)} problems skipped, prompt longer than "
+                          f"{rollout_cfg.max_prompt_tokens} tokens (model context {context} - {ev.max_tokens})")
+                if not kept:
+                    print(f"{bench}: nothing to evaluate (every prompt is too long); no result written")
+                    continue
                 backend = HFBackend(model, tok, batch_size=cfg.rollout.batch_size, seed=cfg.seed)
-                out[bench] = await evaluate_async(
+                res = await evaluate_async(
                     backend, bench, tokenizer=tok, executor=pool, n=ev.n_samples, temperature=ev.temperature,
                     top_p=ev.top_p, max_tokens=ev.max_tokens, max_turns=ev.max_turns, max_problems=ev.max_problems,
-                    rollout_cfg=cfg.rollout, data_dir=cfg.data.data_dir or None, gpqa_path=ev.gpqa_path,
-                    seed=cfg.seed, model_name=str(policy_dir), bootstrap_samples=ev.bootstrap_samples,
-                    run_dir=run_dir, tag=tag)
+                    rollout_cfg=rollout_cfg, seed=cfg.seed, model_name=str(policy_dir),
+                    bootstrap_samples=ev.bootstrap_samples, items=kept)
+                path = benchmark_path(bench, data_dir, ev.gpqa_path)
+                res.manifest["data_files"] = {str(path): sha256_file(path)}
+                res.manifest.update({"profile": cfg.profile, "benchmark_size": len(load_benchmark(bench, data_dir, ev.gpqa_path)),
+                                     "skipped_prompt_too_long": skipped, "max_prompt_tokens": rollout_cfg.max_prompt_tokens})
+                save_result(run_dir, res, tag)
+                out[bench] = res
         return out
 
     return run_sync(go())

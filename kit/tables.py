@@ -60,12 +60,14 @@ class RunInfo:
         model: human-readable model name (e.g. ``tiny Qwen3, 0.45M params, from scratch``).
         n_samples: samples per problem behind avg@n.
         temperature: sampling temperature of the evaluation.
+        notes: appended to every caption (e.g. problems skipped because the prompt is too long).
     """
 
     profile: str
     model: str
     n_samples: int | None = None
     temperature: float | None = None
+    notes: str = ""
 
     @property
     def column(self) -> str:
@@ -144,7 +146,7 @@ def _caption(title: str, run: RunInfo, unit: str) -> str:
     return (f"{title} ({unit}). Reproduced column: profile '{run.profile}', model {run.model}"
             f"{', ' + proto if proto else ''}. Paper columns: published values from the rStar2-Agent report "
             f"(arXiv 2508.20722) for other models, shown for reference only. {ABSENT} = absent "
-            "(not measured in this run, or not published).")
+            f"(not measured in this run, or not published).{' ' + run.notes if run.notes else ''}")
 
 
 def table3_math(summary: Mapping[str, Mapping[str, Any]], run: RunInfo, ref: Mapping[str, Any] | None = None) -> pd.DataFrame:
@@ -301,7 +303,9 @@ def eval_summary(eval_dir: str | os.PathLike, tag: str = "") -> dict[str, dict[s
         man = d.get("manifest") or {}
         out[bench] = {"accuracy": d["avg_at_n"], "response_len_mean": d.get("response_tokens_mean"),
                       "n_samples": d.get("n_samples"), "n_problems": d.get("n_problems"),
-                      "temperature": (man.get("sampling") or {}).get("temperature"), "model": man.get("model")}
+                      "temperature": (man.get("sampling") or {}).get("temperature"), "model": man.get("model"),
+                      "benchmark_size": man.get("benchmark_size", d.get("n_problems")),
+                      "skipped": len(man.get("skipped_prompt_too_long") or [])}
     if not out:
         raise FileNotFoundError(f"no evaluation results{' tagged ' + repr(tag) if tag else ''} in {base}")
     return out
@@ -320,4 +324,13 @@ def run_info(profile: str, model: str, summary: Mapping[str, Mapping[str, Any]])
     its results when they agree across benchmarks, else left out of the caption."""
     ns = {v.get("n_samples") for v in summary.values()}
     ts = {v.get("temperature") for v in summary.values()}
-    return RunInfo(profile, model, ns.pop() if len(ns) == 1 else None, ts.pop() if len(ts) == 1 else None)
+    sizes = [f"{BENCH_LABEL.get(b, b)} {v['n_problems']} of {v['benchmark_size']}" for b, v in summary.items()
+             if v.get("n_problems") is not None and v.get("benchmark_size") not in (None, v.get("n_problems"))]
+    skipped = [f"{BENCH_LABEL.get(b, b)} {v['skipped']}" for b, v in summary.items() if v.get("skipped")]
+    notes = []
+    if sizes:
+        notes.append("Reproduced values cover the first problems only: " + ", ".join(sizes) + ".")
+    if skipped:
+        notes.append("Problems skipped because the prompt exceeds the model's context: " + ", ".join(skipped) + ".")
+    return RunInfo(profile, model, ns.pop() if len(ns) == 1 else None, ts.pop() if len(ts) == 1 else None,
+                   " ".join(notes))

@@ -72,3 +72,32 @@ def test_missing_reference_section_is_named(tmp_path):
         tables.table6_32b(SUMMARY, RUN, ref)
     with pytest.raises(tables.ReferenceError, match="not found"):
         tables.paper_values(tmp_path / "nope.yaml")
+
+
+def _result(path, bench, avg, n_problems, size, skipped=()):
+    import json
+
+    path.mkdir(parents=True, exist_ok=True)
+    (path / f"{bench}.json").write_text(json.dumps({
+        "benchmark": bench, "avg_at_n": avg, "n_samples": 4, "n_problems": n_problems, "response_tokens_mean": 100.0,
+        "manifest": {"model": "runs/x/policy", "sampling": {"temperature": 0.6}, "benchmark_size": size,
+                     "skipped_prompt_too_long": list(skipped)}}))
+
+
+def test_eval_summary_reads_results_and_caption_states_coverage(tmp_path):
+    _result(tmp_path / "eval", "aime24", 0.0, 30, 30)
+    _result(tmp_path / "eval", "math500", 0.01, 496, 500, skipped=["a", "b", "c", "d"])
+    _result(tmp_path / "eval", "gpqa", 0.25, 198, 198)
+    summary = tables.eval_summary(tmp_path)
+    assert set(summary) == {"aime24", "math500", "gpqa_diamond"}
+    assert summary["math500"]["accuracy"] == 0.01 and summary["math500"]["skipped"] == 4
+    info = tables.run_info("tiny", tables.describe_model("tiny", 447_000), summary)
+    assert info.n_samples == 4 and info.temperature == 0.6 and info.model == "tiny Qwen3 trained from scratch (0.45M params)"
+    cap = tables.table3_math(summary, info).attrs["caption"]
+    assert "MATH-500 496 of 500" in cap and "exceeds the model's context: MATH-500 4" in cap
+    assert tables.table5_generalization(summary, info).loc["GPQA-Diamond", info.column] == 25.0
+    with pytest.raises(FileNotFoundError, match="no evaluation results"):
+        tables.eval_summary(tmp_path, tag="sft")
+    (tmp_path / "eval" / "aime25.json").write_text("{}")
+    with pytest.raises(ValueError, match="aime25.json"):
+        tables.eval_summary(tmp_path)

@@ -175,6 +175,16 @@ def load_trainer_state(ckpt: str | os.PathLike) -> dict[str, Any]:
     return torch.load(Path(ckpt) / "trainer_state.pt", weights_only=False)
 
 
+def finished_summary(run_dir: str | os.PathLike, expect: dict[str, Any]) -> dict[str, Any] | None:
+    """``run_dir/summary.json`` when the run finished (``policy/`` exists) with every key of
+    ``expect`` equal; else None."""
+    path = Path(run_dir) / "summary.json"
+    if not path.exists() or not (Path(run_dir) / "policy" / "config.json").exists():
+        return None
+    summary = json.loads(path.read_text())
+    return summary if all(summary.get(k) == v for k, v in expect.items()) else None
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> Path:
     """Write ``obj`` as indented JSON (parents created)."""
     path = Path(path)

@@ -195,7 +195,8 @@ def select(cfg: KitConfig, batch: Batch, algorithm: str, seed: int) -> tuple[np.
 def run_stage(cfg: KitConfig, stage_name: str, init_dir: str | Path, run_dir: str | Path,
               progress: Callable[[dict], None] | None = None, *, algorithm: str | None = None,
               seed: int | None = None, steps: int | None = None, evaluate: bool = True) -> dict[str, Any]:
-    """Run one RL stage from the policy in ``init_dir``; resumable.
+    """Run one RL stage from the policy in ``init_dir``; resumable, and a finished run with the
+    same stage, algorithm, seed, steps and init returns its ``summary.json`` without running.
 
     Args:
         cfg: resolved config (``cfg.algorithm``, ``cfg.rollout``, ``cfg.stages.<stage_name>``).
@@ -234,6 +235,10 @@ async def _run_stage(cfg, stage_name, init_dir, run_dir, progress, algorithm, se
         raise ValueError("algorithm.kl_coef > 0 is not supported by the local engine (the report trains without KL)")
     seed = cfg.seed if seed is None else seed
     steps = stage.steps if steps is None else steps
+    done = common.finished_summary(run_dir, {"stage": stage_name, "algorithm": algorithm, "seed": seed,
+                                             "steps": steps, "init_dir": str(init_dir)})
+    if done is not None:  # finished before with the same arguments: not run again
+        return done
     run_dir.mkdir(parents=True, exist_ok=True)
     save(cfg, run_dir)
     common.set_threads(cfg.model.torch_threads)

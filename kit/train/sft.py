@@ -222,7 +222,8 @@ def sft_loss_sum(model, rows: list, pad_id: int) -> tuple[torch.Tensor, int]:
 
 def run_sft(cfg: KitConfig, run_dir: str | Path, progress: Callable[[dict], None] | None = None,
             evaluate: bool = True) -> dict[str, Any]:
-    """Cold-start SFT of the policy in ``run_dir`` (resumes from its last checkpoint).
+    """Cold-start SFT of the policy in ``run_dir`` (resumes from its last checkpoint; a finished
+    run with the same number of steps returns its ``summary.json`` without training).
 
     Args:
         cfg: the resolved config (``cfg.sft``, ``cfg.data``, ``cfg.model``, ``cfg.seed``).
@@ -243,6 +244,9 @@ def run_sft(cfg: KitConfig, run_dir: str | Path, progress: Callable[[dict], None
     if cfg.sft.steps <= 0:
         raise ValueError("sft.steps must be > 0 for the local engine (epochs are for the paper-scale path)")
     run_dir = Path(run_dir)
+    done = common.finished_summary(run_dir, {"steps": cfg.sft.steps})
+    if done is not None:  # a finished run is not trained again (delete summary.json to redo it)
+        return done
     run_dir.mkdir(parents=True, exist_ok=True)
     save(cfg, run_dir)
     common.set_threads(cfg.model.torch_threads)

@@ -129,6 +129,8 @@ def test_stage_kill_and_resume_matches_an_uninterrupted_run(policy, tmp_path, pa
     assert any(0 < r["reward_mean"] < 1 for r in rows_a) and any(r["grad_norm"] > 0 for r in rows_a)
     assert (tmp_path / "a" / "policy" / "optimizer.pt").exists() and a["policy_dir"]
     assert json.loads((tmp_path / "a" / "policy" / rl.RL_STATE).read_text())["global_step"] == 4
+    assert rl.run_stage(cfg, "stage1", policy, tmp_path / "a", evaluate=False) == a  # finished: not re-run
+    assert len(common.read_metrics(tmp_path / "a")) == 4
 
     class Killed(Exception):
         pass

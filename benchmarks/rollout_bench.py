@@ -7,7 +7,9 @@ samples (multi-turn, every tool call through ``kit.sandbox.SandboxPool``) twice 
   ``batch_size`` trajectories; each batch decodes until its slowest row is done and the next
   turn waits for every tool call of the batch;
 * ``continuous`` :class:`kit.train.engine.ContinuousBatchingEngine` via ``rollout_batch``:
-  ``batch_size`` slots; a row that ends a turn frees its slot for the next pending request.
+  ``batch_size`` slots; a row that ends a turn frees its slot for the next pending request, and
+  the next turn reuses the finished row's KV (``cont_noprefix``: the same without that reuse,
+  i.e. the scheduling effect alone).
 
 It prints wall time, sampled tokens per second, decode steps and mean occupancy for each, and
 how many trajectories came out token-identical (both engines seed rows the same way, so any
@@ -17,7 +19,7 @@ The tool-using checkpoint: ``--policy DIR`` (a ``save_policy`` directory), else 
 cold-start SFT (``kit.train.sft.run_sft``, ``--sft-steps`` steps) trained once into
 ``runs/rollout_bench/sft`` and reused.
 
-Usage: ``.venv/bin/python benchmarks/rollout_bench.py [--problems 32] [--n 4] [--repeats 2]``
+Usage: ``.venv/bin/python benchmarks/rollout_bench.py [--problems 8] [--n 16] [--repeats 2] [--threads 1]``
 Last line: ``speedup=<x>`` (plain wall time over continuous wall time, medians over repeats).
 """
 
@@ -43,7 +45,8 @@ def get_policy(args, cfg):
         from kit.train.sft import run_sft
 
         t0 = time.perf_counter()
-        sft_cfg = load("tiny", overrides={"sft.steps": args.sft_steps, "seed": args.seed}, write=False)
+        sft_cfg = load("tiny", overrides={"sft.steps": args.sft_steps, "seed": args.seed,
+                                          "model.torch_threads": args.threads or cfg.model.torch_threads}, write=False)
         run_sft(sft_cfg, run_dir, evaluate=False)
         print(f"trained the tool-using policy: {args.sft_steps} SFT steps in {time.perf_counter() - t0:.0f} s -> {run_dir}")
     return load_policy(run_dir / "policy")
@@ -60,7 +63,8 @@ async def run_once(kind, model, tok, problems, pool, args, cfg):
         backend = BatchLoopBackend(model, tok, batch_size=args.batch_size, seed=args.seed)
         groups = await rollout_plain(backend, tok, problems, pool, args.n, cfg.rollout, **kw)
     else:
-        backend = ContinuousBatchingEngine(model, tok, slots=args.batch_size, seed=args.seed)
+        backend = ContinuousBatchingEngine(model, tok, slots=args.batch_size, seed=args.seed,
+                                           prefix_cache=kind == "continuous")
         groups = await rollout_batch(backend, tok, problems, pool, args.n, cfg.rollout, **kw)
     wall = time.perf_counter() - t0
     flat = [t for g in groups for t in g]
@@ -75,7 +79,8 @@ async def main_async(args) -> None:
     from kit.sandbox import SandboxPool
 
     cfg = load("tiny", overrides={"seed": args.seed}, write=False)
-    torch.set_num_threads(cfg.model.torch_threads)
+    torch.set_num_threads(args.threads or cfg.model.torch_threads)
+    print(f"torch threads {torch.get_num_threads()}")
     model, tok = get_policy(args, cfg)
     split = make_split(cfg.data.task_train_size, cfg.data.task_heldout_size, args.seed, cfg.data.task_families)
     problems = [p.question for p in list(split.heldout)[: args.problems]]
@@ -83,10 +88,11 @@ async def main_async(args) -> None:
           f"response budget {cfg.stages.stage1.max_response_tokens} tokens, {cfg.stages.stage1.max_turns} turns, T=1")
     async with SandboxPool(cfg.sandbox) as pool:
         await run_once("continuous", model, tok, problems[:2], pool, args, cfg)  # warm-up (threads, workers)
-        walls: dict[str, list[float]] = {"plain": [], "continuous": []}
+        kinds = ("plain", "cont_noprefix", "continuous")
+        walls: dict[str, list[float]] = {k: [] for k in kinds}
         outs = {}
         for rep in range(args.repeats):
-            for kind in ("plain", "continuous") if rep % 2 == 0 else ("continuous", "plain"):
+            for kind in kinds if rep % 2 == 0 else kinds[::-1]:
                 wall, st, flat = await run_once(kind, model, tok, problems, pool, args, cfg)
                 walls[kind].append(wall)
                 outs[kind] = flat
@@ -94,13 +100,17 @@ async def main_async(args) -> None:
                 calls = sum(t.tool_calls for t in flat)
                 turns = sum(t.turns for t in flat)
                 occ = st["row_steps"] / max(st["steps"], 1)
-                print(f"[{rep}] {kind:10s} wall {wall:6.2f} s  {model_tokens / wall:7.0f} sampled tok/s  "
+                extra = f", prefix hits {st['prefix_hits']}, prefilled {st['prefill_tokens']} reused {st['reused_tokens']} tokens" \
+                    if kind == "continuous" else ""
+                print(f"[{rep}] {kind:13s} wall {wall:6.2f} s  {model_tokens / wall:7.0f} sampled tok/s  "
                       f"({model_tokens} tokens, {turns} turns, {calls} tool calls)  decode steps {st['steps']}, "
-                      f"mean rows/step {occ:.1f}, forward time {st['busy_s']:.2f} s")
-    same = sum(a.response_ids == b.response_ids for a, b in zip(outs["plain"], outs["continuous"], strict=True))
-    print(f"token-identical trajectories (plain vs continuous, last repeat): {same}/{len(outs['plain'])}")
-    mp, mc = statistics.median(walls["plain"]), statistics.median(walls["continuous"])
-    print(f"median wall: plain {mp:.2f} s, continuous {mc:.2f} s")
+                      f"mean rows/step {occ:.1f}, forward time {st['busy_s']:.2f} s{extra}")
+    for kind in kinds[1:]:
+        same = sum(a.response_ids == b.response_ids for a, b in zip(outs["plain"], outs[kind], strict=True))
+        print(f"token-identical trajectories (plain vs {kind}, last repeat): {same}/{len(outs['plain'])}")
+    mp, mn, mc = (statistics.median(walls[k]) for k in kinds)
+    print(f"median wall: plain {mp:.2f} s, continuous without prefix reuse {mn:.2f} s, continuous {mc:.2f} s")
+    print(f"scheduling alone (no prefix reuse): speedup {mp / mn:.2f}")
     print(f"speedup={mp / mc:.2f}")
 
 
@@ -108,11 +118,12 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--policy", default="", help="save_policy directory of a tool-using checkpoint")
     ap.add_argument("--sft-steps", type=int, default=400)
-    ap.add_argument("--problems", type=int, default=32)
-    ap.add_argument("--n", type=int, default=4)
+    ap.add_argument("--problems", type=int, default=8, help="P (the tiny profile's prompts per step)")
+    ap.add_argument("--n", type=int, default=16, help="samples per problem (the tiny profile's 2G)")
     ap.add_argument("--batch-size", type=int, default=64)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--threads", type=int, default=0, help="torch threads (0: the tiny profile's)")
     asyncio.run(main_async(ap.parse_args()))
 
 

@@ -23,8 +23,10 @@ row has its own position ids, so a row's logits do not depend on its neighbours 
 summation order). Row ``r`` samples with its own ``torch.Generator`` seeded exactly as
 :class:`kit.rollout.backends.HFBackend` seeds it (base seed, prompt ids, how many times that
 prompt was requested), so both engines and the HF backend give the same tokens for the same
-requests. There is no prefix cache: the next turn re-prefills the whole context (tiny prompts;
-prefill is a small share of the work here).
+requests. Prefix reuse (continuous engine): a finished row's KV is kept (LRU, ``slots``
+entries), and a request whose prompt starts with kept ids (a trajectory's next turn: context,
+turn, tool feedback) prefills only its new tokens. The plain loop re-prefills every turn, as a
+``model.generate`` loop does; ``prefix_cache=False`` gives the scheduling effect alone.
 
 Not done: no chunked prefill, no preemption (admission never over-commits), one model forward at
 a time per process, CPU float32 only.
@@ -37,6 +39,7 @@ import hashlib
 import json
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,8 +118,22 @@ class _Rows:
             r.done = t in r.stop or len(r.out) >= r.max_new
         return nxt
 
-    def add(self, reqs: list[_Req]) -> None:
-        """Prefill ``reqs`` together and merge them into the running batch (first token sampled)."""
+    def add(self, reqs: list[_Req], prefixes: list | None = None) -> None:
+        """Prefill ``reqs`` and merge them into the running batch (first token sampled).
+
+        ``prefixes[i]``, when not None, is the cached KV (per layer ``(1, heads, c, dim)``) of
+        the first ``c`` prompt tokens of ``reqs[i]``: only the rest of its prompt is computed.
+        Rows without a prefix are prefilled together, left-padded.
+        """
+        prefixes = prefixes or [None] * len(reqs)
+        fresh = [r for r, p in zip(reqs, prefixes, strict=True) if p is None]
+        if fresh:
+            self._merge(fresh, *self._prefill(fresh))
+        for r, p in zip(reqs, prefixes, strict=True):
+            if p is not None:
+                self._merge([r], *self._prefill_cached(r, p))
+
+    def _prefill(self, reqs: list[_Req]):
         L = max(len(r.prompt_ids) for r in reqs)
         ids = torch.full((len(reqs), L), self.pad_id, dtype=torch.long)
         mask = torch.zeros((len(reqs), L), dtype=torch.long)
@@ -127,12 +144,27 @@ class _Rows:
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
         res = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
         kv = [(layer.keys, layer.values) for layer in res.past_key_values.layers]
-        last = self._sample(res.logits[:, -1, :], reqs)
-        new_pos = torch.tensor([[len(r.prompt_ids)] for r in reqs])
+        return kv, mask, torch.tensor([[len(r.prompt_ids)] for r in reqs]), self._sample(res.logits[:, -1, :], reqs)
+
+    def _prefill_cached(self, r: _Req, prefix: list):
+        c = prefix[0][0].shape[2]
+        if c >= len(r.prompt_ids):  # the whole prompt is cached: recompute its last token for the logits
+            c = len(r.prompt_ids) - 1
+            prefix = [(k[:, :, :c], v[:, :, :c]) for k, v in prefix]
+        suffix = r.prompt_ids[c:]
+        r.gen = torch.Generator().manual_seed(r.seed)
+        n = len(r.prompt_ids)
+        mask = torch.ones((1, n), dtype=torch.long)
+        res = self.model(input_ids=torch.tensor([suffix]), attention_mask=mask, position_ids=torch.arange(c, n)[None],
+                         past_key_values=DynamicCache(ddp_cache_data=prefix), use_cache=True)
+        kv = [(layer.keys, layer.values) for layer in res.past_key_values.layers]
+        return kv, mask, torch.tensor([[n]]), self._sample(res.logits[:, -1, :], [r])
+
+    def _merge(self, reqs: list[_Req], kv, mask: torch.Tensor, new_pos: torch.Tensor, last: torch.Tensor) -> None:
         if not self.reqs:
             self.reqs, self.kv, self.mask, self.pos, self.last = list(reqs), kv, mask, new_pos, last
             return
-        La, Lb = self.mask.shape[1], L
+        La, Lb = self.mask.shape[1], mask.shape[1]
         Lm = max(La, Lb)
 
         def lpad(t: torch.Tensor, n: int) -> torch.Tensor:  # left-pad the sequence axis (-2 for KV, -1 for mask)
@@ -149,6 +181,13 @@ class _Rows:
         self.last = torch.cat([self.last, last])
         self.reqs += reqs
 
+    def row_cache(self, i: int) -> tuple[list[int], list]:
+        """Token ids whose KV row ``i`` holds (prompt + all sampled but the last) and that KV."""
+        r = self.reqs[i]
+        n = int(self.mask[i].sum())
+        ids = (r.prompt_ids + r.out)[:n]
+        return ids, [(k[i:i + 1, :, -n:].clone(), v[i:i + 1, :, -n:].clone()) for k, v in self.kv]
+
     def step(self) -> None:
         """One decode step for every row (finished rows, if kept, decode padding)."""
         cache = DynamicCache(ddp_cache_data=self.kv)
@@ -160,11 +199,18 @@ class _Rows:
         self.pos = self.pos + 1
         self.last = self._sample(res.logits[:, -1, :], self.reqs)
 
-    def drop_finished(self) -> list[_Req]:
-        """Remove finished rows (freeing their slots); return them."""
+    def drop_finished(self, keep_cache=None) -> list[_Req]:
+        """Remove finished rows (freeing their slots); return them.
+
+        ``keep_cache(ids, kv)`` is called first for each finished row with :meth:`row_cache`.
+        """
         gone = [r for r in self.reqs if r.done]
         if not gone:
             return []
+        if keep_cache is not None:
+            for i, r in enumerate(self.reqs):
+                if r.done:
+                    keep_cache(*self.row_cache(i))
         keep = torch.tensor([i for i, r in enumerate(self.reqs) if not r.done], dtype=torch.long)
         self.reqs = [r for r in self.reqs if not r.done]
         if not self.reqs:
@@ -264,10 +310,13 @@ class ContinuousBatchingEngine(_BackendBase):
             the running rows stays within this many tokens (no over-commit, so no eviction).
         max_steps_per_call: decode steps run in the worker thread before the event loop is
             consulted, unless a row finishes or a request is waiting for a free slot first.
+        prefix_cache: keep the KV of up to ``slots`` finished rows; a request whose prompt
+            starts with one (the next turn of a trajectory: context + turn + tool feedback)
+            prefills only the new tokens. Off: every turn re-prefills its whole context.
     """
 
     def __init__(self, model: Any, tokenizer: Any, slots: int = 64, seed: int = 0, max_context: int | None = None,
-                 kv_budget_tokens: int | None = None, max_steps_per_call: int = 8):
+                 kv_budget_tokens: int | None = None, max_steps_per_call: int = 8, prefix_cache: bool = True):
         super().__init__(model, tokenizer, seed, max_context)
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}")
@@ -276,6 +325,24 @@ class ContinuousBatchingEngine(_BackendBase):
         self.max_steps_per_call = max_steps_per_call
         self._rows: _Rows | None = None
         self.occupancy: list[int] = []  # running rows at each decode step
+        self.prefix_cache = prefix_cache
+        self._prefixes: OrderedDict[tuple[int, ...], list] = OrderedDict()  # ids -> per-layer KV, LRU
+        self.stats.update(prefix_hits=0, prefill_tokens=0, reused_tokens=0)
+
+    def _keep(self, ids: list[int], kv: list) -> None:
+        self._prefixes[tuple(ids)] = kv
+        self._prefixes.move_to_end(tuple(ids))
+        while len(self._prefixes) > self.slots:
+            self._prefixes.popitem(last=False)
+
+    def _lookup(self, prompt_ids: list[int]) -> list | None:
+        """Pop the longest kept KV whose ids start ``prompt_ids``."""
+        best = None
+        for key in self._prefixes:
+            if len(key) <= len(prompt_ids) and (best is None or len(key) > len(best)) \
+                    and tuple(prompt_ids[:len(key)]) == key:
+                best = key
+        return self._prefixes.pop(best) if best is not None else None
 
     def _admissible(self, rows: _Rows) -> list[_Req]:
         take: list[_Req] = []
@@ -293,10 +360,16 @@ class ContinuousBatchingEngine(_BackendBase):
         """Worker thread: prefill ``admit``, then decode until a row ends or a slot is wanted."""
         t0 = time.perf_counter()
         with self._lock, torch.inference_mode():
+            keep = self._keep if self.prefix_cache else None
             if admit:
-                rows.add(admit)
+                pre = [self._lookup(r.prompt_ids) if self.prefix_cache else None for r in admit]
+                rows.add(admit, pre)
                 self.stats["prefills"] += 1
-            done = rows.drop_finished()
+                reused = sum(p[0][0].shape[2] for p in pre if p is not None)
+                self.stats["prefix_hits"] += sum(p is not None for p in pre)
+                self.stats["reused_tokens"] += reused
+                self.stats["prefill_tokens"] += sum(len(r.prompt_ids) for r in admit) - reused
+            done = rows.drop_finished(keep)
             n = 0
             while not done and len(rows) and n < self.max_steps_per_call:
                 rows.step()
@@ -304,7 +377,7 @@ class ContinuousBatchingEngine(_BackendBase):
                 self.stats["steps"] += 1
                 self.stats["row_steps"] += len(rows)
                 self.occupancy.append(len(rows))
-                done = rows.drop_finished()
+                done = rows.drop_finished(keep)
                 if self._pending and len(rows) < self.slots:
                     break
         self.stats["busy_s"] += time.perf_counter() - t0

@@ -7,7 +7,7 @@ import torch
 
 from kit import prompts
 from kit.config import RolloutConfig, load
-from kit.models import build_tiny_model, stop_token_ids, train_tokenizer
+from kit.models import build_tiny_model, train_tokenizer
 from kit.rollout.backends import HFBackend
 from kit.train.engine import BatchLoopBackend, ContinuousBatchingEngine, make_backend, rollout_plain
 
@@ -59,8 +59,8 @@ def test_greedy_equals_plain_generation_with_slot_refill(tok, model):
     ps[2] = ps[2] + ps[0][-9:]  # a longer prompt joins a running batch (left-padding merge)
     budgets = [5, 14, 3, 9, 2, 11]
     eng = ContinuousBatchingEngine(model, tok, slots=3)
-    outs = asyncio.run(_all(eng, [(p, m, 0.0, []) for p, m in zip(ps, budgets)]))
-    for p, m, g in zip(ps, budgets, outs):
+    outs = asyncio.run(_all(eng, [(p, m, 0.0, []) for p, m in zip(ps, budgets, strict=True)]))
+    for p, m, g in zip(ps, budgets, outs, strict=True):
         assert g.token_ids == _reference_greedy(model, p, m)
         assert g.finish_reason == "length" and len(g.logprobs) == m
     assert max(eng.occupancy) == 3 and eng.stats["prefills"] >= 3  # slots were refilled
@@ -73,7 +73,7 @@ def test_sampled_tokens_match_hf_backend_and_batch_loop(tok, model):
     hf = asyncio.run(_all(HFBackend(model, tok, batch_size=6, seed=5), reqs))
     plain = asyncio.run(_all(BatchLoopBackend(model, tok, batch_size=4, seed=5), reqs))
     assert [g.token_ids for g in cont] == [g.token_ids for g in hf] == [g.token_ids for g in plain]
-    for a, b in zip(cont, hf):
+    for a, b in zip(cont, hf, strict=True):
         assert a.logprobs == pytest.approx(b.logprobs, abs=1e-4)
     other = asyncio.run(_all(ContinuousBatchingEngine(model, tok, slots=2, seed=6), reqs))
     assert [g.token_ids for g in other] != [g.token_ids for g in cont]
@@ -113,3 +113,20 @@ def test_plain_loop_cohort_waits_for_slowest_row(tok, model):
     assert eng.stats["row_steps"] == 3 * (max(lens[:3]) - 1) + (lens[3] - 1)
     assert isinstance(make_backend(model, tok, RolloutConfig(scheduler="static")), BatchLoopBackend)
     assert isinstance(make_backend(model, tok, RolloutConfig(scheduler="dynamic", batch_size=5)), ContinuousBatchingEngine)
+
+
+def test_next_turn_reuses_the_finished_rows_kv(tok, model):
+    # turn 1, then a "next turn" prompt = context + turn + feedback, as the agent loop builds it
+    p = _prompts(tok, 2)[1]
+    feedback = tok("<tool_response>42</tool_response>")["input_ids"]
+
+    async def two_turns(eng):
+        first = await eng.generate(p, 6, 0.0, 1.0, [])
+        return first, await eng.generate(p + first.token_ids + feedback, 7, 0.0, 1.0, [])
+
+    eng = ContinuousBatchingEngine(model, tok, slots=2)
+    a1, a2 = asyncio.run(two_turns(eng))
+    assert eng.stats["prefix_hits"] == 1 and eng.stats["reused_tokens"] == len(p) + 5
+    b1, b2 = asyncio.run(two_turns(ContinuousBatchingEngine(model, tok, slots=2, prefix_cache=False)))
+    assert a1.token_ids == b1.token_ids and a2.token_ids == b2.token_ids
+    assert a2.token_ids == _reference_greedy(model, p + a1.token_ids + feedback, 7)

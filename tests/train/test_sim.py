@@ -5,7 +5,7 @@ import dataclasses
 import numpy as np
 import pytest
 
-from kit.train.sim import (PAPER_WORKLOAD, EngineSpec, Trajectory, lower_bound, sample_workload, simulate)
+from kit.train.sim import PAPER_WORKLOAD, EngineSpec, Trajectory, lower_bound, sample_workload, simulate
 
 ENG = EngineSpec(kv_capacity=100_000, step_base_s=1e-3, step_per_seq_s=1e-5, step_per_kv_token_s=1e-8,
                  prefill_per_token_s=1e-5, max_running=512)

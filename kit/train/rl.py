@@ -280,7 +280,9 @@ async def _run_stage(cfg, stage_name, init_dir, run_dir, progress, algorithm, se
             problems = step_problems(pool, step, a.prompts_per_step, common.step_seed(seed, stage_name, "problems"))
             model.eval()
             batch = await collect(cfg, model, tok, problems, n, executor,
-                                  seed=common.step_seed(seed, stage_name, algorithm, "rollout", step),
+                                  # same seed for both algorithms: at a given policy GRPO's G samples
+                                  # are the first G of GRPO-RoC's 2G (paired ablation)
+                                  seed=common.step_seed(seed, stage_name, "rollout", step),
                                   max_response_tokens=stage.max_response_tokens, max_turns=stage.max_turns,
                                   temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
             kept, sel_m = select(cfg, batch, algorithm, common.step_seed(seed, stage_name, "roc", step))

@@ -34,6 +34,25 @@ def load_run_policy(policy_dir: str | os.PathLike):
     return load_policy(p)
 
 
+def count_parameters(policy_dir: str | os.PathLike) -> int | None:
+    """Number of parameters in a saved policy (tied weights counted once), read from the
+    safetensors headers without loading the model; None when the folder holds none."""
+    from safetensors import safe_open
+
+    files = sorted(Path(policy_dir).glob("*.safetensors"))
+    if not files:
+        return None
+    total = 0
+    for f in files:
+        with safe_open(str(f), framework="np") as fh:
+            for key in fh.keys():
+                n = 1
+                for d in fh.get_slice(key).get_shape():
+                    n *= d
+                total += n
+    return total
+
+
 def heldout_problems(cfg: KitConfig, n: int = 0) -> list:
     """The first ``n`` held-out problems of the profile's task family (all when ``n`` is 0)."""
     from kit.train.sft import task_split

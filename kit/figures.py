@@ -40,6 +40,28 @@ FIGURE_KEYS = {
 }
 
 
+def _figure_png(fig: Figure) -> bytes:
+    import io
+
+    buf = io.BytesIO()
+    fig.savefig(buf, format="png", dpi=110)
+    return buf.getvalue()
+
+
+def _register_notebook_display() -> None:
+    """Show Figures (built without pyplot, so no global state) as PNG in notebooks and the PDF."""
+    try:
+        from IPython import get_ipython
+    except ImportError:  # pragma: no cover - IPython is a dependency
+        return
+    ip = get_ipython()
+    if ip is not None:
+        ip.display_formatter.formatters["image/png"].for_type(Figure, _figure_png)
+
+
+_register_notebook_display()
+
+
 class MetricsError(ValueError):
     """A metrics file is missing, malformed, or lacks a key a figure or table needs."""
 
@@ -142,14 +164,16 @@ def _plot_algorithms(ax, df: pd.DataFrame, key: str, window: int, linestyle: str
     for algo, steps, mean, lo, hi, n in _per_algorithm(df, key, window):
         color = ALGO_COLOR.get(algo, None)
         label = f"{ALGO_LABEL.get(algo, algo)}{suffix} ({n} seed{'s' if n != 1 else ''})"
-        (line,) = ax.plot(steps, mean, linestyle, color=color, label=label, lw=1.8)
+        marker = "o" if len(steps) <= 30 else None  # a run of a few steps stays visible
+        (line,) = ax.plot(steps, mean, linestyle, color=color, label=label, lw=1.8, marker=marker, ms=3)
         if n > 1:
             ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.15, lw=0)
 
 
 def _subtitle(fig, note: str) -> None:
+    """The profile/model line, as a suptitle (constrained layout keeps it clear of the axes)."""
     if note:
-        fig.text(0.5, 0.005, note, ha="center", va="bottom", fontsize=8, color="0.35")
+        fig.suptitle(note, fontsize=8, color="0.35")
 
 
 # --------------------------------------------------------------------------- figures

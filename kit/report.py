@@ -16,6 +16,7 @@ Command line::
 from __future__ import annotations
 
 import argparse
+import re
 import shutil
 import sys
 from collections.abc import Sequence
@@ -24,6 +25,29 @@ from pathlib import Path
 import nbformat
 
 from kit.pipeline import SERIES, Layout
+
+
+# control characters xelatex rejects ("Text line contains an invalid character"); \t \n \r and ESC
+# (ANSI colours, which nbconvert converts) are kept. A tiny model's samples are full of them.
+_CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]")
+
+
+def _clean(text):
+    if isinstance(text, list):
+        return [_clean(t) for t in text]
+    return _CONTROL.sub("\ufffd", text) if isinstance(text, str) else text
+
+
+def sanitize_outputs(cell) -> None:
+    """Replace control characters in a code cell's outputs (text, tracebacks, text data) in place."""
+    for out in cell.get("outputs", []):
+        if "text" in out:
+            out["text"] = _clean(out["text"])
+        if "traceback" in out:
+            out["traceback"] = _clean(out["traceback"])
+        for mime, value in (out.get("data") or {}).items():
+            if mime.startswith("text/"):
+                out["data"][mime] = _clean(value)
 
 
 class ReportError(RuntimeError):
@@ -41,6 +65,8 @@ def merge_notebooks(paths: Sequence[Path], title: str) -> nbformat.NotebookNode:
     """One notebook holding the cells of ``paths`` in order, each part under a heading.
 
     The papermill ``injected-parameters`` cells are kept (they show what each notebook ran with).
+    Control characters in outputs (a tiny model samples them) are replaced by U+FFFD, which
+    xelatex accepts.
     """
     merged = nbformat.v4.new_notebook()
     merged.metadata["title"] = title
@@ -52,6 +78,8 @@ def merge_notebooks(paths: Sequence[Path], title: str) -> nbformat.NotebookNode:
             cell = nbformat.from_dict(cell)
             if cell.cell_type == "markdown":  # demote headings one level under the part heading
                 cell.source = "\n".join("#" + ln if ln.startswith("#") else ln for ln in cell.source.splitlines())
+            elif cell.cell_type == "code":
+                sanitize_outputs(cell)
             merged.cells.append(cell)
     for n, cell in enumerate(merged.cells):
         cell["id"] = f"cell-{n}"  # ids must be unique across the merged parts

@@ -59,3 +59,14 @@ def test_gpqa_joins_the_benchmarks_only_when_supplied():
     assert chain.eval_benchmarks(load("smoke", write=False)) == ["aime24", "aime25", "math500", "hmmt25"]
     cfg = load("smoke", {"eval.gpqa_path": "/x/gpqa.csv"}, write=False)
     assert chain.eval_benchmarks(cfg)[-1] == "gpqa"
+
+
+def test_count_parameters_reads_safetensors_headers(tmp_path):
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    cfg = Qwen3Config(vocab_size=64, hidden_size=16, intermediate_size=32, num_hidden_layers=1, num_attention_heads=2,
+                      num_key_value_heads=1, head_dim=8, tie_word_embeddings=True)
+    model = Qwen3ForCausalLM(cfg)
+    model.save_pretrained(tmp_path)
+    assert chain.count_parameters(tmp_path) == sum(p.numel() for p in model.parameters())
+    assert chain.count_parameters(tmp_path / "empty") is None

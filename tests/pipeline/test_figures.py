@@ -31,7 +31,7 @@ def test_figure4_draws_mean_over_seeds_per_algorithm(tmp_path, rl_metrics):
     np.testing.assert_allclose(roc.get_ydata(), 0.21 - 0.01 * np.arange(1, 7))
     assert "GRPO-RoC, kept by RoC (2 seeds)" in lines
     assert any("paper" in t.get_text() and "reference" in t.get_text() for t in ax.texts)
-    assert any(t.get_text() == "profile smoke" for t in fig.texts)
+    assert fig.get_suptitle() == "profile smoke"
 
 
 def test_figure8_marks_stage_boundaries(tmp_path, rl_metrics):

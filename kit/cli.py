@@ -14,7 +14,9 @@ def _reproduce(args: argparse.Namespace) -> int:
         return 2
     from kit import pipeline
 
-    return pipeline.main(["run", "--profile", args.profile, "--run", args.run, *(["--force"] if args.force else [])])
+    argv = ["run", "--profile", args.profile, "--run", args.run, *(["--force"] if args.force else [])]
+    argv += [*(["--until", args.until] if args.until else []), *[f"--set={s}" for s in args.set]]
+    return pipeline.main(argv)
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -33,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--profile", default="tiny")
     p.add_argument("--run", default="main")
     p.add_argument("--force", action="store_true", help="re-run notebooks that already finished")
+    p.add_argument("--until", default=None, metavar="NN", help="stop after the notebook whose name starts with NN")
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
     p.set_defaults(fn=_reproduce)
     r = sub.add_parser("report", help="build the report PDF of a run")
     r.add_argument("--profile", default="tiny")

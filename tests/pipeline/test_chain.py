@@ -70,3 +70,23 @@ def test_count_parameters_reads_safetensors_headers(tmp_path):
     model.save_pretrained(tmp_path)
     assert chain.count_parameters(tmp_path) == sum(p.numel() for p in model.parameters())
     assert chain.count_parameters(tmp_path / "empty") is None
+
+
+@pytest.mark.parametrize("failing,raises", [("latency", False), ("network blocked", True)])
+def test_selftest_failures_stop_the_chain_unless_only_speed(monkeypatch, capsys, failing, raises):
+    from kit.sandbox import selftest
+
+    def fake_main(cfg):
+        for name in ("network blocked", "memory limit", "latency"):
+            print(f"{'FAIL' if name == failing else 'PASS'}  {name}: detail of {name}")
+        return 1
+
+    monkeypatch.setattr(selftest, "main", fake_main)
+    if raises:
+        with pytest.raises(RuntimeError, match="network blocked: detail of network blocked"):
+            chain.sandbox_selftest(None)
+    else:
+        df = chain.sandbox_selftest(None)
+        assert list(df["check"]) == ["network blocked", "memory limit", "latency"]
+        assert list(df["result"]) == ["PASS", "PASS", "FAIL"]
+        assert "WARNING: sandbox speed below target" in capsys.readouterr().out

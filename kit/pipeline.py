@@ -397,6 +397,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
             _clear_outputs(nb, layout, echo)
         state[nb.name] = {"status": "running", "parameters": nb.parameters}
         _write_state(layout, state)
+        sha = _sha(nb.source)  # of the source that runs, not of a later edit
         t0 = time.perf_counter()
         kwargs: dict[str, Any] = {}
         if cell_timeout_s is not None:
@@ -415,7 +416,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
             raise err from exc
         seconds = time.perf_counter() - t0
         state[nb.name] = {"status": "done", "parameters": json.loads(json.dumps(nb.parameters)),
-                          "source_sha": _sha(nb.source), "seconds": seconds,
+                          "source_sha": sha, "seconds": seconds,
                           "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         _write_state(layout, state)
         echo(f"[{i}/{total}] {nb.name}: done in {seconds:.0f} s")

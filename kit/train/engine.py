@@ -76,6 +76,7 @@ class _Req:
     out: list[int] = field(default_factory=list)
     lps: list[float] = field(default_factory=list)
     done: bool = False
+    reported: bool = False
     gen: torch.Generator | None = None
 
     def result(self) -> Generation:
@@ -95,6 +96,12 @@ class _Rows:
         self.last = torch.zeros((0, 1), dtype=torch.long)  # (B, 1) last sampled token
 
     def __len__(self) -> int:
+        """Live rows (finished rows may still sit in the batch until their slot is reused)."""
+        return sum(not r.done for r in self.reqs)
+
+    @property
+    def physical(self) -> int:
+        """Rows in the batch tensors, finished ones included (they cost compute per step)."""
         return len(self.reqs)
 
     def _sample(self, logits: torch.Tensor, reqs: list[_Req]) -> torch.Tensor:
@@ -127,11 +134,11 @@ class _Rows:
         """
         prefixes = prefixes or [None] * len(reqs)
         fresh = [r for r, p in zip(reqs, prefixes, strict=True) if p is None]
+        cached = [(r, p) for r, p in zip(reqs, prefixes, strict=True) if p is not None]
         if fresh:
-            self._merge(fresh, *self._prefill(fresh))
-        for r, p in zip(reqs, prefixes, strict=True):
-            if p is not None:
-                self._merge([r], *self._prefill_cached(r, p))
+            self._place(fresh, *self._prefill(fresh))
+        if cached:
+            self._place([r for r, _ in cached], *self._prefill_cached(cached))
 
     def _prefill(self, reqs: list[_Req]):
         L = max(len(r.prompt_ids) for r in reqs)
@@ -146,19 +153,69 @@ class _Rows:
         kv = [(layer.keys, layer.values) for layer in res.past_key_values.layers]
         return kv, mask, torch.tensor([[len(r.prompt_ids)] for r in reqs]), self._sample(res.logits[:, -1, :], reqs)
 
-    def _prefill_cached(self, r: _Req, prefix: list):
-        c = prefix[0][0].shape[2]
-        if c >= len(r.prompt_ids):  # the whole prompt is cached: recompute its last token for the logits
-            c = len(r.prompt_ids) - 1
-            prefix = [(k[:, :, :c], v[:, :, :c]) for k, v in prefix]
-        suffix = r.prompt_ids[c:]
-        r.gen = torch.Generator().manual_seed(r.seed)
-        n = len(r.prompt_ids)
-        mask = torch.ones((1, n), dtype=torch.long)
-        res = self.model(input_ids=torch.tensor([suffix]), attention_mask=mask, position_ids=torch.arange(c, n)[None],
-                         past_key_values=DynamicCache(ddp_cache_data=prefix), use_cache=True)
+    def _prefill_cached(self, cached: list[tuple[_Req, list]]):
+        """Prefill only the uncached suffixes. Layout per row: [pad | cached c_i | pad | suffix s_i]."""
+        cs, sufs, pres = [], [], []
+        for r, pre in cached:
+            c = pre[0][0].shape[2]
+            if c >= len(r.prompt_ids):  # the whole prompt is cached: recompute its last token for the logits
+                c = len(r.prompt_ids) - 1
+                pre = [(k[:, :, :c], v[:, :, :c]) for k, v in pre]
+            cs.append(c)
+            sufs.append(r.prompt_ids[c:])
+            pres.append(pre)
+            r.gen = torch.Generator().manual_seed(r.seed)
+        R, C, S = len(cached), max(cs), max(len(x) for x in sufs)
+        kv = []
+        for layer in range(len(pres[0])):
+            k0, v0 = pres[0][layer]
+            k = k0.new_zeros((R, k0.shape[1], C, k0.shape[3]))
+            v = v0.new_zeros((R, v0.shape[1], C, v0.shape[3]))
+            for i, pre in enumerate(pres):
+                k[i, :, C - cs[i]:] = pre[layer][0][0]
+                v[i, :, C - cs[i]:] = pre[layer][1][0]
+            kv.append((k, v))
+        ids = torch.full((R, S), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((R, C + S), dtype=torch.long)
+        pos = torch.zeros((R, S), dtype=torch.long)
+        for i, (c, suf) in enumerate(zip(cs, sufs, strict=True)):
+            ids[i, S - len(suf):] = torch.tensor(suf)
+            mask[i, C - c:C] = 1
+            mask[i, C + S - len(suf):] = 1
+            pos[i, S - len(suf):] = torch.arange(c, c + len(suf))
+        reqs = [r for r, _ in cached]
+        res = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
+                         past_key_values=DynamicCache(ddp_cache_data=kv), use_cache=True)
         kv = [(layer.keys, layer.values) for layer in res.past_key_values.layers]
-        return kv, mask, torch.tensor([[n]]), self._sample(res.logits[:, -1, :], [r])
+        return kv, mask, torch.tensor([[len(r.prompt_ids)] for r in reqs]), self._sample(res.logits[:, -1, :], reqs)
+
+    def _place(self, reqs: list[_Req], kv, mask: torch.Tensor, new_pos: torch.Tensor, last: torch.Tensor) -> None:
+        """Put prefilled rows into the slots of finished rows (in place), the rest at the end."""
+        free = [i for i, r in enumerate(self.reqs) if r.done]
+        n = min(len(free), len(reqs))
+        if n:
+            Lb = mask.shape[1]
+            if Lb > self.mask.shape[1]:
+                self._left_pad(Lb - self.mask.shape[1])
+            L = self.mask.shape[1]
+            for j, slot in enumerate(free[:n]):
+                for (k, v), (kb, vb) in zip(self.kv, kv, strict=True):
+                    k[slot, :, :L - Lb] = 0
+                    v[slot, :, :L - Lb] = 0
+                    k[slot, :, L - Lb:] = kb[j]
+                    v[slot, :, L - Lb:] = vb[j]
+                self.mask[slot] = 0
+                self.mask[slot, L - Lb:] = mask[j]
+                self.pos[slot] = new_pos[j]
+                self.last[slot] = last[j]
+                self.reqs[slot] = reqs[j]
+        if n < len(reqs):
+            self._merge(reqs[n:], [(k[n:], v[n:]) for k, v in kv], mask[n:], new_pos[n:], last[n:])
+
+    def _left_pad(self, n: int) -> None:
+        self.kv = [(torch.cat([k.new_zeros((*k.shape[:2], n, k.shape[3])), k], dim=2),
+                    torch.cat([v.new_zeros((*v.shape[:2], n, v.shape[3])), v], dim=2)) for k, v in self.kv]
+        self.mask = torch.cat([torch.zeros((self.mask.shape[0], n), dtype=torch.long), self.mask], dim=1)
 
     def _merge(self, reqs: list[_Req], kv, mask: torch.Tensor, new_pos: torch.Tensor, last: torch.Tensor) -> None:
         if not self.reqs:
@@ -199,30 +256,36 @@ class _Rows:
         self.pos = self.pos + 1
         self.last = self._sample(res.logits[:, -1, :], self.reqs)
 
-    def drop_finished(self, keep_cache=None) -> list[_Req]:
-        """Remove finished rows (freeing their slots); return them.
+    def collect_finished(self, keep_cache=None) -> list[_Req]:
+        """Rows that finished since the last call; their slots become free for new rows.
 
-        ``keep_cache(ids, kv)`` is called first for each finished row with :meth:`row_cache`.
+        ``keep_cache(ids, kv)`` is called for each with :meth:`row_cache` (prefix reuse).
         """
-        gone = [r for r in self.reqs if r.done]
-        if not gone:
-            return []
-        if keep_cache is not None:
-            for i, r in enumerate(self.reqs):
-                if r.done:
+        gone = []
+        for i, r in enumerate(self.reqs):
+            if r.done and not r.reported:
+                r.reported = True
+                gone.append(r)
+                if keep_cache is not None:
                     keep_cache(*self.row_cache(i))
-        keep = torch.tensor([i for i, r in enumerate(self.reqs) if not r.done], dtype=torch.long)
-        self.reqs = [r for r in self.reqs if not r.done]
-        if not self.reqs:
+        return gone
+
+    def compact(self) -> None:
+        """Drop finished rows from the batch tensors and trim all-padding columns."""
+        keep = [i for i, r in enumerate(self.reqs) if not r.done]
+        if len(keep) == len(self.reqs):
+            return
+        self.reqs = [self.reqs[i] for i in keep]
+        if not keep:
             self.kv, self.mask = [], torch.zeros((0, 0), dtype=torch.long)
             self.pos = self.last = torch.zeros((0, 1), dtype=torch.long)
-            return gone
-        mask = self.mask[keep]
-        first = int((mask.sum(0) > 0).nonzero()[0])  # trim columns that are padding for every row
+            return
+        idx = torch.tensor(keep, dtype=torch.long)
+        mask = self.mask[idx]
+        first = int((mask.sum(0) > 0).nonzero()[0])
         self.mask = mask[:, first:]
-        self.kv = [(k[keep][:, :, first:], v[keep][:, :, first:]) for k, v in self.kv]
-        self.pos, self.last = self.pos[keep], self.last[keep]
-        return gone
+        self.kv = [(k[idx][:, :, first:], v[idx][:, :, first:]) for k, v in self.kv]
+        self.pos, self.last = self.pos[idx], self.last[idx]
 
 
 class _BackendBase:
@@ -369,17 +432,22 @@ class ContinuousBatchingEngine(_BackendBase):
                 self.stats["prefix_hits"] += sum(p is not None for p in pre)
                 self.stats["reused_tokens"] += reused
                 self.stats["prefill_tokens"] += sum(len(r.prompt_ids) for r in admit) - reused
-            done = rows.drop_finished(keep)
+            done = rows.collect_finished(keep)
             n = 0
             while not done and len(rows) and n < self.max_steps_per_call:
                 rows.step()
                 n += 1
                 self.stats["steps"] += 1
-                self.stats["row_steps"] += len(rows)
+                self.stats["row_steps"] += rows.physical
                 self.occupancy.append(len(rows))
-                done = rows.drop_finished(keep)
+                done = rows.collect_finished(keep)
                 if self._pending and len(rows) < self.slots:
                     break
+            # finished rows keep their slot (and cost a row per step) until a new row takes it;
+            # when few requests wait, drop them so the batch shrinks
+            dead = rows.physical - len(rows)
+            if dead and (not len(rows) or (dead * 4 >= rows.physical and len(self._pending) < dead)):
+                rows.compact()
         self.stats["busy_s"] += time.perf_counter() - t0
         return done
 

@@ -115,18 +115,28 @@ def test_plain_loop_cohort_waits_for_slowest_row(tok, model):
     assert isinstance(make_backend(model, tok, RolloutConfig(scheduler="dynamic", batch_size=5)), ContinuousBatchingEngine)
 
 
-def test_next_turn_reuses_the_finished_rows_kv(tok, model):
-    # turn 1, then a "next turn" prompt = context + turn + feedback, as the agent loop builds it
-    p = _prompts(tok, 2)[1]
+def test_next_turns_reuse_the_finished_rows_kv(tok, model):
+    # turn 1, then a "next turn" prompt = context + turn + feedback, as the agent loop builds it;
+    # three conversations of different lengths, so cached prefixes of different sizes share a prefill
+    ps = _prompts(tok, 3)
+    ps[1] = ps[1] + ps[0][-11:]
     feedback = tok("<tool_response>42</tool_response>")["input_ids"]
+    budgets = [6, 6, 6]  # all first turns end at one step, so the second turns share one prefill
+    cuts = [2, 5, 9]  # feedback lengths differ: suffixes of different sizes
 
-    async def two_turns(eng):
-        first = await eng.generate(p, 6, 0.0, 1.0, [])
-        return first, await eng.generate(p + first.token_ids + feedback, 7, 0.0, 1.0, [])
+    async def two_turns(eng, p, m, cut):
+        first = await eng.generate(p, m, 0.0, 1.0, [])
+        return first, await eng.generate(p + first.token_ids + feedback[:cut], 7, 0.0, 1.0, [])
 
-    eng = ContinuousBatchingEngine(model, tok, slots=2)
-    a1, a2 = asyncio.run(two_turns(eng))
-    assert eng.stats["prefix_hits"] == 1 and eng.stats["reused_tokens"] == len(p) + 5
-    b1, b2 = asyncio.run(two_turns(ContinuousBatchingEngine(model, tok, slots=2, prefix_cache=False)))
-    assert a1.token_ids == b1.token_ids and a2.token_ids == b2.token_ids
-    assert a2.token_ids == _reference_greedy(model, p + a1.token_ids + feedback, 7)
+    async def run(eng):
+        return await asyncio.gather(*(two_turns(eng, p, m, c) for p, m, c in zip(ps, budgets, cuts, strict=True)))
+
+    eng = ContinuousBatchingEngine(model, tok, slots=3)
+    with_cache = asyncio.run(run(eng))
+    assert eng.stats["prefix_hits"] == 3
+    assert eng.stats["reused_tokens"] == sum(len(p) + m - 1 for p, m in zip(ps, budgets, strict=True))
+    without = asyncio.run(run(ContinuousBatchingEngine(model, tok, slots=3, prefix_cache=False)))
+    assert eng.stats["prefills"] == 2  # one prefill per turn for all three rows
+    for (a1, a2), (b1, b2), p, c in zip(with_cache, without, ps, cuts, strict=True):
+        assert a1.token_ids == b1.token_ids and a2.token_ids == b2.token_ids
+        assert a2.token_ids == _reference_greedy(model, p + a1.token_ids + feedback[:c], 7)

@@ -43,6 +43,15 @@ def test_every_family_and_level_reference_code_prints_the_answer():
     assert json.loads(res.stdout) == [p.answer for p in progs]
 
 
+def test_answers_are_short_enough_to_copy_and_to_verify():
+    rng = random.Random(7)
+    for fam in tasks.FAMILIES:
+        for level in tasks.LEVELS:
+            for _ in range(40):
+                p = tasks.make_problem(fam, level, rng)
+                assert 1 <= len(p.answer) <= tasks.MAX_ANSWER_DIGITS, p
+
+
 def test_levels_grow_harder():
     # higher levels: longer numbers in the question (more to copy) on average
     rng = random.Random(1)

@@ -299,7 +299,6 @@ class _BackendBase:
         self._seen: dict[str, int] = {}
         self._pending: list[_Req] = []
         self._lock = threading.Lock()
-        self._wake: asyncio.Event | None = None
         self._worker: asyncio.Task | None = None
         #: tokens: sampled tokens; steps: decode forwards; row_steps: rows x steps (padding rows
         #: included); prefills; busy_s: seconds inside model forwards and sampling.
@@ -321,9 +320,7 @@ class _BackendBase:
     def _ensure_worker(self) -> None:
         loop = asyncio.get_running_loop()
         if self._worker is None or self._worker.done() or self._worker.get_loop() is not loop:
-            self._wake = asyncio.Event()
             self._worker = loop.create_task(self._serve())
-        self._wake.set()
 
     async def generate(self, prompt_ids: list[int], max_new_tokens: int, temperature: float, top_p: float,
                        stop_ids: Sequence[int]) -> Generation:
@@ -453,11 +450,7 @@ class ContinuousBatchingEngine(_BackendBase):
 
     async def _serve(self) -> None:
         rows = self._rows = _Rows(self.model, self.pad_id)
-        while True:
-            if not self._pending and not len(rows):
-                await self._wake.wait()
-                self._wake.clear()
-                continue
+        while self._pending or len(rows):  # the worker ends when idle; generate() starts a new one
             admit = self._admissible(rows)
             try:
                 done = await asyncio.to_thread(self._advance, rows, admit)
@@ -497,8 +490,8 @@ class BatchLoopBackend(_BackendBase):
     def leave(self) -> None:
         """A trajectory of the cohort ended (no more requests from it)."""
         self.active -= 1
-        if self._wake is not None:
-            self._wake.set()
+        if self._pending:
+            self._ensure_worker()
 
     def _decode(self, batch: list[_Req]) -> None:
         t0 = time.perf_counter()
@@ -513,22 +506,18 @@ class BatchLoopBackend(_BackendBase):
         self.stats["busy_s"] += time.perf_counter() - t0
 
     async def _serve(self) -> None:
-        while True:
-            await self._wake.wait()
-            self._wake.clear()
+        while True:  # ends when no batch is ready; generate() and leave() start a new worker
             if self.active > 0:
                 if len(self._pending) < min(self.active, self.batch_size):
-                    continue
+                    return
             else:
                 n = -1
                 while n != len(self._pending):
                     n = len(self._pending)
                     await asyncio.sleep(self.gather_s)
             if not self._pending:
-                continue
+                return
             batch, self._pending = self._pending[: self.batch_size], self._pending[self.batch_size:]
-            if self._pending:
-                self._wake.set()
             try:
                 await asyncio.to_thread(self._decode, batch)
             except Exception as exc:

@@ -173,7 +173,10 @@ def _plot_algorithms(ax, df: pd.DataFrame, key: str, window: int, linestyle: str
 def _subtitle(fig, note: str) -> None:
     """The profile/model line, as a suptitle (constrained layout keeps it clear of the axes)."""
     if note:
-        fig.suptitle(note, fontsize=8, color="0.35")
+        import textwrap
+
+        width = int(fig.get_figwidth() * 15)  # characters of 8 pt text per line
+        fig.suptitle("\n".join(textwrap.fill(line, width) for line in note.splitlines()), fontsize=8, color="0.35")
 
 
 # --------------------------------------------------------------------------- figures
@@ -211,7 +214,8 @@ def figure4_tool_errors(metrics, *, smooth: int = 1, note: str = "", paper_plate
                     xycoords=("axes fraction", "data"), va="bottom", fontsize=7, color="0.3")
     ax.set_xlabel("training step")
     ax.set_ylabel("tool-error ratio in correct trajectories")
-    ax.set_ylim(bottom=0)
+    hi = ax.get_ylim()[1]
+    ax.set_ylim(-0.02 * max(hi, 0.1), hi)  # a ratio of 0 stays visible above the axis
     ax.set_title("Figure 4: tool errors in correct trajectories")
     ax.grid(alpha=0.3)
     ax.legend(fontsize=8)
@@ -259,11 +263,9 @@ def figure8_stages(metrics, *, smooth: int = 1, note: str = "", stage_end_refere
     ax_acc.set_title("Figure 8: accuracy across RL stages")
     ax_len.set_title("response length across RL stages")
     if stage_end_reference:
-        lines = ["paper, Qwen3-14B (reference, not this run):"]
-        for stage, vals in stage_end_reference.items():
-            lines.append(f"{stage}: " + ", ".join(f"{k} {v:g}%" for k, v in vals.items()))
-        ax_acc.text(0.02, 0.02, "\n".join(lines), transform=ax_acc.transAxes, fontsize=6.5, va="bottom",
-                    color="0.3", bbox={"facecolor": "white", "edgecolor": "0.8", "alpha": 0.8})
+        ends = "; ".join(f"{stage} " + "/".join(f"{v:g}" for v in vals.values()) for stage, vals in stage_end_reference.items())
+        benches = "/".join(next(iter(stage_end_reference.values())).keys())
+        note = (note + "\n" if note else "") + f"paper, Qwen3-14B, stage-end {benches} avg@16 % (reference, not this run): {ends}"
     _subtitle(fig, note)
     return fig
 

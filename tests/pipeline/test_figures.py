@@ -32,6 +32,8 @@ def test_figure4_draws_mean_over_seeds_per_algorithm(tmp_path, rl_metrics):
     assert "GRPO-RoC, kept by RoC (2 seeds)" in lines
     assert any("paper" in t.get_text() and "reference" in t.get_text() for t in ax.texts)
     assert fig.get_suptitle() == "profile smoke"
+    long = figures.figure4_tool_errors(_ablation(tmp_path, rl_metrics), note="word " * 60)
+    assert all(len(line) <= 6.4 * 15 for line in long.get_suptitle().splitlines())
 
 
 def test_figure8_marks_stage_boundaries(tmp_path, rl_metrics):
@@ -48,6 +50,7 @@ def test_figure8_marks_stage_boundaries(tmp_path, rl_metrics):
     boundaries = sorted(ln.get_xdata()[0] for ln in ax_len.get_lines() if ln.get_linestyle() == "--")
     assert boundaries == [4.5, 6.5]
     assert "response length" in ax_len.get_ylabel()
+    assert "paper, Qwen3-14B, stage-end aime24 avg@16 % (reference, not this run): stage1 72.1" in fig.get_suptitle()
 
 
 def test_figure9_two_panels_and_saved_files(tmp_path, rl_metrics):

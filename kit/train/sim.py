@@ -24,9 +24,12 @@ Policies (``simulate(..., policy=...)``):
         A continuing turn waits for the engine that holds its prefix (sticky, as the release
         routes) and goes before new trajectories, which go to the engine with the most
         unreserved KV.
-``static_barrier`` is reported for information only: static allocation where each engine's
-trajectories advance turn by turn in lockstep (all tool calls of a turn must return before the
-next turn starts), like the plain batch loop of :mod:`kit.train.engine`.
+``dynamic_free`` (information): the other reading of "safe concurrency from free KV capacity":
+the same global queue and dispatch, but an engine's load is its KV *in use* plus the budgets
+queued to it (not a reservation), and the engine admits, evicts and recomputes as SGLang does.
+``static_barrier`` (information): static allocation where each engine's trajectories advance
+turn by turn in lockstep (all tool calls of a turn must return before the next turn starts),
+like the plain batch loop of :mod:`kit.train.engine`.
 
 Modelling assumptions (all of them):
     * Decode step time on one engine: ``t0 + c_seq * b + c_kv * sum(ctx)`` seconds for ``b``
@@ -42,10 +45,26 @@ Modelling assumptions (all of them):
     * Tool calls never queue (the sandbox has enough workers: report §3.1 runs ~1000 per node)
       and their latency does not depend on load.
     * Engines are identical; no network time between the agent loop and engines.
-    * Waiting requests in ``static`` are re-considered for admission at least every 32 decode
-      steps; engines are simulated in macro-steps during which the batch is constant.
+    * Each turn is a new request (the agent loop's per-turn ``generate``) with ``max_new`` =
+      the response budget left. Queues are first-come first-served; ``static`` puts retracted
+      requests at the back of its engine's queue (SGLang's ``fcfs``); SGLang's per-batch
+      prefill-token cap and ``max_running_requests`` beyond :attr:`EngineSpec.max_running` are
+      not modelled. A request admitted at a step boundary decodes its first token in that step.
+    * Admission happens only at step boundaries. Engines are simulated in macro-steps during
+      which the batch is constant: a macro-step ends when a row ends its turn, at the first
+      boundary after the next tool return of a trajectory homed on that engine, and, in
+      ``static`` while requests wait, every 32 steps (checked: 1, 4 and 32 give the same
+      makespan on the preset). In ``dynamic`` a new trajectory sent to a busy engine waits for
+      that engine's current macro-step to end.
+    * Workload (:func:`sample_workload`): total response length log-normal and clipped at the
+      stage limit; tool calls Poisson and independent of length; model tokens split over turns
+      by a flat Dirichlet; feedback sizes geometric; tool latency log-normal. The report gives
+      only the averages; the shapes are ours.
 The preset (:data:`PAPER_ENGINE`, :data:`PAPER_WORKLOAD`) is derived from public hardware and
-model figures in its docstring, not fitted to any result.
+model figures in its comments, not fitted to any result.
+
+Known answers (tests/train/test_sim.py): with one engine and room for every request, every
+policy's makespan equals :func:`lower_bound`; with equal trajectories the policies tie.
 """
 
 from __future__ import annotations
@@ -228,7 +247,8 @@ def simulate(trajs: list[Trajectory], n_engines: int, engine: EngineSpec, policy
         trajs: the step's N trajectories (:func:`sample_workload`).
         n_engines: E, inference engines.
         engine: hardware and cost model of one engine.
-        policy: ``"static"``, ``"dynamic"`` or ``"static_barrier"`` (see the module docstring).
+        policy: ``"static"``, ``"dynamic"``, ``"dynamic_free"`` or ``"static_barrier"`` (see the
+            module docstring).
         max_response_tokens: response budget of the stage (each turn's ``max_new`` and the dynamic
             reservation); default the largest response in ``trajs``.
     Returns:
@@ -236,14 +256,15 @@ def simulate(trajs: list[Trajectory], n_engines: int, engine: EngineSpec, policy
     Raises:
         ValueError: unknown policy, or a trajectory whose reservation exceeds the KV capacity.
     """
-    if policy not in ("static", "dynamic", "static_barrier"):
+    if policy not in ("static", "dynamic", "dynamic_free", "static_barrier"):
         raise ValueError(f"unknown policy {policy!r}")
     max_resp = max_response_tokens or max(t.response_tokens for t in trajs)
     cap = engine.kv_capacity
     if max(t.prompt_tokens for t in trajs) + max_resp > cap:
         raise ValueError(f"a trajectory may need more than the KV capacity {cap} tokens")
     E, N = n_engines, len(trajs)
-    dynamic = policy == "dynamic"
+    global_q = policy in ("dynamic", "dynamic_free")  # one queue, dispatch by KV (report §3.2)
+    reserve = policy == "dynamic"  # engines hold only reserved requests; else SGLang's own admission
     prompt = np.array([t.prompt_tokens for t in trajs], dtype=np.int64)
     engines = [_Engine() for _ in range(E)]
     home = [i % E for i in range(N)]  # engine holding the trajectory's prefix (static: its engine)
@@ -253,7 +274,7 @@ def simulate(trajs: list[Trajectory], n_engines: int, engine: EngineSpec, policy
     stats = dict(decoded=0, prefill=0, recomputed=0, retractions=0)
     events: list = []  # heap of (time, seq, kind, payload)
     counter = [0]
-    ready_new: deque = deque(range(N)) if dynamic else deque()
+    ready_new: deque = deque(range(N)) if global_q else deque()
     ready_cont = [deque() for _ in range(E)]  # dynamic: continuing turns, per home engine
     barrier_left = [0] * E  # static_barrier: trajectories of the engine not back from this turn
     barrier_queue: list[list[int]] = [[] for _ in range(E)]
@@ -269,9 +290,16 @@ def simulate(trajs: list[Trajectory], n_engines: int, engine: EngineSpec, policy
         new = tr.prompt_tokens if k == 0 else tr.tool_tokens[k - 1]
         return [i, ctx, tr.gen_tokens[k], 0, max_resp - done_resp[i], new if cached else ctx, tr.prompt_tokens + max_resp]
 
+    def load(e: int) -> int:
+        """KV tokens counted against engine ``e`` by the dispatcher."""
+        en = engines[e]
+        if reserve:
+            return en.reserved
+        return int(en.rows.col(_CTX).sum()) + sum(r[_BUDGET] for r in en.waiting)
+
     def fits(e: int, budget: int) -> bool:
         en = engines[e]
-        return en.reserved + budget <= cap and len(en.rows) + len(en.waiting) < engine.max_running
+        return load(e) + budget <= cap and len(en.rows) + len(en.waiting) < engine.max_running
 
     def dispatch() -> None:
         """Dynamic policy: send ready requests where their whole budget fits (report §3.2).
@@ -288,7 +316,7 @@ def simulate(trajs: list[Trajectory], n_engines: int, engine: EngineSpec, policy
         while ready_new:
             i = ready_new[0]
             budget = int(prompt[i]) + max_resp
-            e = min((j for j in range(E) if not ready_cont[j]), key=lambda j: engines[j].reserved, default=None)
+            e = min((j for j in range(E) if not ready_cont[j]), key=load, default=None)
             if e is None or not fits(e, budget):
                 return
             ready_new.popleft()
@@ -333,7 +361,7 @@ def simulate(trajs: list[Trajectory], n_engines: int, engine: EngineSpec, policy
         en = engines[e]
         if en.busy:
             return
-        if dynamic:
+        if reserve:
             n = min(len(en.waiting), engine.max_running - len(en.rows))
             en.rows.add([en.waiting.popleft() for _ in range(n)])
         else:
@@ -342,14 +370,14 @@ def simulate(trajs: list[Trajectory], n_engines: int, engine: EngineSpec, policy
         if b == 0:
             return
         kv = int(en.rows.col(_CTX).sum())
-        if not dynamic and kv + b > cap:
+        if not reserve and kv + b > cap:
             retract(en)
             b, kv = len(en.rows), int(en.rows.col(_CTX).sum())
         prefill = int(en.rows.col(_EXT).sum())
         en.rows.a[:, _EXT] = 0
         stats["prefill"] += prefill
         k = int(en.rows.col(_REM).min())
-        if not dynamic:
+        if not reserve:
             k = max(1, min(k, (cap - kv) // b))
             if en.waiting:
                 k = min(k, STATIC_RECHECK_STEPS)
@@ -385,7 +413,7 @@ def simulate(trajs: list[Trajectory], n_engines: int, engine: EngineSpec, policy
         heapq.heappush(engines[home[i]].tool_times, ret)
         push(ret, "tool", i)
 
-    if dynamic:
+    if global_q:
         dispatch()
     else:
         for i in range(N):
@@ -403,20 +431,20 @@ def simulate(trajs: list[Trajectory], n_engines: int, engine: EngineSpec, policy
             a[:, _REM] -= k
             a[:, _OUT] += k
             stats["decoded"] += k * len(a)
-            if not dynamic:
+            if not reserve:
                 en.ratio = max(SGLANG_MIN_RATIO, en.ratio - k * decay)
             done = a[:, _REM] == 0
             if done.any():
                 en.rows.a = a[~done]
                 for r in a[done]:
-                    if dynamic:
+                    if reserve:
                         en.reserved -= int(r[_BUDGET])
                     turn_done(int(r[_TRAJ]), t, e)
             return e
         i = payload  # a tool call returned
         e = home[i]
         heapq.heappop(engines[e].tool_times)
-        if dynamic:
+        if global_q:
             ready_cont[e].append(i)
         elif policy == "static":
             engines[e].waiting.append(make_req(i, cached=True))
@@ -429,7 +457,7 @@ def simulate(trajs: list[Trajectory], n_engines: int, engine: EngineSpec, policy
         touched = set()
         while events and events[0][0] == t:  # all simultaneous events first, then new steps
             touched.add(handle(t, *heapq.heappop(events)[2:]))
-        if dynamic:
+        if global_q:
             dispatch()
             touched = range(E)
         for e in touched:

@@ -9,7 +9,7 @@ from kit.train.sim import PAPER_WORKLOAD, EngineSpec, Trajectory, lower_bound, s
 
 ENG = EngineSpec(kv_capacity=100_000, step_base_s=1e-3, step_per_seq_s=1e-5, step_per_kv_token_s=1e-8,
                  prefill_per_token_s=1e-5, max_running=512)
-POLICIES = ("static", "dynamic", "static_barrier")
+POLICIES = ("static", "dynamic", "dynamic_free", "static_barrier")
 
 
 def _single_turn(n, seed):
@@ -31,6 +31,7 @@ def test_equal_lengths_tie_across_policies():
     spans = {p: simulate(trajs, 4, ENG, p).makespan_s for p in POLICIES}
     assert spans["static"] == pytest.approx(spans["dynamic"], rel=1e-12)
     assert spans["static_barrier"] == pytest.approx(spans["dynamic"], rel=1e-12)
+    assert spans["dynamic_free"] == pytest.approx(spans["dynamic"], rel=1e-12)
     assert spans["dynamic"] >= lower_bound(trajs, 4, ENG)["bound_s"]
 
 
@@ -47,7 +48,7 @@ def test_work_is_conserved_and_the_bound_holds(policy):
     assert (r.peak_kv <= eng.kv_capacity).all()
     assert r.makespan_s >= lower_bound(trajs, 3, eng)["bound_s"] * (1 - 1e-12)
     assert (r.busy_s <= r.makespan_s + 1e-9).all()
-    if policy == "dynamic":
+    if policy == "dynamic":  # reservations never over-commit
         assert r.recomputed_tokens == 0 and r.retractions == 0
 
 

@@ -53,8 +53,8 @@ Modelling assumptions (all of them):
     * Admission happens only at step boundaries. Engines are simulated in macro-steps during
       which the batch is constant: a macro-step ends when a row ends its turn, at the first
       boundary after the next tool return of a trajectory homed on that engine, and, in
-      ``static`` while requests wait, every 32 steps (checked: 1, 4 and 32 give the same
-      makespan on the preset). In ``dynamic`` a new trajectory sent to a busy engine waits for
+      ``static`` while requests wait, every 32 steps (checked: 1 and 32 give the same makespan
+      on a quarter of the preset). In ``dynamic`` a new trajectory sent to a busy engine waits for
       that engine's current macro-step to end.
     * Workload (:func:`sample_workload`): total response length log-normal and clipped at the
       stage limit; tool calls Poisson and independent of length; model tokens split over turns

@@ -16,11 +16,12 @@ so the agent loop and the RL trainer take either as a drop-in:
   done; the batch's tool calls all return before the next turn's batch starts
   (:func:`rollout_plain` declares the cohort; without one it micro-batches what is pending).
 
-KV cache: one left-padded ``DynamicCache`` for the running rows. A joining group is prefilled
-alone and merged by left-padding the shorter cache along the sequence axis; leaving rows are
-dropped with ``index_select`` and all-padding columns are trimmed. Padding is masked and every
-row has its own position ids, so a row's logits do not depend on its neighbours (up to float
-summation order). Row ``r`` samples with its own ``torch.Generator`` seeded exactly as
+KV cache: one left-padded ``DynamicCache`` for the batch. Joining rows are prefilled together
+and written in place into the slots of finished rows (left-padding the whole batch only when a
+new row is longer than it); rows that no new request is waiting for are dropped with
+``index_select`` and all-padding columns are trimmed. Padding is masked and every row has its
+own position ids, so a row's logits do not depend on its neighbours (up to float summation
+order). Row ``r`` samples with its own ``torch.Generator`` seeded exactly as
 :class:`kit.rollout.backends.HFBackend` seeds it (base seed, prompt ids, how many times that
 prompt was requested), so both engines and the HF backend give the same tokens for the same
 requests. Prefix reuse (continuous engine): a finished row's KV is kept (LRU, ``slots``
@@ -406,7 +407,7 @@ class ContinuousBatchingEngine(_BackendBase):
 
     def _admissible(self, rows: _Rows) -> list[_Req]:
         take: list[_Req] = []
-        reserved = sum(len(r.prompt_ids) + r.max_new for r in rows.reqs)
+        reserved = sum(len(r.prompt_ids) + r.max_new for r in rows.reqs if not r.done)
         while self._pending and len(rows) + len(take) < self.slots:
             r = self._pending[0]
             need = len(r.prompt_ids) + r.max_new

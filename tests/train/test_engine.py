@@ -90,12 +90,16 @@ def test_stop_ids_end_a_row_and_are_kept(tok, model):
     assert h.token_ids == free and h.finish_reason == "length"
 
 
-def test_kv_budget_limits_concurrency(tok, model):
-    ps = _prompts(tok, 4)
-    need = max(len(p) for p in ps) + 10
-    eng = ContinuousBatchingEngine(model, tok, slots=4, kv_budget_tokens=2 * need)
-    outs = asyncio.run(_all(eng, [(p, 10, 0.0, []) for p in ps]))
-    assert max(eng.occupancy) <= 2 and all(len(g.token_ids) == 10 for g in outs)
+def test_kv_budget_limits_concurrency_and_frees_on_finish(tok, model):
+    p = _prompts(tok, 1)[0]
+    budgets = [4, 12, 12, 6]
+    eng = ContinuousBatchingEngine(model, tok, slots=4, kv_budget_tokens=2 * (len(p) + 12))
+    outs = asyncio.run(_all(eng, [(p, m, 0.0, []) for m in budgets]))
+    assert [len(g.token_ids) for g in outs] == budgets
+    assert max(eng.occupancy) == 2
+    # the third request takes the first one's reservation as soon as it ends (after 3 decode
+    # steps; it ends after 3 + 11), the fourth the second's (after 11; it ends after 11 + 5)
+    assert eng.stats["steps"] == 16
 
 
 def test_plain_loop_cohort_waits_for_slowest_row(tok, model):

@@ -132,3 +132,18 @@ def test_set_overrides_reach_every_notebook_and_bad_keys_stop_early(tmp_path, ca
     assert "rollout.no_such_key" in capsys.readouterr().err
     with pytest.raises(ValueError, match="key=value"):
         pipeline._parse_sets(["novalue"])
+
+
+def test_kernels_get_the_kernel_env_without_overriding_the_user(tmp_path, make_notebook, monkeypatch):
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the user's choice wins
+    monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
+    nb = make_notebook(tmp_path / "src" / "env.ipynb", 'run_dir = ""',
+                       "import os\nfrom pathlib import Path\nPath(run_dir).mkdir(parents=True)\n"
+                       "Path(run_dir, 'env.txt').write_text(os.environ.get('OMP_WAIT_POLICY', '') + ' ' "
+                       "+ os.environ.get('HF_HUB_DISABLE_PROGRESS_BARS', ''))")
+    lay = Layout(root=tmp_path / "out", profile="tiny")
+    run_series([NotebookRun(nb, {"run_dir": lay.dir("e")})], lay, progress_bar=False, echo=lambda s: None)
+    assert (lay.root / "e" / "env.txt").read_text() == "ACTIVE 1"
+    import os
+
+    assert "HF_HUB_DISABLE_PROGRESS_BARS" not in os.environ  # restored after the run

@@ -117,7 +117,7 @@ async def main_async(args) -> None:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--policy", default="", help="save_policy directory of a tool-using checkpoint")
-    ap.add_argument("--sft-steps", type=int, default=400)
+    ap.add_argument("--sft-steps", type=int, default=300)
     ap.add_argument("--problems", type=int, default=8, help="P (the tiny profile's prompts per step)")
     ap.add_argument("--n", type=int, default=16, help="samples per problem (the tiny profile's 2G)")
     ap.add_argument("--batch-size", type=int, default=64)

@@ -26,7 +26,6 @@ import nbformat
 
 from kit.pipeline import SERIES, Layout
 
-
 # control characters xelatex rejects ("Text line contains an invalid character"); \t \n \r and ESC
 # (ANSI colours, which nbconvert converts) are kept. A tiny model's samples are full of them.
 _CONTROL = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1a\x1c-\x1f\x7f]")

@@ -34,46 +34,6 @@ def load_run_policy(policy_dir: str | os.PathLike):
     return load_policy(p)
 
 
-#: selftest checks that measure speed: on a busy machine they may miss their targets without anything
-#: being unsafe, so they warn instead of stopping the chain.
-PERFORMANCE_CHECKS = ("throughput", "latency", "pool start")
-
-
-def sandbox_selftest(sandbox_cfg) -> Any:
-    """Run ``python -m kit.sandbox selftest`` in-process and return its checks as a DataFrame.
-
-    Columns ``check, result (PASS/FAIL), detail``. Runs in a helper thread (the selftest owns an
-    event loop; a notebook's is already running).
-
-    Raises:
-        RuntimeError: an isolation, limit or semantics check failed (the message lists them).
-            Failed speed checks (:data:`PERFORMANCE_CHECKS`) only print a warning.
-    """
-    import contextlib
-    import io
-    import re
-    from concurrent.futures import ThreadPoolExecutor
-
-    import pandas as pd
-
-    from kit.sandbox import selftest
-
-    buf = io.StringIO()
-    with ThreadPoolExecutor(1) as ex, contextlib.redirect_stdout(buf):
-        ex.submit(selftest.main, sandbox_cfg).result()
-    rows = [m.groups() for m in re.finditer(r"^(PASS|FAIL)  ([^:]+): (.*)$", buf.getvalue(), re.M)]
-    df = pd.DataFrame(rows, columns=["result", "check", "detail"])[["check", "result", "detail"]]
-    failed = df[df["result"] == "FAIL"]
-    slow = failed[failed["check"].isin(PERFORMANCE_CHECKS)]
-    if len(slow):
-        print(f"WARNING: sandbox speed below target on this machine: {', '.join(slow['check'])}")
-    bad = failed[~failed["check"].isin(PERFORMANCE_CHECKS)]
-    if len(bad) or df.empty:
-        raise RuntimeError("sandbox selftest failed: " + ("; ".join(f"{c}: {d}" for c, d in zip(bad["check"], bad["detail"], strict=True))
-                                                           or "no check lines printed\n" + buf.getvalue()[-2000:]))
-    return df
-
-
 def count_parameters(policy_dir: str | os.PathLike) -> int | None:
     """Number of parameters in a saved policy (tied weights counted once), read from the
     safetensors headers without loading the model; None when the folder holds none."""

@@ -172,63 +172,6 @@ def standard_series(layout: Layout, seed: int = 0, notebook_dir: Path = NOTEBOOK
     return runs
 
 
-# --------------------------------------------------------------------------- preflight
-
-#: Data files the tiny chain reads (relative to the data directory); all are required.
-REQUIRED_DATA = (
-    "benchmarks/aime2024.json", "benchmarks/aime2025.jsonl", "benchmarks/math500.json", "benchmarks/hmmt2025.jsonl",
-    "train/dapo_math_17k.parquet", "train/gsm8k_train.jsonl", "train/project_euler_problems.txt",
-    "train/project_euler_answers.md", "train/aime_1983_2025.csv", "train/openmathreasoning_sample.jsonl",
-    "sft/glaive_toolcall_en_demo.json", "sft/toolace_sample.json", "sft/xlam_fc_sample.jsonl",
-    "sft/reason_tool_use_demo_50.jsonl",
-)
-PACKAGES = ("torch", "transformers", "tokenizers", "verl", "math-verify", "papermill", "nbconvert", "pandas",
-            "matplotlib")
-
-
-def preflight(data_dir: str = "") -> list[dict[str, str]]:
-    """Check what the chain needs before the expensive steps run.
-
-    Args:
-        data_dir: ``DataConfig.data_dir`` (empty: ``KIT_DATA_DIR`` or ``../shared/data``).
-    Returns:
-        Rows ``{"check", "status" ("ok" | "missing" | "warning"), "detail"}``: Python packages
-        (versions from their metadata, nothing heavy is imported), bubblewrap, xelatex, the core
-        count, and every file of :data:`REQUIRED_DATA`.
-    """
-    import importlib.metadata as md
-    import shutil
-
-    from kit.paths import data_dir as resolve_data_dir
-
-    rows = [{"check": "python", "status": "ok", "detail": sys.version.split()[0]},
-            {"check": "cpu cores", "status": "ok", "detail": str(os.cpu_count())}]
-    for pkg in PACKAGES:
-        try:
-            rows.append({"check": pkg, "status": "ok", "detail": md.version(pkg)})
-        except md.PackageNotFoundError:
-            rows.append({"check": pkg, "status": "missing", "detail": "pip install -e . (make setup)"})
-    bwrap = shutil.which("bwrap")
-    rows.append({"check": "bubblewrap (sandbox isolation)", "status": "ok" if bwrap else "missing",
-                 "detail": bwrap or "apt-get install bubblewrap (make setup)"})
-    tex = shutil.which("xelatex")
-    rows.append({"check": "xelatex (notebook PDF)", "status": "ok" if tex else "warning",
-                 "detail": tex or "absent: the report falls back to a figures-and-tables PDF"})
-    base = resolve_data_dir(data_dir or None)
-    for rel in REQUIRED_DATA:
-        p = base / rel
-        rows.append({"check": f"data: {rel}", "status": "ok" if p.exists() else "missing",
-                     "detail": str(p) if p.exists() else f"not found in {base} (set KIT_DATA_DIR; see README, Data)"})
-    return rows
-
-
-def require_preflight(rows: Sequence[dict[str, str]]) -> None:
-    """Raise ``RuntimeError`` listing every ``missing`` row of :func:`preflight` (warnings pass)."""
-    missing = [f"{r['check']}: {r['detail']}" for r in rows if r["status"] == "missing"]
-    if missing:
-        raise RuntimeError("preflight failed; missing:\n  " + "\n  ".join(missing))
-
-
 # --------------------------------------------------------------------------- state
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from kit import chain
+from kit import chain, preflight
 from kit.config import load
 from kit.rollout.loop import Trajectory
 
@@ -84,9 +84,9 @@ def test_selftest_failures_stop_the_chain_unless_only_speed(monkeypatch, capsys,
     monkeypatch.setattr(selftest, "main", fake_main)
     if raises:
         with pytest.raises(RuntimeError, match="network blocked: detail of network blocked"):
-            chain.sandbox_selftest(None)
+            preflight.sandbox_selftest(None)
     else:
-        df = chain.sandbox_selftest(None)
+        df = preflight.sandbox_selftest(None)
         assert list(df["check"]) == ["network blocked", "memory limit", "latency"]
         assert list(df["result"]) == ["PASS", "PASS", "FAIL"]
         assert "WARNING: sandbox speed below target" in capsys.readouterr().out

@@ -104,7 +104,7 @@ async def main_async(args) -> None:
                     if kind == "continuous" else ""
                 print(f"[{rep}] {kind:13s} wall {wall:6.2f} s  {model_tokens / wall:7.0f} sampled tok/s  "
                       f"({model_tokens} tokens, {turns} turns, {calls} tool calls)  decode steps {st['steps']}, "
-                      f"mean rows/step {occ:.1f}, forward time {st['busy_s']:.2f} s{extra}")
+                      f"mean rows/step {occ:.1f}, mean cache length {st['kv_cols'] / max(st['steps'], 1):.0f}, forward time {st['busy_s']:.2f} s{extra}")
     for kind in kinds[1:]:
         same = sum(a.response_ids == b.response_ids for a, b in zip(outs["plain"], outs[kind], strict=True))
         print(f"token-identical trajectories (plain vs {kind}, last repeat): {same}/{len(outs['plain'])}")

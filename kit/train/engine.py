@@ -246,8 +246,16 @@ class _Rows:
         ids = (r.prompt_ids + r.out)[:n]
         return ids, [(k[i:i + 1, :, -n:].clone(), v[i:i + 1, :, -n:].clone()) for k, v in self.kv]
 
+    def trim(self) -> None:
+        """Drop leading columns that are padding for every row (views: the next step copies anyway)."""
+        if self.mask.shape[1] and not bool(self.mask[:, 0].any()):
+            first = int((self.mask.sum(0) > 0).nonzero()[0])
+            self.mask = self.mask[:, first:]
+            self.kv = [(k[:, :, first:], v[:, :, first:]) for k, v in self.kv]
+
     def step(self) -> None:
         """One decode step for every row (finished rows, if kept, decode padding)."""
+        self.trim()
         cache = DynamicCache(ddp_cache_data=self.kv)
         mask = torch.cat([self.mask, torch.ones((len(self.reqs), 1), dtype=torch.long)], dim=1)
         res = self.model(input_ids=self.last, attention_mask=mask, position_ids=self.pos,
@@ -302,8 +310,9 @@ class _BackendBase:
         self._lock = threading.Lock()
         self._worker: asyncio.Task | None = None
         #: tokens: sampled tokens; steps: decode forwards; row_steps: rows x steps (padding rows
-        #: included); prefills; busy_s: seconds inside model forwards and sampling.
-        self.stats = {"tokens": 0, "steps": 0, "row_steps": 0, "prefills": 0, "busy_s": 0.0}
+        #: included); kv_cols: cache columns (padding included) summed over steps; prefills;
+        #: busy_s: seconds inside model forwards and sampling.
+        self.stats = {"tokens": 0, "steps": 0, "row_steps": 0, "kv_cols": 0, "prefills": 0, "busy_s": 0.0}
 
     def _make(self, prompt_ids, max_new_tokens, temperature, top_p, stop_ids) -> _Req | Generation:
         _check_request(prompt_ids, max_new_tokens, temperature, top_p)
@@ -437,6 +446,7 @@ class ContinuousBatchingEngine(_BackendBase):
                 n += 1
                 self.stats["steps"] += 1
                 self.stats["row_steps"] += rows.physical
+                self.stats["kv_cols"] += rows.mask.shape[1]
                 self.occupancy.append(len(rows))
                 done = rows.collect_finished(keep)
                 if self._pending and len(rows) < self.slots:
@@ -504,6 +514,7 @@ class BatchLoopBackend(_BackendBase):
                 rows.step()
                 self.stats["steps"] += 1
                 self.stats["row_steps"] += len(batch)
+                self.stats["kv_cols"] += rows.mask.shape[1]
         self.stats["busy_s"] += time.perf_counter() - t0
 
     async def _serve(self) -> None:

@@ -238,17 +238,28 @@ def _is_finished(entry: dict[str, Any] | None, nb: NotebookRun, out: Path) -> tu
 
 
 def _failed_cell(output: Path) -> tuple[int | None, str]:
-    """Index and first source line of the cell papermill marked failed or left running."""
+    """Index and first source line of the cell where execution stopped.
+
+    That is the cell papermill marked ``failed`` or left ``running``; else (a timeout interrupts
+    the kernel and papermill marks the cell ``completed``) the last cell with an error output;
+    else the last cell that started.
+    """
     try:
         nb = json.loads(output.read_text())
     except (OSError, json.JSONDecodeError):
         return None, ""
-    for i, cell in enumerate(nb.get("cells", [])):
-        status = cell.get("metadata", {}).get("papermill", {}).get("status")
-        if status in ("failed", "running"):
-            lines = [ln for ln in "".join(cell.get("source", "")).splitlines() if ln.strip()]
-            return i, (lines[0] if lines else "")
-    return None, ""
+    cells = nb.get("cells", [])
+
+    def first_line(cell) -> str:
+        lines = [ln for ln in "".join(cell.get("source", "")).splitlines() if ln.strip()]
+        return lines[0] if lines else ""
+
+    meta = [c.get("metadata", {}).get("papermill", {}) for c in cells]
+    stopped = [i for i, m in enumerate(meta) if m.get("status") in ("failed", "running")]
+    errored = [i for i, c in enumerate(cells) if any(o.get("output_type") == "error" for o in c.get("outputs", []))]
+    started = [i for i, m in enumerate(meta) if m.get("start_time") is not None]
+    i = stopped[0] if stopped else (errored or started or [None])[-1]
+    return (i, first_line(cells[i])) if i is not None else (None, "")
 
 
 def _describe_failure(nb: NotebookRun, output: Path, exc: BaseException) -> PipelineError:

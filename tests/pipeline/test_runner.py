@@ -147,3 +147,12 @@ def test_kernels_get_the_kernel_env_without_overriding_the_user(tmp_path, make_n
     import os
 
     assert "HF_HUB_DISABLE_PROGRESS_BARS" not in os.environ  # restored after the run
+
+
+def test_a_hanging_cell_is_killed_and_named(tmp_path, make_notebook):
+    nb = make_notebook(tmp_path / "src" / "hang.ipynb", 'run_dir = ""', "x = 1", "import time\ntime.sleep(60)")
+    lay = Layout(root=tmp_path / "out", profile="tiny")
+    with pytest.raises(PipelineError) as info:
+        run_series([NotebookRun(nb, {"run_dir": ""})], lay, progress_bar=False, echo=lambda s: None, cell_timeout_s=3)
+    assert info.value.notebook == "hang" and info.value.cell_index == 4
+    assert "import time" in str(info.value) and "Timeout" in str(info.value)

@@ -182,6 +182,20 @@ def train_ablation(cfg: KitConfig, run_dir, init_dir, data_dir, progress=None) -
     return {"runs": runs}
 
 
+def summary_markdown(summary: Mapping[str, Any], digits: int = 4):
+    """A trainer's summary dict as a two-column Markdown table (scalars only; nested values are
+    left out), which renders as a table in JupyterLab and in the PDF alike."""
+    from IPython.display import Markdown
+
+    rows = ["| key | value |", "|---|---|"]
+    for k, v in summary.items():
+        if isinstance(v, Mapping | list | tuple):
+            continue
+        text = f"{v:.{digits}g}" if isinstance(v, float) else str(v)
+        rows.append(f"| {k} | {text.replace('|', '/')} |")
+    return Markdown("\n".join(rows))
+
+
 # --------------------------------------------------------------------------- trajectory display
 
 
@@ -198,12 +212,12 @@ def _latex_escape(text: str) -> str:
             out.append(r"\textasciicircum{}")
         elif ch == "\n":
             out.append("\\newline\n")
-        elif ch == " ":
-            out.append("~")
         elif ord(ch) < 32 or ord(ch) > 0x2000:  # control characters and glyphs the PDF font lacks
             out.append("?")
         else:
             out.append(ch)
+        if not ch.isalnum() and ch != "\n":  # long lines of code or garbage may break after symbols
+            out.append(r"\allowbreak{}")
     return "".join(out)
 
 

@@ -32,9 +32,16 @@ def test_view_marks_tool_tokens_in_text_and_latex():
     assert "[tool response, mask 0]<tool_response>42</tool_response>[/tool response]" in text
     assert text.splitlines()[0].startswith("demo: answer, 2 turns, 1 tool calls")
     tex = view._repr_latex_()
-    assert r"\textcolor{gray}{<tool\_response>42</tool\_response>}" in tex
-    assert r"50\%~\&~x\_1" in tex and r"\textbackslash{}boxed\{42\}" in tex
+    assert r"\textcolor{gray}{<\allowbreak{}tool\_\allowbreak{}response>" in tex
+    assert r"50\%\allowbreak{} \allowbreak{}\&\allowbreak{} \allowbreak{}x\_" in tex
+    assert r"\textbackslash{}\allowbreak{}boxed\{\allowbreak{}42\}" in tex
     assert "demo" in view._repr_html_()
+
+
+def test_summary_markdown_keeps_scalars():
+    md = chain.summary_markdown({"steps": 40, "final_loss": 1.234567, "rows": {"a": 1}, "policy_dir": "x|y"}).data
+    assert md.splitlines() == ["| key | value |", "|---|---|", "| steps | 40 |", "| final_loss | 1.235 |",
+                               "| policy_dir | x/y |"]
 
 
 def test_paper_profile_sft_needs_a_checkpoint(tmp_path):

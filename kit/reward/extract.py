@@ -31,6 +31,7 @@ _PHRASE = re.compile(
     re.IGNORECASE,
 )
 _BOLD = re.compile(r"\*\*([^*\n]{1,200})\*\*")
+_TOKEN = re.compile(r"[^\s$]+")
 
 
 def strip_blocks(text: str, open_tag: str, close_tag: str) -> str:
@@ -64,25 +65,27 @@ def model_text(response: str) -> str:
     return strip_blocks(text, TOOL_CALL_OPEN, TOOL_CALL_CLOSE)
 
 
-def _brace_group(text: str, start: int) -> int:
-    """Index just past the ``}`` matching the ``{`` at ``text[start]``, or -1 if unbalanced.
+def _brace_matches(text: str) -> dict[int, int]:
+    """For every ``{`` in ``text`` that is closed, the index just past its matching ``}``.
 
+    One linear pass with a stack (a per-box forward scan was quadratic: a response repeating
+    an unclosed ``\\boxed{`` thousands of times took tens of seconds in the caller's process).
     ``\\{`` and ``\\}`` are escaped braces and do not count.
     """
-    depth, i, n = 0, start, len(text)
+    out: dict[int, int] = {}
+    stack: list[int] = []
+    i, n = 0, len(text)
     while i < n:
         c = text[i]
         if c == "\\":
             i += 2
             continue
         if c == "{":
-            depth += 1
-        elif c == "}":
-            depth -= 1
-            if depth == 0:
-                return i + 1
+            stack.append(i)
+        elif c == "}" and stack:
+            out[stack.pop()] = i + 1
         i += 1
-    return -1
+    return out
 
 
 def boxed_contents(text: str) -> list[str]:
@@ -93,17 +96,20 @@ def boxed_contents(text: str) -> list[str]:
     response) and an empty box are skipped: neither is a complete answer.
     """
     found: list[str] = []
+    matches: dict[int, int] | None = None
     for m in re.finditer(r"\\(?:boxed|fbox)(?![A-Za-z])", text):
         i = m.end()
         while i < len(text) and text[i] in " \t":
             i += 1
         if i < len(text) and text[i] == "{":
-            end = _brace_group(text, i)
+            if matches is None:
+                matches = _brace_matches(text)
+            end = matches.get(i, -1)
             if end < 0:
                 continue
             inner = text[i + 1 : end - 1].strip()
         else:
-            tok = re.match(r"[^\s$]+", text[i:])  # \boxed 5 : one TeX token
+            tok = _TOKEN.match(text, i)  # \boxed 5 : one TeX token
             if not tok or m.end() == i:  # "\boxed5" is not TeX; require the space
                 continue
             inner = tok.group(0)

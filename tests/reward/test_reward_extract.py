@@ -49,3 +49,14 @@ def test_fallback_mode(text, expected):
 def test_bad_type_is_a_clear_error():
     with pytest.raises(TypeError, match="response must be str"):
         extract_final_answer(None)
+
+
+def test_many_unclosed_boxes_are_linear_time():
+    # review #4: a per-box forward scan made this 56 KB response take ~30 s in the caller
+    import time
+
+    t = time.perf_counter()
+    assert extract_final_answer("\\boxed{" * 8000) is None
+    assert extract_final_answer("\\boxed{" * 8000 + "\\boxed{5}") == "5"
+    assert time.perf_counter() - t < 1.0
+    assert boxed_contents(r"\boxed{ \boxed{5}") == ["5"]  # an unclosed outer box, a closed inner one

@@ -125,3 +125,15 @@ def test_normalize_and_decimal_helpers():
     assert normalize(r"\left(1,2\right)") == "(1,2)"
     assert to_decimal(r"4.2\times 10^{3}") == 4200
     assert to_decimal("x") is None and to_decimal("1e" + "9" * 30) is None
+
+
+def test_outer_brace_stripping_is_linear_and_keeps_unbalanced_text():
+    # review #4: re-scanning once per layer made 8,000 layers take ~13 s in the caller
+    import time
+
+    t = time.perf_counter()
+    assert normalize("{" * 8000 + "5" + "}" * 8000) == "5"
+    assert time.perf_counter() - t < 1.0
+    assert normalize("{ {7} }") == "7" and normalize("{a}{b}") == "{a}{b}"
+    assert normalize("{a {}") == "{a {}"  # unbalanced: not a group around the whole answer
+    assert grade_answer("5", "{" * 8000 + "5" + "}" * 8000) == ("correct", "same_text")

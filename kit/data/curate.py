@@ -56,7 +56,7 @@ class AnswerTooLarge(ValueError):
 def parse_integer_answer(text: str, max_digits: int = 18) -> int | None:
     """Parse a reference answer as an integer, or None if it is not one.
 
-    Accepted: ``"42"``, ``"+5"``, ``"-3"``, ``"05"`` (leading zeros), ``"1,000"``, ``"1\\,000"``,
+    Accepted: ``"42"``, ``"+5"``, ``"-3"`` (also with the Unicode minus U+2212), ``"05"`` (leading zeros), ``"1,000"``, ``"1\\,000"``,
     ``"1{,}000"``, ``"1 000"`` (thousands separators in groups of 3), ``"$42$"``,
     ``"\\boxed{42}"``, ``"\\(42\\)"``, ``"104924.0"`` (a decimal with only zeros after the point)
     and scientific notation whose value is an integer (``"1e3"``).
@@ -73,7 +73,7 @@ def parse_integer_answer(text: str, max_digits: int = 18) -> int | None:
         AnswerTooLarge: the answer is an integer (or a scientific-notation number) with more
             than ``max_digits`` digits, e.g. ``"6.5e27330467"`` (report §4.2).
     """
-    s = text.strip()
+    s = text.strip().replace("\u2212", "-")  # U+2212 MINUS SIGN, as in "−5"
     for pat, rep in _WRAPPERS:
         s = re.sub(pat, rep, s, flags=re.S).strip()
     if _SCI.match(s):

@@ -126,8 +126,10 @@ def maj_at_k(answers: Sequence[Sequence[Hashable | None]], golds_correct: Sequen
             raise ValueError(f"k must be in [1, {n}], got {kk}")
         right = {a for a, c in zip(row, ok, strict=True) if c and a is not None}
         use_exact = exact if exact is not None else math.comb(n, kk) <= 5000
+        # uniform k-subsets; sorted so that ties go to the lowest sample index, as in the exact
+        # (lexicographic) enumeration and in majority_answer over the original order
         subsets = (_all_subsets(n, kk) if use_exact
-                   else np.argsort(rng.random((resamples, n)), axis=1)[:, :kk])  # uniform k-subsets
+                   else np.sort(np.argsort(rng.random((resamples, n)), axis=1)[:, :kk], axis=1))
         scores.append(_majority_hits(row, right, subsets))
     return float(np.mean(scores))
 

@@ -137,10 +137,35 @@ def load_benchmark(name: str, data_dir: str | Path | None = None, gpqa_path: str
     return items[:max_problems] if max_problems else items
 
 
+def _gpqa_rows(path: Path) -> tuple[list[str], list[dict[str, Any]]]:
+    """Column names and rows of a GPQA file: CSV (the official layout; a UTF-8 byte-order mark,
+    as Excel writes, is ignored), JSONL, a JSON array of objects, or parquet (the hub's
+    conversion), all with the official column names."""
+    suffix = path.suffix.lower()
+    if suffix == ".parquet":
+        import pyarrow.parquet as pq
+
+        try:
+            table = pq.read_table(path)
+        except Exception as exc:  # pyarrow raises several types for a corrupt file
+            raise BenchmarkFormatError(f"{path}: not a readable parquet file ({exc})") from None
+        return list(table.column_names), table.to_pylist()
+    if suffix in (".jsonl", ".json"):
+        rows = [obj for _, obj in _rows(path)]
+        bad = [i for i, obj in enumerate(rows, 1) if not isinstance(obj, dict)]
+        if bad:
+            raise BenchmarkFormatError(f"{path}: row {bad[0]}: expected a JSON object")
+        return sorted({k for obj in rows for k in obj}), rows
+    with path.open(encoding="utf-8-sig", newline="") as fh:
+        reader = csv.DictReader(fh)
+        return list(reader.fieldnames or ()), list(reader)
+
+
 def load_gpqa(path: str | Path, seed: int = 0) -> list[BenchItem]:
     """GPQA-Diamond from the official CSV (``Question``, ``Correct Answer``, ``Incorrect Answer
-    1..3``, optional ``Record ID``): the four choices are shuffled with a per-item seed (sha256
-    of the record id and ``seed``) and lettered A-D; the gold answer is the letter.
+    1..3``, optional ``Record ID``; also a JSONL, JSON or parquet copy with those columns): the
+    four choices are shuffled with a per-item seed (sha256 of the record id and ``seed``) and
+    lettered A-D; the gold answer is the letter.
 
     Raises:
         BenchmarkFormatError: a missing column or empty choice; the message names the row.
@@ -148,25 +173,24 @@ def load_gpqa(path: str | Path, seed: int = 0) -> list[BenchItem]:
     path = Path(path)
     cols = ["Question", "Correct Answer", "Incorrect Answer 1", "Incorrect Answer 2", "Incorrect Answer 3"]
     items = []
-    with path.open(encoding="utf-8", newline="") as fh:
-        reader = csv.DictReader(fh)
-        missing = set(cols) - set(reader.fieldnames or ())
-        if missing:
-            raise BenchmarkFormatError(f"{path}: missing columns {sorted(missing)}")
-        for i, row in enumerate(reader, 1):
-            vals = [(row.get(c) or "").strip() for c in cols]
-            if not all(vals):
-                raise BenchmarkFormatError(f"{path}: row {i}: empty question or choice")
-            rid = row.get("Record ID") or str(i)
-            choices = vals[1:]
-            rng = random.Random(int(hashlib.sha256(f"{rid}:{seed}".encode()).hexdigest()[:16], 16))
-            order = list(range(4))
-            rng.shuffle(order)
-            shuffled = [choices[k] for k in order]
-            letter = "ABCD"[order.index(0)]
-            body = vals[0] + "\n\n" + "\n".join(f"{'ABCD'[k]}) {c}" for k, c in enumerate(shuffled))
-            body += "\n\nAnswer with the letter of the correct choice."
-            items.append(BenchItem("gpqa", rid, body, letter, {"choices": shuffled}))
+    fieldnames, rows = _gpqa_rows(path)
+    missing = set(cols) - set(fieldnames)
+    if missing:
+        raise BenchmarkFormatError(f"{path}: missing columns {sorted(missing)}")
+    for i, row in enumerate(rows, 1):
+        vals = [str(row.get(c) if row.get(c) is not None else "").strip() for c in cols]
+        if not all(vals):
+            raise BenchmarkFormatError(f"{path}: row {i}: empty question or choice")
+        rid = str(row.get("Record ID") or i)
+        choices = vals[1:]
+        rng = random.Random(int(hashlib.sha256(f"{rid}:{seed}".encode()).hexdigest()[:16], 16))
+        order = list(range(4))
+        rng.shuffle(order)
+        shuffled = [choices[k] for k in order]
+        letter = "ABCD"[order.index(0)]
+        body = vals[0] + "\n\n" + "\n".join(f"{'ABCD'[k]}) {c}" for k, c in enumerate(shuffled))
+        body += "\n\nAnswer with the letter of the correct choice."
+        items.append(BenchItem("gpqa", rid, body, letter, {"choices": shuffled}))
     return items
 
 

@@ -70,3 +70,39 @@ def test_gpqa_needs_user_path_and_letters_answers(tmp_path):
 def test_unknown_benchmark():
     with pytest.raises(KeyError, match="math500"):
         load_benchmark("aime23")
+
+
+def _gpqa_records():
+    return [{"Record ID": f"rec{i}", "Question": f"Question {i}?", "Correct Answer": f"right{i}",
+             "Incorrect Answer 1": f"wrong{i}a", "Incorrect Answer 2": f"wrong{i}b",
+             "Incorrect Answer 3": f"wrong{i}c", "Subdomain": "x"} for i in range(6)]
+
+
+def test_gpqa_other_formats_and_bom_give_the_same_items(tmp_path):
+    # review #8: a CSV saved with a byte-order mark lost its first column ("Record ID", so the
+    # shuffle changed; "Question" first -> missing column), and JSONL/parquet copies did not load
+    import json
+
+    import pandas as pd
+
+    recs = _gpqa_records()
+    plain = tmp_path / "gpqa.csv"
+    pd.DataFrame(recs).to_csv(plain, index=False)
+    bom = tmp_path / "gpqa_bom.csv"
+    bom.write_text(plain.read_text(encoding="utf-8"), encoding="utf-8-sig")
+    jsonl = tmp_path / "gpqa.jsonl"
+    jsonl.write_text("".join(json.dumps(r) + "\n" for r in recs))
+    parquet = tmp_path / "gpqa.parquet"
+    pd.DataFrame(recs).to_parquet(parquet)
+    ref = [(it.id, it.question, it.answer) for it in load_gpqa(plain)]
+    assert [r[0] for r in ref] == [f"rec{i}" for i in range(6)]
+    for path in (bom, jsonl, parquet):
+        assert [(it.id, it.question, it.answer) for it in load_benchmark("gpqa", gpqa_path=str(path))] == ref, path
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps(recs[0]) + "\n" + json.dumps({**recs[1], "Correct Answer": ""}) + "\n")
+    with pytest.raises(BenchmarkFormatError, match="row 2"):
+        load_gpqa(bad)
+    corrupt = tmp_path / "corrupt.parquet"
+    corrupt.write_bytes(parquet.read_bytes()[:50])
+    with pytest.raises(BenchmarkFormatError, match="corrupt.parquet"):
+        load_gpqa(corrupt)

@@ -22,6 +22,8 @@ import asyncio
 import collections
 import itertools
 import json
+import math
+import numbers
 import os
 import selectors
 import subprocess
@@ -58,6 +60,20 @@ class _Worker:
     started: float = field(default_factory=time.monotonic)
 
 
+def _check_timeout(timeout_s: float | None) -> None:
+    """A limit must be a finite positive number of seconds (or None: the pool's default).
+
+    Unchecked, 0 silently meant the default, a negative limit killed a worker at once and
+    ``inf`` crashed the dispatcher (``select`` cannot wait forever), breaking the pool.
+    """
+    if timeout_s is None:
+        return
+    if isinstance(timeout_s, bool) or not isinstance(timeout_s, numbers.Real):
+        raise TypeError(f"timeout_s must be a number of seconds, got {type(timeout_s).__name__}")
+    if not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise ValueError(f"timeout_s must be a finite number of seconds > 0, got {timeout_s!r}")
+
+
 class VerifierError(RuntimeError):
     """The pool cannot run (workers fail to start, or it was closed)."""
 
@@ -85,8 +101,7 @@ class Verifier:
                  soft_fraction: float = 0.8, recycle_after: int = 5000, max_start_failures: int = 3):
         if workers is not None and workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
-        if timeout_s <= 0:
-            raise ValueError(f"timeout_s must be > 0, got {timeout_s}")
+        _check_timeout(timeout_s)
         self.workers = workers or os.cpu_count() or 1
         self.timeout_s = float(timeout_s)
         self.memory_mb = int(memory_mb)
@@ -166,6 +181,7 @@ class Verifier:
             A Future resolving to ``(reason, detail, seconds)``; it raises VerifierError when
             the pool is broken or closed.
         """
+        _check_timeout(timeout_s)
         if self._pid != os.getpid():
             raise VerifierError("this Verifier was created in another process (fork); make a new one")
         if self._thread is None:
@@ -175,12 +191,14 @@ class Verifier:
             if self._closing or self._broken:
                 fut.set_exception(VerifierError(self._broken or "verifier is closed"))
                 return fut
-            self._incoming.append(_Job(next(self._ids), gold, answer, float(timeout_s or self.timeout_s), fut))
+            limit = self.timeout_s if timeout_s is None else float(timeout_s)
+            self._incoming.append(_Job(next(self._ids), gold, answer, limit, fut))
             self.stats["submitted"] += 1
         self._wake()
         return fut
 
     def _start_verdict(self, gold, response, timeout_s, fallback, where="") -> tuple[Verdict | None, Future | None, str | None, float]:
+        _check_timeout(timeout_s)
         gold, response = check_pair(gold, response, where)
         verdict, g, a, extracted, dt = prepare(gold, response, fallback)
         if verdict is not None:

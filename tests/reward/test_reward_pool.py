@@ -92,3 +92,25 @@ def test_a_missing_interpreter_fails_callers_instead_of_hanging(monkeypatch):
         with pytest.raises(VerifierError, match="crashed|closed"):
             v.submit("1", "2").result(timeout=30)
         assert not v.alive
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("inf"), float("nan")])
+def test_a_bad_per_call_timeout_is_rejected_and_the_pool_survives(pool, bad):
+    # review #4: 0 silently meant the default, -1 killed a worker at once, inf crashed the
+    # dispatcher (select cannot wait forever) and broke the pool for every caller
+    kills = pool.stats["hard_kills"]
+    with pytest.raises(ValueError, match="timeout_s must be a finite number"):
+        pool.verify(r"\frac12", r"\boxed{\frac{2}{4}}", timeout_s=bad)
+    with pytest.raises(ValueError, match="timeout_s must be a finite number"):
+        pool.verify_batch([("1", r"\boxed{1}")], timeout_s=bad)
+    with pytest.raises(ValueError, match="timeout_s must be a finite number"):
+        pool.submit("1", "2", timeout_s=bad)
+    with pytest.raises(TypeError, match="timeout_s must be a number"):
+        pool.verify("1", r"\boxed{1}", timeout_s="5")
+    assert pool.alive and pool.stats["hard_kills"] == kills
+    assert pool.verify(r"\frac12", r"\boxed{\frac{2}{4}}", timeout_s=3).correct
+
+
+def test_constructor_rejects_an_infinite_timeout():
+    with pytest.raises(ValueError, match="timeout_s"):
+        Verifier(1, timeout_s=float("inf"))

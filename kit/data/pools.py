@@ -77,8 +77,12 @@ def _bad(path: Path, row: int | str, why: str) -> PoolFormatError:
 def _read_jsonl(path: Path) -> list[tuple[int, dict[str, Any]]]:
     """Parse a JSONL file into ``(line number, object)`` pairs; blank lines are skipped."""
     out = []
-    with path.open(encoding="utf-8") as fh:
-        for lineno, line in enumerate(fh, 1):
+    with path.open("rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise _bad(path, lineno, f"not UTF-8 text ({exc.reason} at byte {exc.start})") from None
             if not line.strip():
                 continue
             try:
@@ -109,13 +113,17 @@ def load_dapo(data_dir: str | Path | None = None) -> list[Problem]:
     """DAPO-Math-17k (deduplicated, 17,917 rows; every ground truth an integer string).
 
     Raises:
-        PoolFormatError: a row without ``prompt[0].content`` or ``reward_model.ground_truth``.
+        PoolFormatError: a row without ``prompt[0].content`` or ``reward_model.ground_truth``,
+            or a file that is not a readable parquet with those columns (names the file).
         kit.paths.DataFileMissing: the parquet file is absent.
     """
     import pyarrow.parquet as pq
 
     path = data_file("train/dapo_math_17k.parquet", override=data_dir)
-    table = pq.read_table(path, columns=["prompt", "reward_model", "extra_info"]).to_pylist()
+    try:
+        table = pq.read_table(path, columns=["prompt", "reward_model", "extra_info"]).to_pylist()
+    except Exception as exc:  # pyarrow raises several types for a corrupt file or a missing column
+        raise _bad(path, "-", f"not a readable DAPO parquet file ({exc})") from None
     out = []
     for i, row in enumerate(table):
         prompt = row.get("prompt")
@@ -231,7 +239,8 @@ def load_aime_history(data_dir: str | Path | None = None) -> list[Problem]:
     that :func:`kit.data.curate.curate` removes in its decontamination step.
 
     Raises:
-        PoolFormatError: a missing column, an empty field or an id without a leading year; the
+        PoolFormatError: a missing column, an empty field, more fields than the header or an id
+            without a leading year; the
             message names the file and the CSV row (1 = first data row).
     """
     path = data_file("train/aime_1983_2025.csv", override=data_dir)
@@ -242,6 +251,9 @@ def load_aime_history(data_dir: str | Path | None = None) -> list[Problem]:
         if missing:
             raise _bad(path, "header", f"missing columns {sorted(missing)}")
         for i, row in enumerate(reader, 1):
+            if None in row:  # csv.DictReader puts fields beyond the header under the key None
+                raise _bad(path, i, f"{len(row[None])} more field(s) than the header (an unquoted comma?) "
+                                    f"in {row!r:.120}")
             if any(row.get(k) in (None, "") for k in ("id", "problem", "answer")):
                 raise _bad(path, i, f"empty id/problem/answer in {row!r:.120}")
             m = _AIME_YEAR.match(row["id"])

@@ -90,6 +90,26 @@ def test_bad_csv_row_and_missing_key(tmp_path):
         pools.load_openmathreasoning(tmp_path)
 
 
+@needs_data
+def test_extra_csv_field_non_utf8_line_and_corrupt_parquet_are_named(tmp_path):
+    # review #8: an extra (unquoted-comma) CSV field was silently ignored, a non-UTF-8 line and
+    # a corrupt parquet raised errors that named no row or were not PoolFormatError
+    dst = _copy_train(tmp_path)
+    rows = (dst / "aime_1983_2025.csv").read_text().splitlines()
+    rows.insert(2, '1999_AIME_1,Find a, b,3')
+    (dst / "aime_1983_2025.csv").write_text("\n".join(rows) + "\n")
+    with pytest.raises(pools.PoolFormatError, match=r"aime_1983_2025\.csv: row 2: 1 more field"):
+        pools.load_aime_history(tmp_path)
+    data = (dst / "gsm8k_train.jsonl").read_bytes().split(b"\n")
+    data[6] = b'{"question": "caf\xe9", "answer": "#### 1"}'
+    (dst / "gsm8k_train.jsonl").write_bytes(b"\n".join(data))
+    with pytest.raises(pools.PoolFormatError, match=r"gsm8k_train\.jsonl: row 7: not UTF-8"):
+        pools.load_gsm8k(tmp_path)
+    (dst / "dapo_math_17k.parquet").write_bytes((REAL / "train" / "dapo_math_17k.parquet").read_bytes()[:4096])
+    with pytest.raises(pools.PoolFormatError, match=r"dapo_math_17k\.parquet: .*not a readable"):
+        pools.load_dapo(tmp_path)
+
+
 def test_unknown_pool_lists_known():
     with pytest.raises(KeyError, match="project_euler"):
         pools.load_pool("aops")

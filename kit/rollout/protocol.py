@@ -127,6 +127,9 @@ def _validate(index: int, raw: str, names: Sequence[str]) -> ParsedCall:
         obj: Any = json.loads(body)
     except json.JSONDecodeError as exc:
         return ParsedCall(index, raw, error=f"the tool call is not valid JSON ({exc.msg}: line {exc.lineno} column {exc.colno})")
+    except (ValueError, RecursionError) as exc:  # a >4300-digit number, or arrays nested too deep
+        return ParsedCall(index, raw, error=f"the tool call could not be read as JSON ({type(exc).__name__}: "
+                                            f"{str(exc).split(';')[0][:120]})")
     if not isinstance(obj, dict):
         return ParsedCall(index, raw, error=f"the tool call must be a JSON object, got {_jtype(obj)}")
     for key in ("name", "arguments"):

@@ -45,6 +45,16 @@ def test_malformed_calls_say_what_is_wrong(body, message):
     assert c.code is None
 
 
+def test_json_that_python_cannot_read_is_malformed_not_a_crash():
+    """json.loads raises ValueError (not JSONDecodeError) on a >4300-digit number and
+    RecursionError on deep nesting; both are model text, so both must come back as feedback."""
+    huge = one('<tool_call>{"name": "@T", "arguments": {"code": %s}}</tool_call>'.replace("@T", T) % ("9" * 5000))
+    deep = one("<tool_call>" + "[" * 100_000 + "]" * 100_000 + "</tool_call>")
+    assert "could not be read as JSON (ValueError: Exceeds the limit" in huge.error
+    assert "could not be read as JSON (RecursionError" in deep.error
+    assert huge.code is None and deep.code is None
+
+
 def test_unclosed_tags():
     calls = parse_tool_calls("<tool_call>{\"name\": 1 <tool_call>" + json.dumps({"name": T, "arguments": {"code": "2"}})
                              + "</tool_call> then <tool_call>{")

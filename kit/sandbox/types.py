@@ -8,6 +8,7 @@
 from __future__ import annotations
 
 import dataclasses
+import math
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -24,6 +25,18 @@ infra_error   the sandbox itself failed (a worker died twice, the pool closed); 
 """
 
 
+def _check_timeout(t: Any) -> float | None:
+    """None (the config's limit) or a finite number of seconds > 0; anything else is a caller bug
+    that would otherwise reach (and crash) a worker."""
+    if t is None:
+        return None
+    if isinstance(t, bool) or not isinstance(t, int | float):
+        raise TypeError(f"timeout_s must be a number of seconds or None, got {type(t).__name__}")
+    if not math.isfinite(t) or t <= 0:
+        raise ValueError(f"timeout_s must be finite and > 0, got {t!r}")
+    return float(t)
+
+
 @dataclass(frozen=True)
 class ToolCall:
     """One ``execute_python_code_with_standard_io`` call.
@@ -37,6 +50,15 @@ class ToolCall:
     code: str
     input: str = ""
     timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.code, str):
+            raise TypeError(f"ToolCall.code must be a str, got {type(self.code).__name__}")
+        if self.input is None:
+            object.__setattr__(self, "input", "")
+        elif not isinstance(self.input, str):
+            raise TypeError(f"ToolCall.input must be a str, got {type(self.input).__name__}")
+        object.__setattr__(self, "timeout_s", _check_timeout(self.timeout_s))
 
     def to_wire(self) -> dict[str, Any]:
         return {"kind": "code", "code": self.code, "input": self.input, "timeout_s": self.timeout_s}
@@ -55,6 +77,11 @@ class FunctionCall:
     args: tuple = ()
     kwargs: dict = field(default_factory=dict)
     timeout_s: float | None = None
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.target, str) or ":" not in self.target:
+            raise ValueError(f"FunctionCall.target must be 'module:qualname', got {self.target!r}")
+        object.__setattr__(self, "timeout_s", _check_timeout(self.timeout_s))
 
     def to_wire(self) -> dict[str, Any]:
         return {"kind": "func", "target": self.target, "args": list(self.args),

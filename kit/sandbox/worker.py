@@ -190,6 +190,7 @@ class Worker:
         _, status, ru = os.wait4(pid, 0)
         wall = time.monotonic() - t0
         self._sweep()
+        self._remove_sysv_ipc()
         for fd in caps:
             self._drain(fd, caps[fd])
             os.close(fd)
@@ -255,6 +256,29 @@ class Worker:
                 return
             if p == 0:
                 return
+
+    def _remove_sysv_ipc(self) -> None:
+        """Delete the System V shared memory, message queues and semaphores the call created.
+
+        They outlive processes: without this a call could park gigabytes in ``shmget`` segments
+        (RLIMIT_AS only bounds what is attached) that stay after the call and that the next
+        call on this worker can read. In bwrap the worker has its own IPC namespace, so every
+        object in it came from a call; otherwise only those of the call's uid are removed.
+        """
+        if _LIBC is None or not (self.in_pid_ns or self.uid is not None):
+            return
+        rm = {"shm": lambda i: _LIBC.shmctl(i, 0, None), "msg": lambda i: _LIBC.msgctl(i, 0, None),
+              "sem": lambda i: _LIBC.semctl(i, 0, 0)}  # IPC_RMID = 0
+        for kind, remove in rm.items():
+            try:
+                with open(f"/proc/sysvipc/{kind}") as fh:
+                    head, *rows = [line.split() for line in fh if line.strip()]
+            except (OSError, ValueError):
+                continue
+            owners = [head.index(c) for c in ("uid", "cuid") if c in head]
+            for row in rows:
+                if self.in_pid_ns or any(int(row[k]) == self.uid for k in owners):
+                    remove(int(row[1]))
 
     def _clean_workdir(self) -> None:
         """Empty the call's working directory and drop what the call left in /tmp, /dev/shm."""

@@ -89,12 +89,14 @@ class WorkerProc:
         except (asyncio.IncompleteReadError, ConnectionError, ValueError) as exc:
             raise WorkerDied(f"worker {self.index} gone ({type(exc).__name__})") from None
 
-    async def request(self, req: dict, timeout_s: float) -> dict:
-        """Send one request and wait for its answer; WorkerDied if the worker fails."""
+    async def request(self, req: dict, timeout_s: float, body: bytes | None = None) -> dict:
+        """Send one request (``body``: its encoded frame, if already made) and wait for its
+        answer; WorkerDied if the worker fails."""
         if not self.alive:
             raise WorkerDied(f"worker {self.index} is not running")
         assert self.proc is not None and self.proc.stdin is not None
-        body = json.dumps(req).encode()
+        if body is None:
+            body = json.dumps(req).encode()
         try:
             self.proc.stdin.write(HEADER.pack(len(body)) + body)
             await self.proc.stdin.drain()
@@ -164,6 +166,9 @@ class LocalExecutor:
 
     async def run(self, req: dict) -> dict:
         """Execute one wire request; always returns a result dict (infra_error at worst)."""
+        body, bad = _encode(req)
+        if bad:  # the caller's request, not the sandbox: answer it without touching a worker
+            return {**_infra(""), "status": "error", "stderr": bad}
         timeout = float(req.get("timeout_s") or self.cfg.timeout_s)
         last = "no attempt"
         for attempt in range(2):  # the original try and one retry
@@ -177,7 +182,7 @@ class LocalExecutor:
                 self._spawn(w.stop())
             t0 = time.monotonic()
             try:
-                out = await w.request(req, timeout)
+                out = await w.request(req, timeout, body)
             except WorkerDied as exc:
                 last = str(exc)
                 self.counters["worker_deaths"] += 1
@@ -278,6 +283,27 @@ class LocalExecutor:
     def stats(self) -> dict[str, Any]:
         return {"workers": len(self.workers), "alive": sum(w.alive for w in self.workers.values()),
                 **self.counters}
+
+
+def _encode(req: dict) -> tuple[bytes, str]:
+    """The request's frame body, or an error message when no worker could take it: not JSON
+    (NaN, objects), wrong field types (a worker would crash on them), or a frame over the wire's
+    limit (the worker would drop the connection). Such calls used to kill two workers and come
+    back ``infra_error``, which blames the sandbox for the caller's input."""
+    try:
+        if req.get("kind", "code") == "code" and not (
+                isinstance(req.get("code"), str) and isinstance(req.get("input") or "", str)):
+            raise TypeError("'code' and 'input' must be strings")
+        t = req.get("timeout_s")
+        if t is not None and (isinstance(t, bool) or not isinstance(t, int | float) or not t > 0):
+            raise ValueError(f"timeout_s must be a finite number > 0, got {t!r}")
+        body = json.dumps(req, allow_nan=False).encode()
+    except (TypeError, ValueError) as exc:
+        return b"", f"InvalidRequest: {type(exc).__name__}: {exc}"
+    if len(body) > MAX_FRAME:
+        return b"", (f"InvalidRequest: the call is {len(body)} bytes encoded, over the sandbox's "
+                     f"{MAX_FRAME} byte limit on code plus input")
+    return body, ""
 
 
 def _infra(reason: str) -> dict:

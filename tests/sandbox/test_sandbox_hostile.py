@@ -119,3 +119,50 @@ def test_pool_healthy_after_hostile_cases(pool):
     st = pool.stats()
     assert st.get("worker_deaths", 0) == 0 and st.get("alive") == 2, st
     assert all(r.status == "ok" for r in pool.run_batch(["1 + 1"] * 20))
+
+
+SYSV_SHM = ("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nlibc.shmget.restype = ctypes.c_int\n"
+            "libc.shmat.restype = ctypes.c_void_p\nfor _ in range(3):\n"
+            "    a = libc.shmat(libc.shmget(0, 8 << 20, 0o1600), None, 0)\n"
+            "    ctypes.memset(a, 7, 8 << 20)\n    libc.shmdt(ctypes.c_void_p(a))\n"
+            "libc.msgget(0, 0o1600)\nlibc.semget(0, 1, 0o1600)\n"
+            "print(sum(len(open(f'/proc/sysvipc/{k}').readlines()) - 1 for k in ('shm', 'msg', 'sem')))")
+
+
+def test_sysv_ipc_objects_do_not_outlive_the_call(pool):
+    """System V segments outlive processes: a call parked memory (outside RLIMIT_AS once
+    detached) that stayed after it and was readable by the next call on the worker."""
+    r = pool.run(ToolCall(SYSV_SHM))
+    assert r.status == "ok" and r.stdout == "5\n", r  # they existed during the call
+    after = pool.run_batch(["sum(len(open(f'/proc/sysvipc/{k}').readlines()) - 1 for k in ('shm', 'msg', 'sem'))"] * 4)
+    assert [a.value for a in after] == ["0"] * 4, after
+
+
+@pytest.mark.parametrize("kw", [{"code": 123}, {"code": None}, {"code": "1", "input": 5},
+                                {"code": "1", "timeout_s": float("nan")}, {"code": "1", "timeout_s": float("inf")},
+                                {"code": "1", "timeout_s": -1}, {"code": "1", "timeout_s": "3"}])
+def test_tool_call_rejects_invalid_fields(kw):
+    with pytest.raises((TypeError, ValueError)):
+        ToolCall(**kw)
+
+
+def test_invalid_requests_are_the_callers_error_and_kill_no_worker(pool):
+    """Requests no worker can take (wrong types, NaN, not JSON, over the 64 MiB frame) used to
+    crash two workers each and come back infra_error, blaming the sandbox."""
+    from kit.sandbox import FunctionCall
+
+    deaths = pool.stats().get("worker_deaths", 0)
+    ex = pool.pool._executor
+    raw = [{"kind": "code", "code": "1", "input": 5, "timeout_s": None},
+           {"kind": "code", "code": "1", "input": "", "timeout_s": float("nan")},
+           {"kind": "code", "code": "1", "input": "", "timeout_s": float("inf")},
+           {"kind": "code", "code": 123, "input": "", "timeout_s": None}]
+    for req in raw:
+        out = pool._call(ex.run(req))
+        assert out["status"] == "error" and "InvalidRequest" in out["stderr"], (req, out)
+    r = pool.run(FunctionCall("math:gcd", (object(),)))
+    assert r.status == "error" and "JSON" in r.stderr, r
+    r = pool.run(ToolCall("#" + "x" * (65 << 20)))
+    assert r.status == "error" and "byte limit" in r.stderr, r.stderr
+    assert pool.stats().get("worker_deaths", 0) == deaths
+    assert [x.value for x in pool.run_batch(["6 * 7"] * 4)] == ["42"] * 4

@@ -71,7 +71,9 @@ class VerlServerBackend:
                   "stop_token_ids": list(stop_ids)}
         out = await self.server.generate(request_id=self.request_id, prompt_ids=list(prompt_ids), sampling_params=params)
         ids = list(out.token_ids)[:max_new_tokens]
-        lps = list(out.log_probs)[: len(ids)] if out.log_probs else None
+        # an empty reply (SGLang: max_new_tokens clamped to 0, or an abort) has log_probs == []: keep it a
+        # list, or the whole trajectory loses its log-probs and VERL cannot concatenate the batch's
+        lps = list(out.log_probs)[: len(ids)] if out.log_probs is not None else None
         stop = set(stop_ids)
         for i, t in enumerate(ids):  # a server may run past a stop id it was not told about
             if t in stop:

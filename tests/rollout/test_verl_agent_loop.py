@@ -112,6 +112,26 @@ async def test_budget_from_verl_response_length(tok):
     assert len(out.response_ids) == 90 and out.extra_fields["truncated"] and out.extra_fields["finish_reason"] == "length"
 
 
+async def test_empty_server_reply_keeps_the_trajectory_logprobs(tok):
+    """SGLang answers an aborted request, or one whose max_new_tokens it clamped to 0, with
+    token_ids == log_probs == []; the rollout ends "length" and keeps the log-probs it has
+    (None for one row would break VERL's torch.cat of rollout_log_probs over the batch)."""
+
+    class EmptySecond(MockServer):
+        async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+            if self.requests:
+                self.requests.append((request_id, list(prompt_ids), dict(sampling_params)))
+                return TokenOutput(token_ids=[], log_probs=[], stop_reason="aborted")
+            return await super().generate(request_id, prompt_ids=prompt_ids, sampling_params=sampling_params)
+
+    loop = _make(tok, EmptySecond(tok, [call("print(1)") + prompts.IM_END]), FakeExecutor())
+    out = await loop.run({"temperature": 1.0, "logprobs": True}, raw_prompt=[{"role": "user", "content": "q"}])
+    assert out.extra_fields["finish_reason"] == "length" and out.extra_fields["truncated"]
+    assert out.response_logprobs is not None and len(out.response_logprobs) == len(out.response_ids)
+    assert [lp for lp, m in zip(out.response_logprobs, out.response_mask, strict=True) if m] == [-0.25] * sum(
+        out.response_mask)
+
+
 async def test_row_without_user_message_is_a_clear_error(tok):
     loop = _make(tok, MockServer(tok, []), FakeExecutor())
     with pytest.raises(ValueError, match="no user message"):

@@ -18,6 +18,17 @@ def test_normalisation_drops_markup():
     assert normalize_tokens(r"\( x \cdot y \)") == normalize_tokens("x cdot y")
 
 
+def test_latex_and_unicode_variants_of_a_copy_are_caught():
+    # review #8: \\dfrac/\\tfrac, \\left(...\\right) and Unicode math letters hid copies
+    bench = r"Compute $\frac{1}{2}+\frac{3}{4}+\frac{5}{6}+\frac{7}{8}$ exactly."
+    index = NgramIndex({"fake": [("b0", bench)]}, 8)
+    for variant in (r"Compute $\dfrac{1}{2}+\dfrac{3}{4}+\dfrac{5}{6}+\dfrac{7}{8}$ exactly.",
+                    r"Compute $\tfrac{1}{2}+\cfrac{3}{4}+\left(\frac{5}{6}\right)+\displaystyle\frac{7}{8}$ exactly."):
+        assert index.match(variant) is not None, variant
+    assert normalize_tokens("Let 𝑥² be café") == ["let", "x2", "be", "cafe"]
+    assert normalize_tokens(r"\bigl( \bigcup \leftarrow \dfracx") == ["bigcup", "leftarrow", "dfracx"]
+
+
 def test_ngrams_sizes():
     toks = list("abcdefghij")
     assert len(ngrams(toks, 8)) == 3

@@ -214,6 +214,6 @@ def policy_loss(
         metrics = {
             "clipfrac": float(((clipped > unclipped).to(mask.dtype) * mask).sum() / n),
             "clipfrac_lower": float((lower * mask).sum() / n),
-            "approx_kl": float((-log_ratio * mask).sum() / n),
+            "approx_kl": float(torch.where(mask.bool(), -log_ratio * mask, torch.zeros_like(log_ratio)).sum() / n),
         }
     return loss, metrics

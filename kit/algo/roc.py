@@ -34,8 +34,8 @@ turns in ``p_format``          assistant turns found in the        all assistant
 positives                      lowest penalty first                ``mode="sample"`` (``"rank"``)
 negatives                      rollout order (after PR #50;        uniform at random
                                lowest penalty before it)
-counts                         ``round()`` each side separately    ``k_neg = round(...)``,
-                                                                   ``k_pos = G - k_neg`` (equal
+counts                         ``round()`` each side separately    ``k_pos = round(...)``,
+                                                                   ``k_neg = G - k_pos`` (equal
                                                                    to the release when G is even
                                                                    and there are 2G rollouts)
 groups with < G rollouts       dropped                             kept whole
@@ -299,9 +299,11 @@ class RocSelection:
 def allocate(n_pos: int, n_neg: int, group_size: int, min_positive: int = 2, min_negative: int = 2) -> tuple[int, int]:
     """How many positives and negatives to keep from one group (release's proportional rule).
 
-    ``k_neg = round(n_neg * G / n)`` (Python rounding, half to even, as released), then
-    ``k_pos = G - k_neg``; a side below ``min(minimum, available)`` is raised to it and the other
-    side gets the rest. A group with ``n <= G`` rows is kept whole.
+    ``k_pos = round(n_pos * G / n)`` (Python rounding, half to even, as released), then
+    ``k_neg = G - k_pos``; a side below ``min(minimum, available)`` is raised to it and the other
+    side gets the rest. A group with ``n <= G`` rows is kept whole. With G even and ``n = 2G`` this
+    equals rounding each side separately (the release); with G odd a tie such as 3 of 10 correct
+    (G = 5) keeps ``round(1.5) = 2`` positives.
 
     Args:
         n_pos, n_neg: positives and negatives in the group (n = n_pos + n_neg rows).
@@ -325,8 +327,8 @@ def allocate(n_pos: int, n_neg: int, group_size: int, min_positive: int = 2, min
     n = n_pos + n_neg
     if n <= group_size:
         return n_pos, n_neg
-    k_neg = round(n_neg * group_size / n)
-    k_pos = group_size - k_neg
+    k_pos = round(n_pos * group_size / n)
+    k_neg = group_size - k_pos
     if k_neg < min(min_negative, n_neg):
         k_neg = min(min_negative, n_neg)
         k_pos = group_size - k_neg
@@ -403,13 +405,17 @@ def roc_select(
     Returns:
         :class:`RocSelection` with the kept row indices.
     Raises:
-        ValueError: inputs of different lengths, bad penalties, or bad minimum counts.
+        ValueError: inputs of different lengths, a non-finite reward, bad penalties, or bad
+            minimum counts.
     """
     r = np.asarray(rewards, dtype=np.float64).reshape(-1)
     pt = np.asarray(p_total_values, dtype=np.float64).reshape(-1)
     gids = list(group_ids.tolist() if isinstance(group_ids, np.ndarray) else group_ids)
     if not (r.size == pt.size == len(gids)):
         raise ValueError(f"roc_select: {r.size} rewards, {len(gids)} group ids, {pt.size} penalties")
+    bad = np.flatnonzero(~np.isfinite(r))
+    if bad.size:
+        raise ValueError(f"roc_select: reward of row {int(bad[0])} is {r[bad[0]]} (rewards must be finite)")
     if min_positive + min_negative > group_size:
         raise ValueError(
             f"RoC: min_positive ({min_positive}) + min_negative ({min_negative}) exceeds group_size ({group_size})"

@@ -108,8 +108,12 @@ def test_tool_tokens_get_zero_gradient_and_do_not_change_the_loss():
     # garbage (even NaN) log-probs on tool tokens cannot leak into the loss
     poisoned = new.detach().clone()
     poisoned[:, 3:6] = float("nan")
-    loss2, _ = policy_loss(poisoned, old, adv, mask)
+    loss2, m2 = policy_loss(poisoned, old, adv, mask)
     assert loss2.item() == pytest.approx(loss.item(), rel=1e-6)
+    # ... nor into the logged metrics (approx_kl was NaN here)
+    _, m = policy_loss(new.detach(), old, adv, mask)
+    assert all(math.isfinite(v) for v in m2.values())
+    assert m2 == pytest.approx(m, rel=1e-6)
 
 
 def test_micro_batches_with_global_token_count_sum_to_the_full_batch_loss():

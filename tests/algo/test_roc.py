@@ -118,6 +118,24 @@ def test_allocate_hand_cases(n_pos, n_neg, G, expected):
     assert allocate(n_pos, n_neg, G) == expected
 
 
+@pytest.mark.parametrize(
+    ("n_pos", "n_neg", "G", "expected"),
+    [
+        (3, 7, 5, (2, 3)),   # issue #6: k_pos = round(#pos * G / 2G) = round(1.5) = 2 (rounding negatives gave 1)
+        (5, 5, 5, (2, 3)),   # round(2.5) = 2
+        (3, 3, 3, (2, 1)),   # round(1.5) = 2
+    ],
+)
+def test_allocate_rounds_the_positive_share_for_odd_G(n_pos, n_neg, G, expected):
+    assert allocate(n_pos, n_neg, G, min_positive=0, min_negative=0) == expected
+    assert allocate(n_pos, n_neg, G, min_positive=0, min_negative=0)[0] == round(n_pos * G / (n_pos + n_neg))
+
+
+def test_select_rejects_non_finite_rewards_naming_the_row():
+    with pytest.raises(ValueError, match="reward of row 1 is nan"):
+        roc_select([1.0, float("nan"), 0.0, 0.0], [0] * 4, [0.5] * 4, group_size=2, min_positive=1, min_negative=1)
+
+
 def test_allocate_rejects_minimums_larger_than_the_group():
     with pytest.raises(ValueError, match="exceeds group_size"):
         allocate(4, 4, 3, min_positive=2, min_negative=2)

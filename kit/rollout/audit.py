@@ -6,8 +6,9 @@ join, a re-tokenized tool block, a token merged across a join), training and inf
 different sequences, and the error grows with every turn (verl issues #6921, #2165, #3960).
 
 :func:`audit_trajectory` rebuilds the conversation from the trajectory's texts, renders it with
-the tokenizer's chat template (``kit.prompts.CHAT_TEMPLATE``; :func:`kit.prompts.render_conversation`
-when the tokenizer has none), independently of the loop's :func:`kit.prompts.feedback_block`,
+the kit's chat template (``kit.prompts.CHAT_TEMPLATE`` through the tokenizer's Jinja renderer, whatever
+template the tokenizer itself carries; :func:`kit.prompts.render_conversation` for an object without
+``apply_chat_template``), independently of the loop's :func:`kit.prompts.feedback_block`,
 and checks:
 
     ``text_ok``   decode(prompt_ids + response_ids) equals the rendered text (must always hold);
@@ -51,8 +52,11 @@ class AuditReport:
 
 
 def _render(tokenizer: Any, messages: list[dict[str, str]], gen: bool) -> str:
-    if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=gen)
+    # always the kit's template: the loop renders from kit.prompts whatever template the tokenizer
+    # carries (a hub tokenizer such as Qwen3-14B-Base keeps its own, which the rollout never uses)
+    if hasattr(tokenizer, "apply_chat_template"):
+        return tokenizer.apply_chat_template(messages, chat_template=prompts.CHAT_TEMPLATE, tokenize=False,
+                                             add_generation_prompt=gen)
     return prompts.render_conversation(messages, add_generation_prompt=gen)
 
 

@@ -38,6 +38,17 @@ async def test_clean_trajectory_passes(tok):
     assert rep.ok and rep.ids_ok and rep.text_ok and rep.masked_ok and rep.drift_at is None and not rep.problems
 
 
+async def test_audit_uses_the_kit_template_not_the_tokenizers_own(tok):
+    """A hub tokenizer keeps its own chat template (kit.models.load_policy does not replace it), but
+    the loop renders from kit.prompts: a clean trajectory must still pass."""
+    other = copy.deepcopy(tok)
+    other.chat_template = ("{%- for m in messages -%}{{- '<|im_start|>' + m.role + '\\n' + m.content + "
+                           "'<|im_end|>\\n' -}}{%- endfor -%}{%- if add_generation_prompt -%}"
+                           "{{- '<|im_start|>assistant\\n' -}}{%- endif -%}")
+    rep = audit_trajectory(await _traj(tok), other)
+    assert rep.ok and rep.ids_ok and not rep.problems, rep.problems
+
+
 async def test_dropped_newline_at_the_join_is_caught(tok):
     tr = await _traj(tok)
     (m0, s, e) = [sp for sp in tr.spans() if sp[0] == 0][0]

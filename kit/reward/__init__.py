@@ -46,6 +46,10 @@ units: ``5`` vs ``5\text{ cm}``       correct: one trailing ``\text{}``/``\mathr
                                       ``a_1``, ``\theta``, ``f(2)``); an equation with
                                       anything else on the left (``2x-y+5=0`` vs ``0``) is
                                       wrong, not unwrapped. Gold ``x=5`` vs ``5``: correct.
+                                      Several assignments (``x=3 \text{ or } x=4``,
+                                      ``x=3, x=4``) are several values, never the last
+                                      one alone: wrong against ``4``, correct against
+                                      ``3,4``; a chain ``x=3=4`` is wrong.
 ``\dfrac``/``\tfrac`` vs ``\frac``    correct (rewritten to ``\frac``).
 scientific: ``4200`` vs ``4.2e3``     correct: ``4.2e3``, ``4.2E3``, ``4.2\times 10^{3}``,
                                       ``4.2\cdot 10^3`` are exact decimals, never Euler's

@@ -34,6 +34,11 @@ _LONE_SYMBOL = re.compile(
 )
 _BASE_NUMBER = re.compile(r"^([0-9A-Za-z]+)_\{?\s*(\d+)\s*\}?$")
 _MAX_EXPONENT_DIGITS = 18
+# words and spaces that separate several answers ("x=3 \\text{ or } x=4", "x=3 \\quad x=4")
+_SEPARATORS = re.compile(
+    r"\\q?quad(?![A-Za-z])|\\(?:text|mathrm|textrm|mbox)\s*\{\s*(?:or|and)\s*\}|\\(?:lor|vee)(?![A-Za-z])"
+    r"|\s(?:or|and)\s"
+)
 
 
 def _top_level_split(s: str, sep: str) -> list[str]:
@@ -147,6 +152,38 @@ def split_assignment(s: str) -> tuple[str, str] | None:
     return parts[0].strip(), parts[-1].strip()
 
 
+def assignment_values(s: str) -> str | None:
+    """The value(s) an answer of ``name = value`` items gives, joined by ``", "``.
+
+    ``x=3`` gives ``3``; ``x=3, x=4``, ``x=3 \\text{ or } x=4``, ``x=3 \\quad x=4`` give
+    ``3, 4`` (two values, never just the last one); ``x = 2+2 = 4`` gives ``4``; a chain whose
+    plain numbers disagree (``x=3=4``) gives ``""``. None when an item's left side is not a
+    single name (``2x-y+5=0``): an equation, not a value.
+    """
+    parts = _top_level_split(s, "=")
+    if len(parts) == 2 and is_lone_symbol(parts[0].strip()):
+        rhs = normalize(parts[1])
+        if to_decimal(rhs) is not None:  # "x = 1,000": a thousands comma, not two values
+            return rhs
+    pieces = [p.strip() for q in _top_level_split(_SEPARATORS.sub(";", s), ",")
+              for p in _top_level_split(q, ";")]
+    pieces = [p for p in pieces if p] or [""]  # "x=1 \\quad \\text{and} \\quad x=2": empty gaps
+    values = []
+    for piece in pieces:
+        parts = [p.strip() for p in _top_level_split(piece, "=")]
+        if len(parts) > 1 and not is_lone_symbol(parts[0]):
+            return None
+        last = to_decimal(parts[-1])
+        for middle in parts[1:-1]:
+            value = to_decimal(middle)
+            if value is not None and last is not None and value != last:
+                return ""
+        if not parts[-1]:
+            return None
+        values.append(parts[-1])
+    return ", ".join(values)
+
+
 def is_lone_symbol(s: str) -> bool:
     """True for a single name that can take a value: ``x``, ``a_1``, ``\\theta``, ``f(2)``."""
     return bool(_LONE_SYMBOL.match(s.replace(" ", "")))
@@ -185,9 +222,12 @@ def quick_grade(gold: str, answer: str) -> tuple[str | None, str, str, str]:
     if g_eq is not None and a_eq is None and is_lone_symbol(g_eq[0]):
         g = g_eq[1]  # gold "x=5" against answer "5"
     elif a_eq is not None and g_eq is None:
-        if not is_lone_symbol(a_eq[0]):
+        values = assignment_values(a)
+        if values is None:
             return "wrong", "equation_for_value", g, a
-        a = a_eq[1]  # answer "x=3" against gold "3"
+        if values == "":
+            return "wrong", "inconsistent_chain", g, a
+        a = values  # answer "x=3" against gold "3"; "x=3 or x=4" is "3, 4" (two values)
         if g == a:
             return "correct", "assignment", g, a
     gd = to_decimal(g)

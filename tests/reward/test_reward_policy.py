@@ -137,3 +137,16 @@ def test_outer_brace_stripping_is_linear_and_keeps_unbalanced_text():
     assert normalize("{ {7} }") == "7" and normalize("{a}{b}") == "{a}{b}"
     assert normalize("{a {}") == "{a {}"  # unbalanced: not a group around the whole answer
     assert grade_answer("5", "{" * 8000 + "5" + "}" * 8000) == ("correct", "same_text")
+
+
+@pytest.mark.parametrize("gold,answer,expected", [
+    # review #4: only the last right-hand side was kept, so a hedge scored as the last value
+    ("4", r"x=3 \text{ or } x=4", False), ("4", "x=3, x=4", False), ("4", r"x=3 \quad x=4", False),
+    ("4", "x=3; x=4", False), ("4", "x=3=4", False), ("3", "x=3=4", False), ("3", "a=2, b=3", False),
+    ("3,4", "x=3, x=4", True), ("3,4", r"x=3 \text{ or } x=4", True),
+    ("1,2", r"x=1 \quad \text{and} \quad x=2", True),
+    ("4", "x = 2+2 = 4", True), ("1000", "x = 1,000", True), ("10000", r"n = 10\,000", True),
+    ("-5", "x=-5", True), ("0", "x=", False),
+])
+def test_several_assignments_are_several_values(gold, answer, expected):
+    assert ok(gold, answer) is expected

@@ -526,6 +526,17 @@ class RocParams:
     min_negative: int = 2
     drop_equal_reward_groups: bool = True
 
+    def __post_init__(self) -> None:
+        """Reject settings that would only fail at the first selection (after a whole rollout)."""
+        if self.mode not in ("sample", "rank"):
+            raise ValueError(f"RocParams.mode must be 'sample' or 'rank', got {self.mode!r}")
+        if self.group_size < 1 or self.min_positive < 0 or self.min_negative < 0:
+            raise ValueError(f"RocParams: bad counts group_size={self.group_size} min_positive={self.min_positive} "
+                             f"min_negative={self.min_negative}")
+        if self.min_positive + self.min_negative > self.group_size:
+            raise ValueError(f"RoC: min_positive ({self.min_positive}) + min_negative ({self.min_negative}) "
+                             f"exceeds group_size ({self.group_size})")
+
     @classmethod
     def from_config(cls, algorithm: Any) -> RocParams:
         """Build from a ``kit.config.AlgorithmConfig`` (or any object with the same fields)."""

@@ -136,6 +136,16 @@ def test_select_rejects_non_finite_rewards_naming_the_row():
         roc_select([1.0, float("nan"), 0.0, 0.0], [0] * 4, [0.5] * 4, group_size=2, min_positive=1, min_negative=1)
 
 
+def test_roc_params_reject_bad_settings_up_front():
+    # a typo in sampler_kwargs.mode used to pass construction and fail after the first rollout
+    with pytest.raises(ValueError, match="mode must be 'sample' or 'rank'"):
+        RocParams(group_size=4, mode="ranked")  # type: ignore[arg-type]
+    with pytest.raises(ValueError, match="exceeds group_size"):
+        RocParams(group_size=2)
+    with pytest.raises(ValueError, match="bad counts"):
+        RocParams(group_size=4, min_positive=-1)
+
+
 def test_allocate_rejects_minimums_larger_than_the_group():
     with pytest.raises(ValueError, match="exceeds group_size"):
         allocate(4, 4, 3, min_positive=2, min_negative=2)

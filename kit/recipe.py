@@ -37,7 +37,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kit.bridge.overrides import AGENT_NAME, STAGES, RecipePaths, command, to_hydra_overrides
+from kit.bridge.overrides import (
+    AGENT_NAME,
+    STAGES,
+    RecipePaths,
+    command,
+    stage_step_offset,
+    to_hydra_overrides,
+)
 from kit.config import KitConfig, load
 
 RAY_CLUSTER_FILE = Path("/tmp/ray/ray_current_cluster")
@@ -231,6 +238,9 @@ def launch(
     args = to_hydra_overrides(config, stage, paths=paths, model_path=model_path, n_gpus_per_node=n_gpus_per_node,
                               nnodes=nnodes, rollout_tp=rollout_tp)
     cmd = command([*args, *extra_overrides], python=python)
+    if stage == "stage1" and model_path is None:
+        print(f"kit.recipe: note: stage 1 starts from {config.model.name_or_path} (no --model-path); the report "
+              "starts RL from the non-reasoning SFT checkpoint", file=sys.stderr, flush=True)
     print(shlex.join(cmd), flush=True)
     if dry_run:
         return 0
@@ -241,6 +251,13 @@ def launch(
                    if stage == "stage3" and f == paths.train_files
                    else f"run: python -m kit.recipe prepare-data --profile {profile} --run-dir {paths.run_dir}")
             raise FileNotFoundError(f"{f} does not exist; {how}")
+    resume_overridden = any(o.startswith(("trainer.resume_from_path=", "trainer.resume_mode=")) for o in extra_overrides)
+    if stage != "stage1" and not resume_overridden:
+        ckpt = Path(paths.checkpoints) / f"global_step_{stage_step_offset(config, stage)}"
+        if not ckpt.is_dir():
+            previous = STAGES[STAGES.index(stage) - 1]
+            raise FileNotFoundError(f"{ckpt} does not exist; {stage} resumes from the end of {previous}: run "
+                                    f"{previous} first with the same --run-dir (or pass -- trainer.resume_from_path=...)")
     env = dict(os.environ)
     address = find_ray_cluster()
     if address:

@@ -109,3 +109,31 @@ def test_smoke_run_is_prepared_offline_and_its_overrides_compose(tmp_path, capsy
     assert AutoConfig.from_pretrained(model).model_type == "qwen3"
     tok = AutoTokenizer.from_pretrained(model)
     assert tok.decode(tok.encode("<answer>\\boxed{42}</answer>", add_special_tokens=False)) == "<answer>\\boxed{42}</answer>"
+
+
+def test_later_stages_need_the_previous_stage_checkpoint(tmp_path, monkeypatch):
+    """stage2/3 resume from run_dir/checkpoints/global_step_<offset>: a missing one is named before VERL starts."""
+    run = tmp_path / "run"
+    (run / "data").mkdir(parents=True)
+    for f in ("curated.parquet", "val.parquet"):
+        (run / "data" / f).write_bytes(b"")
+    python, log = _fake_python(tmp_path)
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
+    with pytest.raises(FileNotFoundError, match=r"global_step_300 does not exist; stage2 resumes from the end of stage1"):
+        recipe.launch("paper-14b", "stage2", run_dir=str(run), python=python)
+    assert not log.exists()
+    (run / "checkpoints" / "global_step_300").mkdir(parents=True)
+    assert recipe.launch("paper-14b", "stage2", run_dir=str(run), python=python) == 0
+    assert f"trainer.resume_from_path={run}/checkpoints/global_step_300" in json.loads(log.read_text())["argv"]
+    # an explicit resume override is the user's call
+    other = ["trainer.resume_from_path=/elsewhere/global_step_300"]
+    (run / "checkpoints" / "global_step_300").rmdir()
+    assert recipe.launch("paper-14b", "stage2", run_dir=str(run), python=python, extra_overrides=other) == 0
+
+
+def test_stage1_without_model_path_says_it_starts_from_the_base_model(capsys, tmp_path):
+    assert recipe.main(["launch", "--profile", "paper-14b", "--run-dir", str(tmp_path), "--dry-run"]) == 0
+    assert "stage 1 starts from Qwen/Qwen3-14B-Base (no --model-path)" in capsys.readouterr().err
+    assert recipe.main(["launch", "--profile", "paper-14b", "--run-dir", str(tmp_path), "--dry-run",
+                        "--model-path", "/sft"]) == 0
+    assert "no --model-path" not in capsys.readouterr().err

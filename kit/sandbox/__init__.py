@@ -39,13 +39,18 @@ What the sandbox does NOT protect against (read before exposing it to untrusted 
     * Reading what is mounted: the Python install, the venv and the kit checkout (with any
       files you put in it) are readable by the code; ``/etc`` is visible read-only.
     * Total memory across processes: RLIMIT_AS is per process, so up to ``max_procs`` processes
-      of one call may each use ``memory_mb`` (no memory cgroup). Size ``max_procs`` and
-      ``memory_mb`` for your RAM, or run workers inside a memory-capped container.
+      of one call may each use ``memory_mb`` (no memory cgroup). Memory that is not mapped is
+      not counted at all: ``memfd_create`` files written with ``write``/``fallocate`` hold up to
+      64 MiB (RLIMIT_FSIZE) per descriptor, 256 descriptors per process, for as long as the call
+      runs (1 GiB held under ``memory_mb=768`` was measured), plus up to 256 MiB in ``/tmp``.
+      Size ``max_procs`` and ``memory_mb`` for your RAM, or run workers inside a memory-capped
+      container (a memory cgroup is the only real bound).
     * CPU starvation of the host by ``num_workers`` busy calls (no cpu cgroup) and disk I/O
       bandwidth; wall-clock and CPU limits bound each call only in time.
     * Side channels and timing; information in ``/proc/cpuinfo``, ``/sys``, kernel version.
     * Cross-call leaks are limited, not impossible: the call's working directory and every
-      file it left in ``/tmp`` and ``/dev/shm`` are deleted after the call, but a call can see
+      file it left in ``/tmp`` and ``/dev/shm``, its POSIX message queues and System V IPC
+      objects are deleted after the call, but a call can see
       what the worker pre-imported and the worker's own (root-owned, read-only) files.
     * With ``isolation="none"`` (explicit opt-in, warned loudly): no namespaces at all, so the
       network, the host file system (read, and write where the uid allows) and host processes

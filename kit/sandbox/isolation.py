@@ -106,7 +106,7 @@ def worker_argv(cfg: SandboxConfig, opts: dict) -> list[str]:
                 argv += ["--perms", "0755", "--dir", sp]
                 made.add(sp)
         argv += ["--ro-bind", root, root]
-    argv += ["--dev", "/dev", "--proc", "/proc",
+    argv += ["--dev", "/dev", "--mqueue", "/dev/mqueue", "--proc", "/proc",
              "--size", str(TMPFS_BYTES), "--perms", "1777", "--tmpfs", "/tmp",
              "--clearenv"]
     for k, v in CLEAN_ENV.items():

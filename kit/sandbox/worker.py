@@ -286,7 +286,7 @@ class Worker:
         with contextlib.suppress(OSError):
             paths += [os.path.join(self.workdir, n) for n in os.listdir(self.workdir)]
         if self.uid is not None:
-            for shared in ("/tmp", "/dev/shm"):
+            for shared in ("/tmp", "/dev/shm", "/dev/mqueue"):  # POSIX queues outlive the call too
                 with contextlib.suppress(OSError), os.scandir(shared) as it:
                     paths += [e.path for e in it
                               if e.path != self.workdir and e.stat(follow_symlinks=False).st_uid == self.uid]

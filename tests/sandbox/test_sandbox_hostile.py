@@ -166,3 +166,14 @@ def test_invalid_requests_are_the_callers_error_and_kill_no_worker(pool):
     assert r.status == "error" and "byte limit" in r.stderr, r.stderr
     assert pool.stats().get("worker_deaths", 0) == deaths
     assert [x.value for x in pool.run_batch(["6 * 7"] * 4)] == ["42"] * 4
+
+
+def test_posix_message_queue_does_not_outlive_the_call(pool):
+    """A POSIX queue lives in the worker's IPC namespace until unlinked: it was a channel from
+    one call to the next on the same worker."""
+    mq = ("import ctypes, os\nlibc = ctypes.CDLL('librt.so.1', use_errno=True)\n"
+          "fd = libc.mq_open(b'/kit_leak', {flags}, 0o600, None)\nprint(fd >= 0, os.strerror(ctypes.get_errno()))")
+    r = pool.run(ToolCall(mq.format(flags="os.O_CREAT | os.O_RDWR")))
+    assert r.status == "ok" and r.stdout.startswith("True"), r
+    after = pool.run_batch([mq.format(flags="os.O_RDWR")] * 4)
+    assert all(a.stdout.startswith("False No such file") for a in after), after

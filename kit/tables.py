@@ -245,7 +245,7 @@ def write_table(df: pd.DataFrame, out_dir: str | os.PathLike, name: str | None =
     out.mkdir(parents=True, exist_ok=True)
     name = name or df.attrs.get("name", "table")
     csv = out / f"{name}.csv"
-    df.to_csv(csv, na_rep="", float_format="%.4g")
+    df.to_csv(csv, na_rep="", float_format="%.6g")  # keeps published values such as 14246.8 exact
     tex = out / f"{name}.tex"
     tex.write_text(to_latex(df) + "\n")
     return csv, tex

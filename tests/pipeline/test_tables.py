@@ -101,3 +101,11 @@ def test_eval_summary_reads_results_and_caption_states_coverage(tmp_path):
     (tmp_path / "eval" / "aime25.json").write_text("{}")
     with pytest.raises(ValueError, match="aime25.json"):
         tables.eval_summary(tmp_path)
+
+
+def test_csv_keeps_published_values_exact(tmp_path):
+    df = tables.table4_response_tokens(SUMMARY, RUN)
+    csv, _ = tables.write_table(df, tmp_path)
+    back = pd.read_csv(csv, index_col=0)
+    assert back.loc["AIME24", "paper: DeepSeek-R1-Zero (671B)"] == 14246.8
+    assert back.loc["AIME25", "paper: rStar2-Agent-14B"] == 10943.4

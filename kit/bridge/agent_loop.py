@@ -116,7 +116,7 @@ def trajectory_to_output(tr: Trajectory, response_length: int) -> AgentLoopOutpu
         prompt_ids=tr.prompt_ids,
         response_ids=tr.response_ids[:response_length],
         response_mask=tr.response_mask[:response_length],
-        response_logprobs=tr.logprobs[:response_length] if tr.logprobs else None,
+        response_logprobs=tr.logprobs[:response_length] if tr.logprobs is not None else None,
         num_turns=tr.turns + len(tr.feedback_texts) + 1,
         metrics=AgentLoopMetrics(generate_sequences=tr.time_generate_s, tool_calls=tr.time_tool_s),
         extra_fields=extra,

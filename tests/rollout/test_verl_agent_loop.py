@@ -131,6 +131,15 @@ async def test_empty_server_reply_keeps_the_trajectory_logprobs(tok):
     assert [lp for lp, m in zip(out.response_logprobs, out.response_mask, strict=True) if m] == [-0.25] * sum(
         out.response_mask)
 
+    class AlwaysEmpty(MockServer):
+        async def generate(self, request_id, *, prompt_ids, sampling_params, **kwargs):
+            return TokenOutput(token_ids=[], log_probs=[], stop_reason="aborted")
+
+    out = await _make(tok, AlwaysEmpty(tok, []), FakeExecutor()).run(
+        {"temperature": 1.0, "logprobs": True}, raw_prompt=[{"role": "user", "content": "q"}])
+    assert out.response_ids == [] and out.response_logprobs == []  # [], not None: the batch stays concatenable
+    assert out.as_dict()["rollout_log_probs"].shape == (0,)
+
 
 async def test_row_without_user_message_is_a_clear_error(tok):
     loop = _make(tok, MockServer(tok, []), FakeExecutor())

@@ -192,7 +192,9 @@ class _Rows:
 
     def _place(self, reqs: list[_Req], kv, mask: torch.Tensor, new_pos: torch.Tensor, last: torch.Tensor) -> None:
         """Put prefilled rows into the slots of finished rows (in place), the rest at the end."""
-        free = [i for i, r in enumerate(self.reqs) if r.done]
+        # only rows already handed back: a row that finished on the token sampled by this very
+        # admission's prefill is still waiting to be collected (its future is unresolved)
+        free = [i for i, r in enumerate(self.reqs) if r.done and r.reported]
         n = min(len(free), len(reqs))
         if n:
             Lb = mask.shape[1]

@@ -144,3 +144,22 @@ def test_next_turns_reuse_the_finished_rows_kv(tok, model):
     for (a1, a2), (b1, b2), p, c in zip(with_cache, without, ps, cuts, strict=True):
         assert a1.token_ids == b1.token_ids and a2.token_ids == b2.token_ids
         assert a2.token_ids == _reference_greedy(model, p + a1.token_ids + feedback[:c], 7)
+
+
+def test_fresh_row_finished_at_prefill_is_not_overwritten_by_a_cached_row(tok, model):
+    # Regression: one admission with a fresh request that ends on its first sampled token and a
+    # request whose prefix is cached. The cached row used to be placed into the fresh row's slot
+    # before that row was reported, so the fresh request's future never resolved (a hang).
+    ps = _prompts(tok, 2)
+
+    async def scenario():
+        eng = ContinuousBatchingEngine(model, tok, slots=4)
+        first = await eng.generate(ps[0], 3, 0.0, 1.0, [])  # its KV is kept for the next turn
+        cached = eng.generate(ps[0] + first.token_ids + ps[1][-4:], 3, 0.0, 1.0, [])
+        fresh = eng.generate(ps[1], 1, 0.0, 1.0, [])  # done on the prefill's sampled token
+        return eng, await asyncio.wait_for(asyncio.gather(cached, fresh), timeout=60)
+
+    eng, (cached, fresh) = asyncio.run(scenario())
+    assert eng.stats["prefix_hits"] == 1
+    assert len(fresh.token_ids) == 1 and len(cached.token_ids) == 3
+    assert fresh.token_ids == _reference_greedy(model, ps[1], 1)

@@ -255,7 +255,9 @@ class RocReplayBuffer(ReplayBuffer):
             uid, session, index = key.rsplit("_", 2)
             if f"{uid}_{session}" not in final or final[f"{uid}_{session}"][0] < int(index):
                 final[f"{uid}_{session}"] = (int(index), i)
-        sessions = list(final)
+        # sorted by (uid, session id): arrival order (TransferQueue listing) must not change the draw, and
+        # rank-mode ties fall to the lower session id (rollout order, as released)
+        sessions = sorted(final, key=lambda s: (s.rsplit("_", 1)[0], int(s.rsplit("_", 1)[1])))
         rows = [final[s][1] for s in sessions]
         text = self.roc_extra["reading"] == "text"
         fields = ["rm_scores", "extra_fields"] + (["responses"] if text else [])

@@ -284,3 +284,25 @@ def test_text_reading_option_decodes_responses_like_the_release(hook):
     assert int(by_counters.batch["responses"][0, 0]) == ids[0][0]  # row 0 kept (p_total 0 vs 1.0)
     assert by_text.batch["responses"][0].tolist()[: len(ids[1])] == ids[1]  # row 1 kept (0.0 vs 1.5)
     assert m["roc/p_total_correct_mean_before"] == pytest.approx((1.5 + 0.0) / 2)
+
+
+def test_v1_sampler_draw_does_not_depend_on_arrival_order(hook, monkeypatch):
+    """Trajectories reach TransferQueue in completion order; the same seed and step must keep the same ones."""
+    import verl.trainer.ppo.v1.replay_buffer as rb
+
+    rows = [r for r in _synthetic_batch() if r["uid"] in ("A", "C")]
+    kw = _sampler_kwargs(mode="sample", drop_equal_reward_groups=False, train_batch_size=2)
+
+    def run(order):
+        store = FakeTQ()
+        for uid in ("A", "C"):
+            group = [r for r in rows if r["uid"] == uid]
+            store.add_group(group if order == "forward" else group[::-1])
+        monkeypatch.setattr(rb, "tq", store)
+        monkeypatch.setattr(hook, "tq", store)
+        buf = hook.RocReplayBuffer("sync", OmegaConf.create({}), 8, "drop", kw, poll_interval=0.0)
+        return sorted(buf.sample(global_steps=3, partition_id="train", batch_size=2)[0].keys)
+
+    for step_seed in range(5):
+        kw.seed = step_seed
+        assert run("forward") == run("reversed")

@@ -302,7 +302,8 @@ class OpenAIBackend:
     ``choice.token_ids``, from ``logprobs.tokens`` written as ``"token_id:<n>"``, else by
     tokenizing ``choice.text`` (re-tokenized text may differ from the sampled ids: run
     :func:`kit.rollout.audit.audit_trajectory` to see it). A stop id that the server strips
-    from the text is appended when ``finish_reason == "stop"``.
+    from the text is appended when ``finish_reason == "stop"`` (the id in ``stop_reason`` when the server
+    names it, as vLLM does, else the first stop id).
 
     Args:
         base_url: e.g. ``http://127.0.0.1:30000/v1``.
@@ -376,7 +377,8 @@ class OpenAIBackend:
             lps = [float(x) if x is not None and math.isfinite(x) else 0.0 for x in lps]
         stop = set(stop_ids)
         if choice.get("finish_reason") == "stop" and not (ids and ids[-1] in stop) and stop_ids:
-            ids = ids + [int(stop_ids[0])]
+            hit = choice.get("stop_reason")  # vLLM: the stop token id that matched
+            ids = ids + [int(hit) if isinstance(hit, int) and hit in stop else int(stop_ids[0])]
             lps = lps + [0.0] if lps is not None else None
         ids, lps, reason = _cut_at_stop(ids, lps, max_new, stop)
         return Generation(ids, lps, reason)

@@ -153,3 +153,15 @@ async def test_openai_backend_token_ids_and_fallbacks(stub, tok):
     assert c.token_ids == ids + [end] and c.logprobs is None and c.finish_reason == "stop"
     with pytest.raises(RuntimeError, match="HTTP 500"):
         await be.generate([5], 4, 1.0, 1.0, stops)
+
+
+def test_openai_text_fallback_restores_the_stop_id_the_server_names(tok):
+    """A server that strips the stop token and returns no ids: the id in vLLM's ``stop_reason``
+    (here <|endoftext|>, which ends the trajectory as "eos") is restored, not <|im_end|>."""
+    be = OpenAIBackend("http://127.0.0.1:9/v1", "m", tok)
+    stops = stop_token_ids(tok)
+    eot = tok.convert_tokens_to_ids(prompts.ENDOFTEXT)
+    g = be._parse({"text": "done", "finish_reason": "stop", "stop_reason": eot}, 64, stops)
+    assert g.token_ids[-1] == eot and g.finish_reason == "stop"
+    g = be._parse({"text": "done", "finish_reason": "stop"}, 64, stops)
+    assert g.token_ids[-1] == stops[0]

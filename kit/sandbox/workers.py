@@ -164,8 +164,12 @@ class LocalExecutor:
             self.idle.put_nowait(w)
         self._watchdog = asyncio.create_task(self._watch())
 
-    async def run(self, req: dict) -> dict:
-        """Execute one wire request; always returns a result dict (infra_error at worst)."""
+    async def run(self, req: dict, abandoned=None) -> dict:
+        """Execute one wire request; always returns a result dict (infra_error at worst).
+
+        ``abandoned``: optional ``() -> bool``, checked when a worker is free for the call; True
+        (the caller cancelled or timed out while it was queued) skips the call.
+        """
         body, bad = _encode(req)
         if bad:  # the caller's request, not the sandbox: answer it without touching a worker
             return {**_infra(""), "status": "error", "stderr": bad}
@@ -180,6 +184,9 @@ class LocalExecutor:
                 if not w.retired:
                     break
                 self._spawn(w.stop())
+            if abandoned is not None and abandoned():
+                self.idle.put_nowait(w)
+                return _infra("the caller gave up before the call started")
             t0 = time.monotonic()
             try:
                 out = await w.request(req, timeout, body)

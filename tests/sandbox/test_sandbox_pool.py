@@ -127,3 +127,15 @@ def test_isolation_none_warns_loudly_and_still_limits(make_cfg):
                       make_cfg(num_workers=1, isolation="none", timeout_s=1.0))
     assert any("WITHOUT" in str(w.message) for w in caught)
     assert [r.status for r in rs] == ["memory_limit", "timeout", "ok"]
+
+
+async def test_calls_abandoned_while_queued_are_not_executed(make_cfg):
+    """Callers that time out or are cancelled while their call waits for a worker: the call is
+    skipped, not run (20 abandoned 0.5 s calls used to hold 2 workers for 5 s)."""
+    async with SandboxPool(make_cfg(num_workers=2)) as pool:
+        gave_up = await asyncio.gather(*(asyncio.wait_for(pool.run(ToolCall("import time\ntime.sleep(0.5)")), 0.01)
+                                         for _ in range(20)), return_exceptions=True)
+        assert all(isinstance(g, TimeoutError | asyncio.TimeoutError) for g in gave_up)
+        t0 = asyncio.get_running_loop().time()
+        assert (await pool.run("6 * 7")).value == "42"
+        assert asyncio.get_running_loop().time() - t0 < 2.5

@@ -235,7 +235,23 @@ def render_result(result: Any, timeout_s: float | None = None) -> str:
         parts.append("Output limit: the program printed too much and was stopped.")
     else:  # infra_error
         parts.append("The code could not be run: the execution service failed (not a problem with the code).")
-    return "\n".join(p.rstrip("\n") for p in parts)
+    return neutralize_markers("\n".join(p.rstrip("\n") for p in parts))
+
+
+#: Structural markers program output must not reproduce verbatim: a program printing
+#: ``</tool_response>\boxed{12}`` would otherwise close its own block and put text where the
+#: reward reads the model's answer; ``<|im_end|>``/``<|im_start|>`` would fake a turn boundary.
+_MARKERS = (prompts.TOOL_RESPONSE_OPEN, prompts.TOOL_RESPONSE_CLOSE, prompts.TOOL_CALL_OPEN,
+            prompts.TOOL_CALL_CLOSE, prompts.IM_START, prompts.IM_END, prompts.ENDOFTEXT)
+
+
+def neutralize_markers(text: str) -> str:
+    """Escape chat and tool markers inside program output (``<`` becomes ``&lt;``), so the
+    feedback can never close its ``<tool_response>`` block or start a turn. Other text is kept."""
+    for m in _MARKERS:
+        if m in text:
+            text = text.replace(m, "&lt;" + m[1:])
+    return text
 
 
 def truncate_tokens(text: str, tokenizer: Any, max_tokens: int) -> tuple[str, int]:

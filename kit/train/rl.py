@@ -46,7 +46,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from kit.analysis.bstar import balance_score_step
 from kit.config import KitConfig, StageConfig, save
+from kit.data.curate import build_hard_subset
 from kit.data.tasks import Problem
 from kit.train import common
 from kit.train.rollouts import Batch, batch_stats, collect, evaluate_policy
@@ -300,7 +302,10 @@ async def _run_stage(cfg, stage_name, init_dir, run_dir, progress, algorithm, se
                    **batch_stats(batch),
                    "tool_error_ratio_correct_before": sel_m["tool_error_ratio_correct_before"],
                    "tool_error_ratio_correct_after": sel_m["tool_error_ratio_correct_after"],
-                   "p_format_mean": sel_m["p_format_mean"], "p_format_mean_before": sel_m["p_format_mean_before"],
+                   "p_format_mean": sel_m["p_format_mean"],
+                   # B-STaR exploration/exploitation balance of this step's samples (monitoring only)
+                   "bstar_balance": balance_score_step((batch.rewards > 0).tolist(),
+                                                       [[t.response_text for t in g] for g in batch.groups]), "p_format_mean_before": sel_m["p_format_mean_before"],
                    "kept": int(kept.size), "sampled": int(batch.rewards.size),
                    "time_generate_s": batch.time_generate_s, "time_tool_s": batch.time_tool_s,
                    "time_verify_s": batch.time_verify_s, "time_update_s": time.perf_counter() - t_up,
@@ -350,8 +355,8 @@ async def _hard_subset_async(cfg, model, tok, stage, pool, run_dir, seed, execut
                           max_response_tokens=stage.max_response_tokens, max_turns=stage.max_turns,
                           temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
     solved = batch.rewards.sum(axis=1)
-    kept = [p for p, s in zip(cand, solved, strict=True) if s < k]
-    info = {"candidates": len(cand), "samples": k, "solved_all": int((solved == k).sum()), "kept": len(kept),
+    kept, counts = build_hard_subset(cand, [int(s) for s in solved], n=k)  # the builder curation shares
+    info = {"candidates": len(cand), "samples": k, "solved_all": counts["solved_all"], "kept": len(kept),
             "solve_rate": float(batch.rewards.mean()), "seconds": batch.time_generate_s + batch.time_verify_s}
     common.write_json(path, {"kept_ids": [p.id for p in kept], "info": info})
     return kept, info

@@ -23,7 +23,7 @@ from kit.train.rollouts import Batch
 
 METRIC_KEYS = ("stage", "step", "global_step", "reward_mean", "accuracy", "response_len_mean", "truncation_ratio",
                "tool_calls_per_traj", "tool_error_ratio_correct_before", "tool_error_ratio_correct_after",
-               "p_format_mean", "kept", "time_generate_s", "time_tool_s", "time_verify_s", "time_update_s",
+               "p_format_mean", "bstar_balance", "kept", "time_generate_s", "time_tool_s", "time_verify_s", "time_update_s",
                "algorithm", "seed")
 
 

@@ -97,18 +97,20 @@ def worker_argv(cfg: SandboxConfig, opts: dict) -> list[str]:
             argv += ["--symlink", os.readlink(d), d]
         elif os.path.isdir(d):
             argv += ["--ro-bind", d, d]
+    # the private /tmp first: a checkout or venv that lives under /tmp (CI clones do) is then
+    # bind-mounted on top of it instead of being hidden by it
+    argv += ["--dev", "/dev", "--mqueue", "/dev/mqueue", "--proc", "/proc",
+             "--size", str(TMPFS_BYTES), "--perms", "1777", "--tmpfs", "/tmp"]
     made: set[str] = set()
     for root in _python_roots():
         # parents such as /root are created with the host's mode (0700): make them traversable
         for parent in reversed(Path(root).parents):
             sp = str(parent)
-            if sp != "/" and sp not in made and not any(sp == d or sp.startswith(d + "/") for d in SYSTEM_DIRS):
+            if sp not in ("/", "/tmp") and sp not in made and not any(sp == d or sp.startswith(d + "/") for d in SYSTEM_DIRS):
                 argv += ["--perms", "0755", "--dir", sp]
                 made.add(sp)
         argv += ["--ro-bind", root, root]
-    argv += ["--dev", "/dev", "--mqueue", "/dev/mqueue", "--proc", "/proc",
-             "--size", str(TMPFS_BYTES), "--perms", "1777", "--tmpfs", "/tmp",
-             "--clearenv"]
+    argv += ["--clearenv"]
     for k, v in CLEAN_ENV.items():
         argv += ["--setenv", k, v]
     argv += ["--chdir", "/tmp", "--"]

@@ -20,10 +20,10 @@ def demo_convs():
     rng = random.Random(0)
     split = tasks.make_split(40, 0, seed=0)
     kinds = tasks.demo_kinds(40, 0.5, 0.25, 0)
-    demos = [tasks.make_demo(p, k, rng) for p, k in zip(split.train, kinds)]
+    demos = [tasks.make_demo(p, k, rng) for p, k in zip(split.train, kinds, strict=True)]
     fb = [["NameError: name 'pritn' is not defined"] * (len(d.turns) - 1) + [d.problem.answer] if d.turns else []
           for d in demos]
-    return [sft.demo_conversation(d, f) for d, f in zip(demos, fb)]
+    return [sft.demo_conversation(d, f) for d, f in zip(demos, fb, strict=True)]
 
 
 @pytest.fixture(scope="module")
@@ -86,7 +86,7 @@ def test_mask_covers_exactly_the_assistant_text(tok, fc, demo_convs):
     for c in demo_convs[:10] + fc["glaive"][:5] + fc["reason_tool_use"][:5]:
         ids, mask = sft.encode_conversation(tok, c.messages)
         assert ids == tok.encode(c.text(), add_special_tokens=False)  # pieces join losslessly
-        trained = tok.decode([i for i, m in zip(ids, mask) if m], skip_special_tokens=False)
+        trained = tok.decode([i for i, m in zip(ids, mask, strict=True) if m], skip_special_tokens=False)
         want = "".join(m["content"][len(prompts.ASSISTANT_PREFILL):] + prompts.IM_END
                        for m in c.messages if m["role"] == "assistant")
         assert trained == want

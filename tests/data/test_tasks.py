@@ -95,7 +95,7 @@ def test_broken_first_calls_really_fail():
         p = tasks.make_problem(fam, 1, rng)
         for _ in range(3):
             codes.append((tasks.make_demo(p, "tool_error", rng).turns[0][1], p))
-    for call, p in codes:
+    for call, _p in codes:
         res = subprocess.run([sys.executable, "-c", call.code], input=call.input, capture_output=True, text=True,
                              timeout=30)
         assert res.returncode != 0, call.code

@@ -1,3 +1,4 @@
+import dataclasses
 import json
 
 import pytest
@@ -82,5 +83,5 @@ def test_run_dir_gets_config_json_roundtrip(tmp_path):
 
 def test_config_is_frozen():
     cfg = load("tiny")
-    with pytest.raises(Exception):
+    with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.seed = 3  # type: ignore[misc]

@@ -89,7 +89,7 @@ def test_kill_and_resume_gives_the_same_run(base, tmp_path):
 
     ma, _ = load_policy(a / "policy")
     mb, _ = load_policy(b / "policy")
-    for (n, pa), (_, pb) in zip(ma.named_parameters(), mb.named_parameters()):
+    for (n, pa), (_, pb) in zip(ma.named_parameters(), mb.named_parameters(), strict=True):
         assert torch.equal(pa, pb), n
 
 

@@ -462,8 +462,9 @@ def roc_metrics(
     """Step metrics of a RoC selection (the keys of ``metrics.jsonl`` in DEVELOPERS.md).
 
     ``tool_error_ratio_correct_*`` is failed calls / calls summed over the correct
-    trajectories, before (all sampled rows) and after (kept rows) selection; 0.0 when those
-    trajectories made no call. Report Figure 5 plots this quantity.
+    trajectories, before (all sampled rows) and after (kept rows) selection; NaN when it is
+    undefined (no correct trajectory, or none of them made a call), so that a plot or a mean
+    skips the step instead of reading it as "no errors". Report Figure 5 plots this quantity.
 
     Args:
         rewards: (N,) rewards of all sampled rows.
@@ -485,7 +486,7 @@ def roc_metrics(
     def err_ratio(rows: np.ndarray) -> float:
         rows = rows[r[rows] > 0]
         c = calls[rows].sum()
-        return float(fails[rows].sum() / c) if c > 0 else 0.0
+        return float(fails[rows].sum() / c) if c > 0 else float("nan")
 
     def mean(x: np.ndarray) -> float:
         return float(x.mean()) if x.size else 0.0

@@ -325,8 +325,8 @@ async def _run_stage(cfg, stage_name, init_dir, run_dir, progress, algorithm, se
     summary.update(policy_dir=str(policy_dir),
                    reward_first=float(np.mean([r["reward_mean"] for r in rows[:k]])) if rows else None,
                    reward_last=float(np.mean([r["reward_mean"] for r in rows[-k:]])) if rows else None,
-                   tool_error_ratio_correct_first=float(np.mean([r["tool_error_ratio_correct_before"] for r in rows[:k]])) if rows else None,
-                   tool_error_ratio_correct_last=float(np.mean([r["tool_error_ratio_correct_before"] for r in rows[-k:]])) if rows else None)
+                   tool_error_ratio_correct_first=_nanmean([r["tool_error_ratio_correct_before"] for r in rows[:k]]) if rows else None,
+                   tool_error_ratio_correct_last=_nanmean([r["tool_error_ratio_correct_before"] for r in rows[-k:]]) if rows else None)
     if evaluate:
         from kit.train.sft import task_split
 
@@ -375,8 +375,25 @@ def _write_samples(path: Path, step: int, batch: Batch) -> None:
 # --------------------------------------------------------------------------- the RoC ablation
 
 
+def _nanmean(values: Sequence[float]) -> float:
+    """Mean of the defined values (NaN marks a step where the ratio is undefined); NaN if none."""
+    v = np.asarray(values, dtype=float)
+    v = v[~np.isnan(v)]
+    return float(v.mean()) if v.size else float("nan")
+
+
+def _nanmean_columns(rows: Sequence[Sequence[float]]) -> list[float]:
+    """Per-step mean over seeds of equal-length curves, skipping NaN (undefined) entries."""
+    a = np.asarray(rows, dtype=float)
+    n = (~np.isnan(a)).sum(axis=0)
+    return [float(x) if c else float("nan") for x, c in zip(np.nansum(a, axis=0) / np.maximum(n, 1), n, strict=True)]
+
+
 def _spread(values: Sequence[float]) -> dict[str, float]:
     v = np.asarray(values, dtype=float)
+    v = v[~np.isnan(v)]
+    if not v.size:
+        return {"mean": float("nan"), "std": float("nan"), "min": float("nan"), "max": float("nan"), "n": 0}
     return {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if v.size > 1 else 0.0,
             "min": float(v.min()), "max": float(v.max()), "n": int(v.size)}
 
@@ -422,8 +439,8 @@ def run_ablation(cfg: KitConfig, init_dir: str | Path, run_dir: str | Path, seed
             rew = [r["reward_mean"] for r in rows]
             runs[f"{alg}_seed{seed}"] = {
                 "algorithm": alg, "seed": seed,
-                "tool_error_ratio_correct_first": float(np.mean(err[:k])),
-                "tool_error_ratio_correct_last": float(np.mean(err[-k:])),
+                "tool_error_ratio_correct_first": _nanmean(err[:k]),
+                "tool_error_ratio_correct_last": _nanmean(err[-k:]),
                 "reward_first": float(np.mean(rew[:k])), "reward_last": float(np.mean(rew[-k:])),
                 "response_len_last": float(np.mean([r["response_len_mean"] for r in rows[-k:]])),
                 "tool_calls_per_traj_last": float(np.mean([r["tool_calls_per_traj"] for r in rows[-k:]])),
@@ -436,7 +453,7 @@ def run_ablation(cfg: KitConfig, init_dir: str | Path, run_dir: str | Path, seed
                         ("tool_error_ratio_correct_first", "tool_error_ratio_correct_last", "reward_first", "reward_last")}
         summary[alg]["tool_error_ratio_correct_drop"] = _spread(
             [r["tool_error_ratio_correct_first"] - r["tool_error_ratio_correct_last"] for r in rs])
-    summary["curves"] = {alg: np.mean(np.asarray(c, dtype=float), axis=0).tolist() for alg, c in curves.items() if c}
+    summary["curves"] = {alg: _nanmean_columns(c) for alg, c in curves.items() if c}
     summary["seconds"] = time.perf_counter() - t0
     common.write_json(run_dir / "ablation.json", summary)
     if progress is not None:

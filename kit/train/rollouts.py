@@ -127,7 +127,8 @@ def batch_stats(batch: Batch) -> dict[str, float]:
     Returns floats: ``reward_mean``, ``accuracy`` (same, binary reward), ``response_len_mean``
     (tokens, feedback included), ``model_tokens_mean`` (mask-1 tokens), ``truncation_ratio``,
     ``tool_calls_per_traj``, ``tool_use_rate`` (share with at least one call),
-    ``tool_error_ratio_correct`` (failed calls / calls over correct trajectories),
+    ``tool_error_ratio_correct`` (failed calls / calls over correct trajectories; NaN when no
+    correct trajectory made a call),
     ``correct_with_error_frac`` (share of correct trajectories with at least one failed call).
     """
     from kit.algo.roc import tool_failure_count
@@ -145,7 +146,7 @@ def batch_stats(batch: Batch) -> dict[str, float]:
         "truncation_ratio": float(np.mean([t.truncated for t in flat])) if flat else 0.0,
         "tool_calls_per_traj": float(calls.mean()) if flat else 0.0,
         "tool_use_rate": float((calls > 0).mean()) if flat else 0.0,
-        "tool_error_ratio_correct": float(fails[ok].sum() / calls[ok].sum()) if calls[ok].sum() > 0 else 0.0,
+        "tool_error_ratio_correct": float(fails[ok].sum() / calls[ok].sum()) if calls[ok].sum() > 0 else float("nan"),
         "correct_with_error_frac": float((fails[ok] > 0).mean()) if ok.any() else 0.0,
     }
 

@@ -266,7 +266,8 @@ def run_sft(cfg: KitConfig, run_dir: str | Path, progress: Callable[[dict], None
         state = common.load_trainer_state(ckpt)
         opt.load_state_dict(state["optimizer"])
         start = int(state["step"])
-        writer.truncate(lambda r: not (r.get("stage") == "sft" and r.get("step", 0) > start))
+    # rows past the checkpoint (or all of them, without one) are from an interrupted run: redone
+    writer.truncate(lambda r: not (r.get("stage") == "sft" and r.get("step", 0) > start))
     warmup = round(sc.warmup_ratio * sc.steps)
     loss_val = float("nan")
     for step in range(start, sc.steps):

@@ -7,6 +7,7 @@ update real, which is what the resume test needs to mean something.
 """
 
 import json
+import math
 import random
 from types import SimpleNamespace
 
@@ -19,7 +20,7 @@ from kit.data import tasks
 from kit.models import build_tiny_model, save_policy, train_tokenizer
 from kit.rollout import Trajectory
 from kit.train import common, rl, rollouts
-from kit.train.rollouts import Batch
+from kit.train.rollouts import Batch, batch_stats
 
 METRIC_KEYS = ("stage", "step", "global_step", "reward_mean", "accuracy", "response_len_mean", "truncation_ratio",
                "tool_calls_per_traj", "tool_error_ratio_correct_before", "tool_error_ratio_correct_after",
@@ -86,6 +87,22 @@ def test_select_grpo_keeps_all_roc_keeps_g_and_prefers_clean_positives():
         rl.select(cfg, _batch(rewards, trajs), "ppo", seed=0)
 
 
+def test_tool_error_ratio_is_undefined_without_correct_tool_calls():
+    cfg = _cfg(**{"algorithm.roc_mode": "rank"})
+    wrong = [[0] * 8]
+    _, m = rl.select(cfg, _batch(wrong, [[_traj(2, 1) for _ in range(8)]]), "grpo_roc", seed=0)
+    assert math.isnan(m["tool_error_ratio_correct_before"]) and math.isnan(m["tool_error_ratio_correct_after"])
+    no_calls = [[1, 1, 0, 0, 0, 0, 0, 0]]
+    _, m = rl.select(cfg, _batch(no_calls, [[_traj(0, 0) for _ in range(8)]]), "grpo", seed=0)
+    assert math.isnan(m["tool_error_ratio_correct_before"])
+    stats = batch_stats(_batch(wrong, [[_traj(2, 1) for _ in range(8)]]))
+    assert math.isnan(stats["tool_error_ratio_correct"]) and stats["accuracy"] == 0.0
+    # aggregates skip undefined steps instead of reading them as "no errors"
+    assert rl._nanmean([float("nan"), 0.5, 0.25]) == pytest.approx(0.375)
+    assert math.isnan(rl._nanmean([float("nan")]))
+    assert rl._nanmean_columns([[float("nan"), 0.2], [0.4, float("nan")]]) == pytest.approx([0.4, 0.2])
+
+
 def test_policy_update_follows_the_advantage(policy):
     from kit.models import load_policy
 
@@ -129,7 +146,8 @@ def test_stage_kill_and_resume_matches_an_uninterrupted_run(policy, tmp_path, pa
     assert any(0 < r["reward_mean"] < 1 for r in rows_a) and any(r["grad_norm"] > 0 for r in rows_a)
     assert (tmp_path / "a" / "policy" / "optimizer.pt").exists() and a["policy_dir"]
     assert json.loads((tmp_path / "a" / "policy" / rl.RL_STATE).read_text())["global_step"] == 4
-    assert rl.run_stage(cfg, "stage1", policy, tmp_path / "a", evaluate=False) == a  # finished: not re-run
+    same = lambda x, y: json.dumps(x, sort_keys=True) == json.dumps(y, sort_keys=True)  # noqa: E731 (NaN-aware)
+    assert same(rl.run_stage(cfg, "stage1", policy, tmp_path / "a", evaluate=False), a)  # finished: not re-run
     assert len(common.read_metrics(tmp_path / "a")) == 4
 
     class Killed(Exception):
@@ -147,7 +165,7 @@ def test_stage_kill_and_resume_matches_an_uninterrupted_run(policy, tmp_path, pa
     def strip(rows):
         return [{k: v for k, v in r.items() if not k.startswith("time_")} for r in rows]
 
-    assert strip(common.read_metrics(tmp_path / "b")) == strip(rows_a)
+    assert same(strip(common.read_metrics(tmp_path / "b")), strip(rows_a))
     samples = [json.loads(x) for x in (tmp_path / "b" / "samples.jsonl").read_text().splitlines()]
     assert [s["step"] for s in samples] == sorted(s["step"] for s in samples) and samples[-1]["step"] == 4
 
@@ -183,8 +201,12 @@ def test_ablation_reports_both_algorithms_over_seeds(policy, tmp_path, parity_gr
     s = rl.run_ablation(cfg, policy, tmp_path, seeds=(0, 1))
     assert set(s["runs"]) == {"grpo_seed0", "grpo_roc_seed0", "grpo_seed1", "grpo_roc_seed1"}
     for alg in ("grpo", "grpo_roc"):
-        spread = s[alg]["tool_error_ratio_correct_last"]
+        spread = s[alg]["reward_last"]
         assert spread["n"] == 2 and spread["min"] <= spread["mean"] <= spread["max"]
+        # the error ratio is summarised over the seeds where it is defined (NaN: no correct tool call)
+        err = s[alg]["tool_error_ratio_correct_last"]
+        defined = [not math.isnan(s["runs"][f"{alg}_seed{k}"]["tool_error_ratio_correct_last"]) for k in (0, 1)]
+        assert err["n"] == sum(defined)
         assert len(s["curves"][alg]) == 2
     roc_rows = common.read_metrics(tmp_path / "grpo_roc_seed0")
     assert all(r["sampled"] == 2 * 8 for r in roc_rows) and all(r["kept"] <= 2 * 4 for r in roc_rows)

@@ -93,6 +93,23 @@ def test_kill_and_resume_gives_the_same_run(base, tmp_path):
         assert torch.equal(pa, pb), n
 
 
+def test_rerun_after_a_kill_before_any_checkpoint_does_not_duplicate_rows(base, tmp_path):
+    rd = _fresh(base, tmp_path / "early")
+
+    class Killed(Exception):
+        pass
+
+    def die(row):
+        if row.get("step") == 1:
+            raise Killed  # dies before the first checkpoint (step 2)
+
+    with pytest.raises(Killed):
+        sft.run_sft(_cfg(rd), rd, progress=die, evaluate=False)
+    assert common.latest_checkpoint(rd) is None and len(read_metrics(rd)) == 1
+    sft.run_sft(_cfg(rd), rd, evaluate=False)
+    assert [r["step"] for r in read_metrics(rd)] == list(range(1, 7))
+
+
 def test_loss_counts_only_masked_tokens(base):
     from kit.models import load_policy
 

@@ -14,6 +14,9 @@ stage's response length, turn limit, step count and checkpoint resumption:
 * stage3 resumes only the model weights from the end of stage 2 (``reset_optimizer``) and trains
   on the hard subset (its own ``train_files``).
 
+When each stage has its own run directory (the notebooks), ``resume_from`` names the previous
+stage's checkpoint there and ``start_step`` its step (``kit.bridge.stages``).
+
 ``trainer.total_training_steps`` is cumulative (300, 385, 510 for the paper) because VERL
 resumes its step counter from the checkpoint folder name. Every override is checked against
 VERL's composed config by ``tests/bridge/test_overrides.py`` and pinned by golden files in
@@ -70,6 +73,18 @@ def stage_step_offset(config: Any, stage: str) -> int:
     return sum(getattr(config.stages, s).steps for s in STAGES[: STAGES.index(stage)])
 
 
+def checkpoint_step(path: str) -> int:
+    """N of a ``.../global_step_<N>`` folder (how VERL reads the step it resumes at).
+
+    Raises:
+        ValueError: the last path component is not ``global_step_<N>``.
+    """
+    name = PurePosixPath(str(path).rstrip("/")).name
+    if not name.startswith("global_step_") or not name[len("global_step_"):].isdigit():
+        raise ValueError(f"{path}: a resume path must end in global_step_<N> (VERL reads the step from it)")
+    return int(name[len("global_step_"):])
+
+
 def _check_stage(stage: str) -> None:
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
@@ -98,6 +113,9 @@ def to_hydra_overrides(
     save_freq: int = 50,
     test_freq: int = 50,
     logger: tuple[str, ...] = ("console",),
+    start_step: int | None = None,
+    resume_from: str | None = None,
+    metrics_file: str | None = None,
 ) -> list[str]:
     """Hydra overrides for ``python -m verl.trainer.main_ppo`` running one kit stage.
 
@@ -115,6 +133,16 @@ def to_hydra_overrides(
         save_freq, test_freq: checkpoint and validation every that many steps (the last step
             of a stage is always saved).
         logger: VERL loggers (``console``, ``wandb``, ...).
+        start_step: global step at which this stage starts (default: the sum of the earlier
+            stages' ``steps``); the stage ends at ``start_step + steps``. Pass the step of the
+            checkpoint it starts from when earlier stages ran a different number of steps.
+        resume_from: a ``global_step_<N>`` folder to resume from (default
+            ``<checkpoints>/global_step_<start_step>`` for stages 2-3, nothing for stage 1), e.g.
+            the previous stage's checkpoint in another run directory, or this stage's own last
+            checkpoint after an interruption. ``reset_optimizer`` loads only the weights, and
+            only when ``N == start_step`` (an interrupted stage 3 keeps its own optimizer).
+        metrics_file: also log every step to this JSON-lines file (VERL's ``file`` logger, path
+            passed to the Ray workers as ``VERL_FILE_LOGGER_PATH``).
     Returns:
         list of ``key=value`` strings, in a fixed order (golden-file friendly).
     Raises:
@@ -130,7 +158,9 @@ def to_hydra_overrides(
         raise ValueError(f"algorithm.min_positive + min_negative ({a.min_positive + a.min_negative}) > group_size ({G})")
     paths = paths or RecipePaths.default(config.run_dir or f"runs/{config.profile}", stage)
     max_seq = r.max_prompt_tokens + st.max_response_tokens
-    offset = stage_step_offset(config, stage)
+    offset = stage_step_offset(config, stage) if start_step is None else int(start_step)
+    if metrics_file and "file" not in logger:
+        logger = (*logger, "file")
     out: list[tuple[str, Any]] = [
         # data (report §4.2 pools, written to parquet by kit.recipe)
         ("data.train_files", paths.train_files),
@@ -201,13 +231,15 @@ def to_hydra_overrides(
         ("trainer.val_before_train", False),
         ("trainer.default_local_dir", paths.checkpoints),
     ]
-    if stage == "stage1":
+    if stage == "stage1" and resume_from is None:
         out.append(("trainer.resume_mode", "disable"))
     else:
-        out += [("trainer.resume_mode", "resume_path"),
-                ("trainer.resume_from_path", f"{paths.checkpoints}/global_step_{offset}")]
-        if st.reset_optimizer:
+        resume = resume_from or f"{paths.checkpoints}/global_step_{offset}"
+        out += [("trainer.resume_mode", "resume_path"), ("trainer.resume_from_path", resume)]
+        if st.reset_optimizer and checkpoint_step(resume) == offset:
             out.append(("actor_rollout_ref.actor.checkpoint.load_contents", ["model"]))
+    if metrics_file:
+        out.append(("+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH", metrics_file))
     if roc:
         out += [
             ("+actor_rollout_ref.rollout.agent.agent_loop_manager_class", ROC_MANAGER),

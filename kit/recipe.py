@@ -19,9 +19,9 @@ Commands::
     python -m kit.recipe launch --profile paper-14b --stage stage1 [--model-path SFT_DIR] \\
         [--n-gpus-per-node 8 --nnodes 8 --rollout-tp 4] [--dry-run] [-- extra.hydra=overrides]
 
-What it does not do: install SGLang (see README), start or size a Ray cluster, convert VERL's
-FSDP checkpoints to Hugging Face format between stages (VERL resumes from its own folders), or
-run the stage-3 difficulty filter.
+What it does not do: install SGLang (see README), or start or size a Ray cluster. Chaining the
+stages across the notebooks' run directories (merging each stage's checkpoint into ``policy/``,
+``summary.json``, the stage-3 hard subset) is :mod:`kit.bridge.stages`.
 """
 
 from __future__ import annotations
@@ -192,6 +192,42 @@ def smoke(run_dir: str = "runs/gpu-smoke", n_gpus: int = 1, dry_run: bool = Fals
                   dry_run=dry_run, allow_local_ray=True, python=python)
 
 
+def build_launch(
+    profile: str,
+    stage: str,
+    *,
+    run_dir: str | None = None,
+    model_path: str | None = None,
+    train_files: str | None = None,
+    val_files: str | None = None,
+    n_gpus_per_node: int = 8,
+    nnodes: int = 1,
+    rollout_tp: int = 4,
+    extra_overrides: Sequence[str] = (),
+    config_overrides: Mapping[str, Any] | None = None,
+    start_step: int | None = None,
+    resume_from: str | None = None,
+    metrics_file: str | None = None,
+    write: bool = False,
+    python: str = sys.executable,
+) -> tuple[KitConfig, RecipePaths, list[str]]:
+    """The resolved config, the run's paths and the VERL argv of one stage; nothing runs.
+
+    Arguments as in :func:`launch`; ``write`` writes ``run_dir/config.json``. Paths are made
+    absolute (Ray workers do not share the launcher's working directory).
+    """
+    overrides = {**(config_overrides or {}), **({"run_dir": run_dir} if run_dir else {})}
+    config = load(profile, overrides=overrides, write=write)
+    absolute = str(Path(run_dir_of(config)).resolve())
+    paths = RecipePaths.default(absolute, stage, train_files and str(Path(train_files).resolve()),
+                                val_files and str(Path(val_files).resolve()))
+    args = to_hydra_overrides(config, stage, paths=paths, model_path=model_path, n_gpus_per_node=n_gpus_per_node,
+                              nnodes=nnodes, rollout_tp=rollout_tp, start_step=start_step,
+                              resume_from=resume_from and str(Path(resume_from).resolve()),
+                              metrics_file=metrics_file and str(Path(metrics_file).resolve()))
+    return config, paths, command([*args, *extra_overrides], python=python)
+
+
 def launch(
     profile: str,
     stage: str,
@@ -205,6 +241,9 @@ def launch(
     rollout_tp: int = 4,
     extra_overrides: Sequence[str] = (),
     config_overrides: Mapping[str, Any] | None = None,
+    start_step: int | None = None,
+    resume_from: str | None = None,
+    metrics_file: str | None = None,
     dry_run: bool = False,
     allow_local_ray: bool = False,
     python: str = sys.executable,
@@ -220,24 +259,24 @@ def launch(
         n_gpus_per_node, nnodes, rollout_tp: cluster layout (see ``to_hydra_overrides``).
         extra_overrides: more Hydra overrides appended last (they win).
         config_overrides: kit config overrides (``{"algorithm.roc_mode": "rank"}``).
+        start_step, resume_from: where the stage starts (``to_hydra_overrides``; default: the
+            previous stage's last step in this ``run_dir``).
+        metrics_file: JSON-lines file VERL logs every step to (``to_hydra_overrides``).
         dry_run: print and return 0 without running.
         allow_local_ray: run even when no cluster is found (VERL starts a local Ray).
         python: interpreter for the child process.
     Returns:
         The command's exit status (0 for a dry run).
     Raises:
-        FileNotFoundError: a parquet file is missing (names it and the command that writes it).
+        FileNotFoundError: a parquet file or the checkpoint to resume from is missing (names it
+            and what writes it).
         RuntimeError: no Ray cluster found and ``allow_local_ray`` is False.
     """
-    overrides = {**(config_overrides or {}), **({"run_dir": run_dir} if run_dir else {})}
-    config = load(profile, overrides=overrides, write=not dry_run)
-    # absolute: Ray workers do not share the launcher's working directory
-    absolute = str(Path(run_dir_of(config)).resolve())
-    paths = RecipePaths.default(absolute, stage, train_files and str(Path(train_files).resolve()),
-                                val_files and str(Path(val_files).resolve()))
-    args = to_hydra_overrides(config, stage, paths=paths, model_path=model_path, n_gpus_per_node=n_gpus_per_node,
-                              nnodes=nnodes, rollout_tp=rollout_tp)
-    cmd = command([*args, *extra_overrides], python=python)
+    config, paths, cmd = build_launch(
+        profile, stage, run_dir=run_dir, model_path=model_path, train_files=train_files, val_files=val_files,
+        n_gpus_per_node=n_gpus_per_node, nnodes=nnodes, rollout_tp=rollout_tp, extra_overrides=extra_overrides,
+        config_overrides=config_overrides, start_step=start_step, resume_from=resume_from,
+        metrics_file=metrics_file, write=not dry_run, python=python)
     if stage == "stage1" and model_path is None:
         print(f"kit.recipe: note: stage 1 starts from {config.model.name_or_path} (no --model-path); the report "
               "starts RL from the non-reasoning SFT checkpoint", file=sys.stderr, flush=True)
@@ -252,13 +291,19 @@ def launch(
                    else f"run: python -m kit.recipe prepare-data --profile {profile} --run-dir {paths.run_dir}")
             raise FileNotFoundError(f"{f} does not exist; {how}")
     resume_overridden = any(o.startswith(("trainer.resume_from_path=", "trainer.resume_mode=")) for o in extra_overrides)
-    if stage != "stage1" and not resume_overridden:
-        ckpt = Path(paths.checkpoints) / f"global_step_{stage_step_offset(config, stage)}"
+    if resume_from is not None and not Path(resume_from).is_dir():
+        raise FileNotFoundError(f"{resume_from} does not exist; {stage} was asked to resume from it")
+    if stage != "stage1" and resume_from is None and not resume_overridden:
+        offset = stage_step_offset(config, stage) if start_step is None else start_step
+        ckpt = Path(paths.checkpoints) / f"global_step_{offset}"
         if not ckpt.is_dir():
             previous = STAGES[STAGES.index(stage) - 1]
             raise FileNotFoundError(f"{ckpt} does not exist; {stage} resumes from the end of {previous}: run "
                                     f"{previous} first with the same --run-dir (or pass -- trainer.resume_from_path=...)")
     env = dict(os.environ)
+    if metrics_file:  # a local Ray inherits it; a cluster gets it through the runtime_env override
+        Path(metrics_file).parent.mkdir(parents=True, exist_ok=True)
+        env["VERL_FILE_LOGGER_PATH"] = str(Path(metrics_file).resolve())
     address = find_ray_cluster()
     if address:
         env["RAY_ADDRESS"] = address

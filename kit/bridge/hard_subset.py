@@ -1,0 +1,167 @@
+"""Stage-3 training file on a cluster: the curated pool minus the problems the stage-2 policy
+solves n/n (report §4.3; ``kit.data.curate.build_hard_subset``, n = ``hard_filter_samples`` = 8).
+
+Two ways to get the solve counts:
+
+* sample them here through an OpenAI-compatible server that serves the merged stage-2 policy
+  (:func:`sample_solve_counts`), e.g. on the cluster::
+
+      python -m sglang.launch_server --model-path <stage2 run_dir>/policy --tp 4 --port 30000
+      # then: sampler_url="http://<host>:30000/v1" in 05_rl_stage3
+
+  The kit's agent loop and sandbox run here (the sandbox on this machine's cores), the model on
+  the server; sampling temperature and budgets are stage 3's.
+* bring them from your own sampling run as JSON ``{"<source>/<id>": solved, ...}``
+  (:func:`read_solve_counts`; ``source`` and ``id`` as in ``curated.parquet``).
+
+:func:`build_hard_parquet` then writes ``run_dir/data/hard.parquet`` (the same VERL row schema)
+and ``run_dir/hard_subset.json`` (the funnel). What it does not do: start the server.
+Not run here at the paper's scale (no GPU); tested with a scripted backend.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+
+def problem_key(row: Mapping[str, Any]) -> str:
+    """``"<source>/<id>"`` of a ``curated.parquet`` row."""
+    return f"{row['source']}/{row['id']}"
+
+
+def read_solve_counts(path: str | os.PathLike) -> dict[str, int]:
+    """Solve counts from a JSON object ``{"<source>/<id>": solved}``.
+
+    Raises:
+        FileNotFoundError: the file is missing.
+        ValueError: it is not such an object (names the file).
+    """
+    p = Path(path)
+    if not p.exists():
+        raise FileNotFoundError(f"solve-count file not found: {p}")
+    data = json.loads(p.read_text())
+    if not isinstance(data, dict) or not all(isinstance(v, int) for v in data.values()):
+        raise ValueError(f"{p}: expected a JSON object {{\"<source>/<id>\": solved count}}")
+    return data
+
+
+def build_hard_parquet(curated: str | os.PathLike, counts: Mapping[str, int], run_dir: str | os.PathLike,
+                       n: int = 8) -> dict[str, Any]:
+    """Filter ``curated`` (a ``write_curated`` parquet) to the problems solved fewer than ``n`` times.
+
+    Args:
+        curated: ``<data run_dir>/data/curated.parquet``.
+        counts: solved count out of ``n`` per :func:`problem_key`; every row needs one.
+        run_dir: the stage-3 run directory.
+        n: rollouts per problem.
+    Returns:
+        ``{"parquet", "in", "solved_all", "out", "solved_none", "n"}`` (also ``run_dir/hard_subset.json``).
+    Raises:
+        KeyError: a problem without a count (names the first few).
+        ValueError: a count outside [0, n], or no problem left.
+    """
+    import pandas as pd
+
+    from kit.data.curate import build_hard_subset
+
+    df = pd.read_parquet(curated)
+    rows = df.to_dict("records")
+    missing = [problem_key(r) for r in rows if problem_key(r) not in counts]
+    if missing:
+        raise KeyError(f"{len(missing)} problems of {curated} have no solve count, e.g. {missing[:3]}")
+    hard, stats = build_hard_subset(rows, [counts[problem_key(r)] for r in rows], n=n)
+    if not hard:
+        raise ValueError(f"every problem of {curated} was solved {n}/{n}: no stage-3 data")
+    out = Path(run_dir) / "data" / "hard.parquet"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    pd.DataFrame(hard, columns=df.columns).to_parquet(out, index=False)
+    info = {"parquet": str(out), **stats, "n": n, "curated": str(Path(curated).resolve())}
+    (Path(run_dir) / "hard_subset.json").write_text(json.dumps(info, indent=2) + "\n")
+    return info
+
+
+def sample_solve_counts(cfg: Any, curated: str | os.PathLike, *, base_url: str = "", model: str = "",
+                        tokenizer_path: str = "", n: int = 8, max_concurrency: int = 256,
+                        backend: Any = None, tokenizer: Any = None, executor: Any = None) -> dict[str, int]:
+    """Roll out every problem of ``curated`` ``n`` times with the policy behind ``base_url`` and
+    count the correct ones (``kit.reward.verify_batch``).
+
+    Args:
+        cfg: the stage-3 config (rollout settings, ``stages.stage3`` budgets, sandbox).
+        curated: the curated parquet.
+        base_url, model: the OpenAI-compatible server (``.../v1``) and its model name.
+        tokenizer_path: the served policy's folder (its tokenizer).
+        n: rollouts per problem.
+        max_concurrency: trajectories alive at once.
+        backend, tokenizer, executor: injected instead (tests); ``executor`` default a
+            ``kit.sandbox.SandboxPool(cfg.sandbox)``.
+    Returns:
+        ``{problem_key: solved}``.
+    """
+    import pandas as pd
+
+    from kit.reward import verify_batch
+    from kit.rollout import run_sync
+    from kit.rollout.loop import rollout_batch
+
+    rows = pd.read_parquet(curated).to_dict("records")
+    if tokenizer is None:
+        from transformers import AutoTokenizer
+
+        tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
+    if backend is None:
+        from kit.rollout.backends import OpenAIBackend
+
+        backend = OpenAIBackend(base_url, model, tokenizer)
+    st = cfg.stages.stage3
+    kw = dict(max_concurrency=max_concurrency, max_response_tokens=st.max_response_tokens, max_turns=st.max_turns,
+              temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
+
+    async def go():
+        if executor is not None:
+            return await rollout_batch(backend, tokenizer, [r["problem"] for r in rows], executor, n, cfg.rollout, **kw)
+        from kit.sandbox import SandboxPool
+
+        async with SandboxPool(cfg.sandbox) as pool:
+            return await rollout_batch(backend, tokenizer, [r["problem"] for r in rows], pool, n, cfg.rollout, **kw)
+
+    groups = run_sync(go())
+    verdicts = verify_batch([(r["answer"], tr.response_text) for r, g in zip(rows, groups, strict=True) for tr in g])
+    return {problem_key(r): sum(int(v.correct) for v in verdicts[i * n:(i + 1) * n]) for i, r in enumerate(rows)}
+
+
+def prepare_stage3_data(cfg: Any, run_dir: str | os.PathLike, data_dir: str | os.PathLike, init_dir: str | os.PathLike,
+                        *, hard_counts: str = "", sampler_url: str = "", sampler_model: str = "") -> dict[str, Any]:
+    """``run_dir/data/hard.parquet`` for stage 3 on a cluster (kept when it exists).
+
+    Args:
+        hard_counts: a solve-count JSON (:func:`read_solve_counts`), or
+        sampler_url: an OpenAI-compatible server serving ``<init_dir>/policy`` (the merged stage-2
+            policy); ``sampler_model`` is its model name (default that path).
+    Raises:
+        RuntimeError: neither is given (says how to get one).
+    """
+    out = Path(run_dir) / "data" / "hard.parquet"
+    info_path = Path(run_dir) / "hard_subset.json"
+    if out.exists():
+        return json.loads(info_path.read_text()) if info_path.exists() else {"parquet": str(out)}
+    curated = Path(data_dir) / "data" / "curated.parquet"
+    n = cfg.stages.stage3.hard_filter_samples
+    policy = str((Path(init_dir) / "policy").resolve())
+    if hard_counts:
+        counts = read_solve_counts(hard_counts)
+    elif sampler_url:
+        counts = sample_solve_counts(cfg, curated, base_url=sampler_url, model=sampler_model or policy,
+                                     tokenizer_path=policy, n=n)
+        (Path(run_dir) / "solve_counts.json").write_text(json.dumps(counts) + "\n")
+    else:
+        raise RuntimeError(
+            f"stage 3 needs {out}: the curated problems minus those the stage-2 policy solves {n}/{n}. Serve "
+            f"{policy} (python -m sglang.launch_server --model-path {policy} --tp 4 --port 30000) and pass "
+            "sampler_url='http://HOST:30000/v1', or pass hard_counts=<JSON {\"source/id\": solved}>, or place the "
+            "parquet there yourself")
+    return build_hard_parquet(curated, counts, run_dir, n=n)

@@ -1,0 +1,334 @@
+"""The paper-profile chain on a GPU cluster: VERL stages across the notebooks' run directories.
+
+Each notebook has its own run directory (``kit.pipeline``); a VERL stage there reads its
+upstream's files and leaves the same files a local (tiny) stage leaves, so evaluation, analysis
+and figures find them the same way:
+
+=========  ==========================================  =============================================
+stage      reads                                       writes (under its ``run_dir``)
+=========  ==========================================  =============================================
+sft        ``sft_checkpoint`` (linked), or a VERL       ``policy/`` (link or merged model),
+           multi-turn parquet (``verl.trainer.         ``checkpoints/``, ``summary.json``
+           sft_trainer`` on ``torchrun``)
+stage1     ``<sft>/policy``, ``<data>/data/{curated,   ``checkpoints/global_step_<N>/actor``,
+           val}.parquet``                               ``verl/metrics.jsonl`` (VERL's file logger),
+                                                        ``metrics.jsonl`` (kit keys), ``policy/``
+                                                        (merged), ``summary.json``
+stage2     ``<stage1>/checkpoints/global_step_<N>``     same
+           (model + optimizer), ``<stage1>/policy``
+           (config, tokenizer), data as stage 1
+stage3     ``<stage2>/checkpoints/global_step_<N>``     same, plus ``data/hard.parquet`` and
+           (weights only: optimizer reset),             ``hard_subset.json`` (built first from the
+           ``<stage2>/policy``, its own                 stage-2 policy's solve counts)
+           ``data/hard.parquet``
+=========  ==========================================  =============================================
+
+A stage starts at the step of the checkpoint it resumes (``start_step``) and ends
+``stages.<stage>.steps`` later; a stage interrupted after its first save resumes from its own
+last checkpoint; a finished one (its last checkpoint at ``end_step``) is not launched again, and
+a ``policy/`` newer than that checkpoint is not merged again. :func:`describe_chain` prints all
+of it without running anything (``python -m kit reproduce --profile paper-14b --dry-run``).
+
+The cluster layout comes from the environment: ``KIT_NNODES`` (1), ``KIT_GPUS_PER_NODE`` (8),
+``KIT_ROLLOUT_TP`` (4); the interpreter of the VERL processes from ``KIT_VERL_PYTHON`` (this one).
+
+What it does not do: start SGLang or a Ray cluster, or choose the SFT data (see README).
+Nothing here has run on a GPU in this repository's CI; the command construction, the directory
+logic and the metrics conversion are tested on a CPU with fake VERL outputs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import sys
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kit.bridge.checkpoints import (
+    latest_checkpoint,
+    merge_command,
+    merge_to_policy,
+    saved_steps,
+)
+from kit.bridge.overrides import STAGES, stage_step_offset
+from kit.config import save
+
+METRICS_FILE = "verl/metrics.jsonl"
+#: kit ``metrics.jsonl`` key <- VERL step-metric key (first present wins); the ``roc/`` keys come
+#: from ``kit.bridge.roc_hook``. ``accuracy`` is the mean 0/1 reward of the trained rollouts.
+METRIC_MAP: dict[str, tuple[str, ...]] = {
+    "reward_mean": ("critic/score/mean", "critic/rewards/mean"),
+    "accuracy": ("roc/accuracy_after", "critic/score/mean"),
+    "response_len_mean": ("response_length/mean",),
+    "truncation_ratio": ("response_length/clip_ratio",),
+    "tool_error_ratio_correct_before": ("roc/tool_error_ratio_correct_before",),
+    "tool_error_ratio_correct_after": ("roc/tool_error_ratio_correct_after",),
+    "p_format_mean": ("roc/p_format_mean",),
+    "kept": ("roc/kept",),
+    "turns_mean": ("num_turns/mean",),
+    "time_generate_s": ("timing_s/gen",),
+    "time_verify_s": ("timing_s/reward",),
+    "time_update_s": ("timing_s/update_actor",),
+    "time_step_s": ("timing_s/step",),
+}
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """Cluster layout and the interpreter of the VERL processes."""
+
+    nnodes: int = 1
+    gpus_per_node: int = 8
+    rollout_tp: int = 4
+    python: str = sys.executable
+
+    @classmethod
+    def from_env(cls) -> Cluster:
+        e = os.environ
+        return cls(int(e.get("KIT_NNODES", 1)), int(e.get("KIT_GPUS_PER_NODE", 8)), int(e.get("KIT_ROLLOUT_TP", 4)),
+                   e.get("KIT_VERL_PYTHON", sys.executable))
+
+
+@dataclass
+class StagePlan:
+    """What one VERL stage reads and writes, and the commands that do it (nothing run yet)."""
+
+    stage: str
+    run_dir: str
+    start_step: int
+    end_step: int
+    reads: dict[str, str]
+    writes: dict[str, str]
+    launch_command: list[str]
+    merge_command: list[str]
+    launch_kwargs: dict[str, Any] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+
+
+def _config_overrides(cfg: Any) -> dict[str, Any]:
+    d = cfg.to_dict()
+    d.pop("profile", None)
+    d.pop("run_dir", None)
+    return d
+
+
+def plan_stage(cfg: Any, stage: str, run_dir: str | os.PathLike, init_dir: str | os.PathLike,
+               data_dir: str | os.PathLike, *, cluster: Cluster | None = None, check: bool = True) -> StagePlan:
+    """Plan one RL stage of ``cfg`` (a paper profile) in ``run_dir``, starting from ``init_dir``.
+
+    Args:
+        cfg: the notebook's resolved ``KitConfig`` (its overrides and ``steps`` carry over).
+        stage: ``stage1`` | ``stage2`` | ``stage3``.
+        run_dir, init_dir, data_dir: this stage's, the upstream stage's and the data notebook's
+            run directories.
+        cluster: layout (default :meth:`Cluster.from_env`).
+        check: read the upstream and own checkpoints (False for a dry run before anything exists:
+            the steps are then the profile's and the paths the predicted ones).
+    Raises:
+        kit.bridge.checkpoints.CheckpointError: ``check`` and stage 2/3 find no upstream checkpoint.
+    """
+    from kit import recipe
+
+    if stage not in STAGES:
+        raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
+    cluster = cluster or Cluster.from_env()
+    run, init, data = (Path(p).resolve() for p in (run_dir, init_dir, data_dir))
+    notes: list[str] = []
+    resume: str | None = None
+    if check and not (init / "policy").exists():
+        raise FileNotFoundError(f"{init / 'policy'} not found: the upstream notebook writes it (the SFT link or "
+                                "the merged policy of the previous stage); run it first")
+    if stage == "stage1":
+        start = 0
+    elif check:
+        up = latest_checkpoint(init / "checkpoints")
+        start, resume = up.step, str(up.step_dir)
+    else:
+        start = stage_step_offset(cfg, stage)
+        resume = str(init / "checkpoints" / f"global_step_{start}")
+    end = start + getattr(cfg.stages, stage).steps
+    own = saved_steps(run / "checkpoints") if check else []
+    if own and start < own[-1] < end:
+        notes.append(f"resuming this stage from its own step {own[-1]} (interrupted run)")
+        resume = str(run / "checkpoints" / f"global_step_{own[-1]}")
+    train = run / "data" / "hard.parquet" if stage == "stage3" else data / "data" / "curated.parquet"
+    reads = {"model": str(init / "policy"), "train_files": str(train), "val_files": str(data / "data" / "val.parquet")}
+    if resume:
+        reads["resume_from"] = resume
+    writes = {"checkpoints": str(run / "checkpoints"), "verl_metrics": str(run / METRICS_FILE),
+              "metrics": str(run / "metrics.jsonl"), "policy": str(run / "policy"), "summary": str(run / "summary.json")}
+    kwargs = dict(run_dir=str(run), model_path=reads["model"], train_files=str(train), val_files=reads["val_files"],
+                  n_gpus_per_node=cluster.gpus_per_node, nnodes=cluster.nnodes, rollout_tp=cluster.rollout_tp,
+                  config_overrides=_config_overrides(cfg), start_step=start, resume_from=resume,
+                  metrics_file=writes["verl_metrics"], python=cluster.python)
+    _, _, cmd = recipe.build_launch(cfg.profile, stage, **kwargs)
+    merge = merge_command(run / "checkpoints" / f"global_step_{end}" / "actor", run / "policy.partial", cluster.python)
+    return StagePlan(stage, str(run), start, end, reads, writes, cmd, merge, kwargs, notes)
+
+
+def convert_metrics(verl_file: str | os.PathLike, out_file: str | os.PathLike, *, stage: str, start_step: int,
+                    algorithm: str, seed: int) -> int:
+    """Rewrite VERL's file-logger lines (``{"step": N, "data": {...}}``) as kit ``metrics.jsonl``
+    rows (keys in DEVELOPERS.md, mapped by :data:`METRIC_MAP`; absent ones left out), one per
+    training step; validation-only lines are skipped. Returns the number of rows written.
+
+    Raises:
+        FileNotFoundError: ``verl_file`` does not exist (names it).
+    """
+    src = Path(verl_file)
+    if not src.exists():
+        raise FileNotFoundError(f"VERL metrics file not found: {src} (the stage logs there through trainer.logger=file)")
+    rows: dict[int, dict[str, Any]] = {}
+    for line in src.read_text().splitlines():
+        if not line.strip():
+            continue
+        rec = json.loads(line)
+        step, data = int(rec["step"]), rec.get("data", {})
+        row = rows.setdefault(step, {})
+        for key, sources in METRIC_MAP.items():
+            value = next((data[s] for s in sources if s in data), None)
+            if isinstance(value, int | float) and key not in row:
+                row[key] = float(value)
+    out = Path(out_file)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    n = 0
+    with out.open("w") as fh:
+        for step in sorted(rows):
+            row = rows[step]
+            if "reward_mean" not in row and "response_len_mean" not in row:
+                continue
+            row = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
+            fh.write(json.dumps({"stage": stage, "step": step - start_step, "global_step": step, **row,
+                                 "algorithm": algorithm, "seed": seed, "engine": "verl"}) + "\n")
+            n += 1
+    return n
+
+
+def run_stage(cfg: Any, stage: str, run_dir: str | os.PathLike, init_dir: str | os.PathLike,
+              data_dir: str | os.PathLike, *, cluster: Cluster | None = None,
+              launcher: Callable[..., int] | None = None,
+              merge_runner: Callable[[Sequence[str]], int] | None = None) -> dict[str, Any]:
+    """Launch one stage in VERL (unless it already finished), merge its last checkpoint into
+    ``run_dir/policy``, convert its metrics and write ``run_dir/summary.json``.
+
+    Args:
+        cfg, stage, run_dir, init_dir, data_dir, cluster: as in :func:`plan_stage`.
+        launcher: ``kit.recipe.launch`` (tests pass a fake that writes a checkpoint layout).
+        merge_runner: runs the merge argv (default a subprocess).
+    Returns:
+        The summary written to ``run_dir/summary.json``.
+    Raises:
+        CheckpointError: the upstream checkpoint, or this stage's after training, is missing or
+            incomplete (names the path).
+        RuntimeError: VERL or the merger exited with an error.
+        FileNotFoundError: stage 3 without ``run_dir/data/hard.parquet`` (see :func:`build_hard_parquet`).
+    """
+    from kit import recipe
+
+    plan = plan_stage(cfg, stage, run_dir, init_dir, data_dir, cluster=cluster)
+    run = Path(plan.run_dir)
+    own = saved_steps(run / "checkpoints")
+    launched = not (own and own[-1] >= plan.end_step)
+    if launched:
+        code = (launcher or recipe.launch)(cfg.profile, stage, **plan.launch_kwargs)
+        if code != 0:
+            raise RuntimeError(f"VERL {stage} exited with status {code} (run_dir {run}; its log is above)")
+    merged = merge_to_policy(run / "checkpoints", run / "policy", python=plan.launch_kwargs["python"], run=merge_runner)
+    if merged["step"] != plan.end_step:
+        plan.notes.append(f"last checkpoint is step {merged['step']}, expected {plan.end_step}")
+    verl_metrics = Path(plan.writes["verl_metrics"])
+    n_rows = (convert_metrics(verl_metrics, plan.writes["metrics"], stage=stage, start_step=plan.start_step,
+                              algorithm=cfg.algorithm.name, seed=cfg.seed) if verl_metrics.exists() else 0)
+    if not verl_metrics.exists():
+        plan.notes.append(f"no VERL metrics file at {verl_metrics}")
+    summary = {
+        "stage": stage, "engine": "verl", "profile": cfg.profile, "algorithm": cfg.algorithm.name, "seed": cfg.seed,
+        "run_dir": str(run), "init_dir": str(Path(init_dir).resolve()), "policy_dir": merged["policy_dir"],
+        "checkpoint": merged["checkpoint"], "start_step": plan.start_step, "end_step": merged["step"],
+        "global_step": merged["step"], "steps": int(merged["step"]) - plan.start_step,
+        "resumed_from": plan.reads.get("resume_from"), "model_path": plan.reads["model"],
+        "train_files": plan.reads["train_files"], "val_files": plan.reads["val_files"],
+        "metrics_file": plan.writes["metrics"], "metric_rows": n_rows, "verl_metrics_file": str(verl_metrics),
+        "launched": launched, "merged": merged["merged"], "launch_command": plan.launch_command,
+        "merge_command": merged["command"], "notes": plan.notes,
+    }
+    (run / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
+def run_ablation(cfg: Any, run_dir: str | os.PathLike, init_dir: str | os.PathLike, data_dir: str | os.PathLike,
+                 **kwargs: Any) -> dict[str, Any]:
+    """The RoC ablation on the cluster: one stage-1 VERL run per (algorithm, seed) from the SFT
+    policy, each in ``run_dir/<algorithm>_seed<s>/`` with ``ablation.steps`` steps (as the local
+    engine lays it out); writes ``run_dir/ablation.json`` and ``run_dir/summary.json``."""
+    runs = {}
+    for sub, sub_cfg in _ablation_configs(cfg, run_dir):
+        sub.mkdir(parents=True, exist_ok=True)
+        save(dataclasses.replace(sub_cfg, run_dir=str(sub)), sub)
+        runs[sub.name] = run_stage(sub_cfg, "stage1", sub, init_dir, data_dir, **kwargs)
+    out = {"engine": "verl", "runs": {k: {"run_dir": v["run_dir"], "metrics_file": v["metrics_file"],
+                                          "policy_dir": v["policy_dir"], "end_step": v["end_step"]}
+                                      for k, v in runs.items()}}
+    for name in ("ablation.json", "summary.json"):
+        (Path(run_dir) / name).write_text(json.dumps(out, indent=2) + "\n")
+    return out
+
+
+def _ablation_configs(cfg: Any, run_dir: str | os.PathLike) -> list[tuple[Path, Any]]:
+    from kit.config import load
+
+    out = []
+    for seed in cfg.ablation.seeds:
+        for alg in ("grpo", "grpo_roc"):
+            over = _config_overrides(cfg)
+            over["algorithm"]["name"], over["seed"] = alg, seed
+            over["stages"]["stage1"]["steps"] = cfg.ablation.steps
+            out.append((Path(run_dir) / f"{alg}_seed{seed}", load(cfg.profile, over, write=False)))
+    return out
+
+
+def describe_chain(cfg: Any, dirs: Mapping[str, str], *, cluster: Cluster | None = None) -> str:
+    """Text of the whole paper chain: for each notebook's training step, what it reads, what it
+    writes and the exact commands (VERL SFT, VERL PPO per stage, merges), without running or
+    checking anything. ``dirs`` maps ``data, sft, stage1, stage2, stage3, ablation`` to run dirs."""
+    from kit.bridge.sft import sft_command
+
+    cluster = cluster or Cluster.from_env()
+    q = " ".join
+    lines = [f"# paper chain, profile {cfg.profile}: {cluster.nnodes} node(s) x {cluster.gpus_per_node} GPUs, "
+             f"rollout TP {cluster.rollout_tp} (KIT_NNODES, KIT_GPUS_PER_NODE, KIT_ROLLOUT_TP)", ""]
+    sft = Path(dirs["sft"]).resolve()
+    data = Path(dirs["data"]).resolve()
+    lines += [
+        f"## 02_cold_start_sft  run_dir {sft}",
+        f"   writes: {sft}/policy, {sft}/summary.json",
+        "   either sft_checkpoint=<HF model folder>: linked as policy/ (nothing runs), or",
+        "   sft_data=<parquet with a `messages` column>:",
+        "   $ " + q(sft_command(cfg, "<sft_data>", sft, gpus_per_node=cluster.gpus_per_node, python=cluster.python)),
+        "   $ " + q(merge_command(sft / "checkpoints" / "global_step_<last>", sft / "policy.partial", cluster.python))
+        + "  (then renamed to policy/)", ""]
+    previous = dirs["sft"]
+    for stage, nb in zip(STAGES, ("03_rl_stage1", "04_rl_stage2", "05_rl_stage3"), strict=True):
+        plan = plan_stage(cfg, stage, dirs[stage], previous, dirs["data"], cluster=cluster, check=False)
+        lines.append(f"## {nb}  run_dir {plan.run_dir}  (global steps {plan.start_step} -> {plan.end_step})")
+        if stage == "stage3":
+            lines.append(f"   first: {plan.reads['train_files']} = {data}/data/curated.parquet minus the problems "
+                         f"{Path(previous).resolve()}/policy solves {cfg.stages.stage3.hard_filter_samples}/"
+                         f"{cfg.stages.stage3.hard_filter_samples} (sampler_url= an OpenAI server of that policy, "
+                         "or hard_counts= a JSON of solve counts; kit.bridge.hard_subset)")
+        lines += [f"   reads:  {k} = {v}" for k, v in plan.reads.items()]
+        lines += [f"   writes: {k} = {v}" for k, v in plan.writes.items()]
+        lines += ["   $ " + q(plan.launch_command), "   $ " + q(plan.merge_command) + "  (then renamed to policy/)", ""]
+        previous = dirs[stage]
+    abl = Path(dirs["ablation"]).resolve()
+    lines.append(f"## 06_roc_ablation  run_dir {abl}  (one stage-1 run per algorithm and seed, from {sft}/policy)")
+    for sub, sub_cfg in _ablation_configs(cfg, abl):
+        plan = plan_stage(sub_cfg, "stage1", sub, dirs["sft"], dirs["data"], cluster=cluster, check=False)
+        lines += [f"   {sub.name}: writes {plan.writes['metrics']}, {plan.writes['policy']}",
+                  "   $ " + q(plan.launch_command), "   $ " + q(plan.merge_command), ""]
+    return "\n".join(lines)

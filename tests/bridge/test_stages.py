@@ -1,0 +1,148 @@
+"""kit.bridge.stages/hard_subset/sft: the VERL chain across notebook run dirs, with a fake VERL."""
+
+import json
+import shlex
+from pathlib import Path
+
+import pytest
+from test_checkpoints import fake_checkpoint, fake_merger
+
+from kit.bridge import hard_subset, sft, stages
+from kit.config import load
+
+CLUSTER = stages.Cluster(nnodes=1, gpus_per_node=8, rollout_tp=4, python="python3")
+
+
+def _dirs(tmp_path):
+    d = {k: tmp_path / k for k in ("data", "sft", "stage1", "stage2", "stage3", "ablation")}
+    (d["data"] / "data").mkdir(parents=True)
+    (d["sft"] / "policy").mkdir(parents=True)
+    return d
+
+
+def fake_verl(log):
+    """A stand-in for kit.recipe.launch: records its arguments, writes VERL's checkpoint and file-logger output."""
+    def launch(profile, stage, **kw):
+        log.append((stage, kw))
+        cfg = load(profile, kw["config_overrides"], write=False)
+        end = kw["start_step"] + getattr(cfg.stages, stage).steps
+        fake_checkpoint(Path(kw["run_dir"]) / "checkpoints", end)
+        m = Path(kw["metrics_file"])
+        m.parent.mkdir(parents=True, exist_ok=True)
+        m.write_text("".join(json.dumps({"step": s, "data": {"critic/score/mean": 0.5, "response_length/mean": 100.0,
+                                                             "roc/tool_error_ratio_correct_before": 0.1}}) + "\n"
+                             for s in range(kw["start_step"] + 1, end + 1))
+                     + json.dumps({"step": end, "data": {"val-core/aime24/acc/mean@16": 0.2}}) + "\n")
+        return 0
+    return launch
+
+
+def test_three_stages_chain_through_merged_policies(tmp_path):
+    d = _dirs(tmp_path)
+    log, merges = [], []
+    steps = {"stages.stage1.steps": 3, "stages.stage2.steps": 2, "stages.stage3.steps": 2}
+    prev = d["sft"]
+    for stage in ("stage1", "stage2", "stage3"):
+        cfg = load("paper-14b", steps, run_dir=str(d[stage]))
+        s = stages.run_stage(cfg, stage, d[stage], prev, d["data"], cluster=CLUSTER, launcher=fake_verl(log),
+                             merge_runner=fake_merger(merges))
+        assert json.loads((d[stage] / "summary.json").read_text()) == s
+        assert s["policy_dir"] == str(d[stage].resolve() / "policy") and (d[stage] / "policy" / "config.json").exists()
+        prev = d[stage]
+    (s1, k1), (s2, k2), (s3, k3) = log
+    assert k1["resume_from"] is None and k1["model_path"] == str(d["sft"].resolve() / "policy")
+    assert k2["start_step"] == 3 and k2["resume_from"] == str(d["stage1"].resolve() / "checkpoints" / "global_step_3")
+    assert k2["model_path"] == str(d["stage1"].resolve() / "policy")
+    assert k3["start_step"] == 5 and k3["train_files"] == str(d["stage3"].resolve() / "data" / "hard.parquet")
+    assert s["end_step"] == 7 and s["steps"] == 2 and s["start_step"] == 5
+    rows = [json.loads(x) for x in (d["stage3"] / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in rows] == [1, 2] and rows[0]["global_step"] == 6  # validation-only line skipped
+    assert rows[0]["reward_mean"] == 0.5 and rows[0]["tool_error_ratio_correct_before"] == 0.1
+    assert rows[0]["algorithm"] == "grpo_roc" and rows[0]["stage"] == "stage3"
+
+
+def test_the_launch_kwargs_build_a_command_that_resets_the_optimizer_only_at_stage_start(tmp_path):
+    from kit import recipe
+
+    d = _dirs(tmp_path)
+    fake_checkpoint(d["stage2"] / "checkpoints", 385)
+    (d["stage2"] / "policy").mkdir()
+    cfg = load("paper-14b", write=False)
+    plan = stages.plan_stage(cfg, "stage3", d["stage3"], d["stage2"], d["data"], cluster=CLUSTER)
+    assert "actor_rollout_ref.actor.checkpoint.load_contents=[model]" in plan.launch_command
+    assert "trainer.total_training_steps=510" in plan.launch_command
+    assert f"trainer.resume_from_path={d['stage2'].resolve()}/checkpoints/global_step_385" in plan.launch_command
+    assert f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={d['stage3'].resolve()}/verl/metrics.jsonl" \
+        in plan.launch_command and "trainer.logger=[console,file]" in plan.launch_command
+    assert recipe.build_launch("paper-14b", "stage3", **plan.launch_kwargs)[2] == plan.launch_command
+    fake_checkpoint(d["stage3"] / "checkpoints", 400)  # interrupted stage 3: resumes its own optimizer
+    again = stages.plan_stage(cfg, "stage3", d["stage3"], d["stage2"], d["data"], cluster=CLUSTER)
+    assert again.reads["resume_from"].endswith("stage3/checkpoints/global_step_400") and again.notes
+    assert not any("load_contents" in a for a in again.launch_command)
+
+
+def test_finished_stage_is_not_launched_again_and_missing_upstream_is_named(tmp_path):
+    d = _dirs(tmp_path)
+    cfg = load("paper-14b", {"stages.stage2.steps": 2}, write=False)
+    with pytest.raises(FileNotFoundError, match="stage1/policy not found"):
+        stages.run_stage(cfg, "stage2", d["stage2"], d["stage1"], d["data"], cluster=CLUSTER)
+    (d["stage1"] / "policy").mkdir(parents=True)
+    with pytest.raises(FileNotFoundError, match=f"no VERL checkpoint under {d['stage1'].resolve()}/checkpoints"):
+        stages.run_stage(cfg, "stage2", d["stage2"], d["stage1"], d["data"], cluster=CLUSTER)
+    fake_checkpoint(d["stage1"] / "checkpoints", 300)
+    fake_checkpoint(d["stage2"] / "checkpoints", 302)
+    s = stages.run_stage(cfg, "stage2", d["stage2"], d["stage1"], d["data"], cluster=CLUSTER,
+                         launcher=lambda *a, **k: pytest.fail("launched again"), merge_runner=fake_merger([]))
+    assert not s["launched"] and s["merged"] and s["end_step"] == 302 and s["metric_rows"] == 0
+
+
+def test_ablation_runs_one_stage1_per_algorithm(tmp_path):
+    d = _dirs(tmp_path)
+    log = []
+    cfg = load("paper-14b", {"ablation.steps": 2}, write=False)
+    out = stages.run_ablation(cfg, d["ablation"], d["sft"], d["data"], cluster=CLUSTER, launcher=fake_verl(log),
+                              merge_runner=fake_merger([]))
+    assert sorted(out["runs"]) == ["grpo_roc_seed0", "grpo_seed0"]
+    algs = {json.loads((d["ablation"] / k / "config.json").read_text())["algorithm"]["name"] for k in out["runs"]}
+    assert algs == {"grpo", "grpo_roc"} and (d["ablation"] / "ablation.json").exists()
+    assert (d["ablation"] / "grpo_seed0" / "metrics.jsonl").exists()
+
+
+def test_describe_chain_prints_every_command_and_directory(tmp_path):
+    d = {k: str(v) for k, v in _dirs(tmp_path).items()}
+    text = stages.describe_chain(load("paper-14b", write=False), d, cluster=CLUSTER)
+    cmds = [shlex.split(line.split("$ ", 1)[1].split("  (")[0]) for line in text.splitlines() if "$ " in line]
+    assert sum("verl.trainer.main_ppo" in c for c in cmds) == 5  # 3 stages + 2 ablation runs
+    assert sum("verl.model_merger" in c for c in cmds) == 6 and sum("verl.trainer.sft_trainer" in c for c in cmds) == 1
+    assert "global steps 300 -> 385" in text and f"{tmp_path}/stage3/data/hard.parquet" in text
+
+
+def test_hard_parquet_keeps_problems_not_always_solved(tmp_path):
+    from kit.data.curate import CurationResult, write_curated
+    from kit.data.pools import Problem
+
+    probs = [Problem("dapo", str(i), f"What is {i}+{i}?", str(2 * i)) for i in range(4)]
+    curated = write_curated(tmp_path / "data", CurationResult(probs, {}, []))["parquet"]
+    counts = {"dapo/0": 8, "dapo/1": 3, "dapo/2": 0, "dapo/3": 8}
+    info = hard_subset.build_hard_parquet(curated, counts, tmp_path / "s3")
+    import pandas as pd
+
+    df = pd.read_parquet(info["parquet"])
+    assert list(df["id"]) == ["1", "2"] and info["solved_all"] == 2 and "reward_model" in df.columns
+    with pytest.raises(KeyError, match="no solve count"):
+        hard_subset.build_hard_parquet(curated, {"dapo/0": 1}, tmp_path / "s3")
+    cfg = load("paper-14b", write=False)
+    with pytest.raises(RuntimeError, match="sampler_url="):
+        hard_subset.prepare_stage3_data(cfg, tmp_path / "s3b", tmp_path / "data", tmp_path / "stage2")
+
+
+def test_sft_command_composes_with_verls_sft_config(tmp_path):
+    from hydra import compose, initialize_config_module
+
+    cfg = load("paper-14b", write=False)
+    cmd = sft.sft_command(cfg, str(tmp_path / "sft.parquet"), tmp_path / "sft", python="python3")
+    assert cmd[:5] == ["python3", "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=8"]
+    with initialize_config_module("verl.trainer.config", version_base=None):
+        c = compose(config_name="sft_trainer_engine", overrides=cmd[cmd.index("verl.trainer.sft_trainer") + 1:])
+    assert c.optim.lr == 5e-6 and c.data.train_batch_size == 128 and c.trainer.total_epochs == 3
+    assert c.trainer.default_local_dir == str(tmp_path / "sft" / "checkpoints")

@@ -116,52 +116,53 @@ def prepare_rl_data(cfg: KitConfig, curation: Any, run_dir: str | os.PathLike) -
     return paths
 
 
-def cold_start(cfg: KitConfig, run_dir: str | os.PathLike, progress=None, *, sft_checkpoint: str = "") -> dict[str, Any]:
+def cold_start(cfg: KitConfig, run_dir: str | os.PathLike, progress=None, *, sft_checkpoint: str = "",
+               sft_data: str = "") -> dict[str, Any]:
     """Cold-start SFT: the local engine (:func:`kit.train.sft.run_sft`) for CPU profiles.
 
-    Paper profiles: the kit does not run the 14B SFT; pass the checkpoint you trained (e.g. with
-    VERL's SFT trainer) as ``sft_checkpoint`` and it is linked as ``run_dir/policy``.
+    Paper profiles (:mod:`kit.bridge.sft`): ``sft_checkpoint`` (a Hugging Face model folder you
+    trained) is linked as ``run_dir/policy``; else ``sft_data`` (a parquet in VERL's multi-turn
+    SFT schema) is trained with VERL's SFT trainer and merged into ``run_dir/policy``. Both write
+    ``run_dir/summary.json``.
 
     Raises:
-        RuntimeError: a paper profile without ``sft_checkpoint``.
-        FileNotFoundError: ``sft_checkpoint`` does not exist.
+        RuntimeError: a paper profile with neither.
+        FileNotFoundError: ``sft_checkpoint`` or ``sft_data`` does not exist.
     """
     if not uses_cluster(cfg):
         from kit.train.sft import run_sft
 
         return run_sft(cfg, run_dir, progress=progress)
-    if not sft_checkpoint:
-        raise RuntimeError(f"profile {cfg.profile}: the kit does not run the paper-scale SFT; pass the cold-start "
-                           "checkpoint as the `sft_checkpoint` parameter of 02_cold_start_sft")
-    src = Path(sft_checkpoint).resolve()
-    if not src.exists():
-        raise FileNotFoundError(f"sft_checkpoint not found: {src}")
-    link = Path(run_dir) / "policy"
-    link.parent.mkdir(parents=True, exist_ok=True)
-    if link.is_symlink() or link.exists():
-        link.unlink()
-    link.symlink_to(src, target_is_directory=True)
-    return {"policy_dir": str(link), "sft_checkpoint": str(src)}
+    from kit.bridge import sft
+    from kit.bridge.stages import Cluster
+
+    if sft_checkpoint:
+        return sft.link_checkpoint(sft_checkpoint, run_dir)
+    if sft_data:
+        c = Cluster.from_env()
+        return sft.run_sft(cfg, run_dir, sft_data, gpus_per_node=c.gpus_per_node, python=c.python)
+    raise RuntimeError(f"profile {cfg.profile}: the report's SFT data is not released; pass your cold-start model "
+                       "as the `sft_checkpoint` parameter of 02_cold_start_sft, or a VERL multi-turn SFT parquet "
+                       "as `sft_data` (kit.bridge.sft)")
 
 
-def _launch(cfg: KitConfig, stage: str, run_dir, init_dir, data_dir, overrides: Mapping[str, Any] | None = None) -> dict:
-    from kit import recipe
-
-    data = Path(data_dir) / "data"
-    code = recipe.launch(cfg.profile, stage, run_dir=str(run_dir), model_path=str(Path(init_dir) / "policy"),
-                         train_files=str(data / "curated.parquet") if stage != "stage3" else None,
-                         val_files=str(data / "val.parquet"), config_overrides=dict(overrides or {}))
-    if code != 0:
-        raise RuntimeError(f"VERL {stage} exited with status {code} (run_dir {run_dir})")
-    return {"stage": stage, "run_dir": str(run_dir), "verl_exit_code": code}
-
-
-def train_stage(cfg: KitConfig, stage: str, run_dir, init_dir, data_dir, progress=None) -> dict[str, Any]:
-    """One RL stage from ``init_dir/policy``: the local engine (:func:`kit.train.rl.run_stage`), or VERL
-    through :func:`kit.recipe.launch` on the paper profiles (which then writes VERL's own folders,
-    not ``metrics.jsonl``; converting its checkpoints between stages is not automated)."""
+def train_stage(cfg: KitConfig, stage: str, run_dir, init_dir, data_dir, progress=None, *,
+                hard_counts: str = "", sampler_url: str = "") -> dict[str, Any]:
+    """One RL stage from ``init_dir/policy``: the local engine (:func:`kit.train.rl.run_stage`), or,
+    on the paper profiles, VERL on the Ray cluster (:func:`kit.bridge.stages.run_stage`): resume
+    from the upstream stage's last checkpoint, train, merge the last checkpoint into
+    ``run_dir/policy``, convert VERL's metrics to ``run_dir/metrics.jsonl`` and write
+    ``run_dir/summary.json``. Stage 3 on a cluster first builds ``run_dir/data/hard.parquet``
+    from ``hard_counts`` (a solve-count JSON) or by sampling the stage-2 policy served at
+    ``sampler_url`` (:func:`kit.bridge.hard_subset.prepare_stage3_data`)."""
     if uses_cluster(cfg):
-        return _launch(cfg, stage, run_dir, init_dir, data_dir)
+        from kit.bridge import stages
+
+        if stage == "stage3":
+            from kit.bridge.hard_subset import prepare_stage3_data
+
+            prepare_stage3_data(cfg, run_dir, data_dir, init_dir, hard_counts=hard_counts, sampler_url=sampler_url)
+        return stages.run_stage(cfg, stage, run_dir, init_dir, data_dir)
     from kit.train.rl import run_stage
 
     return run_stage(cfg, stage, Path(init_dir) / "policy", run_dir, progress)
@@ -169,17 +170,15 @@ def train_stage(cfg: KitConfig, stage: str, run_dir, init_dir, data_dir, progres
 
 def train_ablation(cfg: KitConfig, run_dir, init_dir, data_dir, progress=None) -> dict[str, Any]:
     """The RoC ablation from ``init_dir/policy``: :func:`kit.train.rl.run_ablation` locally, or one
-    VERL stage-1 run per (algorithm, seed) on the paper profiles."""
+    VERL stage-1 run per (algorithm, seed) on the paper profiles (:func:`kit.bridge.stages.run_ablation`,
+    same subfolders, each with ``metrics.jsonl``, ``policy/`` and ``summary.json``)."""
     if not uses_cluster(cfg):
         from kit.train.rl import run_ablation
 
         return run_ablation(cfg, Path(init_dir) / "policy", run_dir, progress=progress)
-    runs = {}
-    for seed in cfg.ablation.seeds:
-        for alg in ("grpo", "grpo_roc"):
-            over = {"algorithm.name": alg, "seed": seed, "stages.stage1.steps": cfg.ablation.steps}
-            runs[f"{alg}_seed{seed}"] = _launch(cfg, "stage1", Path(run_dir) / f"{alg}_seed{seed}", init_dir, data_dir, over)
-    return {"runs": runs}
+    from kit.bridge import stages
+
+    return stages.run_ablation(cfg, run_dir, init_dir, data_dir)
 
 
 def summary_markdown(summary: Mapping[str, Any], digits: int = 4):

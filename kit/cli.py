@@ -16,6 +16,7 @@ def _reproduce(args: argparse.Namespace) -> int:
 
     argv = ["run", "--profile", args.profile, "--run", args.run, *(["--force"] if args.force else [])]
     argv += [*(["--until", args.until] if args.until else []), *[f"--set={s}" for s in args.set]]
+    argv += ["--dry-run"] if args.dry_run else []
     return pipeline.main(argv)
 
 
@@ -37,6 +38,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--force", action="store_true", help="re-run notebooks that already finished")
     p.add_argument("--until", default=None, metavar="NN", help="stop after the notebook whose name starts with NN")
     p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
+    p.add_argument("--dry-run", action="store_true",
+                   help="print what would run (paper profiles: the exact VERL and merge commands), run nothing")
     p.set_defaults(fn=_reproduce)
     r = sub.add_parser("report", help="build the report PDF of a run")
     r.add_argument("--profile", default="tiny")

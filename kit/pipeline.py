@@ -401,8 +401,27 @@ def _parse_sets(items: Sequence[str]) -> dict[str, Any]:
     return out
 
 
+def dry_run_text(series: Sequence[NotebookRun], layout: Layout, overrides: dict[str, Any] | None = None) -> str:
+    """What ``run`` would do, as text: each notebook with its parameters; on the paper profiles
+    also the cluster chain (:func:`kit.bridge.stages.describe_chain`: VERL commands, merges,
+    folders). Nothing runs and nothing is written."""
+    from kit.config import load
+
+    cfg = load(layout.profile, overrides or {}, write=False)
+    lines = [f"kit.pipeline (dry run): profile {layout.profile} -> {layout.root}", ""]
+    for i, nb in enumerate(series, 1):
+        params = {k: v for k, v in nb.parameters.items() if k not in ("profile", "seed", "overrides")}
+        lines.append(f"[{i}/{len(series)}] {nb.name}: " + ", ".join(f"{k}={v}" for k, v in params.items()))
+    if cfg.rollout.engine == "sglang":
+        from kit.bridge.stages import describe_chain
+
+        dirs = {k: layout.dir(k) for k in ("data", "sft", "stage1", "stage2", "stage3", "ablation")}
+        lines += ["", describe_chain(cfg, dirs)]
+    return "\n".join(lines)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """``run --profile P --run R [--force] [--until NN] [--set KEY=VALUE ...] [--log-output] [--no-report]``.
+    """``run --profile P --run R [--force] [--until NN] [--set KEY=VALUE ...] [--log-output] [--no-report] [--dry-run]``.
 
     Runs :data:`SERIES` into ``reports/<P>/<R>/`` and then builds ``report.pdf`` with
     :mod:`kit.report`. Returns the exit code: 0 on success, 1 when a notebook failed (the message
@@ -422,6 +441,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--until", default=None, metavar="NN",
                    help="stop after the notebook whose name starts with NN (e.g. 03); no report then")
     r.add_argument("--no-report", action="store_true", help="do not build report.pdf at the end")
+    r.add_argument("--dry-run", action="store_true",
+                   help="print each notebook's parameters (and, on paper profiles, the VERL and merge commands "
+                        "with the folders each stage reads and writes) without running anything")
     r.add_argument("--reports-root", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
@@ -443,6 +465,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, ConfigError) as exc:
         print(f"kit.pipeline: {exc}", file=sys.stderr)
         return 2
+    if args.dry_run:
+        print(dry_run_text(series, layout, overrides))
+        return 0
     print(f"kit.pipeline: profile {args.profile}, run {args.run} -> {layout.root}")
     t0 = time.perf_counter()
     try:

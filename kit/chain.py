@@ -125,6 +125,8 @@ def cold_start(cfg: KitConfig, run_dir: str | os.PathLike, progress=None, *, sft
     SFT schema) is trained with VERL's SFT trainer and merged into ``run_dir/policy``. Both write
     ``run_dir/summary.json``.
 
+    ``KIT_SFT_CHECKPOINT`` / ``KIT_SFT_DATA`` stand in for the parameters (``kit reproduce``).
+
     Raises:
         RuntimeError: a paper profile with neither.
         FileNotFoundError: ``sft_checkpoint`` or ``sft_data`` does not exist.
@@ -136,6 +138,8 @@ def cold_start(cfg: KitConfig, run_dir: str | os.PathLike, progress=None, *, sft
     from kit.bridge import sft
     from kit.bridge.stages import Cluster
 
+    sft_checkpoint = sft_checkpoint or os.environ.get("KIT_SFT_CHECKPOINT", "")
+    sft_data = sft_data or os.environ.get("KIT_SFT_DATA", "")
     if sft_checkpoint:
         return sft.link_checkpoint(sft_checkpoint, run_dir)
     if sft_data:
@@ -154,14 +158,17 @@ def train_stage(cfg: KitConfig, stage: str, run_dir, init_dir, data_dir, progres
     ``run_dir/policy``, convert VERL's metrics to ``run_dir/metrics.jsonl`` and write
     ``run_dir/summary.json``. Stage 3 on a cluster first builds ``run_dir/data/hard.parquet``
     from ``hard_counts`` (a solve-count JSON) or by sampling the stage-2 policy served at
-    ``sampler_url`` (:func:`kit.bridge.hard_subset.prepare_stage3_data`)."""
+    ``sampler_url`` (:func:`kit.bridge.hard_subset.prepare_stage3_data`; ``KIT_HARD_COUNTS`` /
+    ``KIT_SAMPLER_URL`` stand in for them under ``kit reproduce``)."""
     if uses_cluster(cfg):
         from kit.bridge import stages
 
         if stage == "stage3":
             from kit.bridge.hard_subset import prepare_stage3_data
 
-            prepare_stage3_data(cfg, run_dir, data_dir, init_dir, hard_counts=hard_counts, sampler_url=sampler_url)
+            prepare_stage3_data(cfg, run_dir, data_dir, init_dir,
+                                hard_counts=hard_counts or os.environ.get("KIT_HARD_COUNTS", ""),
+                                sampler_url=sampler_url or os.environ.get("KIT_SAMPLER_URL", ""))
         return stages.run_stage(cfg, stage, run_dir, init_dir, data_dir)
     from kit.train.rl import run_stage
 

@@ -10,8 +10,8 @@ message, unless ``allow_local_ray`` lets VERL start a one-node Ray itself.
 ``prepare_data(config)`` writes the files a run reads: ``run_dir/data/curated.parquet`` (the
 curated RL pools, ``kit.data.curate``; stages 1-2), ``run_dir/data/val.parquet`` (benchmarks,
 same VERL row schema). Stage 3's ``hard.parquet`` needs solve counts of the stage-2 policy
-(``kit.data.curate.build_hard_subset`` with 8 rollouts per problem); produce it with your
-evaluation run and pass it as ``train_files`` (or place it at the default path).
+(8 rollouts per problem): ``kit.bridge.hard_subset`` builds it from a served policy or from your
+counts; pass it as ``train_files`` (or place it at the default path).
 
 Commands::
 

@@ -53,8 +53,23 @@ def test_paper_profile_sft_needs_a_checkpoint(tmp_path):
         chain.cold_start(cfg, tmp_path, sft_checkpoint=str(tmp_path / "nope"))
     ck = tmp_path / "ck"
     ck.mkdir()
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        chain.cold_start(cfg, tmp_path / "run", sft_checkpoint=str(ck))
+    (ck / "config.json").write_text("{}")
     out = chain.cold_start(cfg, tmp_path / "run", sft_checkpoint=str(ck))
     assert (tmp_path / "run" / "policy").resolve() == ck.resolve() and out["sft_checkpoint"] == str(ck.resolve())
+    assert (tmp_path / "run" / "summary.json").exists()
+
+
+def test_paper_stage3_builds_the_hard_subset_before_verl(tmp_path, monkeypatch):
+    from kit.bridge import hard_subset, stages
+
+    cfg = load("paper-14b", write=False)
+    calls = []
+    monkeypatch.setattr(hard_subset, "prepare_stage3_data", lambda *a, **k: calls.append(("hard", k)))
+    monkeypatch.setattr(stages, "run_stage", lambda cfg, stage, *a, **k: calls.append((stage, a)) or {"stage": stage})
+    assert chain.train_stage(cfg, "stage3", tmp_path / "s3", tmp_path / "s2", tmp_path / "d", hard_counts="c.json")
+    assert calls[0][1]["hard_counts"] == "c.json" and calls[1][0] == "stage3"
 
 
 def test_missing_policy_names_the_folder(tmp_path):

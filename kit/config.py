@@ -204,6 +204,16 @@ class EvalConfig:
     max_problems: int = 0  # 0 = all problems of each benchmark
     gpqa_path: str = ""  # GPQA-Diamond is user-supplied (its licence forbids redistribution)
     bootstrap_samples: int = 1000
+    # report §4.2 consistency filter (keep a problem when >= data.consistency_min_matches of
+    # data.consistency_samples answers match its label), run in 08_evaluation with the profile's
+    # policy on a sample of the curated pool; 0 = the whole pool, as the report (~42K problems x 16
+    # rollouts: a cluster job, set a sample size when the policy is served for a quick check)
+    consistency_problems: int = 0
+    # pass@k boundary curves, base (cold-start SFT) vs RL on the same problems (Yue et al. 2025):
+    # problems (0 = all of the source: the first benchmark on paper profiles, held-out tasks on CPU
+    # ones) and samples per problem (k = 1..passk_n; the report's n = 16)
+    passk_problems: int = 0
+    passk_n: int = 16
 
 
 @dataclass(frozen=True)

@@ -82,6 +82,23 @@ def test_evaluation_on_the_real_benchmarks(smoke_run):
         assert 0.0 <= d["avg_at_n"] <= 1.0 and d["manifest"]["data_files"]
 
 
+def test_consistency_filter_and_passk_curves(smoke_run):
+    lay, _ = smoke_run
+    cfg = load("smoke", write=False)
+    ev = lay.root / "eval"
+    c = json.loads((ev / "consistency.json").read_text())
+    assert c["n"] == cfg.data.consistency_samples and c["in"] == cfg.eval.consistency_problems
+    assert c["in"] == c["no_samples"] + c["inconsistent"] + c["out"] == len(pd.read_parquet(ev / "consistency.parquet"))
+    curves = pd.read_csv(ev / "passk" / "passk_curves.csv", index_col=0)
+    assert list(curves.columns) == ["SFT (cold start)", "RL (stage 3)"]
+    assert list(curves.index) == list(range(1, cfg.eval.passk_n + 1))
+    assert ((curves >= 0) & (curves <= 1)).all().all() and (curves.diff().dropna() >= -1e-12).all().all()
+    assert json.loads((ev / "passk" / "passk_curves.json").read_text())["problems"] == cfg.eval.passk_problems
+    for ext in ("png", "pdf"):
+        assert (ev / "passk" / f"passk_curves.{ext}").stat().st_size > 5000
+        assert (lay.root / "figures" / f"passk_curves.{ext}").exists()  # copied by 09
+
+
 def test_figures_tables_and_report(smoke_run):
     lay, _ = smoke_run
     for name in ("figure4_tool_errors", "figure8_stages", "figure9_roc_ablation"):

@@ -16,17 +16,27 @@ Policies (``simulate(..., policy=...)``):
         decode step does not fit, retraction (``retract_decode``: requests with the fewest
         output tokens are evicted until ``20 x batch`` tokens are free; their KV is dropped and
         recomputed by a later prefill; the ratio is reset to decoded/max-new of the rest).
-    ``dynamic`` the report's scheduler: one global queue; a request (one turn) is sent to an
-        engine only when that engine's *reserved* KV plus the request's maximum length
-        (``prompt + max_response_tokens``, the release's ``budget``) fits its capacity, so
-        overflow and eviction cannot happen; a turn that ends frees its reservation at once,
-        its tool call runs asynchronously, and queued requests are admitted as capacity frees.
-        A continuing turn waits for the engine that holds its prefix (sticky, as the release
-        routes) and goes before new trajectories, which go to the engine with the most
-        unreserved KV.
-``dynamic_free`` (information): the other reading of "safe concurrency from free KV capacity":
-the same global queue and dispatch, but an engine's load is its KV *in use* plus the budgets
-queued to it (not a reservation), and the engine admits, evicts and recomputes as SGLang does.
+    ``dynamic`` the report's scheduler: one global queue of requests (one request = one turn);
+        the dispatcher estimates each engine's safe concurrency from its free KV (capacity minus
+        the KV its running requests hold) and each request's maximum length (``prompt +
+        max_response_tokens``, the release's ``budget``, charged for every request queued to
+        the engine but not yet running): a request is sent where that load plus its budget fits.
+        Inside the engine, admission and the rare overflow are SGLang's (as in ``static``:
+        estimated growth, retraction and recompute, counted). A turn that ends frees its KV at
+        once, its tool call runs asynchronously, and queued requests are sent as capacity frees.
+        Routing is cache-aware with a balance threshold (as ``sglang-router``): a continuing
+        turn goes to the engine holding its prefix, unless that engine's load exceeds the
+        least-loaded engine's by more than :data:`BALANCE_REL` x it + :data:`BALANCE_ABS` x
+        capacity, in which case it moves there and its whole context is prefilled again
+        (counted as recomputed tokens and in ``migrations``). New trajectories go, after the
+        continuing turns, to the least-loaded engine.
+``dynamic_reserve`` (information): the strict reading of the report's estimate: the engine holds
+only requests whose maximum length (``prompt + max_response_tokens``; that is also context so
+far + the turn's ``max_new``, since the agent loop has no per-turn cap) is *reserved* against
+its capacity, so overflow and eviction cannot happen, but at most ``capacity / budget`` (~275 on
+the preset) rows run although trajectories average half the budget. A continuing turn waits for
+its home engine (sticky, as the release routes).
+``dynamic_free`` (information): ``dynamic`` without migration (continuing turns are sticky).
 ``static_barrier`` (information): static allocation where each engine's trajectories advance
 turn by turn in lockstep (all tool calls of a turn must return before the next turn starts),
 like the plain batch loop of :mod:`kit.train.engine`.
@@ -52,10 +62,12 @@ Modelling assumptions (all of them):
       not modelled. A request admitted at a step boundary decodes its first token in that step.
     * Admission happens only at step boundaries. Engines are simulated in macro-steps during
       which the batch is constant: a macro-step ends when a row ends its turn, at the first
-      boundary after the next tool return of a trajectory homed on that engine, and, in
-      ``static`` while requests wait, every 32 steps (checked: 1 and 32 give the same makespan
-      on a quarter of the preset). In ``dynamic`` a new trajectory sent to a busy engine waits for
-      that engine's current macro-step to end.
+      boundary after the next tool return of a trajectory homed on that engine or after a
+      request is sent to it with its queue empty, and, under SGLang admission while requests
+      wait, every 32 steps (checked: 1 and 32 give the same makespan on a quarter of the
+      preset). Engines never idle while they hold a request.
+    * The dispatcher sees every engine's KV in use and queue at once (no reporting delay) and
+      decides after every event (a step end or a tool return).
     * Workload (:func:`sample_workload`): total response length log-normal and clipped at the
       stage limit; tool calls Poisson and independent of length; model tokens split over turns
       by a flat Dirichlet; feedback sizes geometric; tool latency log-normal. The report gives
@@ -80,6 +92,12 @@ SGLANG_CLIP_MAX_NEW = 4096  # CLIP_MAX_NEW_TOKENS_ESTIMATION
 SGLANG_INIT_RATIO, SGLANG_MIN_RATIO, SGLANG_DECAY_STEPS = 0.7, 0.7 * 0.14, 600
 SGLANG_RETRACT_STEPS = 20  # retract_decode_steps
 STATIC_RECHECK_STEPS = 32
+#: ``dynamic``: a continuing turn leaves a home engine loaded more than (1 + rel) x the least
+#: loaded + abs x capacity. Not fitted: rel 0.1-1.0 and abs 0.02-0.2 all give makespans within
+#: 1% of each other on the preset.
+BALANCE_REL, BALANCE_ABS = 0.25, 0.05
+POLICIES = ("static", "dynamic", "dynamic_reserve", "dynamic_free", "static_barrier")
+_VER = 1 << 32  # step-event payload: engine * _VER + macro-step generation
 
 
 @dataclass(frozen=True)
@@ -198,6 +216,7 @@ class SimResult:
     retractions: int
     finish_s: np.ndarray  # (N,) completion time of each trajectory
     peak_kv: np.ndarray  # (E,) largest KV tokens held
+    migrations: int = 0  # continuing turns sent away from the engine holding their prefix
 
     @property
     def idle_fraction(self) -> np.ndarray:
@@ -237,6 +256,27 @@ class _Engine:
     reserved: int = 0  # dynamic: KV reserved by queued and running requests
     peak_kv: int = 0
     tool_times: list = field(default_factory=list)  # heap: returns of tool calls homed here
+    ver: int = 0  # macro-step generation; a cut macro-step's old end event is stale
+    shape: tuple = (0.0, 0.0, 0.0, 0, 0, 0)  # in flight: start, first step s, prefill s, rows, KV, peak before
+
+
+def _steps_by(step0: float, growth: float, prefill_s: float, dt: float) -> int:
+    """Fewest steps ``j >= 1`` of a macro-step that end at or after ``dt`` seconds from its start.
+
+    Step ``j`` (1-based) ends at ``prefill_s + j * step0 + growth * j * (j - 1) / 2``.
+    """
+    def end(j: int) -> float:
+        return prefill_s + j * step0 + growth * j * (j - 1) / 2
+    if growth > 0:  # root of growth/2 j^2 + (step0 - growth/2) j + prefill_s - dt = 0
+        a, b = growth / 2, step0 - growth / 2
+        j = max(1, math.ceil((-b + math.sqrt(b * b + 4 * a * max(dt - prefill_s, 0.0))) / (2 * a)))
+    else:
+        j = max(1, math.ceil(max(dt - prefill_s, 0.0) / step0)) if step0 > 0 else 1
+    while j > 1 and end(j - 1) >= dt:
+        j -= 1
+    while end(j) < dt:
+        j += 1
+    return j
 
 
 def simulate(trajs: list[Trajectory], n_engines: int, engine: EngineSpec, policy: str = "dynamic",
@@ -247,31 +287,31 @@ def simulate(trajs: list[Trajectory], n_engines: int, engine: EngineSpec, policy
         trajs: the step's N trajectories (:func:`sample_workload`).
         n_engines: E, inference engines.
         engine: hardware and cost model of one engine.
-        policy: ``"static"``, ``"dynamic"``, ``"dynamic_free"`` or ``"static_barrier"`` (see the
-            module docstring).
-        max_response_tokens: response budget of the stage (each turn's ``max_new`` and the dynamic
-            reservation); default the largest response in ``trajs``.
+        policy: one of :data:`POLICIES` (see the module docstring).
+        max_response_tokens: response budget of the stage (each turn's ``max_new`` and the
+            dispatcher's per-request budget); default the largest response in ``trajs``.
     Returns:
         :class:`SimResult`; ``makespan_s`` is when the last trajectory finishes.
     Raises:
         ValueError: unknown policy, or a trajectory whose reservation exceeds the KV capacity.
     """
-    if policy not in ("static", "dynamic", "dynamic_free", "static_barrier"):
+    if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}")
     max_resp = max_response_tokens or max(t.response_tokens for t in trajs)
     cap = engine.kv_capacity
     if max(t.prompt_tokens for t in trajs) + max_resp > cap:
         raise ValueError(f"a trajectory may need more than the KV capacity {cap} tokens")
     E, N = n_engines, len(trajs)
-    global_q = policy in ("dynamic", "dynamic_free")  # one queue, dispatch by KV (report §3.2)
-    reserve = policy == "dynamic"  # engines hold only reserved requests; else SGLang's own admission
+    global_q = policy.startswith("dynamic")  # one queue, dispatch by KV (report §3.2)
+    reserve = policy == "dynamic_reserve"  # engines hold only reserved requests; else SGLang's own admission
+    migrate = policy == "dynamic"  # a continuing turn may leave an overloaded home engine
     prompt = np.array([t.prompt_tokens for t in trajs], dtype=np.int64)
     engines = [_Engine() for _ in range(E)]
     home = [i % E for i in range(N)]  # engine holding the trajectory's prefix (static: its engine)
     turn = [0] * N
     done_resp = [0] * N  # response tokens so far (model + tool)
     finish = np.full(N, np.nan)
-    stats = dict(decoded=0, prefill=0, recomputed=0, retractions=0)
+    stats = dict(decoded=0, prefill=0, recomputed=0, retractions=0, migrations=0)
     events: list = []  # heap of (time, seq, kind, payload)
     counter = [0]
     ready_new: deque = deque(range(N)) if global_q else deque()
@@ -297,32 +337,61 @@ def simulate(trajs: list[Trajectory], n_engines: int, engine: EngineSpec, policy
             return en.reserved
         return int(en.rows.col(_CTX).sum()) + sum(r[_BUDGET] for r in en.waiting)
 
-    def fits(e: int, budget: int) -> bool:
+    def send(i: int, e: int, cached: bool, t: float) -> None:
+        """Queue trajectory ``i``'s next turn on engine ``e``; a busy engine admits it at its next step."""
         en = engines[e]
-        return load(e) + budget <= cap and len(en.rows) + len(en.waiting) < engine.max_running
+        idle_queue = not en.waiting
+        req, kept = make_req(i, cached), make_req(i, True)
+        en.waiting.append(req)
+        if req[_EXT] > kept[_EXT]:  # a continuing turn moved: its prefix is prefilled again
+            stats["recomputed"] += req[_EXT] - kept[_EXT]
+            stats["migrations"] += 1
+        home[i] = e
+        if reserve:
+            en.reserved += req[_BUDGET]
+        if en.busy and idle_queue:
+            cut(e, t)
 
-    def dispatch() -> None:
-        """Dynamic policy: send ready requests where their whole budget fits (report §3.2).
+    def dispatch(t: float) -> None:
+        """Dynamic policies: send ready requests where their budget fits (report §3.2).
 
-        A continuing turn waits for its own engine (which holds its prefix); new trajectories go
-        to the engine with the most unreserved KV, after the continuing turns have been placed.
+        A continuing turn goes to its home engine (which holds its prefix) when it fits there;
+        under ``dynamic`` it goes instead to the least-loaded engine when its home is loaded more
+        than :data:`BALANCE_REL` and :data:`BALANCE_ABS` allow and the request fits there.
+        New trajectories go to the least-loaded engine, after the continuing turns were placed.
         """
+        if not ready_new and not any(ready_cont):
+            return
+        loads = [load(e) for e in range(E)]  # only sends change them during one dispatch
+
+        def fits(e: int, budget: int) -> bool:
+            return loads[e] + budget <= cap and len(engines[e].rows) + len(engines[e].waiting) < engine.max_running
+
+        def place(i: int, e: int, cached: bool) -> None:
+            loads[e] += int(prompt[i]) + max_resp
+            send(i, e, cached, t)
+
         for e in range(E):
             q = ready_cont[e]
-            while q and fits(e, int(prompt[q[0]]) + max_resp):
-                i = q.popleft()
-                engines[e].reserved += int(prompt[i]) + max_resp
-                engines[e].waiting.append(make_req(i, cached=True))
+            while q:
+                i = q[0]
+                budget = int(prompt[i]) + max_resp
+                tgt = e if fits(e, budget) else None
+                if migrate:
+                    m = min(range(E), key=loads.__getitem__)
+                    if m != e and loads[e] > (1 + BALANCE_REL) * loads[m] + BALANCE_ABS * cap and fits(m, budget):
+                        tgt = m
+                if tgt is None:
+                    break
+                q.popleft()
+                place(i, tgt, tgt == e)
         while ready_new:
             i = ready_new[0]
-            budget = int(prompt[i]) + max_resp
-            e = min((j for j in range(E) if not ready_cont[j]), key=load, default=None)
-            if e is None or not fits(e, budget):
+            e = min((j for j in range(E) if not ready_cont[j]), key=loads.__getitem__, default=None)
+            if e is None or not fits(e, int(prompt[i]) + max_resp):
                 return
             ready_new.popleft()
-            engines[e].reserved += budget
-            engines[e].waiting.append(make_req(i, cached=False))
-            home[i] = e
+            place(i, e, False)
 
     def admit_sglang(en: _Engine) -> None:
         """SGLang PrefillAdder: optimistic admission against estimated future growth."""
@@ -381,14 +450,34 @@ def simulate(trajs: list[Trajectory], n_engines: int, engine: EngineSpec, policy
             k = max(1, min(k, (cap - kv) // b))
             if en.waiting:
                 k = min(k, STATIC_RECHECK_STEPS)
-        step0 = engine.step_time(b, kv)
+        step0, growth, pf_s = engine.step_time(b, kv), engine.step_per_kv_token_s * b, engine.prefill_per_token_s * prefill
         if en.tool_times:  # end the macro-step at the first boundary after the next tool return here
-            k = max(1, min(k, int((en.tool_times[0] - t) / step0) + 1))
-        dur = k * step0 + engine.step_per_kv_token_s * b * k * (k - 1) / 2 + engine.prefill_per_token_s * prefill
-        en.peak_kv = max(en.peak_kv, kv + b * k)
+            k = min(k, _steps_by(step0, growth, pf_s, en.tool_times[0] - t))
+        en.shape = (t, step0, pf_s, b, kv, en.peak_kv)
         en.busy, en.steps = True, k
+        finish_macro(e)
+
+    def finish_macro(e: int) -> None:
+        """Book the macro-step in flight on ``e`` (``en.steps`` steps of ``en.shape``) and its end event."""
+        en = engines[e]
+        t, step0, pf_s, b, kv, peak = en.shape
+        k = en.steps
+        dur = pf_s + k * step0 + engine.step_per_kv_token_s * b * k * (k - 1) / 2
+        en.peak_kv = max(peak, kv + b * k)
         en.busy_s += dur
-        push(t + dur, "step", e)
+        en.ver += 1
+        push(t + dur, "step", e * _VER + en.ver)
+
+    def cut(e: int, t: float) -> None:
+        """End engine ``e``'s macro-step at its first step boundary at or after ``t`` (new work arrived)."""
+        en = engines[e]
+        t0, step0, pf_s, b, kv, peak = en.shape
+        j = _steps_by(step0, engine.step_per_kv_token_s * b, pf_s, t - t0)
+        if j < en.steps:
+            k = en.steps
+            en.busy_s -= pf_s + k * step0 + engine.step_per_kv_token_s * b * k * (k - 1) / 2
+            en.steps = j
+            finish_macro(e)
 
     def barrier_arrive(e: int, i: int | None) -> None:
         if i is not None:
@@ -414,17 +503,20 @@ def simulate(trajs: list[Trajectory], n_engines: int, engine: EngineSpec, policy
         push(ret, "tool", i)
 
     if global_q:
-        dispatch()
+        dispatch(0.0)
     else:
         for i in range(N):
             engines[home[i]].waiting.append(make_req(i, cached=False))
             barrier_left[home[i]] += 1
     for e in range(E):
         start_step(e, 0.0)
-    def handle(t: float, kind: str, payload: int) -> int:
-        """Apply one event at time ``t``; return the engine it concerns."""
+    def handle(t: float, kind: str, payload: int) -> int | None:
+        """Apply one event at time ``t``; return the engine it concerns (None: a stale event)."""
         if kind == "step":
-            e, en = payload, engines[payload]
+            e, ver = divmod(payload, _VER)
+            en = engines[e]
+            if ver != en.ver:  # the macro-step was cut; its end was booked again
+                return None
             k, a = en.steps, en.rows.a
             en.busy = False
             a[:, _CTX] += k
@@ -458,15 +550,15 @@ def simulate(trajs: list[Trajectory], n_engines: int, engine: EngineSpec, policy
         while events and events[0][0] == t:  # all simultaneous events first, then new steps
             touched.add(handle(t, *heapq.heappop(events)[2:]))
         if global_q:
-            dispatch()
+            dispatch(t)
             touched = range(E)
-        for e in touched:
+        for e in touched - {None} if isinstance(touched, set) else touched:
             start_step(e, t)
     if np.isnan(finish).any():
         raise RuntimeError("simulation ended with unfinished trajectories")
     return SimResult(policy, float(finish.max()), np.array([en.busy_s for en in engines]), stats["decoded"],
                      stats["prefill"], stats["recomputed"], stats["retractions"], finish,
-                     np.array([en.peak_kv for en in engines]))
+                     np.array([en.peak_kv for en in engines]), stats["migrations"])
 
 
 def lower_bound(trajs: list[Trajectory], n_engines: int, engine: EngineSpec) -> dict[str, float]:

@@ -5,11 +5,19 @@ import dataclasses
 import numpy as np
 import pytest
 
-from kit.train.sim import PAPER_WORKLOAD, EngineSpec, Trajectory, lower_bound, sample_workload, simulate
+from kit.train.sim import (
+    PAPER_WORKLOAD,
+    EngineSpec,
+    Trajectory,
+    _steps_by,
+    lower_bound,
+    sample_workload,
+    simulate,
+)
 
 ENG = EngineSpec(kv_capacity=100_000, step_base_s=1e-3, step_per_seq_s=1e-5, step_per_kv_token_s=1e-8,
                  prefill_per_token_s=1e-5, max_running=512)
-POLICIES = ("static", "dynamic", "dynamic_free", "static_barrier")
+POLICIES = ("static", "dynamic", "dynamic_reserve", "dynamic_free", "static_barrier")
 
 
 def _single_turn(n, seed):
@@ -48,7 +56,7 @@ def test_work_is_conserved_and_the_bound_holds(policy):
     assert (r.peak_kv <= eng.kv_capacity).all()
     assert r.makespan_s >= lower_bound(trajs, 3, eng)["bound_s"] * (1 - 1e-12)
     assert (r.busy_s <= r.makespan_s + 1e-9).all()
-    if policy == "dynamic":  # reservations never over-commit
+    if policy == "dynamic_reserve":  # reservations never over-commit
         assert r.recomputed_tokens == 0 and r.retractions == 0
 
 
@@ -58,13 +66,47 @@ def test_static_overflow_evicts_and_recomputes_dynamic_never_does():
     trajs = [Trajectory(50, (400,)) for _ in range(8)]
     eng = dataclasses.replace(ENG, kv_capacity=2000)
     st = simulate(trajs, 1, eng, "static", max_response_tokens=400)
-    dy = simulate(trajs, 1, eng, "dynamic", max_response_tokens=400)
+    dy = simulate(trajs, 1, eng, "dynamic_reserve", max_response_tokens=400)
     assert st.retractions > 0 and st.recomputed_tokens > 0
     assert st.prefill_tokens == 8 * 50 + st.recomputed_tokens
     assert st.decoded_tokens == dy.decoded_tokens == 8 * 400
     assert dy.recomputed_tokens == 0 and dy.prefill_tokens == 8 * 50
     assert dy.peak_kv[0] <= 4 * 450 and st.peak_kv[0] <= 2000
     assert st.makespan_s > dy.makespan_s  # recompute and re-queueing cost time here
+
+
+def test_dynamic_never_exceeds_capacity_and_counts_its_recomputes():
+    # The same over-committing pool: the report's scheduler admits by estimated growth, so it may
+    # retract like SGLang, but KV never exceeds the capacity and every recomputed token is counted.
+    trajs = [Trajectory(50, (400,)) for _ in range(8)]
+    eng = dataclasses.replace(ENG, kv_capacity=2000)
+    dy = simulate(trajs, 1, eng, "dynamic", max_response_tokens=400)
+    assert dy.peak_kv[0] <= 2000
+    assert dy.decoded_tokens == 8 * 400
+    assert dy.prefill_tokens == 8 * 50 + dy.recomputed_tokens
+    assert dy.migrations == 0  # one engine: nowhere to move
+
+
+def test_a_turn_leaves_an_overloaded_home_and_its_prefix_is_recomputed():
+    # Engine 0 gets trajectories 0 and 2, engine 1 the two one-token ones. When trajectory 0's
+    # tool call returns, its home still runs trajectory 2 (~2K tokens of KV) while engine 1 is
+    # empty: `dynamic` moves the turn there and prefills its 2050-token prefix again.
+    long = Trajectory(50, (2000, 500), (20,), (0.01,))
+    trajs = [long, Trajectory(50, (1,)), Trajectory(50, (3000, 500), (20,), (0.01,)), Trajectory(50, (1,))]
+    eng = dataclasses.replace(ENG, kv_capacity=20_000)
+    mv = simulate(trajs, 2, eng, "dynamic")
+    st = simulate(trajs, 2, eng, "dynamic_free")
+    assert mv.migrations == 1 and st.migrations == 0  # trajectory 2 returns to a now light home
+    assert mv.recomputed_tokens == 2050 and st.recomputed_tokens == 0
+    assert mv.prefill_tokens == st.prefill_tokens + mv.recomputed_tokens
+    assert mv.makespan_s < st.makespan_s
+
+
+def test_macro_step_boundaries():
+    assert _steps_by(1.0, 0.0, 0.0, 2.5) == 3  # boundaries at 1, 2, 3
+    assert _steps_by(1.0, 0.1, 0.5, 2.5) == 2  # 1.5, 2.6
+    assert _steps_by(1.0, 0.1, 3.0, 2.5) == 1  # the prefill alone outlasts dt
+    assert _steps_by(1.0, 0.0, 0.0, 3.0) == 3  # a boundary exactly at dt
 
 
 def test_bad_inputs_raise():

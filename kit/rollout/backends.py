@@ -137,8 +137,9 @@ class HFBackend:
     stops on a stop id (kept) or its budget, the batch when every row has stopped. Requests that
     arrive during a batch wait for the next one (use ``kit.train.engine`` for continuous batching).
 
-    Sampling is reproducible: row ``r`` draws from its own ``torch.Generator`` seeded by
-    ``(seed, prompt ids, how many times this prompt was requested before)``, so the result does not
+    Sampling is reproducible: row ``r`` draws its tokens from its own stream of uniforms
+    (:func:`sampling_uniforms`) seeded by ``(seed, prompt ids, how many times this prompt was
+    requested before)``, by inverse CDF (:func:`sample_tokens`), so the result does not
     depend on which other requests share the batch (up to float summation order in the batched
     matmul; identical in practice on CPU float32).
 
@@ -230,7 +231,7 @@ class HFBackend:
             pos = (attn.cumsum(-1) - 1).clamp(min=0)
             temps = torch.tensor([r.temperature for r in batch])
             top_ps = torch.tensor([r.top_p for r in batch])
-            gens = [torch.Generator().manual_seed(r.seed) for r in batch]
+            streams = [sampling_uniforms(r.seed, r.max_new_tokens) for r in batch]
             budget = [r.max_new_tokens for r in batch]
             out_ids: list[list[int]] = [[] for _ in batch]
             out_lp: list[list[float]] = [[] for _ in batch]
@@ -239,30 +240,23 @@ class HFBackend:
             step_ids, step_pos = ids, pos
             while not all(done):
                 res = self.model(input_ids=step_ids, attention_mask=attn, position_ids=step_pos,
-                                 past_key_values=past, use_cache=True)
+                                 past_key_values=past, use_cache=True, logits_to_keep=1)
                 past = res.past_key_values
-                logits = res.logits[:, -1, :].float().cpu()  # (B, V); sampling on the CPU generators
-                greedy = temps == 0
-                scaled = logits / torch.where(greedy, torch.ones_like(temps), temps)[:, None]
-                logp = torch.log_softmax(scaled, dim=-1)
-                nxt = torch.empty(B, dtype=torch.long)
-                probs = _top_p_filter(logp.exp(), top_ps)
-                for i in range(B):
-                    if done[i]:
-                        nxt[i] = self.pad_id
-                    elif greedy[i]:
-                        nxt[i] = int(torch.argmax(logits[i]))
-                    else:
-                        nxt[i] = int(torch.multinomial(probs[i], 1, generator=gens[i]))
+                logits = res.logits[:, -1, :].float().cpu()  # (B, V); sampling on the CPU
+                u = torch.tensor([0.0 if done[i] else streams[i][len(out_ids[i])] for i in range(B)],
+                                 dtype=torch.float64)
+                tok, logp = sample_tokens(logits, temps, top_ps, u)
+                toks, lps = tok.tolist(), logp.gather(-1, tok[:, None]).squeeze(-1).tolist()
                 for i, r in enumerate(batch):
                     if done[i]:
+                        toks[i] = self.pad_id
                         continue
-                    t = int(nxt[i])
+                    t = toks[i]
                     out_ids[i].append(t)
-                    out_lp[i].append(float(logp[i, t]))
+                    out_lp[i].append(lps[i])
                     if t in r.stop_ids or len(out_ids[i]) >= budget[i]:
                         done[i] = True
-                step_ids = nxt[:, None].to(dev)
+                step_ids = torch.tensor(toks, dtype=torch.long)[:, None].to(dev)
                 attn = torch.cat([attn, torch.ones((B, 1), dtype=torch.long, device=dev)], dim=1)
                 step_pos = step_pos[:, -1:] + 1
         self.stats["batches"] += 1
@@ -271,6 +265,40 @@ class HFBackend:
         self.stats["seconds"] += time.perf_counter() - t0
         return [Generation(o, lp, "stop" if o and o[-1] in r.stop_ids else "length")
                 for o, lp, r in zip(out_ids, out_lp, batch, strict=True)]
+
+
+def sampling_uniforms(seed: int, n: int) -> list[float]:
+    """The ``n`` uniform draws in [0, 1) of one request's sampling stream (one per new token).
+
+    Every backend that samples locally (:class:`HFBackend`, ``kit.train.engine``) draws token
+    ``t`` of a request from its ``t``-th uniform, so a request samples the same tokens whatever
+    batch it shares, on any backend (up to float summation order in the logits).
+    """
+    import torch
+
+    return torch.rand(max(n, 0), generator=torch.Generator().manual_seed(seed), dtype=torch.float64).tolist()
+
+
+def sample_tokens(logits, temps, top_ps, u):
+    """Sample one token per row by inverse CDF (temperature, then nucleus); greedy where T = 0.
+
+    Args:
+        logits: (B, V) float logits.
+        temps: (B,) temperatures (0 = greedy).
+        top_ps: (B,) nucleus mass.
+        u: (B,) float64 uniforms in [0, 1), the rows' next draws of :func:`sampling_uniforms`.
+    Returns:
+        ``(tokens, logp)``: (B,) long tokens and (B, V) log-probabilities of the tempered
+        distribution before the nucleus cut (what the trainer's importance ratio uses).
+    """
+    import torch
+
+    greedy = temps == 0
+    logp = torch.log_softmax(logits / torch.where(greedy, torch.ones_like(temps), temps)[:, None], dim=-1)
+    cdf = _top_p_filter(logp.exp(), top_ps).double().cumsum(-1)
+    x = (u.double() * cdf[:, -1])[:, None]
+    drawn = torch.searchsorted(cdf, x, right=True).squeeze(-1).clamp(max=logits.shape[-1] - 1)
+    return torch.where(greedy, logits.argmax(-1), drawn), logp
 
 
 def _top_p_filter(probs, top_p):

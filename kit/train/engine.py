@@ -21,7 +21,7 @@ and written in place into the slots of finished rows (left-padding the whole bat
 new row is longer than it); rows that no new request is waiting for are dropped with
 ``index_select`` and all-padding columns are trimmed. Padding is masked and every row has its
 own position ids, so a row's logits do not depend on its neighbours (up to float summation
-order). Row ``r`` samples with its own ``torch.Generator`` seeded exactly as
+order). Row ``r`` samples with its own stream of uniforms seeded exactly as
 :class:`kit.rollout.backends.HFBackend` seeds it (base seed, prompt ids, how many times that
 prompt was requested), so both engines and the HF backend give the same tokens for the same
 requests. Prefix reuse (continuous engine): a finished row's KV is kept (LRU, ``slots``
@@ -48,7 +48,7 @@ from typing import Any
 import torch
 from transformers import DynamicCache
 
-from kit.rollout.backends import Generation, _check_request, _top_p_filter
+from kit.rollout.backends import Generation, _check_request, sample_tokens, sampling_uniforms
 
 
 def request_seed(base_seed: int, prompt_ids: Sequence[int], count: int) -> int:
@@ -78,11 +78,23 @@ class _Req:
     lps: list[float] = field(default_factory=list)
     done: bool = False
     reported: bool = False
-    gen: torch.Generator | None = None
+    u: list[float] | None = None  # the request's sampling stream (one uniform per new token)
 
     def result(self) -> Generation:
         reason = "stop" if self.out and self.out[-1] in self.stop else "length"
         return Generation(list(self.out), list(self.lps), reason)
+
+
+def _as_cache(kv: list[tuple[torch.Tensor, torch.Tensor]]) -> DynamicCache:
+    """A ``DynamicCache`` over the per-layer ``(keys, values)`` without copying them.
+
+    (``DynamicCache(ddp_cache_data=kv)`` concatenates each layer onto an empty tensor: a copy of
+    the whole cache at every decode step.)
+    """
+    cache = DynamicCache(ddp_cache_data=[(k[:, :, :0], v[:, :, :0]) for k, v in kv])
+    for layer, (k, v) in zip(cache.layers, kv, strict=True):
+        layer.keys, layer.values = k, v
+    return cache
 
 
 class _Rows:
@@ -106,25 +118,25 @@ class _Rows:
         return len(self.reqs)
 
     def _sample(self, logits: torch.Tensor, reqs: list[_Req]) -> torch.Tensor:
-        """Append one token to every unfinished row of ``reqs``; return the (B, 1) tokens."""
-        logits = logits.float()
+        """Append one token to every unfinished row of ``reqs``; return the (B, 1) tokens.
+
+        Row ``r``'s ``t``-th token comes from the ``t``-th uniform of its stream
+        (:func:`kit.rollout.backends.sample_tokens`), vectorised over the batch.
+        """
         temps = torch.tensor([r.temperature for r in reqs])
-        greedy = temps == 0
-        logp = torch.log_softmax(logits / torch.where(greedy, torch.ones_like(temps), temps)[:, None], dim=-1)
-        probs = _top_p_filter(logp.exp(), torch.tensor([r.top_p for r in reqs]))
-        nxt = torch.full((len(reqs), 1), self.pad_id, dtype=torch.long)
+        top_ps = torch.tensor([r.top_p for r in reqs])
+        u = torch.tensor([0.0 if r.done else r.u[len(r.out)] for r in reqs], dtype=torch.float64)
+        tok, logp = sample_tokens(logits.float(), temps, top_ps, u)
+        toks, lps = tok.tolist(), logp.gather(-1, tok[:, None]).squeeze(-1).tolist()
         for i, r in enumerate(reqs):
             if r.done:
+                toks[i] = self.pad_id
                 continue
-            if greedy[i]:
-                t = int(torch.argmax(logits[i]))
-            else:
-                t = int(torch.multinomial(probs[i], 1, generator=r.gen))
-            nxt[i, 0] = t
+            t = toks[i]
             r.out.append(t)
-            r.lps.append(float(logp[i, t]))
+            r.lps.append(lps[i])
             r.done = t in r.stop or len(r.out) >= r.max_new
-        return nxt
+        return torch.tensor(toks, dtype=torch.long)[:, None]
 
     def add(self, reqs: list[_Req], prefixes: list | None = None) -> None:
         """Prefill ``reqs`` and merge them into the running batch (first token sampled).
@@ -148,9 +160,9 @@ class _Rows:
         for i, r in enumerate(reqs):
             ids[i, L - len(r.prompt_ids):] = torch.tensor(r.prompt_ids)
             mask[i, L - len(r.prompt_ids):] = 1
-            r.gen = torch.Generator().manual_seed(r.seed)
+            r.u = sampling_uniforms(r.seed, r.max_new)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        res = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True)
+        res = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
         kv = [(layer.keys, layer.values) for layer in res.past_key_values.layers]
         return kv, mask, torch.tensor([[len(r.prompt_ids)] for r in reqs]), self._sample(res.logits[:, -1, :], reqs)
 
@@ -165,7 +177,7 @@ class _Rows:
             cs.append(c)
             sufs.append(r.prompt_ids[c:])
             pres.append(pre)
-            r.gen = torch.Generator().manual_seed(r.seed)
+            r.u = sampling_uniforms(r.seed, r.max_new)
         R, C, S = len(cached), max(cs), max(len(x) for x in sufs)
         kv = []
         for layer in range(len(pres[0])):
@@ -186,7 +198,7 @@ class _Rows:
             pos[i, S - len(suf):] = torch.arange(c, c + len(suf))
         reqs = [r for r, _ in cached]
         res = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
-                         past_key_values=DynamicCache(ddp_cache_data=kv), use_cache=True)
+                         past_key_values=_as_cache(kv), use_cache=True, logits_to_keep=1)
         kv = [(layer.keys, layer.values) for layer in res.past_key_values.layers]
         return kv, mask, torch.tensor([[len(r.prompt_ids)] for r in reqs]), self._sample(res.logits[:, -1, :], reqs)
 
@@ -258,7 +270,7 @@ class _Rows:
     def step(self) -> None:
         """One decode step for every row (finished rows, if kept, decode padding)."""
         self.trim()
-        cache = DynamicCache(ddp_cache_data=self.kv)
+        cache = _as_cache(self.kv)
         mask = torch.cat([self.mask, torch.ones((len(self.reqs), 1), dtype=torch.long)], dim=1)
         res = self.model(input_ids=self.last, attention_mask=mask, position_ids=self.pos,
                          past_key_values=cache, use_cache=True)

@@ -14,7 +14,14 @@ import torch
 from kit import prompts
 from kit.config import load
 from kit.models import build_tiny_model, stop_token_ids
-from kit.rollout.backends import HFBackend, OpenAIBackend, ScriptedBackend, _top_p_filter
+from kit.rollout.backends import (
+    HFBackend,
+    OpenAIBackend,
+    ScriptedBackend,
+    _top_p_filter,
+    sample_tokens,
+    sampling_uniforms,
+)
 
 
 @pytest.fixture(scope="module")
@@ -83,6 +90,27 @@ def test_top_p_filter_keeps_the_nucleus():
     assert (out > 0).tolist() == [[True, True, False, False], [True] * 4]
     assert torch.equal(out[out > 0], p[out > 0])
     assert _top_p_filter(p, torch.tensor([0.1, 0.01]))[:, 0].gt(0).all()  # the top token always survives
+
+
+def test_inverse_cdf_sampling_follows_the_distribution_and_the_nucleus():
+    probs = torch.tensor([0.5, 0.0, 0.3, 0.2])
+    n = 20000
+    u = torch.tensor(sampling_uniforms(7, n), dtype=torch.float64)
+    logits = probs.clamp(min=1e-30).log().expand(n, 4)
+    tok, logp = sample_tokens(logits, torch.ones(n), torch.ones(n), u)
+    freq = torch.bincount(tok, minlength=4).double() / n
+    assert freq[1] == 0  # a zero-probability token is never drawn
+    assert torch.allclose(freq, probs.double(), atol=0.015), freq
+    assert torch.allclose(logp[0].exp(), probs, atol=1e-6)
+    # nucleus 0.6: only tokens 0 and 2 (0.5 + 0.3 reaches it); temperature 0: argmax
+    tok, _ = sample_tokens(logits, torch.ones(n), torch.full((n,), 0.6), u)
+    assert set(tok.tolist()) == {0, 2}
+    tok, _ = sample_tokens(logits[:3], torch.zeros(3), torch.ones(3), u[:3])
+    assert tok.tolist() == [0, 0, 0]
+    # a stream is a function of its seed only; the edges of [0, 1) stay in range
+    assert sampling_uniforms(7, 5) == sampling_uniforms(7, 5) != sampling_uniforms(8, 5)
+    edge, _ = sample_tokens(logits[:2], torch.ones(2), torch.ones(2), torch.tensor([0.0, 1.0 - 1e-16], dtype=torch.float64))
+    assert edge.tolist() == [0, 3]
 
 
 async def test_scripted_backend_cuts_at_budget_and_stop(tok):

@@ -175,14 +175,17 @@ def train_stage(cfg: KitConfig, stage: str, run_dir, init_dir, data_dir, progres
     return run_stage(cfg, stage, Path(init_dir) / "policy", run_dir, progress)
 
 
-def train_ablation(cfg: KitConfig, run_dir, init_dir, data_dir, progress=None) -> dict[str, Any]:
+def train_ablation(cfg: KitConfig, run_dir, init_dir, data_dir, progress=None, reuse=()) -> dict[str, Any]:
     """The RoC ablation from ``init_dir/policy``: :func:`kit.train.rl.run_ablation` locally, or one
     VERL stage-1 run per (algorithm, seed) on the paper profiles (:func:`kit.bridge.stages.run_ablation`,
-    same subfolders, each with ``metrics.jsonl``, ``policy/`` and ``summary.json``)."""
+    same subfolders, each with ``metrics.jsonl``, ``policy/`` and ``summary.json``).
+
+    ``reuse``: finished local stage run dirs that may already be one of the arms (the stage-1
+    run is the ``grpo_roc`` arm of the main seed when the steps agree); local engine only."""
     if not uses_cluster(cfg):
         from kit.train.rl import run_ablation
 
-        return run_ablation(cfg, Path(init_dir) / "policy", run_dir, progress=progress)
+        return run_ablation(cfg, Path(init_dir) / "policy", run_dir, progress=progress, reuse=list(reuse))
     from kit.bridge import stages
 
     return stages.run_ablation(cfg, run_dir, init_dir, data_dir)

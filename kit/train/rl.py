@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import json
 import random
+import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -398,8 +399,29 @@ def _spread(values: Sequence[float]) -> dict[str, float]:
             "min": float(v.min()), "max": float(v.max()), "n": int(v.size)}
 
 
+#: config sections that must agree for a finished stage run to stand in for an ablation arm
+_REUSE_SECTIONS = ("model", "data", "sandbox", "rollout", "algorithm", "stages")
+
+
+def reusable_run(cfg: KitConfig, candidate: str | Path, expect: dict[str, Any]) -> bool:
+    """Whether the finished run in ``candidate`` is exactly the run ``expect`` describes.
+
+    True when its ``summary.json`` matches every key of ``expect`` (stage, algorithm, seed,
+    steps, init_dir; see :func:`kit.train.common.finished_summary`) and its ``config.json``
+    equals ``cfg`` on every section that shapes training (:data:`_REUSE_SECTIONS`). Runs are
+    deterministic for a seed (the kill-and-resume test), so such a run is the run.
+    """
+    candidate = Path(candidate)
+    if common.finished_summary(candidate, expect) is None or not (candidate / "config.json").exists():
+        return False
+    theirs = json.loads((candidate / "config.json").read_text())
+    ours = json.loads(json.dumps(cfg.to_dict()))
+    return all(theirs.get(k) == ours.get(k) for k in _REUSE_SECTIONS)
+
+
 def run_ablation(cfg: KitConfig, init_dir: str | Path, run_dir: str | Path, seeds: Sequence[int] | None = None,
-                 progress: Callable[[dict], None] | None = None, stage_name: str = "stage1") -> dict[str, Any]:
+                 progress: Callable[[dict], None] | None = None, stage_name: str = "stage1",
+                 reuse: Sequence[str | Path] = ()) -> dict[str, Any]:
     """GRPO against GRPO-RoC from the same policy, same steps, several seeds (report §5.3, Figures 4, 9).
 
     Each (algorithm, seed) pair is one :func:`run_stage` with ``stage_name``'s budget, turns and
@@ -418,6 +440,10 @@ def run_ablation(cfg: KitConfig, init_dir: str | Path, run_dir: str | Path, seed
         seeds: default ``cfg.ablation.seeds``.
         progress: called with every metrics row (it carries ``algorithm`` and ``seed``).
         stage_name: whose stage settings to use.
+        reuse: finished run directories (e.g. the main stage-1 run, which is the ``grpo_roc``
+            arm of seed ``cfg.seed`` when ``ablation.steps`` equals the stage's steps); an arm
+            whose run one of them already is (:func:`reusable_run`) is copied, not trained
+            again, and its entry in ``runs`` names ``reused_from``.
     Returns:
         ``{"steps", "seeds", "runs": {"<algo>_seed<s>": {...first/last values}},
         "<algo>": {"tool_error_ratio_correct_first"/"_last"/"_drop", "reward_first"/"_last":
@@ -432,6 +458,12 @@ def run_ablation(cfg: KitConfig, init_dir: str | Path, run_dir: str | Path, seed
     for seed in seeds:
         for alg in ALGORITHMS:
             rd = run_dir / f"{alg}_seed{seed}"
+            expect = {"stage": stage_name, "algorithm": alg, "seed": seed, "steps": steps, "init_dir": str(init_dir)}
+            source = next((Path(c) for c in reuse if reusable_run(cfg, c, expect)), None)
+            if source is not None and common.finished_summary(rd, expect) is None:
+                shutil.rmtree(rd, ignore_errors=True)
+                shutil.copytree(source, rd, ignore=shutil.ignore_patterns("checkpoints"))
+                (rd / "REUSED_FROM").write_text(f"{source}\n")
             run_stage(cfg, stage_name, init_dir, rd, progress, algorithm=alg, seed=seed, steps=steps, evaluate=False)
             rows = [r for r in common.read_metrics(rd) if r.get("stage") == stage_name]
             k = min(5, len(rows))
@@ -445,6 +477,8 @@ def run_ablation(cfg: KitConfig, init_dir: str | Path, run_dir: str | Path, seed
                 "response_len_last": float(np.mean([r["response_len_mean"] for r in rows[-k:]])),
                 "tool_calls_per_traj_last": float(np.mean([r["tool_calls_per_traj"] for r in rows[-k:]])),
             }
+            if (rd / "REUSED_FROM").exists():
+                runs[f"{alg}_seed{seed}"]["reused_from"] = (rd / "REUSED_FROM").read_text().strip()
             curves[alg].append(err)
     summary: dict[str, Any] = {"steps": steps, "seeds": list(seeds), "stage": stage_name, "runs": runs}
     for alg in ALGORITHMS:

@@ -215,6 +215,27 @@ def test_ablation_reports_both_algorithms_over_seeds(policy, tmp_path, parity_gr
     assert json.loads((tmp_path / "ablation.json").read_text())["seeds"] == [0, 1]
 
 
+def test_ablation_reuses_a_matching_stage_run_and_only_that(policy, tmp_path, parity_grader):
+    cfg = _cfg(**{"stages.stage1.steps": 2})  # = ablation.steps: the stage run is the grpo_roc seed-0 arm
+    stage = tmp_path / "stage1"
+    rl.run_stage(cfg, "stage1", policy, stage, evaluate=False)
+    fresh = rl.run_ablation(cfg, policy, tmp_path / "fresh", seeds=(0,))
+    reused = rl.run_ablation(cfg, policy, tmp_path / "reused", seeds=(0,), reuse=[stage])
+    assert reused["runs"]["grpo_roc_seed0"]["reused_from"] == str(stage)
+    assert "reused_from" not in reused["runs"]["grpo_seed0"] and "reused_from" not in fresh["runs"]["grpo_roc_seed0"]
+
+    def rows(d):
+        return json.dumps([{k: v for k, v in r.items() if not k.startswith("time_")} for r in common.read_metrics(d)])
+
+    assert rows(tmp_path / "reused" / "grpo_roc_seed0") == rows(tmp_path / "fresh" / "grpo_roc_seed0")
+    # a run with any training setting different is not the arm
+    other = _cfg(**{"stages.stage1.steps": 2, "algorithm.lr": 5e-4})
+    assert not rl.reusable_run(other, stage, {"stage": "stage1", "algorithm": "grpo_roc", "seed": 0, "steps": 2,
+                                              "init_dir": str(policy)})
+    assert not rl.reusable_run(cfg, stage, {"stage": "stage1", "algorithm": "grpo_roc", "seed": 1, "steps": 2,
+                                            "init_dir": str(policy)})
+
+
 def test_bad_arguments_are_rejected(policy, tmp_path):
     with pytest.raises(ValueError, match="unknown stage"):
         rl.run_stage(_cfg(), "stage9", policy, tmp_path)

@@ -37,7 +37,8 @@ from kit.data import sft as sft_data
 from kit.data import tasks
 from kit.train import common
 
-MICRO_TOKENS = 12288  # padded tokens per micro-batch (rows x longest row)
+MICRO_TOKENS = 2048  # padded tokens per micro-batch (rows x longest row); smaller pads less (measured:
+# 0.71 s/step at 12288, 0.60 s at 1536 for 64 tiny-profile rows on 2 cores)
 SFT_DATA_FILE = "sft_data.json"
 
 
@@ -211,10 +212,11 @@ def sft_loss_sum(model, rows: list, pad_id: int) -> tuple[torch.Tensor, int]:
         ids[i, : len(r_ids)] = torch.tensor(r_ids)
         att[i, : len(r_ids)] = 1
         lmask[i, : len(r_mask)] = torch.tensor(r_mask, dtype=torch.float32)
-    logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float()  # (B, T-1, V)
-    logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-    m = lmask[:, 1:]
-    return -(logp * m).sum(), int(m.sum())
+    m = lmask[:, 1:] > 0
+    hidden = model.model(input_ids=ids, attention_mask=att).last_hidden_state[:, :-1]  # (B, T-1, H)
+    logits = model.lm_head(hidden[m]).float()  # (N, V): only the positions that carry loss
+    logp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:][m][:, None]).squeeze(-1)
+    return -logp.sum(), int(m.sum())
 
 
 # --------------------------------------------------------------------------- training

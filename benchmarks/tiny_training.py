@@ -81,7 +81,8 @@ def main(argv: list[str] | None = None) -> int:
     if not args.skip_ablation:
         seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else None
         t = time.perf_counter()
-        ab = rl.run_ablation(cfg, sft_dir / "policy", root / "ablation", seeds=seeds)
+        # the stage-1 run is the grpo_roc arm of the main seed when the steps agree (as in the pipeline)
+        ab = rl.run_ablation(cfg, sft_dir / "policy", root / "ablation", seeds=seeds, reuse=[root / "stage1"])
         times["ablation"] = time.perf_counter() - t
         for alg in rl.ALGORITHMS:
             f, l_ = ab[alg]["tool_error_ratio_correct_first"], ab[alg]["tool_error_ratio_correct_last"]

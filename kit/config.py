@@ -189,6 +189,9 @@ class AblationConfig:
 
     steps: int = 300
     seeds: tuple[int, ...] = (0,)
+    # local engine: arms trained at once in separate processes, each with
+    # model.torch_threads // workers threads (a step is latency-bound, so 2 on 2 cores ~1.5x)
+    workers: int = 1
 
 
 @dataclass(frozen=True)

@@ -400,6 +400,7 @@ def _spread(values: Sequence[float]) -> dict[str, float]:
 
 
 #: config sections that must agree for a finished stage run to stand in for an ablation arm
+#: (``model.torch_threads`` excepted: it changes float summation order only)
 _REUSE_SECTIONS = ("model", "data", "sandbox", "rollout", "algorithm", "stages")
 
 
@@ -416,7 +417,83 @@ def reusable_run(cfg: KitConfig, candidate: str | Path, expect: dict[str, Any]) 
         return False
     theirs = json.loads((candidate / "config.json").read_text())
     ours = json.loads(json.dumps(cfg.to_dict()))
+    for d in (theirs, ours):
+        d.get("model", {}).pop("torch_threads", None)
     return all(theirs.get(k) == ours.get(k) for k in _REUSE_SECTIONS)
+
+
+def _arm_cli(argv: Sequence[str]) -> None:
+    """Entry of an ablation worker process: ``<run_dir> <stage> <init_dir> <algorithm> <seed> <steps>``;
+    the config is the run dir's ``config.json`` (written by the parent)."""
+    from kit.config import from_json
+
+    rd, stage_name, init_dir, alg, seed, steps = argv
+    cfg = from_json(Path(rd) / "config.json")
+    run_stage(cfg, stage_name, init_dir, rd, algorithm=alg, seed=int(seed), steps=int(steps), evaluate=False)
+
+
+def _run_arms(cfg: KitConfig, stage_name: str, init_dir: Path, jobs: list[tuple[str, int, Path]], steps: int,
+              progress: Callable[[dict], None] | None) -> None:
+    """Train ``jobs`` (algorithm, seed, run dir): in this process, or ``cfg.ablation.workers`` at once.
+
+    Workers are separate Python processes (``sys.executable``; safe from notebooks and from
+    scripts without a ``__main__`` guard) with ``model.torch_threads // workers`` threads each,
+    their output in ``<arm>/worker.log``; their metrics rows reach ``progress`` by polling the
+    arms' ``metrics.jsonl``. A failed arm raises ``RuntimeError`` naming it and its log (finished
+    arms stay finished; a rerun resumes the rest from their checkpoints).
+    """
+    workers = min(cfg.ablation.workers, len(jobs))
+    if workers <= 1:
+        for alg, seed, rd in jobs:
+            run_stage(cfg, stage_name, init_dir, rd, progress, algorithm=alg, seed=seed, steps=steps, evaluate=False)
+        return
+    import dataclasses
+    import subprocess
+    import sys
+
+    threads = max(1, cfg.model.torch_threads // workers)
+    wcfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, torch_threads=threads))
+    seen = {rd: len(common.read_metrics(rd)) for _, _, rd in jobs}
+
+    def relay() -> None:
+        for rd in seen:
+            rows = common.read_metrics(rd)
+            for row in rows[seen[rd]:]:
+                if progress is not None:
+                    progress(row)
+            seen[rd] = len(rows)
+
+    # longest first (GRPO-RoC arms sample 2G), so the last wave is a short arm
+    queue, running = sorted(jobs, key=lambda j: j[0] != "grpo_roc"), []
+    code = "import sys; from kit.train.rl import _arm_cli; _arm_cli(sys.argv[1:])"
+    try:
+        while queue or running:
+            while queue and len(running) < workers:
+                alg, seed, rd = queue.pop(0)
+                rd.mkdir(parents=True, exist_ok=True)
+                save(wcfg, rd)
+                log = (rd / "worker.log").open("w")
+                proc = subprocess.Popen([sys.executable, "-c", code, str(rd), stage_name, str(init_dir), alg, str(seed),
+                                         str(steps)], stdout=log, stderr=subprocess.STDOUT)
+                running.append((proc, log, alg, seed, rd))
+            time.sleep(1.0)
+            relay()
+            for item in list(running):
+                proc, log, alg, seed, rd = item
+                if proc.poll() is None:
+                    continue
+                running.remove(item)
+                log.close()
+                if proc.returncode:
+                    tail = (rd / "worker.log").read_text(errors="replace").strip().splitlines()[-1:]
+                    raise RuntimeError(f"ablation arm {alg} seed {seed} failed (exit {proc.returncode}): "
+                                       f"{tail[0] if tail else ''} [log: {rd / 'worker.log'}]")
+    finally:
+        for proc, log, *_ in running:
+            proc.kill()
+            proc.wait()
+            log.close()
+    relay()
 
 
 def run_ablation(cfg: KitConfig, init_dir: str | Path, run_dir: str | Path, seeds: Sequence[int] | None = None,
@@ -425,7 +502,8 @@ def run_ablation(cfg: KitConfig, init_dir: str | Path, run_dir: str | Path, seed
     """GRPO against GRPO-RoC from the same policy, same steps, several seeds (report §5.3, Figures 4, 9).
 
     Each (algorithm, seed) pair is one :func:`run_stage` with ``stage_name``'s budget, turns and
-    level and ``cfg.ablation.steps`` steps, in ``run_dir/<algorithm>_seed<seed>/``. ``grpo``
+    level and ``cfg.ablation.steps`` steps, in ``run_dir/<algorithm>_seed<seed>/``;
+    ``cfg.ablation.workers`` of them train at once in separate processes. ``grpo``
     samples G per prompt and uses all of them; ``grpo_roc`` samples 2G and keeps G.
 
     The compared quantity is the tool-error ratio among correct trajectories *as sampled* (the
@@ -455,16 +533,27 @@ def run_ablation(cfg: KitConfig, init_dir: str | Path, run_dir: str | Path, seed
     t0 = time.perf_counter()
     runs: dict[str, dict[str, Any]] = {}
     curves: dict[str, list[list[float]]] = {alg: [] for alg in ALGORITHMS}
+    jobs = []
     for seed in seeds:
         for alg in ALGORITHMS:
             rd = run_dir / f"{alg}_seed{seed}"
             expect = {"stage": stage_name, "algorithm": alg, "seed": seed, "steps": steps, "init_dir": str(init_dir)}
+            if common.finished_summary(rd, expect) is not None:
+                continue
             source = next((Path(c) for c in reuse if reusable_run(cfg, c, expect)), None)
-            if source is not None and common.finished_summary(rd, expect) is None:
+            if source is not None:
                 shutil.rmtree(rd, ignore_errors=True)
                 shutil.copytree(source, rd, ignore=shutil.ignore_patterns("checkpoints"))
                 (rd / "REUSED_FROM").write_text(f"{source}\n")
-            run_stage(cfg, stage_name, init_dir, rd, progress, algorithm=alg, seed=seed, steps=steps, evaluate=False)
+                if progress is not None:
+                    for row in common.read_metrics(rd):
+                        progress(row)
+                continue
+            jobs.append((alg, seed, rd))
+    _run_arms(cfg, stage_name, Path(init_dir), jobs, steps, progress)
+    for seed in seeds:
+        for alg in ALGORITHMS:
+            rd = run_dir / f"{alg}_seed{seed}"
             rows = [r for r in common.read_metrics(rd) if r.get("stage") == stage_name]
             k = min(5, len(rows))
             err = [r["tool_error_ratio_correct_before"] for r in rows]

@@ -13,6 +13,7 @@ indices. A group's *multiset* of trajectories is reproducible; so is everything 
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -172,9 +173,9 @@ def evaluate_policy(cfg: KitConfig, model, tokenizer, problems: Sequence[Problem
     async def go():
         async with SandboxPool(cfg.sandbox) as pool:
             kw = dict(seed=seed, max_response_tokens=cfg.eval.max_tokens, max_turns=cfg.eval.max_turns)
-            greedy = await collect(cfg, model, tokenizer, problems, 1, pool, temperature=0.0, **kw)
-            sampled = await collect(cfg, model, tokenizer, problems, 1, pool, temperature=1.0, **kw)
-            return greedy, sampled
+            # both at once: a collect is latency-bound (its longest trajectory), so two overlap well
+            return await asyncio.gather(collect(cfg, model, tokenizer, problems, 1, pool, temperature=0.0, **kw),
+                                        collect(cfg, model, tokenizer, problems, 1, pool, temperature=1.0, **kw))
 
     greedy, sampled = run_sync(go())
     g, s = batch_stats(greedy), batch_stats(sampled)

@@ -35,7 +35,7 @@ def _cfg(**over):
             "algorithm.lr": 1e-3, "stages.stage1.max_response_tokens": 24, "stages.stage1.max_turns": 2,
             "stages.stage1.steps": 4, "stages.stage1.checkpoint_every": 2,
             "stages.stage3.max_response_tokens": 24, "stages.stage3.max_turns": 2, "stages.stage3.steps": 1,
-            "stages.stage3.hard_filter_samples": 2, "ablation.steps": 2}
+            "stages.stage3.hard_filter_samples": 2, "ablation.steps": 2, "ablation.workers": 1}
     base.update(over)
     return load("smoke", overrides=base, write=False)
 
@@ -234,6 +234,21 @@ def test_ablation_reuses_a_matching_stage_run_and_only_that(policy, tmp_path, pa
                                               "init_dir": str(policy)})
     assert not rl.reusable_run(cfg, stage, {"stage": "stage1", "algorithm": "grpo_roc", "seed": 1, "steps": 2,
                                             "init_dir": str(policy)})
+
+
+def test_ablation_arms_in_worker_processes(policy, tmp_path):
+    cfg = _cfg(**{"ablation.workers": 2})
+    seen = []
+    s = rl.run_ablation(cfg, policy, tmp_path / "par", seeds=(0,), progress=seen.append)
+    assert set(s["runs"]) == {"grpo_seed0", "grpo_roc_seed0"}
+    for arm in s["runs"]:
+        assert [r["step"] for r in common.read_metrics(tmp_path / "par" / arm)] == [1, 2]
+        assert json.loads((tmp_path / "par" / arm / "config.json").read_text())["model"]["torch_threads"] == 1
+    # every arm's rows reached the caller's progress callback (then the summary)
+    assert sorted((r["algorithm"], r["step"]) for r in seen[:-1]) == [("grpo", 1), ("grpo", 2), ("grpo_roc", 1), ("grpo_roc", 2)]
+    assert seen[-1]["stage"] == "ablation"
+    with pytest.raises(RuntimeError, match=r"ablation arm grpo(_roc)? seed 0 failed"):
+        rl.run_ablation(cfg, tmp_path / "no_such_policy", tmp_path / "bad", seeds=(0,))
 
 
 def test_bad_arguments_are_rejected(policy, tmp_path):

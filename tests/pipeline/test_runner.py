@@ -135,18 +135,22 @@ def test_set_overrides_reach_every_notebook_and_bad_keys_stop_early(tmp_path, ca
 
 
 def test_kernels_get_the_kernel_env_without_overriding_the_user(tmp_path, make_notebook, monkeypatch):
-    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the user's choice wins
     monkeypatch.delenv("HF_HUB_DISABLE_PROGRESS_BARS", raising=False)
+    monkeypatch.delenv("GOMP_SPINCOUNT", raising=False)
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     nb = make_notebook(tmp_path / "src" / "env.ipynb", 'run_dir = ""',
                        "import os\nfrom pathlib import Path\nPath(run_dir).mkdir(parents=True)\n"
-                       "Path(run_dir, 'env.txt').write_text(os.environ.get('OMP_WAIT_POLICY', '') + ' ' "
-                       "+ os.environ.get('HF_HUB_DISABLE_PROGRESS_BARS', ''))")
+                       "Path(run_dir, 'env.txt').write_text(' '.join(os.environ.get(k, '-') for k in "
+                       "('OMP_WAIT_POLICY', 'GOMP_SPINCOUNT', 'HF_HUB_DISABLE_PROGRESS_BARS')))")
     lay = Layout(root=tmp_path / "out", profile="tiny")
     run_series([NotebookRun(nb, {"run_dir": lay.dir("e")})], lay, progress_bar=False, echo=lambda s: None)
-    assert (lay.root / "e" / "env.txt").read_text() == "ACTIVE 1"
+    assert (lay.root / "e" / "env.txt").read_text() == "- 10000 1"
+    monkeypatch.setenv("OMP_WAIT_POLICY", "ACTIVE")  # the user's choice wins: no bounded spin added
+    run_series([NotebookRun(nb, {"run_dir": lay.dir("u")})], lay, progress_bar=False, echo=lambda s: None)
+    assert (lay.root / "u" / "env.txt").read_text() == "ACTIVE - 1"
     import os
 
-    assert "HF_HUB_DISABLE_PROGRESS_BARS" not in os.environ  # restored after the run
+    assert "HF_HUB_DISABLE_PROGRESS_BARS" not in os.environ and "GOMP_SPINCOUNT" not in os.environ  # restored
 
 
 def test_a_hanging_cell_is_killed_and_named(tmp_path, make_notebook):

@@ -148,15 +148,21 @@ def _smooth(y: np.ndarray, window: int) -> np.ndarray:
 
 
 def _per_algorithm(df: pd.DataFrame, key: str, window: int):
-    """Yield (algorithm, steps, mean, lo, hi, n_seeds) for ``key`` across seeds, per step."""
+    """Yield (algorithm, steps, mean, lo, hi, n_seeds) for ``key`` across seeds, per step.
+
+    Steps where ``key`` is NaN for every seed are left out; an algorithm with no defined value at
+    all (e.g. no correct trajectory ever called the tool) yields nothing. ``n_seeds`` counts every
+    seed that ran, including those whose values are all NaN."""
     for algo, g in sorted(df.groupby("algorithm"), key=lambda kv: str(kv[0])):
-        wide = g.pivot_table(index="step", columns="seed", values=key, aggfunc="mean").sort_index()
+        wide = g.pivot_table(index="step", columns="seed", values=key, aggfunc="mean", dropna=False).sort_index()
         wide = wide.apply(lambda col: pd.Series(_smooth(col.to_numpy(dtype=float), window), index=col.index))
         values = wide.to_numpy(dtype=float)
         with np.errstate(all="ignore"):
             ok = ~np.all(np.isnan(values), axis=1)
             steps = wide.index.to_numpy()[ok]
             v = values[ok]
+            if not v.size:
+                continue
             yield str(algo), steps, np.nanmean(v, axis=1), np.nanmin(v, axis=1), np.nanmax(v, axis=1), wide.shape[1]
 
 

@@ -36,6 +36,22 @@ def test_figure4_draws_mean_over_seeds_per_algorithm(tmp_path, rl_metrics):
     assert all(len(line) <= 6.4 * 15 for line in long.get_suptitle().splitlines())
 
 
+def test_figure4_with_undefined_tool_error_ratios(tmp_path):
+    # NaN: no correct trajectory called the tool that step (the trainers write it so)
+    nan = float("nan")
+    for alg in ("grpo", "grpo_roc"):
+        for seed in (0, 1):
+            d = tmp_path / f"{alg}_seed{seed}"
+            d.mkdir()
+            rows = [{"step": s, "algorithm": alg, "seed": seed, "tool_error_ratio_correct_before":
+                     nan if alg == "grpo" or seed == 1 else 0.1 * s} for s in (1, 2, 3)]
+            (d / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    fig = figures.figure4_tool_errors(tmp_path, smooth=2)
+    labels = [ln.get_label() for ln in fig.axes[0].get_lines() if not ln.get_label().startswith("_")]
+    # GRPO has no defined value: no line (and no crash); RoC counts both seeds that ran
+    assert labels == ["GRPO-RoC, sampled (2 seeds)"]
+
+
 def test_figure8_marks_stage_boundaries(tmp_path, rl_metrics):
     dirs = []
     for i, (stage, n) in enumerate([("stage1", 4), ("stage2", 2), ("stage3", 3)]):

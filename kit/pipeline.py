@@ -422,7 +422,7 @@ def dry_run_text(series: Sequence[NotebookRun], layout: Layout, overrides: dict[
         from kit.bridge.stages import describe_chain
 
         dirs = {k: layout.dir(k) for k in ("data", "sft", "stage1", "stage2", "stage3", "ablation")}
-        lines += ["", describe_chain(cfg, dirs)]
+        lines += ["", describe_chain(cfg, dirs, notebooks=[nb.name for nb in series])]
     return "\n".join(lines)
 
 

@@ -292,10 +292,12 @@ def _ablation_configs(cfg: Any, run_dir: str | os.PathLike) -> list[tuple[Path, 
     return out
 
 
-def describe_chain(cfg: Any, dirs: Mapping[str, str], *, cluster: Cluster | None = None) -> str:
+def describe_chain(cfg: Any, dirs: Mapping[str, str], *, cluster: Cluster | None = None,
+                   notebooks: Sequence[str] | None = None) -> str:
     """Text of the whole paper chain: for each notebook's training step, what it reads, what it
     writes and the exact commands (VERL SFT, VERL PPO per stage, merges), without running or
-    checking anything. ``dirs`` maps ``data, sft, stage1, stage2, stage3, ablation`` to run dirs."""
+    checking anything. ``dirs`` maps ``data, sft, stage1, stage2, stage3, ablation`` to run dirs;
+    ``notebooks`` (names, e.g. the series cut by ``--until``) limits the text to those notebooks."""
     from kit.bridge.sft import sft_command
 
     cluster = cluster or Cluster.from_env()
@@ -304,7 +306,10 @@ def describe_chain(cfg: Any, dirs: Mapping[str, str], *, cluster: Cluster | None
              f"rollout TP {cluster.rollout_tp} (KIT_NNODES, KIT_GPUS_PER_NODE, KIT_ROLLOUT_TP)", ""]
     sft = Path(dirs["sft"]).resolve()
     data = Path(dirs["data"]).resolve()
-    lines += [
+    def shown(nb: str) -> bool:
+        return notebooks is None or nb in notebooks
+
+    lines += [] if not shown("02_cold_start_sft") else [
         f"## 02_cold_start_sft  run_dir {sft}",
         f"   writes: {sft}/policy, {sft}/summary.json",
         "   either sft_checkpoint=<HF model folder>: linked as policy/ (nothing runs), or",
@@ -315,6 +320,9 @@ def describe_chain(cfg: Any, dirs: Mapping[str, str], *, cluster: Cluster | None
     previous = dirs["sft"]
     for stage, nb in zip(STAGES, ("03_rl_stage1", "04_rl_stage2", "05_rl_stage3"), strict=True):
         plan = plan_stage(cfg, stage, dirs[stage], previous, dirs["data"], cluster=cluster, check=False)
+        previous = dirs[stage]
+        if not shown(nb):
+            continue
         lines.append(f"## {nb}  run_dir {plan.run_dir}  (global steps {plan.start_step} -> {plan.end_step})")
         if stage == "stage3":
             lines.append(f"   first: {plan.reads['train_files']} = {data}/data/curated.parquet minus the problems "
@@ -324,7 +332,8 @@ def describe_chain(cfg: Any, dirs: Mapping[str, str], *, cluster: Cluster | None
         lines += [f"   reads:  {k} = {v}" for k, v in plan.reads.items()]
         lines += [f"   writes: {k} = {v}" for k, v in plan.writes.items()]
         lines += ["   $ " + q(plan.launch_command), "   $ " + q(plan.merge_command) + "  (then renamed to policy/)", ""]
-        previous = dirs[stage]
+    if not shown("06_roc_ablation"):
+        return "\n".join(lines)
     abl = Path(dirs["ablation"]).resolve()
     lines.append(f"## 06_roc_ablation  run_dir {abl}  (one stage-1 run per algorithm and seed, from {sft}/policy)")
     for sub, sub_cfg in _ablation_configs(cfg, abl):

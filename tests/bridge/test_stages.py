@@ -115,6 +115,11 @@ def test_describe_chain_prints_every_command_and_directory(tmp_path):
     assert sum("verl.trainer.main_ppo" in c for c in cmds) == 5  # 3 stages + 2 ablation runs
     assert sum("verl.model_merger" in c for c in cmds) == 6 and sum("verl.trainer.sft_trainer" in c for c in cmds) == 1
     assert "global steps 300 -> 385" in text and f"{tmp_path}/stage3/data/hard.parquet" in text
+    # cut like `--until 04`: only the notebooks that would run are described
+    cut = stages.describe_chain(load("paper-14b", write=False), d, cluster=CLUSTER,
+                                notebooks=["00_setup_and_sandbox_check", "03_rl_stage1", "04_rl_stage2"])
+    assert "## 03_rl_stage1" in cut and "## 04_rl_stage2" in cut and "global steps 385 -> 510" not in cut
+    assert "02_cold_start_sft" not in cut and "05_rl_stage3" not in cut and "06_roc_ablation" not in cut
 
 
 def test_hard_parquet_keeps_problems_not_always_solved(tmp_path):

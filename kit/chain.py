@@ -23,7 +23,8 @@ def load_run_policy(policy_dir: str | os.PathLike):
     """``(model, tokenizer)`` from a ``policy/`` folder written by a trainer.
 
     Raises:
-        FileNotFoundError: the folder does not exist (names it and the notebook that writes it).
+        FileNotFoundError: the folder does not exist or holds no model (names it and the notebook
+            that writes it).
     """
     from kit.models import load_policy
 
@@ -31,6 +32,9 @@ def load_run_policy(policy_dir: str | os.PathLike):
     if not p.is_dir():
         raise FileNotFoundError(f"policy folder not found: {p} (written by the upstream training notebook; "
                                 "run it first, or pass the right run directory as a parameter)")
+    if not (p / "config.json").exists():
+        raise FileNotFoundError(f"{p} holds no model (no config.json): the upstream training notebook did not "
+                                "finish; rerun it")
     return load_policy(p)
 
 
@@ -163,6 +167,8 @@ def train_stage(cfg: KitConfig, stage: str, run_dir, init_dir, data_dir, progres
     if uses_cluster(cfg):
         from kit.bridge import stages
 
+        if getattr(cfg.stages, stage).steps == 0:  # e.g. paper-32b: stages 1-2 only
+            return stages.skip_stage(cfg, stage, run_dir, init_dir)
         if stage == "stage3":
             from kit.bridge.hard_subset import prepare_stage3_data
 
@@ -513,7 +519,11 @@ def consistency_check(cfg: KitConfig, policy_dir: str | os.PathLike, curated_pat
     else:
         context = 0
     rollout_cfg = _eval_rollout_cfg(cfg, context)
-    df = pd.read_parquet(path, columns=["source", "id", "problem", "answer"]).sample(frac=1.0, random_state=cfg.seed)
+    try:
+        df = pd.read_parquet(path, columns=["source", "id", "problem", "answer"])
+    except Exception as exc:  # pyarrow names the missing field but not the file
+        raise ValueError(f"{path}: not a curated parquet with columns source, id, problem, answer ({exc})") from exc
+    df = df.sample(frac=1.0, random_state=cfg.seed)
     probs, too_long = [], 0
     for r in df.itertuples(index=False):
         if n_problems and len(probs) >= n_problems:
@@ -636,6 +646,13 @@ def passk_boundary(cfg: KitConfig, policies: Mapping[str, str | os.PathLike], ru
     n = cfg.eval.passk_n if n is None else n
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
+    keys = {label: "_".join("".join(c if c.isalnum() else " " for c in label).lower().split()) for label in policies}
+    if len(set(keys.values())) < len(keys) or not all(keys.values()):
+        raise ValueError(f"policy labels must differ in letters or digits (file names): {list(policies)}")
+    for label, policy in policies.items():  # every folder checked before any evaluation runs
+        if not (backends and label in backends) and not (Path(policy) / "config.json").exists():
+            raise FileNotFoundError(f"policy {label!r}: no model at {policy} (no config.json); "
+                                    "run the notebook that trains it first")
     source, items = passk_items(cfg, source, n_problems)
     out = Path(run_dir) / "passk"
     out.mkdir(parents=True, exist_ok=True)
@@ -648,7 +665,7 @@ def passk_boundary(cfg: KitConfig, policies: Mapping[str, str | os.PathLike], ru
             if not items:
                 raise ValueError(f"pass@k: no {source} problem fits the prompt budget of {rollout_cfg.max_prompt_tokens} tokens")
         results[label] = run_sync(_evaluate_items(cfg, backend, tok, rollout_cfg, source, items, n, str(policy)))
-        key = "_".join("".join(c if c.isalnum() else " " for c in label).lower().split())
+        key = keys[label]
         paths[f"result_{key}"] = write_json(out / f"{source}_{key}.json", results[label].to_dict())
     curves = passk_curves(results)
     what = (f"{len(items)} held-out tiny task problems (not a benchmark)" if source == "heldout"

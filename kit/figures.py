@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 ALGO_LABEL = {"grpo": "GRPO", "grpo_roc": "GRPO-RoC"}
 ALGO_COLOR = {"grpo": "#d62728", "grpo_roc": "#1f77b4"}
@@ -219,6 +220,7 @@ def figure4_tool_errors(metrics, *, smooth: int = 1, note: str = "", paper_plate
         ax.annotate(f"paper: GRPO plateau {paper_plateau:.2f} (Qwen3-14B, reference)", (0.01, paper_plateau),
                     xycoords=("axes fraction", "data"), va="bottom", fontsize=7, color="0.3")
     ax.set_xlabel("training step")
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     ax.set_ylabel("tool-error ratio in correct trajectories")
     hi = ax.get_ylim()[1]
     ax.set_ylim(-0.02 * max(hi, 0.1), hi)  # a ratio of 0 stays visible above the axis
@@ -264,6 +266,7 @@ def figure8_stages(metrics, *, smooth: int = 1, note: str = "", stage_end_refere
     ax_len.set_ylabel("mean response length (tokens)")
     for ax in (ax_acc, ax_len):
         ax.set_xlabel("global training step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     ax_acc.set_title("Figure 8: accuracy across RL stages")
@@ -298,6 +301,7 @@ def figure9_roc_ablation(metrics, *, smooth: int = 1, note: str = "") -> Figure:
     ax_len.set_ylabel("mean training response length (tokens)")
     for ax in (ax_acc, ax_len):
         ax.set_xlabel("training step")
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
     ax_acc.set_title("Figure 9: RoC ablation, accuracy")

@@ -50,6 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.bridge.checkpoints import (
+    CheckpointError,
     latest_checkpoint,
     merge_command,
     merge_to_policy,
@@ -261,6 +262,31 @@ def run_stage(cfg: Any, stage: str, run_dir: str | os.PathLike, init_dir: str | 
     return summary
 
 
+def skip_stage(cfg: Any, stage: str, run_dir: str | os.PathLike, init_dir: str | os.PathLike) -> dict[str, Any]:
+    """A stage with 0 steps in the profile (paper-32b has no stage 3): nothing is launched;
+    ``run_dir/policy`` links the upstream ``init_dir/policy`` so later notebooks read the last
+    trained policy, and ``run_dir/summary.json`` says so.
+
+    Raises:
+        CheckpointError: the upstream ``policy/`` does not exist (names it).
+    """
+    run, upstream = Path(run_dir), Path(init_dir).resolve() / "policy"
+    if not (upstream / "config.json").exists():
+        raise CheckpointError(f"{stage} has 0 steps and links the upstream policy, but {upstream} holds no model")
+    run.mkdir(parents=True, exist_ok=True)
+    link = run / "policy"
+    if link.is_symlink() or link.exists():
+        if link.resolve() != upstream:
+            raise CheckpointError(f"{link} exists and is not a link to {upstream}; move it away")
+    else:
+        link.symlink_to(upstream, target_is_directory=True)
+    summary = {"stage": stage, "engine": "verl", "profile": cfg.profile, "steps": 0, "skipped": True,
+               "note": f"0 steps in profile {cfg.profile}: not launched; policy/ links the upstream policy",
+               "run_dir": str(run), "init_dir": str(Path(init_dir).resolve()), "policy_dir": str(link)}
+    (run / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary
+
+
 def run_ablation(cfg: Any, run_dir: str | os.PathLike, init_dir: str | os.PathLike, data_dir: str | os.PathLike,
                  **kwargs: Any) -> dict[str, Any]:
     """The RoC ablation on the cluster: one stage-1 VERL run per (algorithm, seed) from the SFT
@@ -320,8 +346,12 @@ def describe_chain(cfg: Any, dirs: Mapping[str, str], *, cluster: Cluster | None
     previous = dirs["sft"]
     for stage, nb in zip(STAGES, ("03_rl_stage1", "04_rl_stage2", "05_rl_stage3"), strict=True):
         plan = plan_stage(cfg, stage, dirs[stage], previous, dirs["data"], cluster=cluster, check=False)
-        previous = dirs[stage]
+        upstream, previous = previous, dirs[stage]
         if not shown(nb):
+            continue
+        if getattr(cfg.stages, stage).steps == 0:  # the profile skips it (paper-32b: stages 1-2 only)
+            lines += [f"## {nb}  run_dir {plan.run_dir}  (0 steps in profile {cfg.profile}: skipped; "
+                      f"policy/ links {Path(upstream).resolve()}/policy)", ""]
             continue
         lines.append(f"## {nb}  run_dir {plan.run_dir}  (global steps {plan.start_step} -> {plan.end_step})")
         if stage == "stage3":

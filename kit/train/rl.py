@@ -432,6 +432,18 @@ def _arm_cli(argv: Sequence[str]) -> None:
     run_stage(cfg, stage_name, init_dir, rd, algorithm=alg, seed=int(seed), steps=int(steps), evaluate=False)
 
 
+def _die_with_parent() -> None:
+    """In a worker, before exec: ask Linux to SIGKILL it when the parent dies (even by SIGKILL),
+    so no orphan keeps writing into an arm folder that a rerun resumes. No-op elsewhere."""
+    try:
+        import ctypes
+        import signal
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
 def _run_arms(cfg: KitConfig, stage_name: str, init_dir: Path, jobs: list[tuple[str, int, Path]], steps: int,
               progress: Callable[[dict], None] | None) -> None:
     """Train ``jobs`` (algorithm, seed, run dir): in this process, or ``cfg.ablation.workers`` at once.
@@ -474,7 +486,7 @@ def _run_arms(cfg: KitConfig, stage_name: str, init_dir: Path, jobs: list[tuple[
                 save(wcfg, rd)
                 log = (rd / "worker.log").open("w")
                 proc = subprocess.Popen([sys.executable, "-c", code, str(rd), stage_name, str(init_dir), alg, str(seed),
-                                         str(steps)], stdout=log, stderr=subprocess.STDOUT)
+                                         str(steps)], stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
                 running.append((proc, log, alg, seed, rd))
             time.sleep(1.0)
             relay()

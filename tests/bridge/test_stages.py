@@ -151,3 +151,22 @@ def test_sft_command_composes_with_verls_sft_config(tmp_path):
         c = compose(config_name="sft_trainer_engine", overrides=cmd[cmd.index("verl.trainer.sft_trainer") + 1:])
     assert c.optim.lr == 5e-6 and c.data.train_batch_size == 128 and c.trainer.total_epochs == 3
     assert c.trainer.default_local_dir == str(tmp_path / "sft" / "checkpoints")
+
+
+def test_a_zero_step_stage_links_the_upstream_policy_and_launches_nothing(tmp_path):
+    from kit import chain
+    from kit.bridge.checkpoints import CheckpointError
+    from kit.config import load
+
+    cfg = load("paper-32b", write=False)
+    assert cfg.stages.stage3.steps == 0
+    up = tmp_path / "stage2"
+    with pytest.raises(CheckpointError, match="holds no model"):
+        stages.skip_stage(cfg, "stage3", tmp_path / "stage3", up)
+    (up / "policy").mkdir(parents=True)
+    (up / "policy" / "config.json").write_text("{}")
+    s = chain.train_stage(cfg, "stage3", tmp_path / "stage3", up, tmp_path / "data")  # no sampler, no VERL
+    assert s["skipped"] and s["steps"] == 0
+    assert (tmp_path / "stage3" / "policy").resolve() == (up / "policy").resolve()
+    assert json.loads((tmp_path / "stage3" / "summary.json").read_text())["skipped"] is True
+    assert stages.skip_stage(cfg, "stage3", tmp_path / "stage3", up)["skipped"]  # rerun: same link, fine

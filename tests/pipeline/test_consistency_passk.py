@@ -78,6 +78,25 @@ def test_consistency_check_errors(tok, tmp_path):
         chain.consistency_check(_cfg(), "x", tmp_path / "none.parquet", tmp_path)
     with pytest.raises(ValueError, match="tokenizer"):
         chain.consistency_check(_cfg(), "x", tmp_path, tmp_path, backend=object())
+    bad = tmp_path / "bad.parquet"
+    pd.DataFrame({"question": ["q"]}).to_parquet(bad)
+    with pytest.raises(ValueError, match="bad.parquet: not a curated parquet"):
+        chain.consistency_check(_cfg(), "x", bad, tmp_path, backend=object(), tokenizer=tok)
+    (tmp_path / "empty_policy").mkdir()
+    with pytest.raises(FileNotFoundError, match="no config.json"):
+        chain.load_run_policy(tmp_path / "empty_policy")
+
+
+def test_passk_boundary_rejects_bad_labels_and_missing_policies_before_evaluating(tok, tmp_path):
+    from kit.rollout import ScriptedBackend
+
+    calls = []
+    ok = ScriptedBackend(tok, lambda *a, **k: calls.append(1) or "x")
+    with pytest.raises(ValueError, match="labels must differ"):
+        chain.passk_boundary(_cfg(), {"RL": "a", "rl": "b"}, tmp_path, n=2, backends={"RL": (ok, tok), "rl": (ok, tok)})
+    with pytest.raises(FileNotFoundError, match="'RL': no model at"):
+        chain.passk_boundary(_cfg(), {"SFT": "s", "RL": tmp_path / "missing"}, tmp_path, n=2, backends={"SFT": (ok, tok)})
+    assert calls == []  # nothing was sampled
 
 
 def test_passk_boundary_curves_from_two_backends(tok, tmp_path):

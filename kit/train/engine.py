@@ -46,7 +46,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from transformers import DynamicCache
+from transformers import AttentionInterface, DynamicCache
+from transformers.cache_utils import DynamicLayer
+from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from kit.rollout.backends import Generation, _check_request, sample_tokens, sampling_uniforms
 
@@ -85,13 +87,96 @@ class _Req:
         return Generation(list(self.out), list(self.lps), reason)
 
 
-def _as_cache(kv: list[tuple[torch.Tensor, torch.Tensor]]) -> DynamicCache:
+def gqa_sdpa_attention(module: Any, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+                       attention_mask: torch.Tensor | None, dropout: float = 0.0, scaling: float | None = None,
+                       is_causal: bool | None = None, **kwargs: Any) -> tuple[torch.Tensor, None]:
+    """Attention for the engine: ``torch`` SDPA with grouped KV heads passed as they are.
+
+    Transformers' ``sdpa`` path copies each KV head ``heads / kv_heads`` times (``repeat_kv``)
+    whenever a mask is given, i.e. at every padded decode step: a copy of the whole cache per
+    layer per step. ``enable_gqa=True`` (torch >= 2.5) reads the grouped heads directly; the
+    output is the same (checked in tests/train/test_engine.py). Registered with transformers'
+    ``AttentionInterface`` as :data:`GQA_ATTENTION`.
+
+    Args:
+        query: (B, heads, T, head_dim); key, value: (B, kv_heads, L, head_dim).
+        attention_mask: boolean (B, 1, T, L) from transformers' ``sdpa_mask``, or None (causal).
+    Returns:
+        ``(output (B, T, heads, head_dim), None)`` as transformers' attention functions do.
+    """
+    causal = is_causal if is_causal is not None else getattr(module, "is_causal", True)
+    causal = query.shape[2] > 1 and attention_mask is None and causal
+    out = torch.nn.functional.scaled_dot_product_attention(
+        query, key, value, attn_mask=attention_mask, dropout_p=dropout, scale=scaling, is_causal=causal,
+        enable_gqa=key.shape[1] != query.shape[1])
+    return out.transpose(1, 2).contiguous(), None
+
+
+#: Name of :func:`gqa_sdpa_attention` in transformers' attention registry.
+GQA_ATTENTION = "kit_gqa_sdpa"
+AttentionInterface.register(GQA_ATTENTION, gqa_sdpa_attention)
+AttentionMaskInterface.register(GQA_ATTENTION, sdpa_mask)
+
+
+def use_gqa_attention(model: Any) -> None:
+    """Switch a model on transformers' ``sdpa`` attention to :func:`gqa_sdpa_attention` (in place;
+    other implementations, e.g. eager or flash-attention on a GPU, are left alone)."""
+    if getattr(model.config, "_attn_implementation", None) == "sdpa" and model.config.num_key_value_heads != \
+            model.config.num_attention_heads:
+        model.set_attn_implementation(GQA_ATTENTION)
+
+
+#: Cache columns a decode buffer is allocated beyond the rows' current length (a new buffer, and a
+#: copy of the cache into it, is made only when they run out or the rows are rearranged).
+KV_HEADROOM = 64
+
+
+class _BufferLayer(DynamicLayer):
+    """A cache layer over preallocated ``(B, kv_heads, capacity, head_dim)`` buffers.
+
+    ``update`` writes the new keys and values in place after the first ``length`` columns and
+    returns views of the filled part; ``DynamicLayer`` instead concatenates, which copies the
+    whole cache at every decode step. ``keys``/``values`` are always those views.
+    """
+
+    def __init__(self, kbuf: torch.Tensor, vbuf: torch.Tensor, length: int):
+        super().__init__()
+        self.kbuf, self.vbuf, self.length = kbuf, vbuf, length
+        self.dtype, self.device = kbuf.dtype, kbuf.device
+        self.keys, self.values = kbuf[:, :, :length], vbuf[:, :, :length]
+        self.is_initialized = True
+
+    @classmethod
+    def around(cls, k: torch.Tensor, v: torch.Tensor, headroom: int = KV_HEADROOM) -> _BufferLayer:
+        """A layer holding a copy of ``k``/``v`` (B, kv_heads, L, head_dim) with ``headroom`` free columns."""
+        B, H, L, D = k.shape
+        kbuf, vbuf = k.new_empty((B, H, L + headroom, D)), v.new_empty((B, H, L + headroom, D))
+        kbuf[:, :, :L], vbuf[:, :, :L] = k, v
+        return cls(kbuf, vbuf, L)
+
+    def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
+        n = key_states.shape[-2]
+        if self.length + n > self.kbuf.shape[-2]:
+            grown = _BufferLayer.around(self.keys, self.values, max(KV_HEADROOM, n))
+            self.kbuf, self.vbuf = grown.kbuf, grown.vbuf
+        self.kbuf[:, :, self.length:self.length + n] = key_states
+        self.vbuf[:, :, self.length:self.length + n] = value_states
+        self.length += n
+        self.keys, self.values = self.kbuf[:, :, :self.length], self.vbuf[:, :, :self.length]
+        return self.keys, self.values
+
+
+def _as_cache(kv: list[tuple[torch.Tensor, torch.Tensor]], layers: list[_BufferLayer] | None = None) -> DynamicCache:
     """A ``DynamicCache`` over the per-layer ``(keys, values)`` without copying them.
 
     (``DynamicCache(ddp_cache_data=kv)`` concatenates each layer onto an empty tensor: a copy of
-    the whole cache at every decode step.)
+    the whole cache at every decode step.) With ``layers`` (buffer layers whose views are ``kv``)
+    the cache writes new tokens into their free columns instead of concatenating.
     """
     cache = DynamicCache(ddp_cache_data=[(k[:, :, :0], v[:, :, :0]) for k, v in kv])
+    if layers is not None:
+        cache.layers = list(layers)
+        return cache
     for layer, (k, v) in zip(cache.layers, kv, strict=True):
         layer.keys, layer.values = k, v
     return cache
@@ -107,6 +192,9 @@ class _Rows:
         self.mask = torch.zeros((0, 0), dtype=torch.long)
         self.pos = torch.zeros((0, 1), dtype=torch.long)  # (B, 1) next position id
         self.last = torch.zeros((0, 1), dtype=torch.long)  # (B, 1) last sampled token
+        # buffer layers of the last decode step; reused while ``self.kv`` is still their views
+        self._layers: list[_BufferLayer] | None = None
+        self._layers_kv: list | None = None
 
     def __len__(self) -> int:
         """Live rows (finished rows may still sit in the batch until their slot is reused)."""
@@ -270,11 +358,13 @@ class _Rows:
     def step(self) -> None:
         """One decode step for every row (finished rows, if kept, decode padding)."""
         self.trim()
-        cache = _as_cache(self.kv)
+        if self._layers is None or self._layers_kv is not self.kv:  # rows were added, dropped or trimmed
+            self._layers = [_BufferLayer.around(k, v) for k, v in self.kv]
+        cache = _as_cache(self.kv, self._layers)
         mask = torch.cat([self.mask, torch.ones((len(self.reqs), 1), dtype=torch.long)], dim=1)
         res = self.model(input_ids=self.last, attention_mask=mask, position_ids=self.pos,
                          past_key_values=cache, use_cache=True)
-        self.kv = [(layer.keys, layer.values) for layer in res.past_key_values.layers]
+        self.kv = self._layers_kv = [(layer.keys, layer.values) for layer in self._layers]
         self.mask = mask
         self.pos = self.pos + 1
         self.last = self._sample(res.logits[:, -1, :], self.reqs)
@@ -315,6 +405,7 @@ class _BackendBase:
     """Request bookkeeping shared by both backends (seeds, limits, statistics)."""
 
     def __init__(self, model: Any, tokenizer: Any, seed: int, max_context: int | None):
+        use_gqa_attention(model)  # in place: the same outputs without copying the KV heads
         self.model = model
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.seed = seed

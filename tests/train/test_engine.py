@@ -163,3 +163,36 @@ def test_fresh_row_finished_at_prefill_is_not_overwritten_by_a_cached_row(tok, m
     assert eng.stats["prefix_hits"] == 1
     assert len(fresh.token_ids) == 1 and len(cached.token_ids) == 3
     assert fresh.token_ids == _reference_greedy(model, ps[1], 1)
+
+
+def test_long_rows_outgrow_the_kv_buffer_and_stay_exact(tok, model):
+    # budgets past KV_HEADROOM: the decode buffer is reallocated mid-row, and a row that joins
+    # later (slot refill) rebuilds it; greedy tokens still equal uncached generation
+    from kit.train.engine import KV_HEADROOM
+
+    ps = _prompts(tok, 4)
+    budgets = [KV_HEADROOM + 40, 7, KV_HEADROOM * 2 + 5, 20]
+    eng = ContinuousBatchingEngine(model, tok, slots=2)
+    outs = asyncio.run(_all(eng, [(p, m, 0.0, []) for p, m in zip(ps, budgets, strict=True)]))
+    for p, m, g in zip(ps, budgets, outs, strict=True):
+        assert g.token_ids == _reference_greedy(model, p, m)
+    assert eng.stats["prefills"] >= 2
+
+
+def test_gqa_attention_equals_repeated_kv_heads():
+    from transformers.integrations.sdpa_attention import repeat_kv
+
+    from kit.train.engine import gqa_sdpa_attention
+
+    g = torch.Generator().manual_seed(0)
+    q = torch.randn(3, 4, 5, 8, generator=g)
+    k, v = torch.randn(3, 2, 9, 8, generator=g), torch.randn(3, 2, 9, 8, generator=g)
+    mask = torch.rand(3, 1, 5, 9, generator=g) > 0.3
+    mask[..., -1] = True  # every query sees at least one key
+    module = torch.nn.Module()
+    for m in (mask, None):
+        got, _ = gqa_sdpa_attention(module, q, k, v, m, scaling=0.3)
+        want = torch.nn.functional.scaled_dot_product_attention(q, repeat_kv(k, 2), repeat_kv(v, 2), attn_mask=m,
+                                                                scale=0.3, is_causal=m is None)
+        assert torch.allclose(got, want.transpose(1, 2), atol=1e-6)
+        assert got.shape == (3, 5, 4, 8)

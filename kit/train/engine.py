@@ -16,7 +16,12 @@ so the agent loop and the RL trainer take either as a drop-in:
   done; the batch's tool calls all return before the next turn's batch starts
   (:func:`rollout_plain` declares the cohort; without one it micro-batches what is pending).
 
-KV cache: one left-padded ``DynamicCache`` for the batch. Joining rows are prefilled together
+KV cache: one left-padded cache for the batch, held in buffers with free columns
+(:class:`_BufferLayer`): a decode step writes its token's keys and values in place instead of
+concatenating (a copy of the whole cache per step), and attention reads the grouped KV heads
+directly (:func:`gqa_sdpa_attention`; transformers' ``sdpa`` repeats them per query head, another
+copy per step). Measured on a stage-1 rollout of the tiny policy (6 prompts x 16, 2 cores): decode
+step 8.9 -> 5.0 ms, collect 2.92 -> 2.17 s. Joining rows are prefilled together
 and written in place into the slots of finished rows (left-padding the whole batch only when a
 new row is longer than it); rows that no new request is waiting for are dropped with
 ``index_select`` and all-padding columns are trimmed. Padding is masked and every row has its

@@ -1,0 +1,74 @@
+"""Glue the notebooks of the chain call, so their cells stay short: load a run's policy, sample a
+few trajectories to look at, evaluate a checkpoint on every benchmark of the profile, and run the
+entropy analysis over checkpoints.
+
+Everything here composes public functions of ``kit.rollout``, ``kit.sandbox``, ``kit.eval``,
+``kit.analysis`` and ``kit.train``; nothing samples, runs code or grades by itself. Notebooks import
+from ``kit.chain``; the code lives in the submodules:
+
+- ``policies``: load a saved policy, count its parameters, wrap it in a backend, sample
+  trajectories on held-out task problems.
+- ``training``: cold-start SFT, RL stages and the RoC ablation, local or VERL on a cluster; the
+  RL data; a trainer's summary as Markdown.
+- ``display``: :class:`TrajectoryView` (HTML, LaTeX and plain text of one trajectory).
+- ``evaluation``: :func:`evaluate_checkpoint` on the profile's benchmarks; the entropy analysis
+  :func:`analyze_checkpoints`.
+- ``boundary``: the consistency filter :func:`consistency_check` and the pass@k curves
+  :func:`passk_boundary` with their figure.
+
+To monkeypatch a name a function looks up, patch the submodule that defines it
+(e.g. ``kit.chain.policies.load_run_policy``), not ``kit.chain``.
+"""
+
+from kit.chain.boundary import (
+    Consistency,
+    PassK,
+    consistency_check,
+    copy_passk_figure,
+    passk_boundary,
+    passk_figure,
+    passk_items,
+)
+from kit.chain.display import TrajectoryView
+from kit.chain.evaluation import Analysis, analyze_checkpoints, eval_benchmarks, evaluate_checkpoint
+from kit.chain.policies import (
+    count_parameters,
+    heldout_problems,
+    load_run_policy,
+    policy_backend,
+    sample_trajectories,
+)
+from kit.chain.training import (
+    cold_start,
+    prepare_rl_data,
+    summary_markdown,
+    train_ablation,
+    train_stage,
+    uses_cluster,
+)
+
+__all__ = [
+    "Analysis",
+    "Consistency",
+    "PassK",
+    "TrajectoryView",
+    "analyze_checkpoints",
+    "cold_start",
+    "consistency_check",
+    "copy_passk_figure",
+    "count_parameters",
+    "eval_benchmarks",
+    "evaluate_checkpoint",
+    "heldout_problems",
+    "load_run_policy",
+    "passk_boundary",
+    "passk_figure",
+    "passk_items",
+    "policy_backend",
+    "prepare_rl_data",
+    "sample_trajectories",
+    "summary_markdown",
+    "train_ablation",
+    "train_stage",
+    "uses_cluster",
+]

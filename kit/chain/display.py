@@ -1,0 +1,70 @@
+"""Trajectory display for notebooks: :class:`TrajectoryView` shows one trajectory as coloured HTML
+in JupyterLab, coloured LaTeX in the PDF report, and marked plain text elsewhere.
+"""
+
+from __future__ import annotations
+
+import html as _html
+from typing import Any
+
+
+def _latex_escape(text: str) -> str:
+    out = []
+    for ch in text:
+        if ch in "&%$#_{}":
+            out.append("\\" + ch)
+        elif ch == "\\":
+            out.append(r"\textbackslash{}")
+        elif ch == "~":
+            out.append(r"\textasciitilde{}")
+        elif ch == "^":
+            out.append(r"\textasciicircum{}")
+        elif ch == "\n":
+            out.append("\\newline\n")
+        elif ord(ch) < 32 or ord(ch) > 0x2000:  # control characters and glyphs the PDF font lacks
+            out.append("?")
+        else:
+            out.append(ch)
+        if not ch.isalnum() and ch != "\n":  # long lines of code or garbage may break after symbols
+            out.append(r"\allowbreak{}")
+    return "".join(out)
+
+
+class TrajectoryView:
+    """One trajectory for notebooks: the rollout view's coloured HTML in JupyterLab, coloured LaTeX
+    in the PDF report, and marked plain text elsewhere (model tokens plain, tool-response tokens,
+    which carry no loss, between ``[tool response, mask 0]`` markers)."""
+
+    def __init__(self, tr: Any, tokenizer: Any, title: str = ""):
+        self.tr, self.tok, self.title = tr, tokenizer, title
+
+    def _spans(self):
+        for m, s, e in self.tr.spans():
+            yield m, self.tok.decode(self.tr.response_ids[s:e], skip_special_tokens=False)
+
+    def _head(self) -> str:
+        tr = self.tr
+        errs = ", ".join(f"{k} {v}" for k, v in tr.tool_errors.items() if v) or "none"
+        return (f"{self.title + ': ' if self.title else ''}{tr.finish_reason}, {tr.turns} turns, "
+                f"{tr.tool_calls} tool calls (errors: {errs}), {len(tr.response_ids)} response tokens "
+                f"({sum(tr.response_mask)} sampled by the model)")
+
+    def _repr_html_(self) -> str:
+        from kit.rollout import trajectory_html
+
+        title = f"<div><b>{_html.escape(self.title)}</b></div>" if self.title else ""
+        return title + trajectory_html(self.tr, self.tok)
+
+    def _repr_latex_(self) -> str:
+        parts = [r"\begin{flushleft}\small\textbf{" + _latex_escape(self._head()) + r"}\par\ttfamily\footnotesize "]
+        for m, text in self._spans():
+            body = _latex_escape(text)
+            parts.append(body if m == 1 else r"\textcolor{gray}{" + body + "}")
+        parts.append(r"\end{flushleft}")
+        return "".join(parts)
+
+    def __repr__(self) -> str:
+        out = [self._head()]
+        for m, text in self._spans():
+            out.append(text if m == 1 else f"[tool response, mask 0]{text}[/tool response]")
+        return "\n".join(out[:1]) + "\n" + "".join(out[1:])

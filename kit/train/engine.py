@@ -125,9 +125,12 @@ AttentionMaskInterface.register(GQA_ATTENTION, sdpa_mask)
 
 def use_gqa_attention(model: Any) -> None:
     """Switch a model on transformers' ``sdpa`` attention to :func:`gqa_sdpa_attention` (in place;
-    other implementations, e.g. eager or flash-attention on a GPU, are left alone)."""
-    if getattr(model.config, "_attn_implementation", None) == "sdpa" and model.config.num_key_value_heads != \
-            model.config.num_attention_heads:
+    other implementations, e.g. eager or flash-attention on a GPU, and models without grouped KV
+    heads, e.g. GPT-2's config has no ``num_key_value_heads``, are left alone)."""
+    cfg = model.config
+    kv_heads = getattr(cfg, "num_key_value_heads", None)
+    if getattr(cfg, "_attn_implementation", None) == "sdpa" and kv_heads is not None \
+            and kv_heads != getattr(cfg, "num_attention_heads", kv_heads):
         model.set_attn_implementation(GQA_ATTENTION)
 
 

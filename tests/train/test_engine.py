@@ -196,3 +196,46 @@ def test_gqa_attention_equals_repeated_kv_heads():
                                                                 scale=0.3, is_causal=m is None)
         assert torch.allclose(got, want.transpose(1, 2), atol=1e-6)
         assert got.shape == (3, 5, 4, 8)
+
+
+def test_gqa_switch_keeps_training_and_saving_and_leaves_other_models_alone(tok, model, tmp_path):
+    # the switch is in place on the policy that RL then trains and saves: same logits and
+    # gradients as ``sdpa`` on a padded batch in train mode, and config.json never names it
+    import copy
+    import json
+
+    from transformers import GPT2Config, GPT2LMHeadModel, Qwen3Config, Qwen3ForCausalLM
+
+    from kit.models import save_policy
+    from kit.train.engine import GQA_ATTENTION, use_gqa_attention
+
+    gqa, plain = copy.deepcopy(model).train(), copy.deepcopy(model).train()
+    plain.set_attn_implementation("sdpa")
+    use_gqa_attention(gqa)
+    assert gqa.config._attn_implementation == GQA_ATTENTION and plain.config._attn_implementation == "sdpa"
+    ps = _prompts(tok, 2)
+    n = min(len(p) for p in ps)
+    ids = torch.tensor([[tok.pad_token_id] * 4 + ps[0][:n - 4], ps[1][:n]])
+    mask = torch.ones_like(ids)
+    mask[0, :4] = 0
+    losses = [m(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100)).loss for m in (gqa, plain)]
+    for loss in losses:
+        loss.backward()
+    assert torch.allclose(losses[0], losses[1], atol=1e-6)
+    for a, b in zip(gqa.parameters(), plain.parameters(), strict=True):
+        assert torch.allclose(a.grad, b.grad, atol=1e-6)
+    save_policy(gqa, tok, tmp_path)
+    assert GQA_ATTENTION not in (tmp_path / "config.json").read_text()
+    assert json.loads((tmp_path / "config.json").read_text()).get("_attn_implementation") in (None, "sdpa")
+
+    # no grouped KV heads (GPT-2's config has no num_key_value_heads), eager attention: untouched
+    gpt2 = GPT2LMHeadModel(GPT2Config(n_layer=1, n_embd=16, n_head=2, vocab_size=32, bos_token_id=0, eos_token_id=0,
+                                      attn_implementation="sdpa"))
+    ContinuousBatchingEngine(gpt2, tok, slots=1)
+    assert gpt2.config._attn_implementation == "sdpa"
+    for kv, impl in ((2, "eager"), (4, "sdpa")):
+        q = Qwen3ForCausalLM(Qwen3Config(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                                         num_attention_heads=4, num_key_value_heads=kv, head_dim=4,
+                                         attn_implementation=impl))
+        use_gqa_attention(q)
+        assert q.config._attn_implementation == impl

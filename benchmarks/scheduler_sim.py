@@ -5,7 +5,7 @@ on 16 engines (64 MI300X as TP=4 groups serving Qwen3-14B) with :mod:`kit.train.
 policy, and prints makespans, the lower bound, engine idle fractions and recomputed tokens
 (evictions and migrated turns). ``dynamic`` is the report's scheduler; ``dynamic_reserve`` (the
 strict worst-case reservation) and ``dynamic_free`` (no migration) are printed for information.
-The preset is fixed in ``kit/train/sim.py`` (derived from hardware figures, not fitted).
+The preset is fixed in ``kit/train/sim/workload.py`` (derived from hardware figures, not fitted).
 
 Usage: ``.venv/bin/python benchmarks/scheduler_sim.py [--seed 0] [--engines 16] [--scale 1.0]``
 Last line: ``static_over_dynamic=<x> dynamic_over_bound=<y>``.

@@ -220,23 +220,15 @@ def to_latex(df: pd.DataFrame, decimals: int = 1, *, notebook: bool = False) -> 
     return tex
 
 
+#: LaTeX for the characters that are special in running text (captions here, trajectories in
+#: :class:`kit.chain.TrajectoryView`).
+LATEX_SPECIALS = {**{c: "\\" + c for c in "&%$#_{}"}, "\\": r"\textbackslash{}", "~": r"\textasciitilde{}",
+                  "^": r"\textasciicircum{}"}
+
+
 def _latex_text(text: str) -> str:
-    """Escape LaTeX specials in plain text (captions)."""
-    out = []
-    for ch in text:
-        if ch in "&%$#_{}":
-            out.append("\\" + ch)
-        elif ch == "~":
-            out.append(r"\textasciitilde{}")
-        elif ch == "^":
-            out.append(r"\textasciicircum{}")
-        elif ch == "\\":
-            out.append(r"\textbackslash{}")
-        elif ch == ABSENT:
-            out.append("---")
-        else:
-            out.append(ch)
-    return "".join(out)
+    """Escape LaTeX specials in plain text (captions); the absent mark becomes an em dash."""
+    return "".join("---" if ch == ABSENT else LATEX_SPECIALS.get(ch, ch) for ch in text)
 
 
 def write_table(df: pd.DataFrame, out_dir: str | os.PathLike, name: str | None = None) -> tuple[Path, Path]:

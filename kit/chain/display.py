@@ -7,18 +7,14 @@ from __future__ import annotations
 import html as _html
 from typing import Any
 
+from kit.tables import LATEX_SPECIALS
+
 
 def _latex_escape(text: str) -> str:
     out = []
     for ch in text:
-        if ch in "&%$#_{}":
-            out.append("\\" + ch)
-        elif ch == "\\":
-            out.append(r"\textbackslash{}")
-        elif ch == "~":
-            out.append(r"\textasciitilde{}")
-        elif ch == "^":
-            out.append(r"\textasciicircum{}")
+        if ch in LATEX_SPECIALS:
+            out.append(LATEX_SPECIALS[ch])
         elif ch == "\n":
             out.append("\\newline\n")
         elif ord(ch) < 32 or ord(ch) > 0x2000:  # control characters and glyphs the PDF font lacks

@@ -221,12 +221,19 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class KitConfig:
-    """The whole resolved configuration of one run."""
+    """The whole resolved configuration of one run.
+
+    Cross-field rules (checked by :func:`load` and :func:`from_json`, see :func:`check`):
+    ``runtime = "local"`` samples with the kit's own engine, so it needs ``rollout.engine = "hf"``.
+    """
 
     profile: str = "paper-14b"
     run_dir: str = ""
     seed: int = 0
     device: str = "cuda"
+    # who trains (kit.runtime): "local" = the CPU engine of kit.train in this process (tiny,
+    # smoke); "verl" = VERL through kit.bridge (paper profiles). The one switch between them.
+    runtime: Literal["local", "verl"] = "verl"
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
@@ -414,7 +421,7 @@ def load(
         overrides = parsed
     merged = _deep_merge(values, _nest(dict(overrides or {})))
     merged = _deep_merge(merged, _nest(kwargs))
-    cfg = _build(KitConfig, merged, "")
+    cfg = check(_build(KitConfig, merged, ""))
     if write and cfg.run_dir:
         save(cfg, cfg.run_dir)
     return cfg
@@ -436,7 +443,22 @@ def from_json(path: str | os.PathLike) -> KitConfig:
             version of the kit); the message names the file and the key.
     """
     data = json.loads(Path(path).read_text())
+    if isinstance(data, dict) and "runtime" not in data:  # written before ``runtime`` existed
+        data["runtime"] = "verl" if data.get("rollout", {}).get("engine") == "sglang" else "local"
     try:
-        return _build(KitConfig, data, "")
+        return check(_build(KitConfig, data, ""))
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
+
+
+def check(cfg: KitConfig) -> KitConfig:
+    """Rules between keys that one key's type cannot say; returns ``cfg`` unchanged.
+
+    Raises:
+        ConfigError: ``runtime = "local"`` with a rollout engine other than ``"hf"`` (the local
+            runtime samples with the tiny engine of ``kit.train``; SGLang runs under VERL).
+    """
+    if cfg.runtime == "local" and cfg.rollout.engine != "hf":
+        raise ConfigError(f"runtime: 'local' trains with the kit's own engine and needs rollout.engine='hf', "
+                          f"got rollout.engine={cfg.rollout.engine!r}; set runtime='verl' to train in VERL")
+    return cfg

@@ -418,7 +418,7 @@ def dry_run_text(series: Sequence[NotebookRun], layout: Layout, overrides: dict[
     for i, nb in enumerate(series, 1):
         params = {k: v for k, v in nb.parameters.items() if k not in ("profile", "seed", "overrides")}
         lines.append(f"[{i}/{len(series)}] {nb.name}: " + ", ".join(f"{k}={v}" for k, v in params.items()))
-    if cfg.rollout.engine == "sglang":
+    if cfg.runtime == "verl":
         from kit.bridge.stages import describe_chain
 
         dirs = {k: layout.dir(k) for k in ("data", "sft", "stage1", "stage2", "stage3", "ablation")}

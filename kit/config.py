@@ -103,7 +103,10 @@ class RolloutConfig:
 
     engine: Literal["hf", "sglang"] = "sglang"
     max_prompt_tokens: int = 2048
-    max_response_tokens: int = 8192  # shared across turns, tool tokens included
+    # the training budget shared across turns (tool tokens included) and the turn limit: the one
+    # source of every RL stage that does not set its own (stages.<s>.max_response_tokens /
+    # max_turns override it explicitly); evaluation always uses eval.max_tokens / max_turns
+    max_response_tokens: int = 8192
     max_turns: int = 10
     temperature: float = 1.0  # report §4.3: training temperature 1.0
     top_p: float = 1.0
@@ -162,10 +165,11 @@ class SFTConfig:
 
 @dataclass(frozen=True)
 class StageConfig:
-    """One RL stage (report §4.3)."""
+    """One RL stage (report §4.3). A budget or turn limit of 0 takes ``rollout``'s (resolved when
+    the :class:`KitConfig` is built, so a loaded config holds the number)."""
 
-    max_response_tokens: int = 8192
-    max_turns: int = 10
+    max_response_tokens: int = 0  # 0: rollout.max_response_tokens
+    max_turns: int = 0  # 0: rollout.max_turns
     steps: int = 300
     problems: Literal["all", "hard"] = "all"
     difficulty: int = 1  # tiny task level for this stage
@@ -176,10 +180,11 @@ class StageConfig:
 
 @dataclass(frozen=True)
 class StagesConfig:
-    """The three RL stages of the recipe (report §4.3; 300 + 85 + 125 = 510 steps)."""
+    """The three RL stages of the recipe (report §4.3; 300 + 85 + 125 = 510 steps; budgets 8K
+    (``rollout``'s), 12K, 12K tokens; 10, 10, 15 turns)."""
 
-    stage1: StageConfig = field(default_factory=lambda: StageConfig(8192, 10, 300, "all", 1, False))
-    stage2: StageConfig = field(default_factory=lambda: StageConfig(12288, 10, 85, "all", 2, False))
+    stage1: StageConfig = field(default_factory=lambda: StageConfig(0, 0, 300, "all", 1, False))
+    stage2: StageConfig = field(default_factory=lambda: StageConfig(12288, 0, 85, "all", 2, False))
     stage3: StageConfig = field(default_factory=lambda: StageConfig(12288, 15, 125, "hard", 3, True))
 
 
@@ -243,6 +248,17 @@ class KitConfig:
     stages: StagesConfig = field(default_factory=StagesConfig)
     ablation: AblationConfig = field(default_factory=AblationConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def __post_init__(self) -> None:
+        # stages without their own budget or turn limit take rollout's (the one source)
+        r, resolved = self.rollout, {}
+        for name in ("stage1", "stage2", "stage3"):
+            st = getattr(self.stages, name)
+            if st.max_response_tokens == 0 or st.max_turns == 0:
+                resolved[name] = dataclasses.replace(st, max_response_tokens=st.max_response_tokens or r.max_response_tokens,
+                                                     max_turns=st.max_turns or r.max_turns)
+        if resolved:
+            object.__setattr__(self, "stages", dataclasses.replace(self.stages, **resolved))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (tuples become lists), as written to ``config.json``."""
@@ -373,8 +389,10 @@ def _build(cls: type, values: Mapping[str, Any], prefix: str) -> Any:
             sub = values.get(f.name, {})
             if not isinstance(sub, Mapping):
                 raise ConfigError(f"{key}: is a section; set its keys as {key}.<name>")
-            # start from the parent's default for this section (e.g. StagesConfig's stage2)
-            base = dataclasses.asdict(getattr(default, f.name))
+            # start from the parent's default for this section (e.g. StagesConfig's stage2), as
+            # declared (KitConfig() has already filled its stages' budgets from rollout's)
+            declared = f.default_factory() if f.default_factory is not dataclasses.MISSING else getattr(default, f.name)
+            base = dataclasses.asdict(declared)
             kwargs[f.name] = _build(tp, _deep_merge(_flatten_one(base, tp), sub), f"{key}.")
         elif f.name in values:
             kwargs[f.name] = _coerce(values[f.name], tp, key)

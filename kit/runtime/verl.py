@@ -54,10 +54,10 @@ def prepare_data(cfg: KitConfig, curation: CurationResult, *, run_dir: PathLike)
     Returns:
         ``{"parquet", "funnel", "removed", "train", "val"}`` paths.
     """
-    from kit import recipe  # the launch side of kit.bridge (VERL row schema)
+    from kit.bridge import launch  # VERL side (see the module docstring)
 
     paths = write_curated(run_dir, curation)
-    paths.update(recipe.prepare_data(dataclasses.replace(cfg, run_dir=str(run_dir)), curated=curation))
+    paths.update(launch.prepare_data(dataclasses.replace(cfg, run_dir=str(run_dir)), curated=curation))
     return paths
 
 

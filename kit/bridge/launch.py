@@ -34,7 +34,14 @@ from typing import Any
 import pandas as pd
 
 from kit import prompts
-from kit.bridge.overrides import AGENT_NAME, STAGES, RecipePaths, command, stage_step_offset, to_hydra_overrides
+from kit.bridge.overrides import (
+    AGENT_NAME,
+    STAGES,
+    RecipePaths,
+    command,
+    stage_step_offset,
+    to_hydra_overrides,
+)
 from kit.config import KitConfig, save
 from kit.data.curate import CurationResult, curate_from_config, write_curated
 from kit.data.tasks import make_split

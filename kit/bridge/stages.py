@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kit.bridge import launch
 from kit.bridge.checkpoints import (
     CheckpointError,
     latest_checkpoint,
@@ -56,7 +57,6 @@ from kit.bridge.checkpoints import (
     merge_to_policy,
     saved_steps,
 )
-from kit.bridge import launch
 from kit.bridge.overrides import STAGES, stage_step_offset
 from kit.bridge.sft import sft_command
 from kit.config import KitConfig, save

@@ -74,7 +74,7 @@ def stage_config(cfg: KitConfig, stage_name: str) -> StageConfig:
 
 def stage_pool(cfg: KitConfig, stage: StageConfig) -> list[Problem]:
     """Train problems of the stage's difficulty level."""
-    from kit.train.sft import task_split
+    from kit.data.tasks import task_split
 
     return task_split(cfg).level(stage.difficulty)
 
@@ -329,7 +329,7 @@ async def _run_stage(cfg, stage_name, init_dir, run_dir, progress, algorithm, se
                    tool_error_ratio_correct_first=_nanmean([r["tool_error_ratio_correct_before"] for r in rows[:k]]) if rows else None,
                    tool_error_ratio_correct_last=_nanmean([r["tool_error_ratio_correct_before"] for r in rows[-k:]]) if rows else None)
     if evaluate:
-        from kit.train.sft import task_split
+        from kit.data.tasks import task_split
 
         model.eval()
         summary.update(evaluate_policy(cfg, model, tok, list(task_split(cfg).heldout), seed=seed))

@@ -24,7 +24,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kit.config import load  # noqa: E402
-from kit.train import rl, sft  # noqa: E402
+from kit.train import ablation, rl, sft  # noqa: E402
 
 
 def cpu_s() -> float:
@@ -82,7 +82,7 @@ def main(argv: list[str] | None = None) -> int:
         seeds = [int(x) for x in args.seeds.split(",")] if args.seeds else None
         t = time.perf_counter()
         # the stage-1 run is the grpo_roc arm of the main seed when the steps agree (as in the pipeline)
-        ab = rl.run_ablation(cfg, sft_dir / "policy", root / "ablation", seeds=seeds, reuse=[root / "stage1"])
+        ab = ablation.run_ablation(cfg, sft_dir / "policy", root / "ablation", seeds=seeds, reuse=[root / "stage1"])
         times["ablation"] = time.perf_counter() - t
         for alg in rl.ALGORITHMS:
             f, l_ = ab[alg]["tool_error_ratio_correct_first"], ab[alg]["tool_error_ratio_correct_last"]

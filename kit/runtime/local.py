@@ -3,7 +3,7 @@
 Adapts the engine's entry points (which take a *policy* folder) to the runtime contract of
 :mod:`kit.runtime` (which takes the upstream *run* folder): ``init_dir/policy`` is the starting
 policy. Cold start :func:`kit.train.sft.run_sft`; stages :func:`kit.train.rl.run_stage`; stage 3's
-pool :func:`kit.train.rl.prepare_hard_subset`; the ablation :func:`kit.train.rl.run_ablation`.
+pool :func:`kit.train.rl.prepare_hard_subset`; the ablation :func:`kit.train.ablation.run_ablation`.
 Everything runs on the CPU; nothing imports VERL.
 """
 
@@ -16,7 +16,7 @@ from typing import Any
 
 from kit.config import KitConfig
 from kit.data.curate import CurationResult, write_curated
-from kit.train import rl, sft
+from kit.train import ablation, rl, sft
 
 Progress = Callable[[dict], None] | None
 PathLike = str | os.PathLike
@@ -77,6 +77,6 @@ def prepare_hard_subset(cfg: KitConfig, stage: str, *, run_dir: PathLike, init_d
 
 def run_ablation(cfg: KitConfig, *, run_dir: PathLike, init_dir: PathLike, data_dir: PathLike | None = None,
                  progress: Progress = None, reuse: Sequence[PathLike] = ()) -> dict[str, Any]:
-    """GRPO against GRPO-RoC from ``init_dir/policy`` (:func:`kit.train.rl.run_ablation`); ``reuse``:
+    """GRPO against GRPO-RoC from ``init_dir/policy`` (:func:`kit.train.ablation.run_ablation`); ``reuse``:
     finished stage run folders that may already be an arm."""
-    return rl.run_ablation(cfg, Path(init_dir) / "policy", run_dir, progress=progress, reuse=list(reuse))
+    return ablation.run_ablation(cfg, Path(init_dir) / "policy", run_dir, progress=progress, reuse=list(reuse))

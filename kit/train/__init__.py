@@ -3,13 +3,15 @@
 Entry points for notebooks (each writes only under its ``run_dir``; see DEVELOPERS.md)::
 
     from kit.train.sft import build_tokenizer_and_model, run_sft
-    from kit.train.rl import run_stage, run_ablation
+    from kit.train.rl import run_stage
+    from kit.train.ablation import run_ablation
     model, tok = build_tokenizer_and_model(cfg, run_dir)            # run_dir/init
     run_sft(cfg, run_dir, progress=None) -> summary                 # run_dir/policy
     run_stage(cfg, "stage1", init_dir, run_dir, progress=None) -> summary
     run_ablation(cfg, init_dir, run_dir, seeds=None, progress=None) -> summary
 
-Modules: ``sft`` (cold start), ``rl`` (stages, hard subset, ablation), ``rollouts`` (the agent
+Modules: ``sft`` (cold start), ``rl`` (stages, hard subset), ``ablation`` (the RoC ablation and
+its worker processes), ``rollouts`` (the agent
 loop, sandbox and verifier behind one ``collect``), ``common`` (seeds, schedule, metrics file,
 checkpoints). The continuous-batching rollout engine is :mod:`kit.rollout.engine`; the cluster
 scheduler simulator is :mod:`kit.sim`.

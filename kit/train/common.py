@@ -21,10 +21,11 @@ import math
 import os
 import random
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from kit.data.tasks import hash_text
@@ -106,6 +107,13 @@ class MetricsWriter:
         tmp = self.path.with_suffix(".tmp")
         tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
         tmp.replace(self.path)
+
+
+def nanmean(values: Sequence[float]) -> float:
+    """Mean of the defined values (NaN marks a step where the ratio is undefined); NaN if none."""
+    v = np.asarray(values, dtype=float)
+    v = v[~np.isnan(v)]
+    return float(v.mean()) if v.size else float("nan")
 
 
 def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:

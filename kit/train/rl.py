@@ -1,9 +1,10 @@
-"""RL stages of the recipe and the RoC ablation on the local CPU engine (rStar2-Agent §4.3, §5.3).
+"""RL stages of the recipe on the local CPU engine (rStar2-Agent §4.3); the RoC ablation that runs
+them per arm is :mod:`kit.train.ablation`.
 
 Entry points (notebooks 03-05 call them)::
 
     summary = run_stage(cfg, "stage1", init_dir=sft_dir / "policy", run_dir=..., progress=print)
-    summary = run_ablation(cfg, init_dir=sft_dir / "policy", run_dir=..., seeds=(0, 1, 2))
+    summary = kit.train.ablation.run_ablation(cfg, init_dir=sft_dir / "policy", run_dir=..., seeds=(0, 1, 2))
 
 One RL step (:func:`rl_step`), with the kit's shared pieces only:
     1. P problems of the stage's pool (``cfg.algorithm.prompts_per_step``), a fixed permutation
@@ -38,7 +39,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -326,8 +326,8 @@ async def _run_stage(cfg, stage_name, init_dir, run_dir, progress, algorithm, se
     summary.update(policy_dir=str(policy_dir),
                    reward_first=float(np.mean([r["reward_mean"] for r in rows[:k]])) if rows else None,
                    reward_last=float(np.mean([r["reward_mean"] for r in rows[-k:]])) if rows else None,
-                   tool_error_ratio_correct_first=_nanmean([r["tool_error_ratio_correct_before"] for r in rows[:k]]) if rows else None,
-                   tool_error_ratio_correct_last=_nanmean([r["tool_error_ratio_correct_before"] for r in rows[-k:]]) if rows else None)
+                   tool_error_ratio_correct_first=common.nanmean([r["tool_error_ratio_correct_before"] for r in rows[:k]]) if rows else None,
+                   tool_error_ratio_correct_last=common.nanmean([r["tool_error_ratio_correct_before"] for r in rows[-k:]]) if rows else None)
     if evaluate:
         from kit.data.tasks import task_split
 
@@ -420,226 +420,3 @@ def _write_samples(path: Path, step: int, batch: Batch) -> None:
                        "response_text": t.response_text, "spans": t.spans(), "turns": t.turns,
                        "tool_calls": t.tool_calls, "tool_errors": t.tool_errors, "truncated": t.truncated}
                 fh.write(json.dumps(rec) + "\n")
-
-
-# --------------------------------------------------------------------------- the RoC ablation
-
-
-def _nanmean(values: Sequence[float]) -> float:
-    """Mean of the defined values (NaN marks a step where the ratio is undefined); NaN if none."""
-    v = np.asarray(values, dtype=float)
-    v = v[~np.isnan(v)]
-    return float(v.mean()) if v.size else float("nan")
-
-
-def _nanmean_columns(rows: Sequence[Sequence[float]]) -> list[float]:
-    """Per-step mean over seeds of equal-length curves, skipping NaN (undefined) entries."""
-    a = np.asarray(rows, dtype=float)
-    n = (~np.isnan(a)).sum(axis=0)
-    return [float(x) if c else float("nan") for x, c in zip(np.nansum(a, axis=0) / np.maximum(n, 1), n, strict=True)]
-
-
-def _spread(values: Sequence[float]) -> dict[str, float]:
-    v = np.asarray(values, dtype=float)
-    v = v[~np.isnan(v)]
-    if not v.size:
-        return {"mean": float("nan"), "std": float("nan"), "min": float("nan"), "max": float("nan"), "n": 0}
-    return {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if v.size > 1 else 0.0,
-            "min": float(v.min()), "max": float(v.max()), "n": int(v.size)}
-
-
-#: config sections that must agree for a finished stage run to stand in for an ablation arm
-#: (``model.torch_threads`` excepted: it changes float summation order only)
-_REUSE_SECTIONS = ("model", "data", "sandbox", "rollout", "algorithm", "stages")
-
-
-def reusable_run(cfg: KitConfig, candidate: str | Path, expect: dict[str, Any]) -> bool:
-    """Whether the finished run in ``candidate`` is exactly the run ``expect`` describes.
-
-    True when its ``summary.json`` matches every key of ``expect`` (stage, algorithm, seed,
-    steps, init_dir; see :func:`kit.train.common.finished_summary`) and its ``config.json``
-    equals ``cfg`` on every section that shapes training (:data:`_REUSE_SECTIONS`). Runs are
-    deterministic for a seed (the kill-and-resume test), so such a run is the run.
-    """
-    candidate = Path(candidate)
-    if common.finished_summary(candidate, expect) is None or not (candidate / "config.json").exists():
-        return False
-    theirs = json.loads((candidate / "config.json").read_text())
-    ours = json.loads(json.dumps(cfg.to_dict()))
-    for d in (theirs, ours):
-        d.get("model", {}).pop("torch_threads", None)
-    return all(theirs.get(k) == ours.get(k) for k in _REUSE_SECTIONS)
-
-
-def _arm_cli(argv: Sequence[str]) -> None:
-    """Entry of an ablation worker process: ``<run_dir> <stage> <init_dir> <algorithm> <seed> <steps>``;
-    the config is the run dir's ``config.json`` (written by the parent)."""
-    from kit.config import from_json
-
-    rd, stage_name, init_dir, alg, seed, steps = argv
-    cfg = from_json(Path(rd) / "config.json")
-    run_stage(cfg, stage_name, init_dir, rd, algorithm=alg, seed=int(seed), steps=int(steps), evaluate=False)
-
-
-def _die_with_parent() -> None:
-    """In a worker, before exec: ask Linux to SIGKILL it when the parent dies (even by SIGKILL),
-    so no orphan keeps writing into an arm folder that a rerun resumes. No-op elsewhere."""
-    try:
-        import ctypes
-        import signal
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
-    except (OSError, AttributeError):
-        pass
-
-
-def _run_arms(cfg: KitConfig, stage_name: str, init_dir: Path, jobs: list[tuple[str, int, Path]], steps: int,
-              progress: Callable[[dict], None] | None) -> None:
-    """Train ``jobs`` (algorithm, seed, run dir): in this process, or ``cfg.ablation.workers`` at once.
-
-    Workers are separate Python processes (``sys.executable``; safe from notebooks and from
-    scripts without a ``__main__`` guard) with ``model.torch_threads // workers`` threads each,
-    their output in ``<arm>/worker.log``; their metrics rows reach ``progress`` by polling the
-    arms' ``metrics.jsonl``. A failed arm raises ``RuntimeError`` naming it and its log (finished
-    arms stay finished; a rerun resumes the rest from their checkpoints).
-    """
-    workers = min(cfg.ablation.workers, len(jobs))
-    if workers <= 1:
-        for alg, seed, rd in jobs:
-            run_stage(cfg, stage_name, init_dir, rd, progress, algorithm=alg, seed=seed, steps=steps, evaluate=False)
-        return
-    import dataclasses
-    import subprocess
-    import sys
-
-    threads = max(1, cfg.model.torch_threads // workers)
-    wcfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, torch_threads=threads))
-    seen = {rd: len(common.read_metrics(rd)) for _, _, rd in jobs}
-
-    def relay() -> None:
-        for rd in seen:
-            rows = common.read_metrics(rd)
-            for row in rows[seen[rd]:]:
-                if progress is not None:
-                    progress(row)
-            seen[rd] = len(rows)
-
-    # longest first (GRPO-RoC arms sample 2G), so the last wave is a short arm
-    queue, running = sorted(jobs, key=lambda j: j[0] != "grpo_roc"), []
-    code = "import sys; from kit.train.rl import _arm_cli; _arm_cli(sys.argv[1:])"
-    try:
-        while queue or running:
-            while queue and len(running) < workers:
-                alg, seed, rd = queue.pop(0)
-                rd.mkdir(parents=True, exist_ok=True)
-                save(wcfg, rd)
-                log = (rd / "worker.log").open("w")
-                proc = subprocess.Popen([sys.executable, "-c", code, str(rd), stage_name, str(init_dir), alg, str(seed),
-                                         str(steps)], stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
-                running.append((proc, log, alg, seed, rd))
-            time.sleep(1.0)
-            relay()
-            for item in list(running):
-                proc, log, alg, seed, rd = item
-                if proc.poll() is None:
-                    continue
-                running.remove(item)
-                log.close()
-                if proc.returncode:
-                    tail = (rd / "worker.log").read_text(errors="replace").strip().splitlines()[-1:]
-                    raise RuntimeError(f"ablation arm {alg} seed {seed} failed (exit {proc.returncode}): "
-                                       f"{tail[0] if tail else ''} [log: {rd / 'worker.log'}]")
-    finally:
-        for proc, log, *_ in running:
-            proc.kill()
-            proc.wait()
-            log.close()
-    relay()
-
-
-def run_ablation(cfg: KitConfig, init_dir: str | Path, run_dir: str | Path, seeds: Sequence[int] | None = None,
-                 progress: Callable[[dict], None] | None = None, stage_name: str = "stage1",
-                 reuse: Sequence[str | Path] = ()) -> dict[str, Any]:
-    """GRPO against GRPO-RoC from the same policy, same steps, several seeds (report §5.3, Figures 4, 9).
-
-    Each (algorithm, seed) pair is one :func:`run_stage` with ``stage_name``'s budget, turns and
-    level and ``cfg.ablation.steps`` steps, in ``run_dir/<algorithm>_seed<seed>/``;
-    ``cfg.ablation.workers`` of them train at once in separate processes. ``grpo``
-    samples G per prompt and uses all of them; ``grpo_roc`` samples 2G and keeps G.
-
-    The compared quantity is the tool-error ratio among correct trajectories *as sampled* (the
-    policy's behaviour, ``tool_error_ratio_correct_before``), averaged over the first and the
-    last ``min(5, steps)`` steps of each run, then summarised over seeds (mean, sample std,
-    min, max). The report's Figure 4 expects it to fall under RoC and stay flat under GRPO.
-
-    Args:
-        cfg: resolved config (``cfg.ablation.steps``, ``cfg.ablation.seeds``).
-        init_dir: the starting policy (usually the SFT policy).
-        run_dir: the ablation's run directory; writes ``ablation.json``.
-        seeds: default ``cfg.ablation.seeds``.
-        progress: called with every metrics row (it carries ``algorithm`` and ``seed``).
-        stage_name: whose stage settings to use.
-        reuse: finished run directories (e.g. the main stage-1 run, which is the ``grpo_roc``
-            arm of seed ``cfg.seed`` when ``ablation.steps`` equals the stage's steps); an arm
-            whose run one of them already is (:func:`reusable_run`) is copied, not trained
-            again, and its entry in ``runs`` names ``reused_from``.
-    Returns:
-        ``{"steps", "seeds", "runs": {"<algo>_seed<s>": {...first/last values}},
-        "<algo>": {"tool_error_ratio_correct_first"/"_last"/"_drop", "reward_first"/"_last":
-        spread dicts}, "curves": {"<algo>": per-step mean over seeds}, "seconds"}``.
-    """
-    run_dir = Path(run_dir)
-    seeds = tuple(cfg.ablation.seeds if seeds is None else seeds)
-    steps = cfg.ablation.steps
-    t0 = time.perf_counter()
-    runs: dict[str, dict[str, Any]] = {}
-    curves: dict[str, list[list[float]]] = {alg: [] for alg in ALGORITHMS}
-    jobs = []
-    for seed in seeds:
-        for alg in ALGORITHMS:
-            rd = run_dir / f"{alg}_seed{seed}"
-            expect = {"stage": stage_name, "algorithm": alg, "seed": seed, "steps": steps, "init_dir": str(init_dir)}
-            if common.finished_summary(rd, expect) is not None:
-                continue
-            source = next((Path(c) for c in reuse if reusable_run(cfg, c, expect)), None)
-            if source is not None:
-                shutil.rmtree(rd, ignore_errors=True)
-                shutil.copytree(source, rd, ignore=shutil.ignore_patterns("checkpoints"))
-                (rd / "REUSED_FROM").write_text(f"{source}\n")
-                if progress is not None:
-                    for row in common.read_metrics(rd):
-                        progress(row)
-                continue
-            jobs.append((alg, seed, rd))
-    _run_arms(cfg, stage_name, Path(init_dir), jobs, steps, progress)
-    for seed in seeds:
-        for alg in ALGORITHMS:
-            rd = run_dir / f"{alg}_seed{seed}"
-            rows = [r for r in common.read_metrics(rd) if r.get("stage") == stage_name]
-            k = min(5, len(rows))
-            err = [r["tool_error_ratio_correct_before"] for r in rows]
-            rew = [r["reward_mean"] for r in rows]
-            runs[f"{alg}_seed{seed}"] = {
-                "algorithm": alg, "seed": seed,
-                "tool_error_ratio_correct_first": _nanmean(err[:k]),
-                "tool_error_ratio_correct_last": _nanmean(err[-k:]),
-                "reward_first": float(np.mean(rew[:k])), "reward_last": float(np.mean(rew[-k:])),
-                "response_len_last": float(np.mean([r["response_len_mean"] for r in rows[-k:]])),
-                "tool_calls_per_traj_last": float(np.mean([r["tool_calls_per_traj"] for r in rows[-k:]])),
-            }
-            if (rd / "REUSED_FROM").exists():
-                runs[f"{alg}_seed{seed}"]["reused_from"] = (rd / "REUSED_FROM").read_text().strip()
-            curves[alg].append(err)
-    summary: dict[str, Any] = {"steps": steps, "seeds": list(seeds), "stage": stage_name, "runs": runs}
-    for alg in ALGORITHMS:
-        rs = [v for v in runs.values() if v["algorithm"] == alg]
-        summary[alg] = {key: _spread([r[key] for r in rs]) for key in
-                        ("tool_error_ratio_correct_first", "tool_error_ratio_correct_last", "reward_first", "reward_last")}
-        summary[alg]["tool_error_ratio_correct_drop"] = _spread(
-            [r["tool_error_ratio_correct_first"] - r["tool_error_ratio_correct_last"] for r in rs])
-    summary["curves"] = {alg: _nanmean_columns(c) for alg, c in curves.items() if c}
-    summary["seconds"] = time.perf_counter() - t0
-    common.write_json(run_dir / "ablation.json", summary)
-    if progress is not None:
-        progress({"stage": "ablation", "summary": summary})
-    return summary

@@ -110,7 +110,7 @@ def test_the_local_runtime_passes_the_upstream_policy_folder_to_the_engine(monke
     seen = {}
     monkeypatch.setattr(local.rl, "run_stage", lambda cfg, stage, init, run, progress: seen.update(stage=init))
     monkeypatch.setattr(local.rl, "prepare_hard_subset", lambda cfg, stage, init, run: seen.update(hard=init))
-    monkeypatch.setattr(local.rl, "run_ablation", lambda cfg, init, run, **kw: seen.update(abl=init, **kw))
+    monkeypatch.setattr(local.ablation, "run_ablation", lambda cfg, init, run, **kw: seen.update(abl=init, **kw))
     cfg = load("smoke", write=False)
     local.run_stage(cfg, "stage2", run_dir=tmp_path / "s2", init_dir=tmp_path / "s1", data_dir=None)
     local.prepare_hard_subset(cfg, "stage3", run_dir=tmp_path / "s3", init_dir=tmp_path / "s2")

@@ -19,7 +19,7 @@ from kit.config import load
 from kit.data import tasks
 from kit.models import build_tiny_model, save_policy, train_tokenizer
 from kit.rollout import Trajectory
-from kit.train import common, rl, rollouts
+from kit.train import ablation, common, rl, rollouts
 from kit.train.rollouts import Batch, batch_stats
 
 METRIC_KEYS = ("stage", "step", "global_step", "reward_mean", "accuracy", "response_len_mean", "truncation_ratio",
@@ -98,9 +98,9 @@ def test_tool_error_ratio_is_undefined_without_correct_tool_calls():
     stats = batch_stats(_batch(wrong, [[_traj(2, 1) for _ in range(8)]]))
     assert math.isnan(stats["tool_error_ratio_correct"]) and stats["accuracy"] == 0.0
     # aggregates skip undefined steps instead of reading them as "no errors"
-    assert rl._nanmean([float("nan"), 0.5, 0.25]) == pytest.approx(0.375)
-    assert math.isnan(rl._nanmean([float("nan")]))
-    assert rl._nanmean_columns([[float("nan"), 0.2], [0.4, float("nan")]]) == pytest.approx([0.4, 0.2])
+    assert common.nanmean([float("nan"), 0.5, 0.25]) == pytest.approx(0.375)
+    assert math.isnan(common.nanmean([float("nan")]))
+    assert ablation._nanmean_columns([[float("nan"), 0.2], [0.4, float("nan")]]) == pytest.approx([0.4, 0.2])
 
 
 def test_policy_update_follows_the_advantage(policy):
@@ -216,7 +216,7 @@ def test_a_hard_subset_built_before_the_stage_is_the_one_the_stage_would_build(p
 
 def test_ablation_reports_both_algorithms_over_seeds(policy, tmp_path, parity_grader):
     cfg = _cfg()
-    s = rl.run_ablation(cfg, policy, tmp_path, seeds=(0, 1))
+    s = ablation.run_ablation(cfg, policy, tmp_path, seeds=(0, 1))
     assert set(s["runs"]) == {"grpo_seed0", "grpo_roc_seed0", "grpo_seed1", "grpo_roc_seed1"}
     for alg in ("grpo", "grpo_roc"):
         spread = s[alg]["reward_last"]
@@ -237,8 +237,8 @@ def test_ablation_reuses_a_matching_stage_run_and_only_that(policy, tmp_path, pa
     cfg = _cfg(**{"stages.stage1.steps": 2})  # = ablation.steps: the stage run is the grpo_roc seed-0 arm
     stage = tmp_path / "stage1"
     rl.run_stage(cfg, "stage1", policy, stage, evaluate=False)
-    fresh = rl.run_ablation(cfg, policy, tmp_path / "fresh", seeds=(0,))
-    reused = rl.run_ablation(cfg, policy, tmp_path / "reused", seeds=(0,), reuse=[stage])
+    fresh = ablation.run_ablation(cfg, policy, tmp_path / "fresh", seeds=(0,))
+    reused = ablation.run_ablation(cfg, policy, tmp_path / "reused", seeds=(0,), reuse=[stage])
     assert reused["runs"]["grpo_roc_seed0"]["reused_from"] == str(stage)
     assert "reused_from" not in reused["runs"]["grpo_seed0"] and "reused_from" not in fresh["runs"]["grpo_roc_seed0"]
 
@@ -248,16 +248,16 @@ def test_ablation_reuses_a_matching_stage_run_and_only_that(policy, tmp_path, pa
     assert rows(tmp_path / "reused" / "grpo_roc_seed0") == rows(tmp_path / "fresh" / "grpo_roc_seed0")
     # a run with any training setting different is not the arm
     other = _cfg(**{"stages.stage1.steps": 2, "algorithm.lr": 5e-4})
-    assert not rl.reusable_run(other, stage, {"stage": "stage1", "algorithm": "grpo_roc", "seed": 0, "steps": 2,
+    assert not ablation.reusable_run(other, stage, {"stage": "stage1", "algorithm": "grpo_roc", "seed": 0, "steps": 2,
                                               "init_dir": str(policy)})
-    assert not rl.reusable_run(cfg, stage, {"stage": "stage1", "algorithm": "grpo_roc", "seed": 1, "steps": 2,
+    assert not ablation.reusable_run(cfg, stage, {"stage": "stage1", "algorithm": "grpo_roc", "seed": 1, "steps": 2,
                                             "init_dir": str(policy)})
 
 
 def test_ablation_arms_in_worker_processes(policy, tmp_path):
     cfg = _cfg(**{"ablation.workers": 2})
     seen = []
-    s = rl.run_ablation(cfg, policy, tmp_path / "par", seeds=(0,), progress=seen.append)
+    s = ablation.run_ablation(cfg, policy, tmp_path / "par", seeds=(0,), progress=seen.append)
     assert set(s["runs"]) == {"grpo_seed0", "grpo_roc_seed0"}
     for arm in s["runs"]:
         assert [r["step"] for r in common.read_metrics(tmp_path / "par" / arm)] == [1, 2]
@@ -266,7 +266,7 @@ def test_ablation_arms_in_worker_processes(policy, tmp_path):
     assert sorted((r["algorithm"], r["step"]) for r in seen[:-1]) == [("grpo", 1), ("grpo", 2), ("grpo_roc", 1), ("grpo_roc", 2)]
     assert seen[-1]["stage"] == "ablation"
     with pytest.raises(RuntimeError, match=r"ablation arm grpo(_roc)? seed 0 failed"):
-        rl.run_ablation(cfg, tmp_path / "no_such_policy", tmp_path / "bad", seeds=(0,))
+        ablation.run_ablation(cfg, tmp_path / "no_such_policy", tmp_path / "bad", seeds=(0,))
 
 
 def test_bad_arguments_are_rejected(policy, tmp_path):

@@ -52,6 +52,7 @@ from kit.config import KitConfig, StageConfig, save
 from kit.data.curate import build_hard_subset
 from kit.data.tasks import Problem
 from kit.train import common
+from kit.train.batching import micro_batches, pad_rows
 from kit.train.rollouts import Batch, batch_stats, collect, evaluate_policy
 
 STAGES = ("stage1", "stage2", "stage3")
@@ -96,19 +97,6 @@ def step_problems(pool: Sequence[Problem], step: int, per_step: int, seed: int) 
 # --------------------------------------------------------------------------- the update
 
 
-def _pad(rows: list[tuple[list[int], list[int]]], pad_id: int):
-    """Right-pad ``(ids, mask)`` rows to (B, T) tensors: ids, attention, mask."""
-    T = max(len(i) for i, _ in rows)
-    ids = torch.full((len(rows), T), pad_id, dtype=torch.long)
-    att = torch.zeros((len(rows), T), dtype=torch.long)
-    msk = torch.zeros((len(rows), T), dtype=torch.float32)
-    for b, (i, m) in enumerate(rows):
-        ids[b, : len(i)] = torch.tensor(i)
-        att[b, : len(i)] = 1
-        msk[b, : len(m)] = torch.tensor(m, dtype=torch.float32)
-    return ids, att, msk
-
-
 def token_logprobs(model, ids: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
     """(B, T) log-prob of each token given its prefix (column 0 is 0: it has no prefix)."""
     logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float()
@@ -132,15 +120,9 @@ def policy_update(cfg: KitConfig, model, optimizer, trajectories: Sequence[Any],
 
     a = cfg.algorithm
     rows = [(t.prompt_ids + t.response_ids, [0] * len(t.prompt_ids) + list(t.response_mask)) for t in trajectories]
-    order = sorted(range(len(rows)), key=lambda i: len(rows[i][0]))
-    chunks: list[list[int]] = []
-    for i in order:  # micro-batches of similar length
-        if chunks and (len(chunks[-1]) + 1) * len(rows[i][0]) <= MICRO_TOKENS:
-            chunks[-1].append(i)
-        else:
-            chunks.append([i])
+    chunks = micro_batches([len(ids) for ids, _ in rows], MICRO_TOKENS)  # similar lengths together
     n_tok = float(sum(sum(m) for _, m in rows))
-    tensors = [_pad([rows[i] for i in c], pad_id) for c in chunks]
+    tensors = [pad_rows([rows[i] for i in c], pad_id) for c in chunks]
     with torch.no_grad():
         old = [token_logprobs(model, ids, att) for ids, att, _ in tensors]
     for g in optimizer.param_groups:

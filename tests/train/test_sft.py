@@ -9,6 +9,7 @@ import torch
 
 from kit.config import load
 from kit.train import common, sft
+from kit.train.batching import micro_batches, pad_rows
 from kit.train.common import read_metrics
 
 
@@ -134,13 +135,21 @@ def test_lr_schedule():
         common.lr_at(50, 1.0, 0, 100, "linear")
 
 
+def test_pad_rows_right_pads_ids_attention_and_mask():
+    ids, att, msk = pad_rows([([5, 6, 7], [0, 1, 1]), ([8], [1])], pad_id=0)
+    assert ids.tolist() == [[5, 6, 7], [8, 0, 0]] and att.tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert msk.tolist() == [[0.0, 1.0, 1.0], [1.0, 0.0, 0.0]] and msk.dtype == torch.float32
+    # shortest first, stable among equal lengths; a row over the budget stands alone
+    assert micro_batches([4, 2, 9, 2, 4], max_tokens=8) == [[1, 3], [0, 4], [2]]
+
+
 def test_batches_mix_and_micro_batches_respect_the_budget():
     rng = random.Random(0)
     task = [([1] * rng.randint(20, 60), [1] * 5) for _ in range(50)]
     fc = [([2] * 300, [1] * 5) for _ in range(5)]
     rows = sft.batch_rows(task, fc, 20, 0.9, random.Random(1))
     assert sum(len(r[0]) == 300 for r in rows) == 2
-    mbs = sft.micro_batches(rows, max_tokens=700)
+    mbs = [[rows[i] for i in g] for g in micro_batches([len(r[0]) for r in rows], max_tokens=700)]
     assert sorted(map(id, rows)) == sorted(id(r) for mb in mbs for r in mb)
     for mb in mbs:
         assert len(mb) == 1 or len(mb) * max(len(r[0]) for r in mb) <= 700

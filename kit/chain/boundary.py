@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kit.chain.evaluation import _eval_rollout_cfg, _fits
+from kit.chain.evaluation import eval_rollout_cfg, prompt_fits
 from kit.chain.policies import heldout_problems, policy_backend
 from kit.config import KitConfig
 
@@ -86,7 +86,7 @@ def consistency_check(cfg: KitConfig, policy_dir: str | os.PathLike, curated_pat
         raise ValueError("a backend needs its tokenizer")
     else:
         context = 0
-    rollout_cfg = _eval_rollout_cfg(cfg, context)
+    rollout_cfg = eval_rollout_cfg(cfg, context)
     try:
         df = pd.read_parquet(path, columns=["source", "id", "problem", "answer"])
     except Exception as exc:  # pyarrow names the missing field but not the file
@@ -96,7 +96,7 @@ def consistency_check(cfg: KitConfig, policy_dir: str | os.PathLike, curated_pat
     for r in df.itertuples(index=False):
         if n_problems and len(probs) >= n_problems:
             break
-        if _fits(tokenizer, r.problem, rollout_cfg):
+        if prompt_fits(tokenizer, r.problem, rollout_cfg):
             probs.append(Problem(r.source, str(r.id), r.problem, str(r.answer)))
         else:
             too_long += 1
@@ -227,9 +227,9 @@ def passk_boundary(cfg: KitConfig, policies: Mapping[str, str | os.PathLike], ru
     results, paths = {}, {}
     for label, policy in policies.items():
         backend, tok, context = (*backends[label], 0) if backends and label in backends else policy_backend(cfg, policy)
-        rollout_cfg = _eval_rollout_cfg(cfg, context)
+        rollout_cfg = eval_rollout_cfg(cfg, context)
         if not results:
-            items = [it for it in items if _fits(tok, it.question, rollout_cfg)]
+            items = [it for it in items if prompt_fits(tok, it.question, rollout_cfg)]
             if not items:
                 raise ValueError(f"pass@k: no {source} problem fits the prompt budget of {rollout_cfg.max_prompt_tokens} tokens")
         results[label] = run_sync(_evaluate_items(cfg, backend, tok, rollout_cfg, source, items, n, str(policy)))

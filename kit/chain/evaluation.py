@@ -1,7 +1,7 @@
 """Evaluation and behaviour analysis of checkpoints for notebooks 07 and 08: evaluate a policy on
 every benchmark of the profile (:func:`evaluate_checkpoint`, via ``kit.eval``) and the entropy
 analysis over checkpoints (:func:`analyze_checkpoints`, via ``kit.analysis``). Also the prompt
-budget helpers the pass@k and consistency code shares (``_eval_rollout_cfg``, ``_fits``).
+budget helpers the pass@k and consistency code shares (``eval_rollout_cfg``, ``prompt_fits``).
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kit.chain.policies import _context, heldout_problems, load_run_policy, sample_trajectories
+from kit.chain.policies import heldout_problems, load_run_policy, model_context, sample_trajectories
 from kit.config import KitConfig
 
 
@@ -25,7 +25,7 @@ def eval_benchmarks(cfg: KitConfig) -> list[str]:
     return names
 
 
-def _eval_rollout_cfg(cfg: KitConfig, context: int):
+def eval_rollout_cfg(cfg: KitConfig, context: int):
     """``cfg.rollout`` with the prompt budget widened to the context minus ``eval.max_tokens``."""
     import dataclasses
 
@@ -33,7 +33,7 @@ def _eval_rollout_cfg(cfg: KitConfig, context: int):
                                                                   context - cfg.eval.max_tokens))
 
 
-def _fits(tok: Any, question: str, rollout_cfg: Any) -> bool:
+def prompt_fits(tok: Any, question: str, rollout_cfg: Any) -> bool:
     """Whether the rendered prompt of ``question`` fits ``rollout_cfg.max_prompt_tokens``."""
     from kit import prompts
 
@@ -66,12 +66,12 @@ def evaluate_checkpoint(cfg: KitConfig, policy_dir: str | os.PathLike, run_dir: 
     model, tok = load_run_policy(policy_dir)
     ev = cfg.eval
     names = list(benchmarks) if benchmarks is not None else eval_benchmarks(cfg)
-    context = _context(model)
-    rollout_cfg = _eval_rollout_cfg(cfg, context)
+    context = model_context(model)
+    rollout_cfg = eval_rollout_cfg(cfg, context)
     data_dir = cfg.data.data_dir or None
 
     def fits(item) -> bool:
-        return _fits(tok, item.question, rollout_cfg)
+        return prompt_fits(tok, item.question, rollout_cfg)
 
     async def go():
         out = {}

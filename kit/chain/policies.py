@@ -94,7 +94,7 @@ def sample_trajectories(cfg: KitConfig, policy_dir: str | os.PathLike, *, n_prob
     return batch.flat(), tok, batch
 
 
-def _context(model: Any) -> int:
+def model_context(model: Any) -> int:
     """The model's context length in tokens (unbounded when its config does not say)."""
     return int(getattr(getattr(model, "config", None), "max_position_embeddings", 1 << 30))
 
@@ -107,4 +107,4 @@ def policy_backend(cfg: KitConfig, policy_dir: str | os.PathLike):
     from kit.rollout import HFBackend
 
     model, tok = load_run_policy(policy_dir)
-    return HFBackend(model, tok, batch_size=cfg.rollout.batch_size, seed=cfg.seed), tok, _context(model)
+    return HFBackend(model, tok, batch_size=cfg.rollout.batch_size, seed=cfg.seed), tok, model_context(model)

@@ -58,7 +58,13 @@ class Backend(Protocol):
                        stop_ids: Sequence[int]) -> Generation: ...
 
 
-def _check_request(prompt_ids: Sequence[int], max_new_tokens: int, temperature: float, top_p: float) -> None:
+def check_request(prompt_ids: Sequence[int], max_new_tokens: int, temperature: float, top_p: float) -> None:
+    """Reject a generation request every backend would fail on (shared by the backends here and
+    :mod:`kit.rollout.engine`).
+
+    Raises:
+        ValueError: empty prompt, negative ``max_new_tokens``, or sampling settings out of range.
+    """
     if not prompt_ids:
         raise ValueError("generate: empty prompt_ids")
     if max_new_tokens < 0:
@@ -96,7 +102,7 @@ class ScriptedBackend:
         self.calls: list[dict[str, Any]] = []  # every request, for assertions
 
     async def generate(self, prompt_ids, max_new_tokens, temperature, top_p, stop_ids) -> Generation:
-        _check_request(prompt_ids, max_new_tokens, temperature, top_p)
+        check_request(prompt_ids, max_new_tokens, temperature, top_p)
         self.calls.append({"prompt_ids": list(prompt_ids), "max_new_tokens": max_new_tokens})
         if callable(self.script):
             text = self.script(self.tokenizer.decode(prompt_ids))
@@ -168,7 +174,7 @@ class HFBackend:
         self.stats = {"batches": 0, "rows": 0, "tokens": 0, "seconds": 0.0}
 
     async def generate(self, prompt_ids, max_new_tokens, temperature, top_p, stop_ids) -> Generation:
-        _check_request(prompt_ids, max_new_tokens, temperature, top_p)
+        check_request(prompt_ids, max_new_tokens, temperature, top_p)
         room = self.max_context - len(prompt_ids)
         if room <= 0:
             raise ValueError(f"HFBackend: prompt of {len(prompt_ids)} tokens fills the context of {self.max_context}")
@@ -371,7 +377,7 @@ class OpenAIBackend:
             raise RuntimeError(f"{self.url}: {exc.reason}") from exc
 
     async def generate(self, prompt_ids, max_new_tokens, temperature, top_p, stop_ids) -> Generation:
-        _check_request(prompt_ids, max_new_tokens, temperature, top_p)
+        check_request(prompt_ids, max_new_tokens, temperature, top_p)
         if max_new_tokens == 0:
             return Generation([], [], "length")
         payload = {

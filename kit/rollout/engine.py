@@ -55,7 +55,7 @@ from transformers import AttentionInterface, DynamicCache
 from transformers.cache_utils import DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from kit.rollout.backends import Generation, _check_request, sample_tokens, sampling_uniforms
+from kit.rollout.backends import Generation, check_request, sample_tokens, sampling_uniforms
 
 
 def request_seed(base_seed: int, prompt_ids: Sequence[int], count: int) -> int:
@@ -428,7 +428,7 @@ class _BackendBase:
         self.stats = {"tokens": 0, "steps": 0, "row_steps": 0, "kv_cols": 0, "prefills": 0, "busy_s": 0.0}
 
     def _make(self, prompt_ids, max_new_tokens, temperature, top_p, stop_ids) -> _Req | Generation:
-        _check_request(prompt_ids, max_new_tokens, temperature, top_p)
+        check_request(prompt_ids, max_new_tokens, temperature, top_p)
         room = self.max_context - len(prompt_ids)
         if room <= 0:
             raise ValueError(f"{type(self).__name__}: prompt of {len(prompt_ids)} tokens fills the context of {self.max_context}")

@@ -99,13 +99,14 @@ from kit.sim.engine_model import (
     SGLANG_MIN_RATIO,
     SGLANG_RETRACT_STEPS,
     EngineSpec,
+    steps_by,
 )
-from kit.sim.engine_model import _steps_by as _steps_by  # private; tests/train/test_sim.py checks it
 from kit.sim.loop import BALANCE_ABS, BALANCE_REL, POLICIES, STATIC_RECHECK_STEPS, simulate
 from kit.sim.results import SimResult, lower_bound
 from kit.sim.workload import PAPER_ENGINE, PAPER_WORKLOAD, Trajectory, WorkloadPreset, sample_workload
 
 __all__ = [
+    "steps_by",
     "BALANCE_ABS",
     "BALANCE_REL",
     "PAPER_ENGINE",

@@ -3,9 +3,9 @@
 :class:`EngineSpec` prices a decode step (``t0 + c_seq * b + c_kv * sum(ctx)`` plus prefill).
 The rest is the per-engine state :func:`kit.sim.simulate` drives: a request is one turn of a
 trajectory, stored as a row of ``_FIELDS`` (the engine's running rows in :class:`_Rows`, its queue
-in :attr:`_Engine.waiting`); :func:`_admit_sglang` is SGLang's optimistic admission
-(``PrefillAdder``, ``new_token_ratio``), :func:`_retract` its ``retract_decode`` (evicted rows lose
-their KV, which a later prefill recomputes and which is counted), and :func:`_steps_by` the
+in :attr:`EngineState.waiting`); :func:`admit_sglang` is SGLang's optimistic admission
+(``PrefillAdder``, ``new_token_ratio``), :func:`retract` its ``retract_decode`` (evicted rows lose
+their KV, which a later prefill recomputes and which is counted), and :func:`steps_by` the
 macro-step arithmetic (when a run of constant-batch steps crosses a given time). The SGLang
 constants follow its scheduler's names. Nothing here knows about policies or the event loop.
 """
@@ -41,7 +41,7 @@ class EngineSpec:
 
 
 _FIELDS = ("traj", "ctx", "remaining", "out", "max_new", "extend", "budget")
-_TRAJ, _CTX, _REM, _OUT, _MAXNEW, _EXT, _BUDGET = range(7)
+TRAJ, CTX, REM, OUT, _MAXNEW, EXT, BUDGET = range(7)
 
 
 class _Rows:
@@ -62,7 +62,7 @@ class _Rows:
 
 
 @dataclass
-class _Engine:
+class EngineState:
     rows: _Rows = field(default_factory=_Rows)
     waiting: deque = field(default_factory=deque)  # requests: [traj, ctx, remaining, out, max_new, extend, budget]
     busy: bool = False
@@ -76,7 +76,7 @@ class _Engine:
     shape: tuple = (0.0, 0.0, 0.0, 0, 0, 0)  # in flight: start, first step s, prefill s, rows, KV, peak before
 
 
-def _steps_by(step0: float, growth: float, prefill_s: float, dt: float) -> int:
+def steps_by(step0: float, growth: float, prefill_s: float, dt: float) -> int:
     """Fewest steps ``j >= 1`` of a macro-step that end at or after ``dt`` seconds from its start.
 
     Step ``j`` (1-based) ends at ``prefill_s + j * step0 + growth * j * (j - 1) / 2``.
@@ -95,7 +95,7 @@ def _steps_by(step0: float, growth: float, prefill_s: float, dt: float) -> int:
     return j
 
 
-def _admit_sglang(en: _Engine, cap: int, max_running: int) -> None:
+def admit_sglang(en: EngineState, cap: int, max_running: int) -> None:
     """SGLang PrefillAdder: optimistic admission against estimated future growth.
 
     Moves requests from the head of ``en.waiting`` to ``en.rows`` while the new input plus the
@@ -104,21 +104,21 @@ def _admit_sglang(en: _Engine, cap: int, max_running: int) -> None:
     The first request is admitted into an empty engine whatever its size.
     """
     rows = en.rows
-    used = int(rows.col(_CTX).sum())
-    offset = float((np.minimum(rows.col(_MAXNEW) - rows.col(_OUT), SGLANG_CLIP_MAX_NEW) * en.ratio).sum())
+    used = int(rows.col(CTX).sum())
+    offset = float((np.minimum(rows.col(_MAXNEW) - rows.col(OUT), SGLANG_CLIP_MAX_NEW) * en.ratio).sum())
     new = []
     while en.waiting and len(rows) + len(new) < max_running:
         r = en.waiting[0]
-        grow = min(max(r[_MAXNEW] - r[_OUT], 0), SGLANG_CLIP_MAX_NEW)
-        if r[_EXT] + grow >= cap - used - offset and (len(rows) or new):
+        grow = min(max(r[_MAXNEW] - r[OUT], 0), SGLANG_CLIP_MAX_NEW)
+        if r[EXT] + grow >= cap - used - offset and (len(rows) or new):
             break
         new.append(en.waiting.popleft())
-        used += r[_CTX]
+        used += r[CTX]
         offset += grow * en.ratio
     rows.add(new)
 
 
-def _retract(en: _Engine, cap: int, prompt: np.ndarray, stats: dict[str, int]) -> None:
+def retract(en: EngineState, cap: int, prompt: np.ndarray, stats: dict[str, int]) -> None:
     """SGLang retract_decode: evict the rows with the fewest output tokens first.
 
     Evicts (at least one, never all) until the rest have ``SGLANG_RETRACT_STEPS`` decode steps of
@@ -129,15 +129,15 @@ def _retract(en: _Engine, cap: int, prompt: np.ndarray, stats: dict[str, int]) -
     """
     a = en.rows.a
     b = len(a)
-    order = np.lexsort((-prompt[a[:, _TRAJ]], a[:, _OUT]))  # pop order: fewest outputs first
-    free_after = cap - a[:, _CTX].sum() + np.cumsum(a[order, _CTX])
+    order = np.lexsort((-prompt[a[:, TRAJ]], a[:, OUT]))  # pop order: fewest outputs first
+    free_after = cap - a[:, CTX].sum() + np.cumsum(a[order, CTX])
     ok = np.nonzero(free_after >= (b - 1 - np.arange(b)) * SGLANG_RETRACT_STEPS)[0]
     n = min(max(1, int(ok[0]) + 1 if len(ok) else b - 1), b - 1)
     gone = a[order[:n]].copy()
-    stats["recomputed"] += int((gone[:, _CTX] - gone[:, _EXT]).sum())
+    stats["recomputed"] += int((gone[:, CTX] - gone[:, EXT]).sum())
     stats["retractions"] += n
-    gone[:, _EXT] = gone[:, _CTX]
+    gone[:, EXT] = gone[:, CTX]
     en.waiting.extend(gone.tolist())
     en.rows.a = a[np.sort(order[n:])]
     rest = en.rows.a
-    en.ratio = min(1.0, (rest[:, _OUT].sum() + SGLANG_RETRACT_STEPS * len(rest)) / max(int(rest[:, _MAXNEW].sum()), 1))
+    en.ratio = min(1.0, (rest[:, OUT].sum() + SGLANG_RETRACT_STEPS * len(rest)) / max(int(rest[:, _MAXNEW].sum()), 1))

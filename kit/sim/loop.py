@@ -17,20 +17,20 @@ from collections import deque
 import numpy as np
 
 from kit.sim.engine_model import (
-    _BUDGET,
-    _CTX,
-    _EXT,
-    _OUT,
-    _REM,
-    _TRAJ,
+    BUDGET,
+    CTX,
+    EXT,
+    OUT,
+    REM,
     SGLANG_DECAY_STEPS,
     SGLANG_INIT_RATIO,
     SGLANG_MIN_RATIO,
+    TRAJ,
     EngineSpec,
-    _admit_sglang,
-    _Engine,
-    _retract,
-    _steps_by,
+    EngineState,
+    admit_sglang,
+    retract,
+    steps_by,
 )
 from kit.sim.results import SimResult
 from kit.sim.workload import Trajectory
@@ -73,7 +73,7 @@ def simulate(trajs: list[Trajectory], n_engines: int, engine: EngineSpec, policy
     reserve = policy == "dynamic_reserve"  # engines hold only reserved requests; else SGLang's own admission
     migrate = policy == "dynamic"  # a continuing turn may leave an overloaded home engine
     prompt = np.array([t.prompt_tokens for t in trajs], dtype=np.int64)
-    engines = [_Engine() for _ in range(E)]
+    engines = [EngineState() for _ in range(E)]
     home = [i % E for i in range(N)]  # engine holding the trajectory's prefix (static: its engine)
     turn = [0] * N
     done_resp = [0] * N  # response tokens so far (model + tool)
@@ -102,7 +102,7 @@ def simulate(trajs: list[Trajectory], n_engines: int, engine: EngineSpec, policy
         en = engines[e]
         if reserve:
             return en.reserved
-        return int(en.rows.col(_CTX).sum()) + sum(r[_BUDGET] for r in en.waiting)
+        return int(en.rows.col(CTX).sum()) + sum(r[BUDGET] for r in en.waiting)
 
     def send(i: int, e: int, cached: bool, t: float) -> None:
         """Queue trajectory ``i``'s next turn on engine ``e``; a busy engine admits it at its next step."""
@@ -110,12 +110,12 @@ def simulate(trajs: list[Trajectory], n_engines: int, engine: EngineSpec, policy
         idle_queue = not en.waiting
         req, kept = make_req(i, cached), make_req(i, True)
         en.waiting.append(req)
-        if req[_EXT] > kept[_EXT]:  # a continuing turn moved: its prefix is prefilled again
-            stats["recomputed"] += req[_EXT] - kept[_EXT]
+        if req[EXT] > kept[EXT]:  # a continuing turn moved: its prefix is prefilled again
+            stats["recomputed"] += req[EXT] - kept[EXT]
             stats["migrations"] += 1
         home[i] = e
         if reserve:
-            en.reserved += req[_BUDGET]
+            en.reserved += req[BUDGET]
         if en.busy and idle_queue:
             cut(e, t)
 
@@ -168,25 +168,25 @@ def simulate(trajs: list[Trajectory], n_engines: int, engine: EngineSpec, policy
             n = min(len(en.waiting), engine.max_running - len(en.rows))
             en.rows.add([en.waiting.popleft() for _ in range(n)])
         else:
-            _admit_sglang(en, cap, engine.max_running)
+            admit_sglang(en, cap, engine.max_running)
         b = len(en.rows)
         if b == 0:
             return
-        kv = int(en.rows.col(_CTX).sum())
+        kv = int(en.rows.col(CTX).sum())
         if not reserve and kv + b > cap:
-            _retract(en, cap, prompt, stats)
-            b, kv = len(en.rows), int(en.rows.col(_CTX).sum())
-        prefill = int(en.rows.col(_EXT).sum())
-        en.rows.a[:, _EXT] = 0
+            retract(en, cap, prompt, stats)
+            b, kv = len(en.rows), int(en.rows.col(CTX).sum())
+        prefill = int(en.rows.col(EXT).sum())
+        en.rows.a[:, EXT] = 0
         stats["prefill"] += prefill
-        k = int(en.rows.col(_REM).min())
+        k = int(en.rows.col(REM).min())
         if not reserve:
             k = max(1, min(k, (cap - kv) // b))
             if en.waiting:
                 k = min(k, STATIC_RECHECK_STEPS)
         step0, growth, pf_s = engine.step_time(b, kv), engine.step_per_kv_token_s * b, engine.prefill_per_token_s * prefill
         if en.tool_times:  # end the macro-step at the first boundary after the next tool return here
-            k = min(k, _steps_by(step0, growth, pf_s, en.tool_times[0] - t))
+            k = min(k, steps_by(step0, growth, pf_s, en.tool_times[0] - t))
         en.shape = (t, step0, pf_s, b, kv, en.peak_kv)
         en.busy, en.steps = True, k
         finish_macro(e)
@@ -206,7 +206,7 @@ def simulate(trajs: list[Trajectory], n_engines: int, engine: EngineSpec, policy
         """End engine ``e``'s macro-step at its first step boundary at or after ``t`` (new work arrived)."""
         en = engines[e]
         t0, step0, pf_s, b, kv, peak = en.shape
-        j = _steps_by(step0, engine.step_per_kv_token_s * b, pf_s, t - t0)
+        j = steps_by(step0, engine.step_per_kv_token_s * b, pf_s, t - t0)
         if j < en.steps:
             k = en.steps
             en.busy_s -= pf_s + k * step0 + engine.step_per_kv_token_s * b * k * (k - 1) / 2
@@ -253,19 +253,19 @@ def simulate(trajs: list[Trajectory], n_engines: int, engine: EngineSpec, policy
                 return None
             k, a = en.steps, en.rows.a
             en.busy = False
-            a[:, _CTX] += k
-            a[:, _REM] -= k
-            a[:, _OUT] += k
+            a[:, CTX] += k
+            a[:, REM] -= k
+            a[:, OUT] += k
             stats["decoded"] += k * len(a)
             if not reserve:
                 en.ratio = max(SGLANG_MIN_RATIO, en.ratio - k * decay)
-            done = a[:, _REM] == 0
+            done = a[:, REM] == 0
             if done.any():
                 en.rows.a = a[~done]
                 for r in a[done]:
                     if reserve:
-                        en.reserved -= int(r[_BUDGET])
-                    turn_done(int(r[_TRAJ]), t, e)
+                        en.reserved -= int(r[BUDGET])
+                    turn_done(int(r[TRAJ]), t, e)
             return e
         i = payload  # a tool call returned
         e = home[i]

@@ -9,10 +9,10 @@ from kit.sim import (
     PAPER_WORKLOAD,
     EngineSpec,
     Trajectory,
-    _steps_by,
     lower_bound,
     sample_workload,
     simulate,
+    steps_by,
 )
 
 ENG = EngineSpec(kv_capacity=100_000, step_base_s=1e-3, step_per_seq_s=1e-5, step_per_kv_token_s=1e-8,
@@ -103,10 +103,10 @@ def test_a_turn_leaves_an_overloaded_home_and_its_prefix_is_recomputed():
 
 
 def test_macro_step_boundaries():
-    assert _steps_by(1.0, 0.0, 0.0, 2.5) == 3  # boundaries at 1, 2, 3
-    assert _steps_by(1.0, 0.1, 0.5, 2.5) == 2  # 1.5, 2.6
-    assert _steps_by(1.0, 0.1, 3.0, 2.5) == 1  # the prefill alone outlasts dt
-    assert _steps_by(1.0, 0.0, 0.0, 3.0) == 3  # a boundary exactly at dt
+    assert steps_by(1.0, 0.0, 0.0, 2.5) == 3  # boundaries at 1, 2, 3
+    assert steps_by(1.0, 0.1, 0.5, 2.5) == 2  # 1.5, 2.6
+    assert steps_by(1.0, 0.1, 3.0, 2.5) == 1  # the prefill alone outlasts dt
+    assert steps_by(1.0, 0.0, 0.0, 3.0) == 3  # a boundary exactly at dt
 
 
 def test_bad_inputs_raise():

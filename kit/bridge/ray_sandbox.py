@@ -33,6 +33,7 @@ import ray
 from ray.exceptions import RayActorError, RayError
 
 from kit.config import SandboxConfig
+from kit.sandbox.pool import register_executor
 from kit.sandbox.workers import LocalExecutor, _infra
 
 
@@ -135,3 +136,6 @@ class RayExecutor:
 
     def stats(self) -> dict[str, Any]:
         return {"backend": "ray", "actors": len(self.actors), "nodes": len(self.nodes), **self.counters}
+
+
+register_executor("ray", RayExecutor)  # SandboxPool(backend="ray") finds it from now on

@@ -4,7 +4,7 @@
 caller wait: back-pressure). ``send_workers`` sender tasks each take up to ``batch_size``
 queued calls at once and hand the batch to the executor: the local warm workers
 (:class:`~kit.sandbox.workers.LocalExecutor`) or Ray actors on other machines
-(:mod:`kit.bridge.ray_sandbox`, ``backend="ray"``), behind the same API. Every call's future is
+(:mod:`kit.bridge.ray_sandbox`, ``backend="ray"``, registered by that module), behind the same API. Every call's future is
 resolved: with a result, or with ``infra_error`` if the sandbox itself fails or closes.
 
 Example:
@@ -21,7 +21,7 @@ import collections
 import concurrent.futures
 import contextlib
 import threading
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 from kit.config import SandboxConfig
@@ -29,6 +29,15 @@ from kit.sandbox.types import FunctionCall, ToolCall, ToolResult
 from kit.sandbox.workers import LocalExecutor
 
 Call = ToolCall | FunctionCall | str
+#: executor factories by ``SandboxConfig.backend``, called as ``factory(cfg, preload=...)``. The
+#: sandbox never imports Ray: :mod:`kit.bridge.ray_sandbox` adds ``"ray"`` when it is imported
+#: (:func:`register_executor`).
+EXECUTORS: dict[str, Callable[..., Any]] = {"local": LocalExecutor}
+
+
+def register_executor(backend: str, factory: Callable[..., Any]) -> None:
+    """Make ``SandboxConfig(backend=backend)`` pools use ``factory(cfg, preload=...)`` as executor."""
+    EXECUTORS[backend] = factory
 
 
 def _as_call(c: Call) -> ToolCall | FunctionCall:
@@ -67,12 +76,10 @@ class SandboxPool:
         if self._started:
             return self
         if self._executor is None:
-            if self.cfg.backend == "ray":
-                from kit.bridge.ray_sandbox import RayExecutor
-
-                self._executor = RayExecutor(self.cfg, preload=self.preload)
-            else:
-                self._executor = LocalExecutor(self.cfg, preload=self.preload)
+            if self.cfg.backend not in EXECUTORS:
+                raise ValueError(f"sandbox.backend={self.cfg.backend!r} has no executor registered (known: "
+                                 f"{sorted(EXECUTORS)}); 'ray' registers itself when kit.bridge.ray_sandbox is imported")
+            self._executor = EXECUTORS[self.cfg.backend](self.cfg, preload=self.preload)
         await self._executor.start()
         self._queue = asyncio.Queue(maxsize=max(1, 2 * self.cfg.batch_size * self.cfg.send_workers))
         self._senders = [asyncio.create_task(self._sender()) for _ in range(max(1, self.cfg.send_workers))]

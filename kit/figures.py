@@ -18,15 +18,19 @@ seeds of one algorithm are drawn as their mean with a min-max band.
 
 from __future__ import annotations
 
+import io
 import json
 import math
 import os
+import textwrap
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 import numpy as np
 import pandas as pd
+from IPython import get_ipython
+from IPython.display import display
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
@@ -42,8 +46,6 @@ FIGURE_KEYS = {
 
 
 def _figure_png(fig: Figure) -> bytes:
-    import io
-
     buf = io.BytesIO()
     fig.savefig(buf, format="png", dpi=110)
     return buf.getvalue()
@@ -51,10 +53,6 @@ def _figure_png(fig: Figure) -> bytes:
 
 def _register_notebook_display() -> None:
     """Show Figures (built without pyplot, so no global state) as PNG in notebooks and the PDF."""
-    try:
-        from IPython import get_ipython
-    except ImportError:  # pragma: no cover - IPython is a dependency
-        return
     ip = get_ipython()
     if ip is not None:
         ip.display_formatter.formatters["image/png"].for_type(Figure, _figure_png)
@@ -180,8 +178,6 @@ def _plot_algorithms(ax, df: pd.DataFrame, key: str, window: int, linestyle: str
 def _subtitle(fig, note: str) -> None:
     """The profile/model line, as a suptitle (constrained layout keeps it clear of the axes)."""
     if note:
-        import textwrap
-
         width = int(fig.get_figwidth() * 15)  # characters of 8 pt text per line
         fig.suptitle("\n".join(textwrap.fill(line, width) for line in note.splitlines()), fontsize=8, color="0.35")
 
@@ -382,11 +378,6 @@ class LiveCurves:
 
     def draw(self) -> None:
         """Redraw into the notebook output (no-op outside IPython)."""
-        try:
-            from IPython import get_ipython
-            from IPython.display import display
-        except ImportError:  # pragma: no cover - IPython is a dependency
-            return
         if get_ipython() is None:
             return
         fig = self.figure()

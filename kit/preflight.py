@@ -8,10 +8,21 @@ while speed below target on a busy machine only warns.
 
 from __future__ import annotations
 
+import contextlib
+import importlib.metadata as md
+import io
 import os
+import re
+import shutil
 import sys
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
+
+import pandas as pd
+
+from kit.paths import data_dir as resolve_data_dir
+from kit.sandbox import selftest
 
 #: Data files the tiny chain reads (relative to the data directory); all are required.
 REQUIRED_DATA = (
@@ -35,11 +46,6 @@ def preflight(data_dir: str = "") -> list[dict[str, str]]:
         (versions from their metadata, nothing heavy is imported), bubblewrap, xelatex, the core
         count, and every file of :data:`REQUIRED_DATA`.
     """
-    import importlib.metadata as md
-    import shutil
-
-    from kit.paths import data_dir as resolve_data_dir
-
     rows = [{"check": "python", "status": "ok", "detail": sys.version.split()[0]},
             {"check": "cpu cores", "status": "ok", "detail": str(os.cpu_count())}]
     for pkg in PACKAGES:
@@ -83,15 +89,6 @@ def sandbox_selftest(sandbox_cfg) -> Any:
         RuntimeError: an isolation, limit or semantics check failed (the message lists them).
             Failed speed checks (:data:`PERFORMANCE_CHECKS`) only print a warning.
     """
-    import contextlib
-    import io
-    import re
-    from concurrent.futures import ThreadPoolExecutor
-
-    import pandas as pd
-
-    from kit.sandbox import selftest
-
     buf = io.StringIO()
     with ThreadPoolExecutor(1) as ex, contextlib.redirect_stdout(buf):
         ex.submit(selftest.main, sandbox_cfg).result()

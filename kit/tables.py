@@ -18,6 +18,7 @@ Reproduced values come from the evaluation run directory as a mapping
 
 from __future__ import annotations
 
+import json
 import math
 import os
 from collections.abc import Mapping
@@ -26,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+import yaml
 
 from kit.paths import REPO_ROOT
 
@@ -96,8 +98,6 @@ def paper_values(path: str | os.PathLike | None = None) -> dict[str, Any]:
     Raises:
         ReferenceError: the file is missing or has no ``rstar2_agent`` section.
     """
-    import yaml
-
     p = Path(path) if path is not None else reference_path()
     if not p.exists():
         raise ReferenceError(f"paper values file not found: {p} (set KIT_REFERENCE_FILE)")
@@ -276,8 +276,6 @@ def eval_summary(eval_dir: str | os.PathLike, tag: str = "") -> dict[str, dict[s
         FileNotFoundError: the folder does not exist or holds no result for ``tag``.
         ValueError: a result file lacks ``avg_at_n`` (the message names the file).
     """
-    import json
-
     base = Path(eval_dir)
     if (base / "eval").is_dir():
         base = base / "eval"

@@ -19,6 +19,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 
 import numpy as np
+import pandas as pd
 
 
 def _default_key(response: str) -> str:
@@ -87,8 +88,6 @@ def balance_by_step(records, n_star: int = 4, key: Callable[[str], object] = _de
     Raises:
         KeyError: a record lacks one of the four keys (the message names the record index).
     """
-    import pandas as pd
-
     groups: dict[tuple, list[tuple[bool, str]]] = {}
     for i, r in enumerate(records):
         missing = [k for k in ("step", "problem_id", "reward", "response_text") if k not in r]

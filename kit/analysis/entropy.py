@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
+import torch
 
 
 def entropy_from_logits(logits: Any) -> np.ndarray:
@@ -53,8 +54,6 @@ def trajectory_entropy(model: Any, prompt_ids: Sequence[int], response_ids: Sequ
     Raises:
         ValueError: empty prompt or temperature <= 0.
     """
-    import torch
-
     if not prompt_ids:
         raise ValueError("trajectory_entropy: empty prompt_ids")
     if temperature <= 0:

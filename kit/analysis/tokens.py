@@ -22,8 +22,10 @@ from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 from kit import prompts
+from kit.analysis.entropy import high_entropy_mask, trajectory_entropy
 
 LABELS = ("forking", "reflection", "other")
 #: Words that start a change of approach or a check of one's own work.
@@ -115,8 +117,6 @@ def counts_by_checkpoint(rows: Iterable[Mapping[str, Any]]):
         DataFrame indexed by checkpoint: trajectories, summed counts, and the shares
         ``forking_share``/``reflection_share`` of high-entropy tokens.
     """
-    import pandas as pd
-
     df = pd.DataFrame(list(rows))
     if df.empty:
         return df
@@ -144,8 +144,6 @@ def analyze_trajectory(model: Any, tokenizer: Any, trajectory: Any, *, top_frac:
         ``{"pieces", "entropy" (T,), "mask" (T,), "high" (T,), "labels" (T,), "counts"}``; feed
         ``pieces, entropy, mask`` to :func:`kit.analysis.entropy.entropy_html`.
     """
-    from kit.analysis.entropy import high_entropy_mask, trajectory_entropy
-
     get = (lambda k: trajectory[k]) if isinstance(trajectory, Mapping) else (lambda k: getattr(trajectory, k))
     ids, mask = list(get("response_ids")), list(get("response_mask"))
     ent = trajectory_entropy(model, list(get("prompt_ids")), ids, temperature)

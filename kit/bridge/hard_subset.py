@@ -27,6 +27,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+from transformers import AutoTokenizer
+
+from kit.data.curate import build_hard_subset
+from kit.reward import verify_batch
+from kit.rollout import run_sync
+from kit.rollout.backends import OpenAIBackend
+from kit.rollout.loop import rollout_batch
+from kit.sandbox import SandboxPool
+
 
 def problem_key(row: Mapping[str, Any]) -> str:
     """``"<source>/<id>"`` of a ``curated.parquet`` row."""
@@ -64,10 +74,6 @@ def build_hard_parquet(curated: str | os.PathLike, counts: Mapping[str, int], ru
         KeyError: a problem without a count (names the first few).
         ValueError: a count outside [0, n], or no problem left.
     """
-    import pandas as pd
-
-    from kit.data.curate import build_hard_subset
-
     df = pd.read_parquet(curated)
     rows = df.to_dict("records")
     missing = [problem_key(r) for r in rows if problem_key(r) not in counts]
@@ -102,20 +108,10 @@ def sample_solve_counts(cfg: Any, curated: str | os.PathLike, *, base_url: str =
     Returns:
         ``{problem_key: solved}``.
     """
-    import pandas as pd
-
-    from kit.reward import verify_batch
-    from kit.rollout import run_sync
-    from kit.rollout.loop import rollout_batch
-
     rows = pd.read_parquet(curated).to_dict("records")
     if tokenizer is None:
-        from transformers import AutoTokenizer
-
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
     if backend is None:
-        from kit.rollout.backends import OpenAIBackend
-
         backend = OpenAIBackend(base_url, model, tokenizer)
     st = cfg.stages.stage3
     kw = dict(max_concurrency=max_concurrency, max_response_tokens=st.max_response_tokens, max_turns=st.max_turns,
@@ -124,8 +120,6 @@ def sample_solve_counts(cfg: Any, curated: str | os.PathLike, *, base_url: str =
     async def go():
         if executor is not None:
             return await rollout_batch(backend, tokenizer, [r["problem"] for r in rows], executor, n, cfg.rollout, **kw)
-        from kit.sandbox import SandboxPool
-
         async with SandboxPool(cfg.sandbox) as pool:
             return await rollout_batch(backend, tokenizer, [r["problem"] for r in rows], pool, n, cfg.rollout, **kw)
 

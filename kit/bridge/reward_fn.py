@@ -21,6 +21,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from kit.reward import acompute_score
+
 
 async def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None,
                         **kwargs: Any) -> dict[str, Any]:
@@ -38,8 +40,6 @@ async def compute_score(data_source: str, solution_str: str, ground_truth: Any, 
     Raises:
         TypeError: ``solution_str`` not a string or ``ground_truth`` of an unsupported type.
     """
-    from kit.reward import acompute_score
-
     if hasattr(ground_truth, "item") and not isinstance(ground_truth, str):  # numpy scalar from parquet
         ground_truth = ground_truth.item()
     if not isinstance(solution_str, str):

@@ -55,6 +55,7 @@ import torch
 import transfer_queue as tq
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
+from transformers import AutoTokenizer
 from verl import DataProto
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
@@ -230,8 +231,6 @@ class RocReplayBuffer(ReplayBuffer):
 
     def _text_tokenizer(self) -> Any:
         if self._tokenizer is None:
-            from transformers import AutoTokenizer
-
             path = self.roc_extra.get("tokenizer_path")
             if not path:
                 raise KeyError("sampler_kwargs.tokenizer_path is required when sampler_kwargs.reading=text")

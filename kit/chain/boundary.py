@@ -6,14 +6,26 @@
 from __future__ import annotations
 
 import os
+import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+from matplotlib.figure import Figure
+
 from kit.chain.evaluation import eval_rollout_cfg, prompt_fits
 from kit.chain.policies import heldout_problems, policy_backend
 from kit.config import KitConfig
+from kit.data.curate import answers_match, consistency_filter, sample_answers
+from kit.data.pools import Problem
+from kit.eval.benchmarks import BenchItem, load_benchmark
+from kit.eval.evaluate import evaluate_async, passk_curves, plot_passk_curves
+from kit.eval.manifest import write_json
+from kit.figures import save_figure
+from kit.rollout import run_sync
+from kit.sandbox import SandboxPool
 
 
 @dataclass
@@ -65,14 +77,6 @@ def consistency_check(cfg: KitConfig, policy_dir: str | os.PathLike, curated_pat
         FileNotFoundError: the parquet or the policy folder is missing.
         ValueError: ``n < 1``, or a backend without a tokenizer.
     """
-    import pandas as pd
-
-    from kit.data.curate import answers_match, consistency_filter, sample_answers
-    from kit.data.pools import Problem
-    from kit.eval.manifest import write_json
-    from kit.rollout import run_sync
-    from kit.sandbox import SandboxPool
-
     n_problems = cfg.eval.consistency_problems if n_problems is None else n_problems
     n = cfg.data.consistency_samples if n is None else n
     if n < 1:
@@ -153,8 +157,6 @@ def passk_items(cfg: KitConfig, source: str | None = None, n_problems: int | Non
     which scores ~0 on the real benchmarks); a benchmark name reads that file (default for every
     other model: the first of ``eval.benchmarks``). ``n_problems`` defaults to ``eval.passk_problems`` (0 = all).
     """
-    from kit.eval.benchmarks import BenchItem, load_benchmark
-
     source = source or ("heldout" if cfg.model.name_or_path == "tiny" else cfg.eval.benchmarks[0])
     n_problems = cfg.eval.passk_problems if n_problems is None else n_problems
     if source == "heldout":
@@ -165,9 +167,6 @@ def passk_items(cfg: KitConfig, source: str | None = None, n_problems: int | Non
 async def _evaluate_items(cfg: KitConfig, backend: Any, tok: Any, rollout_cfg: Any, source: str, items: list, n: int,
                           model_name: str):
     """:func:`kit.eval.evaluate.evaluate_async` of ``items`` with the ``eval`` protocol and a sandbox pool."""
-    from kit.eval.evaluate import evaluate_async
-    from kit.sandbox import SandboxPool
-
     ev = cfg.eval
     async with SandboxPool(cfg.sandbox) as pool:
         return await evaluate_async(backend, source, tokenizer=tok, executor=pool, n=n, temperature=ev.temperature,
@@ -204,11 +203,6 @@ def passk_boundary(cfg: KitConfig, policies: Mapping[str, str | os.PathLike], ru
         ValueError: no policies, ``n < 1``, or no problem fits.
         FileNotFoundError: a policy folder or benchmark file is missing.
     """
-    from kit.eval.evaluate import passk_curves
-    from kit.eval.manifest import write_json
-    from kit.figures import save_figure
-    from kit.rollout import run_sync
-
     if not policies:
         raise ValueError("no policies given")
     n = cfg.eval.passk_n if n is None else n
@@ -250,11 +244,6 @@ def passk_boundary(cfg: KitConfig, policies: Mapping[str, str | os.PathLike], ru
 
 def passk_figure(curves: Any, title: str = ""):
     """A Figure of pass@k curves (:func:`kit.eval.evaluate.plot_passk_curves`, k on a log2 axis)."""
-    from matplotlib.figure import Figure
-
-    import kit.figures  # noqa: F401  (shows Figures as PNG in notebooks)
-    from kit.eval.evaluate import plot_passk_curves
-
     fig = Figure(figsize=(6.4, 4.0), layout="constrained")
     plot_passk_curves(curves, ax=fig.subplots())
     if title:
@@ -265,8 +254,6 @@ def passk_figure(curves: Any, title: str = ""):
 def copy_passk_figure(eval_dir: str | os.PathLike, fig_dir: str | os.PathLike) -> list[Path]:
     """Copy ``eval_dir/passk/passk_curves.{png,pdf}`` (written by :func:`passk_boundary` in
     08_evaluation) into the report's figures folder; returns the copies ([] when there are none)."""
-    import shutil
-
     src = Path(eval_dir) / "passk"
     found = [src / f"passk_curves.{ext}" for ext in ("png", "pdf") if (src / f"passk_curves.{ext}").exists()]
     if found:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import html as _html
 from typing import Any
 
+from kit.rollout import trajectory_html
 from kit.tables import LATEX_SPECIALS
 
 
@@ -46,8 +47,6 @@ class TrajectoryView:
                 f"({sum(tr.response_mask)} sampled by the model)")
 
     def _repr_html_(self) -> str:
-        from kit.rollout import trajectory_html
-
         title = f"<div><b>{_html.escape(self.title)}</b></div>" if self.title else ""
         return title + trajectory_html(self.tr, self.tok)
 

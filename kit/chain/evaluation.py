@@ -6,6 +6,7 @@ budget helpers the pass@k and consistency code shares (``eval_rollout_cfg``, ``p
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 from collections.abc import Mapping, Sequence
@@ -13,8 +14,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kit import prompts
+from kit.analysis.entropy import entropy_html, high_entropy_mask, trajectory_entropy
+from kit.analysis.tokens import classify_tokens, count_labels, counts_by_checkpoint
 from kit.chain.policies import heldout_problems, load_run_policy, model_context, sample_trajectories
 from kit.config import KitConfig
+from kit.eval.benchmarks import benchmark_path, load_benchmark
+from kit.eval.evaluate import evaluate_async, save_result
+from kit.eval.manifest import sha256_file
+from kit.rollout import HFBackend, run_sync
+from kit.sandbox import SandboxPool
 
 
 def eval_benchmarks(cfg: KitConfig) -> list[str]:
@@ -27,16 +36,12 @@ def eval_benchmarks(cfg: KitConfig) -> list[str]:
 
 def eval_rollout_cfg(cfg: KitConfig, context: int):
     """``cfg.rollout`` with the prompt budget widened to the context minus ``eval.max_tokens``."""
-    import dataclasses
-
     return dataclasses.replace(cfg.rollout, max_prompt_tokens=max(cfg.rollout.max_prompt_tokens,
                                                                   context - cfg.eval.max_tokens))
 
 
 def prompt_fits(tok: Any, question: str, rollout_cfg: Any) -> bool:
     """Whether the rendered prompt of ``question`` fits ``rollout_cfg.max_prompt_tokens``."""
-    from kit import prompts
-
     return len(tok.encode(prompts.render_prompt(question), add_special_tokens=False)) <= rollout_cfg.max_prompt_tokens
 
 
@@ -57,12 +62,6 @@ def evaluate_checkpoint(cfg: KitConfig, policy_dir: str | os.PathLike, run_dir: 
     Raises:
         FileNotFoundError: the policy folder or a benchmark file is missing.
     """
-    from kit.eval.benchmarks import benchmark_path, load_benchmark
-    from kit.eval.evaluate import evaluate_async, save_result
-    from kit.eval.manifest import sha256_file
-    from kit.rollout import HFBackend, run_sync
-    from kit.sandbox import SandboxPool
-
     model, tok = load_run_policy(policy_dir)
     ev = cfg.eval
     names = list(benchmarks) if benchmarks is not None else eval_benchmarks(cfg)
@@ -135,9 +134,6 @@ def analyze_checkpoints(cfg: KitConfig, policies: Mapping[str, str | os.PathLike
     Raises:
         FileNotFoundError: a policy folder is missing.
     """
-    from kit.analysis.entropy import entropy_html, high_entropy_mask, trajectory_entropy
-    from kit.analysis.tokens import classify_tokens, count_labels, counts_by_checkpoint
-
     out = Path(run_dir)
     out.mkdir(parents=True, exist_ok=True)
     problems = heldout_problems(cfg, n)

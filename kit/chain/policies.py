@@ -13,7 +13,14 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from safetensors import safe_open
+
 from kit.config import KitConfig
+from kit.data.tasks import task_split
+from kit.models import load_policy
+from kit.rollout import HFBackend, run_sync
+from kit.sandbox import SandboxPool
+from kit.train.rollouts import collect
 
 
 def load_run_policy(policy_dir: str | os.PathLike):
@@ -23,8 +30,6 @@ def load_run_policy(policy_dir: str | os.PathLike):
         FileNotFoundError: the folder does not exist or holds no model (names it and the notebook
             that writes it).
     """
-    from kit.models import load_policy
-
     p = Path(policy_dir)
     if not p.is_dir():
         raise FileNotFoundError(f"policy folder not found: {p} (written by the upstream training notebook; "
@@ -38,8 +43,6 @@ def load_run_policy(policy_dir: str | os.PathLike):
 def count_parameters(policy_dir: str | os.PathLike) -> int | None:
     """Number of parameters in a saved policy (tied weights counted once), read from the
     safetensors headers without loading the model; None when the folder holds none."""
-    from safetensors import safe_open
-
     files = sorted(Path(policy_dir).glob("*.safetensors"))
     if not files:
         return None
@@ -56,8 +59,6 @@ def count_parameters(policy_dir: str | os.PathLike) -> int | None:
 
 def heldout_problems(cfg: KitConfig, n: int = 0) -> list:
     """The first ``n`` held-out problems of the profile's task family (all when ``n`` is 0)."""
-    from kit.data.tasks import task_split
-
     probs = list(task_split(cfg).heldout)
     return probs[:n] if n else probs
 
@@ -78,10 +79,6 @@ def sample_trajectories(cfg: KitConfig, policy_dir: str | os.PathLike, *, n_prob
         ``(trajectories, tokenizer, batch)``: a flat list (problem-major), the policy's tokenizer
         and the graded :class:`kit.train.rollouts.Batch` (``batch.rewards`` is (P, n)).
     """
-    from kit.rollout import run_sync
-    from kit.sandbox import SandboxPool
-    from kit.train.rollouts import collect
-
     model, tok = load_run_policy(policy_dir)
     probs = list(problems) if problems is not None else heldout_problems(cfg, n_problems)
 
@@ -104,7 +101,5 @@ def policy_backend(cfg: KitConfig, policy_dir: str | os.PathLike):
     :func:`kit.chain.evaluation.evaluate_checkpoint`) seeded with ``cfg.seed``, its tokenizer, and
     its context in tokens. To use a served model instead, pass an ``OpenAIBackend`` and its
     tokenizer to the callers in :mod:`kit.chain.boundary`."""
-    from kit.rollout import HFBackend
-
     model, tok = load_run_policy(policy_dir)
     return HFBackend(model, tok, batch_size=cfg.rollout.batch_size, seed=cfg.seed), tok, model_context(model)

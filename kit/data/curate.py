@@ -33,8 +33,12 @@ from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Any, TypeVar
 
+import pandas as pd
+
 from kit.data.decontam import NgramIndex, benchmark_index, normalize_tokens
-from kit.data.pools import Problem
+from kit.data.pools import Problem, load_pools
+from kit.reward import extract_final_answer
+from kit.rollout import rollout_batch
 
 FILTERS = ("missing_answer", "decontaminated", "needs_file", "answer_unconfirmed", "non_integer",
            "too_large", "duplicate")
@@ -201,8 +205,6 @@ def curate_from_config(data_cfg: Any, max_df: int = 10) -> CurationResult:
         max_df: boilerplate threshold of :meth:`kit.data.decontam.NgramIndex.drop_common`
             (0 = literal any-shared-n-gram rule).
     """
-    from kit.data.pools import load_pools
-
     pools = load_pools(data_cfg.train_pools, data_cfg.data_dir or None)
     index = benchmark_index(data_cfg.decontam_benchmarks, data_cfg.decontam_ngram, data_cfg.data_dir or None)
     index.drop_common((p.problem for ps in pools.values() for p in ps), max_df)
@@ -217,8 +219,6 @@ def funnel_table(counts: Mapping[str, Mapping[str, int]]):
     Raises:
         ValueError: if a pool's counts do not add up (in - removed != out).
     """
-    import pandas as pd
-
     rows = {}
     for pool, c in counts.items():
         if c["in"] - sum(c[f] for f in FILTERS) != c["out"]:
@@ -296,9 +296,6 @@ async def sample_answers(backend: Any, problems: Sequence[Problem], *, tokenizer
     Returns:
         ``{problem uid: [answer or None] * n}``.
     """
-    from kit.reward import extract_final_answer
-    from kit.rollout import rollout_batch
-
     groups = await rollout_batch(backend, tokenizer, [p.problem for p in problems], executor, n, rollout_cfg,
                                  max_concurrency=max_concurrency, max_response_tokens=max_tokens,
                                  max_turns=max_turns, temperature=temperature, top_p=top_p,
@@ -352,8 +349,6 @@ def write_curated(run_dir: str | Path, result: CurationResult, name: str = "cura
     Returns:
         ``{"parquet": path, "funnel": path, "removed": path}``.
     """
-    import pandas as pd
-
     out = Path(run_dir) / "data"
     out.mkdir(parents=True, exist_ok=True)
     rows = [{
@@ -387,8 +382,6 @@ def write_hard_subset(run_dir: str | Path, solve_counts: Sequence[int], n: int =
     Raises:
         FileNotFoundError: the source parquet is missing. ValueError: see :func:`build_hard_subset`.
     """
-    import pandas as pd
-
     data = Path(run_dir) / "data"
     src = data / f"{source}.parquet"
     if not src.exists():

@@ -26,6 +26,8 @@ import unicodedata
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
+from kit.eval.benchmarks import load_benchmark
+
 _TOKEN = re.compile(r"[a-z0-9]+")
 #: Fraction variants that render alike (\\dfrac, \\tfrac, \\cfrac -> \\frac).
 _FRAC = re.compile(r"\\[dtc]frac(?![a-zA-Z])")
@@ -143,8 +145,6 @@ def benchmark_index(benchmarks: Sequence[str], n: int = 8, data_dir: str | None 
         KeyError: an unknown benchmark name.
         kit.paths.DataFileMissing: a benchmark file is absent.
     """
-    from kit.eval.benchmarks import load_benchmark
-
     items = {}
     for name in benchmarks:
         items[name] = [(it.id, it.question) for it in load_benchmark(name, data_dir=data_dir, gpqa_path=gpqa_path)]

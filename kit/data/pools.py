@@ -36,6 +36,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import pyarrow.parquet as pq
+
 from kit.paths import data_file
 
 #: Pool names accepted by :func:`load_pool` (the values of ``DataConfig.train_pools``).
@@ -117,8 +119,6 @@ def load_dapo(data_dir: str | Path | None = None) -> list[Problem]:
             or a file that is not a readable parquet with those columns (names the file).
         kit.paths.DataFileMissing: the parquet file is absent.
     """
-    import pyarrow.parquet as pq
-
     path = data_file("train/dapo_math_17k.parquet", override=data_dir)
     try:
         table = pq.read_table(path, columns=["prompt", "reward_model", "extra_info"]).to_pylist()

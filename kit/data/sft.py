@@ -36,7 +36,9 @@ from pathlib import Path
 from typing import Any
 
 from kit import paths, prompts
-from kit.data.tasks import Demo
+from kit.data.tasks import Demo, tool_call_text
+from kit.rollout.protocol import render_result, truncate_tokens
+from kit.sandbox import ToolCall, run_sync
 
 SFT_FILES = {
     "glaive": "sft/glaive_toolcall_en_demo.json",
@@ -333,8 +335,6 @@ def demo_conversation(demo: Demo, feedback: Sequence[str]) -> Conversation:
     Raises:
         ValueError: ``len(feedback)`` differs from the demo's number of calls.
     """
-    from kit.data.tasks import tool_call_text
-
     if len(feedback) != len(demo.turns):
         raise ValueError(f"demo {demo.problem.id}: {len(demo.turns)} calls but {len(feedback)} feedback texts")
     msgs: list[dict[str, str]] = [{"role": "system", "content": prompts.SYSTEM_PROMPT},
@@ -352,8 +352,6 @@ def run_demo_calls(demos: Sequence[Demo], sandbox_cfg) -> list[list]:
     Returns:
         ``results[i][k]`` is the ``kit.sandbox.ToolResult`` of call ``k`` of demo ``i``.
     """
-    from kit.sandbox import ToolCall, run_sync
-
     calls = [ToolCall(code=c.code, input=c.input) for d in demos for _, c in d.turns]
     flat = run_sync(calls, sandbox_cfg) if calls else []
     out, k = [], 0
@@ -373,8 +371,6 @@ def render_feedback(results: Sequence[Sequence], tokenizer=None, max_tokens: int
         max_tokens: ``cfg.rollout.tool_response_max_tokens``.
         timeout_s: the sandbox timeout, for timeout messages.
     """
-    from kit.rollout.protocol import render_result, truncate_tokens
-
     out = []
     for per_demo in results:
         texts = []

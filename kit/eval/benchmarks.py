@@ -28,6 +28,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import datasets
+import pyarrow.parquet as pq
+
 from kit.paths import data_file
 
 BENCHMARKS = ("aime24", "aime24_figures", "aime25", "math500", "hmmt25", "gpqa")
@@ -143,8 +146,6 @@ def _gpqa_rows(path: Path) -> tuple[list[str], list[dict[str, Any]]]:
     conversion), all with the official column names."""
     suffix = path.suffix.lower()
     if suffix == ".parquet":
-        import pyarrow.parquet as pq
-
         try:
             table = pq.read_table(path)
         except Exception as exc:  # pyarrow raises several types for a corrupt file
@@ -209,8 +210,6 @@ def load_benchmark_from_hub(name: str) -> list[BenchItem]:  # pragma: no cover -
     """
     if name not in _HUB:
         raise KeyError(f"no hub copy known for {name!r}; hub benchmarks: {', '.join(_HUB)}")
-    import datasets
-
     repo, configs, split, qkey, akey = _HUB[name]
     items = []
     for cfg in configs or (None,):

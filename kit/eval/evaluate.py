@@ -21,16 +21,22 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import json
 from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+import matplotlib.pyplot as plt
 import numpy as np
+import pandas as pd
 
 from kit import prompts
 from kit.eval import metrics
+from kit.eval.benchmarks import benchmark_path, load_benchmark
 from kit.eval.manifest import build_manifest, write_json
+from kit.reward import averify_batch
+from kit.rollout import rollout_batch, run_sync
 
 
 def _get(obj: Any, name: str, default: Any = None) -> Any:
@@ -169,8 +175,6 @@ def save_result(run_dir: str | Path, result: EvalResult, tag: str = "") -> Path:
 
 def load_result(path: str | Path) -> EvalResult:
     """Read an :class:`EvalResult` written by :func:`save_result`."""
-    import json
-
     return EvalResult.from_dict(json.loads(Path(path).read_text()))
 
 
@@ -185,8 +189,6 @@ def passk_curves(results: Mapping[str, EvalResult]):
     Raises:
         ValueError: the results cover different benchmarks or different problem ids.
     """
-    import pandas as pd
-
     if not results:
         raise ValueError("no results given")
     first = next(iter(results.values()))
@@ -201,8 +203,6 @@ def passk_curves(results: Mapping[str, EvalResult]):
 
 def plot_passk_curves(curves, ax=None, title: str = ""):
     """Plot :func:`passk_curves` output (k on a log2 axis); returns the matplotlib Axes."""
-    import matplotlib.pyplot as plt
-
     ax = ax or plt.subplots(figsize=(5, 3.5))[1]
     for col in curves.columns:
         ax.plot(curves.index, curves[col], marker="o", ms=3, label=col)
@@ -253,9 +253,6 @@ async def evaluate_async(backend: Any, benchmark: str, *, tokenizer: Any, execut
     Raises:
         ValueError: n < 1; errors of the loaders and of the agent loop propagate.
     """
-    from kit.eval.benchmarks import benchmark_path, load_benchmark
-    from kit.rollout import rollout_batch
-
     if n < 1:
         raise ValueError(f"n must be >= 1, got {n}")
     if items is None:
@@ -269,8 +266,6 @@ async def evaluate_async(backend: Any, benchmark: str, *, tokenizer: Any, execut
                                  **dict(rollout_kwargs or {}))
     pairs = [(it.answer, tr.response_text) for it, row in zip(items, groups, strict=True) for tr in row]
     if verify_fn is None:
-        from kit.reward import averify_batch
-
         flat = list(await averify_batch(pairs))
     else:
         flat = list(verify_fn(pairs))
@@ -294,8 +289,6 @@ def evaluate(backend: Any, benchmark: str, n: int = 16, temperature: float = 0.6
              max_tokens: int = 30000, max_turns: int = 30, **kwargs: Any) -> EvalResult:
     """Synchronous :func:`evaluate_async` (works inside Jupyter's running loop too).
     Same arguments; ``tokenizer`` and ``executor`` are required keywords."""
-    from kit.rollout import run_sync
-
     return run_sync(evaluate_async(backend, benchmark, n=n, temperature=temperature, top_p=top_p,
                                    max_tokens=max_tokens, max_turns=max_turns, **kwargs))
 

@@ -26,6 +26,7 @@ from typing import Any
 
 from kit.eval.evaluate import EvalResult, score_samples
 from kit.eval.manifest import build_manifest
+from kit.reward import extract_final_answer
 
 
 class VerlDumpError(ValueError):
@@ -69,8 +70,6 @@ def score_verl_dump(path: str | Path, benchmark: str, *, tokenizer: Any = None, 
     Raises:
         VerlDumpError: prompts with different sample counts, or malformed rows.
     """
-    from kit.reward import extract_final_answer
-
     rows = read_verl_dump(path)
     groups: dict[str, list[dict[str, Any]]] = {}
     for row in rows:

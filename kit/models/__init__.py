@@ -5,6 +5,10 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from kit import prompts
 from kit.models.tiny import build_tiny_model, tiny_qwen3_config
 from kit.models.tokenizer import stop_token_ids, train_tokenizer
 
@@ -35,11 +39,6 @@ def load_policy(name_or_path: str | os.PathLike, *, dtype: str = "float32", devi
         FileNotFoundError: a local-looking path that does not exist, or a hub id with
             ``allow_download=False`` that is not in the local cache.
     """
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from kit import prompts
-
     p = Path(name_or_path)
     local = p.exists()
     if not local and (str(name_or_path).startswith((".", "/", "~")) or os.sep in str(name_or_path) and str(name_or_path).count("/") > 1):

@@ -12,6 +12,7 @@ import torch
 from transformers import Qwen3Config, Qwen3ForCausalLM
 
 from kit.config import ModelConfig
+from kit.models.tokenizer import stop_token_ids
 
 
 def tiny_qwen3_config(cfg: ModelConfig, vocab_size: int, pad_token_id: int, eos_token_id: int | list[int]) -> Qwen3Config:
@@ -56,8 +57,6 @@ def build_tiny_model(cfg: ModelConfig, tokenizer, seed: int = 0) -> Qwen3ForCaus
     Returns:
         The model in float32, in eval mode off (train mode), on the CPU.
     """
-    from kit.models.tokenizer import stop_token_ids
-
     torch.manual_seed(seed)
     qcfg = tiny_qwen3_config(cfg, len(tokenizer), tokenizer.pad_token_id, stop_token_ids(tokenizer))
     model = Qwen3ForCausalLM(qcfg)

@@ -28,11 +28,14 @@ import hashlib
 import json
 import math
 import threading
+import time
 import urllib.error
 import urllib.request
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol, runtime_checkable
+
+import torch
 
 from kit import prompts
 
@@ -219,10 +222,6 @@ class HFBackend:
                     r.future.set_result(g)
 
     def _decode(self, batch: list[_Request]) -> list[Generation]:
-        import time
-
-        import torch
-
         t0 = time.perf_counter()
         dev = next(self.model.parameters()).device
         with self._lock, torch.inference_mode():
@@ -280,8 +279,6 @@ def sampling_uniforms(seed: int, n: int) -> list[float]:
     ``t`` of a request from its ``t``-th uniform, so a request samples the same tokens whatever
     batch it shares, on any backend (up to float summation order in the logits).
     """
-    import torch
-
     return torch.rand(max(n, 0), generator=torch.Generator().manual_seed(seed), dtype=torch.float64).tolist()
 
 
@@ -297,8 +294,6 @@ def sample_tokens(logits, temps, top_ps, u):
         ``(tokens, logp)``: (B,) long tokens and (B, V) log-probabilities of the tempered
         distribution before the nucleus cut (what the trainer's importance ratio uses).
     """
-    import torch
-
     greedy = temps == 0
     logp = torch.log_softmax(logits / torch.where(greedy, torch.ones_like(temps), temps)[:, None], dim=-1)
     cdf = _top_p_filter(logp.exp(), top_ps).double().cumsum(-1)
@@ -313,8 +308,6 @@ def _top_p_filter(probs, top_p):
     probs: (B, V) rows summing to 1; top_p: (B,). Returns (B, V), not renormalised
     (``torch.multinomial`` accepts unnormalised weights). The most likely token is always kept.
     """
-    import torch
-
     if bool((top_p >= 1).all()):
         return probs
     sorted_p, order = probs.sort(dim=-1, descending=True)

@@ -56,6 +56,7 @@ from transformers.cache_utils import DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 from kit.rollout.backends import Generation, check_request, sample_tokens, sampling_uniforms
+from kit.rollout.loop import run_trajectory
 
 
 def request_seed(base_seed: int, prompt_ids: Sequence[int], count: int) -> int:
@@ -658,8 +659,6 @@ async def rollout_plain(backend: BatchLoopBackend, tokenizer: Any, problems: Seq
     Each cohort runs to its slowest trajectory before the next starts. Same arguments and
     result as :func:`kit.rollout.loop.rollout_batch` (``out[p][g]``, problem order).
     """
-    from kit.rollout.loop import run_trajectory
-
     flat_problems = [p for p in problems for _ in range(n)]
     flat: list[Any] = []
 

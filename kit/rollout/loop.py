@@ -42,8 +42,10 @@ from typing import Any, Protocol
 
 from kit import prompts
 from kit.config import RolloutConfig
+from kit.models import stop_token_ids
 from kit.rollout import protocol
 from kit.rollout.backends import Backend, Generation
+from kit.sandbox import ToolCall
 
 
 class Executor(Protocol):
@@ -136,8 +138,6 @@ def _tokenize(tokenizer: Any, text: str) -> list[int]:
 
 
 def _default_call_factory(code: str, stdin: str) -> Any:
-    from kit.sandbox import ToolCall  # the sandbox package owns the call type
-
     return ToolCall(code=code, input=stdin)
 
 
@@ -189,8 +189,6 @@ async def run_trajectory(
         raise ValueError(f"run_trajectory: need max_response_tokens > 0 and max_turns > 0, got {budget}, {max_turns}")
     im_end = tokenizer.convert_tokens_to_ids(prompts.IM_END)
     if stop_ids is None:
-        from kit.models import stop_token_ids
-
         stop_ids = stop_token_ids(tokenizer)
     stop = set(stop_ids)
     names = (cfg.tool_name, *[n for n in (prompts.TOOL_NAME, *prompts.TOOL_NAME_ALIASES) if n != cfg.tool_name])

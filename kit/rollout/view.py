@@ -12,6 +12,8 @@ import html
 import re
 from typing import Any
 
+from IPython.display import HTML
+
 from kit import prompts
 
 _STYLE = {
@@ -76,10 +78,5 @@ def trajectory_html(tr: Any, tokenizer: Any, *, show_prompt: bool = False, token
 
 
 def show(tr: Any, tokenizer: Any, **kwargs: Any) -> Any:
-    """``IPython.display.HTML`` of :func:`trajectory_html` (the string if IPython is absent)."""
-    text = trajectory_html(tr, tokenizer, **kwargs)
-    try:
-        from IPython.display import HTML
-    except ImportError:
-        return text
-    return HTML(text)
+    """``IPython.display.HTML`` of :func:`trajectory_html`."""
+    return HTML(trajectory_html(tr, tokenizer, **kwargs))

@@ -8,8 +8,13 @@ process manager :func:`_run_arms`); a finished stage run that is exactly an arm 
 
 from __future__ import annotations
 
+import ctypes
+import dataclasses
 import json
 import shutil
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -17,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from kit.config import KitConfig, save
+from kit.config import KitConfig, from_json, save
 from kit.train import common
 from kit.train.rl import ALGORITHMS, run_stage
 
@@ -64,8 +69,6 @@ def reusable_run(cfg: KitConfig, candidate: str | Path, expect: dict[str, Any]) 
 def _arm_cli(argv: Sequence[str]) -> None:
     """Entry of an ablation worker process: ``<run_dir> <stage> <init_dir> <algorithm> <seed> <steps>``;
     the config is the run dir's ``config.json`` (written by the parent)."""
-    from kit.config import from_json
-
     rd, stage_name, init_dir, alg, seed, steps = argv
     cfg = from_json(Path(rd) / "config.json")
     run_stage(cfg, stage_name, init_dir, rd, algorithm=alg, seed=int(seed), steps=int(steps), evaluate=False)
@@ -75,9 +78,6 @@ def _die_with_parent() -> None:
     """In a worker, before exec: ask Linux to SIGKILL it when the parent dies (even by SIGKILL),
     so no orphan keeps writing into an arm folder that a rerun resumes. No-op elsewhere."""
     try:
-        import ctypes
-        import signal
-
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
         pass
@@ -98,10 +98,6 @@ def _run_arms(cfg: KitConfig, stage_name: str, init_dir: Path, jobs: list[tuple[
         for alg, seed, rd in jobs:
             run_stage(cfg, stage_name, init_dir, rd, progress, algorithm=alg, seed=seed, steps=steps, evaluate=False)
         return
-    import dataclasses
-    import subprocess
-    import sys
-
     threads = max(1, cfg.model.torch_threads // workers)
     wcfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, torch_threads=threads))
     seen = {rd: len(common.read_metrics(rd)) for _, _, rd in jobs}

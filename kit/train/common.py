@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from kit.data.tasks import hash_text
+from kit.models import save_policy
 
 
 def step_seed(seed: int, *keys: Any) -> int:
@@ -140,8 +141,6 @@ def save_checkpoint(run_dir: str | os.PathLike, step: int, model, tokenizer, opt
     Returns:
         The checkpoint folder.
     """
-    from kit.models import save_policy
-
     final = checkpoint_dir(run_dir, step)
     tmp = final.with_name(final.name + ".tmp")
     if tmp.exists():

@@ -47,10 +47,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from kit.algo import RocParams, counters, group_advantage, p_format, policy_loss, roc_metrics, roc_step
 from kit.analysis.bstar import balance_score_step
 from kit.config import KitConfig, StageConfig, save
 from kit.data.curate import build_hard_subset
-from kit.data.tasks import Problem
+from kit.data.tasks import Problem, task_split
+from kit.models import load_policy, save_policy
+from kit.rollout import run_sync
+from kit.sandbox import SandboxPool
 from kit.train import common
 from kit.train.batching import micro_batches, pad_rows
 from kit.train.rollouts import Batch, batch_stats, collect, evaluate_policy
@@ -75,8 +79,6 @@ def stage_config(cfg: KitConfig, stage_name: str) -> StageConfig:
 
 def stage_pool(cfg: KitConfig, stage: StageConfig) -> list[Problem]:
     """Train problems of the stage's difficulty level."""
-    from kit.data.tasks import task_split
-
     return task_split(cfg).level(stage.difficulty)
 
 
@@ -116,8 +118,6 @@ def policy_update(cfg: KitConfig, model, optimizer, trajectories: Sequence[Any],
         ``loss``, ``grad_norm``, ``clipfrac``, ``entropy`` proxy (``-mean logp`` of kept tokens),
         ``update_tokens``.
     """
-    from kit.algo import policy_loss
-
     a = cfg.algorithm
     rows = [(t.prompt_ids + t.response_ids, [0] * len(t.prompt_ids) + list(t.response_mask)) for t in trajectories]
     chunks = micro_batches([len(ids) for ids, _ in rows], MICRO_TOKENS)  # similar lengths together
@@ -156,8 +156,6 @@ def select(cfg: KitConfig, batch: Batch, algorithm: str, seed: int) -> tuple[np.
         ``(kept, metrics)``: (K,) row indices into ``batch.flat()``; metrics include
         ``tool_error_ratio_correct_before/after``, ``p_format_mean``, ``kept``.
     """
-    from kit.algo import RocParams, counters, p_format, roc_metrics, roc_step
-
     flat = batch.flat()
     n = batch.rewards.shape[1]
     rewards = batch.rewards.reshape(-1)
@@ -201,17 +199,11 @@ def run_stage(cfg: KitConfig, stage_name: str, init_dir: str | Path, run_dir: st
     Raises:
         ValueError: unknown stage or algorithm, ``kl_coef > 0``, or an empty problem pool.
     """
-    from kit.rollout import run_sync
-
     return run_sync(_run_stage(cfg, stage_name, Path(init_dir), Path(run_dir), progress, algorithm, seed, steps,
                                evaluate))
 
 
 async def _run_stage(cfg, stage_name, init_dir, run_dir, progress, algorithm, seed, steps, evaluate):
-    from kit.algo import group_advantage
-    from kit.models import load_policy, save_policy
-    from kit.sandbox import SandboxPool
-
     stage = stage_config(cfg, stage_name)
     algorithm = algorithm or cfg.algorithm.name
     if algorithm not in ALGORITHMS:
@@ -311,8 +303,6 @@ async def _run_stage(cfg, stage_name, init_dir, run_dir, progress, algorithm, se
                    tool_error_ratio_correct_first=common.nanmean([r["tool_error_ratio_correct_before"] for r in rows[:k]]) if rows else None,
                    tool_error_ratio_correct_last=common.nanmean([r["tool_error_ratio_correct_before"] for r in rows[-k:]]) if rows else None)
     if evaluate:
-        from kit.data.tasks import task_split
-
         model.eval()
         summary.update(evaluate_policy(cfg, model, tok, list(task_split(cfg).heldout), seed=seed))
     summary["seconds"] = time.perf_counter() - t_start
@@ -343,10 +333,6 @@ def prepare_hard_subset(cfg: KitConfig, stage_name: str, init_dir: str | Path, r
         ValueError: an unknown stage, a stage whose ``problems`` is not ``"hard"``, or a subset
             left empty (every candidate solved every time).
     """
-    from kit.models import load_policy
-    from kit.rollout import run_sync
-    from kit.sandbox import SandboxPool
-
     stage = stage_config(cfg, stage_name)
     if stage.problems != "hard":
         raise ValueError(f"{stage_name}: problems = {stage.problems!r}; only a 'hard' stage filters its pool")

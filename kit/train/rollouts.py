@@ -21,8 +21,13 @@ from typing import Any
 
 import numpy as np
 
+from kit.algo.roc import tool_failure_count
 from kit.config import KitConfig
 from kit.data.tasks import Problem
+from kit.reward import averify_batch
+from kit.rollout import HFBackend, rollout_batch, run_sync
+from kit.rollout.engine import ContinuousBatchingEngine
+from kit.sandbox import SandboxPool
 
 
 @dataclass
@@ -62,11 +67,7 @@ def make_backend(cfg: KitConfig, model, tokenizer, seed: int):
     draw row ``r``'s tokens from the same per-request seed, so they sample the same tokens.
     """
     if cfg.rollout.scheduler == "dynamic":
-        from kit.rollout.engine import ContinuousBatchingEngine
-
         return ContinuousBatchingEngine(model, tokenizer, slots=cfg.rollout.batch_size, seed=seed)
-    from kit.rollout import HFBackend
-
     return HFBackend(model, tokenizer, batch_size=cfg.rollout.batch_size, seed=seed)
 
 
@@ -88,8 +89,6 @@ async def collect(cfg: KitConfig, model, tokenizer, problems: Sequence[Problem],
     Returns:
         A :class:`Batch`.
     """
-    from kit.rollout import rollout_batch
-
     backend = make_backend(cfg, model, tokenizer, seed)
     t0 = time.perf_counter()
     try:
@@ -117,8 +116,6 @@ async def grade(pairs: Sequence[tuple[str, str]]) -> list[Any]:
 
     The one place the trainers grade; tests may replace it with a test double.
     """
-    from kit.reward import averify_batch
-
     return await averify_batch(list(pairs))
 
 
@@ -132,8 +129,6 @@ def batch_stats(batch: Batch) -> dict[str, float]:
     correct trajectory made a call),
     ``correct_with_error_frac`` (share of correct trajectories with at least one failed call).
     """
-    from kit.algo.roc import tool_failure_count
-
     flat = batch.flat()
     r = batch.rewards.reshape(-1)
     calls = np.array([t.tool_calls - t.infra_errors for t in flat], dtype=float)
@@ -165,9 +160,6 @@ def evaluate_policy(cfg: KitConfig, model, tokenizer, problems: Sequence[Problem
         (greedy) and ``{prefix}_sampled_reward``, ``{prefix}_sampled_tool_rate``,
         ``{prefix}_sampled_tool_error_ratio_correct``, ``{prefix}_n``, ``{prefix}_seconds``.
     """
-    from kit.rollout import run_sync
-    from kit.sandbox import SandboxPool
-
     t0 = time.perf_counter()
 
     async def go():

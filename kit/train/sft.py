@@ -35,8 +35,11 @@ import torch
 from kit.config import KitConfig, save
 from kit.data import sft as sft_data
 from kit.data import tasks
+from kit.models import build_tiny_model, load_policy, save_policy, train_tokenizer
+from kit.rollout.protocol import truncate_tokens
 from kit.train import common
 from kit.train.batching import micro_batches, pad_rows
+from kit.train.rollouts import evaluate_policy
 
 MICRO_TOKENS = 2048  # padded tokens per micro-batch (rows x longest row); smaller pads less (measured:
 # 0.71 s/step at 12288, 0.60 s at 1536 for 64 tiny-profile rows on 2 cores)
@@ -96,8 +99,6 @@ def _demo(row: dict[str, Any]) -> tasks.Demo:
 
 def demo_conversations(data: dict[str, Any], tokenizer=None, max_feedback_tokens: int = 0) -> list[sft_data.Conversation]:
     """Conversations of the cached demos; feedback truncated by tokens when ``tokenizer`` is given."""
-    from kit.rollout.protocol import truncate_tokens
-
     out = []
     for row in data["demos"]:
         fb = row["feedback"]
@@ -117,8 +118,6 @@ def build_tokenizer_and_model(cfg: KitConfig, run_dir: str | Path):
     Returns:
         ``(model, tokenizer)``; the model in train mode, float32, on the CPU.
     """
-    from kit.models import build_tiny_model, load_policy, save_policy, train_tokenizer
-
     run_dir = Path(run_dir)
     init = run_dir / "init"
     if (init / "config.json").exists():
@@ -215,8 +214,6 @@ def run_sft(cfg: KitConfig, run_dir: str | Path, progress: Callable[[dict], None
     Raises:
         ValueError: ``cfg.sft.steps`` is 0 (set the number of steps for the local engine).
     """
-    from kit.models import load_policy, save_policy
-
     if cfg.sft.steps <= 0:
         raise ValueError("sft.steps must be > 0 for the local engine (epochs are for the paper-scale path)")
     run_dir = Path(run_dir)
@@ -277,8 +274,6 @@ def run_sft(cfg: KitConfig, run_dir: str | Path, progress: Callable[[dict], None
                                "demo_statuses": data["statuses"], "policy_dir": str(policy_dir),
                                "train_seconds": time.perf_counter() - t_start}
     if evaluate:
-        from kit.train.rollouts import evaluate_policy
-
         model.eval()
         split = tasks.task_split(cfg)
         summary.update(evaluate_policy(cfg, model, tok, list(split.heldout), seed=cfg.seed))

@@ -96,6 +96,9 @@ def read_metrics(path: str | os.PathLike) -> pd.DataFrame:
     if not rows:
         raise MetricsError(f"{path}: no metrics rows")
     df = pd.DataFrame(rows)
+    for col in df.columns[df.dtypes.eq(object)]:  # a ratio undefined at every step is all null
+        if all(v is None or (isinstance(v, int | float) and not isinstance(v, bool)) for v in df[col]):
+            df[col] = pd.to_numeric(df[col].astype(float))
     df["source"] = str(path)
     return df
 

@@ -178,6 +178,33 @@ def test_the_pending_lists_name_only_what_still_breaks_the_rule(rule):
             assert any(mod == module and name in names for _, mod, names, _ in _imports(importer)), importer
 
 
+#: each of these once meant two things (issue #14); one name, one meaning: defined in one module only
+HOMONYMS = ("run_sync", "run_coroutine", "make_backend", "read_metrics", "metric_rows", "write_json", "problem_key",
+            "source_id", "Problem", "TaskProblem", "Trajectory", "SimTrajectory")
+
+
+@pytest.mark.parametrize("name", HOMONYMS)
+def test_one_name_one_meaning(name):
+    where = [m for m in _modules() for node in _tree(m).body
+             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name]
+    assert len(where) == 1, f"{name} is defined in {where}"
+
+
+def test_json_files_are_written_without_bare_nan():
+    """A module writing JSON files goes through kit.jsonio (NaN as null); ``json.dumps`` straight
+    into a file is left only where no float can be NaN (configs, prompts, pipeline state)."""
+    allowed = {"kit.jsonio", "kit.config", "kit.pipeline", "kit.bridge.launch", "kit.bridge.hard_subset",
+               "kit.data.curate"}
+    offenders = []
+    for m, path in _modules().items():
+        if m in allowed or _is(m, ["kit.sandbox", "kit.reward"]):
+            continue
+        for i, line in enumerate(path.read_text().splitlines(), 1):
+            if "json.dumps(" in line and ("write" in line or "fh." in line):
+                offenders.append(f"{path.relative_to(ROOT)}:{i}")
+    assert not offenders, offenders
+
+
 def test_notebooks_committed_without_outputs():
     for nb in (ROOT / "notebooks").glob("*.ipynb"):
         data = json.loads(nb.read_text())

@@ -30,15 +30,16 @@ from typing import Any
 import pandas as pd
 from transformers import AutoTokenizer
 
+from kit import jsonio
 from kit.data.curate import build_hard_subset
 from kit.reward import verify_batch
-from kit.rollout import run_sync
+from kit.rollout import run_coroutine
 from kit.rollout.backends import OpenAIBackend
 from kit.rollout.loop import rollout_batch
 from kit.sandbox import SandboxPool
 
 
-def problem_key(row: Mapping[str, Any]) -> str:
+def source_id(row: Mapping[str, Any]) -> str:
     """``"<source>/<id>"`` of a ``curated.parquet`` row."""
     return f"{row['source']}/{row['id']}"
 
@@ -65,7 +66,7 @@ def build_hard_parquet(curated: str | os.PathLike, counts: Mapping[str, int], ru
 
     Args:
         curated: ``<data run_dir>/data/curated.parquet``.
-        counts: solved count out of ``n`` per :func:`problem_key`; every row needs one.
+        counts: solved count out of ``n`` per :func:`source_id`; every row needs one.
         run_dir: the stage-3 run directory.
         n: rollouts per problem.
     Returns:
@@ -76,17 +77,17 @@ def build_hard_parquet(curated: str | os.PathLike, counts: Mapping[str, int], ru
     """
     df = pd.read_parquet(curated)
     rows = df.to_dict("records")
-    missing = [problem_key(r) for r in rows if problem_key(r) not in counts]
+    missing = [source_id(r) for r in rows if source_id(r) not in counts]
     if missing:
         raise KeyError(f"{len(missing)} problems of {curated} have no solve count, e.g. {missing[:3]}")
-    hard, stats = build_hard_subset(rows, [counts[problem_key(r)] for r in rows], n=n)
+    hard, stats = build_hard_subset(rows, [counts[source_id(r)] for r in rows], n=n)
     if not hard:
         raise ValueError(f"every problem of {curated} was solved {n}/{n}: no stage-3 data")
     out = Path(run_dir) / "data" / "hard.parquet"
     out.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(hard, columns=df.columns).to_parquet(out, index=False)
     info = {"parquet": str(out), **stats, "n": n, "curated": str(Path(curated).resolve())}
-    (Path(run_dir) / "hard_subset.json").write_text(json.dumps(info, indent=2) + "\n")
+    jsonio.write_json(Path(run_dir) / "hard_subset.json", info)
     return info
 
 
@@ -106,7 +107,7 @@ def sample_solve_counts(cfg: Any, curated: str | os.PathLike, *, base_url: str =
         backend, tokenizer, executor: injected instead (tests); ``executor`` default a
             ``kit.sandbox.SandboxPool(cfg.sandbox)``.
     Returns:
-        ``{problem_key: solved}``.
+        ``{source_id: solved}``.
     """
     rows = pd.read_parquet(curated).to_dict("records")
     if tokenizer is None:
@@ -123,9 +124,9 @@ def sample_solve_counts(cfg: Any, curated: str | os.PathLike, *, base_url: str =
         async with SandboxPool(cfg.sandbox) as pool:
             return await rollout_batch(backend, tokenizer, [r["problem"] for r in rows], pool, n, cfg.rollout, **kw)
 
-    groups = run_sync(go())
+    groups = run_coroutine(go())
     verdicts = verify_batch([(r["answer"], tr.response_text) for r, g in zip(rows, groups, strict=True) for tr in g])
-    return {problem_key(r): sum(int(v.correct) for v in verdicts[i * n:(i + 1) * n]) for i, r in enumerate(rows)}
+    return {source_id(r): sum(int(v.correct) for v in verdicts[i * n:(i + 1) * n]) for i, r in enumerate(rows)}
 
 
 def prepare_stage3_data(cfg: Any, run_dir: str | os.PathLike, data_dir: str | os.PathLike, init_dir: str | os.PathLike,

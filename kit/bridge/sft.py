@@ -17,13 +17,13 @@ What it does not do: convert the kit's SFT loaders (``kit.data.sft``) to VERL's 
 
 from __future__ import annotations
 
-import json
 import os
 import subprocess
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+from kit import jsonio
 from kit.bridge.checkpoints import merge_to_policy, saved_steps
 
 
@@ -69,7 +69,7 @@ def link_checkpoint(sft_checkpoint: str | os.PathLike, run_dir: str | os.PathLik
         link.unlink()
     link.symlink_to(src, target_is_directory=True)
     summary = {"stage": "sft", "engine": "linked", "policy_dir": str(link), "sft_checkpoint": str(src)}
-    (Path(run_dir) / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    jsonio.write_json(Path(run_dir) / "summary.json", summary)
     return summary
 
 
@@ -100,5 +100,5 @@ def run_sft(cfg: Any, run_dir: str | os.PathLike, sft_data: str, *, gpus_per_nod
                "global_step": merged["step"], "sft_data": str(Path(sft_data).resolve()), "launched": launched,
                "merged": merged["merged"], "launch_command": cmd, "merge_command": merged["command"],
                "verl_metrics_file": str(run / "verl" / "metrics.jsonl")}
-    (run / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    jsonio.write_json(run / "summary.json", summary)
     return summary

@@ -41,7 +41,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import math
 import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
@@ -49,6 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kit import jsonio
 from kit.bridge import launch
 from kit.bridge.checkpoints import (
     CheckpointError,
@@ -198,8 +198,7 @@ def convert_metrics(verl_file: str | os.PathLike, out_file: str | os.PathLike, *
             row = rows[step]
             if "reward_mean" not in row and "response_len_mean" not in row:
                 continue
-            row = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()}
-            fh.write(json.dumps({"stage": stage, "step": step - start_step, "global_step": step, **row,
+            fh.write(jsonio.dumps({"stage": stage, "step": step - start_step, "global_step": step, **row,
                                  "algorithm": algorithm, "seed": seed, "engine": "verl"}) + "\n")
             n += 1
     return n
@@ -252,7 +251,7 @@ def run_stage(cfg: KitConfig, stage: str, run_dir: str | os.PathLike, init_dir: 
         "launched": launched, "merged": merged["merged"], "launch_command": plan.launch_command,
         "merge_command": merged["command"], "notes": plan.notes,
     }
-    (run / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    jsonio.write_json(run / "summary.json", summary)
     return summary
 
 
@@ -277,7 +276,7 @@ def skip_stage(cfg: KitConfig, stage: str, run_dir: str | os.PathLike, init_dir:
     summary = {"stage": stage, "engine": "verl", "profile": cfg.profile, "steps": 0, "skipped": True,
                "note": f"0 steps in profile {cfg.profile}: not launched; policy/ links the upstream policy",
                "run_dir": str(run), "init_dir": str(Path(init_dir).resolve()), "policy_dir": str(link)}
-    (run / "summary.json").write_text(json.dumps(summary, indent=2) + "\n")
+    jsonio.write_json(run / "summary.json", summary)
     return summary
 
 
@@ -295,7 +294,7 @@ def run_ablation(cfg: KitConfig, run_dir: str | os.PathLike, init_dir: str | os.
                                           "policy_dir": v["policy_dir"], "end_step": v["end_step"]}
                                       for k, v in runs.items()}}
     for name in ("ablation.json", "summary.json"):
-        (Path(run_dir) / name).write_text(json.dumps(out, indent=2) + "\n")
+        jsonio.write_json(Path(run_dir) / name, out)
     return out
 
 

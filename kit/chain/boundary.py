@@ -22,9 +22,9 @@ from kit.data.curate import answers_match, consistency_filter, sample_answers
 from kit.data.pools import Problem
 from kit.eval.benchmarks import BenchItem, load_benchmark
 from kit.eval.evaluate import evaluate_async, passk_curves, plot_passk_curves
-from kit.eval.manifest import write_json
 from kit.figures import save_figure
-from kit.rollout import run_sync
+from kit.jsonio import write_json
+from kit.rollout import run_coroutine
 from kit.sandbox import SandboxPool
 
 
@@ -112,7 +112,7 @@ def consistency_check(cfg: KitConfig, policy_dir: str | os.PathLike, curated_pat
                                         max_tokens=cfg.eval.max_tokens, max_turns=cfg.eval.max_turns,
                                         rollout_cfg=rollout_cfg)
 
-    answers = run_sync(go()) if probs else {}
+    answers = run_coroutine(go()) if probs else {}
     kept, stats = consistency_filter(probs, answers, cfg.data.consistency_min_matches)
     kept_ids = {p.uid for p in kept}
     rows = pd.DataFrame([{"uid": p.uid, "answer": p.answer, "answered": sum(a is not None for a in answers[p.uid]),
@@ -226,7 +226,7 @@ def passk_boundary(cfg: KitConfig, policies: Mapping[str, str | os.PathLike], ru
             items = [it for it in items if prompt_fits(tok, it.question, rollout_cfg)]
             if not items:
                 raise ValueError(f"pass@k: no {source} problem fits the prompt budget of {rollout_cfg.max_prompt_tokens} tokens")
-        results[label] = run_sync(_evaluate_items(cfg, backend, tok, rollout_cfg, source, items, n, str(policy)))
+        results[label] = run_coroutine(_evaluate_items(cfg, backend, tok, rollout_cfg, source, items, n, str(policy)))
         key = keys[label]
         paths[f"result_{key}"] = write_json(out / f"{source}_{key}.json", results[label].to_dict())
     curves = passk_curves(results)

@@ -7,14 +7,13 @@ budget helpers the pass@k and consistency code shares (``eval_rollout_cfg``, ``p
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from kit import prompts
+from kit import jsonio, prompts
 from kit.analysis.entropy import entropy_html, high_entropy_mask, trajectory_entropy
 from kit.analysis.tokens import classify_tokens, count_labels, counts_by_checkpoint
 from kit.chain.policies import heldout_problems, load_run_policy, model_context, sample_trajectories
@@ -22,7 +21,7 @@ from kit.config import KitConfig
 from kit.eval.benchmarks import benchmark_path, load_benchmark
 from kit.eval.evaluate import evaluate_async, save_result
 from kit.eval.manifest import sha256_file
-from kit.rollout import HFBackend, run_sync
+from kit.rollout import HFBackend, run_coroutine
 from kit.sandbox import SandboxPool
 
 
@@ -99,7 +98,7 @@ def evaluate_checkpoint(cfg: KitConfig, policy_dir: str | os.PathLike, run_dir: 
                 out[bench] = res
         return out
 
-    return run_sync(go())
+    return run_coroutine(go())
 
 
 # --------------------------------------------------------------------------- behaviour analysis
@@ -158,7 +157,7 @@ def analyze_checkpoints(cfg: KitConfig, policies: Mapping[str, str | os.PathLike
                                            title=f"{name}: held-out problem {i} ({'correct' if rows[-1]['correct'] else 'wrong'})")
     with (out / "entropy_tokens.jsonl").open("w") as fh:
         for r in rows:
-            fh.write(json.dumps(r) + "\n")
+            fh.write(jsonio.dumps(r) + "\n")
     counts = counts_by_checkpoint(rows)
     counts.to_csv(out / "entropy_counts.csv")
     return Analysis(counts=counts, html=pages, rows=rows)

@@ -18,7 +18,7 @@ from safetensors import safe_open
 from kit.config import KitConfig
 from kit.data.tasks import task_split
 from kit.models import load_policy
-from kit.rollout import HFBackend, run_sync
+from kit.rollout import HFBackend, run_coroutine
 from kit.sandbox import SandboxPool
 from kit.train.rollouts import collect
 
@@ -74,7 +74,7 @@ def sample_trajectories(cfg: KitConfig, policy_dir: str | os.PathLike, *, n_prob
         n: samples per problem.
         seed: backend seed.
         temperature: sampling temperature (1.0 = as in RL training; 0 = greedy).
-        problems: explicit ``kit.data.tasks.Problem`` objects.
+        problems: explicit ``kit.data.tasks.TaskProblem`` objects.
     Returns:
         ``(trajectories, tokenizer, batch)``: a flat list (problem-major), the policy's tokenizer
         and the graded :class:`kit.train.rollouts.Batch` (``batch.rewards`` is (P, n)).
@@ -87,7 +87,7 @@ def sample_trajectories(cfg: KitConfig, policy_dir: str | os.PathLike, *, n_prob
             return await collect(cfg, model, tok, probs, n, pool, seed=seed, max_response_tokens=cfg.eval.max_tokens,
                                  max_turns=cfg.eval.max_turns, temperature=temperature)
 
-    batch = run_sync(go())
+    batch = run_coroutine(go())
     return batch.flat(), tok, batch
 
 

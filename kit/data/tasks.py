@@ -44,7 +44,7 @@ DEMO_KINDS = ("tool", "tool_error", "direct")
 
 
 @dataclass(frozen=True)
-class Problem:
+class TaskProblem:
     """One generated problem.
 
     Attributes:
@@ -92,7 +92,7 @@ class Demo:
             ``</reason>`` and the ``<answer>`` block.
     """
 
-    problem: Problem
+    problem: TaskProblem
     kind: str
     turns: tuple[tuple[str, DemoCall], ...] = field(default_factory=tuple)
     final: str = ""
@@ -169,7 +169,7 @@ def _gen(family: str, level: int, rng: random.Random) -> tuple[str, int, str, st
     raise ValueError(f"unknown task family {family!r}; known: {', '.join(FAMILIES)}")
 
 
-def make_problem(family: str, level: int, rng: random.Random) -> Problem:
+def make_problem(family: str, level: int, rng: random.Random) -> TaskProblem:
     """Draw one problem.
 
     Args:
@@ -177,7 +177,7 @@ def make_problem(family: str, level: int, rng: random.Random) -> Problem:
         level: difficulty in :data:`LEVELS`.
         rng: the random source (a ``random.Random``; the draw is deterministic given its state).
     Returns:
-        The :class:`Problem`; its ``code`` prints ``answer``.
+        The :class:`TaskProblem`; its ``code`` prints ``answer``.
     Raises:
         ValueError: unknown family or level.
     """
@@ -185,7 +185,7 @@ def make_problem(family: str, level: int, rng: random.Random) -> Problem:
         raise ValueError(f"task level {level!r} is not one of {LEVELS}")
     question, answer, code, stdin = _gen(family, level, rng)
     digest = format(abs(hash_text(question)) % 16**8, "08x")
-    return Problem(f"{family}-L{level}-{digest}", family, level, question, str(answer), code, stdin)
+    return TaskProblem(f"{family}-L{level}-{digest}", family, level, question, str(answer), code, stdin)
 
 
 def hash_text(text: str) -> int:
@@ -197,7 +197,7 @@ def hash_text(text: str) -> int:
 
 
 def generate(n: int, seed: int, families: Sequence[str] = FAMILIES, levels: Sequence[int] = LEVELS,
-             exclude: frozenset[str] | set[str] = frozenset()) -> list[Problem]:
+             exclude: frozenset[str] | set[str] = frozenset()) -> list[TaskProblem]:
     """``n`` distinct problems, families and levels drawn uniformly, seeded.
 
     Args:
@@ -235,10 +235,10 @@ def generate(n: int, seed: int, families: Sequence[str] = FAMILIES, levels: Sequ
 class TaskSplit:
     """Train and held-out problems of the tiny task family (disjoint by question text)."""
 
-    train: tuple[Problem, ...]
-    heldout: tuple[Problem, ...]
+    train: tuple[TaskProblem, ...]
+    heldout: tuple[TaskProblem, ...]
 
-    def level(self, level: int, split: str = "train") -> list[Problem]:
+    def level(self, level: int, split: str = "train") -> list[TaskProblem]:
         """Problems of one difficulty level from ``split`` ("train" or "heldout")."""
         if split not in ("train", "heldout"):
             raise ValueError(f"split must be 'train' or 'heldout', got {split!r}")
@@ -298,7 +298,7 @@ def answer_text(answer: str, lead: str) -> str:
             f"The answer is \\boxed{{{answer}}}.\n{prompts.ANSWER_CLOSE}")
 
 
-def make_demo(problem: Problem, kind: str, rng: random.Random) -> Demo:
+def make_demo(problem: TaskProblem, kind: str, rng: random.Random) -> Demo:
     """The model side of one demonstration of ``problem``.
 
     Args:

@@ -34,9 +34,10 @@ import pandas as pd
 from kit import prompts
 from kit.eval import metrics
 from kit.eval.benchmarks import benchmark_path, load_benchmark
-from kit.eval.manifest import build_manifest, write_json
+from kit.eval.manifest import build_manifest
+from kit.jsonio import write_json
 from kit.reward import averify_batch
-from kit.rollout import rollout_batch, run_sync
+from kit.rollout import rollout_batch, run_coroutine
 
 
 def _get(obj: Any, name: str, default: Any = None) -> Any:
@@ -289,7 +290,7 @@ def evaluate(backend: Any, benchmark: str, n: int = 16, temperature: float = 0.6
              max_tokens: int = 30000, max_turns: int = 30, **kwargs: Any) -> EvalResult:
     """Synchronous :func:`evaluate_async` (works inside Jupyter's running loop too).
     Same arguments; ``tokenizer`` and ``executor`` are required keywords."""
-    return run_sync(evaluate_async(backend, benchmark, n=n, temperature=temperature, top_p=top_p,
+    return run_coroutine(evaluate_async(backend, benchmark, n=n, temperature=temperature, top_p=top_p,
                                    max_tokens=max_tokens, max_turns=max_turns, **kwargs))
 
 

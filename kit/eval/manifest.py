@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import json
 import platform
 import subprocess
 from collections.abc import Iterable, Mapping
@@ -73,21 +72,3 @@ def build_manifest(*, model: str, backend: str, sampling: Mapping[str, Any], see
         "host": platform.node(),
         **(dict(extra) if extra else {}),
     }
-
-
-def write_json(path: str | Path, obj: Any) -> Path:
-    """Write ``obj`` as indented JSON (NaN written as null), creating parent folders."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(_nan_to_none(obj), indent=2, allow_nan=False) + "\n")
-    return path
-
-
-def _nan_to_none(obj: Any) -> Any:
-    if isinstance(obj, float) and obj != obj:
-        return None
-    if isinstance(obj, dict):
-        return {str(k): _nan_to_none(v) for k, v in obj.items()}
-    if isinstance(obj, list | tuple):
-        return [_nan_to_none(v) for v in obj]
-    return obj

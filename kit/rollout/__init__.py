@@ -3,7 +3,7 @@
 rStar2-Agent §2, §2.1. Public API::
 
     from kit.rollout import (Generation, Backend, ScriptedBackend, HFBackend, OpenAIBackend,
-                             Trajectory, run_trajectory, run_group, rollout_batch, run_sync,
+                             Trajectory, run_trajectory, run_group, rollout_batch, run_coroutine,
                              audit_trajectory, trajectory_html, parse_tool_calls, render_result)
 """
 
@@ -14,8 +14,8 @@ from kit.rollout.loop import (
     Executor,
     Trajectory,
     rollout_batch,
+    run_coroutine,
     run_group,
-    run_sync,
     run_trajectory,
 )
 from kit.rollout.protocol import ERROR_KINDS, ParsedCall, parse_tool_calls, render_result, truncate_tokens
@@ -23,6 +23,6 @@ from kit.rollout.view import show, trajectory_html
 
 __all__ = [
     "AuditReport", "audit_trajectory", "Backend", "Generation", "HFBackend", "OpenAIBackend", "ScriptedBackend",
-    "CallRecord", "Executor", "Trajectory", "rollout_batch", "run_group", "run_sync", "run_trajectory",
+    "CallRecord", "Executor", "Trajectory", "rollout_batch", "run_group", "run_coroutine", "run_trajectory",
     "ERROR_KINDS", "ParsedCall", "parse_tool_calls", "render_result", "truncate_tokens", "show", "trajectory_html",
 ]

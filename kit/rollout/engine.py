@@ -55,7 +55,7 @@ from transformers import AttentionInterface, DynamicCache
 from transformers.cache_utils import DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
-from kit.rollout.backends import Generation, check_request, sample_tokens, sampling_uniforms
+from kit.rollout.backends import Generation, HFBackend, check_request, sample_tokens, sampling_uniforms
 from kit.rollout.loop import run_trajectory
 
 
@@ -675,16 +675,23 @@ async def rollout_plain(backend: BatchLoopBackend, tokenizer: Any, problems: Seq
     return [flat[i * n:(i + 1) * n] for i in range(len(problems))]
 
 
-def make_backend(model: Any, tokenizer: Any, rollout_cfg: Any, seed: int = 0) -> _BackendBase:
-    """The backend ``rollout.scheduler`` names: ``dynamic`` -> continuous batching, ``static`` -> plain loop.
+def make_backend(model: Any, tokenizer: Any, rollout_cfg: Any, seed: int = 0) -> Any:
+    """The tiny model's sampling backend for :func:`kit.rollout.rollout_batch`, by ``rollout.scheduler``.
+
+    ``dynamic``: :class:`ContinuousBatchingEngine` (report §3.2's load-balanced rollout: a row
+    that ends its turn frees its slot at once); ``static``: :class:`kit.rollout.HFBackend`
+    (micro-batches of whatever is pending). Both draw row ``r``'s tokens from the same
+    per-request seed, so they sample the same tokens. (:class:`BatchLoopBackend`, the plain
+    cohort loop, is driven by :func:`rollout_plain` and is built directly.)
 
     Args:
-        rollout_cfg: a :class:`kit.config.RolloutConfig` (``scheduler``, ``batch_size``).
+        rollout_cfg: a :class:`kit.config.RolloutConfig` (``scheduler``, ``batch_size`` slots/rows).
+        seed: the per-request seeds derive from it.
     Raises:
         ValueError: an unknown scheduler name.
     """
     if rollout_cfg.scheduler == "dynamic":
         return ContinuousBatchingEngine(model, tokenizer, slots=rollout_cfg.batch_size, seed=seed)
     if rollout_cfg.scheduler == "static":
-        return BatchLoopBackend(model, tokenizer, batch_size=rollout_cfg.batch_size, seed=seed)
+        return HFBackend(model, tokenizer, batch_size=rollout_cfg.batch_size, seed=seed)
     raise ValueError(f"unknown rollout.scheduler {rollout_cfg.scheduler!r}")

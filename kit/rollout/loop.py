@@ -348,7 +348,7 @@ async def rollout_batch(backend, tokenizer, problems: Sequence[str], executor, n
     return [list(flat[i * n:(i + 1) * n]) for i in range(len(problems))]
 
 
-def run_sync(coro) -> Any:
+def run_coroutine(coro) -> Any:
     """Run a coroutine to completion from sync code, also inside Jupyter's running event loop
     (then in a helper thread with its own loop)."""
     try:

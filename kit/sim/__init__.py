@@ -82,7 +82,7 @@ Layout (``from kit.sim import X`` reaches every public name; the code lives in):
     ``engine_model``  :class:`EngineSpec` (cost of a step), the SGLang constants, the request
         rows of one engine, SGLang admission (``PrefillAdder``) and retraction
         (``retract_decode``: eviction and the recompute it costs), the macro-step arithmetic.
-    ``workload``  :class:`Trajectory`, :class:`WorkloadPreset`, :func:`sample_workload` and the
+    ``workload``  :class:`SimTrajectory`, :class:`WorkloadPreset`, :func:`sample_workload` and the
         preset :data:`PAPER_ENGINE`, :data:`PAPER_WORKLOAD`.
     ``results``  :class:`SimResult` and :func:`lower_bound`.
     ``loop``  :func:`simulate` (event loop, dispatcher and the per-policy queues),
@@ -103,7 +103,7 @@ from kit.sim.engine_model import (
 )
 from kit.sim.loop import BALANCE_ABS, BALANCE_REL, POLICIES, STATIC_RECHECK_STEPS, simulate
 from kit.sim.results import SimResult, lower_bound
-from kit.sim.workload import PAPER_ENGINE, PAPER_WORKLOAD, Trajectory, WorkloadPreset, sample_workload
+from kit.sim.workload import PAPER_ENGINE, PAPER_WORKLOAD, SimTrajectory, WorkloadPreset, sample_workload
 
 __all__ = [
     "steps_by",
@@ -120,7 +120,7 @@ __all__ = [
     "STATIC_RECHECK_STEPS",
     "EngineSpec",
     "SimResult",
-    "Trajectory",
+    "SimTrajectory",
     "WorkloadPreset",
     "lower_bound",
     "sample_workload",

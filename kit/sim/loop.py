@@ -33,7 +33,7 @@ from kit.sim.engine_model import (
     steps_by,
 )
 from kit.sim.results import SimResult
-from kit.sim.workload import Trajectory
+from kit.sim.workload import SimTrajectory
 
 #: Under SGLang admission while requests wait, a macro-step lasts at most this many steps (the
 #: engine re-runs admission at its end); 1 and 32 give the same makespan on a quarter of the preset.
@@ -46,7 +46,7 @@ POLICIES = ("static", "dynamic", "dynamic_reserve", "dynamic_free", "static_barr
 _VER = 1 << 32  # step-event payload: engine * _VER + macro-step generation
 
 
-def simulate(trajs: list[Trajectory], n_engines: int, engine: EngineSpec, policy: str = "dynamic",
+def simulate(trajs: list[SimTrajectory], n_engines: int, engine: EngineSpec, policy: str = "dynamic",
              max_response_tokens: int | None = None) -> SimResult:
     """Run one rollout step of ``trajs`` on ``n_engines`` identical engines.
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from kit.sim.engine_model import EngineSpec
-from kit.sim.workload import Trajectory
+from kit.sim.workload import SimTrajectory
 
 
 @dataclass
@@ -33,7 +33,7 @@ class SimResult:
         return 1.0 - self.busy_s / self.makespan_s if self.makespan_s > 0 else np.zeros_like(self.busy_s)
 
 
-def lower_bound(trajs: list[Trajectory], n_engines: int, engine: EngineSpec) -> dict[str, float]:
+def lower_bound(trajs: list[SimTrajectory], n_engines: int, engine: EngineSpec) -> dict[str, float]:
     """Makespan no schedule can beat under the cost model of :func:`simulate`.
 
     ``work_s`` = (marginal decode cost of every token + minimal prefill + ``t0`` x the fewest

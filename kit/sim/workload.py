@@ -1,6 +1,6 @@
 """The simulated workload: one RL step's trajectories and the paper-like presets.
 
-A :class:`Trajectory` is one multi-turn rollout (model tokens per turn, tool feedback and tool
+A :class:`SimTrajectory` is one multi-turn rollout (model tokens per turn, tool feedback and tool
 latency between turns); :func:`sample_workload` draws them from a :class:`WorkloadPreset`.
 :data:`PAPER_ENGINE` and :data:`PAPER_WORKLOAD` are the preset of the benchmark (the report's
 64 MI300X serving Qwen3-14B, stage 2 of training), derived from public hardware and model figures
@@ -18,7 +18,7 @@ from kit.sim.engine_model import EngineSpec
 
 
 @dataclass(frozen=True)
-class Trajectory:
+class SimTrajectory:
     """One multi-turn rollout: ``turns = len(gen_tokens)``; tool calls follow all turns but the last.
 
     ``tool_tokens[k]`` tokens of feedback and ``tool_latency_s[k]`` seconds follow turn ``k``.
@@ -76,7 +76,7 @@ PAPER_WORKLOAD = WorkloadPreset(n_trajectories=512 * 32, prompt_tokens_mean=400,
                                 max_turns=10, tool_tokens_mean=150, tool_latency_mean_s=0.3)
 
 
-def sample_workload(preset: WorkloadPreset, seed: int = 0) -> list[Trajectory]:
+def sample_workload(preset: WorkloadPreset, seed: int = 0) -> list[SimTrajectory]:
     """Draw ``preset.n_trajectories`` trajectories (deterministic for a seed).
 
     Total response ~ LogNormal(ln median, sigma) clipped to the limit; tool calls ~ Poisson
@@ -99,5 +99,5 @@ def sample_workload(preset: WorkloadPreset, seed: int = 0) -> list[Trajectory]:
         gen[-1] += gen_total - int(gen.sum())
         mu = math.log(preset.tool_latency_mean_s) - preset.tool_latency_sigma ** 2 / 2
         lat = tuple(float(x) for x in rng.lognormal(mu, preset.tool_latency_sigma, calls))
-        out.append(Trajectory(prompt, tuple(int(g) for g in gen), tuple(tools), lat))
+        out.append(SimTrajectory(prompt, tuple(int(g) for g in gen), tuple(tools), lat))
     return out

@@ -7,8 +7,8 @@ Entry points for notebooks (each writes only under its ``run_dir``; see DEVELOPE
     from kit.train.ablation import run_ablation
     model, tok = build_tokenizer_and_model(cfg, run_dir)            # run_dir/init
     run_sft(cfg, run_dir, progress=None) -> summary                 # run_dir/policy
-    run_stage(cfg, "stage1", init_dir, run_dir, progress=None) -> summary
-    run_ablation(cfg, init_dir, run_dir, seeds=None, progress=None) -> summary
+    run_stage(cfg, "stage1", policy_dir, run_dir, progress=None) -> summary
+    run_ablation(cfg, policy_dir, run_dir, seeds=None, progress=None) -> summary
 
 Modules: ``sft`` (cold start), ``rl`` (stages, hard subset), ``ablation`` (the RoC ablation and
 its worker processes), ``rollouts`` (the agent

@@ -22,6 +22,7 @@ from typing import Any
 
 import numpy as np
 
+from kit import jsonio
 from kit.config import KitConfig, from_json, save
 from kit.train import common
 from kit.train.rl import ALGORITHMS, run_stage
@@ -52,7 +53,7 @@ def reusable_run(cfg: KitConfig, candidate: str | Path, expect: dict[str, Any]) 
     """Whether the finished run in ``candidate`` is exactly the run ``expect`` describes.
 
     True when its ``summary.json`` matches every key of ``expect`` (stage, algorithm, seed,
-    steps, init_dir; see :func:`kit.train.common.finished_summary`) and its ``config.json``
+    steps, init_dir = the policy folder; see :func:`kit.train.common.finished_summary`) and its ``config.json``
     equals ``cfg`` on every section that shapes training (:data:`_REUSE_SECTIONS`). Runs are
     deterministic for a seed (the kill-and-resume test), so such a run is the run.
     """
@@ -67,11 +68,11 @@ def reusable_run(cfg: KitConfig, candidate: str | Path, expect: dict[str, Any]) 
 
 
 def _arm_cli(argv: Sequence[str]) -> None:
-    """Entry of an ablation worker process: ``<run_dir> <stage> <init_dir> <algorithm> <seed> <steps>``;
+    """Entry of an ablation worker process: ``<run_dir> <stage> <policy_dir> <algorithm> <seed> <steps>``;
     the config is the run dir's ``config.json`` (written by the parent)."""
-    rd, stage_name, init_dir, alg, seed, steps = argv
+    rd, stage_name, policy_dir, alg, seed, steps = argv
     cfg = from_json(Path(rd) / "config.json")
-    run_stage(cfg, stage_name, init_dir, rd, algorithm=alg, seed=int(seed), steps=int(steps), evaluate=False)
+    run_stage(cfg, stage_name, policy_dir, rd, algorithm=alg, seed=int(seed), steps=int(steps), evaluate=False)
 
 
 def _die_with_parent() -> None:
@@ -83,7 +84,7 @@ def _die_with_parent() -> None:
         pass
 
 
-def _run_arms(cfg: KitConfig, stage_name: str, init_dir: Path, jobs: list[tuple[str, int, Path]], steps: int,
+def _run_arms(cfg: KitConfig, stage_name: str, policy_dir: Path, jobs: list[tuple[str, int, Path]], steps: int,
               progress: Callable[[dict], None] | None) -> None:
     """Train ``jobs`` (algorithm, seed, run dir): in this process, or ``cfg.ablation.workers`` at once.
 
@@ -96,15 +97,15 @@ def _run_arms(cfg: KitConfig, stage_name: str, init_dir: Path, jobs: list[tuple[
     workers = min(cfg.ablation.workers, len(jobs))
     if workers <= 1:
         for alg, seed, rd in jobs:
-            run_stage(cfg, stage_name, init_dir, rd, progress, algorithm=alg, seed=seed, steps=steps, evaluate=False)
+            run_stage(cfg, stage_name, policy_dir, rd, progress, algorithm=alg, seed=seed, steps=steps, evaluate=False)
         return
     threads = max(1, cfg.model.torch_threads // workers)
     wcfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, torch_threads=threads))
-    seen = {rd: len(common.read_metrics(rd)) for _, _, rd in jobs}
+    seen = {rd: len(common.metric_rows(rd)) for _, _, rd in jobs}
 
     def relay() -> None:
         for rd in seen:
-            rows = common.read_metrics(rd)
+            rows = common.metric_rows(rd)
             for row in rows[seen[rd]:]:
                 if progress is not None:
                     progress(row)
@@ -120,7 +121,7 @@ def _run_arms(cfg: KitConfig, stage_name: str, init_dir: Path, jobs: list[tuple[
                 rd.mkdir(parents=True, exist_ok=True)
                 save(wcfg, rd)
                 log = (rd / "worker.log").open("w")
-                proc = subprocess.Popen([sys.executable, "-c", code, str(rd), stage_name, str(init_dir), alg, str(seed),
+                proc = subprocess.Popen([sys.executable, "-c", code, str(rd), stage_name, str(policy_dir), alg, str(seed),
                                          str(steps)], stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
                 running.append((proc, log, alg, seed, rd))
             time.sleep(1.0)
@@ -143,7 +144,7 @@ def _run_arms(cfg: KitConfig, stage_name: str, init_dir: Path, jobs: list[tuple[
     relay()
 
 
-def run_ablation(cfg: KitConfig, init_dir: str | Path, run_dir: str | Path, seeds: Sequence[int] | None = None,
+def run_ablation(cfg: KitConfig, policy_dir: str | Path, run_dir: str | Path, seeds: Sequence[int] | None = None,
                  progress: Callable[[dict], None] | None = None, stage_name: str = "stage1",
                  reuse: Sequence[str | Path] = ()) -> dict[str, Any]:
     """GRPO against GRPO-RoC from the same policy, same steps, several seeds (report §5.3, Figures 4, 9).
@@ -160,7 +161,7 @@ def run_ablation(cfg: KitConfig, init_dir: str | Path, run_dir: str | Path, seed
 
     Args:
         cfg: resolved config (``cfg.ablation.steps``, ``cfg.ablation.seeds``).
-        init_dir: the starting policy (usually the SFT policy).
+        policy_dir: the starting policy (usually the SFT policy).
         run_dir: the ablation's run directory; writes ``ablation.json``.
         seeds: default ``cfg.ablation.seeds``.
         progress: called with every metrics row (it carries ``algorithm`` and ``seed``).
@@ -184,7 +185,7 @@ def run_ablation(cfg: KitConfig, init_dir: str | Path, run_dir: str | Path, seed
     for seed in seeds:
         for alg in ALGORITHMS:
             rd = run_dir / f"{alg}_seed{seed}"
-            expect = {"stage": stage_name, "algorithm": alg, "seed": seed, "steps": steps, "init_dir": str(init_dir)}
+            expect = {"stage": stage_name, "algorithm": alg, "seed": seed, "steps": steps, "init_dir": str(policy_dir)}
             if common.finished_summary(rd, expect) is not None:
                 continue
             source = next((Path(c) for c in reuse if reusable_run(cfg, c, expect)), None)
@@ -193,15 +194,15 @@ def run_ablation(cfg: KitConfig, init_dir: str | Path, run_dir: str | Path, seed
                 shutil.copytree(source, rd, ignore=shutil.ignore_patterns("checkpoints"))
                 (rd / "REUSED_FROM").write_text(f"{source}\n")
                 if progress is not None:
-                    for row in common.read_metrics(rd):
+                    for row in common.metric_rows(rd):
                         progress(row)
                 continue
             jobs.append((alg, seed, rd))
-    _run_arms(cfg, stage_name, Path(init_dir), jobs, steps, progress)
+    _run_arms(cfg, stage_name, Path(policy_dir), jobs, steps, progress)
     for seed in seeds:
         for alg in ALGORITHMS:
             rd = run_dir / f"{alg}_seed{seed}"
-            rows = [r for r in common.read_metrics(rd) if r.get("stage") == stage_name]
+            rows = [r for r in common.metric_rows(rd) if r.get("stage") == stage_name]
             k = min(5, len(rows))
             err = [r["tool_error_ratio_correct_before"] for r in rows]
             rew = [r["reward_mean"] for r in rows]
@@ -225,7 +226,8 @@ def run_ablation(cfg: KitConfig, init_dir: str | Path, run_dir: str | Path, seed
             [r["tool_error_ratio_correct_first"] - r["tool_error_ratio_correct_last"] for r in rs])
     summary["curves"] = {alg: _nanmean_columns(c) for alg, c in curves.items() if c}
     summary["seconds"] = time.perf_counter() - t0
-    common.write_json(run_dir / "ablation.json", summary)
+    summary = jsonio.jsonable(summary)  # returned as written: an undefined value is None, as in the file
+    jsonio.write_json(run_dir / "ablation.json", summary)
     if progress is not None:
         progress({"stage": "ablation", "summary": summary})
     return summary

@@ -28,6 +28,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from kit import jsonio
 from kit.data.tasks import hash_text
 from kit.models import save_policy
 
@@ -88,7 +89,7 @@ class MetricsWriter:
 
     def write(self, row: dict[str, Any]) -> None:
         with self.path.open("a") as fh:
-            fh.write(json.dumps(row) + "\n")
+            fh.write(jsonio.dumps(row) + "\n")
 
     def rows(self) -> list[dict[str, Any]]:
         """All rows written so far (a partial last line from a killed run is skipped)."""
@@ -106,7 +107,7 @@ class MetricsWriter:
         """Rewrite the file keeping only rows for which ``keep(row)`` is true."""
         rows = [r for r in self.rows() if keep(r)]
         tmp = self.path.with_suffix(".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        tmp.write_text("".join(jsonio.dumps(r) + "\n" for r in rows))
         tmp.replace(self.path)
 
 
@@ -117,8 +118,9 @@ def nanmean(values: Sequence[float]) -> float:
     return float(v.mean()) if v.size else float("nan")
 
 
-def read_metrics(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
-    """The rows of ``run_dir/metrics.jsonl`` (empty list if absent)."""
+def metric_rows(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
+    """The rows of ``run_dir/metrics.jsonl`` as dicts (empty list if absent; an undefined value is
+    None, written as null). :func:`kit.figures.read_metrics` reads the same file as a DataFrame."""
     return MetricsWriter(run_dir).rows()
 
 
@@ -190,11 +192,3 @@ def finished_summary(run_dir: str | os.PathLike, expect: dict[str, Any]) -> dict
         return None
     summary = json.loads(path.read_text())
     return summary if all(summary.get(k) == v for k, v in expect.items()) else None
-
-
-def write_json(path: str | os.PathLike, obj: Any) -> Path:
-    """Write ``obj`` as indented JSON (parents created)."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(obj, indent=2, default=str) + "\n")
-    return path

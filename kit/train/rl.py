@@ -3,8 +3,8 @@ them per arm is :mod:`kit.train.ablation`.
 
 Entry points (notebooks 03-05 call them)::
 
-    summary = run_stage(cfg, "stage1", init_dir=sft_dir / "policy", run_dir=..., progress=print)
-    summary = kit.train.ablation.run_ablation(cfg, init_dir=sft_dir / "policy", run_dir=..., seeds=(0, 1, 2))
+    summary = run_stage(cfg, "stage1", policy_dir=sft_dir / "policy", run_dir=..., progress=print)
+    summary = kit.train.ablation.run_ablation(cfg, policy_dir=sft_dir / "policy", run_dir=..., seeds=(0, 1, 2))
 
 One RL step (:func:`rl_step`), with the kit's shared pieces only:
     1. P problems of the stage's pool (``cfg.algorithm.prompts_per_step``), a fixed permutation
@@ -20,7 +20,7 @@ One RL step (:func:`rl_step`), with the kit's shared pieces only:
        the batch; old log-probs recomputed by the policy before the update, as VERL does).
 
 Stages (``cfg.stages.stage1..3``): response budget, turn limit, task level and step count
-from the profile. A stage starts from ``init_dir`` (the latest policy); its reference policy is
+from the profile. A stage starts from ``policy_dir`` (the latest policy); its reference policy is
 that same latest policy (recorded in the summary; the report trains without a KL term, so it
 enters no loss, and ``kl_coef > 0`` is rejected). ``reset_optimizer`` starts AdamW afresh;
 otherwise the optimizer state saved with the previous stage's policy (``optimizer.pt``) is
@@ -47,13 +47,14 @@ from typing import Any
 import numpy as np
 import torch
 
+from kit import jsonio
 from kit.algo import RocParams, counters, group_advantage, p_format, policy_loss, roc_metrics, roc_step
 from kit.analysis.bstar import balance_score_step
 from kit.config import KitConfig, StageConfig, save
 from kit.data.curate import build_hard_subset
-from kit.data.tasks import Problem, task_split
+from kit.data.tasks import TaskProblem, task_split
 from kit.models import load_policy, save_policy
-from kit.rollout import run_sync
+from kit.rollout import run_coroutine
 from kit.sandbox import SandboxPool
 from kit.train import common
 from kit.train.batching import micro_batches, pad_rows
@@ -77,12 +78,12 @@ def stage_config(cfg: KitConfig, stage_name: str) -> StageConfig:
     return getattr(cfg.stages, stage_name)
 
 
-def stage_pool(cfg: KitConfig, stage: StageConfig) -> list[Problem]:
+def stage_pool(cfg: KitConfig, stage: StageConfig) -> list[TaskProblem]:
     """Train problems of the stage's difficulty level."""
     return task_split(cfg).level(stage.difficulty)
 
 
-def step_problems(pool: Sequence[Problem], step: int, per_step: int, seed: int) -> list[Problem]:
+def step_problems(pool: Sequence[TaskProblem], step: int, per_step: int, seed: int) -> list[TaskProblem]:
     """The ``per_step`` problems of step ``step``: a seeded permutation of ``pool`` walked in
     order (a new permutation each pass). Pure function of its arguments."""
     if not pool:
@@ -175,16 +176,16 @@ def select(cfg: KitConfig, batch: Batch, algorithm: str, seed: int) -> tuple[np.
 # --------------------------------------------------------------------------- one stage
 
 
-def run_stage(cfg: KitConfig, stage_name: str, init_dir: str | Path, run_dir: str | Path,
+def run_stage(cfg: KitConfig, stage_name: str, policy_dir: str | Path, run_dir: str | Path,
               progress: Callable[[dict], None] | None = None, *, algorithm: str | None = None,
               seed: int | None = None, steps: int | None = None, evaluate: bool = True) -> dict[str, Any]:
-    """Run one RL stage from the policy in ``init_dir``; resumable, and a finished run with the
+    """Run one RL stage from the policy in ``policy_dir``; resumable, and a finished run with the
     same stage, algorithm, seed, steps and init returns its ``summary.json`` without running.
 
     Args:
         cfg: resolved config (``cfg.algorithm``, ``cfg.rollout``, ``cfg.stages.<stage_name>``).
         stage_name: ``stage1``, ``stage2`` or ``stage3``.
-        init_dir: a ``save_policy`` folder (SFT's or the previous stage's ``policy/``).
+        policy_dir: a ``save_policy`` folder (SFT's or the previous stage's ``policy/``).
         run_dir: this stage's run directory.
         progress: called with every metrics row and finally with ``{"summary": ...}``.
         algorithm: ``grpo_roc`` or ``grpo``; default ``cfg.algorithm.name``.
@@ -199,11 +200,11 @@ def run_stage(cfg: KitConfig, stage_name: str, init_dir: str | Path, run_dir: st
     Raises:
         ValueError: unknown stage or algorithm, ``kl_coef > 0``, or an empty problem pool.
     """
-    return run_sync(_run_stage(cfg, stage_name, Path(init_dir), Path(run_dir), progress, algorithm, seed, steps,
+    return run_coroutine(_run_stage(cfg, stage_name, Path(policy_dir), Path(run_dir), progress, algorithm, seed, steps,
                                evaluate))
 
 
-async def _run_stage(cfg, stage_name, init_dir, run_dir, progress, algorithm, seed, steps, evaluate):
+async def _run_stage(cfg, stage_name, policy_dir, run_dir, progress, algorithm, seed, steps, evaluate):
     stage = stage_config(cfg, stage_name)
     algorithm = algorithm or cfg.algorithm.name
     if algorithm not in ALGORITHMS:
@@ -213,7 +214,7 @@ async def _run_stage(cfg, stage_name, init_dir, run_dir, progress, algorithm, se
     seed = cfg.seed if seed is None else seed
     steps = stage.steps if steps is None else steps
     done = common.finished_summary(run_dir, {"stage": stage_name, "algorithm": algorithm, "seed": seed,
-                                             "steps": steps, "init_dir": str(init_dir)})
+                                             "steps": steps, "init_dir": str(policy_dir)})
     if done is not None:  # finished before with the same arguments: not run again
         return done
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -221,10 +222,10 @@ async def _run_stage(cfg, stage_name, init_dir, run_dir, progress, algorithm, se
     common.set_threads(cfg.model.torch_threads)
     t_start = time.perf_counter()
     a = cfg.algorithm
-    model, tok = load_policy(init_dir)
+    model, tok = load_policy(policy_dir)
     opt = common.make_optimizer(model, a.lr, a.weight_decay)
-    if not stage.reset_optimizer and (init_dir / "optimizer.pt").exists():
-        opt.load_state_dict(torch.load(init_dir / "optimizer.pt", weights_only=False))
+    if not stage.reset_optimizer and (policy_dir / "optimizer.pt").exists():
+        opt.load_state_dict(torch.load(policy_dir / "optimizer.pt", weights_only=False))
     writer = common.MetricsWriter(run_dir)
     start = 0
     ckpt = common.latest_checkpoint(run_dir)
@@ -241,9 +242,9 @@ async def _run_stage(cfg, stage_name, init_dir, run_dir, progress, algorithm, se
         samples.write_text("".join(ln + "\n" for ln in keep))
     n = a.oversample if algorithm == "grpo_roc" else a.group_size
     pool = stage_pool(cfg, stage)
-    offset = json.loads((init_dir / RL_STATE).read_text())["global_step"] if (init_dir / RL_STATE).exists() else 0
+    offset = json.loads((policy_dir / RL_STATE).read_text())["global_step"] if (policy_dir / RL_STATE).exists() else 0
     summary: dict[str, Any] = {"stage": stage_name, "algorithm": algorithm, "seed": seed, "steps": steps,
-                               "reference_dir": str(init_dir), "init_dir": str(init_dir)}
+                               "reference_dir": str(policy_dir), "init_dir": str(policy_dir)}
     async with SandboxPool(cfg.sandbox) as executor:
         if stage.problems == "hard":
             model.eval()
@@ -294,7 +295,7 @@ async def _run_stage(cfg, stage_name, init_dir, run_dir, progress, algorithm, se
                 common.save_checkpoint(run_dir, done, model, tok, opt, {"stage": stage_name, "algorithm": algorithm})
     policy_dir = save_policy(model, tok, run_dir / "policy")
     torch.save(opt.state_dict(), policy_dir / "optimizer.pt")
-    common.write_json(policy_dir / RL_STATE, {"global_step": offset + steps, "stage": stage_name})
+    jsonio.write_json(policy_dir / RL_STATE, {"global_step": offset + steps, "stage": stage_name})
     rows = [r for r in writer.rows() if r.get("stage") == stage_name]
     k = min(5, len(rows))
     summary.update(policy_dir=str(policy_dir),
@@ -306,16 +307,17 @@ async def _run_stage(cfg, stage_name, init_dir, run_dir, progress, algorithm, se
         model.eval()
         summary.update(evaluate_policy(cfg, model, tok, list(task_split(cfg).heldout), seed=seed))
     summary["seconds"] = time.perf_counter() - t_start
-    common.write_json(run_dir / "summary.json", summary)
+    summary = jsonio.jsonable(summary)  # returned as written: an undefined value is None, as in the file
+    jsonio.write_json(run_dir / "summary.json", summary)
     if progress is not None:
         progress({"stage": stage_name, "summary": summary})
     return summary
 
 
-def prepare_hard_subset(cfg: KitConfig, stage_name: str, init_dir: str | Path, run_dir: str | Path, *,
+def prepare_hard_subset(cfg: KitConfig, stage_name: str, policy_dir: str | Path, run_dir: str | Path, *,
                       seed: int | None = None) -> dict[str, Any]:
     """Stage 3's problem pool, built before the stage trains (report §4.3): the policy in
-    ``init_dir`` samples ``hard_filter_samples`` trajectories per candidate problem of the
+    ``policy_dir`` samples ``hard_filter_samples`` trajectories per candidate problem of the
     stage's pool and the problems it solves every time are dropped
     (:func:`kit.data.curate.build_hard_subset`). Writes
     ``run_dir/hard_subset.json`` (``kept_ids``, ``info``), which :func:`run_stage` then reads;
@@ -324,7 +326,7 @@ def prepare_hard_subset(cfg: KitConfig, stage_name: str, init_dir: str | Path, r
     Args:
         cfg: resolved config (``cfg.stages.<stage_name>``, ``cfg.rollout``, ``cfg.sandbox``).
         stage_name: a stage with ``problems = "hard"`` (``stage3``).
-        init_dir: a ``save_policy`` folder (the previous stage's ``policy/``).
+        policy_dir: a ``save_policy`` folder (the previous stage's ``policy/``).
         run_dir: the stage's run directory.
         seed: default ``cfg.seed`` (must equal the one :func:`run_stage` gets).
     Returns:
@@ -343,14 +345,14 @@ def prepare_hard_subset(cfg: KitConfig, stage_name: str, init_dir: str | Path, r
         return json.loads(path.read_text())["info"]
     run_dir.mkdir(parents=True, exist_ok=True)
     common.set_threads(cfg.model.torch_threads)
-    model, tok = load_policy(Path(init_dir))
+    model, tok = load_policy(Path(policy_dir))
     model.eval()
 
     async def go():
         async with SandboxPool(cfg.sandbox) as executor:
             return await _hard_subset_async(cfg, model, tok, stage, stage_pool(cfg, stage), run_dir, seed, executor)
 
-    kept, info = run_sync(go())
+    kept, info = run_coroutine(go())
     if not kept:
         raise ValueError(f"{stage_name}: every candidate problem was solved {stage.hard_filter_samples}/"
                          f"{stage.hard_filter_samples} times; the hard subset is empty")
@@ -376,7 +378,7 @@ async def _hard_subset_async(cfg, model, tok, stage, pool, run_dir, seed, execut
     kept, counts = build_hard_subset(cand, [int(s) for s in solved], n=k)  # the builder curation shares
     info = {"candidates": len(cand), "samples": k, "solved_all": counts["solved_all"], "kept": len(kept),
             "solve_rate": float(batch.rewards.mean()), "seconds": batch.time_generate_s + batch.time_verify_s}
-    common.write_json(path, {"kept_ids": [p.id for p in kept], "info": info})
+    jsonio.write_json(path, {"kept_ids": [p.id for p in kept], "info": info})
     return kept, info
 
 
@@ -387,4 +389,4 @@ def _write_samples(path: Path, step: int, batch: Batch) -> None:
                 rec = {"step": step, "problem_id": p.id, "answer": p.answer, "reward": float(rew),
                        "response_text": t.response_text, "spans": t.spans(), "turns": t.turns,
                        "tool_calls": t.tool_calls, "tool_errors": t.tool_errors, "truncated": t.truncated}
-                fh.write(json.dumps(rec) + "\n")
+                fh.write(jsonio.dumps(rec) + "\n")

@@ -2,7 +2,7 @@
 
 One code path with the paper-scale recipe: trajectories come from
 :func:`kit.rollout.rollout_batch` (multi-turn, tool calls sent to :class:`kit.sandbox.SandboxPool`)
-on the tiny model's continuous-batching engine (:func:`make_backend`), rewards from :func:`kit.reward.verify_batch`.
+on the tiny model's continuous-batching engine (:func:`kit.rollout.engine.make_backend`), rewards from :func:`kit.reward.verify_batch`.
 Nothing here samples, runs code or grades by itself.
 
 Determinism: the backend seeds each row from ``(seed, prompt ids, repeat count)``; which of
@@ -23,10 +23,10 @@ import numpy as np
 
 from kit.algo.roc import tool_failure_count
 from kit.config import KitConfig
-from kit.data.tasks import Problem
+from kit.data.tasks import TaskProblem
 from kit.reward import averify_batch
-from kit.rollout import HFBackend, rollout_batch, run_sync
-from kit.rollout.engine import ContinuousBatchingEngine
+from kit.rollout import rollout_batch, run_coroutine
+from kit.rollout.engine import make_backend
 from kit.sandbox import SandboxPool
 
 
@@ -45,7 +45,7 @@ class Batch:
         time_verify_s: wall seconds of verification.
     """
 
-    problems: list[Problem]
+    problems: list[TaskProblem]
     groups: list[list[Any]]
     rewards: np.ndarray
     verdict_reasons: list[list[str]]
@@ -58,20 +58,7 @@ class Batch:
         return [t for g in self.groups for t in g]
 
 
-def make_backend(cfg: KitConfig, model, tokenizer, seed: int):
-    """The tiny model's sampling backend, seeded.
-
-    ``cfg.rollout.scheduler == "dynamic"``: :class:`kit.rollout.engine.ContinuousBatchingEngine`
-    (report §3.2's load-balanced rollout: a row that ends its turn frees its slot at once);
-    ``"static"``: :class:`kit.rollout.HFBackend` (micro-batches of whatever is pending). Both
-    draw row ``r``'s tokens from the same per-request seed, so they sample the same tokens.
-    """
-    if cfg.rollout.scheduler == "dynamic":
-        return ContinuousBatchingEngine(model, tokenizer, slots=cfg.rollout.batch_size, seed=seed)
-    return HFBackend(model, tokenizer, batch_size=cfg.rollout.batch_size, seed=seed)
-
-
-async def collect(cfg: KitConfig, model, tokenizer, problems: Sequence[Problem], n: int, executor, *,
+async def collect(cfg: KitConfig, model, tokenizer, problems: Sequence[TaskProblem], n: int, executor, *,
                   seed: int, max_response_tokens: int, max_turns: int, temperature: float,
                   top_p: float = 1.0) -> Batch:
     """Roll out ``problems`` x ``n`` with the agent loop and grade them.
@@ -89,7 +76,7 @@ async def collect(cfg: KitConfig, model, tokenizer, problems: Sequence[Problem],
     Returns:
         A :class:`Batch`.
     """
-    backend = make_backend(cfg, model, tokenizer, seed)
+    backend = make_backend(model, tokenizer, cfg.rollout, seed)
     t0 = time.perf_counter()
     try:
         groups = await rollout_batch(backend, tokenizer, [p.question for p in problems], executor, n, cfg.rollout,
@@ -147,7 +134,7 @@ def batch_stats(batch: Batch) -> dict[str, float]:
     }
 
 
-def evaluate_policy(cfg: KitConfig, model, tokenizer, problems: Sequence[Problem], *, seed: int = 0,
+def evaluate_policy(cfg: KitConfig, model, tokenizer, problems: Sequence[TaskProblem], *, seed: int = 0,
                     prefix: str = "heldout") -> dict[str, float]:
     """Greedy and sampled accuracy of the policy on ``problems`` with the tool available.
 
@@ -169,7 +156,7 @@ def evaluate_policy(cfg: KitConfig, model, tokenizer, problems: Sequence[Problem
             return await asyncio.gather(collect(cfg, model, tokenizer, problems, 1, pool, temperature=0.0, **kw),
                                         collect(cfg, model, tokenizer, problems, 1, pool, temperature=1.0, **kw))
 
-    greedy, sampled = run_sync(go())
+    greedy, sampled = run_coroutine(go())
     g, s = batch_stats(greedy), batch_stats(sampled)
     return {
         f"{prefix}_accuracy": g["accuracy"], f"{prefix}_tool_rate": g["tool_use_rate"],

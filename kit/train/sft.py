@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 
+from kit import jsonio
 from kit.config import KitConfig, save
 from kit.data import sft as sft_data
 from kit.data import tasks
@@ -88,12 +89,12 @@ def prepare_sft_data(cfg: KitConfig, run_dir: str | Path) -> dict[str, Any]:
         rows.append({"problem": d.problem.to_dict(), "kind": d.kind,
                      "turns": [[t, c.code, c.input] for t, c in d.turns], "final": d.final, "feedback": fb})
     data = {"key": key, "demos": rows, "statuses": statuses}
-    common.write_json(path, data)
+    jsonio.write_json(path, data)
     return data
 
 
 def _demo(row: dict[str, Any]) -> tasks.Demo:
-    p = tasks.Problem(**row["problem"])
+    p = tasks.TaskProblem(**row["problem"])
     return tasks.Demo(p, row["kind"], tuple((t, tasks.DemoCall(c, i)) for t, c, i in row["turns"]), row["final"])
 
 
@@ -278,7 +279,8 @@ def run_sft(cfg: KitConfig, run_dir: str | Path, progress: Callable[[dict], None
         split = tasks.task_split(cfg)
         summary.update(evaluate_policy(cfg, model, tok, list(split.heldout), seed=cfg.seed))
     summary["seconds"] = time.perf_counter() - t_start
-    common.write_json(run_dir / "summary.json", summary)
+    summary = jsonio.jsonable(summary)  # returned as written: an undefined value is None, as in the file
+    jsonio.write_json(run_dir / "summary.json", summary)
     if progress is not None:
         progress({"stage": "sft", "summary": summary})
     return summary

@@ -146,7 +146,7 @@ def test_consistency_filter_over_backend_samples():
     from kit import prompts
     from kit.data.curate import sample_answers
     from kit.models import train_tokenizer
-    from kit.rollout import ScriptedBackend, run_sync
+    from kit.rollout import ScriptedBackend, run_coroutine
 
     tok = train_tokenizer([prompts.render_prompt(f"Add {a} and {a}.") + f"</reason> <answer> \\boxed{{{2 * a}}} "
                            "</answer>" + prompts.IM_END for a in range(20)], vocab_size=400)
@@ -159,7 +159,7 @@ def test_consistency_filter_over_backend_samples():
         return f"easy</reason> <answer> \\boxed{{{value}}} </answer>"
 
     problems = [_p("t", 0, "Add 3 and 3.", "6"), _p("t", 1, "Add 5 and 5.", "11")]  # second label is wrong
-    answers = run_sync(sample_answers(ScriptedBackend(tok, script), problems, tokenizer=tok, executor=None, n=8,
+    answers = run_coroutine(sample_answers(ScriptedBackend(tok, script), problems, tokenizer=tok, executor=None, n=8,
                                       max_tokens=64, max_turns=2))
     assert sorted(answers["t/0"]) == ["6"] * 6 + ["999"] * 2
     kept, stats = consistency_filter(problems, answers, min_matches=2)

@@ -115,7 +115,7 @@ def test_plain_loop_cohort_waits_for_slowest_row(tok, model):
     lens = [len(t.response_ids) for g in out for t in g]
     assert eng.stats["prefills"] == 2
     assert eng.stats["row_steps"] == 3 * (max(lens[:3]) - 1) + (lens[3] - 1)
-    assert isinstance(make_backend(model, tok, RolloutConfig(scheduler="static")), BatchLoopBackend)
+    assert isinstance(make_backend(model, tok, RolloutConfig(scheduler="static")), HFBackend)
     assert isinstance(make_backend(model, tok, RolloutConfig(scheduler="dynamic", batch_size=5)), ContinuousBatchingEngine)
 
 

@@ -8,7 +8,7 @@ import pytest
 from kit.sim import (
     PAPER_WORKLOAD,
     EngineSpec,
-    Trajectory,
+    SimTrajectory,
     lower_bound,
     sample_workload,
     simulate,
@@ -22,7 +22,7 @@ POLICIES = ("static", "dynamic", "dynamic_reserve", "dynamic_free", "static_barr
 
 def _single_turn(n, seed):
     rng = np.random.default_rng(seed)
-    return [Trajectory(int(rng.integers(10, 60)), (int(rng.integers(5, 300)),)) for _ in range(n)]
+    return [SimTrajectory(int(rng.integers(10, 60)), (int(rng.integers(5, 300)),)) for _ in range(n)]
 
 
 @pytest.mark.parametrize("policy", POLICIES)
@@ -35,7 +35,7 @@ def test_one_engine_reaches_the_lower_bound(policy):
 
 
 def test_equal_lengths_tie_across_policies():
-    trajs = [Trajectory(20, (50, 60, 70), (10, 12), (0.3, 0.3)) for _ in range(32)]
+    trajs = [SimTrajectory(20, (50, 60, 70), (10, 12), (0.3, 0.3)) for _ in range(32)]
     spans = {p: simulate(trajs, 4, ENG, p).makespan_s for p in POLICIES}
     assert spans["static"] == pytest.approx(spans["dynamic"], rel=1e-12)
     assert spans["static_barrier"] == pytest.approx(spans["dynamic"], rel=1e-12)
@@ -63,7 +63,7 @@ def test_work_is_conserved_and_the_bound_holds(policy):
 def test_static_overflow_evicts_and_recomputes_dynamic_never_does():
     # 8 requests that grow to 450 tokens each on a 2000-token pool: SGLang-style optimistic
     # admission over-commits and must retract; the dynamic reservation admits 4 at a time.
-    trajs = [Trajectory(50, (400,)) for _ in range(8)]
+    trajs = [SimTrajectory(50, (400,)) for _ in range(8)]
     eng = dataclasses.replace(ENG, kv_capacity=2000)
     st = simulate(trajs, 1, eng, "static", max_response_tokens=400)
     dy = simulate(trajs, 1, eng, "dynamic_reserve", max_response_tokens=400)
@@ -78,7 +78,7 @@ def test_static_overflow_evicts_and_recomputes_dynamic_never_does():
 def test_dynamic_never_exceeds_capacity_and_counts_its_recomputes():
     # The same over-committing pool: the report's scheduler admits by estimated growth, so it may
     # retract like SGLang, but KV never exceeds the capacity and every recomputed token is counted.
-    trajs = [Trajectory(50, (400,)) for _ in range(8)]
+    trajs = [SimTrajectory(50, (400,)) for _ in range(8)]
     eng = dataclasses.replace(ENG, kv_capacity=2000)
     dy = simulate(trajs, 1, eng, "dynamic", max_response_tokens=400)
     assert dy.peak_kv[0] <= 2000
@@ -91,8 +91,8 @@ def test_a_turn_leaves_an_overloaded_home_and_its_prefix_is_recomputed():
     # Engine 0 gets trajectories 0 and 2, engine 1 the two one-token ones. When trajectory 0's
     # tool call returns, its home still runs trajectory 2 (~2K tokens of KV) while engine 1 is
     # empty: `dynamic` moves the turn there and prefills its 2050-token prefix again.
-    long = Trajectory(50, (2000, 500), (20,), (0.01,))
-    trajs = [long, Trajectory(50, (1,)), Trajectory(50, (3000, 500), (20,), (0.01,)), Trajectory(50, (1,))]
+    long = SimTrajectory(50, (2000, 500), (20,), (0.01,))
+    trajs = [long, SimTrajectory(50, (1,)), SimTrajectory(50, (3000, 500), (20,), (0.01,)), SimTrajectory(50, (1,))]
     eng = dataclasses.replace(ENG, kv_capacity=20_000)
     mv = simulate(trajs, 2, eng, "dynamic")
     st = simulate(trajs, 2, eng, "dynamic_free")
@@ -116,7 +116,7 @@ def test_bad_inputs_raise():
     with pytest.raises(ValueError, match="capacity"):
         simulate(trajs, 1, dataclasses.replace(ENG, kv_capacity=100), "dynamic", max_response_tokens=300)
     with pytest.raises(ValueError, match="trajectory"):
-        Trajectory(10, (5, 6), (3,), ())
+        SimTrajectory(10, (5, 6), (3,), ())
 
 
 def test_sampled_workload_follows_the_preset():

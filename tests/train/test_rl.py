@@ -67,7 +67,7 @@ def _traj(calls=1, fails=0, tags=1, turns=2, resp=(5, 6, 7)):
 
 def _batch(rewards, trajs):
     P = len(rewards)
-    probs = [tasks.Problem(f"p{i}", "product", 1, f"q{i}", "1", "print(1)") for i in range(P)]
+    probs = [tasks.TaskProblem(f"p{i}", "product", 1, f"q{i}", "1", "print(1)") for i in range(P)]
     return Batch(probs, trajs, np.asarray(rewards, dtype=float), [["x"] * len(r) for r in rewards], 0.0, 0.0, 0.0)
 
 
@@ -139,7 +139,7 @@ def test_step_problems_are_a_seeded_walk():
 def test_stage_kill_and_resume_matches_an_uninterrupted_run(policy, tmp_path, parity_grader):
     cfg = _cfg()
     a = rl.run_stage(cfg, "stage1", policy, tmp_path / "a", evaluate=False)
-    rows_a = common.read_metrics(tmp_path / "a")
+    rows_a = common.metric_rows(tmp_path / "a")
     assert [r["step"] for r in rows_a] == [1, 2, 3, 4]
     for key in METRIC_KEYS:
         assert key in rows_a[0], key
@@ -148,7 +148,7 @@ def test_stage_kill_and_resume_matches_an_uninterrupted_run(policy, tmp_path, pa
     assert json.loads((tmp_path / "a" / "policy" / rl.RL_STATE).read_text())["global_step"] == 4
     same = lambda x, y: json.dumps(x, sort_keys=True) == json.dumps(y, sort_keys=True)  # noqa: E731 (NaN-aware)
     assert same(rl.run_stage(cfg, "stage1", policy, tmp_path / "a", evaluate=False), a)  # finished: not re-run
-    assert len(common.read_metrics(tmp_path / "a")) == 4
+    assert len(common.metric_rows(tmp_path / "a")) == 4
 
     class Killed(Exception):
         pass
@@ -165,7 +165,7 @@ def test_stage_kill_and_resume_matches_an_uninterrupted_run(policy, tmp_path, pa
     def strip(rows):
         return [{k: v for k, v in r.items() if not k.startswith("time_")} for r in rows]
 
-    assert same(strip(common.read_metrics(tmp_path / "b")), strip(rows_a))
+    assert same(strip(common.metric_rows(tmp_path / "b")), strip(rows_a))
     samples = [json.loads(x) for x in (tmp_path / "b" / "samples.jsonl").read_text().splitlines()]
     assert [s["step"] for s in samples] == sorted(s["step"] for s in samples) and samples[-1]["step"] == 4
 
@@ -205,7 +205,7 @@ def test_a_hard_subset_built_before_the_stage_is_the_one_the_stage_would_build(p
 
     def read(d):
         hard = json.loads((d / "hard_subset.json").read_text())
-        rows = [{k: v for k, v in r.items() if not k.startswith("time_")} for r in common.read_metrics(d)]
+        rows = [{k: v for k, v in r.items() if not k.startswith("time_")} for r in common.metric_rows(d)]
         return json.dumps([hard["kept_ids"], rows])
 
     assert read(tmp_path / "first") == read(tmp_path / "inside")
@@ -223,12 +223,12 @@ def test_ablation_reports_both_algorithms_over_seeds(policy, tmp_path, parity_gr
         assert spread["n"] == 2 and spread["min"] <= spread["mean"] <= spread["max"]
         # the error ratio is summarised over the seeds where it is defined (NaN: no correct tool call)
         err = s[alg]["tool_error_ratio_correct_last"]
-        defined = [not math.isnan(s["runs"][f"{alg}_seed{k}"]["tool_error_ratio_correct_last"]) for k in (0, 1)]
+        defined = [s["runs"][f"{alg}_seed{k}"]["tool_error_ratio_correct_last"] is not None for k in (0, 1)]
         assert err["n"] == sum(defined)
         assert len(s["curves"][alg]) == 2
-    roc_rows = common.read_metrics(tmp_path / "grpo_roc_seed0")
+    roc_rows = common.metric_rows(tmp_path / "grpo_roc_seed0")
     assert all(r["sampled"] == 2 * 8 for r in roc_rows) and all(r["kept"] <= 2 * 4 for r in roc_rows)
-    grpo_rows = common.read_metrics(tmp_path / "grpo_seed0")
+    grpo_rows = common.metric_rows(tmp_path / "grpo_seed0")
     assert all(r["sampled"] == r["kept"] == 2 * 4 for r in grpo_rows)
     assert json.loads((tmp_path / "ablation.json").read_text())["seeds"] == [0, 1]
 
@@ -243,7 +243,7 @@ def test_ablation_reuses_a_matching_stage_run_and_only_that(policy, tmp_path, pa
     assert "reused_from" not in reused["runs"]["grpo_seed0"] and "reused_from" not in fresh["runs"]["grpo_roc_seed0"]
 
     def rows(d):
-        return json.dumps([{k: v for k, v in r.items() if not k.startswith("time_")} for r in common.read_metrics(d)])
+        return json.dumps([{k: v for k, v in r.items() if not k.startswith("time_")} for r in common.metric_rows(d)])
 
     assert rows(tmp_path / "reused" / "grpo_roc_seed0") == rows(tmp_path / "fresh" / "grpo_roc_seed0")
     # a run with any training setting different is not the arm
@@ -260,7 +260,7 @@ def test_ablation_arms_in_worker_processes(policy, tmp_path):
     s = ablation.run_ablation(cfg, policy, tmp_path / "par", seeds=(0,), progress=seen.append)
     assert set(s["runs"]) == {"grpo_seed0", "grpo_roc_seed0"}
     for arm in s["runs"]:
-        assert [r["step"] for r in common.read_metrics(tmp_path / "par" / arm)] == [1, 2]
+        assert [r["step"] for r in common.metric_rows(tmp_path / "par" / arm)] == [1, 2]
         assert json.loads((tmp_path / "par" / arm / "config.json").read_text())["model"]["torch_threads"] == 1
     # every arm's rows reached the caller's progress callback (then the summary)
     assert sorted((r["algorithm"], r["step"]) for r in seen[:-1]) == [("grpo", 1), ("grpo", 2), ("grpo_roc", 1), ("grpo_roc", 2)]

@@ -10,7 +10,7 @@ import torch
 from kit.config import load
 from kit.train import common, sft
 from kit.train.batching import micro_batches, pad_rows
-from kit.train.common import read_metrics
+from kit.train.common import metric_rows
 
 
 def _cfg(run_dir, **over):
@@ -54,7 +54,7 @@ def test_sft_learns_and_writes_run_files(base, tmp_path):
     rd = _fresh(base, tmp_path / "run")
     seen = []
     s = sft.run_sft(_cfg(rd, **{"sft.steps": 16}), rd, progress=seen.append, evaluate=False)
-    rows = [r for r in read_metrics(rd) if r["stage"] == "sft"]
+    rows = [r for r in metric_rows(rd) if r["stage"] == "sft"]
     assert [r["step"] for r in rows] == list(range(1, 17))
     assert len(seen) == 17  # 16 rows + the summary
     first, last = sum(r["loss"] for r in rows[:3]) / 3, sum(r["loss"] for r in rows[-3:]) / 3
@@ -85,7 +85,7 @@ def test_kill_and_resume_gives_the_same_run(base, tmp_path):
     def strip(rows):
         return [{k: v for k, v in r.items() if k != "time_s"} for r in rows]
 
-    assert strip(read_metrics(a)) == strip(read_metrics(b))
+    assert strip(metric_rows(a)) == strip(metric_rows(b))
     from kit.models import load_policy
 
     ma, _ = load_policy(a / "policy")
@@ -106,9 +106,9 @@ def test_rerun_after_a_kill_before_any_checkpoint_does_not_duplicate_rows(base, 
 
     with pytest.raises(Killed):
         sft.run_sft(_cfg(rd), rd, progress=die, evaluate=False)
-    assert common.latest_checkpoint(rd) is None and len(read_metrics(rd)) == 1
+    assert common.latest_checkpoint(rd) is None and len(metric_rows(rd)) == 1
     sft.run_sft(_cfg(rd), rd, evaluate=False)
-    assert [r["step"] for r in read_metrics(rd)] == list(range(1, 7))
+    assert [r["step"] for r in metric_rows(rd)] == list(range(1, 7))
 
 
 def test_loss_counts_only_masked_tokens(base):

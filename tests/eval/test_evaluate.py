@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 import pytest
+from doubles import FakeExecutor, Res, call
 
 from kit import prompts
 from kit.eval.benchmarks import BenchItem
@@ -92,36 +93,19 @@ def test_manifest_records_hashes_and_sampling(tmp_path):
 # ----------------------------------------------------------------------- through the agent loop
 
 
-@dataclass
-class Res:
-    status: str
-    stdout: str = ""
-    stderr: str = ""
-    value: str = ""
-    exit_code: int | None = 0
-    wall_s: float = 0.01
-
-
-class Executor:
-    async def run_batch(self, calls):
-        out = []
-        for code, _stdin in calls:
-            try:
-                out.append(Res("ok", stdout=str(eval(code.removeprefix("print(")[:-1])) + "\n"))  # noqa: S307
-            except Exception as exc:  # noqa: BLE001
-                out.append(Res("error", stderr=f"Traceback (most recent call last):\n{exc!r}"))
-        return out
-
-
-def _call(code):
-    return "<tool_call>\n" + json.dumps({"name": prompts.TOOL_NAME, "arguments": {"code": code, "input": ""}}) + "\n</tool_call>"
+def _evaluate_print(code, _stdin):
+    """The sandbox's answer to ``print(<expr>)``: the value, or a traceback."""
+    try:
+        return Res("ok", stdout=str(eval(code.removeprefix("print(")[:-1])) + "\n")  # noqa: S307
+    except Exception as exc:  # noqa: BLE001
+        return Res("error", stderr=f"Traceback (most recent call last):\n{exc!r}")
 
 
 @pytest.fixture(scope="module")
 def tok():
     from kit.models import train_tokenizer
 
-    corpus = [prompts.render_prompt(f"What is {a} * {a + 3}?") + _call(f"print({a}*{a + 3})") + prompts.IM_END
+    corpus = [prompts.render_prompt(f"What is {a} * {a + 3}?") + call(f"print({a}*{a + 3})") + prompts.IM_END
               + prompts.feedback_block([str(a * (a + 3))]) + f"</reason> <answer> \\boxed{{{a * (a + 3)}}} </answer>"
               + prompts.IM_END for a in range(30)]
     return train_tokenizer(corpus, vocab_size=600)
@@ -138,14 +122,14 @@ def test_evaluate_runs_the_agent_loop_and_writes_result(tok, tmp_path):
         # except that every second sample of problem 1 answers wrongly
         if "<tool_response>" not in context:
             q = context.split("What is ")[-1].split("?")[0]
-            return "compute " + _call(f"print({q})")
+            return "compute " + call(f"print({q})")
         printed = context.rsplit("<tool_response>", 1)[1].split("</tool_response>")[0].strip()
         k = state[printed] = state.get(printed, 0) + 1
         value = printed if not (printed == "15" and k % 2 == 0) else "16"
         return f"ok</reason> <answer> \\boxed{{{value}}} </answer>"
 
     r = evaluate(ScriptedBackend(tok, script), "toy", n=4, temperature=0.6, top_p=0.95, max_tokens=400,
-                 max_turns=4, tokenizer=tok, executor=Executor(), items=items, run_dir=tmp_path,
+                 max_turns=4, tokenizer=tok, executor=FakeExecutor(_evaluate_print), items=items, run_dir=tmp_path,
                  model_name="scripted", rollout_kwargs={"call_factory": lambda code, stdin: (code, stdin)},
                  bootstrap_samples=100)
     assert r.correct[0].tolist() == [1, 1, 1, 1] and r.correct[1].sum() == 2

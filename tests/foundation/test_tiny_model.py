@@ -52,12 +52,18 @@ def test_build_save_reload_generate(tmp_path):
     for a, b in zip(model.state_dict().values(), model2.state_dict().values(), strict=True):
         assert torch.equal(a, b)
     text = tok2.apply_chat_template([{"role": "user", "content": "What is 3 * 4?"}], tokenize=False, add_generation_prompt=True)
+    assert text == tok.apply_chat_template([{"role": "user", "content": "What is 3 * 4?"}], tokenize=False,
+                                           add_generation_prompt=True)
     enc = tok2(text, return_tensors="pt")
-    torch.manual_seed(0)
-    out = model2.generate(**enc, max_new_tokens=12, do_sample=True, eos_token_id=stop_token_ids(tok2))
-    new = out[0, enc["input_ids"].shape[1]:]
-    assert 1 <= new.numel() <= 12
-    assert isinstance(tok2.decode(new), str)
+    stops = stop_token_ids(tok2)
+    samples = []
+    for m in (model, model2):  # the saved policy samples exactly what the original samples
+        torch.manual_seed(0)
+        samples.append(m.generate(**enc, max_new_tokens=12, do_sample=True, eos_token_id=stops))
+    assert torch.equal(samples[0], samples[1])
+    new = samples[1][0, enc["input_ids"].shape[1]:]
+    assert new.numel() == 12 or (1 <= new.numel() < 12 and int(new[-1]) in stops)  # the budget or a stop id
+    assert tok2.decode(new) == tok.decode(new)
 
 
 def test_load_policy_missing_path_is_clear(tmp_path):

@@ -79,7 +79,13 @@ def test_evaluation_on_the_real_benchmarks(smoke_run):
     for bench in ("aime24", "aime25", "math500", "hmmt25"):
         d = json.loads((lay.root / "eval" / "eval" / f"{bench}.json").read_text())
         assert d["n_samples"] == cfg.eval.n_samples and d["n_problems"] == cfg.eval.max_problems
-        assert 0.0 <= d["avg_at_n"] <= 1.0 and d["manifest"]["data_files"]
+        assert d["manifest"]["data_files"] and len(d["per_problem"]) == cfg.eval.max_problems
+        correct = [c for p in d["per_problem"] for c in p["correct"]]
+        assert len(correct) == cfg.eval.max_problems * cfg.eval.n_samples
+        # the headline numbers are the per-sample grades in the same file, aggregated
+        assert d["avg_at_n"] == pytest.approx(sum(correct) / len(correct))
+        solved = sum(any(p["correct"]) for p in d["per_problem"]) / len(d["per_problem"])
+        assert d["pass_at_k"][str(cfg.eval.n_samples)] == pytest.approx(solved)
 
 
 def test_consistency_filter_and_passk_curves(smoke_run):

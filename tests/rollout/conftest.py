@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from rollout_helpers import corpus
+from doubles import corpus
 
 from kit.models import train_tokenizer
 

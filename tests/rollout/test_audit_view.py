@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import copy
 
-from rollout_helpers import FakeExecutor, call, pair
+from doubles import FakeExecutor, call, pair
 
 from kit import prompts
 from kit.config import RolloutConfig

@@ -12,7 +12,7 @@ import dataclasses
 
 import pytest
 import torch
-from rollout_helpers import call
+from doubles import call
 
 from kit import prompts
 from kit.config import RolloutConfig, load

@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from rollout_helpers import FakeExecutor, Res, call, pair
+from doubles import FakeExecutor, Res, call, pair
 
 from kit import prompts
 from kit.config import RolloutConfig

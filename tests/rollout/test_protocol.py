@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from rollout_helpers import Res, call
+from doubles import Res, call
 
 from kit import prompts
 from kit.rollout.protocol import has_tool_call, parse_tool_calls, render_result, truncate_tokens

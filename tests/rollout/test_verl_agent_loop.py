@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import hydra
 import pytest
+from doubles import FakeExecutor, Res, call, pair
 from omegaconf import OmegaConf
-from rollout_helpers import FakeExecutor, Res, call, pair
 
 pytest.importorskip("verl.experimental.agent_loop")
 

@@ -1,4 +1,5 @@
-"""Helpers shared by the rollout tests: tool-call text, a tiny tokenizer corpus, a fake sandbox."""
+"""Test doubles shared across test folders: tool-call text, a tiny tokenizer corpus, a fake sandbox
+(importable from every test module: tests/conftest.py puts this folder on the path)."""
 
 from __future__ import annotations
 

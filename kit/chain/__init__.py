@@ -16,8 +16,9 @@ from ``kit.chain``; the code lives in the submodules:
 - ``boundary``: the consistency filter :func:`consistency_check` and the pass@k curves
   :func:`passk_boundary` with their figure.
 
-To monkeypatch a name a function looks up, patch the submodule that defines it
-(e.g. ``kit.chain.policies.load_run_policy``), not ``kit.chain``.
+Imports sit at the top of each submodule, so a name is bound where it is used: to monkeypatch
+one, patch the submodule whose function looks it up (e.g. ``kit.chain.evaluation.load_run_policy``
+for :func:`evaluate_checkpoint`), not ``kit.chain`` or the module that defines it.
 """
 
 from kit.chain.boundary import (

@@ -12,7 +12,14 @@ uniformly at random, positives preferring fewer tool errors and a cleaner answer
   where ``turns`` counts every assistant turn, the first one included.
 * ``p_total = p_err + p_format``; positives are drawn without replacement with probability
   proportional to ``1 / p_total`` (mode ``"sample"``, the report) or the lowest ``p_total`` first
-  (mode ``"rank"``, the public release).
+  (mode ``"rank"``, the public release). Negatives are drawn uniformly at random
+  (``negative_order="random"``) or the first ``k_neg`` in rollout order (``"rollout"``, the
+  release since its PR #50).
+
+The release's kept set, exactly: ``mode="rank"``, ``negative_order="rollout"``, the release's
+text reading of the penalties (``penalties=(release_p_err(texts), release_p_format(texts))`` in
+:func:`roc_step`; ``AlgorithmConfig.roc_reading="text"``) and an even G, on groups of more than G
+rollouts (``tests/algo/test_roc.py`` checks this against a re-implementation of the release's loop).
 
 Everything here is a pure function on per-trajectory arrays (``N = P * 2G`` rows before
 selection), so the local CPU trainer and the VERL hook (``kit.bridge.roc_hook``) share it.
@@ -31,13 +38,22 @@ turns in ``p_format``          assistant turns found in the        all assistant
                                *response* text: the first turn's   (:func:`release_p_format`)
                                header sits in the prompt, so a
                                no-tool answer scores 1.0
+truncated last turn            not a turn (no ``<|im_end|>``       counted as a turn
+                               closes it)                          (:func:`release_p_format`)
+unbalanced ``<answer>`` tags   1.0 (e.g. two ``<answer>``, one     tags counted as written: two
+                               ``</answer>``)                      ``<answer>`` over 2 turns is 0.5
+                                                                   (:func:`release_p_format`)
 positives                      lowest penalty first                ``mode="sample"`` (``"rank"``)
-negatives                      rollout order (after PR #50;        uniform at random
-                               lowest penalty before it)
+negatives                      first k in rollout order (PR #50;   uniform at random
+                               lowest penalty before it)           (``negative_order="rollout"``)
 counts                         ``round()`` each side separately    ``k_pos = round(...)``,
-                                                                   ``k_neg = G - k_pos`` (equal
-                                                                   to the release when G is even
-                                                                   and there are 2G rollouts)
+                                                                   ``k_neg = G - k_pos``: equal to
+                                                                   the release for every even G,
+                                                                   whatever the group's size n > G
+                                                                   (round(G-x) = G-round(x) when G
+                                                                   is even); with G odd a .5 tie
+                                                                   (3 of 6 rows, G = 5) fails the
+                                                                   release's ``assert`` or differs
 groups with < G rollouts       dropped                             kept whole
 =============================  ==================================  ===============================
 
@@ -58,6 +74,7 @@ from typing import Any, Literal
 import numpy as np
 
 RocMode = Literal["sample", "rank"]
+NegativeOrder = Literal["random", "rollout"]
 
 #: Tool-error kinds that are the model's fault (keys of ``kit.rollout`` ``Trajectory.tool_errors``):
 #: a raised exception, a wall/CPU timeout, the memory limit, the output limit, a malformed call.
@@ -384,13 +401,14 @@ def roc_select(
     min_negative: int = 2,
     drop_equal_reward_groups: bool = True,
     seed: int | np.random.Generator = 0,
+    negative_order: NegativeOrder = "random",
 ) -> RocSelection:
     """GRPO-RoC down-sampling of an oversampled batch (rStar2-Agent §2.2.3, Algorithm in §2.2).
 
     For every group (prompt): optionally drop it when all rewards are equal (DAPO-style, as
     released); keep it whole when it has at most G rows; else keep ``G`` rows: ``k_pos``
-    positives chosen by :func:`select_positives` and ``k_neg`` negatives uniformly at random,
-    with counts from :func:`allocate`. Groups are visited in order of first appearance and all
+    positives chosen by :func:`select_positives` and ``k_neg`` negatives (uniformly at random,
+    or the first ones in rollout order), with counts from :func:`allocate`. Groups are visited in order of first appearance and all
     randomness comes from one Generator, so a seed fixes the result.
 
     Args:
@@ -402,6 +420,8 @@ def roc_select(
         min_positive, min_negative: minimum kept counts per side (see :func:`allocate`).
         drop_equal_reward_groups: drop groups whose rewards are all equal (no GRPO signal).
         seed: int seed or a numpy Generator.
+        negative_order: ``"random"`` (report: uniform down-sampling) or ``"rollout"`` (the
+            release since PR #50: the first ``k_neg`` negatives by row index).
     Returns:
         :class:`RocSelection` with the kept row indices.
     Raises:
@@ -420,6 +440,8 @@ def roc_select(
         raise ValueError(
             f"RoC: min_positive ({min_positive}) + min_negative ({min_negative}) exceeds group_size ({group_size})"
         )
+    if negative_order not in ("random", "rollout"):
+        raise ValueError(f"roc_select: negative_order must be 'random' or 'rollout', got {negative_order!r}")
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     groups: dict[Hashable, list[int]] = {}
     for i, g in enumerate(gids):
@@ -443,7 +465,7 @@ def roc_select(
             continue
         k_pos, k_neg = allocate(pos.size, neg.size, group_size, min_positive, min_negative)
         chosen_pos = pos[select_positives(pt[pos], k_pos, mode, rng)]
-        chosen_neg = rng.permutation(neg)[:k_neg]
+        chosen_neg = neg[:k_neg] if negative_order == "rollout" else rng.permutation(neg)[:k_neg]
         kept.extend([chosen_pos, chosen_neg])
         n_pos_kept += k_pos
         n_neg_kept += k_neg
@@ -526,11 +548,14 @@ class RocParams:
     min_positive: int = 2
     min_negative: int = 2
     drop_equal_reward_groups: bool = True
+    negative_order: NegativeOrder = "random"
 
     def __post_init__(self) -> None:
         """Reject settings that would only fail at the first selection (after a whole rollout)."""
         if self.mode not in ("sample", "rank"):
             raise ValueError(f"RocParams.mode must be 'sample' or 'rank', got {self.mode!r}")
+        if self.negative_order not in ("random", "rollout"):
+            raise ValueError(f"RocParams.negative_order must be 'random' or 'rollout', got {self.negative_order!r}")
         if self.group_size < 1 or self.min_positive < 0 or self.min_negative < 0:
             raise ValueError(f"RocParams: bad counts group_size={self.group_size} min_positive={self.min_positive} "
                              f"min_negative={self.min_negative}")
@@ -549,6 +574,7 @@ class RocParams:
             min_positive=int(algorithm.min_positive),
             min_negative=int(algorithm.min_negative),
             drop_equal_reward_groups=bool(algorithm.drop_equal_reward_groups),
+            negative_order=getattr(algorithm, "roc_negative_order", "random"),
         )
 
 
@@ -586,7 +612,7 @@ def roc_step(
     sel = roc_select(
         rewards, group_ids, pt, group_size=params.group_size, mode=params.mode,
         min_positive=params.min_positive, min_negative=params.min_negative,
-        drop_equal_reward_groups=params.drop_equal_reward_groups, seed=seed,
+        drop_equal_reward_groups=params.drop_equal_reward_groups, seed=seed, negative_order=params.negative_order,
     )
     calls = np.asarray(counts["tool_calls"]) - (np.asarray(infra) if infra is not None else 0)
     metrics = roc_metrics(rewards, sel.kept, calls, counts["tool_failures"], pf, counts["answer_tags"])

@@ -91,6 +91,7 @@ def roc_params_from_kwargs(kw: Mapping[str, Any]) -> tuple[RocParams, dict[str, 
         min_positive=int(kw.get("min_positive", 2)),
         min_negative=int(kw.get("min_negative", 2)),
         drop_equal_reward_groups=bool(kw.get("drop_equal_reward_groups", True)),
+        negative_order=str(kw.get("negative_order", "random")),  # type: ignore[arg-type]
     )
     extra = {
         "oversample": int(need("oversample")),

@@ -26,7 +26,7 @@ def _report(args: argparse.Namespace) -> int:
         return 2
     from kit import report
 
-    return report.main(["--profile", args.profile, "--run", args.run])
+    return report.main(["--profile", args.profile, "--run", args.run, *(["--allow-failed"] if args.allow_failed else [])])
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,6 +44,8 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("report", help="build the report PDF of a run")
     r.add_argument("--profile", default="tiny")
     r.add_argument("--run", default="main")
+    r.add_argument("--allow-failed", action="store_true",
+                   help="build the report of a run with failed notebooks; its first page lists them")
     r.set_defaults(fn=_report)
     args = parser.parse_args(argv)
     return args.fn(args)

@@ -551,7 +551,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_report and not args.until:
         from kit import report
 
-        pdf = report.build_report(layout)
+        try:
+            pdf = report.build_report(layout)
+        except report.ReportError as exc:
+            print(f"kit.pipeline: no report: {exc}", file=sys.stderr)
+            return 1
         print(f"kit.pipeline: report {pdf}")
     print(f"kit.pipeline: all {len(series)} notebooks finished in {time.perf_counter() - t0:.0f} s")
     return 0

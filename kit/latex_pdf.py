@@ -78,7 +78,7 @@ TEMPLATE = r"""((*- extends 'index.tex.j2' -*))
 """.replace("@MAIN@", MAIN_FONT).replace("@SANS@", SANS_FONT).replace("@MONO@", MONO_FONT) \
    .replace("@CJK@", CJK_FONT).replace("@RANGES@", _RANGES_TEX)
 
-_LONG_RUN = re.compile(r"[A-Za-z0-9]{%d,}" % (WRAP_RUN + 1))
+_LONG_RUN = re.compile(r"[A-Za-z0-9]{" + str(WRAP_RUN + 1) + ",}")
 
 
 def svg_converter() -> str | None:

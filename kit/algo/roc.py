@@ -2,7 +2,8 @@
 
 Per prompt the trainer samples ``2G`` trajectories and keeps ``G`` for the update; the reward
 stays binary. Positives (reward > 0) and negatives keep their proportion; negatives are kept
-uniformly at random, positives preferring fewer tool errors and a cleaner answer format:
+uniformly (at random, or in rollout order as released), positives preferring fewer tool errors
+and a cleaner answer format:
 
 * ``p_err = failed tool calls / tool calls`` (0.5 without any call). "Failed" is the sandbox's
   structured status: an exception, a timeout, a memory or output limit, a malformed call.
@@ -18,7 +19,7 @@ uniformly at random, positives preferring fewer tool errors and a cleaner answer
 
 The release's kept set, exactly: ``mode="rank"``, ``negative_order="rollout"``, the release's
 text reading of the penalties (``penalties=(release_p_err(texts), release_p_format(texts))`` in
-:func:`roc_step`; ``AlgorithmConfig.roc_reading="text"``) and an even G, on groups of more than G
+:func:`roc_step`; in the VERL hook ``AlgorithmConfig.roc_reading="text"``) and an even G, on groups of more than G
 rollouts (``tests/algo/test_roc.py`` checks this against a re-implementation of the release's loop).
 
 Everything here is a pure function on per-trajectory arrays (``N = P * 2G`` rows before

@@ -239,3 +239,14 @@ def test_a_long_code_line_wraps_inside_the_page(tmp_path):
     assert right and max(right) < width - 36  # inside the right margin (36 pt = 1/2 inch)
     flat = re.sub(r"[\s\u200b\u21aa]", "", _pdftext(pdf))
     assert flat.count(token) == 2  # nothing lost: the code line and the printed line, whole
+
+
+@needs_poppler
+def test_the_figures_only_fallback_also_lists_failed_notebooks(tmp_path, monkeypatch, rl_metrics):
+    lay = _failed_run(tmp_path)
+    m = rl_metrics(tmp_path / "m" / "metrics.jsonl", stage="ablation", algorithm="grpo", seed=0, steps=3)
+    figures.save_figure(figures.figure9_roc_ablation(m), lay.root / "figures", "figure9", formats=("png",))
+    monkeypatch.setattr(report, "latex_available", lambda: False)
+    pdf = report.build_report(lay, echo=lambda s: None, allow_failed=True)
+    first = " ".join(_pdftext(pdf, "-f", "1", "-l", "1").split())
+    assert "THIS RUN DID NOT FINISH: 1 notebook(s) failed" in first and "02_cold_start_sft" in first

@@ -6,7 +6,8 @@ PY := $(VENV)/bin/python
 PROFILE ?= tiny
 RUN ?= main
 PYTEST_ARGS ?=
-APT_PACKAGES := bubblewrap texlive-xetex texlive-fonts-recommended texlive-plain-generic pandoc poppler-utils
+APT_PACKAGES := bubblewrap texlive-xetex texlive-fonts-recommended texlive-plain-generic pandoc poppler-utils \
+                librsvg2-bin fonts-dejavu-core fonts-wqy-microhei
 STAMP := $(VENV)/.kit-installed
 APT_STAMP := $(VENV)/.kit-apt
 
@@ -25,8 +26,10 @@ $(STAMP): pyproject.toml | $(VENV)/bin/python
 	$(VENV)/bin/pip install -q -e '.[dev]'
 	@touch $@
 
-# Debian packages: bubblewrap (sandbox isolation), TeX + pandoc (notebook PDFs), poppler (PDF checks).
-$(APT_STAMP): | $(VENV)/bin/python
+# Debian packages: bubblewrap (sandbox isolation), TeX + pandoc (notebook PDFs), poppler (PDF checks),
+# rsvg-convert (SVG outputs in the PDF), DejaVu + WenQuanYi fonts (box drawing, arrows, Greek, CJK in the PDF).
+# Rechecked when this Makefile changes (a package added to the list is installed on the next setup).
+$(APT_STAMP): Makefile | $(VENV)/bin/python
 	@missing=""; for p in $(APT_PACKAGES); do dpkg -s $$p >/dev/null 2>&1 || missing="$$missing $$p"; done; \
 	if [ -z "$$missing" ]; then :; \
 	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \

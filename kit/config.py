@@ -129,6 +129,7 @@ class AlgorithmConfig:
     roc_use_error_ratio: bool = True
     roc_use_answer_format: bool = True
     roc_reading: Literal["counters", "text"] = "counters"  # text: the release's decoded-text p_err/p_format
+    roc_negative_order: Literal["random", "rollout"] = "random"  # release (PR #50): first k negatives in rollout order
     min_positive: int = 2  # release: min_non_zero_reward_trace_num
     min_negative: int = 2  # release: min_zero_reward_trace_num
     drop_equal_reward_groups: bool = True  # DAPO-style, as released

@@ -29,6 +29,7 @@ import argparse
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -49,6 +50,19 @@ NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 #: 0.76 s. The bounded spin is within 10% of the best on an idle machine and avoids the 3x
 #: collapse of unbounded spinning on a shared one.
 KERNEL_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "GOMP_SPINCOUNT": "10000"}
+#: Default per-cell limit of each profile, seconds (``--cell-timeout`` overrides it; 0 = no limit),
+#: so that one endless cell cannot hang ``make reproduce`` forever. tiny: the slowest cell
+#: measured is the SFT cell, 245-350 s on a shared 2-core machine (README), so 1800 s is about 5x
+#: the slowest run seen; smoke runs seconds per notebook. Paper profiles: one cell drives a whole
+#: VERL stage; the report's full 510-step recipe took about a week on 64 GPUs, so one stage on its
+#: own gets 7 days. Other profiles: 1 day.
+CELL_TIMEOUT_S = {"smoke": 900, "tiny": 1800, "paper-14b": 7 * 86400, "paper-32b": 7 * 86400}
+OTHER_PROFILE_CELL_TIMEOUT_S = 86400
+
+
+def default_cell_timeout(profile: str) -> int:
+    """The per-cell time limit of ``profile`` in seconds (:data:`CELL_TIMEOUT_S`)."""
+    return CELL_TIMEOUT_S.get(profile, OTHER_PROFILE_CELL_TIMEOUT_S)
 
 
 class PipelineError(RuntimeError):
@@ -199,9 +213,16 @@ def _failed_cell(output: Path) -> tuple[int | None, str]:
 
 
 def _describe_failure(nb: NotebookRun, output: Path, exc: BaseException) -> PipelineError:
+    from nbclient.exceptions import CellTimeoutError
     from papermill.exceptions import PapermillExecutionError
 
-    if isinstance(exc, PapermillExecutionError):
+    if isinstance(exc, CellTimeoutError):
+        index, first = _failed_cell(output)
+        limit = re.search(r"after (\d+) seconds", str(exc))
+        error = f"CellTimeoutError: the cell ran longer than {limit.group(1) if limit else 'the limit of'} s " \
+                "and was stopped (--cell-timeout)"
+        count = ""
+    elif isinstance(exc, PapermillExecutionError):
         index, error = exc.cell_index, f"{exc.ename}: {exc.evalue}"
         lines = [ln for ln in (exc.source or "").splitlines() if ln.strip()]
         first = lines[0] if lines else ""
@@ -215,6 +236,45 @@ def _describe_failure(nb: NotebookRun, output: Path, exc: BaseException) -> Pipe
     msg = (f"notebook {nb.name} failed in {where}{snippet}: {error}\n"
            f"  executed notebook with the traceback: {output}")
     return PipelineError(msg, nb.name, index)
+
+
+def mark_not_run(output: Path, index: int | None, error: str) -> None:
+    """Record in the executed notebook where execution stopped, so no reader takes it as finished.
+
+    papermill leaves the cell a dead kernel was running, and every cell after it, marked
+    ``completed``. Here the stopped cell gets papermill status ``failed`` and, when it has no error
+    output, one saying it did not finish; every later code cell gets status ``pending``, no
+    execution count and no outputs (not run). The notebook's metadata gets
+    ``kit_pipeline = {"status": "failed", "failed_cell": index, "error": error}``, which
+    :mod:`kit.report` shows. A missing or unreadable file is left alone.
+
+    Args:
+        output: the executed notebook.
+        index: the cell where execution stopped (None: before any cell; every cell is not run).
+        error: one line naming the error.
+    """
+    try:
+        nb = json.loads(output.read_text())
+    except (OSError, json.JSONDecodeError):
+        return
+    cells = nb.get("cells", [])
+    start = index if index is not None else 0
+    for i, cell in enumerate(cells[start:], start):
+        meta = cell.setdefault("metadata", {}).setdefault("papermill", {})
+        if i == index:
+            meta["status"] = "failed"
+            if cell.get("cell_type") == "code" and not any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
+                ename, _, evalue = error.partition(": ")
+                cell.setdefault("outputs", []).append({"output_type": "error", "ename": ename or "Error",
+                                                       "evalue": f"{evalue} (this cell did not finish)", "traceback": []})
+        else:
+            meta["status"] = "pending"
+            if cell.get("cell_type") == "code":
+                cell["execution_count"], cell["outputs"] = None, []
+    nb.setdefault("metadata", {})["kit_pipeline"] = {"status": "failed", "failed_cell": index, "error": error}
+    tmp = output.with_suffix(".tmp")
+    tmp.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
+    tmp.replace(output)
 
 
 # --------------------------------------------------------------------------- running
@@ -243,7 +303,8 @@ def run_series(
         force: run every notebook even when it already finished.
         log_output: stream cell outputs to the terminal as they are produced.
         progress_bar: show papermill's per-cell progress bar.
-        cell_timeout_s: kill a cell that runs longer than this (None: no limit).
+        cell_timeout_s: kill a cell that runs longer than this many seconds (None or 0: no
+            limit; the command line defaults to the profile's :func:`default_cell_timeout`).
         echo: where the one-line status of each notebook is written.
     Returns:
         One record per notebook: ``{"notebook", "status" ("done" | "skipped"), "seconds"}``.
@@ -296,8 +357,8 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
         sha = _sha(nb.source)  # of the source that runs, not of a later edit
         t0 = time.perf_counter()
         kwargs: dict[str, Any] = {}
-        if cell_timeout_s is not None:
-            kwargs["execution_timeout"] = cell_timeout_s
+        if cell_timeout_s:  # None or 0: no limit
+            kwargs["execution_timeout"] = int(cell_timeout_s)
         try:
             pm.execute_notebook(
                 str(nb.source), str(out), parameters=nb.parameters, kernel_name="python3",
@@ -306,6 +367,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
         except Exception as exc:  # noqa: BLE001 - every failure is reported with the notebook named
             seconds = time.perf_counter() - t0
             err = _describe_failure(nb, out, exc)
+            mark_not_run(out, err.cell_index, str(err).splitlines()[0].split(": ", 1)[-1])
             state[nb.name] = {"status": "failed", "parameters": nb.parameters, "seconds": seconds,
                               "error": str(err)}
             _write_state(layout, state)
@@ -359,7 +421,7 @@ def dry_run_text(series: Sequence[NotebookRun], layout: Layout, overrides: dict[
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``run --profile P --run R [--force] [--until NN] [--set KEY=VALUE ...] [--log-output] [--no-report] [--dry-run]``.
+    """``run --profile P --run R [--force] [--until NN] [--set KEY=VALUE ...] [--cell-timeout S] [--log-output] [--no-report] [--dry-run]``.
 
     Runs :data:`SERIES` into ``reports/<P>/<R>/`` and then builds ``report.pdf`` with
     :mod:`kit.report`. Returns the exit code: 0 on success, 1 when a notebook failed (the message
@@ -375,7 +437,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="config override for every notebook, e.g. --set rollout.max_response_tokens=64 (repeatable)")
     r.add_argument("--force", action="store_true", help="rerun notebooks that already finished")
     r.add_argument("--log-output", action="store_true", help="stream cell outputs to the terminal")
-    r.add_argument("--cell-timeout", type=int, default=None, help="seconds before a cell is killed")
+    r.add_argument("--cell-timeout", type=int, default=None, metavar="SECONDS",
+                   help="stop a cell that runs longer than this and fail its notebook naming the cell "
+                        f"(default per profile: {', '.join(f'{k} {v} s' for k, v in CELL_TIMEOUT_S.items())}; "
+                        "0 = no limit)")
     r.add_argument("--until", default=None, metavar="NN",
                    help="stop after the notebook whose name starts with NN (e.g. 03); no report then")
     r.add_argument("--no-report", action="store_true", help="do not build report.pdf at the end")
@@ -409,8 +474,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(f"kit.pipeline: profile {args.profile}, run {args.run} -> {layout.root}")
     t0 = time.perf_counter()
     try:
-        run_series(series, layout, force=args.force, log_output=args.log_output,
-                   cell_timeout_s=args.cell_timeout)
+        timeout = default_cell_timeout(args.profile) if args.cell_timeout is None else args.cell_timeout
+        run_series(series, layout, force=args.force, log_output=args.log_output, cell_timeout_s=timeout)
     except PipelineError as exc:
         print(f"\nkit.pipeline: STOPPED. {exc}\n  Fix it and rerun; finished notebooks are skipped.",
               file=sys.stderr)
@@ -418,7 +483,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.no_report and not args.until:
         from kit import report
 
-        pdf = report.build_report(layout)
+        try:
+            pdf = report.build_report(layout)
+        except report.ReportError as exc:
+            print(f"kit.pipeline: no report: {exc}", file=sys.stderr)
+            return 1
         print(f"kit.pipeline: report {pdf}")
     print(f"kit.pipeline: all {len(series)} notebooks finished in {time.perf_counter() - t0:.0f} s")
     return 0

@@ -43,8 +43,9 @@ def preflight(data_dir: str = "") -> list[dict[str, str]]:
         data_dir: ``DataConfig.data_dir`` (empty: ``KIT_DATA_DIR`` or ``../shared/data``).
     Returns:
         Rows ``{"check", "status" ("ok" | "missing" | "warning"), "detail"}``: Python packages
-        (versions from their metadata, nothing heavy is imported), bubblewrap, xelatex, the core
-        count, and every file of :data:`REQUIRED_DATA`.
+        (versions from their metadata, nothing heavy is imported), bubblewrap, xelatex, the
+        report's SVG converter and fonts (:func:`report_converter_rows`), the core count, and
+        every file of :data:`REQUIRED_DATA`.
     """
     rows = [{"check": "python", "status": "ok", "detail": sys.version.split()[0]},
             {"check": "cpu cores", "status": "ok", "detail": str(os.cpu_count())}]
@@ -59,11 +60,31 @@ def preflight(data_dir: str = "") -> list[dict[str, str]]:
     tex = shutil.which("xelatex")
     rows.append({"check": "xelatex (notebook PDF)", "status": "ok" if tex else "warning",
                  "detail": tex or "absent: the report falls back to a figures-and-tables PDF"})
+    rows += report_converter_rows()
     base = resolve_data_dir(data_dir or None)
     for rel in REQUIRED_DATA:
         p = base / rel
         rows.append({"check": f"data: {rel}", "status": "ok" if p.exists() else "missing",
                      "detail": str(p) if p.exists() else f"not found in {base} (set KIT_DATA_DIR; see README, Data)"})
+    return rows
+
+
+def report_converter_rows() -> list[dict[str, str]]:
+    """Rows for what the PDF report converts with: ``rsvg-convert`` (SVG outputs, Debian
+    ``librsvg2-bin``) and the fonts of :mod:`kit.latex_pdf` (box drawing, arrows, Greek, CJK).
+    Missing ones are warnings: the PDF is still written, with a note or blank characters, and
+    the report names what it left out."""
+    from kit import latex_pdf
+
+    svg = latex_pdf.svg_converter()
+    rows = [{"check": "rsvg-convert (SVG outputs in the PDF)", "status": "ok" if svg else "warning",
+             "detail": svg or "absent: SVG-only outputs become a note in the PDF (apt-get install librsvg2-bin; "
+                              "make setup)"}]
+    for family, package in ((latex_pdf.MONO_FONT, "fonts-dejavu-core"), (latex_pdf.MAIN_FONT, "fonts-dejavu-core"),
+                            (latex_pdf.CJK_FONT, "fonts-wqy-microhei")):
+        ok = latex_pdf.font_charset(family) is not None
+        rows.append({"check": f"font {family} (PDF)", "status": "ok" if ok else "warning",
+                     "detail": "installed" if ok else f"absent: some characters print blank (apt-get install {package})"})
     return rows
 
 

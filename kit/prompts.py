@@ -198,3 +198,31 @@ CHAT_TEMPLATE = (
     "{%- endfor -%}"
     "{%- if add_generation_prompt -%}{{- " + _jinja_str(generation_prompt()) + " -}}{%- endif -%}"
 )
+
+
+_JSON = json.JSONDecoder()
+
+
+def json_call_end(text: str, body_start: int) -> int | None:
+    """Where a ``<tool_call>`` body that starts at ``body_start`` ends, decided by JSON.
+
+    When the body is one complete JSON object followed (after whitespace) by
+    :data:`TOOL_CALL_CLOSE`, the index just past the object; else None, and the caller ends
+    the call at the first closing tag. The JSON decoder, not a text search, finds the end, so
+    a tag inside a JSON string (``"code": "s = '</tool_call>'"``) belongs to the call. Used by
+    the tool-call parser (``kit.rollout.protocol``) and the answer extractor
+    (``kit.reward.extract``) so both cut a call at the same place. Never raises.
+    """
+    i, n = body_start, len(text)
+    while i < n and text[i] in " \t\r\n":
+        i += 1
+    if not text.startswith("{", i):
+        return None
+    try:
+        _, end = _JSON.raw_decode(text, i)
+    except (ValueError, RecursionError):  # bad or unterminated JSON, a >4300-digit number, deep nesting
+        return None
+    j = end
+    while j < n and text[j] in " \t\r\n":
+        j += 1
+    return end if text.startswith(TOOL_CALL_CLOSE, j) else None

@@ -4,22 +4,31 @@ Route 1 (preferred): the executed notebooks of ``reports/<profile>/<run>/noteboo
 series order into one notebook and exported with nbconvert ``--to pdf`` (xelatex): prose, code,
 tables, figures and math as the reader saw them in JupyterLab.
 
+Before the export (:mod:`kit.latex_pdf`): SVG outputs are rasterised (``rsvg-convert``), fonts
+that cover box drawing, arrows, Greek and CJK are set, characters still without a glyph are named
+in a warning, and long runs of letters/digits in code may break at the page edge.
+
 Route 2 (fallback, printed as a notice): when ``xelatex`` is not installed or the LaTeX export
 fails, a figures-and-tables PDF made with matplotlib's ``PdfPages`` from the run's ``figures/*.png``
 and ``tables/*.csv``. It has no notebook prose or code.
 
+A run whose ``pipeline_state.json`` (or an executed notebook's ``kit_pipeline`` metadata, written
+by :func:`kit.pipeline.mark_not_run`) records a notebook that did not finish is refused, unless
+``--allow-failed`` is given; then the PDF's first page lists the notebooks that failed.
+
 Command line::
 
-    python -m kit report --profile tiny --run main      # or: python -m kit.report ...
+    python -m kit report --profile tiny --run main [--allow-failed]   # or: python -m kit.report ...
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import shutil
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import nbformat
@@ -50,7 +59,50 @@ def sanitize_outputs(cell) -> None:
 
 
 class ReportError(RuntimeError):
-    """Nothing to report: the run folder holds no executed notebooks, figures or tables."""
+    """Nothing to report (no executed notebooks, figures or tables), or a failed run without
+    ``allow_failed``."""
+
+
+def failed_notebooks(layout: Layout) -> dict[str, str]:
+    """Notebooks of the run that did not finish, in series order: ``{name: what happened}``.
+
+    Read from ``pipeline_state.json`` (status other than ``done``: ``failed``, or ``running`` for
+    a run that was killed) and from the executed notebooks' ``kit_pipeline`` metadata.
+
+    Raises:
+        ReportError: ``pipeline_state.json`` exists but is not a JSON object (names the file).
+    """
+    found: dict[str, str] = {}
+    if layout.state_path.exists():
+        try:
+            state = json.loads(layout.state_path.read_text())
+        except json.JSONDecodeError as exc:
+            raise ReportError(f"{layout.state_path}: not valid JSON ({exc})") from exc
+        if not isinstance(state, dict):
+            raise ReportError(f"{layout.state_path}: expected a JSON object, got {type(state).__name__}")
+        for name, entry in state.items():
+            status = entry.get("status") if isinstance(entry, dict) else None
+            if status != "done":
+                error = entry.get("error", "") if isinstance(entry, dict) else ""
+                found[name] = (error.splitlines()[0] if error else
+                               f"status {status!r} (the run was interrupted while it ran)")
+    for p in _executed_notebooks(layout):
+        try:
+            meta = json.loads(p.read_text()).get("metadata", {}).get("kit_pipeline", {})
+        except (OSError, json.JSONDecodeError):
+            continue
+        if meta.get("status") == "failed" and p.stem not in found:
+            found[p.stem] = f"stopped in cell {meta.get('failed_cell')}: {meta.get('error', '')}"
+    order = {name: i for i, name in enumerate(SERIES)}
+    return dict(sorted(found.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
+
+
+def failure_text(failed: Mapping[str, str]) -> str:
+    """Markdown for the first page: which notebooks failed and why."""
+    lines = [f"**This run did not finish: {len(failed)} notebook(s) failed.** Their results below stop where "
+             "they failed, and notebooks after them may use stale or missing inputs.", ""]
+    lines += [f"- `{name}`: {why}" for name, why in failed.items()]
+    return "\n".join(lines)
 
 
 def _executed_notebooks(layout: Layout) -> list[Path]:
@@ -60,19 +112,25 @@ def _executed_notebooks(layout: Layout) -> list[Path]:
     return ordered + list(found.values())
 
 
-def merge_notebooks(paths: Sequence[Path], title: str) -> nbformat.NotebookNode:
+def merge_notebooks(paths: Sequence[Path], title: str, failed: Mapping[str, str] | None = None) -> nbformat.NotebookNode:
     """One notebook holding the cells of ``paths`` in order, each part under a heading.
 
     The papermill ``injected-parameters`` cells are kept (they show what each notebook ran with).
     Control characters in outputs (a tiny model samples them) are replaced by U+FFFD, which
-    xelatex accepts.
+    xelatex accepts. With ``failed`` (:func:`failed_notebooks`), the first cell lists the failed
+    notebooks and each failed part starts with a note.
     """
     merged = nbformat.v4.new_notebook()
     merged.metadata["title"] = title
     merged.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    if failed:
+        merged.cells.append(nbformat.v4.new_markdown_cell(failure_text(failed)))
     for p in paths:
         nb = nbformat.read(p, as_version=4)
         merged.cells.append(nbformat.v4.new_markdown_cell(f"# Notebook `{p.stem}`"))
+        if failed and p.stem in failed:
+            merged.cells.append(nbformat.v4.new_markdown_cell(
+                f"**This notebook failed:** {failed[p.stem]}. Cells after the failed one did not run."))
         for cell in nb.cells:
             cell = nbformat.from_dict(cell)
             if cell.cell_type == "markdown":  # demote headings one level under the part heading
@@ -90,25 +148,34 @@ def latex_available() -> bool:
     return shutil.which("xelatex") is not None
 
 
-def notebook_pdf(paths: Sequence[Path], out: Path, title: str) -> Path:
+def notebook_pdf(paths: Sequence[Path], out: Path, title: str, failed: Mapping[str, str] | None = None,
+                 echo=print) -> Path:
     """Export the merged notebooks to ``out`` through nbconvert's LaTeX PDF exporter.
+
+    SVG outputs are rasterised, long letter/digit runs broken, and characters the fonts lack are
+    named in a warning through ``echo`` (:mod:`kit.latex_pdf`).
 
     Raises:
         nbconvert.exporters.pdf.LatexFailed: xelatex failed (its log is in the exception).
     """
-    from nbconvert import PDFExporter
+    from kit import latex_pdf
 
-    nb = merge_notebooks(paths, title)
-    exporter = PDFExporter()
-    exporter.exclude_input_prompt = True
-    exporter.exclude_output_prompt = True
-    body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title}})
+    nb = merge_notebooks(paths, title, failed)
+    part = ""
+    for cell in nb.cells:
+        if cell.cell_type == "markdown" and cell.source.startswith("# Notebook `"):
+            part = cell.source[len("# Notebook `"):].rstrip("`")
+        elif cell.cell_type == "code":
+            latex_pdf.rasterize_svgs(cell, f"notebook {part}", echo)
+            latex_pdf.wrap_cell(cell)
+    latex_pdf.check_glyphs(nb, echo)
+    body = latex_pdf.export_pdf(nb, title)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(body)
     return out
 
 
-def figures_tables_pdf(layout: Layout, out: Path, title: str) -> Path:
+def figures_tables_pdf(layout: Layout, out: Path, title: str, failed: Mapping[str, str] | None = None) -> Path:
     """Fallback PDF: a title page, each ``figures/*.png`` on a page, each ``tables/*.csv`` on a page.
 
     Raises:
@@ -129,6 +196,10 @@ def figures_tables_pdf(layout: Layout, out: Path, title: str) -> Path:
         page.text(0.5, 0.6, title, ha="center", fontsize=16)
         page.text(0.5, 0.55, "figures and tables only (no LaTeX: install xelatex for the full notebook report)",
                   ha="center", fontsize=9, color="0.4")
+        if failed:
+            text = f"THIS RUN DID NOT FINISH: {len(failed)} notebook(s) failed\n" + \
+                   "\n".join(f"{name}: {why[:110]}" for name, why in failed.items())
+            page.text(0.08, 0.48, text, ha="left", va="top", fontsize=8, color="darkred", wrap=True)
         pdf.savefig(page)
         for f in figs:
             page = Figure(figsize=(11.69, 8.27))
@@ -154,20 +225,34 @@ def figures_tables_pdf(layout: Layout, out: Path, title: str) -> Path:
     return out
 
 
-def build_report(layout: Layout, *, echo=print) -> Path:
+def build_report(layout: Layout, *, echo=print, allow_failed: bool = False) -> Path:
     """Write ``layout.report_pdf`` by route 1 when possible, else route 2 with a printed notice.
 
+    Args:
+        layout: the run's folders.
+        echo: where notices and warnings go.
+        allow_failed: build a report of a run with failed notebooks (:func:`failed_notebooks`);
+            its first page then says which ones failed.
     Returns:
         The path of the PDF.
     Raises:
-        ReportError: the run holds no executed notebooks, figures or tables.
+        ReportError: the run holds no executed notebooks, figures or tables, or a notebook failed
+            and ``allow_failed`` is False (the message names them).
     """
     title = f"rStar2-Agent reproduction: profile {layout.profile}, run {layout.root.name}"
+    failed = failed_notebooks(layout)
+    if failed and not allow_failed:
+        raise ReportError(f"the run {layout.root} did not finish; failed: " +
+                          "; ".join(f"{name} ({why})" for name, why in failed.items()) +
+                          ". Fix and rerun `make reproduce`, or pass --allow-failed for a report that lists them "
+                          "on its first page.")
+    if failed:
+        echo(f"WARNING: building a report of a failed run ({', '.join(failed)} failed); its first page says so.")
     notebooks = _executed_notebooks(layout)
     out = layout.report_pdf
     if notebooks and latex_available():
         try:
-            return notebook_pdf(notebooks, out, title)
+            return notebook_pdf(notebooks, out, title, failed, echo=echo)
         except Exception as exc:  # noqa: BLE001 - LaTeX failures fall back, loudly
             echo(f"NOTICE: the LaTeX export failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
                  "writing the figures-and-tables PDF instead.")
@@ -176,19 +261,22 @@ def build_report(layout: Layout, *, echo=print) -> Path:
              "writing the figures-and-tables PDF with matplotlib instead of the notebook report.")
     if not notebooks and not (layout.root / "figures").exists():
         raise ReportError(f"no executed notebooks in {layout.executed}; run `make reproduce` first")
-    return figures_tables_pdf(layout, out, title)
+    return figures_tables_pdf(layout, out, title, failed)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``--profile P --run R``: build ``reports/P/R/report.pdf``; returns the exit code (0 ok, 1 error)."""
+    """``--profile P --run R [--allow-failed]``: build ``reports/P/R/report.pdf``; returns the exit code
+    (0 ok, 1 error: nothing to report, or a failed run without ``--allow-failed``)."""
     parser = argparse.ArgumentParser(prog="kit.report", description="Build the report PDF of a pipeline run.")
     parser.add_argument("--profile", default="tiny")
     parser.add_argument("--run", default="main")
+    parser.add_argument("--allow-failed", action="store_true",
+                        help="build the report even when a notebook failed; its first page lists them")
     parser.add_argument("--reports-root", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     try:
         layout = Layout.for_run(args.profile, args.run, args.reports_root)
-        pdf = build_report(layout)
+        pdf = build_report(layout, allow_failed=args.allow_failed)
     except (ValueError, ReportError) as exc:
         print(f"kit.report: {exc}", file=sys.stderr)
         return 1

@@ -2,7 +2,8 @@
 
 Per prompt the trainer samples ``2G`` trajectories and keeps ``G`` for the update; the reward
 stays binary. Positives (reward > 0) and negatives keep their proportion; negatives are kept
-uniformly at random, positives preferring fewer tool errors and a cleaner answer format:
+uniformly (at random, or in rollout order as released), positives preferring fewer tool errors
+and a cleaner answer format:
 
 * ``p_err = failed tool calls / tool calls`` (0.5 without any call). "Failed" is the sandbox's
   structured status: an exception, a timeout, a memory or output limit, a malformed call.
@@ -12,7 +13,14 @@ uniformly at random, positives preferring fewer tool errors and a cleaner answer
   where ``turns`` counts every assistant turn, the first one included.
 * ``p_total = p_err + p_format``; positives are drawn without replacement with probability
   proportional to ``1 / p_total`` (mode ``"sample"``, the report) or the lowest ``p_total`` first
-  (mode ``"rank"``, the public release).
+  (mode ``"rank"``, the public release). Negatives are drawn uniformly at random
+  (``negative_order="random"``) or the first ``k_neg`` in rollout order (``"rollout"``, the
+  release since its PR #50).
+
+The release's kept set, exactly: ``mode="rank"``, ``negative_order="rollout"``, the release's
+text reading of the penalties (``penalties=(release_p_err(texts), release_p_format(texts))`` in
+:func:`roc_step`; in the VERL hook ``AlgorithmConfig.roc_reading="text"``) and an even G, on groups of more than G
+rollouts (``tests/algo/test_roc.py`` checks this against a re-implementation of the release's loop).
 
 Everything here is a pure function on per-trajectory arrays (``N = P * 2G`` rows before
 selection), so the local CPU trainer and the VERL hook (``kit.bridge.roc_hook``) share it.
@@ -31,13 +39,22 @@ turns in ``p_format``          assistant turns found in the        all assistant
                                *response* text: the first turn's   (:func:`release_p_format`)
                                header sits in the prompt, so a
                                no-tool answer scores 1.0
+truncated last turn            not a turn (no ``<|im_end|>``       counted as a turn
+                               closes it)                          (:func:`release_p_format`)
+unbalanced ``<answer>`` tags   1.0 (e.g. two ``<answer>``, one     tags counted as written: two
+                               ``</answer>``)                      ``<answer>`` over 2 turns is 0.5
+                                                                   (:func:`release_p_format`)
 positives                      lowest penalty first                ``mode="sample"`` (``"rank"``)
-negatives                      rollout order (after PR #50;        uniform at random
-                               lowest penalty before it)
+negatives                      first k in rollout order (PR #50;   uniform at random
+                               lowest penalty before it)           (``negative_order="rollout"``)
 counts                         ``round()`` each side separately    ``k_pos = round(...)``,
-                                                                   ``k_neg = G - k_pos`` (equal
-                                                                   to the release when G is even
-                                                                   and there are 2G rollouts)
+                                                                   ``k_neg = G - k_pos``: equal to
+                                                                   the release for every even G,
+                                                                   whatever the group's size n > G
+                                                                   (round(G-x) = G-round(x) when G
+                                                                   is even); with G odd a .5 tie
+                                                                   (3 of 6 rows, G = 5) fails the
+                                                                   release's ``assert`` or differs
 groups with < G rollouts       dropped                             kept whole
 =============================  ==================================  ===============================
 
@@ -60,6 +77,7 @@ import numpy as np
 from kit.config import AlgorithmConfig
 
 RocMode = Literal["sample", "rank"]
+NegativeOrder = Literal["random", "rollout"]
 
 #: Tool-error kinds that are the model's fault (keys of ``kit.rollout`` ``Trajectory.tool_errors``):
 #: a raised exception, a wall/CPU timeout, the memory limit, the output limit, a malformed call.
@@ -396,13 +414,14 @@ def roc_select(
     min_negative: int = 2,
     drop_equal_reward_groups: bool = True,
     seed: int | np.random.Generator = 0,
+    negative_order: NegativeOrder = "random",
 ) -> RocSelection:
     """GRPO-RoC down-sampling of an oversampled batch (rStar2-Agent §2.2.3, Algorithm in §2.2).
 
     For every group (prompt): optionally drop it when all rewards are equal (DAPO-style, as
     released); keep it whole when it has at most G rows; else keep ``G`` rows: ``k_pos``
-    positives chosen by :func:`select_positives` and ``k_neg`` negatives uniformly at random,
-    with counts from :func:`allocate`. Groups are visited in order of first appearance and all
+    positives chosen by :func:`select_positives` and ``k_neg`` negatives (uniformly at random,
+    or the first ones in rollout order), with counts from :func:`allocate`. Groups are visited in order of first appearance and all
     randomness comes from one Generator, so a seed fixes the result.
 
     Args:
@@ -414,6 +433,8 @@ def roc_select(
         min_positive, min_negative: minimum kept counts per side (see :func:`allocate`).
         drop_equal_reward_groups: drop groups whose rewards are all equal (no GRPO signal).
         seed: int seed or a numpy Generator.
+        negative_order: ``"random"`` (report: uniform down-sampling) or ``"rollout"`` (the
+            release since PR #50: the first ``k_neg`` negatives by row index).
     Returns:
         :class:`RocSelection` with the kept row indices.
     Raises:
@@ -429,6 +450,8 @@ def roc_select(
     if bad.size:
         raise ValueError(f"roc_select: reward of row {int(bad[0])} is {r[bad[0]]} (rewards must be finite)")
     check_minimums(group_size, min_positive, min_negative)
+    if negative_order not in ("random", "rollout"):
+        raise ValueError(f"roc_select: negative_order must be 'random' or 'rollout', got {negative_order!r}")
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     groups: dict[Hashable, list[int]] = {}
     for i, g in enumerate(gids):
@@ -452,7 +475,7 @@ def roc_select(
             continue
         k_pos, k_neg = allocate(pos.size, neg.size, group_size, min_positive, min_negative)
         chosen_pos = pos[select_positives(pt[pos], k_pos, mode, rng)]
-        chosen_neg = rng.permutation(neg)[:k_neg]
+        chosen_neg = neg[:k_neg] if negative_order == "rollout" else rng.permutation(neg)[:k_neg]
         kept.extend([chosen_pos, chosen_neg])
         n_pos_kept += k_pos
         n_neg_kept += k_neg
@@ -536,11 +559,14 @@ class RocParams:
     min_positive: int = AlgorithmConfig.min_positive
     min_negative: int = AlgorithmConfig.min_negative
     drop_equal_reward_groups: bool = AlgorithmConfig.drop_equal_reward_groups
+    negative_order: NegativeOrder = AlgorithmConfig.roc_negative_order
 
     def __post_init__(self) -> None:
         """Reject settings that would only fail at the first selection (after a whole rollout)."""
         if self.mode not in ("sample", "rank"):
             raise ValueError(f"RocParams.mode must be 'sample' or 'rank', got {self.mode!r}")
+        if self.negative_order not in ("random", "rollout"):
+            raise ValueError(f"RocParams.negative_order must be 'random' or 'rollout', got {self.negative_order!r}")
         if self.group_size < 1 or self.min_positive < 0 or self.min_negative < 0:
             raise ValueError(f"RocParams: bad counts group_size={self.group_size} min_positive={self.min_positive} "
                              f"min_negative={self.min_negative}")
@@ -557,6 +583,7 @@ class RocParams:
             min_positive=int(algorithm.min_positive),
             min_negative=int(algorithm.min_negative),
             drop_equal_reward_groups=bool(algorithm.drop_equal_reward_groups),
+            negative_order=algorithm.roc_negative_order,
         )
 
 
@@ -594,7 +621,7 @@ def roc_step(
     sel = roc_select(
         rewards, group_ids, pt, group_size=params.group_size, mode=params.mode,
         min_positive=params.min_positive, min_negative=params.min_negative,
-        drop_equal_reward_groups=params.drop_equal_reward_groups, seed=seed,
+        drop_equal_reward_groups=params.drop_equal_reward_groups, seed=seed, negative_order=params.negative_order,
     )
     calls = np.asarray(counts["tool_calls"]) - (np.asarray(infra) if infra is not None else 0)
     metrics = roc_metrics(rewards, sel.kept, calls, counts["tool_failures"], pf, counts["answer_tags"])

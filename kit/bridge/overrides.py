@@ -259,6 +259,8 @@ def to_hydra_overrides(
             ("+trainer.v1.sampler.sampler_kwargs.reading", a.roc_reading),
             ("+trainer.v1.sampler.sampler_kwargs.seed", config.seed),
         ]
+        if a.roc_negative_order != "random":  # only when set, so the default command lines stay as they were
+            out.append(("+trainer.v1.sampler.sampler_kwargs.negative_order", a.roc_negative_order))
         if a.roc_reading == "text":  # the release's reading decodes responses with the policy's tokenizer
             out.append(("+trainer.v1.sampler.sampler_kwargs.tokenizer_path", model_path or config.model.name_or_path))
         if a.drop_equal_reward_groups:

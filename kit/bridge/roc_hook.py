@@ -96,6 +96,7 @@ def roc_params_from_kwargs(kw: Mapping[str, Any]) -> tuple[RocParams, dict[str, 
         min_positive=int(kw.get("min_positive", d.min_positive)),
         min_negative=int(kw.get("min_negative", d.min_negative)),
         drop_equal_reward_groups=bool(kw.get("drop_equal_reward_groups", d.drop_equal_reward_groups)),
+        roc_negative_order=str(kw.get("negative_order", d.roc_negative_order)),
     ))
     extra = {
         "oversample": int(need("oversample")),

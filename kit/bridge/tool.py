@@ -16,10 +16,16 @@ the structured counters RoC reads to ``agent_data.extra_fields`` (``tool_calls``
 ``tool_errors``, ``tool_error_<kind>``, ``infra_errors``), the same keys the kit agent loop
 writes.
 
+Tool-call parsing in VERL's ``tool_agent`` loop: set ``actor_rollout_ref.rollout.multi_turn.format=kit_hermes``
+to parse calls with the kit's own parser (:class:`KitHermesToolParser`, registered on import of
+this module; the same :func:`kit.rollout.protocol.parse_tool_calls` the kit agent loop uses), so
+a ``</tool_call>`` inside a JSON string does not cut a call and a malformed call reaches this tool
+and is answered and counted as ``malformed``. VERL's own ``hermes`` parser ends a call at the first
+closing tag and silently drops malformed JSON.
+
 What it does not do: the recipe's default agent loop (``kit.bridge.agent_loop``, ``rstar2_kit``)
 runs the sandbox itself and never calls this tool; VERL's ``tool_agent`` loop does not record
-``answer_tags`` or ``turns``, and silently drops malformed ``<tool_call>`` JSON before any tool
-sees it, so RoC's ``p_format`` and malformed-call counts need the kit agent loop. Arguments
+``answer_tags`` or ``turns``, so RoC's ``p_format`` needs the kit agent loop. Arguments
 other than ``code`` (string) and ``input`` (string, default empty) are rejected as a malformed
 call. VERL truncates the returned text by characters (``multi_turn.max_tool_response_length``).
 """
@@ -28,16 +34,20 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import json
 from typing import Any
 
+from verl.experimental.agent_loop.tool_parser import FunctionCall, ToolParser
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 from kit import prompts
 from kit.config import SandboxConfig
-from kit.rollout.protocol import STATUS_KIND, render_malformed, render_result
+from kit.rollout.protocol import STATUS_KIND, parse_tool_calls, render_malformed, render_result
 
 _SANDBOX_FIELDS = {f.name for f in dataclasses.fields(SandboxConfig)}
+#: Argument key that carries a malformed call's parser message from KitHermesToolParser to the tool.
+MALFORMED_KEY = "__kit_malformed__"
 _NON_SANDBOX_KEYS = {"type"}  # VERL's tool-type key in the YAML config
 
 
@@ -102,6 +112,9 @@ class KitSandboxTool(BaseTool):
         """
         agent_data = kwargs.get("agent_data")
         extra = agent_data.extra_fields if agent_data is not None else {}
+        if isinstance(parameters, dict) and isinstance(parameters.get(MALFORMED_KEY), str):
+            count_into(extra, None)  # the parser's message (KitHermesToolParser), shown as is
+            return ToolResponse(text=render_malformed(parameters[MALFORMED_KEY])), 0.0, {"status": "malformed", "wall_s": 0.0}
         code, stdin = parameters.get("code") if isinstance(parameters, dict) else None, ""
         if isinstance(parameters, dict):
             stdin = parameters.get("input", "")
@@ -124,3 +137,30 @@ class KitSandboxTool(BaseTool):
         pools, self._pools = list(self._pools.values()), {}
         for pool in pools:
             await pool.close()
+
+
+@ToolParser.register("kit_hermes")
+class KitHermesToolParser(ToolParser):
+    """VERL ``ToolParser`` on :func:`kit.rollout.protocol.parse_tool_calls` (``multi_turn.format=kit_hermes``).
+
+    Every ``<tool_call>`` becomes one ``FunctionCall`` to the kit tool, in order: a well-formed
+    call with ``{"code", "input"}``; a malformed one (bad JSON, unknown tool, unclosed tag...) with
+    ``{MALFORMED_KEY: message}``, which :meth:`KitSandboxTool.execute` answers with the kit's
+    malformed-call feedback. The returned content is the text without the call spans.
+    """
+
+    async def extract_tool_calls(self, responses_ids: list[int], tools: Any = None) -> tuple[str, list[FunctionCall]]:
+        """Decode ``responses_ids`` (one assistant turn) and parse its calls.
+
+        Returns:
+            ``(content, calls)``: the turn's text with the call blocks removed, and the calls.
+        """
+        text = self.tokenizer.decode(responses_ids)
+        calls = []
+        for c in parse_tool_calls(text):
+            args = {MALFORMED_KEY: c.error} if c.error is not None else {"code": c.code, "input": c.input}
+            calls.append(FunctionCall(name=prompts.TOOL_NAME, arguments=json.dumps(args, ensure_ascii=False)))
+        from kit.reward.extract import strip_blocks
+
+        content = strip_blocks(text, prompts.TOOL_CALL_OPEN, prompts.TOOL_CALL_CLOSE, prompts.json_call_end)
+        return (content if calls else text), calls

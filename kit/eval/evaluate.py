@@ -22,7 +22,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -49,6 +49,32 @@ def _answer_key(extracted: str | None) -> str | None:
     return None if extracted is None else "".join(str(extracted).split())
 
 
+def answer_equivalence(timeout_s: float = 5.0, verifier: Any = None) -> Callable[[str, str], bool]:
+    """The verifier's equivalence of two extracted answers, for majority voting (maj@k).
+
+    ``same(a, b)`` grades ``b`` against ``a`` as the gold, exactly as the reward does: the exact
+    rules first (:func:`kit.reward.rules.quick_grade`, in this process), math_verify in a
+    killable worker for the rest (:class:`kit.reward.Verifier`, started only when needed). A
+    timeout or a parse error counts as "not equivalent". Callers cache results
+    (:func:`kit.eval.metrics.group_equivalent`).
+
+    Args:
+        timeout_s: per comparison, seconds (math_verify path only).
+        verifier: a :class:`kit.reward.Verifier`; default the shared pool.
+    """
+    from kit.reward.rules import quick_grade
+
+    def same(a: str, b: str) -> bool:
+        reason, _, g, x = quick_grade(str(a), str(b))
+        if reason is not None:
+            return reason == "correct"
+        from kit.reward import default_verifier
+
+        return (verifier or default_verifier()).submit(g, x, timeout_s).result()[0] == "correct"
+
+    return same
+
+
 @dataclass
 class EvalResult:
     """All numbers of one benchmark evaluation (see :func:`score_samples`)."""
@@ -68,6 +94,8 @@ class EvalResult:
     truncation_ratio: float
     per_problem: list[dict[str, Any]] = field(default_factory=list)
     manifest: dict[str, Any] = field(default_factory=dict)
+    #: k -> share of k-subsets whose top vote was shared by two answers (first seen won)
+    maj_tie_rate: dict[int, float] = field(default_factory=dict)
 
     @property
     def correct(self) -> np.ndarray:
@@ -78,6 +106,7 @@ class EvalResult:
         d = asdict(self)
         d["pass_at_k"] = {str(k): v for k, v in self.pass_at_k.items()}
         d["maj_at_k"] = {str(k): v for k, v in self.maj_at_k.items()}
+        d["maj_tie_rate"] = {str(k): v for k, v in self.maj_tie_rate.items()}
         return d
 
     @classmethod
@@ -85,15 +114,17 @@ class EvalResult:
         d = dict(d)
         d["pass_at_k"] = {int(k): v for k, v in d["pass_at_k"].items()}
         d["maj_at_k"] = {int(k): v for k, v in d["maj_at_k"].items()}
+        d["maj_tie_rate"] = {int(k): v for k, v in d.get("maj_tie_rate", {}).items()}  # absent in older files
         d["ci95"] = tuple(d["ci95"])
         return cls(**d)
 
     def summary(self) -> dict[str, float]:
-        """Flat headline numbers (for tables): avg@n, CI, pass@1/pass@n, maj@n, lengths, tools."""
+        """Flat headline numbers (for tables): avg@n, CI, pass@1/pass@n, maj@n and its tie rate, lengths, tools."""
         n = self.n_samples
         return {"benchmark": self.benchmark, "problems": self.n_problems, "n": n,
                 f"avg@{n}": self.avg_at_n, "ci_low": self.ci95[0], "ci_high": self.ci95[1],
                 f"pass@{n}": self.pass_at_k.get(n, float("nan")), f"maj@{n}": self.maj_at_k.get(n, float("nan")),
+                f"maj@{n}_tie_rate": self.maj_tie_rate.get(n, float("nan")),
                 "response_tokens_mean": self.response_tokens_mean,
                 "response_tokens_median": self.response_tokens_median,
                 "tool_calls_per_traj": self.tool_calls_per_traj, "tool_error_ratio": self.tool_error_ratio,
@@ -102,7 +133,8 @@ class EvalResult:
 
 def score_samples(benchmark: str, item_ids: Sequence[str], trajectories: Sequence[Sequence[Any]],
                   verdicts: Sequence[Sequence[Any]], *, maj_ks: Sequence[int] | None = None,
-                  bootstrap_samples: int = 1000, seed: int = 0) -> EvalResult:
+                  bootstrap_samples: int = 1000, seed: int = 0,
+                  equivalent: Callable[[str, str], bool] | None | str = "verifier") -> EvalResult:
     """Compute every evaluation metric from finished samples (pure; no model, no sandbox).
 
     Args:
@@ -115,8 +147,11 @@ def score_samples(benchmark: str, item_ids: Sequence[str], trajectories: Sequenc
         maj_ks: k values for maj@k (default 1, n and the powers of two in between).
         bootstrap_samples: resamples of the 95% interval (``EvalConfig.bootstrap_samples``).
         seed: bootstrap / maj@k resampling seed.
+        equivalent: how answers are grouped before the maj@k vote: ``"verifier"`` (default,
+            :func:`answer_equivalence`: ``\\frac{3}{4}``, ``0.75`` and ``3/4`` are one vote),
+            a function ``(a, b) -> bool``, or None (answers vote as written, whitespace aside).
     Returns:
-        An :class:`EvalResult` (manifest left empty).
+        An :class:`EvalResult` (manifest left empty); ``maj_tie_rate`` holds each k's tie rate.
     Raises:
         ValueError: ragged rows, or shapes of ids, trajectories and verdicts that differ.
     """
@@ -138,6 +173,10 @@ def score_samples(benchmark: str, item_ids: Sequence[str], trajectories: Sequenc
     errs = np.array([_n_errors(_get(t, "tool_errors", 0)) for t in flat], float)
     trunc = np.array([bool(_get(t, "truncated", False)) for t in flat], float)
     ks = sorted(set(maj_ks) if maj_ks else {1, n, *(2 ** i for i in range(1, 8) if 2 ** i < n)})
+    same = answer_equivalence() if equivalent == "verifier" else equivalent
+    cache: dict = {}  # comparisons shared by every k
+    maj = {k: metrics.maj_at_k_stats(answers, correct.astype(bool).tolist(), k, seed=seed, equivalent=same,
+                                     cache=cache) for k in ks}
     per_problem = []
     for i, pid in enumerate(item_ids):
         sl = slice(i * n, (i + 1) * n)
@@ -152,7 +191,7 @@ def score_samples(benchmark: str, item_ids: Sequence[str], trajectories: Sequenc
         avg_at_n=metrics.avg_at_n(correct),
         ci95=metrics.bootstrap_ci(correct.mean(axis=1), samples=bootstrap_samples, seed=seed),
         pass_at_k=metrics.pass_at_k_curve(correct),
-        maj_at_k={k: metrics.maj_at_k(answers, correct.astype(bool).tolist(), k, seed=seed) for k in ks},
+        maj_at_k={k: v[0] for k, v in maj.items()}, maj_tie_rate={k: v[1] for k, v in maj.items()},
         response_tokens_mean=float(lengths.mean()), response_tokens_median=float(np.median(lengths)),
         model_tokens_mean=float(model_len.mean()),
         tool_calls_per_traj=float(calls.mean()),

@@ -8,7 +8,10 @@ Symbols: ``N`` problems of a benchmark, ``n`` samples per problem (16 in the rep
   averaged over problems; used for pass@k-boundary curves (Yue et al. 2025, "Does RL really
   incentivize reasoning capacity beyond the base model?").
 - maj@k: majority vote over answers; the estimator averages over every size-k subset when
-  ``exact=True`` (small n) and otherwise draws ``resamples`` random subsets.
+  ``exact=True`` (small n) and otherwise draws ``resamples`` random subsets. With an
+  ``equivalent`` function (evaluation passes the verifier's, :func:`kit.eval.evaluate.answer_equivalence`)
+  equal answers written differently (``\frac{3}{4}``, ``0.75``, ``3/4``) are one vote before
+  counting; :func:`maj_at_k_stats` also reports how often the top vote was a tie.
 - bootstrap CI: percentile interval from resampling problems with replacement.
 """
 
@@ -18,7 +21,7 @@ import functools
 import itertools
 import math
 from collections import Counter
-from collections.abc import Hashable, Sequence
+from collections.abc import Callable, Hashable, Sequence
 
 import numpy as np
 
@@ -92,20 +95,73 @@ def majority_answer(answers: Sequence[Hashable | None]) -> Hashable | None:
     return next(a for a in answers if a is not None and counts[a] == best)
 
 
-def maj_at_k(answers: Sequence[Sequence[Hashable | None]], golds_correct: Sequence[Sequence[bool]] | None = None,
-             k: int | None = None, *, exact: bool | None = None, resamples: int = 200, seed: int = 0) -> float:
-    """Majority-vote accuracy over k samples, averaged over problems.
+def group_equivalent(row: Sequence[Hashable | None], equivalent: Callable[[Hashable, Hashable], bool],
+                     cache: dict | None = None) -> list[Hashable | None]:
+    """Replace each answer of one problem by the first answer of its equivalence class.
+
+    Answers are taken in order; a new answer joins the class of the first earlier
+    representative ``r`` with ``equivalent(r, answer)`` (so the representative plays the gold's
+    part in an asymmetric check), else it starts a class. Equal values are never compared.
 
     Args:
-        answers: (N, n) canonical extracted answers (None = no answer); equal answers must be
-            equal values (normalise them first, e.g. with ``kit.reward.extract_final_answer``).
-        golds_correct: (N, n) correctness of each sample; the voted answer counts as correct
-            when a sample carrying it was graded correct. Required.
+        row: (n,) answers of one problem (None = no answer, kept as None).
+        equivalent: ``(a, b) -> bool``.
+        cache: optional dict reused across calls: ``(a, b) -> bool``; a problem's answers are
+            few, but a slow check (math_verify) is paid once per distinct pair.
+    Returns:
+        (n,) answers where equivalent ones are the same value.
+    """
+    cache = {} if cache is None else cache
+    reps: list[Hashable] = []
+    out: list[Hashable | None] = []
+    for a in row:
+        if a is None:
+            out.append(None)
+            continue
+        for r in reps:
+            if r == a:
+                break
+            key = (r, a)
+            if key not in cache:
+                cache[key] = bool(equivalent(r, a))
+            if cache[key]:
+                break
+        else:
+            reps.append(a)
+            r = a
+        out.append(r)
+    return out
+
+
+def maj_at_k(answers: Sequence[Sequence[Hashable | None]], golds_correct: Sequence[Sequence[bool]] | None = None,
+             k: int | None = None, *, exact: bool | None = None, resamples: int = 200, seed: int = 0,
+             equivalent: Callable[[Hashable, Hashable], bool] | None = None) -> float:
+    """Majority-vote accuracy over k samples, averaged over problems (see :func:`maj_at_k_stats`)."""
+    return maj_at_k_stats(answers, golds_correct, k, exact=exact, resamples=resamples, seed=seed,
+                          equivalent=equivalent)[0]
+
+
+def maj_at_k_stats(answers: Sequence[Sequence[Hashable | None]], golds_correct: Sequence[Sequence[bool]] | None = None,
+                   k: int | None = None, *, exact: bool | None = None, resamples: int = 200, seed: int = 0,
+                   equivalent: Callable[[Hashable, Hashable], bool] | None = None,
+                   cache: dict | None = None) -> tuple[float, float]:
+    """Majority-vote accuracy over k samples and the tie rate, averaged over problems.
+
+    Args:
+        answers: (N, n) canonical extracted answers (None = no answer).
+        golds_correct: (N, n) correctness of each sample; the voted answer (class) counts as
+            correct when a sample carrying it was graded correct. Required.
         k: subset size (default n).
         exact: average over all C(n, k) subsets (default: when C(n, k) <= 5000) or over
             ``resamples`` random subsets drawn with ``seed``.
+        equivalent: ``(a, b) -> bool``; when given, each problem's answers are first grouped
+            into equivalence classes (:func:`group_equivalent`) so that equal answers written
+            differently vote together. None: answers vote as the values they are.
+        cache: dict of comparisons reused across calls (several k on the same answers).
     Returns:
-        Mean over problems of P(majority of a random k-subset is correct).
+        ``(maj@k, tie_rate)``: mean over problems of P(majority of a random k-subset is
+        correct), and of P(two or more answers share the top count in that subset; the first
+        seen wins, as :func:`majority_answer`).
     Raises:
         ValueError: shapes differ, or k out of range.
     """
@@ -114,9 +170,10 @@ def maj_at_k(answers: Sequence[Sequence[Hashable | None]], golds_correct: Sequen
     if len(answers) != len(golds_correct):
         raise ValueError(f"{len(answers)} answer rows but {len(golds_correct)} correctness rows")
     if not answers:
-        return float("nan")
+        return float("nan"), float("nan")
     rng = np.random.default_rng(seed)
-    scores = []
+    cache = {} if cache is None else cache
+    scores, ties = [], []
     for i, (row, ok) in enumerate(zip(answers, golds_correct, strict=True)):
         n = len(row)
         if len(ok) != n:
@@ -124,14 +181,18 @@ def maj_at_k(answers: Sequence[Sequence[Hashable | None]], golds_correct: Sequen
         kk = n if k is None else k
         if not 1 <= kk <= n:
             raise ValueError(f"k must be in [1, {n}], got {kk}")
+        if equivalent is not None:
+            row = group_equivalent(row, equivalent, cache)
         right = {a for a, c in zip(row, ok, strict=True) if c and a is not None}
         use_exact = exact if exact is not None else math.comb(n, kk) <= 5000
         # uniform k-subsets; sorted so that ties go to the lowest sample index, as in the exact
         # (lexicographic) enumeration and in majority_answer over the original order
         subsets = (_all_subsets(n, kk) if use_exact
                    else np.sort(np.argsort(rng.random((resamples, n)), axis=1)[:, :kk], axis=1))
-        scores.append(_majority_hits(row, right, subsets))
-    return float(np.mean(scores))
+        hit, tie = _majority_hits(row, right, subsets)
+        scores.append(hit)
+        ties.append(tie)
+    return float(np.mean(scores)), float(np.mean(ties))
 
 
 @functools.lru_cache(maxsize=64)
@@ -140,23 +201,27 @@ def _all_subsets(n: int, k: int) -> np.ndarray:
     return np.array(list(itertools.combinations(range(n), k)), dtype=int).reshape(-1, k)
 
 
-def _majority_hits(row: Sequence[Hashable | None], right: set, subsets: np.ndarray) -> float:
+def _majority_hits(row: Sequence[Hashable | None], right: set, subsets: np.ndarray) -> tuple[float, float]:
     """Share of ``subsets`` (S, k) of sample indices whose majority answer (ties: first seen in
-    the subset, None never votes, as :func:`majority_answer`) is in ``right``; vectorised."""
+    the subset, None never votes, as :func:`majority_answer`) is in ``right``, and share of
+    subsets whose top count is shared by two or more answers; vectorised."""
     values = list(dict.fromkeys(a for a in row if a is not None))
-    if not values or not right:
-        return 0.0
+    if not values:
+        return 0.0, 0.0
     code = {a: i for i, a in enumerate(values)}
     codes = np.array([code[a] if a is not None else -1 for a in row])[subsets]  # (S, k)
     onehot = codes[:, :, None] == np.arange(len(values))[None, None, :]  # (S, k, m)
     counts = onehot.sum(axis=1)  # (S, m)
     k = subsets.shape[1]
+    top = counts.max(axis=1)  # (S,)
+    tie = float(np.mean((top > 0) & ((counts == top[:, None]).sum(axis=1) > 1)))
+    if not right:
+        return 0.0, tie
     first = np.where(onehot.any(axis=1), onehot.argmax(axis=1), k)  # (S, m) first position
     score = np.where(counts > 0, counts * (k + 1) - first, -1)
     winner = score.argmax(axis=1)  # (S,)
-    voted = counts.max(axis=1) > 0
     good = np.array([v in right for v in values])
-    return float(np.mean(good[winner] & voted))
+    return float(np.mean(good[winner] & (top > 0))), tie
 
 
 def bootstrap_ci(per_problem: Sequence[float], samples: int = 1000, alpha: float = 0.05,

@@ -33,7 +33,10 @@ case (gold vs answer)                 decision
 ====================================  ====================================================
 percent: ``25`` vs ``25\%``           correct: a trailing percent sign is dropped on both
                                       sides and the numbers compared *as written*, so
-                                      ``25\%`` vs ``0.25`` is wrong.
+                                      ``25\%`` vs ``0.25`` is wrong. The words ``percent``,
+                                      ``percentage``, ``pct`` after a number (bare or in
+                                      ``\text{}``, any case) grade like ``%``: ``25 percent``
+                                      vs ``25`` correct, vs ``0.25`` wrong.
 degrees: ``30^\circ`` vs ``30``       correct (``^\circ``, ``^{\circ}``, ``°``, ``\degree``
                                       dropped); ``30^\circ`` vs ``\frac{\pi}{6}`` is wrong:
                                       units are never converted.
@@ -46,10 +49,17 @@ units: ``5`` vs ``5\text{ cm}``       correct: one trailing ``\text{}``/``\mathr
                                       ``a_1``, ``\theta``, ``f(2)``); an equation with
                                       anything else on the left (``2x-y+5=0`` vs ``0``) is
                                       wrong, not unwrapped. Gold ``x=5`` vs ``5``: correct.
-                                      Several assignments (``x=3 \text{ or } x=4``,
-                                      ``x=3, x=4``) are several values, never the last
-                                      one alone: wrong against ``4``, correct against
-                                      ``3,4``; a chain ``x=3=4`` is wrong.
+several values (gold or answer)       gold and answer are split the same way (top-level
+                                      commas, ``or``/``and``, ``\quad``; each item
+                                      ``value`` or ``name=value``) and compared as *sets of
+                                      values*, never the last one alone: gold ``a=2, a=5``
+                                      vs ``5`` wrong, vs ``2, 5``, ``5, 2``, ``a=5, a=2``
+                                      correct; answer ``x=3 \text{ or } x=4`` vs gold ``4``
+                                      wrong, vs ``3,4`` correct. When both sides name every
+                                      value with distinct names (``m=1, n=6``), values are
+                                      matched by name: ``n=6, m=1`` correct, ``m=6, n=1``
+                                      wrong; other names are dropped (``k=5`` vs ``n=5``
+                                      correct). A chain ``x=3=4`` is wrong.
 ``\dfrac``/``\tfrac`` vs ``\frac``    correct (rewritten to ``\frac``).
 scientific: ``4200`` vs ``4.2e3``     correct: ``4.2e3``, ``4.2E3``, ``4.2\times 10^{3}``,
                                       ``4.2\cdot 10^3`` are exact decimals, never Euler's
@@ -58,7 +68,10 @@ choice letters (gold ``A``-``J``)     the answer must be one letter, optionally 
                                       parentheses or ``\text{}``, any case: ``(c)`` matches
                                       ``C``; an option's value instead of its letter is wrong.
 thousands: ``2,500`` vs ``2500``      correct both ways, also ``10,\!080``, ``1{,}000``,
-                                      ``10\,000``; only 3-digit groups (``0,1`` is a pair).
+                                      ``10\,000``; only 3-digit groups (``0,1`` is a pair)
+                                      after a first group without a leading zero:
+                                      ``0,250`` is the two values 0 and 250 (wrong
+                                      against ``250``, correct against ``250, 0``).
 base subscripts: ``2516_8``           digits and base must match (``2516_{8}`` correct,
                                       ``2516_2`` wrong); the subscript may be left out
                                       (``2516``); a base-10 value (``1358``) is wrong.

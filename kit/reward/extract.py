@@ -14,6 +14,7 @@ backtrack catastrophically.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from kit.prompts import (
     ANSWER_CLOSE,
@@ -22,6 +23,7 @@ from kit.prompts import (
     TOOL_CALL_OPEN,
     TOOL_RESPONSE_CLOSE,
     TOOL_RESPONSE_OPEN,
+    json_call_end,
 )
 
 # Fallback phrases (opt-in only), in the order tried; each takes the text after the phrase up
@@ -34,12 +36,15 @@ _BOLD = re.compile(r"\*\*([^*\n]{1,200})\*\*")
 _TOKEN = re.compile(r"[^\s$]+")
 
 
-def strip_blocks(text: str, open_tag: str, close_tag: str) -> str:
+def strip_blocks(text: str, open_tag: str, close_tag: str, end_at: Callable[[str, int], int | None] | None = None) -> str:
     """Remove every ``open_tag ... close_tag`` span; an unclosed block runs to the end.
 
     Args:
         text: any string.
         open_tag, close_tag: e.g. ``<tool_response>`` and ``</tool_response>``.
+        end_at: optional ``(text, body_start) -> index or None``: where a block's body ends
+            when it knows better than the first closing tag (tool calls:
+            :func:`kit.prompts.json_call_end`); the closing tag after that index is removed too.
     Returns:
         ``text`` without those spans (a single space stands in for each, so words on either
         side do not merge).
@@ -51,7 +56,8 @@ def strip_blocks(text: str, open_tag: str, close_tag: str) -> str:
             out.append(text[pos:])
             break
         out.append(text[pos:start])
-        end = text.find(close_tag, start + len(open_tag))
+        body_end = end_at(text, start + len(open_tag)) if end_at is not None else None
+        end = text.find(close_tag, start + len(open_tag) if body_end is None else body_end)
         if end < 0:
             break
         out.append(" ")
@@ -60,9 +66,10 @@ def strip_blocks(text: str, open_tag: str, close_tag: str) -> str:
 
 
 def model_text(response: str) -> str:
-    """The model's own text: ``response`` without tool responses and tool-call bodies."""
+    """The model's own text: ``response`` without tool responses and tool-call bodies (a call
+    ends where the tool-call parser ends it, :func:`kit.prompts.json_call_end`)."""
     text = strip_blocks(response, TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE)
-    return strip_blocks(text, TOOL_CALL_OPEN, TOOL_CALL_CLOSE)
+    return strip_blocks(text, TOOL_CALL_OPEN, TOOL_CALL_CLOSE, json_call_end)
 
 
 def _brace_matches(text: str) -> dict[int, int]:

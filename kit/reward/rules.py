@@ -26,7 +26,11 @@ _NUMBER = re.compile(
     r"^(?P<m>[+-]?(?:\d+(?:\.\d*)?|\.\d+))"
     r"(?:\s*(?:\\times|\\cdot|\*)\s*10\s*\^\s*(?:\{\s*(?P<e1>[+-]?\d+)\s*\}|(?P<e2>\d)))?$"
 )
-_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:(?:,\d{3})+|(?: \d{3})+)(?:\.\d+)?$")
+# thousands separators: the first group has no leading zero ("0,250" is two values, 0 and 250)
+_THOUSANDS = re.compile(r"^[+-]?[1-9]\d{0,2}(?:(?:,\d{3})+|(?: \d{3})+)(?:\.\d+)?$")
+# a percent word after a number, bare or in \text{} ("25 percent", "25\text{ pct}"): graded like "%"
+_PERCENT_WORD = re.compile(r"(?<=[\d.}])\s*(?:" + _WRAP + r"\s*\{\s*(?:percent|percentage|pct)\.?\s*\}"
+                           r"|(?:percent|percentage|pct)\.?)$", re.IGNORECASE)
 _LETTER_GOLD = re.compile(r"^\(?([A-J])\)?$")
 _LETTER_ANSWER = re.compile(r"^(?:option\s*|choice\s*)?\(?([A-Ja-j])\)?[.:]?$", re.IGNORECASE)
 _LONE_SYMBOL = re.compile(
@@ -109,6 +113,7 @@ def normalize(s: str) -> str:
         s = m.group(1).strip()
     for _ in range(3):  # "5\text{ cm}^2", "30^\circ\text{ C}" ...
         s = _DEGREES.sub("", s).strip()
+        s = _PERCENT_WORD.sub("", s).strip()
         if s.endswith("\\%"):
             s = s[:-2].strip()
         elif s.endswith("%"):
@@ -152,23 +157,29 @@ def split_assignment(s: str) -> tuple[str, str] | None:
     return parts[0].strip(), parts[-1].strip()
 
 
-def assignment_values(s: str) -> str | None:
-    """The value(s) an answer of ``name = value`` items gives, joined by ``", "``.
+def answer_items(s: str) -> list[tuple[str | None, str]] | None:
+    """The values an answer lists, each with the name it was given: ``[(name or None, value)]``.
 
-    ``x=3`` gives ``3``; ``x=3, x=4``, ``x=3 \\text{ or } x=4``, ``x=3 \\quad x=4`` give
-    ``3, 4`` (two values, never just the last one); ``x = 2+2 = 4`` gives ``4``; a chain whose
-    plain numbers disagree (``x=3=4``) gives ``""``. None when an item's left side is not a
-    single name (``2x-y+5=0``): an equation, not a value.
+    Items are separated by top-level commas, ``or``/``and`` (bare or in ``\\text{}``), ``\\quad``
+    and ``\\lor``; each item is ``value`` or ``name = value``. ``x=3`` gives ``[("x", "3")]``;
+    ``a=2, a=5`` and ``x=3 \\text{ or } x=4`` give two items (never the last one alone);
+    ``2, 5`` gives ``[(None, "2"), (None, "5")]``; ``x = 2+2 = 4`` gives ``[("x", "4")]`` and
+    ``x = 1,000`` one value (a thousands comma). Gold and answer are split by this same function.
+
+    Returns:
+        The items; ``[]`` for a chain whose plain numbers disagree (``x=3=4``); None when an
+        item's left side is not a single name (``2x-y+5=0``: an equation, not a value) or an
+        item is empty.
     """
     parts = _top_level_split(s, "=")
     if len(parts) == 2 and is_lone_symbol(parts[0].strip()):
         rhs = normalize(parts[1])
         if to_decimal(rhs) is not None:  # "x = 1,000": a thousands comma, not two values
-            return rhs
+            return [(parts[0].strip(), rhs)]
     pieces = [p.strip() for q in _top_level_split(_SEPARATORS.sub(";", s), ",")
               for p in _top_level_split(q, ";")]
     pieces = [p for p in pieces if p] or [""]  # "x=1 \\quad \\text{and} \\quad x=2": empty gaps
-    values = []
+    items: list[tuple[str | None, str]] = []
     for piece in pieces:
         parts = [p.strip() for p in _top_level_split(piece, "=")]
         if len(parts) > 1 and not is_lone_symbol(parts[0]):
@@ -177,11 +188,50 @@ def assignment_values(s: str) -> str | None:
         for middle in parts[1:-1]:
             value = to_decimal(middle)
             if value is not None and last is not None and value != last:
-                return ""
+                return []
         if not parts[-1]:
             return None
-        values.append(parts[-1])
-    return ", ".join(values)
+        items.append((parts[0].replace(" ", "") if len(parts) > 1 else None, parts[-1]))
+    return items
+
+
+def assignment_values(s: str) -> str | None:
+    """The value(s) of :func:`answer_items` joined by ``", "`` (``""`` for an inconsistent chain,
+    None for an equation)."""
+    items = answer_items(s)
+    return None if items is None else ", ".join(v for _, v in items)
+
+
+def compare_items(gold: list[tuple[str | None, str]], answer: list[tuple[str | None, str]]) -> tuple[str | None, str, str]:
+    """Compare two lists of :func:`answer_items` as sets of values.
+
+    When both sides name every value with distinct names and the same set of names (``m=1, n=6``
+    vs ``n=6, m=1``), values are matched by name; otherwise names are dropped and the values
+    compared as sets (``a=2, a=5`` vs ``5, 2``). Plain numbers are decided here exactly; other
+    values go to math_verify as ``"v1, v2"`` lists (which it reads as sets) or, matched by
+    name, as tuples ``(v1, v2)`` in the gold's name order.
+
+    Returns:
+        ``(reason or None, gold_text, answer_text)``: the texts to hand to math_verify when
+        undecided.
+    """
+    g_names, a_names = [n for n, _ in gold], [n for n, _ in answer]
+    by_name = (None not in g_names and None not in a_names and len(set(g_names)) == len(g_names)
+               and len(set(a_names)) == len(a_names) and set(g_names) == set(a_names))
+    if by_name:
+        a_map = dict(answer)
+        pairs = [(v, a_map[n]) for n, v in gold]
+        nums = [(to_decimal(g), to_decimal(a)) for g, a in pairs]
+        if all(g is not None and a is not None for g, a in nums):
+            return ("correct" if all(g == a for g, a in nums) else "wrong"), "", ""
+        if len(pairs) == 1:
+            return None, pairs[0][0], pairs[0][1]
+        return None, "(" + ", ".join(g for g, _ in pairs) + ")", "(" + ", ".join(a for _, a in pairs) + ")"
+    g_vals, a_vals = [v for _, v in gold], [v for _, v in answer]
+    g_nums, a_nums = [to_decimal(v) for v in g_vals], [to_decimal(v) for v in a_vals]
+    if None not in g_nums and None not in a_nums:
+        return ("correct" if set(g_nums) == set(a_nums) else "wrong"), "", ""
+    return None, ", ".join(g_vals), ", ".join(a_vals)
 
 
 def is_lone_symbol(s: str) -> bool:
@@ -218,18 +268,31 @@ def quick_grade(gold: str, answer: str) -> tuple[str | None, str, str, str]:
         digits, base = (m.group(1), m.group(2)) if m else (a, based.group(2))
         ok = digits.upper() == based.group(1).upper() and int(base) == int(based.group(2))
         return ("correct" if ok else "wrong"), "base_subscript", g, a
-    g_eq, a_eq = split_assignment(g), split_assignment(a)
-    if g_eq is not None and a_eq is None and is_lone_symbol(g_eq[0]):
-        g = g_eq[1]  # gold "x=5" against answer "5"
-    elif a_eq is not None and g_eq is None:
-        values = assignment_values(a)
-        if values is None:
-            return "wrong", "equation_for_value", g, a
-        if values == "":
-            return "wrong", "inconsistent_chain", g, a
-        a = values  # answer "x=3" against gold "3"; "x=3 or x=4" is "3, 4" (two values)
-        if g == a:
-            return "correct", "assignment", g, a
+    g_eq, a_eq = split_assignment(g) is not None, split_assignment(a) is not None
+    g_items = answer_items(g) if g_eq else None
+    a_items = answer_items(a) if a_eq else None
+    if a_eq and not g_eq and a_items is None:
+        return "wrong", "equation_for_value", g, a
+    if a_items == [] or (g_items == [] and not a_eq):
+        return "wrong", "inconsistent_chain", g, a
+    if (g_eq or a_eq) and (g_items or not g_eq) and (a_items or not a_eq):
+        # gold and answer split the same way: "a=2, a=5" is two values, never the last one alone
+        g_list = g_items if g_eq else answer_items(g)
+        a_list = a_items if a_eq else answer_items(a)
+        if g_list and a_list:
+            reason, g_text, a_text = compare_items(g_list, a_list)
+            if reason is not None:
+                return reason, "value_set", g, a
+            g, a = g_text, a_text
+            if g == a:
+                return "correct", "assignment", g, a
+    elif not g_eq and not a_eq and ("," in g or "," in a):
+        g_list, a_list = answer_items(g), answer_items(a)  # plain lists of numbers: "0,250" vs "250, 0"
+        if g_list and a_list and max(len(g_list), len(a_list)) > 1:
+            nums = [to_decimal(v) for _, v in g_list + a_list]
+            if None not in nums:
+                same = {to_decimal(v) for _, v in g_list} == {to_decimal(v) for _, v in a_list}
+                return ("correct" if same else "wrong"), "value_set", g, a
     gd = to_decimal(g)
     if gd is not None:
         ad = to_decimal(a)

@@ -18,6 +18,10 @@ Differences from the release, on purpose:
       release fed back only the JSON error and dropped every call after the first.
     * Several calls in one turn all run, in order, up to ``max_calls_per_turn``; calls past the
       limit are answered "not run" (status ``skipped``) so each ``<tool_call>`` gets a response.
+    * A call ends where its JSON object ends when one complete object is followed by
+      ``</tool_call>`` (:func:`kit.prompts.json_call_end`); the release's regex
+      ``<tool_call>(.*?)</tool_call>`` cut a call at a closing tag inside a JSON string (code
+      that prints ``'</tool_call>'``) and answered "not valid JSON".
     * Feedback is truncated by **tokens**, in the middle, with a visible marker
       (:func:`truncate_tokens`), not to 256 characters.
 
@@ -91,9 +95,13 @@ def parse_tool_calls(text: str, tool_names: Sequence[str] | None = None) -> list
             ``<|im_end|>``).
         tool_names: accepted tool names; default :data:`kit.prompts.TOOL_NAME` and its aliases.
     Returns:
-        One :class:`ParsedCall` per opening tag. A call without a closing tag before the next
-        opening tag (or the end of the turn) is malformed ("unclosed"). A stray closing tag
-        without an opening tag is not a call. Never raises on model text.
+        One :class:`ParsedCall` per opening tag. When the body is one complete JSON object
+        followed by ``</tool_call>``, the JSON decoder decides where the call ends, so tags
+        inside JSON strings (code that prints ``'</tool_call>'``) belong to the call. Otherwise
+        the first closing tag ends it; a call without a closing tag before the next opening
+        tag (or the end of the turn) is malformed ("unclosed"), and so is an unterminated JSON
+        string, whatever tags it contains. A stray closing tag without an opening tag is not
+        a call. Never raises on model text.
     Example:
         >>> [c.code for c in parse_tool_calls('<tool_call>{"name": "execute_python_code_with_standard_io", '
         ...  '"arguments": {"code": "print(1)", "input": ""}}</tool_call>')]
@@ -105,6 +113,11 @@ def parse_tool_calls(text: str, tool_names: Sequence[str] | None = None) -> list
     pos = 0
     while (start := text.find(op, pos)) >= 0:
         body_start = start + len(op)
+        json_end = prompts.json_call_end(text, body_start)
+        if json_end is not None:  # a complete JSON object followed by the closing tag decides
+            calls.append(_validate(len(calls), text[body_start:json_end], names))
+            pos = text.index(cl, json_end) + len(cl)
+            continue
         end = text.find(cl, body_start)
         nxt = text.find(op, body_start)
         if end < 0 or (0 <= nxt < end):

@@ -316,3 +316,124 @@ def test_property_positive_inclusion_in_a_group_matches_sequential_draws():
         inc[kept[kept < 5]] += 1
     assert stats.chisquare(inc, exact * n).pvalue > 1e-3
     assert all(a > b for a, b in pairwise(inc))  # lower penalty, more often kept
+
+
+# ------------------------------------------------------------------ issue #17: the release's kept set, exactly
+
+
+def _release_kept(rewards, uids, penalties, G, min_neg=2, min_pos=2):
+    """The release's per-group loop after its PR #50, written out from the research note (§4.2):
+    groups with fewer than G rows dropped, exactly G kept whole; else proportional counts with
+    round() per side and the minimum guards; positives by penalty (stable), negatives in rollout
+    order."""
+    kept = []
+    for uid in dict.fromkeys(uids):
+        idx = [i for i, u in enumerate(uids) if u == uid]
+        if len(idx) < G:
+            continue
+        if len(idx) == G:
+            kept += idx
+            continue
+        neg = [i for i in idx if rewards[i] <= 0]
+        pos = sorted((i for i in idx if rewards[i] > 0), key=lambda i: penalties[i])
+        k_neg, k_pos = round(len(neg) * G / len(idx)), round(len(pos) * G / len(idx))
+        if k_neg < min_neg and k_pos < min_pos:
+            kept += idx
+            continue
+        if k_neg <= min(min_neg, len(neg)):
+            k_neg = min(min_neg, len(neg))
+            k_pos = G - k_neg
+        if k_pos <= min(min_pos, len(pos)):
+            k_pos = min(min_pos, len(pos))
+            k_neg = G - k_pos
+        assert k_pos + k_neg == G
+        kept += pos[:k_pos] + neg[:k_neg]
+    return sorted(kept)
+
+
+def _release_text(rng, correct):
+    """A decoded response the release's text reading scores: 0-3 tool responses (some with an
+    error), 0-2 answer spans, extra assistant turns."""
+    parts = []
+    for _ in range(int(rng.integers(0, 4))):
+        body = "NameError: x" if rng.random() < 0.4 else "42"
+        parts.append(f"<tool_call>...</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n{body}\n</tool_response>"
+                     "<|im_end|>\n<|im_start|>assistant\n<reason>step")
+    answers = int(rng.integers(0, 3))
+    parts.append("".join(f"<answer>\\boxed{{{'7' if correct else '8'}}}</answer>" for _ in range(answers)))
+    return "".join(parts) + "<|im_end|>"
+
+
+@pytest.mark.parametrize("G, sizes", [(4, [8, 8, 6, 11]), (16, [32, 32, 32]), (8, [16, 13, 25, 9]), (6, [12, 7, 20])])
+def test_release_options_reproduce_the_release_kept_set_exactly(G, sizes):
+    """mode='rank' + negative_order='rollout' + the release's text reading keeps exactly the rows
+    the release keeps, for even G and groups of any size above G (before: negatives were drawn at
+    random, so the kept set differed whenever a group had more negatives than it kept)."""
+    rng = np.random.default_rng(G)
+    for trial in range(20):
+        uids = [u for u, n in enumerate(sizes) for _ in range(n)]
+        order = rng.permutation(len(uids))  # groups interleaved as a trainer batch may be
+        uids = [uids[i] for i in order]
+        rewards = (rng.random(len(uids)) < rng.uniform(0.2, 0.8)).astype(float)
+        texts = [_release_text(rng, r > 0) for r in rewards]
+        pe, pf = release_p_err(texts), release_p_format(texts)
+        expected = _release_kept(list(rewards), uids, pe + pf, G)
+        counts = {k: np.zeros(len(uids), dtype=np.int64) for k in ("tool_calls", "tool_failures", "answer_tags")}
+        counts["turns"] = np.ones(len(uids), dtype=np.int64)
+        params = RocParams(group_size=G, mode="rank", negative_order="rollout", drop_equal_reward_groups=False)
+        sel, _ = roc_step(rewards, uids, counts, params, seed=trial, penalties=(pe, pf))
+        assert sel.kept.tolist() == expected, (trial, G)
+
+
+def test_negative_order_rollout_takes_the_first_negatives_and_is_read_from_config():
+    rewards = [0, 1, 0, 0, 1, 0, 0, 1, 0, 0]  # 3 positives, 7 negatives, G = 5 -> k_pos 2 (round 1.5), k_neg 3
+    sel = roc_select(rewards, [0] * 10, np.zeros(10), group_size=5, mode="rank", negative_order="rollout")
+    assert sel.kept.tolist() == [0, 1, 2, 3, 4]
+    cfg = SimpleNamespace(group_size=5, roc_mode="rank", roc_use_error_ratio=True, roc_use_answer_format=True,
+                          min_positive=2, min_negative=2, drop_equal_reward_groups=True, roc_negative_order="rollout")
+    assert RocParams.from_config(cfg).negative_order == "rollout"
+    from kit.config import load
+
+    algo = load("tiny", {"algorithm.roc_negative_order": "rollout"}, write=False).algorithm
+    assert RocParams.from_config(algo).negative_order == "rollout"
+    assert RocParams.from_config(load("tiny", write=False).algorithm).negative_order == "random"
+    with pytest.raises(ValueError, match="negative_order must be 'random' or 'rollout'"):
+        RocParams(negative_order="sorted")
+
+
+def test_release_table_rows_unbalanced_answer_tags_and_truncated_last_turn():
+    """The two p_format rows of the module's table of differences, on one trajectory each."""
+    unbalanced = "<answer>7<|im_end|>\n<|im_start|>user\n<tool_response>\n1\n</tool_response><|im_end|>\n" \
+                 "<|im_start|>assistant\n<reason>so <answer>\\boxed{7}</answer><|im_end|>"
+    assert release_p_format([unbalanced]).tolist() == [1.0]
+    assert p_format([2], [2]).tolist() == [0.5]  # the kit counts two <answer> tags over two turns
+    # a truncated last turn (no <|im_end|>) is not a turn for the release: 2 answers over the one
+    # counted turn (the first turn's header is in the prompt) -> 1.0, where counting it gives 0.5
+    fb = "<|im_start|>user\n<tool_response>\n1\n</tool_response><|im_end|>\n"
+    truncated = "call<|im_end|>\n" + fb + "<|im_start|>assistant\n<reason><answer>2</answer><|im_end|>\n" + fb + \
+                "<|im_start|>assistant\n<reason>again <answer>2</answer> and then the budget ran out"
+    assert release_p_format([truncated]).tolist() == [1.0]
+    assert release_p_format([truncated.replace("budget ran out", "end<|im_end|>")]).tolist() == [0.5]
+    assert p_format([2], [3]).round(3).tolist() == [0.333]  # the kit counts all three turns
+
+
+@pytest.mark.parametrize("G", [2 * g for g in range(2, 17)])
+def test_counts_match_the_release_for_every_even_G_and_group_size(G):
+    for n in range(G + 1, 3 * G + 1):
+        for n_pos in range(1, n):
+            n_neg = n - n_pos
+            k_neg, k_pos = round(n_neg * G / n), round(n_pos * G / n)
+            assert k_neg + k_pos == G  # round(G - x) == G - round(x) for even G
+            assert allocate(n_pos, n_neg, G) == _release_counts(n_pos, n_neg, G)
+
+
+def _release_counts(n_pos, n_neg, G, mn=2, mp=2):
+    n = n_pos + n_neg
+    k_neg, k_pos = round(n_neg * G / n), round(n_pos * G / n)
+    if k_neg <= min(mn, n_neg):
+        k_neg = min(mn, n_neg)
+        k_pos = G - k_neg
+    if k_pos <= min(mp, n_pos):
+        k_pos = min(mp, n_pos)
+        k_neg = G - k_pos
+    return k_pos, k_neg

@@ -97,6 +97,18 @@ def test_release_text_reading_passes_the_tokenizer():
     assert "+trainer.v1.sampler.sampler_kwargs.mode=rank" in ov
 
 
+def test_release_negative_order_reaches_the_roc_hook():
+    from kit.bridge.roc_hook import roc_params_from_kwargs
+
+    assert not any("negative_order" in o for o in to_hydra_overrides(load("paper-14b", write=False), "stage1"))
+    cfg = load("paper-14b", write=False, overrides={"algorithm.roc_negative_order": "rollout"})
+    ov = to_hydra_overrides(cfg, "stage1")
+    assert "+trainer.v1.sampler.sampler_kwargs.negative_order=rollout" in ov
+    kw = {o.split("sampler_kwargs.")[1].split("=")[0]: o.split("=", 1)[1] for o in ov if "sampler_kwargs." in o}
+    params, _ = roc_params_from_kwargs(kw)
+    assert params.negative_order == "rollout"
+
+
 def test_bad_stage_and_bad_roc_settings_are_rejected():
     cfg = load("paper-14b", write=False)
     with pytest.raises(ValueError, match="unknown stage 'stage4'"):

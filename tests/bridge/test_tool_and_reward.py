@@ -106,3 +106,33 @@ async def test_tool_loaded_from_yaml_runs_code_in_the_sandbox_and_counts(tmp_pat
     ef = agent.extra_fields
     assert (ef["tool_calls"], ef["tool_errors"], ef.get("infra_errors", 0)) == (4, 3, 0)
     assert (ef["tool_error_exception"], ef["tool_error_timeout"], ef["tool_error_malformed"]) == (1, 1, 1)
+
+
+async def test_kit_hermes_parser_keeps_tags_inside_json_and_forwards_malformed_calls(tokenizer):
+    """Issue #17: VERL's tool_agent path can use the kit parser; a closing tag inside the code string
+    no longer cuts the call, and a malformed call reaches the tool as a counted 'malformed' answer."""
+    import json
+
+    from verl.experimental.agent_loop.tool_parser import ToolParser
+
+    from kit.bridge.tool import MALFORMED_KEY, KitSandboxTool
+
+    code = "end = '</tool_call>'\nprint(len(end))"
+    good = prompts.TOOL_CALL_OPEN + json.dumps({"name": prompts.TOOL_NAME, "arguments": {"code": code, "input": ""}})
+    text = "count it " + good + prompts.TOOL_CALL_CLOSE + " and " + prompts.TOOL_CALL_OPEN + '{"name": 1' + \
+        prompts.TOOL_CALL_CLOSE
+    parser = ToolParser.get_tool_parser("kit_hermes", tokenizer)
+    content, calls = await parser.extract_tool_calls(tokenizer.encode(text, add_special_tokens=False))
+    assert [c.name for c in calls] == [prompts.TOOL_NAME] * 2
+    assert json.loads(calls[0].arguments) == {"code": code, "input": ""}
+    assert "not valid JSON" in json.loads(calls[1].arguments)[MALFORMED_KEY]
+    assert "len(end)" not in content and "count it" in content
+
+    class Agent:
+        extra_fields: dict = {}
+
+    agent = Agent()
+    tool = KitSandboxTool({}, executor=object())  # a malformed call never reaches the executor
+    resp, _, metrics = await tool.execute("i", json.loads(calls[1].arguments), agent_data=agent)
+    assert metrics["status"] == "malformed" and resp.text.startswith("Error: invalid tool call: the tool call is not")
+    assert agent.extra_fields["tool_error_malformed"] == 1

@@ -154,3 +154,21 @@ def test_plot_passk_curves_draws_one_line_per_model():
     ax = plot_passk_curves(curves, title="AIME24")
     assert [line.get_label() for line in ax.get_lines()] == ["base", "rl"]
     assert list(ax.get_lines()[1].get_ydata()) == [0.4, 0.5, 0.55] and ax.get_title() == "AIME24"
+
+
+def test_maj_at_k_groups_answers_by_the_verifier():
+    """Issue #17: 3/4 written as \\frac{3}{4}, 0.75 and 3/4 used to split the vote, so a wrong answer
+    given twice won maj@n; the verifier's equivalence now makes them one vote, and the tie rate
+    is reported."""
+    trajs = [[_tr(5, 5) for _ in range(5)]]
+    verdicts = [[V(True, r"\frac{3}{4}"), V(False, "12"), V(True, "0.75"), V(False, "12"), V(True, r"\dfrac34")]]
+    raw = score_samples("toy", ["p"], trajs, verdicts, bootstrap_samples=10, equivalent=None)
+    grouped = score_samples("toy", ["p"], trajs, verdicts, bootstrap_samples=10)
+    assert raw.maj_at_k[5] == 0.0 and grouped.maj_at_k[5] == 1.0
+    assert raw.maj_tie_rate[1] == grouped.maj_tie_rate[1] == 0.0
+    assert grouped.maj_tie_rate[5] == 0.0 and grouped.summary()["maj@5_tie_rate"] == 0.0
+    back = EvalResult.from_dict(json.loads(json.dumps(grouped.to_dict())))
+    assert back.maj_tie_rate == grouped.maj_tie_rate
+    old = grouped.to_dict()
+    del old["maj_tie_rate"]  # files written before the tie rate existed still load
+    assert EvalResult.from_dict(old).maj_tie_rate == {}

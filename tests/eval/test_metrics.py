@@ -112,3 +112,44 @@ def test_maj_at_k_sampled_breaks_ties_like_exact():
     exact = maj_at_k([row], correct, k=8, exact=True)
     approx = maj_at_k([row], correct, k=8, exact=False, resamples=20000, seed=0)
     assert approx == pytest.approx(exact, abs=0.01)
+
+
+# ---------------------------------------------------------------- issue #17: vote on equivalence classes
+
+
+def test_equivalent_answers_vote_together_and_comparisons_are_cached():
+    from kit.eval.metrics import group_equivalent, maj_at_k_stats
+
+    calls: list[tuple[str, str]] = []
+
+    def same(a, b):  # a stand-in verifier: numbers equal as fractions
+        calls.append((a, b))
+        from fractions import Fraction
+        return Fraction(a) == Fraction(b)
+
+    # 2/5 written three ways splits its votes; "9" (wrong) wins the raw vote 2 to 1
+    row = ["0.4", "2/5", "9", "0.40", "9", None]
+    ok = [True, True, False, True, False, False]
+    assert maj_at_k([row], [ok], k=6) == 0.0
+    cache: dict = {}
+    acc, tie = maj_at_k_stats([row], [ok], k=6, equivalent=same, cache=cache)
+    assert (acc, tie) == (1.0, 0.0)
+    n_calls = len(calls)  # "2/5"~"0.4", "9"~"0.4", "0.40"~"0.4", the second "9" is not compared again
+    maj_at_k_stats([row], [ok], k=3, equivalent=same, cache=cache)  # another k: no new comparisons
+    assert len(calls) == n_calls == 3
+    assert group_equivalent(row, same) == ["0.4", "0.4", "9", "0.4", "9", None]
+
+
+def test_tie_rate_counts_shared_top_votes():
+    from kit.eval.metrics import maj_at_k_stats
+
+    # k=2 subsets of ("5", "6", "5"): {0,1} tie, {0,2} "5" twice, {1,2} tie -> 2/3 of subsets tied
+    acc, tie = maj_at_k_stats([["5", "6", "5"]], [[True, False, True]], k=2, exact=True)
+    assert tie == pytest.approx(2 / 3) and acc == pytest.approx(2 / 3)  # the tie {1, 2} goes to "6", seen first
+    assert maj_at_k_stats([["5", "6", "5"]], [[True, False, True]], k=1)[1] == 0.0
+    # sampled subsets estimate the same tie rate
+    rng = np.random.default_rng(4)
+    row = [str(x) for x in rng.integers(0, 3, 12)]
+    exact = maj_at_k_stats([row], [[a == "0" for a in row]], k=4, exact=True)
+    approx = maj_at_k_stats([row], [[a == "0" for a in row]], k=4, exact=False, resamples=20000, seed=1)
+    assert approx == pytest.approx(exact, abs=0.02)

@@ -41,3 +41,13 @@ def test_reproduce_passes_dry_run(monkeypatch):
     monkeypatch.setattr(pipeline, "main", lambda argv: seen.setdefault("argv", argv) and 0)
     assert cli.main(["reproduce", "--profile", "paper-14b", "--dry-run"]) == 0
     assert seen["argv"][-1] == "--dry-run"
+
+
+def test_cell_timeout_and_allow_failed_reach_the_pipeline_and_the_report(monkeypatch):
+    seen: dict = {}
+    monkeypatch.setattr(pipeline, "main", lambda argv: seen.setdefault("run", argv) and 0)
+    monkeypatch.setattr(report, "main", lambda argv: seen.setdefault("report", argv) and 0)
+    assert cli.main(["reproduce", "--profile", "tiny", "--cell-timeout", "120"]) == 0
+    assert seen["run"][-2:] == ["--cell-timeout", "120"]
+    assert cli.main(["report", "--profile", "tiny", "--run", "r", "--allow-failed"]) == 0
+    assert seen["report"] == ["--profile", "tiny", "--run", "r", "--allow-failed"]

@@ -102,3 +102,151 @@ def test_fallback_without_tex_prints_notice_and_keeps_figures(tmp_path, monkeypa
 def test_nothing_to_report_is_an_error(tmp_path, capsys):
     assert report.main(["--profile", "smoke", "--run", "empty", "--reports-root", str(tmp_path)]) == 1
     assert "make reproduce" in capsys.readouterr().err
+
+
+# ---------------------------------------------------------------- issue #17: failed runs, SVG, glyphs, long lines
+
+needs_latex = pytest.mark.skipif(not report.latex_available() or shutil.which("pdftotext") is None,
+                                 reason="xelatex or poppler-utils not installed")
+
+
+def _pdftext(pdf, *args) -> str:
+    return subprocess.run(["pdftotext", *args, str(pdf), "-"], capture_output=True, text=True, check=True).stdout
+
+
+def _failed_run(tmp_path) -> Layout:
+    """Notebook 01 finished, 02 was killed in cell 3 (as kit.pipeline leaves it)."""
+    import json
+
+    from kit.pipeline import mark_not_run
+
+    lay = Layout(root=tmp_path / "smoke" / "r1", profile="smoke")
+    _executed(lay, "01_data_curation", with_image=False)
+    _executed(lay, "02_cold_start_sft", with_image=False)
+    mark_not_run(lay.executed / "02_cold_start_sft.ipynb", 1, "DeadKernelError: Kernel died")
+    lay.state_path.write_text(json.dumps({
+        "01_data_curation": {"status": "done"},
+        "02_cold_start_sft": {"status": "failed", "error": "notebook 02_cold_start_sft failed in cell 1 "
+                                                           "`print('hello')`: DeadKernelError: Kernel died"}}))
+    return lay
+
+
+def test_a_failed_run_is_refused_unless_asked(tmp_path, capsys):
+    """Issue #17: a run with a dead notebook used to give a PDF and exit code 0 with no sign of it."""
+    lay = _failed_run(tmp_path)
+    assert report.failed_notebooks(lay) == {"02_cold_start_sft": "notebook 02_cold_start_sft failed in cell 1 "
+                                                                 "`print('hello')`: DeadKernelError: Kernel died"}
+    argv = ["--profile", "smoke", "--run", "r1", "--reports-root", str(tmp_path)]
+    assert report.main(argv) == 1
+    err = capsys.readouterr().err
+    assert "did not finish" in err and "02_cold_start_sft" in err and "--allow-failed" in err
+    assert not lay.report_pdf.exists()
+    with pytest.raises(report.ReportError, match="02_cold_start_sft"):
+        report.build_report(lay, echo=lambda s: None)
+    # the state file may be gone (a copied run folder): the executed notebook's metadata still says it failed
+    lay.state_path.unlink()
+    assert "stopped in cell 1" in report.failed_notebooks(lay)["02_cold_start_sft"]
+
+
+@needs_latex
+def test_an_allowed_failed_run_says_so_on_its_first_page(tmp_path):
+    lay = _failed_run(tmp_path)
+    notes: list[str] = []
+    pdf = report.build_report(lay, echo=notes.append, allow_failed=True)
+    first = " ".join(_pdftext(pdf, "-f", "1", "-l", "1").split())
+    assert "This run did not finish: 1 notebook(s) failed" in first and "02_cold_start_sft" in first
+    assert "DeadKernelError" in first
+    assert any("failed run" in n for n in notes)
+
+
+@needs_latex
+@pytest.mark.skipif(shutil.which("rsvg-convert") is None, reason="rsvg-convert (librsvg2-bin) not installed")
+def test_svg_only_output_is_rasterised_and_without_a_converter_noted(tmp_path, monkeypatch):
+    """Issue #17: an SVG-only output made the LaTeX export fail."""
+    from kit import latex_pdf
+
+    fig = Figure(figsize=(3, 2), layout="tight")
+    fig.subplots().bar(["a", "b"], [3, 1])
+    buf = io.StringIO()
+    fig.savefig(buf, format="svg")
+    lay = Layout(root=tmp_path / "run", profile="smoke")
+    _executed(lay, "01_data_curation", with_image=False)
+    nb = nbformat.read(lay.executed / "01_data_curation.ipynb", as_version=4)
+    cell = nbformat.v4.new_code_cell("fig", execution_count=9)
+    cell.outputs = [nbformat.v4.new_output("display_data", data={"image/svg+xml": buf.getvalue(), "text/plain": "<F>"})]
+    nb.cells.append(cell)
+    nbformat.write(nb, lay.executed / "01_data_curation.ipynb")
+    pdf = report.build_report(lay, echo=pytest.fail)  # LaTeX route, no notice, no warning
+    assert _images(pdf) == 1
+    monkeypatch.setattr(latex_pdf, "svg_converter", lambda: None)
+    notes: list[str] = []
+    pdf = report.build_report(lay, echo=notes.append)
+    assert notes and "SVG output in notebook 01_data_curation could not be converted" in notes[0]
+    assert _images(pdf) == 0 and "SVG figure left out of the PDF" in " ".join(_pdftext(pdf).split())
+    from kit import preflight
+
+    rows = {r["check"]: r for r in preflight.preflight()}
+    assert rows["rsvg-convert (SVG outputs in the PDF)"]["status"] == "warning"
+
+
+def _fonts(pdf) -> str:
+    return subprocess.run(["pdffonts", str(pdf)], capture_output=True, text=True, check=True).stdout
+
+
+@needs_latex
+def test_box_drawing_arrows_greek_and_cjk_print_and_missing_glyphs_are_named(tmp_path):
+    """Issue #17: these characters printed as blanks with no warning."""
+    from kit import latex_pdf
+
+    if latex_pdf.font_charset(latex_pdf.MONO_FONT) is None or latex_pdf.font_charset(latex_pdf.CJK_FONT) is None:
+        pytest.skip("fonts-dejavu-core / fonts-wqy-microhei not installed")
+    lay = Layout(root=tmp_path / "run", profile="smoke")
+    nb = nbformat.v4.new_notebook()
+    nb.cells.append(nbformat.v4.new_markdown_cell("# Glyphs\nloss ↓ while λ grows; 数学 in prose"))
+    code = nbformat.v4.new_code_cell("print(table)", execution_count=1)
+    code.outputs = [nbformat.v4.new_output("stream", name="stdout",
+                                           text="╔═══╗\n║ θ ║ ⇒ 答案 ⊢ ψ\n╚═══╝ \U0001d11e\n")]
+    nb.cells.append(code)
+    lay.executed.mkdir(parents=True)
+    nbformat.write(nb, lay.executed / "08_evaluation.ipynb")
+    notes: list[str] = []
+    pdf = report.build_report(lay, echo=notes.append)
+    text = _pdftext(pdf)
+    for s in ("╔═══╗", "║ θ ║", "⇒", "答案", "ψ", "↓", "λ", "数学"):
+        assert s in text, s
+    fonts = _fonts(pdf)
+    assert "DejaVuSansMono" in fonts and "WenQuanYi" in fonts
+    assert len(notes) == 1 and "U+1D11E" in notes[0] and "print blank" in notes[0]  # the musical G clef
+
+
+@needs_latex
+def test_a_long_code_line_wraps_inside_the_page(tmp_path):
+    """Issue #17: a code line without spaces (a long literal) ran off the right edge and was lost."""
+    import re
+
+    token = "".join(f"w{i:03d}" for i in range(60))  # 240 letters and digits, no break point
+    lay = Layout(root=tmp_path / "run", profile="smoke")
+    nb = nbformat.v4.new_notebook()
+    code = nbformat.v4.new_code_cell(f"key = '{token}'\nprint(len(key))", execution_count=1)
+    code.outputs = [nbformat.v4.new_output("stream", name="stdout", text=token + "\n")]
+    nb.cells.append(code)
+    lay.executed.mkdir(parents=True)
+    nbformat.write(nb, lay.executed / "08_evaluation.ipynb")
+    pdf = report.build_report(lay, echo=pytest.fail)
+    bbox = _pdftext(pdf, "-bbox")
+    width = float(re.search(r'<page width="([\d.]+)"', bbox).group(1))
+    right = [float(x) for x in re.findall(r'xMax="([\d.]+)"', bbox)]
+    assert right and max(right) < width - 36  # inside the right margin (36 pt = 1/2 inch)
+    flat = re.sub(r"[\s\u200b\u21aa]", "", _pdftext(pdf))
+    assert flat.count(token) == 2  # nothing lost: the code line and the printed line, whole
+
+
+@needs_poppler
+def test_the_figures_only_fallback_also_lists_failed_notebooks(tmp_path, monkeypatch, rl_metrics):
+    lay = _failed_run(tmp_path)
+    m = rl_metrics(tmp_path / "m" / "metrics.jsonl", stage="ablation", algorithm="grpo", seed=0, steps=3)
+    figures.save_figure(figures.figure9_roc_ablation(m), lay.root / "figures", "figure9", formats=("png",))
+    monkeypatch.setattr(report, "latex_available", lambda: False)
+    pdf = report.build_report(lay, echo=lambda s: None, allow_failed=True)
+    first = " ".join(_pdftext(pdf, "-f", "1", "-l", "1").split())
+    assert "THIS RUN DID NOT FINISH: 1 notebook(s) failed" in first and "02_cold_start_sft" in first

@@ -160,3 +160,34 @@ def test_a_hanging_cell_is_killed_and_named(tmp_path, make_notebook):
         run_series([NotebookRun(nb, {"run_dir": ""})], lay, progress_bar=False, echo=lambda s: None, cell_timeout_s=3)
     assert info.value.notebook == "hang" and info.value.cell_index == 4
     assert "import time" in str(info.value) and "Timeout" in str(info.value)
+
+
+def test_a_killed_kernel_fails_the_notebook_and_marks_what_did_not_run(tmp_path, make_notebook):
+    """Issue #17: papermill left the killed cell and every later cell 'completed'; now the killed
+    cell is 'failed' (with an error output) and the later ones 'pending' with no outputs."""
+    nb = make_notebook(tmp_path / "src" / "oom.ipynb", 'run_dir = ""', "print('loaded')",
+                       "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)  # as the OOM killer does",
+                       "print('never')", "z = 3")
+    lay = Layout(root=tmp_path / "out", profile="tiny")
+    with pytest.raises(PipelineError) as info:
+        run_series([NotebookRun(nb, {"run_dir": ""})], lay, progress_bar=False, echo=lambda s: None)
+    assert info.value.notebook == "oom" and info.value.cell_index == 4
+    assert "failed in cell 4 `import os, signal`" in str(info.value) and "DeadKernelError" in str(info.value)
+    out = nbformat.read(lay.executed / "oom.ipynb", as_version=4)
+    status = [c.metadata.get("papermill", {}).get("status") for c in out.cells]
+    assert status[:4] == ["completed"] * 4 and status[4] == "failed" and status[5:] == ["pending", "pending"]
+    assert [o.get("ename") for o in out.cells[4].outputs] == ["DeadKernelError"]
+    assert all(c.outputs == [] and c.execution_count is None for c in out.cells[5:])
+    assert out.metadata["kit_pipeline"]["failed_cell"] == 4 and "Kernel died" in out.metadata["kit_pipeline"]["error"]
+    assert json.loads(lay.state_path.read_text())["oom"]["status"] == "failed"
+
+
+def test_the_command_line_applies_the_profile_cell_timeout(monkeypatch, tmp_path):
+    seen: list = []
+    monkeypatch.setattr(pipeline, "run_series", lambda *a, **kw: seen.append(kw["cell_timeout_s"]) or [])
+    base = ["run", "--profile", "tiny", "--run", "t", "--reports-root", str(tmp_path), "--no-report"]
+    assert pipeline.main(base) == 0 and seen[-1] == pipeline.default_cell_timeout("tiny") == 1800
+    assert pipeline.main(base + ["--cell-timeout", "45"]) == 0 and seen[-1] == 45
+    assert pipeline.main(base + ["--cell-timeout", "0"]) == 0 and seen[-1] == 0  # no limit
+    assert pipeline.default_cell_timeout("paper-14b") >= 86400
+    assert pipeline.default_cell_timeout("smoke") < pipeline.default_cell_timeout("tiny")

@@ -150,3 +150,37 @@ def test_outer_brace_stripping_is_linear_and_keeps_unbalanced_text():
 ])
 def test_several_assignments_are_several_values(gold, answer, expected):
     assert ok(gold, answer) is expected
+
+
+# ---------------------------------------------------------------- issue #17: several values, 0,250, percent words
+
+
+@pytest.mark.parametrize("gold,answer,expected", [
+    # gold with several assignments: the fast path used to keep only the last right-hand side
+    ("b=3, b=-7", "-7", False), ("b=3, b=-7", "3, -7", True), ("b=3, b=-7", "-7,3", True),
+    ("b=3, b=-7", "b=-7 \\text{ or } b=3", True), ("p=4, q=9", "9", False), ("p=4, q=9", "4, 9", True),
+    # both sides name distinct values: matched by name
+    ("p=4, q=9", "q=9, p=4", True), ("p=4, q=9", "p=9, q=4", False),
+    (r"u=\sqrt{3}, v=2", r"v=2, u=\sqrt{3}", True), (r"u=\sqrt{3}, v=2", r"u=2, v=\sqrt{3}", False),
+    # a single value against a two-value gold stays wrong whatever the names
+    (r"t=1 \text{ or } t=8", "t=8", False), (r"t=1 \text{ or } t=8", "8, 1", True),
+])
+def test_gold_and_answer_with_several_values_compare_as_sets(gold, answer, expected):
+    assert ok(gold, answer) is expected
+
+
+@pytest.mark.parametrize("gold,answer,expected", [
+    ("0,375", "375", False), ("375", "0,375", False), ("0,375", "375, 0", True), ("0,375", "0.375", False),
+    ("7,125", "7125", True),  # a real thousands separator still is one
+])
+def test_leading_zero_comma_group_is_not_a_thousands_separator(gold, answer, expected):
+    assert ok(gold, answer) is expected
+
+
+@pytest.mark.parametrize("gold,answer,expected", [
+    ("40", "40 percent", True), ("40", r"40\text{ Percent}", True), ("40", "40 pct", True),
+    ("40", r"40 \mbox{percentage}", True), (r"40\%", "40 percent", True), ("0.4", "40 percent", False),
+    ("40", "41 pct", False),
+])
+def test_percent_words_grade_like_the_percent_sign(gold, answer, expected):
+    assert ok(gold, answer) is expected

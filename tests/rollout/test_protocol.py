@@ -105,3 +105,42 @@ def test_program_output_cannot_close_its_block_or_fake_a_turn(printed):
     assert "12" in text  # the output itself is still shown
     response = "<reason>run it<tool_call>{}</tool_call>" + prompts.feedback_block([text]) + "I am not sure."
     assert extract_final_answer(response) is None
+
+
+# ---------------------------------------------------------------- issue #17: the JSON object decides
+
+
+def test_closing_tag_inside_a_json_string_belongs_to_the_code():
+    """Issue #17: code that writes the literal tags in a string was cut at the inner closing tag
+    and answered "not valid JSON"; the complete JSON object now decides where the call ends."""
+    code = 'tags = ["</tool_call>", "<tool_call>"]\nprint("".join(reversed(tags)) + input())'
+    text = "check the markup " + call(code, "</tool_call>!") + " then answer"
+    (c,) = parse_tool_calls(text)
+    assert (c.error, c.code, c.input) == (None, code, "</tool_call>!")
+    # two calls in a turn, the first one holding both tags: each keeps its own code
+    calls = parse_tool_calls(call("s = '</tool_call>'") + "\n" + call("print(2)"))
+    assert [(x.error, x.code) for x in calls] == [(None, "s = '</tool_call>'"), (None, "print(2)")]
+
+
+@pytest.mark.parametrize("text, message", [
+    # the string never closes: the inner closing tag ends the call, which is then bad JSON
+    ('<tool_call>{"name": "@T", "arguments": {"code": "s = \'</tool_call>\' and more', "not valid JSON"),
+    # a complete object but no closing tag anywhere after it
+    ('<tool_call>{"name": "@T", "arguments": {"code": "print(1)"}}', "unclosed <tool_call> tag"),
+    # a complete object, then text before the closing tag: not a clean call
+    ('<tool_call>{"name": "@T", "arguments": {"code": "x"}} oops</tool_call>', "not valid JSON (Extra data"),
+])
+def test_truly_unterminated_calls_stay_malformed(text, message):
+    (c,) = parse_tool_calls(text.replace("@T", T))
+    assert c.error is not None and message in c.error, c.error
+
+
+def test_answer_extraction_cuts_the_call_where_the_parser_does():
+    """The reward's model text drops the same call span the parser ran: a box printed by the code
+    after an inner closing tag is tool code, not the model's answer."""
+    from kit.reward import extract_final_answer, model_text
+
+    r = "so " + call("print('</tool_call> \\\\boxed{99}')") + " done"
+    assert "boxed" not in model_text(r)
+    assert extract_final_answer(r) is None
+    assert extract_final_answer(r + " \\boxed{7}") == "7"

@@ -188,3 +188,20 @@ async def test_token_layout_equals_verl_tool_agent_loop(tok, hf_model_type, same
     rep = audit_trajectory(as_traj, tok)
     assert rep.ok is same and rep.text_ok is same
 
+
+
+async def test_verl_agent_loop_runs_a_call_whose_code_holds_the_closing_tag(tok):
+    """Issue #17 on the VERL path: the rstar2_kit loop parses with kit.rollout.protocol, so code
+    holding '</tool_call>' in a string runs whole (it was answered "not valid JSON")."""
+    code = "tag = '</tool_call>'\nprint(len(tag) * 3)"
+    ran: list[str] = []
+
+    def fn(c, stdin):
+        ran.append(c)
+        return Res("ok", stdout="36\n")
+
+    server = MockServer(tok, ["count " + call(code) + prompts.IM_END, ANSWER + prompts.IM_END])
+    out = await _make(tok, server, FakeExecutor(fn)).run({"temperature": 1.0, "top_p": 1.0},
+                                                         raw_prompt=[{"role": "user", "content": PROBLEM}])
+    assert ran == [code]
+    assert (out.extra_fields["tool_calls"], out.extra_fields["tool_error_malformed"]) == (1, 0)

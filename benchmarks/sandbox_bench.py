@@ -1,16 +1,27 @@
-"""Released design vs the kit's pool on the same 1,000 mixed snippets (issue #3, report §3.1).
+"""Released design, the kit's pool and a bare warm fork on the same 1,000 mixed snippets
+(issues #3 and #18, report §3.1).
 
 (a) released: code-judge's executor, one fresh ``python3`` subprocess per call (new session,
     temp dir, RLIMIT_AS/CPU/CORE, OPENBLAS_NUM_THREADS=1), as many concurrent as cores.
 (b) kit: ``SandboxPool`` with isolation on (bubblewrap), one warm worker per core.
+(c) bare: the machine's limit, :class:`kit.sandbox.barefork.BareForkPool`: one warm parent per
+    core with the worker's preloaded modules, a fork per call, output back through a pipe; no
+    isolation, no limits, no cleanup.
 
-Both run closed-loop with one client per core, so latency is a call's end-to-end time
-without queueing behind other clients. Snippets, 1:1:1:1:1: sympy ``factorint``, a small numpy
-matmul, plain integer arithmetic with print, a bare last expression, stdin reading.
-"Trivial" = the last three. Prints calls/s, p50, p99 for both; last line ``speedup=<x>``
-(b over a, calls/s). Target on 2 cores: speedup >= 20 and kit p99 of trivial <= 50 ms.
+All run closed-loop with one client per core, so latency is a call's end-to-end time
+without queueing behind other clients. (b) and (c) run in alternating blocks of ``--block``
+calls in the same minute, so a busy machine slows both alike. Snippets, 1:1:1:1:1: sympy
+``factorint``, a small numpy matmul, plain integer arithmetic with print, a bare last
+expression, stdin reading. "Trivial" = the last three. Prints calls/s, p50, p99 for each, the
+kit call's per-phase breakdown (:mod:`kit.sandbox.timings`), and last
+``speedup=<b/a calls/s> over_bare_fork=<b p50 / c p50> throughput_vs_bare=<b/c calls/s>`` with
+the absolute calls/s beside. Targets on 2 cores: speedup >= 20, kit p99 of trivial <= 50 ms,
+over_bare_fork <= 1.3, throughput_vs_bare >= 0.8.
 
-Usage: ``python benchmarks/sandbox_bench.py [--n 1000] [--seed 0]``
+``--preload-costs`` prints instead what each preloaded module costs a warm parent in resident
+memory and in fork + exit + reap time (the price every call pays for a preload).
+
+Usage: ``python benchmarks/sandbox_bench.py [--n 1000] [--seed 0] [--block 100] [--skip-released]``
 """
 
 from __future__ import annotations
@@ -29,6 +40,9 @@ from pathlib import Path
 
 from kit.config import SandboxConfig
 from kit.sandbox import SandboxPool, ToolCall
+from kit.sandbox.barefork import BareForkPool
+from kit.sandbox.timings import OFF_PATH, PHASES, summarize
+from kit.sandbox.worker import PREIMPORTS
 from kit.sandbox import runner as runner_mod
 
 KINDS = ("sympy", "numpy", "arith", "expr", "stdin")
@@ -99,21 +113,85 @@ def released(work: list[tuple[str, ToolCall]], cfg: SandboxConfig, conc: int) ->
     return time.perf_counter() - t0, res, []
 
 
-async def kit_pool(work: list[tuple[str, ToolCall]], cfg: SandboxConfig, conc: int) -> tuple[float, list, dict]:
-    async with SandboxPool(cfg) as pool:
-        await pool.run_batch([ToolCall("1")] * (2 * conc))  # workers are warm before timing
-        it = iter(work)
-        res: list[tuple[str, float, bool]] = []
+async def kit_and_bare(work: list[tuple[str, ToolCall]], cfg: SandboxConfig, conc: int,
+                       block: int) -> tuple[tuple[float, list, dict, list], tuple[float, list]]:
+    """Run ``work`` through the kit's pool and through bare forks, alternating blocks of calls.
 
-        async def client() -> None:
+    Returns ((kit wall s, kit results, pool stats, kit stamps), (bare wall s, bare results));
+    results are (kind, seconds, ok) per call; wall is the sum of each side's blocks.
+    """
+    async with SandboxPool(cfg) as pool, BareForkPool(conc) as bare:
+        await pool.run_batch([ToolCall("1")] * (4 * conc))  # warm before timing
+        await asyncio.gather(*(bare.run("1") for _ in range(4 * conc)))
+        kit_res: list[tuple[str, float, bool]] = []
+        bare_res: list[tuple[str, float, bool]] = []
+        stamps: list = []
+        walls = {"kit": 0.0, "bare": 0.0}
+
+        async def kit_client(it) -> None:
             for kind, call in it:
                 t0 = time.perf_counter()
                 r = await pool.run(call)
-                res.append((kind, time.perf_counter() - t0, r.status == "ok"))
+                kit_res.append((kind, time.perf_counter() - t0, r.status == "ok"))
+                stamps.append(r.timings)
 
-        t0 = time.perf_counter()
-        await asyncio.gather(*(client() for _ in range(conc)))
-        return time.perf_counter() - t0, res, pool.stats()
+        async def bare_client(it) -> None:
+            for kind, call in it:
+                t0 = time.perf_counter()
+                out, _ = await bare.run(call.code, call.input)
+                bare_res.append((kind, time.perf_counter() - t0, "Traceback" not in out))
+
+        for start in range(0, len(work), block):
+            chunk = work[start:start + block]
+            for name, client in (("bare", bare_client), ("kit", kit_client)) if start // block % 2 else (
+                    ("kit", kit_client), ("bare", bare_client)):
+                it = iter(chunk)
+                t0 = time.perf_counter()
+                await asyncio.gather(*(client(it) for _ in range(conc)))
+                walls[name] += time.perf_counter() - t0
+        return (walls["kit"], kit_res, pool.stats(), stamps), (walls["bare"], bare_res)
+
+
+def breakdown(stamps: list) -> None:
+    """Print the kit call's per-phase p50 and mean (ms); see kit.sandbox.timings.PHASES."""
+    summ = summarize(stamps)
+    usable = sum(1 for _ in filter(None, stamps))
+    if not summ:
+        print("kit phases: no timings in the replies (a kit without phase stamps)")
+        return
+    print(f"kit phases over {usable} calls (p50 / mean ms; the means add up to the mean latency):")
+    for key in (*PHASES, "total"):
+        p50, mean = summ.get(key, (float("nan"), float("nan")))
+        print(f"  {key:10s} p50={p50:7.2f} mean={mean:7.2f}")
+    for key in OFF_PATH:
+        if key in summ:
+            print(f"  {key:10s} p50={summ[key][0]:7.2f} mean={summ[key][1]:7.2f}  (between calls, off the critical path)")
+
+
+def preload_costs() -> None:
+    """Resident memory and fork + exit + reap time of a warm parent, one preload added at a time."""
+    probe = (
+        "import gc, importlib, os, sys, time\n"
+        "for m in sys.argv[1:]: importlib.import_module(m)\n"
+        "gc.collect(); gc.freeze()\n"
+        "ts = []\n"
+        "for _ in range(300):\n"
+        "    t = time.monotonic(); pid = os.fork()\n"
+        "    if pid == 0: os._exit(0)\n"
+        "    os.waitpid(pid, 0); ts.append(time.monotonic() - t)\n"
+        "ts.sort(); rss = int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**20\n"
+        "print(f'{rss:.1f} {1000 * ts[len(ts) // 2]:.2f}')\n")
+    env = {"OPENBLAS_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    print(f"{'preloads so far':40s} {'rss MB':>7s} {'fork+exit ms':>12s} {'added MB':>8s} {'added ms':>8s}")
+    prev = None
+    for i in range(len(PREIMPORTS) + 1):
+        mods = list(PREIMPORTS[:i])
+        out = subprocess.run([sys.executable, "-I", "-c", probe, *mods], capture_output=True, text=True,
+                             env=env, check=True).stdout.split()
+        rss, ms = float(out[0]), float(out[1])
+        added = "" if prev is None else f"{rss - prev[0]:8.1f} {ms - prev[1]:8.2f}"
+        print(f"{(mods[-1] if mods else '(python only)'):40s} {rss:7.1f} {ms:12.2f} {added}")
+        prev = (rss, ms)
 
 
 def report(name: str, wall: float, res: list) -> float:
@@ -134,17 +212,32 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--block", type=int, default=100, help="calls per alternating kit/bare block")
+    ap.add_argument("--skip-released", action="store_true", help="no released-design run (speedup=nan)")
+    ap.add_argument("--preload-costs", action="store_true", help="only print what each preload costs")
     args = ap.parse_args()
+    if args.preload_costs:
+        preload_costs()
+        return
     conc = os.cpu_count() or 1
     cfg = SandboxConfig(isolation="bwrap", num_workers=conc)
     work = snippets(args.n, args.seed)
-    print(f"machine: {conc} cores; {args.n} snippets; isolation={cfg.isolation}; concurrency={conc}")
-    wall_a, res_a, _ = released(work, cfg, conc)
-    rate_a = report("released", wall_a, res_a)
-    wall_b, res_b, stats = asyncio.run(kit_pool(work, cfg, conc))
+    print(f"machine: {conc} cores; {args.n} snippets; isolation={cfg.isolation}; concurrency={conc}; "
+          f"load average {os.getloadavg()[0]:.1f}")
+    rate_a = float("nan")
+    if not args.skip_released:
+        wall_a, res_a, _ = released(work, cfg, conc)
+        rate_a = report("released", wall_a, res_a)
+    (wall_b, res_b, stats, stamps), (wall_c, res_c) = asyncio.run(kit_and_bare(work, cfg, conc, args.block))
     rate_b = report("kit", wall_b, res_b)
+    rate_c = report("bare", wall_c, res_c)
     print(f"kit pool stats: {stats}")
-    print(f"speedup={rate_b / rate_a:.1f}")
+    breakdown(stamps)
+    p50_b, p50_c = pct([t for _, t, _ in res_b], .5), pct([t for _, t, _ in res_c], .5)
+    print(f"load average {os.getloadavg()[0]:.1f}")
+    print(f"speedup={rate_b / rate_a:.1f} over_bare_fork={p50_b / p50_c:.2f} throughput_vs_bare={rate_b / rate_c:.2f} "
+          f"(kit {rate_b:.1f} calls/s, bare fork {rate_c:.1f} calls/s, released {rate_a:.1f} calls/s; "
+          f"p50 kit {1000 * p50_b:.1f} ms, bare {1000 * p50_c:.1f} ms)")
 
 
 if __name__ == "__main__":

@@ -103,6 +103,9 @@ class ToolResult:
         cpu_s: user + system CPU seconds of the call's process.
         truncated: stdout or stderr was cut.
         data: JSON-decoded return value of a :class:`FunctionCall`; None for code calls.
+        timings: monotonic stamps of the call's phases (queue, fork, execution, ...), for
+            benchmarks; :func:`kit.sandbox.timings.phases` turns them into durations. None
+            when the backend sent none (infra errors, Ray).
     """
 
     status: str
@@ -114,6 +117,7 @@ class ToolResult:
     cpu_s: float = 0.0
     truncated: bool = False
     data: Any = None
+    timings: dict | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:

@@ -1,6 +1,6 @@
 """A warm fork-server worker: imports numpy/scipy/sympy once, forks one child per call.
 
-Runs as ``python -I -m kit.sandbox.worker '<json options>'``, normally as pid 2 of its own
+Runs as ``python -I`` with :func:`main` and its JSON options (:func:`kit.sandbox.isolation.python_argv`), normally as pid 2 of its own
 bubblewrap sandbox (see :mod:`kit.sandbox.isolation`). It speaks length-prefixed JSON frames on
 its stdin/stdout: one request in, one response out, one call at a time. JSON both ways on
 purpose: the host never unpickles anything that came out of a sandbox.
@@ -43,6 +43,7 @@ def _child(req: dict, opts: dict, fds: tuple[int, int, int, int], workdir: str) 
     """Runs in the forked child; never returns."""
     code = 70
     me = os.getpid()
+    t_start = time.monotonic()
     try:
         os.setsid()
         stdin_fd, out_w, err_w, res_w = fds
@@ -78,6 +79,7 @@ def _child(req: dict, opts: dict, fds: tuple[int, int, int, int], workdir: str) 
         _reseed()
         from kit.sandbox import runner
 
+        t_exec = time.monotonic()
         if req["kind"] == "func":
             rec = runner.call_function(req["target"], req.get("args", []), req.get("kwargs", {}))
         else:
@@ -97,6 +99,7 @@ def _child(req: dict, opts: dict, fds: tuple[int, int, int, int], workdir: str) 
                 stream.flush()
             except BaseException:  # noqa: BLE001 - the user may have closed it
                 pass
+        rec["t"] = [t_start, t_exec, time.monotonic()]
         try:
             os.write(3, json.dumps(rec).encode()[: 4 << 20])
         except OSError:
@@ -136,7 +139,8 @@ class Worker:
         os.chmod(self.workdir, 0o700)
         self.my_pid = os.getpid()
 
-    def run(self, req: dict) -> dict:
+    def run(self, req: dict, t_recv: float = 0.0) -> dict:
+        """Run one request in a forked child; the reply dict (``t_recv``: when it was read)."""
         opts = dict(self.opts)
         timeout = float(req.get("timeout_s") or opts["timeout_s"])
         if req.get("timeout_s"):
@@ -188,7 +192,8 @@ class Worker:
                 break
         _kill_group(pid)
         _, status, ru = os.wait4(pid, 0)
-        wall = time.monotonic() - t0
+        t_reaped = time.monotonic()
+        wall = t_reaped - t0
         self._sweep()
         self._remove_sysv_ipc()
         for fd in caps:
@@ -196,7 +201,9 @@ class Worker:
             os.close(fd)
         os.close(pidfd)
         self._clean_workdir()
-        return self._result(status, ru, wall, killed_by, caps[out_r], caps[err_r], caps[res_r], timeout, opts)
+        out = self._result(status, ru, wall, killed_by, caps[out_r], caps[err_r], caps[res_r], timeout, opts)
+        out["timings"].update(w_recv=t_recv, w_reaped=t_reaped, w_cleaned=time.monotonic())
+        return out
 
     @staticmethod
     def _drain(fd: int, cap: Capture) -> bool:
@@ -342,10 +349,18 @@ class Worker:
             stderr = stderr + ("\n" if stderr and not stderr.endswith("\n") else "") + note
         if stdout:
             value = ""
-        return {"status": st, "stdout": stdout, "stderr": stderr, "value": value,
+        return {"timings": _child_stamps(rec.get("t")), "status": st, "stdout": stdout, "stderr": stderr, "value": value,
                 "exit_code": exit_code, "wall_s": round(wall, 6), "cpu_s": round(cpu, 6),
                 "truncated": bool(t_out or t_err or rec.get("value_truncated")),
                 "data": rec.get("data"), "rss_mb": _rss_mb()}
+
+
+def _child_stamps(t: object) -> dict:
+    """The child's three monotonic stamps (see :mod:`kit.sandbox.timings`); {} if the call's
+    code scribbled something else on the result pipe."""
+    if isinstance(t, list) and len(t) == 3 and all(type(x) is float for x in t):
+        return dict(zip(("c_start", "c_exec", "c_done"), t, strict=True))
+    return {}
 
 
 def _kill_group(pid: int) -> None:
@@ -410,7 +425,7 @@ def main() -> None:
         if req.get("kind") == "ping":
             write_frame(proto_out, {"pong": True, "rss_mb": _rss_mb()})
             continue
-        write_frame(proto_out, worker.run(req))
+        write_frame(proto_out, worker.run(req, time.monotonic()))
 
 
 if __name__ == "__main__":

@@ -113,12 +113,39 @@ def released(work: list[tuple[str, ToolCall]], cfg: SandboxConfig, conc: int) ->
     return time.perf_counter() - t0, res, []
 
 
+def tree_cpu(roots: list[int]) -> float:
+    """CPU seconds used so far by the processes ``roots`` and all their live descendants,
+    reaped children included (utime + stime + cutime + cstime from /proc, 10 ms ticks)."""
+    parent, cpu = {}, {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent[int(name)] = int(fields[1])
+        cpu[int(name)] = sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, list(roots)
+    seen = set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        total += cpu.get(pid, 0.0)
+        todo += [c for c, pp in parent.items() if pp == pid]
+    return total
+
+
 async def kit_and_bare(work: list[tuple[str, ToolCall]], cfg: SandboxConfig, conc: int,
                        block: int) -> tuple[tuple[float, list, dict, list], tuple[float, list]]:
     """Run ``work`` through the kit's pool and through bare forks, alternating blocks of calls.
 
-    Returns ((kit wall s, kit results, pool stats, kit stamps), (bare wall s, bare results));
-    results are (kind, seconds, ok) per call; wall is the sum of each side's blocks.
+    Returns ((kit wall s, kit results, pool stats, kit stamps), (bare wall s, bare results),
+    {side: CPU seconds of host + workers + children}); results are (kind, seconds, ok) per
+    call; wall and CPU are sums over each side's blocks.
     """
     async with SandboxPool(cfg) as pool, BareForkPool(conc) as bare:
         await pool.run_batch([ToolCall("1")] * (4 * conc))  # warm before timing
@@ -127,6 +154,9 @@ async def kit_and_bare(work: list[tuple[str, ToolCall]], cfg: SandboxConfig, con
         bare_res: list[tuple[str, float, bool]] = []
         stamps: list = []
         walls = {"kit": 0.0, "bare": 0.0}
+        cpus = {"kit": 0.0, "bare": 0.0}
+        roots = {"kit": [w.proc.pid for w in pool._executor.workers.values()],
+                 "bare": [p.pid for p in bare._procs]}
 
         async def kit_client(it) -> None:
             for kind, call in it:
@@ -146,10 +176,12 @@ async def kit_and_bare(work: list[tuple[str, ToolCall]], cfg: SandboxConfig, con
             for name, client in (("bare", bare_client), ("kit", kit_client)) if start // block % 2 else (
                     ("kit", kit_client), ("bare", bare_client)):
                 it = iter(chunk)
+                c0 = tree_cpu(roots[name]) + time.process_time()
                 t0 = time.perf_counter()
                 await asyncio.gather(*(client(it) for _ in range(conc)))
                 walls[name] += time.perf_counter() - t0
-        return (walls["kit"], kit_res, pool.stats(), stamps), (walls["bare"], bare_res)
+                cpus[name] += tree_cpu(roots[name]) + time.process_time() - c0
+        return (walls["kit"], kit_res, pool.stats(), stamps), (walls["bare"], bare_res), cpus
 
 
 def breakdown(stamps: list) -> None:
@@ -228,9 +260,11 @@ def main() -> None:
     if not args.skip_released:
         wall_a, res_a, _ = released(work, cfg, conc)
         rate_a = report("released", wall_a, res_a)
-    (wall_b, res_b, stats, stamps), (wall_c, res_c) = asyncio.run(kit_and_bare(work, cfg, conc, args.block))
+    (wall_b, res_b, stats, stamps), (wall_c, res_c), cpus = asyncio.run(kit_and_bare(work, cfg, conc, args.block))
     rate_b = report("kit", wall_b, res_b)
     rate_c = report("bare", wall_c, res_c)
+    print(f"CPU per call (host + workers + children, load-independent): kit {1000 * cpus['kit'] / len(res_b):.2f} ms, "
+          f"bare fork {1000 * cpus['bare'] / len(res_c):.2f} ms")
     print(f"kit pool stats: {stats}")
     breakdown(stamps)
     p50_b, p50_c = pct([t for _, t, _ in res_b], .5), pct([t for _, t, _ in res_c], .5)

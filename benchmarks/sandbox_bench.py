@@ -40,10 +40,10 @@ from pathlib import Path
 
 from kit.config import SandboxConfig
 from kit.sandbox import SandboxPool, ToolCall
+from kit.sandbox import runner as runner_mod
 from kit.sandbox.barefork import BareForkPool
 from kit.sandbox.timings import OFF_PATH, PHASES, summarize
 from kit.sandbox.worker import PREIMPORTS
-from kit.sandbox import runner as runner_mod
 
 KINDS = ("sympy", "numpy", "arith", "expr", "stdin")
 TRIVIAL = {"arith", "expr", "stdin"}

@@ -37,6 +37,7 @@ from typing import NamedTuple
 
 from kit.sandbox.cleanup import LIBC, Cleaner
 from kit.sandbox.hugepages import collapse_heap
+from kit.sandbox.outcome import make_result, rss_mb
 from kit.sandbox.wire import HEADER, Capture, read_raw, write_frame
 
 FSIZE_BYTES = 64 << 20  # largest file a call may write
@@ -294,7 +295,7 @@ class Worker:
             self._drain(fd, caps[fd])
             os.close(fd)
         os.close(pidfd)
-        out = self._result(status, ru, wall, killed_by, caps[out_r], caps[err_r], caps[res_r], timeout, opts)
+        out = make_result(status, ru, wall, killed_by, caps[out_r], caps[err_r], caps[res_r], timeout, opts)
         out["timings"].update(w_recv=t_recv, w_reaped=t_reaped, w_cleaned=time.monotonic(), **self.off)
         self.off = {}
         return out
@@ -314,60 +315,6 @@ class Worker:
             cap.add(chunk)
         return False
 
-    def _result(self, status, ru, wall, killed_by, out, err, res, timeout, opts) -> dict:
-        stdout, t_out = out.text()
-        stderr, t_err = err.text()
-        rec: dict = {}
-        raw = bytes(res.head + res.tail)
-        if raw:
-            try:
-                rec = json.loads(raw)
-            except ValueError:
-                rec = {}
-        exit_code = os.waitstatus_to_exitcode(status)
-        cpu = ru.ru_utime + ru.ru_stime
-        value = rec.get("value") or ""
-        if rec.get("error"):
-            stderr = (stderr + ("\n" if stderr and not stderr.endswith("\n") else "") + rec["error"])
-        note = ""
-        if killed_by == "output":
-            st = "output_limit"
-            note = f"OutputLimitExceeded: the call printed more than {out.total + err.total} characters and was stopped"
-        elif killed_by == "timeout":
-            st = "timeout"
-            note = f"TimeoutError: execution exceeded the {timeout:g} s time limit"
-        elif os.WIFSIGNALED(status):
-            sig = os.WTERMSIG(status)
-            if sig == signal.SIGXCPU:
-                st = "timeout"
-                note = f"TimeoutError: execution exceeded the {opts['cpu_s']:g} s CPU time limit"
-            else:
-                st = "killed"
-                note = f"Killed: the process died from signal {signal.Signals(sig).name}"
-        elif rec.get("memory"):
-            st = "memory_limit"
-        elif exit_code == 0:
-            st = "ok"
-        else:
-            st = "error"
-        if note:
-            stderr = stderr + ("\n" if stderr and not stderr.endswith("\n") else "") + note
-        if stdout:
-            value = ""
-        return {"timings": _child_stamps(rec.get("t")), "status": st, "stdout": stdout, "stderr": stderr, "value": value,
-                "exit_code": exit_code, "wall_s": round(wall, 6), "cpu_s": round(cpu, 6),
-                "truncated": bool(t_out or t_err or rec.get("value_truncated")),
-                "data": rec.get("data"), "rss_mb": _rss_mb()}
-
-
-
-def _child_stamps(t: object) -> dict:
-    """The child's three monotonic stamps (see :mod:`kit.sandbox.timings`); {} if the call's
-    code scribbled something else on the result pipe."""
-    if isinstance(t, list) and len(t) == 3 and all(type(x) is float for x in t):
-        return dict(zip(("c_start", "c_exec", "c_done"), t, strict=True))
-    return {}
-
 
 def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
@@ -384,11 +331,6 @@ def _kill_group(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
     except OSError:
         pass
-
-
-def _rss_mb() -> float:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
 
 
 def main() -> None:
@@ -422,7 +364,7 @@ def main() -> None:
     worker = Worker(opts)
     worker.prefork()
     try:
-        write_frame(proto_out, {"ready": True, "pid": os.getpid(), "rss_mb": _rss_mb(),
+        write_frame(proto_out, {"ready": True, "pid": os.getpid(), "rss_mb": rss_mb(),
                                 "uid": opts.get("uid"), "pid_ns": worker.in_pid_ns,
                                 "huge_mb": huge >> 20})
         while True:
@@ -432,7 +374,7 @@ def main() -> None:
             if req is None or req.get("kind") == "exit":
                 return
             if req.get("kind") == "ping":
-                write_frame(proto_out, {"pong": True, "rss_mb": _rss_mb()})
+                write_frame(proto_out, {"pong": True, "rss_mb": rss_mb()})
                 continue
             write_frame(proto_out, worker.run(req, raw, t_recv))
             worker.after_reply()

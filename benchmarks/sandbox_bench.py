@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kit.config import SandboxConfig
-from kit.sandbox import SandboxPool, ToolCall
+from kit.sandbox import SandboxPool, ToolCall, hugepages
 from kit.sandbox import runner as runner_mod
 from kit.sandbox.barefork import BareForkPool
 from kit.sandbox.timings import OFF_PATH, PHASES, summarize
@@ -201,28 +201,36 @@ def breakdown(stamps: list) -> None:
 
 
 def preload_costs() -> None:
-    """Resident memory and fork + exit + reap time of a warm parent, one preload added at a time."""
+    """Resident memory and fork + exit + reap time of a warm parent, one preload added at a time,
+    with its heap on 4 KiB pages and then collapsed onto huge pages (what a worker does)."""
     probe = (
         "import gc, importlib, os, sys, time\n"
+        "import importlib.util as iu\n"  # the module alone: importing the kit package adds ~11 MB
+        f"spec = iu.spec_from_file_location('hp', {str(Path(hugepages.__file__).resolve())!r})\n"
+        "hp = iu.module_from_spec(spec); spec.loader.exec_module(hp); collapse_heap = hp.collapse_heap\n"
         "for m in sys.argv[1:]: importlib.import_module(m)\n"
         "gc.collect(); gc.freeze()\n"
-        "ts = []\n"
-        "for _ in range(300):\n"
-        "    t = time.monotonic(); pid = os.fork()\n"
-        "    if pid == 0: os._exit(0)\n"
-        "    os.waitpid(pid, 0); ts.append(time.monotonic() - t)\n"
-        "ts.sort(); rss = int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**20\n"
-        "print(f'{rss:.1f} {1000 * ts[len(ts) // 2]:.2f}')\n")
+        "def p50():\n"
+        "    ts = []\n"
+        "    for _ in range(300):\n"
+        "        t = time.monotonic(); pid = os.fork()\n"
+        "        if pid == 0: os._exit(0)\n"
+        "        os.waitpid(pid, 0); ts.append(time.monotonic() - t)\n"
+        "    return 1000 * sorted(ts)[len(ts) // 2]\n"
+        "rss = int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**20\n"
+        "plain = p50(); collapse_heap()\n"
+        "print(f'{rss:.1f} {plain:.2f} {p50():.2f}')\n")
     env = {"OPENBLAS_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
-    print(f"{'preloads so far':40s} {'rss MB':>7s} {'fork+exit ms':>12s} {'added MB':>8s} {'added ms':>8s}")
+    print(f"{'preloads so far':22s} {'rss MB':>7s} {'fork+exit ms':>12s} {'added MB':>8s} {'added ms':>8s} "
+          f"{'huge pages ms':>13s}")
     prev = None
     for i in range(len(PREIMPORTS) + 1):
         mods = list(PREIMPORTS[:i])
         out = subprocess.run([sys.executable, "-I", "-c", probe, *mods], capture_output=True, text=True,
                              env=env, check=True).stdout.split()
-        rss, ms = float(out[0]), float(out[1])
-        added = "" if prev is None else f"{rss - prev[0]:8.1f} {ms - prev[1]:8.2f}"
-        print(f"{(mods[-1] if mods else '(python only)'):40s} {rss:7.1f} {ms:12.2f} {added}")
+        rss, ms, huge = float(out[0]), float(out[1]), float(out[2])
+        added = f"{'':8s} {'':8s}" if prev is None else f"{rss - prev[0]:8.1f} {ms - prev[1]:8.2f}"
+        print(f"{(mods[-1] if mods else '(python only)'):22s} {rss:7.1f} {ms:12.2f} {added} {huge:13.2f}")
         prev = (rss, ms)
 
 

@@ -103,9 +103,10 @@ class ToolResult:
         cpu_s: user + system CPU seconds of the call's process.
         truncated: stdout or stderr was cut.
         data: JSON-decoded return value of a :class:`FunctionCall`; None for code calls.
-        timings: monotonic stamps of the call's phases (queue, fork, execution, ...), for
-            benchmarks; :func:`kit.sandbox.timings.phases` turns them into durations. None
-            when the backend sent none (infra errors, Ray).
+        timings: ``time.monotonic()`` stamps of the call's phases (queue, fork, execution, ...)
+            and the worker's work between calls, for benchmarks and the self-test;
+            :func:`kit.sandbox.timings.phases` turns them into durations. None for infra errors;
+            with Ray on several machines the stamps mix two machines' clocks.
     """
 
     status: str

@@ -46,10 +46,12 @@ OUTPUT_KILL_FACTOR = 16  # kill a call once it printed this many times max_outpu
 PREIMPORTS = ("math", "cmath", "fractions", "decimal", "itertools", "functools", "collections",
               "heapq", "bisect", "random", "re", "json", "string", "statistics", "numpy", "scipy",
               "scipy.special", "scipy.linalg", "sympy")
-"""Imported once by the worker, shared copy-on-write by every call. Each costs every call
-fork and exit time in proportion to the memory it adds (``sandbox_bench.py --preload-costs``:
-scipy.special + scipy.linalg add ~30 MB and ~1 ms to a fork + exit) but saves the calls that
-use it far more (300-400 ms to import them in a warm child), so they stay."""
+"""Imported once by the worker, shared copy-on-write by every call. Each costs every call fork
+and exit time in proportion to the memory it adds (``sandbox_bench.py --preload-costs``, 2 cores:
+the standard-library modules ~0; numpy +19 MB, scipy.special + scipy.linalg +30 MB, sympy +32 MB,
+each ~0.5-1 ms of fork + exit on 4 KiB pages and ~0.2-0.5 ms once the heap is on huge pages) but
+saves every call that uses it far more (importing scipy.special or scipy.linalg in a warm child
+takes 300-400 ms, sympy more), so all of them pay for themselves and stay."""
 RECOLLAPSE_EVERY = 100  # calls between two huge-page collapses of the worker's heap
 CHILD_RESET_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGALRM, signal.SIGPIPE)
 

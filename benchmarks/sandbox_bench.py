@@ -39,7 +39,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from kit.config import SandboxConfig
-from kit.sandbox import SandboxPool, ToolCall, hugepages
+from kit.sandbox import SandboxPool, ToolCall
 from kit.sandbox import runner as runner_mod
 from kit.sandbox.barefork import BareForkPool
 from kit.sandbox.timings import OFF_PATH, PHASES, summarize
@@ -203,6 +203,8 @@ def breakdown(stamps: list) -> None:
 def preload_costs() -> None:
     """Resident memory and fork + exit + reap time of a warm parent, one preload added at a time,
     with its heap on 4 KiB pages and then collapsed onto huge pages (what a worker does)."""
+    from kit.sandbox import hugepages
+
     probe = (
         "import gc, importlib, os, sys, time\n"
         "import importlib.util as iu\n"  # the module alone: importing the kit package adds ~11 MB

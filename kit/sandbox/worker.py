@@ -21,7 +21,9 @@ takes microseconds and is done only once the request is in, so a waiting child h
 data, runs as the worker's uid and carries no call's limits. The sweep of what a call left
 (processes, IPC objects, files) runs after its reply is sent and before the next child is
 forked; the worker reads no request until both are done, so isolation between calls is as
-before. See :mod:`kit.sandbox.timings` for where the time of a call goes.
+before. Outside bwrap (``isolation="none"``) no namespace dies with the worker, so the sweep
+stays before the reply there: a host that kills the worker right after a reply leaves nothing
+behind. See :mod:`kit.sandbox.timings` for where the time of a call goes.
 """
 
 from __future__ import annotations
@@ -205,6 +207,7 @@ class Worker:
         self.standby: Standby | None = None
         self.off: dict[str, float] = {}  # seconds spent between calls, reported with the next reply
         self.calls = 0
+        self.dirty = False  # a call ran and what it left is not removed yet
 
     def prefork(self) -> None:
         """Fork the next call's child now, while nothing waits for it."""
@@ -225,12 +228,14 @@ class Worker:
 
     def after_reply(self) -> None:
         """Between calls: remove what the last call left, then fork the next call's child."""
-        t0 = time.monotonic()
-        self.cleaner.all()
+        if self.dirty:
+            t0 = time.monotonic()
+            self.cleaner.all()
+            self.dirty = False
+            self.off["off_cleanup"] = time.monotonic() - t0
         self.calls += 1
         if self.calls % RECOLLAPSE_EVERY == 0:  # forks split the huge pages again, slowly
             collapse_heap()
-        self.off["off_cleanup"] = time.monotonic() - t0
         self.prefork()
 
     def _take_standby(self) -> Standby:
@@ -297,6 +302,10 @@ class Worker:
             self._drain(fd, caps[fd])
             os.close(fd)
         os.close(pidfd)
+        self.dirty = True
+        if not self.in_pid_ns:  # no namespace dies with this worker: clean before the host may kill it
+            self.cleaner.all()
+            self.dirty = False
         out = make_result(status, ru, wall, killed_by, caps[out_r], caps[err_r], caps[res_r], timeout, opts)
         out["timings"].update(w_recv=t_recv, w_reaped=t_reaped, w_cleaned=time.monotonic(), **self.off)
         self.off = {}

@@ -119,3 +119,27 @@ async def test_cleanup_after_the_reply_still_precedes_the_next_call(make_cfg):
             a, b = await asyncio.gather(pool.run(ToolCall(leave)), pool.run(ToolCall(look)))
             assert a.stdout == "left\n", a
             assert b.stdout == "[] False 3 0\n", b
+
+
+def test_isolation_none_sweeps_before_the_reply(make_cfg):
+    """Without bwrap nothing dies with the worker: a daemon a call left must be gone as soon as
+    the pool that ran it is closed, even though the sweep otherwise runs after the reply."""
+    import os
+
+    from kit.sandbox import run_sync
+
+    if os.geteuid() != 0 or isolation.worker_uid(0, "none") is None:
+        pytest.skip("the per-call uid (and so the sweep outside bwrap) needs root and a world-readable Python")
+    daemon = "import os, time\nif os.fork() == 0:\n    os.setsid()\n    time.sleep(300)\nprint(os.getuid())"
+    with pytest.warns(RuntimeWarning):
+        r = run_sync(daemon, make_cfg(num_workers=1, isolation="none"))[0]
+    uid = int(r.stdout)
+    alive = []
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                if os.stat(f"/proc/{name}").st_uid == uid:
+                    alive.append(name)
+            except OSError:
+                pass
+    assert alive == [], alive

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import random
 import resource
@@ -139,49 +140,51 @@ def tree_cpu(roots: list[int]) -> float:
     return total
 
 
-async def kit_and_bare(work: list[tuple[str, ToolCall]], cfg: SandboxConfig, conc: int,
-                       block: int) -> tuple[tuple[float, list, dict, list], tuple[float, list]]:
-    """Run ``work`` through the kit's pool and through bare forks, alternating blocks of calls.
+async def kit_and_bare(work: list[tuple[str, ToolCall]], cfg: SandboxConfig, conc: int, block: int,
+                       bare_huge: bool = False) -> tuple[dict, dict, dict, dict, dict, list]:
+    """Run ``work`` through the kit's pool and through bare forks (also bare forks on huge pages
+    with ``bare_huge``), in rotating blocks of ``block`` calls.
 
-    Returns ((kit wall s, kit results, pool stats, kit stamps), (bare wall s, bare results),
-    {side: CPU seconds of host + workers + children}); results are (kind, seconds, ok) per
-    call; wall and CPU are sums over each side's blocks.
+    Returns ({side: wall s}, {side: [(kind, seconds, ok)]}, {side: CPU s of host + workers +
+    children}, pool stats, kit stamps); wall and CPU are sums over each side's blocks.
     """
-    async with SandboxPool(cfg) as pool, BareForkPool(conc) as bare:
+    async with contextlib.AsyncExitStack() as stack:
+        pool = await stack.enter_async_context(SandboxPool(cfg))
+        bares = {"bare": await stack.enter_async_context(BareForkPool(conc))}
+        if bare_huge:
+            bares["bare_huge"] = await stack.enter_async_context(BareForkPool(conc, huge=True))
         await pool.run_batch([ToolCall("1")] * (4 * conc))  # warm before timing
-        await asyncio.gather(*(bare.run("1") for _ in range(4 * conc)))
-        kit_res: list[tuple[str, float, bool]] = []
-        bare_res: list[tuple[str, float, bool]] = []
-        stamps: list = []
-        walls = {"kit": 0.0, "bare": 0.0}
-        cpus = {"kit": 0.0, "bare": 0.0}
+        for b in bares.values():
+            await asyncio.gather(*(b.run("1") for _ in range(4 * conc)))
+        sides = ["kit", *bares]
+        res: dict[str, list] = {k: [] for k in sides}
+        walls = dict.fromkeys(sides, 0.0)
+        cpus = dict.fromkeys(sides, 0.0)
         roots = {"kit": [w.proc.pid for w in pool._executor.workers.values()],
-                 "bare": [p.pid for p in bare._procs]}
+                 **{k: [p.pid for p in b._procs] for k, b in bares.items()}}
+        stamps: list = []
 
-        async def kit_client(it) -> None:
+        async def client(side: str, it) -> None:
             for kind, call in it:
                 t0 = time.perf_counter()
-                r = await pool.run(call)
-                kit_res.append((kind, time.perf_counter() - t0, r.status == "ok"))
-                stamps.append(r.timings)
+                if side == "kit":
+                    r = await pool.run(call)
+                    ok = r.status == "ok"
+                    stamps.append(r.timings)
+                else:
+                    out, _ = await bares[side].run(call.code, call.input)
+                    ok = "Traceback" not in out
+                res[side].append((kind, time.perf_counter() - t0, ok))
 
-        async def bare_client(it) -> None:
-            for kind, call in it:
+        for b, start in enumerate(range(0, len(work), block)):
+            for side in sides[b % len(sides):] + sides[:b % len(sides)]:
+                it = iter(work[start:start + block])
+                c0 = tree_cpu(roots[side]) + time.process_time()
                 t0 = time.perf_counter()
-                out, _ = await bare.run(call.code, call.input)
-                bare_res.append((kind, time.perf_counter() - t0, "Traceback" not in out))
-
-        for start in range(0, len(work), block):
-            chunk = work[start:start + block]
-            for name, client in (("bare", bare_client), ("kit", kit_client)) if start // block % 2 else (
-                    ("kit", kit_client), ("bare", bare_client)):
-                it = iter(chunk)
-                c0 = tree_cpu(roots[name]) + time.process_time()
-                t0 = time.perf_counter()
-                await asyncio.gather(*(client(it) for _ in range(conc)))
-                walls[name] += time.perf_counter() - t0
-                cpus[name] += tree_cpu(roots[name]) + time.process_time() - c0
-        return (walls["kit"], kit_res, pool.stats(), stamps), (walls["bare"], bare_res), cpus
+                await asyncio.gather(*(client(side, it) for _ in range(conc)))
+                walls[side] += time.perf_counter() - t0
+                cpus[side] += tree_cpu(roots[side]) + time.process_time() - c0
+        return walls, res, cpus, pool.stats(), stamps
 
 
 def breakdown(stamps: list) -> None:
@@ -257,6 +260,8 @@ def main() -> None:
     ap.add_argument("--block", type=int, default=100, help="calls per alternating kit/bare block")
     ap.add_argument("--skip-released", action="store_true", help="no released-design run (speedup=nan)")
     ap.add_argument("--preload-costs", action="store_true", help="only print what each preload costs")
+    ap.add_argument("--bare-huge", action="store_true",
+                    help="also run bare forks whose heap is on huge pages, as the kit's workers' is")
     args = ap.parse_args()
     if args.preload_costs:
         preload_costs()
@@ -270,14 +275,18 @@ def main() -> None:
     if not args.skip_released:
         wall_a, res_a, _ = released(work, cfg, conc)
         rate_a = report("released", wall_a, res_a)
-    (wall_b, res_b, stats, stamps), (wall_c, res_c), cpus = asyncio.run(kit_and_bare(work, cfg, conc, args.block))
-    rate_b = report("kit", wall_b, res_b)
-    rate_c = report("bare", wall_c, res_c)
-    print(f"CPU per call (host + workers + children, load-independent): kit {1000 * cpus['kit'] / len(res_b):.2f} ms, "
-          f"bare fork {1000 * cpus['bare'] / len(res_c):.2f} ms")
+    walls, res, cpus, stats, stamps = asyncio.run(kit_and_bare(work, cfg, conc, args.block, args.bare_huge))
+    rate = {side: report(side, walls[side], res[side]) for side in res}
+    print("CPU per call (host + workers + children, load-independent): " + ", ".join(
+        f"{side} {1000 * cpus[side] / len(res[side]):.2f} ms" for side in res))
     print(f"kit pool stats: {stats}")
     breakdown(stamps)
-    p50_b, p50_c = pct([t for _, t, _ in res_b], .5), pct([t for _, t, _ in res_c], .5)
+    p50 = {side: pct([t for _, t, _ in r], .5) for side, r in res.items()}
+    rate_b, rate_c, p50_b, p50_c = rate["kit"], rate["bare"], p50["kit"], p50["bare"]
+    if "bare_huge" in res:
+        print(f"against bare forks on huge pages too: over_bare_huge={p50_b / p50['bare_huge']:.2f} "
+              f"throughput_vs_bare_huge={rate_b / rate['bare_huge']:.2f} ({rate['bare_huge']:.1f} calls/s, "
+              f"p50 {1000 * p50['bare_huge']:.1f} ms)")
     print(f"load average {os.getloadavg()[0]:.1f}")
     print(f"speedup={rate_b / rate_a:.1f} over_bare_fork={p50_b / p50_c:.2f} throughput_vs_bare={rate_b / rate_c:.2f} "
           f"(kit {rate_b:.1f} calls/s, bare fork {rate_c:.1f} calls/s, released {rate_a:.1f} calls/s; "

@@ -11,7 +11,7 @@ Never use it for model code: it isolates nothing.
     async with BareForkPool(2) as bare:
         out, seconds = await bare.run("print(1 + 1)")      # ("2\\n", 0.004)
 
-Runs as ``python -I`` with :func:`main` and a JSON list of extra modules; speaks the same
+Runs as ``python -I`` with :func:`main` and JSON options (``preload``, ``huge``); speaks the same
 length-prefixed JSON frames as a worker on its stdin/stdout.
 """
 
@@ -79,12 +79,17 @@ def main() -> None:
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[name] = "1"
     proto_in, proto_out = os.dup(0), os.dup(1)
-    for mod in (*PREIMPORTS, *json.loads(sys.argv[1] if len(sys.argv) > 1 else "[]")):
+    opts = json.loads(sys.argv[1] if len(sys.argv) > 1 else "{}")
+    for mod in (*PREIMPORTS, *opts.get("preload", ())):
         importlib.import_module(mod)
     import kit.sandbox.runner  # noqa: F401
 
     gc.collect()
     gc.freeze()  # the worker does the same: keep both parents equally copy-on-write friendly
+    if opts.get("huge"):
+        from kit.sandbox.hugepages import collapse_heap
+
+        collapse_heap()
     write_frame(proto_out, {"ready": True})
     _serve(proto_in, proto_out)
 
@@ -95,12 +100,14 @@ class BareForkPool:
     Args:
         n: parents (one per core matches the sandbox pool's default).
         preload: modules to import beyond the worker's :data:`PREIMPORTS`.
+        huge: put the parents' heaps on huge pages as the workers do
+            (:mod:`kit.sandbox.hugepages`); off by default: the plain limit.
     Raises:
         RuntimeError: a parent did not start within :data:`START_TIMEOUT_S` seconds.
     """
 
-    def __init__(self, n: int, preload: tuple[str, ...] = ()):
-        self.n, self.preload = max(1, n), tuple(preload)
+    def __init__(self, n: int, preload: tuple[str, ...] = (), huge: bool = False):
+        self.n, self.preload, self.huge = max(1, n), tuple(preload), huge
         self._procs: list[asyncio.subprocess.Process] = []
         self._idle: asyncio.Queue[asyncio.subprocess.Process] = asyncio.Queue()
 
@@ -108,7 +115,7 @@ class BareForkPool:
         try:
             for _ in range(self.n):
                 p = await asyncio.create_subprocess_exec(
-                    *python_argv("kit.sandbox.barefork", json.dumps(list(self.preload))),
+                    *python_argv("kit.sandbox.barefork", json.dumps({"preload": list(self.preload), "huge": self.huge})),
                     stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE, env=worker_env(),
                     limit=MAX_FRAME + 8, start_new_session=True)  # placed like a worker (own session)
                 self._procs.append(p)

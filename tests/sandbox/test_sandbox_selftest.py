@@ -143,3 +143,49 @@ def test_isolation_none_sweeps_before_the_reply(make_cfg):
             except OSError:
                 pass
     assert alive == [], alive
+
+
+def _descendants(root: int) -> dict[int, int]:
+    """{pid: parent pid} of every live process below ``root``."""
+    import os
+
+    parent = {}
+    for name in os.listdir("/proc"):
+        if name.isdigit():
+            try:
+                with open(f"/proc/{name}/stat") as fh:
+                    parent[int(name)] = int(fh.read().rsplit(")", 1)[1].split()[1])
+            except OSError:
+                continue
+    out, todo = {}, [root]
+    while todo:
+        p = todo.pop()
+        for c, pp in parent.items():
+            if pp == p:
+                out[c] = p
+                todo.append(c)
+    return out
+
+
+@needs_bwrap
+async def test_a_waiting_child_that_died_is_replaced_on_the_spot(make_cfg):
+    """The child forked ahead of demand is killed from outside while the worker is idle: the
+    next call forks another and succeeds, with no worker death and no retry."""
+    import os
+
+    async with SandboxPool(make_cfg(num_workers=1)) as pool:
+        assert (await pool.run("1 + 1")).value == "2"
+        w = next(iter(pool._executor.workers.values()))
+        for _ in range(200):  # the next child is forked after the reply: wait for it
+            tree = _descendants(w.proc.pid)  # bwrap -> bwrap (pid 1) -> worker -> waiting child
+            waiting = [p for p in tree if tree[p] in tree and tree[tree[p]] in tree]
+            if waiting:
+                break
+            await asyncio.sleep(0.01)
+        assert len(waiting) == 1, tree
+        os.kill(waiting[0], 9)
+        await asyncio.sleep(0.2)
+        r = await pool.run(ToolCall("print(6 * 7)"))
+        assert r.status == "ok" and r.stdout == "42\n", r
+        st = pool.stats()
+        assert st.get("worker_deaths", 0) == 0 and st.get("retries", 0) == 0, st

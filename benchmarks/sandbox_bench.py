@@ -1,22 +1,34 @@
-"""Released design vs the kit's pool on the same 1,000 mixed snippets (issue #3, report §3.1).
+"""Released design, the kit's pool and a bare warm fork on the same 1,000 mixed snippets
+(issues #3 and #18, report §3.1).
 
 (a) released: code-judge's executor, one fresh ``python3`` subprocess per call (new session,
     temp dir, RLIMIT_AS/CPU/CORE, OPENBLAS_NUM_THREADS=1), as many concurrent as cores.
 (b) kit: ``SandboxPool`` with isolation on (bubblewrap), one warm worker per core.
+(c) bare: the machine's limit, :class:`kit.sandbox.barefork.BareForkPool`: one warm parent per
+    core with the worker's preloaded modules, a fork per call, output back through a pipe; no
+    isolation, no limits, no cleanup.
 
-Both run closed-loop with one client per core, so latency is a call's end-to-end time
-without queueing behind other clients. Snippets, 1:1:1:1:1: sympy ``factorint``, a small numpy
-matmul, plain integer arithmetic with print, a bare last expression, stdin reading.
-"Trivial" = the last three. Prints calls/s, p50, p99 for both; last line ``speedup=<x>``
-(b over a, calls/s). Target on 2 cores: speedup >= 20 and kit p99 of trivial <= 50 ms.
+All run closed-loop with one client per core, so latency is a call's end-to-end time
+without queueing behind other clients. (b) and (c) run in alternating blocks of ``--block``
+calls in the same minute, so a busy machine slows both alike. Snippets, 1:1:1:1:1: sympy
+``factorint``, a small numpy matmul, plain integer arithmetic with print, a bare last
+expression, stdin reading. "Trivial" = the last three. Prints calls/s, p50, p99 for each, the
+kit call's per-phase breakdown (:mod:`kit.sandbox.timings`), and last
+``speedup=<b/a calls/s> over_bare_fork=<b p50 / c p50> throughput_vs_bare=<b/c calls/s>`` with
+the absolute calls/s beside. Targets on 2 cores: speedup >= 20, kit p99 of trivial <= 50 ms,
+over_bare_fork <= 1.3, throughput_vs_bare >= 0.8.
 
-Usage: ``python benchmarks/sandbox_bench.py [--n 1000] [--seed 0]``
+``--preload-costs`` prints instead what each preloaded module costs a warm parent in resident
+memory and in fork + exit + reap time (the price every call pays for a preload).
+
+Usage: ``python benchmarks/sandbox_bench.py [--n 1000] [--seed 0] [--block 100] [--skip-released]``
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import os
 import random
 import resource
@@ -30,6 +42,9 @@ from pathlib import Path
 from kit.config import SandboxConfig
 from kit.sandbox import SandboxPool, ToolCall
 from kit.sandbox import runner as runner_mod
+from kit.sandbox.barefork import BareForkPool
+from kit.sandbox.timings import OFF_PATH, PHASES, summarize
+from kit.sandbox.worker import PREIMPORTS
 
 KINDS = ("sympy", "numpy", "arith", "expr", "stdin")
 TRIVIAL = {"arith", "expr", "stdin"}
@@ -99,21 +114,129 @@ def released(work: list[tuple[str, ToolCall]], cfg: SandboxConfig, conc: int) ->
     return time.perf_counter() - t0, res, []
 
 
-async def kit_pool(work: list[tuple[str, ToolCall]], cfg: SandboxConfig, conc: int) -> tuple[float, list, dict]:
-    async with SandboxPool(cfg) as pool:
-        await pool.run_batch([ToolCall("1")] * (2 * conc))  # workers are warm before timing
-        it = iter(work)
-        res: list[tuple[str, float, bool]] = []
+def tree_cpu(roots: list[int]) -> float:
+    """CPU seconds used so far by the processes ``roots`` and all their live descendants,
+    reaped children included (utime + stime + cutime + cstime from /proc, 10 ms ticks)."""
+    parent, cpu = {}, {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as fh:
+                fields = fh.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        parent[int(name)] = int(fields[1])
+        cpu[int(name)] = sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+    total, todo = 0.0, list(roots)
+    seen = set()
+    while todo:
+        pid = todo.pop()
+        if pid in seen:
+            continue
+        seen.add(pid)
+        total += cpu.get(pid, 0.0)
+        todo += [c for c, pp in parent.items() if pp == pid]
+    return total
 
-        async def client() -> None:
+
+async def kit_and_bare(work: list[tuple[str, ToolCall]], cfg: SandboxConfig, conc: int, block: int,
+                       bare_huge: bool = False) -> tuple[dict, dict, dict, dict, dict, list]:
+    """Run ``work`` through the kit's pool and through bare forks (also bare forks on huge pages
+    with ``bare_huge``), in rotating blocks of ``block`` calls.
+
+    Returns ({side: wall s}, {side: [(kind, seconds, ok)]}, {side: CPU s of host + workers +
+    children}, pool stats, kit stamps); wall and CPU are sums over each side's blocks.
+    """
+    async with contextlib.AsyncExitStack() as stack:
+        pool = await stack.enter_async_context(SandboxPool(cfg))
+        bares = {"bare": await stack.enter_async_context(BareForkPool(conc))}
+        if bare_huge:
+            bares["bare_huge"] = await stack.enter_async_context(BareForkPool(conc, huge=True))
+        await pool.run_batch([ToolCall("1")] * (4 * conc))  # warm before timing
+        for b in bares.values():
+            await asyncio.gather(*(b.run("1") for _ in range(4 * conc)))
+        sides = ["kit", *bares]
+        res: dict[str, list] = {k: [] for k in sides}
+        walls = dict.fromkeys(sides, 0.0)
+        cpus = dict.fromkeys(sides, 0.0)
+        roots = {"kit": [w.proc.pid for w in pool._executor.workers.values()],
+                 **{k: [p.pid for p in b._procs] for k, b in bares.items()}}
+        stamps: list = []
+
+        async def client(side: str, it) -> None:
             for kind, call in it:
                 t0 = time.perf_counter()
-                r = await pool.run(call)
-                res.append((kind, time.perf_counter() - t0, r.status == "ok"))
+                if side == "kit":
+                    r = await pool.run(call)
+                    ok = r.status == "ok"
+                    stamps.append(r.timings)
+                else:
+                    out, _ = await bares[side].run(call.code, call.input)
+                    ok = "Traceback" not in out
+                res[side].append((kind, time.perf_counter() - t0, ok))
 
-        t0 = time.perf_counter()
-        await asyncio.gather(*(client() for _ in range(conc)))
-        return time.perf_counter() - t0, res, pool.stats()
+        for b, start in enumerate(range(0, len(work), block)):
+            for side in sides[b % len(sides):] + sides[:b % len(sides)]:
+                it = iter(work[start:start + block])
+                c0 = tree_cpu(roots[side]) + time.process_time()
+                t0 = time.perf_counter()
+                await asyncio.gather(*(client(side, it) for _ in range(conc)))
+                walls[side] += time.perf_counter() - t0
+                cpus[side] += tree_cpu(roots[side]) + time.process_time() - c0
+        return walls, res, cpus, pool.stats(), stamps
+
+
+def breakdown(stamps: list) -> None:
+    """Print the kit call's per-phase p50 and mean (ms); see kit.sandbox.timings.PHASES."""
+    summ = summarize(stamps)
+    usable = sum(1 for _ in filter(None, stamps))
+    if not summ:
+        print("kit phases: no timings in the replies (a kit without phase stamps)")
+        return
+    print(f"kit phases over {usable} calls (p50 / mean ms; the means add up to the mean latency):")
+    for key in (*PHASES, "total"):
+        p50, mean = summ.get(key, (float("nan"), float("nan")))
+        print(f"  {key:10s} p50={p50:7.2f} mean={mean:7.2f}")
+    for key in OFF_PATH:
+        if key in summ:
+            print(f"  {key:10s} p50={summ[key][0]:7.2f} mean={summ[key][1]:7.2f}  (between calls, off the critical path)")
+
+
+def preload_costs() -> None:
+    """Resident memory and fork + exit + reap time of a warm parent, one preload added at a time,
+    with its heap on 4 KiB pages and then collapsed onto huge pages (what a worker does)."""
+    from kit.sandbox import hugepages
+
+    probe = (
+        "import gc, importlib, os, sys, time\n"
+        "import importlib.util as iu\n"  # the module alone: importing the kit package adds ~11 MB
+        f"spec = iu.spec_from_file_location('hp', {str(Path(hugepages.__file__).resolve())!r})\n"
+        "hp = iu.module_from_spec(spec); spec.loader.exec_module(hp); collapse_heap = hp.collapse_heap\n"
+        "for m in sys.argv[1:]: importlib.import_module(m)\n"
+        "gc.collect(); gc.freeze()\n"
+        "def p50():\n"
+        "    ts = []\n"
+        "    for _ in range(300):\n"
+        "        t = time.monotonic(); pid = os.fork()\n"
+        "        if pid == 0: os._exit(0)\n"
+        "        os.waitpid(pid, 0); ts.append(time.monotonic() - t)\n"
+        "    return 1000 * sorted(ts)[len(ts) // 2]\n"
+        "rss = int(open('/proc/self/statm').read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**20\n"
+        "plain = p50(); collapse_heap()\n"
+        "print(f'{rss:.1f} {plain:.2f} {p50():.2f}')\n")
+    env = {"OPENBLAS_NUM_THREADS": "1", "PATH": os.environ.get("PATH", "/usr/bin:/bin")}
+    print(f"{'preloads so far':22s} {'rss MB':>7s} {'fork+exit ms':>12s} {'added MB':>8s} {'added ms':>8s} "
+          f"{'huge pages ms':>13s}")
+    prev = None
+    for i in range(len(PREIMPORTS) + 1):
+        mods = list(PREIMPORTS[:i])
+        out = subprocess.run([sys.executable, "-I", "-c", probe, *mods], capture_output=True, text=True,
+                             env=env, check=True).stdout.split()
+        rss, ms, huge = float(out[0]), float(out[1]), float(out[2])
+        added = f"{'':8s} {'':8s}" if prev is None else f"{rss - prev[0]:8.1f} {ms - prev[1]:8.2f}"
+        print(f"{(mods[-1] if mods else '(python only)'):22s} {rss:7.1f} {ms:12.2f} {added} {huge:13.2f}")
+        prev = (rss, ms)
 
 
 def report(name: str, wall: float, res: list) -> float:
@@ -134,17 +257,40 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--n", type=int, default=1000)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--block", type=int, default=100, help="calls per alternating kit/bare block")
+    ap.add_argument("--skip-released", action="store_true", help="no released-design run (speedup=nan)")
+    ap.add_argument("--preload-costs", action="store_true", help="only print what each preload costs")
+    ap.add_argument("--bare-huge", action="store_true",
+                    help="also run bare forks whose heap is on huge pages, as the kit's workers' is")
     args = ap.parse_args()
+    if args.preload_costs:
+        preload_costs()
+        return
     conc = os.cpu_count() or 1
     cfg = SandboxConfig(isolation="bwrap", num_workers=conc)
     work = snippets(args.n, args.seed)
-    print(f"machine: {conc} cores; {args.n} snippets; isolation={cfg.isolation}; concurrency={conc}")
-    wall_a, res_a, _ = released(work, cfg, conc)
-    rate_a = report("released", wall_a, res_a)
-    wall_b, res_b, stats = asyncio.run(kit_pool(work, cfg, conc))
-    rate_b = report("kit", wall_b, res_b)
+    print(f"machine: {conc} cores; {args.n} snippets; isolation={cfg.isolation}; concurrency={conc}; "
+          f"load average {os.getloadavg()[0]:.1f}")
+    rate_a = float("nan")
+    if not args.skip_released:
+        wall_a, res_a, _ = released(work, cfg, conc)
+        rate_a = report("released", wall_a, res_a)
+    walls, res, cpus, stats, stamps = asyncio.run(kit_and_bare(work, cfg, conc, args.block, args.bare_huge))
+    rate = {side: report(side, walls[side], res[side]) for side in res}
+    print("CPU per call (host + workers + children, load-independent): " + ", ".join(
+        f"{side} {1000 * cpus[side] / len(res[side]):.2f} ms" for side in res))
     print(f"kit pool stats: {stats}")
-    print(f"speedup={rate_b / rate_a:.1f}")
+    breakdown(stamps)
+    p50 = {side: pct([t for _, t, _ in r], .5) for side, r in res.items()}
+    rate_b, rate_c, p50_b, p50_c = rate["kit"], rate["bare"], p50["kit"], p50["bare"]
+    if "bare_huge" in res:
+        print(f"against bare forks on huge pages too: over_bare_huge={p50_b / p50['bare_huge']:.2f} "
+              f"throughput_vs_bare_huge={rate_b / rate['bare_huge']:.2f} ({rate['bare_huge']:.1f} calls/s, "
+              f"p50 {1000 * p50['bare_huge']:.1f} ms)")
+    print(f"load average {os.getloadavg()[0]:.1f}")
+    print(f"speedup={rate_b / rate_a:.1f} over_bare_fork={p50_b / p50_c:.2f} throughput_vs_bare={rate_b / rate_c:.2f} "
+          f"(kit {rate_b:.1f} calls/s, bare fork {rate_c:.1f} calls/s, released {rate_a:.1f} calls/s; "
+          f"p50 kit {1000 * p50_b:.1f} ms, bare {1000 * p50_c:.1f} ms)")
 
 
 if __name__ == "__main__":

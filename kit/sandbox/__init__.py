@@ -11,7 +11,12 @@ The model's tool ``execute_python_code_with_standard_io(code, input)`` runs here
 
 Design: one warm worker per core (numpy, scipy, sympy imported once) forks a child per call,
 which is 20-30x faster than a fresh interpreter per call (measured on 2 cores; see
-``benchmarks/sandbox_bench.py``). Each worker lives in its own bubblewrap sandbox. Semantics
+``benchmarks/sandbox_bench.py``). Each worker lives in its own bubblewrap sandbox. Fixed costs
+stay off the call's path (issue #18): the child is forked while the worker is idle and waits
+for its code, the sweep of what a call left runs after its reply (before the next call), and
+the worker's heap sits on huge pages so a fork copies fewer page-table entries. The benchmark
+and the self-test measure the pool against a bare warm fork (:mod:`kit.sandbox.barefork`) in
+the same run, and every result carries its phase stamps (:mod:`kit.sandbox.timings`). Semantics
 follow the released template (report §3.4): the last top-level expression's ``repr`` is the
 ``value`` when nothing was printed; errors give a traceback of the user's cell.
 

@@ -68,7 +68,7 @@ def _python_roots() -> list[str]:
     for p in sys.path:  # site-packages and friends; not the host script's dir or cwd
         if p and os.path.isdir(p) and ("-packages" in p or any(p.startswith(x) for x in (sys.prefix, sys.base_prefix))):
             roots.add(os.path.realpath(p))
-    roots.add(str(Path(__file__).resolve().parents[2]))  # the kit checkout (editable installs)
+    roots.add(kit_root())  # the kit checkout (editable installs, worktrees)
     for p in list(roots):
         roots.add(os.path.realpath(p))
     # keep only the outermost of nested roots, skip what the system dirs already cover
@@ -80,9 +80,25 @@ def _python_roots() -> list[str]:
     return out
 
 
+def kit_root() -> str:
+    """The directory holding the ``kit`` package this host process imported."""
+    return str(Path(__file__).resolve().parents[2])
+
+
+def python_argv(module: str, arg: str) -> list[str]:
+    """``python -I`` running ``module.main()`` from this host's own kit checkout.
+
+    ``-I`` drops PYTHONPATH and the working directory, so ``-m module`` found whatever copy of
+    the kit the interpreter's site-packages points at (an editable install of another
+    checkout), or none: a worktree or PYTHONPATH checkout started workers of another tree.
+    """
+    boot = f"import sys; sys.path.insert(0, {kit_root()!r}); from {module} import main; main()"
+    return [sys.executable, "-I", "-c", boot, arg]
+
+
 def worker_argv(cfg: SandboxConfig, opts: dict) -> list[str]:
     """The command that starts one worker (wrapped in bwrap unless isolation is 'none')."""
-    inner = [sys.executable, "-I", "-m", "kit.sandbox.worker", json.dumps(opts)]
+    inner = python_argv("kit.sandbox.worker", json.dumps(opts))
     if cfg.isolation == "none":
         return inner
     bw = bwrap_path()

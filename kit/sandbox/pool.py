@@ -21,6 +21,7 @@ import collections
 import concurrent.futures
 import contextlib
 import threading
+import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
@@ -117,8 +118,11 @@ class SandboxPool:
         fut = asyncio.get_running_loop().create_future()
         self._pending.add(fut)
         fut.add_done_callback(self._pending.discard)
+        t_enqueued = time.monotonic()
         await self._queue.put((_as_call(call).to_wire(), fut))
         res = await fut
+        if res.timings is not None:  # the call's phase stamps (kit.sandbox.timings)
+            res.timings.update(enqueued=t_enqueued, done=time.monotonic())
         self.counts[res.status] += 1
         return res
 

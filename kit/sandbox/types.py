@@ -103,6 +103,10 @@ class ToolResult:
         cpu_s: user + system CPU seconds of the call's process.
         truncated: stdout or stderr was cut.
         data: JSON-decoded return value of a :class:`FunctionCall`; None for code calls.
+        timings: ``time.monotonic()`` stamps of the call's phases (queue, fork, execution, ...)
+            and the worker's work between calls, for benchmarks and the self-test;
+            :func:`kit.sandbox.timings.phases` turns them into durations. None for infra errors;
+            with Ray on several machines the stamps mix two machines' clocks.
     """
 
     status: str
@@ -114,6 +118,7 @@ class ToolResult:
     cpu_s: float = 0.0
     truncated: bool = False
     data: Any = None
+    timings: dict | None = field(default=None, repr=False, compare=False)
 
     @property
     def ok(self) -> bool:

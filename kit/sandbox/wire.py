@@ -16,14 +16,19 @@ MAX_FRAME = 64 << 20
 # --------------------------------------------------------------------------- framing
 
 
-def read_frame(fd: int) -> dict | None:
+def read_raw(fd: int) -> bytes | None:
+    """One frame's JSON body, undecoded; None at EOF. ValueError over :data:`MAX_FRAME`."""
     head = _read_exact(fd, HEADER.size)
     if head is None:
         return None
     (n,) = HEADER.unpack(head)
     if n > MAX_FRAME:
         raise ValueError(f"frame of {n} bytes")
-    body = _read_exact(fd, n)
+    return _read_exact(fd, n)
+
+
+def read_frame(fd: int) -> dict | None:
+    body = read_raw(fd)
     return None if body is None else json.loads(body)
 
 

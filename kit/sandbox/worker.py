@@ -1,9 +1,10 @@
 """A warm fork-server worker: imports numpy/scipy/sympy once, forks one child per call.
 
-Runs as ``python -I -m kit.sandbox.worker '<json options>'``, normally as pid 2 of its own
-bubblewrap sandbox (see :mod:`kit.sandbox.isolation`). It speaks length-prefixed JSON frames on
-its stdin/stdout: one request in, one response out, one call at a time. JSON both ways on
-purpose: the host never unpickles anything that came out of a sandbox.
+Runs as ``python -I`` with :func:`main` and its JSON options
+(:func:`kit.sandbox.isolation.python_argv`), normally as pid 2 of its own bubblewrap sandbox
+(see :mod:`kit.sandbox.isolation`). It speaks length-prefixed JSON frames on its stdin/stdout:
+one request in, one response out, one call at a time. JSON both ways on purpose: the host
+never unpickles anything that came out of a sandbox.
 
 Per call the child gets: a new session and process group, rlimits (AS, CPU, FSIZE, NOFILE,
 CORE=0, NPROC), a dedicated unprivileged uid when the worker runs as root (so NPROC holds and
@@ -12,12 +13,21 @@ directory, stdin from a memfd, stdout/stderr/result on three pipes, and fresh ra
 The worker enforces the wall clock with a pidfd poll, kills the whole group on exit or
 timeout, then sweeps every other process of the call (grandchildren that called setsid), and
 never waits for a pipe's EOF (a grandchild holding the pipe cannot hang it).
+
+Fixed costs off the critical path (issue #18): while idle, the worker forks the next call's
+child ahead of demand; that child makes its session, descriptors, signal dispositions and
+random seeds, then blocks reading its request from a pipe. The rest (uid, rlimits, stdin)
+takes microseconds and is done only once the request is in, so a waiting child holds no user
+data, runs as the worker's uid and carries no call's limits. The sweep of what a call left
+(processes, IPC objects, files) runs after its reply is sent and before the next child is
+forked; the worker reads no request until both are done, so isolation between calls is as
+before. Outside bwrap (``isolation="none"``) no namespace dies with the worker, so the sweep
+stays before the reply there: a host that kills the worker right after a reply leaves nothing
+behind. See :mod:`kit.sandbox.timings` for where the time of a call goes.
 """
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
 import json
 import os
 import resource
@@ -25,8 +35,12 @@ import select
 import signal
 import sys
 import time
+from typing import NamedTuple
 
-from kit.sandbox.wire import Capture, read_frame, write_frame
+from kit.sandbox.cleanup import LIBC, Cleaner
+from kit.sandbox.hugepages import collapse_heap
+from kit.sandbox.outcome import make_result, rss_mb
+from kit.sandbox.wire import HEADER, Capture, read_raw, write_frame
 
 FSIZE_BYTES = 64 << 20  # largest file a call may write
 NOFILE = 256
@@ -34,50 +48,61 @@ OUTPUT_KILL_FACTOR = 16  # kill a call once it printed this many times max_outpu
 PREIMPORTS = ("math", "cmath", "fractions", "decimal", "itertools", "functools", "collections",
               "heapq", "bisect", "random", "re", "json", "string", "statistics", "numpy", "scipy",
               "scipy.special", "scipy.linalg", "sympy")
+"""Imported once by the worker, shared copy-on-write by every call. Each costs every call fork
+and exit time in proportion to the memory it adds (``sandbox_bench.py --preload-costs``, 2 cores:
+the standard-library modules ~0; numpy +19 MB, scipy.special + scipy.linalg +30 MB, sympy +32 MB,
+each ~0.5-1 ms of fork + exit on 4 KiB pages and ~0.2-0.5 ms once the heap is on huge pages) but
+saves every call that uses it far more (importing scipy.special or scipy.linalg in a warm child
+takes 300-400 ms, sympy more), so all of them pay for themselves and stay."""
+RECOLLAPSE_EVERY = 100  # calls between two huge-page collapses of the worker's heap
+CHILD_RESET_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGALRM, signal.SIGPIPE)
+
+
+def limits(opts: dict, req: dict) -> tuple[float, float]:
+    """(wall-clock timeout s, CPU limit s) of one request: its own ``timeout_s`` or the
+    worker's, and a CPU limit no larger than that timeout."""
+    timeout = float(req.get("timeout_s") or opts["timeout_s"])
+    cpu = min(float(opts["cpu_s"]), timeout) if req.get("timeout_s") else float(opts["cpu_s"])
+    return timeout, cpu
 
 
 # --------------------------------------------------------------------------- the child
 
 
-def _child(req: dict, opts: dict, fds: tuple[int, int, int, int], workdir: str) -> None:
-    """Runs in the forked child; never returns."""
+def _standby(opts: dict, fds: tuple[int, int, int, int], workdir: str) -> None:
+    """Runs in a child forked ahead of demand: prepares, waits for one request, runs it.
+
+    Never returns. ``fds``: (request pipe, stdout, stderr, result pipe) ends of the child.
+    """
     code = 70
     me = os.getpid()
     try:
         os.setsid()
-        stdin_fd, out_w, err_w, res_w = fds
-        os.dup2(stdin_fd, 0)
+        req_r, out_w, err_w, res_w = fds
+        os.dup2(req_r, 0)
         os.dup2(out_w, 1)
         os.dup2(err_w, 2)
         os.dup2(res_w, 3)
         os.closerange(4, 1 << 16)  # the protocol pipes and everything else of the worker
-        for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGALRM):
+        for sig in CHILD_RESET_SIGNALS:
             signal.signal(sig, signal.SIG_DFL)
         signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # writes past FSIZE raise instead of killing
-        mem = int(opts["memory_mb"]) << 20
-        cpu = max(1, int(round(float(opts["cpu_s"]))))
-        resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (FSIZE_BYTES, FSIZE_BYTES))
-        resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, NOFILE))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-        uid = opts.get("uid")
-        if uid is not None:  # root only: a per-worker uid makes NPROC bind and protects the worker
-            os.setgroups([])
-            os.setgid(uid)
-            os.setuid(uid)
-        if _LIBC is not None:  # after setuid, which clears it: die with the worker (isolation="none")
-            _LIBC.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
-        nproc = int(opts["max_procs"])
-        resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+        if LIBC is not None:  # a waiting child dies with its worker (isolation="none")
+            LIBC.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
         os.chdir(workdir)
-        sys.stdin = open(0, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
         sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
-        sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
         _reseed()
         from kit.sandbox import runner
 
+        raw = read_raw(0)  # blocks until the worker hands over a call
+        if raw is None:  # the worker stopped or retired this child
+            os._exit(0)
+        t_start = time.monotonic()
+        req = json.loads(raw)
+        del raw
+        _enter_call(opts, req)
+        t_exec = time.monotonic()
         if req["kind"] == "func":
             rec = runner.call_function(req["target"], req.get("args", []), req.get("kwargs", {}))
         else:
@@ -97,6 +122,7 @@ def _child(req: dict, opts: dict, fds: tuple[int, int, int, int], workdir: str) 
                 stream.flush()
             except BaseException:  # noqa: BLE001 - the user may have closed it
                 pass
+        rec["t"] = [t_start, t_exec, time.monotonic()]
         try:
             os.write(3, json.dumps(rec).encode()[: 4 << 20])
         except OSError:
@@ -105,6 +131,36 @@ def _child(req: dict, opts: dict, fds: tuple[int, int, int, int], workdir: str) 
         code = 70
     finally:
         os._exit(code)
+
+
+def _enter_call(opts: dict, req: dict) -> None:
+    """The call's own part of the isolation, once its request is in: stdin, uid, rlimits."""
+    stdin_fd = os.memfd_create("stdin", 0)
+    data = (req.get("input") or "").encode("utf-8", "replace")
+    while data:
+        data = data[os.write(stdin_fd, data):]
+    os.lseek(stdin_fd, 0, os.SEEK_SET)
+    os.dup2(stdin_fd, 0)  # also closes the request pipe
+    os.close(stdin_fd)
+    _, cpu_s = limits(opts, req)
+    mem = int(opts["memory_mb"]) << 20
+    cpu = max(1, int(round(cpu_s)))
+    resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (FSIZE_BYTES, FSIZE_BYTES))
+    resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, NOFILE))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    uid = opts.get("uid")
+    if uid is not None:  # root only: a per-worker uid makes NPROC bind and protects the worker
+        os.setgroups([])
+        os.setgid(uid)
+        os.setuid(uid)
+    if LIBC is not None:  # again after setuid, which clears it: die with the worker
+        LIBC.prctl(1, signal.SIGKILL, 0, 0, 0)  # PR_SET_PDEATHSIG
+    nproc = int(opts["max_procs"])
+    resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
+    sys.stdin = open(0, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
+    sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
 
 
 def _reseed() -> None:
@@ -123,7 +179,20 @@ def _reseed() -> None:
 # --------------------------------------------------------------------------- the worker side
 
 
+class Standby(NamedTuple):
+    """A child forked ahead of demand and the worker's ends of its pipes."""
+
+    pid: int
+    pidfd: int
+    req_w: int
+    out_r: int
+    err_r: int
+    res_r: int
+
+
 class Worker:
+    """Runs requests one at a time, each in a child forked ahead of demand (see module doc)."""
+
     def __init__(self, opts: dict):
         self.opts = opts
         self.uid = opts.get("uid")
@@ -134,33 +203,72 @@ class Worker:
         if self.uid is not None:
             os.chown(self.workdir, self.uid, self.uid)
         os.chmod(self.workdir, 0o700)
-        self.my_pid = os.getpid()
+        self.cleaner = Cleaner(self.uid, self.in_pid_ns, self.workdir)
+        self.standby: Standby | None = None
+        self.off: dict[str, float] = {}  # seconds spent between calls, reported with the next reply
+        self.calls = 0
+        self.dirty = False  # a call ran and what it left is not removed yet
 
-    def run(self, req: dict) -> dict:
-        opts = dict(self.opts)
-        timeout = float(req.get("timeout_s") or opts["timeout_s"])
-        if req.get("timeout_s"):
-            opts["cpu_s"] = min(float(opts["cpu_s"]), timeout)
-        cap = int(opts["max_output_chars"])
-        kill_at = max(OUTPUT_KILL_FACTOR * cap, 1 << 20)
-        stdin_fd = os.memfd_create("stdin", 0)
-        data = (req.get("input") or "").encode("utf-8", "replace")
-        while data:
-            data = data[os.write(stdin_fd, data):]
-        os.lseek(stdin_fd, 0, os.SEEK_SET)
+    def prefork(self) -> None:
+        """Fork the next call's child now, while nothing waits for it."""
+        t0 = time.monotonic()
+        req_r, req_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         res_r, res_w = os.pipe()
-        t0 = time.monotonic()
         pid = os.fork()
         if pid == 0:
-            _child(req, opts, (stdin_fd, out_w, err_w, res_w), self.workdir)
-        for fd in (stdin_fd, out_w, err_w, res_w):
+            _standby(self.opts, (req_r, out_w, err_w, res_w), self.workdir)
+        for fd in (req_r, out_w, err_w, res_w):
             os.close(fd)
-        caps = {out_r: Capture(cap), err_r: Capture(cap), res_r: Capture(4 << 20)}
-        for fd in caps:
+        for fd in (out_r, err_r, res_r):
             os.set_blocking(fd, False)
-        pidfd = os.pidfd_open(pid)
+        self.standby = Standby(pid, os.pidfd_open(pid), req_w, out_r, err_r, res_r)
+        self.off["off_prefork"] = time.monotonic() - t0
+
+    def after_reply(self) -> None:
+        """Between calls: remove what the last call left, then fork the next call's child."""
+        if self.dirty:
+            t0 = time.monotonic()
+            self.cleaner.all()
+            self.dirty = False
+            self.off["off_cleanup"] = time.monotonic() - t0
+        self.calls += 1
+        if self.calls % RECOLLAPSE_EVERY == 0:  # forks split the huge pages again, slowly
+            collapse_heap()
+        self.prefork()
+
+    def _take_standby(self) -> Standby:
+        sb, self.standby = self.standby, None
+        if sb is not None and not select.select([sb.pidfd], [], [], 0)[0]:
+            return sb
+        if sb is not None:  # it died waiting (never ran any code): drop it, fork another
+            _kill_group(sb.pid)
+            os.waitpid(sb.pid, 0)
+            for fd in sb[1:]:
+                os.close(fd)
+        self.prefork()
+        assert self.standby is not None
+        sb, self.standby = self.standby, None
+        return sb
+
+    def run(self, req: dict, raw: bytes, t_recv: float = 0.0) -> dict:
+        """Run one request (``raw``: its frame body) in a waiting child; the reply dict
+        (``t_recv``: when the request was read)."""
+        opts = dict(self.opts)
+        timeout, opts["cpu_s"] = limits(opts, req)
+        cap = int(opts["max_output_chars"])
+        kill_at = max(OUTPUT_KILL_FACTOR * cap, 1 << 20)
+        sb = self._take_standby()
+        pid, pidfd = sb.pid, sb.pidfd
+        t0 = time.monotonic()
+        try:
+            _write_all(sb.req_w, HEADER.pack(len(raw)) + raw)
+        except OSError:  # the child died right now: it is reaped below like any other exit
+            pass
+        os.close(sb.req_w)
+        out_r, err_r, res_r = sb.out_r, sb.err_r, sb.res_r
+        caps = {out_r: Capture(cap), err_r: Capture(cap), res_r: Capture(4 << 20)}
         poller = select.poll()
         for fd in (*caps, pidfd):
             poller.register(fd, select.POLLIN)
@@ -188,15 +296,20 @@ class Worker:
                 break
         _kill_group(pid)
         _, status, ru = os.wait4(pid, 0)
-        wall = time.monotonic() - t0
-        self._sweep()
-        self._remove_sysv_ipc()
+        t_reaped = time.monotonic()
+        wall = t_reaped - t0
         for fd in caps:
             self._drain(fd, caps[fd])
             os.close(fd)
         os.close(pidfd)
-        self._clean_workdir()
-        return self._result(status, ru, wall, killed_by, caps[out_r], caps[err_r], caps[res_r], timeout, opts)
+        self.dirty = True
+        if not self.in_pid_ns:  # no namespace dies with this worker: clean before the host may kill it
+            self.cleaner.all()
+            self.dirty = False
+        out = make_result(status, ru, wall, killed_by, caps[out_r], caps[err_r], caps[res_r], timeout, opts)
+        out["timings"].update(w_recv=t_recv, w_reaped=t_reaped, w_cleaned=time.monotonic(), **self.off)
+        self.off = {}
+        return out
 
     @staticmethod
     def _drain(fd: int, cap: Capture) -> bool:
@@ -213,139 +326,11 @@ class Worker:
             cap.add(chunk)
         return False
 
-    def _sweep(self) -> None:
-        """Kill every process the call left behind (setsid grandchildren), reap them all.
 
-        The worker is a child subreaper, so orphans of the call become its children; it loops
-        until ``/proc`` shows none of them (bounded at 2 s for unkillable stragglers).
-        """
-        if not (self.in_pid_ns or self.uid is not None):
-            self._reap()
-            return
-        deadline = time.monotonic() + 2.0
-        while True:
-            victims = self._leftovers()
-            for p in victims:
-                with contextlib.suppress(OSError):
-                    os.kill(p, signal.SIGKILL)
-            self._reap()
-            if not victims or time.monotonic() > deadline:
-                return
-            time.sleep(0.001)
-
-    def _leftovers(self) -> list[int]:
-        out = []
-        for name in os.listdir("/proc"):
-            if not name.isdigit() or int(name) in (1, self.my_pid):
-                continue
-            if not self.in_pid_ns:
-                try:
-                    if os.stat(f"/proc/{name}").st_uid != self.uid:
-                        continue
-                except OSError:
-                    continue
-            out.append(int(name))
-        return out
-
-    @staticmethod
-    def _reap() -> None:
-        while True:
-            try:
-                p, _ = os.waitpid(-1, os.WNOHANG)
-            except ChildProcessError:
-                return
-            if p == 0:
-                return
-
-    def _remove_sysv_ipc(self) -> None:
-        """Delete the System V shared memory, message queues and semaphores the call created.
-
-        They outlive processes: without this a call could park gigabytes in ``shmget`` segments
-        (RLIMIT_AS only bounds what is attached) that stay after the call and that the next
-        call on this worker can read. In bwrap the worker has its own IPC namespace, so every
-        object in it came from a call; otherwise only those of the call's uid are removed.
-        """
-        if _LIBC is None or not (self.in_pid_ns or self.uid is not None):
-            return
-        rm = {"shm": lambda i: _LIBC.shmctl(i, 0, None), "msg": lambda i: _LIBC.msgctl(i, 0, None),
-              "sem": lambda i: _LIBC.semctl(i, 0, 0)}  # IPC_RMID = 0
-        for kind, remove in rm.items():
-            try:
-                with open(f"/proc/sysvipc/{kind}") as fh:
-                    head, *rows = [line.split() for line in fh if line.strip()]
-            except (OSError, ValueError):
-                continue
-            owners = [head.index(c) for c in ("uid", "cuid") if c in head]
-            for row in rows:
-                if self.in_pid_ns or any(int(row[k]) == self.uid for k in owners):
-                    remove(int(row[1]))
-
-    def _clean_workdir(self) -> None:
-        """Empty the call's working directory and drop what the call left in /tmp, /dev/shm."""
-        paths = []
-        with contextlib.suppress(OSError):
-            paths += [os.path.join(self.workdir, n) for n in os.listdir(self.workdir)]
-        if self.uid is not None:
-            for shared in ("/tmp", "/dev/shm", "/dev/mqueue"):  # POSIX queues outlive the call too
-                with contextlib.suppress(OSError), os.scandir(shared) as it:
-                    paths += [e.path for e in it
-                              if e.path != self.workdir and e.stat(follow_symlinks=False).st_uid == self.uid]
-        if paths:
-            import shutil
-
-            for path in paths:
-                if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path, ignore_errors=True)
-                else:
-                    try:
-                        os.unlink(path)
-                    except OSError:
-                        pass
-
-    def _result(self, status, ru, wall, killed_by, out, err, res, timeout, opts) -> dict:
-        stdout, t_out = out.text()
-        stderr, t_err = err.text()
-        rec: dict = {}
-        raw = bytes(res.head + res.tail)
-        if raw:
-            try:
-                rec = json.loads(raw)
-            except ValueError:
-                rec = {}
-        exit_code = os.waitstatus_to_exitcode(status)
-        cpu = ru.ru_utime + ru.ru_stime
-        value = rec.get("value") or ""
-        if rec.get("error"):
-            stderr = (stderr + ("\n" if stderr and not stderr.endswith("\n") else "") + rec["error"])
-        note = ""
-        if killed_by == "output":
-            st = "output_limit"
-            note = f"OutputLimitExceeded: the call printed more than {out.total + err.total} characters and was stopped"
-        elif killed_by == "timeout":
-            st = "timeout"
-            note = f"TimeoutError: execution exceeded the {timeout:g} s time limit"
-        elif os.WIFSIGNALED(status):
-            sig = os.WTERMSIG(status)
-            if sig == signal.SIGXCPU:
-                st = "timeout"
-                note = f"TimeoutError: execution exceeded the {opts['cpu_s']:g} s CPU time limit"
-            else:
-                st = "killed"
-                note = f"Killed: the process died from signal {signal.Signals(sig).name}"
-        elif rec.get("memory"):
-            st = "memory_limit"
-        elif exit_code == 0:
-            st = "ok"
-        else:
-            st = "error"
-        if note:
-            stderr = stderr + ("\n" if stderr and not stderr.endswith("\n") else "") + note
-        if stdout:
-            value = ""
-        return {"status": st, "stdout": stdout, "stderr": stderr, "value": value,
-                "exit_code": exit_code, "wall_s": round(wall, 6), "cpu_s": round(cpu, 6),
-                "truncated": bool(t_out or t_err or rec.get("value_truncated")),
-                "data": rec.get("data"), "rss_mb": _rss_mb()}
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
 
 
 def _kill_group(pid: int) -> None:
@@ -357,22 +342,6 @@ def _kill_group(pid: int) -> None:
         os.kill(pid, signal.SIGKILL)
     except OSError:
         pass
-
-
-def _rss_mb() -> float:
-    with open("/proc/self/statm") as fh:
-        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20
-
-
-try:
-    _LIBC = ctypes.CDLL(None, use_errno=True)
-except OSError:  # pragma: no cover - not glibc
-    _LIBC = None
-
-
-def _set_subreaper() -> None:
-    if _LIBC is not None:
-        _LIBC.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
 
 
 def main() -> None:
@@ -398,19 +367,30 @@ def main() -> None:
 
     gc.collect()
     gc.freeze()  # keep the warm heap shared copy-on-write with the children
-    _set_subreaper()
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    huge = collapse_heap()  # fewer page-table entries to copy per fork (kit.sandbox.hugepages)
+    if LIBC is not None:
+        LIBC.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER: the call's orphans come back to us
+    # SIGPIPE stays ignored here (a dead child's request pipe must not kill the worker); a
+    # host that went away ends the loop through BrokenPipeError; children get SIG_DFL back
     worker = Worker(opts)
-    write_frame(proto_out, {"ready": True, "pid": os.getpid(), "rss_mb": _rss_mb(),
-                            "uid": opts.get("uid"), "pid_ns": worker.in_pid_ns})
-    while True:
-        req = read_frame(proto_in)
-        if req is None or req.get("kind") == "exit":
-            return
-        if req.get("kind") == "ping":
-            write_frame(proto_out, {"pong": True, "rss_mb": _rss_mb()})
-            continue
-        write_frame(proto_out, worker.run(req))
+    worker.prefork()
+    try:
+        write_frame(proto_out, {"ready": True, "pid": os.getpid(), "rss_mb": rss_mb(),
+                                "uid": opts.get("uid"), "pid_ns": worker.in_pid_ns,
+                                "huge_mb": huge >> 20})
+        while True:
+            raw = read_raw(proto_in)
+            t_recv = time.monotonic()
+            req = None if raw is None else json.loads(raw)
+            if req is None or req.get("kind") == "exit":
+                return
+            if req.get("kind") == "ping":
+                write_frame(proto_out, {"pong": True, "rss_mb": rss_mb()})
+                continue
+            write_frame(proto_out, worker.run(req, raw, t_recv))
+            worker.after_reply()
+    except BrokenPipeError:
+        return
 
 
 if __name__ == "__main__":

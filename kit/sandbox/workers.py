@@ -190,6 +190,8 @@ class LocalExecutor:
             t0 = time.monotonic()
             try:
                 out = await w.request(req, timeout, body)
+                if isinstance(out.get("timings"), dict):
+                    out["timings"]["picked"] = t0
             except WorkerDied as exc:
                 last = str(exc)
                 self.counters["worker_deaths"] += 1

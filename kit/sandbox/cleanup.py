@@ -1,0 +1,129 @@
+"""What a worker removes after each call: leftover processes, System V IPC objects, files.
+
+Runs in the worker (:mod:`kit.sandbox.worker`) after a call's child was reaped and, since
+issue #18, after its reply was sent: the worker reads its next request only once this is done
+and the next child is forked, so no call ever sees what the previous one left.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import signal
+import time
+
+try:
+    LIBC = ctypes.CDLL(None, use_errno=True)
+except OSError:  # pragma: no cover - not glibc
+    LIBC = None
+
+
+class Cleaner:
+    """Removes what one call left behind.
+
+    Args:
+        uid: the calls' dedicated uid (None when the worker is not root).
+        in_pid_ns: the worker is pid 2 of its own PID and IPC namespaces (bwrap), so every
+            other process and IPC object in them came from a call.
+        workdir: the calls' working directory (emptied, kept).
+    """
+
+    def __init__(self, uid: int | None, in_pid_ns: bool, workdir: str):
+        self.uid, self.in_pid_ns, self.workdir = uid, in_pid_ns, workdir
+        self.my_pid = os.getpid()
+
+    def all(self) -> None:
+        self.sweep()
+        self.remove_sysv_ipc()
+        self.clean_workdir()
+
+    def sweep(self) -> None:
+        """Kill every process the call left behind (setsid grandchildren), reap them all.
+
+        The worker is a child subreaper, so orphans of the call become its children; it loops
+        until ``/proc`` shows none of them (bounded at 2 s for unkillable stragglers).
+        """
+        if not (self.in_pid_ns or self.uid is not None):
+            reap()
+            return
+        deadline = time.monotonic() + 2.0
+        while True:
+            victims = self._leftovers()
+            for p in victims:
+                with contextlib.suppress(OSError):
+                    os.kill(p, signal.SIGKILL)
+            reap()
+            if not victims or time.monotonic() > deadline:
+                return
+            time.sleep(0.001)
+
+    def _leftovers(self) -> list[int]:
+        out = []
+        for name in os.listdir("/proc"):
+            if not name.isdigit() or int(name) in (1, self.my_pid):
+                continue
+            if not self.in_pid_ns:
+                try:
+                    if os.stat(f"/proc/{name}").st_uid != self.uid:
+                        continue
+                except OSError:
+                    continue
+            out.append(int(name))
+        return out
+
+    def remove_sysv_ipc(self) -> None:
+        """Delete the System V shared memory, message queues and semaphores the call created.
+
+        They outlive processes: without this a call could park gigabytes in ``shmget`` segments
+        (RLIMIT_AS only bounds what is attached) that stay after the call and that the next
+        call on this worker can read. In bwrap the worker has its own IPC namespace, so every
+        object in it came from a call; otherwise only those of the call's uid are removed.
+        """
+        if LIBC is None or not (self.in_pid_ns or self.uid is not None):
+            return
+        rm = {"shm": lambda i: LIBC.shmctl(i, 0, None), "msg": lambda i: LIBC.msgctl(i, 0, None),
+              "sem": lambda i: LIBC.semctl(i, 0, 0)}  # IPC_RMID = 0
+        for kind, remove in rm.items():
+            try:
+                with open(f"/proc/sysvipc/{kind}") as fh:
+                    head, *rows = [line.split() for line in fh if line.strip()]
+            except (OSError, ValueError):
+                continue
+            owners = [head.index(c) for c in ("uid", "cuid") if c in head]
+            for row in rows:
+                if self.in_pid_ns or any(int(row[k]) == self.uid for k in owners):
+                    remove(int(row[1]))
+
+    def clean_workdir(self) -> None:
+        """Empty the call's working directory and drop what the call left in /tmp, /dev/shm."""
+        paths = []
+        with contextlib.suppress(OSError):
+            paths += [os.path.join(self.workdir, n) for n in os.listdir(self.workdir)]
+        if self.uid is not None:
+            for shared in ("/tmp", "/dev/shm", "/dev/mqueue"):  # POSIX queues outlive the call too
+                with contextlib.suppress(OSError), os.scandir(shared) as it:
+                    paths += [e.path for e in it
+                              if e.path != self.workdir and e.stat(follow_symlinks=False).st_uid == self.uid]
+        if paths:
+            import shutil
+
+            for path in paths:
+                if os.path.isdir(path) and not os.path.islink(path):
+                    shutil.rmtree(path, ignore_errors=True)
+                else:
+                    try:
+                        os.unlink(path)
+                    except OSError:
+                        pass
+
+
+def reap() -> None:
+    """Collect every exited child without blocking."""
+    while True:
+        try:
+            p, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if p == 0:
+            return

@@ -1,0 +1,83 @@
+"""A reaped call's reply: status, output, value, limits hit (rStar2-Agent §3.1, issue #3).
+
+The worker (:mod:`kit.sandbox.worker`) calls :func:`make_result` once the call's child is gone.
+Statuses the worker saw itself (timeout, output limit, a signal) win over anything the child
+wrote on its result pipe, which the call's own code can scribble on.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+from kit.sandbox.wire import Capture
+
+
+def make_result(status: int, ru, wall: float, killed_by: str | None, out: Capture, err: Capture, res: Capture,
+                timeout: float, opts: dict) -> dict:
+    """The reply for one reaped call (the fields of :class:`~kit.sandbox.types.ToolResult`,
+    plus ``rss_mb`` and the child's ``timings`` stamps).
+
+    Args:
+        status: the wait status from ``wait4``; ``ru``: its resource usage.
+        wall: seconds from hand-over to reap; ``killed_by``: "timeout", "output" or None.
+        out, err, res: what was captured on stdout, stderr and the result pipe.
+        timeout: the wall-clock limit (s); ``opts``: the worker options with the call's ``cpu_s``.
+    """
+    stdout, t_out = out.text()
+    stderr, t_err = err.text()
+    rec: dict = {}
+    raw = bytes(res.head + res.tail)
+    if raw:
+        try:
+            rec = json.loads(raw)
+        except ValueError:
+            rec = {}
+    exit_code = os.waitstatus_to_exitcode(status)
+    cpu = ru.ru_utime + ru.ru_stime
+    value = rec.get("value") or ""
+    if rec.get("error"):
+        stderr = (stderr + ("\n" if stderr and not stderr.endswith("\n") else "") + rec["error"])
+    note = ""
+    if killed_by == "output":
+        st = "output_limit"
+        note = f"OutputLimitExceeded: the call printed more than {out.total + err.total} characters and was stopped"
+    elif killed_by == "timeout":
+        st = "timeout"
+        note = f"TimeoutError: execution exceeded the {timeout:g} s time limit"
+    elif os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        if sig == signal.SIGXCPU:
+            st = "timeout"
+            note = f"TimeoutError: execution exceeded the {opts['cpu_s']:g} s CPU time limit"
+        else:
+            st = "killed"
+            note = f"Killed: the process died from signal {signal.Signals(sig).name}"
+    elif rec.get("memory"):
+        st = "memory_limit"
+    elif exit_code == 0:
+        st = "ok"
+    else:
+        st = "error"
+    if note:
+        stderr = stderr + ("\n" if stderr and not stderr.endswith("\n") else "") + note
+    if stdout:
+        value = ""
+    return {"timings": child_stamps(rec.get("t")), "status": st, "stdout": stdout, "stderr": stderr, "value": value,
+            "exit_code": exit_code, "wall_s": round(wall, 6), "cpu_s": round(cpu, 6),
+            "truncated": bool(t_out or t_err or rec.get("value_truncated")),
+            "data": rec.get("data"), "rss_mb": rss_mb()}
+
+
+def child_stamps(t: object) -> dict:
+    """The child's three monotonic stamps (see :mod:`kit.sandbox.timings`); {} if the call's
+    code scribbled something else on the result pipe."""
+    if isinstance(t, list) and len(t) == 3 and all(type(x) is float for x in t):
+        return dict(zip(("c_start", "c_exec", "c_done"), t, strict=True))
+    return {}
+
+
+def rss_mb() -> float:
+    with open("/proc/self/statm") as fh:
+        return int(fh.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 2**20

@@ -29,7 +29,9 @@ import subprocess
 import unicodedata
 from collections.abc import Callable, Iterable
 
+import jinja2
 import nbformat
+from fontTools.ttLib import TTFont
 
 #: Fonts of the PDF (fontconfig family names): prose, headings, code and outputs, CJK.
 MAIN_FONT, SANS_FONT, MONO_FONT = "DejaVu Serif", "DejaVu Sans", "DejaVu Sans Mono"
@@ -160,8 +162,6 @@ def font_charset(family: str) -> frozenset[int] | None:
     index, _, families = rest.partition("|")
     if not path or family not in [f.strip() for f in families.split(",")]:  # fc-match's fallback is another font
         return None
-    from fontTools.ttLib import TTFont
-
     font = TTFont(path, fontNumber=int(index or 0), lazy=True)
     return frozenset(font.getBestCmap())
 
@@ -232,8 +232,7 @@ def export_pdf(nb: nbformat.NotebookNode, title: str) -> bytes:
     Raises:
         nbconvert.exporters.pdf.LatexFailed: xelatex failed (its log is in the exception).
     """
-    import jinja2
-    from nbconvert import PDFExporter
+    from nbconvert import PDFExporter  # nbconvert's LaTeX export: heavy, only when a PDF is built
 
     exporter = PDFExporter(extra_loaders=[jinja2.DictLoader({"kit_report.tex.j2": TEMPLATE})],
                            template_file="kit_report.tex.j2")

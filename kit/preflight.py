@@ -21,6 +21,7 @@ from typing import Any
 
 import pandas as pd
 
+from kit import latex_pdf
 from kit.paths import data_dir as resolve_data_dir
 from kit.sandbox import selftest
 
@@ -74,8 +75,6 @@ def report_converter_rows() -> list[dict[str, str]]:
     ``librsvg2-bin``) and the fonts of :mod:`kit.latex_pdf` (box drawing, arrows, Greek, CJK).
     Missing ones are warnings: the PDF is still written, with a note or blank characters, and
     the report names what it left out."""
-    from kit import latex_pdf
-
     svg = latex_pdf.svg_converter()
     rows = [{"check": "rsvg-convert (SVG outputs in the PDF)", "status": "ok" if svg else "warning",
              "detail": svg or "absent: SVG-only outputs become a note in the PDF (apt-get install librsvg2-bin; "

@@ -36,7 +36,8 @@ from kit.eval import metrics
 from kit.eval.benchmarks import benchmark_path, load_benchmark
 from kit.eval.manifest import build_manifest
 from kit.jsonio import write_json
-from kit.reward import averify_batch
+from kit.reward import averify_batch, default_verifier
+from kit.reward.rules import quick_grade
 from kit.rollout import rollout_batch, run_coroutine
 
 
@@ -62,14 +63,10 @@ def answer_equivalence(timeout_s: float = 5.0, verifier: Any = None) -> Callable
         timeout_s: per comparison, seconds (math_verify path only).
         verifier: a :class:`kit.reward.Verifier`; default the shared pool.
     """
-    from kit.reward.rules import quick_grade
-
     def same(a: str, b: str) -> bool:
         reason, _, g, x = quick_grade(str(a), str(b))
         if reason is not None:
             return reason == "correct"
-        from kit.reward import default_verifier
-
         return (verifier or default_verifier()).submit(g, x, timeout_s).result()[0] == "correct"
 
     return same

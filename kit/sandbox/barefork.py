@@ -18,21 +18,24 @@ length-prefixed JSON frames as a worker on its stdin/stdout.
 from __future__ import annotations
 
 import asyncio
+import gc
+import importlib
 import json
 import os
 import sys
 import time
 from types import TracebackType
 
+from kit.sandbox import runner
+from kit.sandbox.hugepages import collapse_heap
 from kit.sandbox.isolation import python_argv, worker_env
 from kit.sandbox.wire import HEADER, MAX_FRAME, read_frame, write_frame
+from kit.sandbox.worker import PREIMPORTS
 
 START_TIMEOUT_S = 120.0
 
 
 def _serve(proto_in: int, proto_out: int) -> None:
-    from kit.sandbox import runner
-
     while True:
         req = read_frame(proto_in)
         if req is None:
@@ -71,24 +74,15 @@ def _serve(proto_in: int, proto_out: int) -> None:
 
 
 def main() -> None:
-    import gc
-    import importlib
-
-    from kit.sandbox.worker import PREIMPORTS
-
     for name in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
         os.environ[name] = "1"
     proto_in, proto_out = os.dup(0), os.dup(1)
     opts = json.loads(sys.argv[1] if len(sys.argv) > 1 else "{}")
     for mod in (*PREIMPORTS, *opts.get("preload", ())):
         importlib.import_module(mod)
-    import kit.sandbox.runner  # noqa: F401
-
     gc.collect()
     gc.freeze()  # the worker does the same: keep both parents equally copy-on-write friendly
     if opts.get("huge"):
-        from kit.sandbox.hugepages import collapse_heap
-
         collapse_heap()
     write_frame(proto_out, {"ready": True})
     _serve(proto_in, proto_out)

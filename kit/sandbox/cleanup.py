@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import os
+import shutil
 import signal
 import time
 
@@ -106,8 +107,6 @@ class Cleaner:
                     paths += [e.path for e in it
                               if e.path != self.workdir and e.stat(follow_symlinks=False).st_uid == self.uid]
         if paths:
-            import shutil
-
             for path in paths:
                 if os.path.isdir(path) and not os.path.islink(path):
                     shutil.rmtree(path, ignore_errors=True)

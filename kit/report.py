@@ -102,6 +102,7 @@ def notebook_pdf(paths: Sequence[Path], out: Path, title: str) -> Path:
     exporter = PDFExporter()
     exporter.exclude_input_prompt = True
     exporter.exclude_output_prompt = True
+    exporter.exclude_input = True  # an appendix of results: code stays in the notebooks (issue #16)
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title}})
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(body)
@@ -167,7 +168,7 @@ def build_report(layout: Layout, *, echo=print) -> Path:
     out = layout.report_pdf
     if notebooks and latex_available():
         try:
-            return notebook_pdf(notebooks, out, title)
+            return _with_summary(layout, notebook_pdf(notebooks, out, title), title, echo)
         except Exception as exc:  # noqa: BLE001 - LaTeX failures fall back, loudly
             echo(f"NOTICE: the LaTeX export failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
                  "writing the figures-and-tables PDF instead.")
@@ -176,7 +177,14 @@ def build_report(layout: Layout, *, echo=print) -> Path:
              "writing the figures-and-tables PDF with matplotlib instead of the notebook report.")
     if not notebooks and not (layout.root / "figures").exists():
         raise ReportError(f"no executed notebooks in {layout.executed}; run `make reproduce` first")
-    return figures_tables_pdf(layout, out, title)
+    return _with_summary(layout, figures_tables_pdf(layout, out, title), title, echo)
+
+
+def _with_summary(layout: Layout, pdf: Path, title: str, echo) -> Path:
+    """Open ``pdf`` with the one-page summary of :mod:`kit.summary` (claims, figures, tables)."""
+    from kit.summary import prepend_summary
+
+    return prepend_summary(layout.root, pdf, title=title, echo=echo)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

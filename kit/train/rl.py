@@ -244,7 +244,7 @@ async def _run_stage(cfg, stage_name, init_dir, run_dir, progress, algorithm, se
         return done
     run_dir.mkdir(parents=True, exist_ok=True)
     save(cfg, run_dir)
-    common.set_threads(cfg.model.torch_threads)
+    threads = common.set_threads(cfg.model.torch_threads)  # adaptive when torch_threads < 0
     t_start = time.perf_counter()
     a = cfg.algorithm
     model, tok = load_policy(init_dir)
@@ -279,6 +279,8 @@ async def _run_stage(cfg, stage_name, init_dir, run_dir, progress, algorithm, se
                 raise ValueError(f"{stage_name}: every candidate problem was solved {stage.hard_filter_samples}/"
                                  f"{stage.hard_filter_samples} times; the hard subset is empty")
         for step in range(start, steps):
+            if threads is not None:
+                threads.update()
             common.seed_everything(common.step_seed(seed, stage_name, algorithm, "torch", step))
             problems = step_problems(pool, step, a.prompts_per_step, common.step_seed(seed, stage_name, "problems"))
             model.eval()

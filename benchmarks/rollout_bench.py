@@ -77,9 +77,10 @@ async def main_async(args) -> None:
     from kit.config import load
     from kit.data.tasks import make_split
     from kit.sandbox import SandboxPool
+    from kit.train import common
 
     cfg = load("tiny", overrides={"seed": args.seed}, write=False)
-    torch.set_num_threads(args.threads or cfg.model.torch_threads)
+    common.set_threads(args.threads or cfg.model.torch_threads)  # negative: adaptive (kit.train.common)
     print(f"torch threads {torch.get_num_threads()}")
     model, tok = get_policy(args, cfg)
     split = make_split(cfg.data.task_train_size, cfg.data.task_heldout_size, args.seed, cfg.data.task_families)

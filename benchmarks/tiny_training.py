@@ -1,22 +1,36 @@
-"""The whole tiny training of the recipe, timed: SFT, the three RL stages, the RoC ablation.
+"""The tiny training, timed: the SFT step on a quiet and on a busy machine; with ``--full``, the
+whole training of the recipe first (SFT, the three RL stages, the RoC ablation).
 
 Usage::
 
-    .venv/bin/python benchmarks/tiny_training.py [--profile tiny] [--run-dir runs/tiny_training]
+    .venv/bin/python benchmarks/tiny_training.py [--steps 12]           # SFT step, quiet vs busy
+    .venv/bin/python benchmarks/tiny_training.py --full [--profile tiny] [--run-dir runs/tiny_training]
         [--sft-dir DIR] [--skip-ablation] [--ablation-steps N] [--seeds 0,1,2]
 
-Prints per phase: wall seconds, and the figures the issue asks for: SFT held-out tool-assisted
-accuracy (greedy), sampled reward before and after each RL stage, and the ablation's tool-error
-ratio among correct trajectories for GRPO and GRPO-RoC (first/last steps, mean and spread over
-seeds). ``--sft-dir`` reuses a finished SFT run (its wall time is then read from its summary).
-Last line: ``tiny_training_minutes=<x>`` (SFT + stages + ablation wall time).
+SFT step (always, last): the median time of a tiny-profile SFT step (48 rows of 110-384
+tokens, forward, backward, AdamW) in a fresh process with the kernels' OpenMP environment
+(``kit.pipeline.KERNEL_ENV``), for two thread policies: ``fixed`` (``model.torch_threads`` = the
+core count) and ``adaptive`` (``model.torch_threads = -<cores>``: threads sized to the cores other
+processes leave free, :class:`kit.train.common.LoadAdaptiveThreads`), each quiet and with one
+CPU-bound process (a Python busy loop) beside it. It prints the load average before each
+measurement: on a shared machine "quiet" is only as quiet as the others let it be.
+Last line: ``busy_over_quiet=<x>`` (adaptive policy, busy median / quiet median; aim <= 1.5).
+
+``--full`` prints per phase: wall seconds, SFT held-out tool-assisted accuracy (greedy), sampled
+reward before and after each RL stage, and the ablation's tool-error ratio among correct
+trajectories for GRPO and GRPO-RoC (first/last steps, mean and spread over seeds), then
+``tiny_training_minutes=<x>`` (SFT + stages + ablation wall time). ``--sft-dir`` reuses a finished
+SFT run (its wall time is then read from its summary).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import resource
+import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -32,8 +46,94 @@ def cpu_s() -> float:
     return me.ru_utime + me.ru_stime + ch.ru_utime + ch.ru_stime
 
 
+def sft_step_times(threads: int, steps: int, warmup: int = 3) -> dict:
+    """In this process: ``steps`` timed tiny SFT steps (after ``warmup``) with ``threads`` (as
+    ``model.torch_threads``: negative = adaptive). Returns seconds per step and the thread counts."""
+    import random
+
+    import torch
+
+    from kit.data import tasks
+    from kit.models import build_tiny_model, train_tokenizer
+    from kit.train import common
+    from kit.train.sft import micro_batches, sft_loss_sum
+
+    cfg = load("tiny", write=False)
+    policy = common.set_threads(threads)
+    split = tasks.make_split(200, 4, 0)
+    tok = train_tokenizer([p.question + " " + p.code for p in split.train] * 3, 400)
+    model = build_tiny_model(cfg.model, tok, seed=0)
+    opt = common.make_optimizer(model, cfg.sft.lr)
+    rng = random.Random(0)
+    times, used = [], []
+    for step in range(warmup + steps):
+        if policy is not None:
+            policy.update()
+        rows = []
+        for i in range(cfg.sft.batch_size):  # ~10% function-calling chats cut at max_seq_tokens, the rest task demos
+            n = cfg.sft.max_seq_tokens if i % 10 == 0 else rng.randint(110, 260)
+            rows.append(([rng.randrange(5, len(tok)) for _ in range(n)], [0] * 24 + [1] * (n - 24)))
+        t0 = time.perf_counter()
+        n_tok = sum(sum(m[1:]) for _, m in rows)
+        opt.zero_grad(set_to_none=True)
+        for mb in micro_batches(rows):
+            loss, _ = sft_loss_sum(model, mb, tok.pad_token_id)
+            (loss / n_tok).backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        if step >= warmup:
+            times.append(time.perf_counter() - t0)
+            used.append(torch.get_num_threads())
+    return {"median_s": statistics.median(times), "min_s": min(times), "threads": sorted(set(used)),
+            "others_cores": [round(h[1], 2) for h in policy.history] if policy is not None else []}
+
+
+def _measure(threads: int, steps: int, busy: bool) -> dict:
+    """:func:`sft_step_times` in a fresh process (the kernels' OpenMP environment), optionally
+    beside one CPU-bound process that is stopped afterwards."""
+    from kit.pipeline import KERNEL_ENV
+
+    env = {**os.environ, **{k: v for k, v in KERNEL_ENV.items() if k not in os.environ}}
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(Path(__file__).resolve().parent.parent), env.get("PYTHONPATH")]))
+    hog = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if busy else None
+    try:
+        if hog is not None:
+            time.sleep(1.0)
+        load_avg = os.getloadavg()[0]
+        out = subprocess.run([sys.executable, __file__, "--_child", str(threads), "--steps", str(steps)], env=env,
+                             capture_output=True, text=True, check=True).stdout
+    finally:
+        if hog is not None:
+            hog.kill()
+            hog.wait()
+    res = json.loads(out.strip().splitlines()[-1])
+    res["load_avg_1min"] = load_avg
+    return res
+
+
+def step_benchmark(steps: int) -> float:
+    """Print the SFT step times (fixed and adaptive threads, quiet and busy); returns busy/quiet
+    of the adaptive policy."""
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    ratio = {}
+    for name, threads in (("fixed", cores), ("adaptive", -cores)):
+        r = {}
+        for busy in (False, True):
+            r[busy] = _measure(threads, steps, busy)
+            print(f"sft step, {name} threads ({threads}), {'one busy process beside' if busy else 'quiet'}: "
+                  f"median {r[busy]['median_s']:.3f} s, min {r[busy]['min_s']:.3f} s, threads used {r[busy]['threads']}, "
+                  f"others' cores measured {r[busy]['others_cores']}, load average {r[busy]['load_avg_1min']:.2f} "
+                  f"on {cores} cores", flush=True)
+        ratio[name] = r[True]["median_s"] / r[False]["median_s"]
+        print(f"{name}: busy/quiet {ratio[name]:.2f}", flush=True)
+    return ratio["adaptive"]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--full", action="store_true", help="time the whole tiny training before the step benchmark")
+    ap.add_argument("--steps", type=int, default=12, help="timed SFT steps per measurement")
+    ap.add_argument("--_child", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--profile", default="tiny")
     ap.add_argument("--run-dir", default="runs/tiny_training")
     ap.add_argument("--sft-dir", default="")
@@ -42,6 +142,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="")
     ap.add_argument("--threads", type=int, default=0, help="override model.torch_threads")
     args = ap.parse_args(argv)
+    if args._child is not None:
+        print(json.dumps(sft_step_times(args._child, args.steps)))
+        return 0
+    if args.full:
+        full_training(args)
+    print(f"busy_over_quiet={step_benchmark(args.steps):.2f}")
+    return 0
+
+
+def full_training(args) -> None:
+    """The whole tiny training (``--full``): SFT, the three stages, the ablation, timed."""
     root = Path(args.run_dir)
     over = {}
     if args.threads:
@@ -95,7 +206,6 @@ def main(argv: list[str] | None = None) -> int:
     line(f"phases (s): {json.dumps({k: round(v, 1) for k, v in times.items()})}; cpu seconds of this process "
          f"and its children: {cpu_s() - c0:.0f}")
     line(f"tiny_training_minutes={total / 60:.2f}")
-    return 0
 
 
 if __name__ == "__main__":

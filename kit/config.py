@@ -57,7 +57,7 @@ class ModelConfig:
     tokenizer_vocab_size: int = 1024  # tiny tokenizer target; the trained vocab may be smaller
     tie_word_embeddings: bool = True
     dtype: str = "bfloat16"  # tiny: float32 (CPU)
-    torch_threads: int = 0  # 0 = torch default; tiny sets the core count
+    torch_threads: int = 0  # 0 = torch default; n > 0 fixed; -n adaptive up to n (kit.train.common.set_threads)
 
 
 @dataclass(frozen=True)

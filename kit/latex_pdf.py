@@ -238,5 +238,6 @@ def export_pdf(nb: nbformat.NotebookNode, title: str) -> bytes:
                            template_file="kit_report.tex.j2")
     exporter.exclude_input_prompt = True
     exporter.exclude_output_prompt = True
+    exporter.exclude_input = True  # the report is an appendix of results: code stays in the notebooks (#16)
     body, _ = exporter.from_notebook_node(nb, resources={"metadata": {"name": title}})
     return body

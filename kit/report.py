@@ -34,6 +34,7 @@ from pathlib import Path
 import nbformat
 
 from kit.runs import SERIES, Layout
+from kit.summary import prepend_summary
 
 # control characters xelatex rejects ("Text line contains an invalid character"); \t \n \r and ESC
 # (ANSI colours, which nbconvert converts) are kept. A tiny model's samples are full of them.
@@ -169,7 +170,7 @@ def notebook_pdf(paths: Sequence[Path], out: Path, title: str, failed: Mapping[s
             latex_pdf.rasterize_svgs(cell, f"notebook {part}", echo)
             latex_pdf.wrap_cell(cell)
     latex_pdf.check_glyphs(nb, echo)
-    body = latex_pdf.export_pdf(nb, title)
+    body = latex_pdf.export_pdf(nb, title)  # code inputs omitted: an appendix of results (#16)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_bytes(body)
     return out
@@ -252,7 +253,7 @@ def build_report(layout: Layout, *, echo=print, allow_failed: bool = False) -> P
     out = layout.report_pdf
     if notebooks and latex_available():
         try:
-            return notebook_pdf(notebooks, out, title, failed, echo=echo)
+            return _with_summary(layout, notebook_pdf(notebooks, out, title, failed, echo=echo), title, echo)
         except Exception as exc:  # noqa: BLE001 - LaTeX failures fall back, loudly
             echo(f"NOTICE: the LaTeX export failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
                  "writing the figures-and-tables PDF instead.")
@@ -261,7 +262,12 @@ def build_report(layout: Layout, *, echo=print, allow_failed: bool = False) -> P
              "writing the figures-and-tables PDF with matplotlib instead of the notebook report.")
     if not notebooks and not (layout.root / "figures").exists():
         raise ReportError(f"no executed notebooks in {layout.executed}; run `make reproduce` first")
-    return figures_tables_pdf(layout, out, title, failed)
+    return _with_summary(layout, figures_tables_pdf(layout, out, title, failed), title, echo)
+
+
+def _with_summary(layout: Layout, pdf: Path, title: str, echo) -> Path:
+    """Open ``pdf`` with the one-page summary of :mod:`kit.summary` (claims, figures, tables)."""
+    return prepend_summary(layout.root, pdf, title=title, echo=echo)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -108,13 +108,16 @@ def token_logprobs(model, ids: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
 
 
 def policy_update(cfg: KitConfig, model, optimizer, trajectories: Sequence[Any], advantages: torch.Tensor,
-                  pad_id: int, lr: float) -> dict[str, float]:
+                  pad_id: int, lr: float, recompute_old: bool | None = None) -> dict[str, float]:
     """One optimizer step of the clipped policy loss on the kept trajectories.
 
     Args:
         trajectories: B kept ``Trajectory`` objects (prompt ids + response ids + response mask).
         advantages: (B,) from :func:`kit.algo.group_advantage`.
         lr: learning rate of this step.
+        recompute_old: run a separate no-grad forward for the old log-probs. Default: only when
+            ``ppo_epochs > 1``; with one pass the old policy is the current one, so the old
+            log-probs are the current ones detached (the same numbers, one forward pass fewer).
     Returns:
         ``loss``, ``grad_norm``, ``clipfrac``, ``entropy`` proxy (``-mean logp`` of kept tokens),
         ``update_tokens``.
@@ -124,8 +127,12 @@ def policy_update(cfg: KitConfig, model, optimizer, trajectories: Sequence[Any],
     chunks = micro_batches([len(ids) for ids, _ in rows], MICRO_TOKENS)  # similar lengths together
     n_tok = float(sum(sum(m) for _, m in rows))
     tensors = [pad_rows([rows[i] for i in c], pad_id) for c in chunks]
-    with torch.no_grad():
-        old = [token_logprobs(model, ids, att) for ids, att, _ in tensors]
+    if recompute_old is None:
+        recompute_old = a.ppo_epochs > 1
+    old: list[torch.Tensor | None] = [None] * len(tensors)
+    if recompute_old:
+        with torch.no_grad():
+            old = [token_logprobs(model, ids, att) for ids, att, _ in tensors]
     for g in optimizer.param_groups:
         g["lr"] = lr
     stats = {"loss": 0.0, "clipfrac": 0.0, "neg_logp": 0.0}
@@ -134,6 +141,8 @@ def policy_update(cfg: KitConfig, model, optimizer, trajectories: Sequence[Any],
         optimizer.zero_grad(set_to_none=True)
         for c, (ids, att, msk), old_lp in zip(chunks, tensors, old, strict=True):
             lp = token_logprobs(model, ids, att)
+            if old_lp is None:
+                old_lp = lp.detach()
             loss, m = policy_loss(lp, old_lp, advantages[c], msk, a.clip_ratio_low, a.clip_ratio_high,
                                   a.clip_ratio_c, a.loss_agg_mode, batch_num_tokens=n_tok, batch_num_seqs=float(len(rows)))
             loss.backward()
@@ -219,7 +228,7 @@ async def _run_stage(cfg, stage_name, policy_dir, run_dir, progress, algorithm, 
         return done
     run_dir.mkdir(parents=True, exist_ok=True)
     save(cfg, run_dir)
-    common.set_threads(cfg.model.torch_threads)
+    threads = common.set_threads(cfg.model.torch_threads)  # adaptive when torch_threads < 0
     t_start = time.perf_counter()
     a = cfg.algorithm
     model, tok = load_policy(policy_dir)
@@ -254,6 +263,8 @@ async def _run_stage(cfg, stage_name, policy_dir, run_dir, progress, algorithm, 
                 raise ValueError(f"{stage_name}: every candidate problem was solved {stage.hard_filter_samples}/"
                                  f"{stage.hard_filter_samples} times; the hard subset is empty")
         for step in range(start, steps):
+            if threads is not None:
+                threads.update()
             common.seed_everything(common.step_seed(seed, stage_name, algorithm, "torch", step))
             problems = step_problems(pool, step, a.prompts_per_step, common.step_seed(seed, stage_name, "problems"))
             model.eval()

@@ -223,7 +223,7 @@ def run_sft(cfg: KitConfig, run_dir: str | Path, progress: Callable[[dict], None
         return done
     run_dir.mkdir(parents=True, exist_ok=True)
     save(cfg, run_dir)
-    common.set_threads(cfg.model.torch_threads)
+    threads = common.set_threads(cfg.model.torch_threads)  # adaptive when torch_threads < 0
     t_start = time.perf_counter()
     model, tok = build_tokenizer_and_model(cfg, run_dir)
     data = prepare_sft_data(cfg, run_dir)
@@ -245,6 +245,8 @@ def run_sft(cfg: KitConfig, run_dir: str | Path, progress: Callable[[dict], None
     warmup = round(sc.warmup_ratio * sc.steps)
     loss_val = float("nan")
     for step in range(start, sc.steps):
+        if threads is not None:
+            threads.update()
         t0 = time.perf_counter()
         rng = random.Random(common.step_seed(cfg.seed, "sft", step))
         common.seed_everything(common.step_seed(cfg.seed, "sft-torch", step))
@@ -263,7 +265,8 @@ def run_sft(cfg: KitConfig, run_dir: str | Path, progress: Callable[[dict], None
         opt.step()
         loss_val = total / max(n_tok, 1)
         row = {"stage": "sft", "step": step + 1, "global_step": step + 1, "loss": loss_val, "lr": lr,
-               "tokens": n_tok, "grad_norm": gn, "time_s": time.perf_counter() - t0, "seed": cfg.seed}
+               "tokens": n_tok, "grad_norm": gn, "time_s": time.perf_counter() - t0, "seed": cfg.seed,
+               "threads": torch.get_num_threads()}
         writer.write(row)
         if progress is not None:
             progress(row)

@@ -95,7 +95,7 @@ def test_fallback_without_tex_prints_notice_and_keeps_figures(tmp_path, monkeypa
     notices: list[str] = []
     pdf = report.build_report(lay, echo=notices.append)
     assert len(notices) == 1 and "xelatex not found" in notices[0]
-    assert _pages(pdf) == 1 + 2 + 1  # title, two figures, one table
+    assert _pages(pdf) == 1 + 1 + 2 + 1  # the summary (kit.summary), title, two figures, one table
     assert _images(pdf) == 2
 
 

@@ -122,3 +122,20 @@ def test_figures_tables_and_report(smoke_run):
     pages = int(next(ln.split()[-1] for ln in info.splitlines() if ln.startswith("Pages:")))
     images = len(subprocess.run(["pdfimages", "-list", str(pdf)], capture_output=True, text=True).stdout.splitlines()) - 2
     assert pages >= 10 and images >= 3
+
+
+def test_claims_file_and_summary_page(smoke_run):
+    """Notebook 09 writes claims.json in its schema; smoke is too short to reproduce anything, so no
+    verdict may say it did; the report opens with the one-page summary (issue #16)."""
+    from kit import claims
+
+    lay, _ = smoke_run
+    doc = claims.read_claims(lay.root / "claims.json")  # raises on a missing key or an unknown verdict
+    assert doc["profile"] == "smoke" and doc["schema_version"] == claims.SCHEMA_VERSION
+    assert [c["id"] for c in doc["claims"]] == [c["id"] for c in claims.load_claims()]
+    assert {c["verdict"] for c in doc["claims"]} <= set(claims.VERDICTS)
+    assert all(t["verdict"] in claims.VERDICTS for c in doc["claims"] for t in c["tests"])
+    assert doc["counts"]["reproduced"] == 0, [c["id"] for c in doc["claims"] if c["verdict"] == "reproduced"]
+    first = subprocess.run(["pdftotext", "-f", "1", "-l", "1", str(lay.report_pdf), "-"], capture_output=True,
+                           text=True, check=True).stdout
+    assert "pre-registered" in first and "What this profile cannot show" in first

@@ -125,6 +125,30 @@ def test_policy_update_follows_the_advantage(policy):
     assert out["update_tokens"] == 3 + 4 and out["grad_norm"] > 0
 
 
+def test_one_pass_update_without_the_old_forward_is_the_same_update(policy, monkeypatch):
+    """ppo_epochs = 1: the old log-probs are the current ones detached instead of a second forward
+    pass; parameters and statistics come out bitwise the same (issue #16: faster RL steps)."""
+    from kit.models import load_policy
+
+    cfg = _cfg()
+    trajs = [_traj(resp=(10, 11, 12, 13)), _traj(resp=(20, 21, 22)), _traj(resp=(30, 31, 32, 33, 34))]
+    adv = torch.tensor([1.0, -0.5, -0.5])
+    real, calls = rl.token_logprobs, []
+    monkeypatch.setattr(rl, "token_logprobs", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    outs, params, forwards = [], [], []
+    for recompute in (True, False):
+        model, tok = load_policy(policy)
+        model.train()
+        opt = common.make_optimizer(model, 1e-2)
+        n0 = len(calls)
+        outs.append(rl.policy_update(cfg, model, opt, trajs, adv, tok.pad_token_id, 1e-2, recompute_old=recompute))
+        forwards.append(len(calls) - n0)
+        params.append([p.detach().clone() for p in model.parameters()])
+    assert forwards == [2, 1]  # one micro-batch here: old + current forward, or the current one only
+    assert all(torch.equal(a, b) for a, b in zip(*params, strict=True))
+    assert outs[0] == outs[1]
+
+
 def test_step_problems_are_a_seeded_walk():
     pool = tasks.make_split(10, 0, 0).train
     a = [rl.step_problems(pool, s, 4, seed=1) for s in range(5)]

@@ -1,0 +1,181 @@
+"""Verdicts on the paper's claims, computed from a run folder's own files (issue #16).
+
+The claims, their statistics, thresholds and minimum data are pre-registered in
+``kit/reference/claims.yaml`` (read that file for the rules); this module only evaluates them. Each
+claim has one or more *tests*; a test computes one statistic with a 95% interval from the run's
+files and compares the interval with its threshold:
+
+- ``reproduced``: the interval lies entirely on the claimed side of the threshold (and any extra
+  condition of the test holds);
+- ``not reproduced``: it lies entirely on the other side (the data rule the claim out);
+- ``inconclusive``: the interval contains the threshold, a file is missing, or the run has less
+  data than the test's minimum (what a ``smoke`` run gets).
+
+A claim is reproduced when all its tests are, not reproduced when any test is, else inconclusive.
+
+Intervals: over seeds (Student t, paired per seed) for the ablation; for claims resting on the
+main chain's single seed, over that run's sampling units (Newcombe's interval for two
+proportions, a Welch interval over training steps, or a percentile bootstrap over problems or
+trajectories) -- these leave out the between-seed spread, and each result says which it used.
+
+Files read (``RunDirs``, by default the folders of ``reports/<profile>/<run>/``):
+``ablation/<algorithm>_seed<s>/metrics.jsonl``, ``<sft|stage1|stage2|stage3>/summary.json``,
+``stage<k>/metrics.jsonl`` and ``config.json``, ``eval/passk/passk_curves.json`` with its
+``<source>_<label>.json`` results, ``analysis/entropy_tokens.jsonl``.
+
+Usage::
+
+    from kit.claims import RunDirs, evaluate_claims, write_claims
+    results = evaluate_claims(RunDirs.under("reports/tiny/main"))
+    write_claims(results, "reports/tiny/main/claims.json", profile="tiny")
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from kit.claims.files import Missing, RunDirs
+from kit.claims.kinds import KINDS
+from kit.claims.results import VERDICTS, ClaimResult, TestResult
+
+CLAIMS_FILE = Path(__file__).resolve().parent.parent / "reference" / "claims.yaml"
+SCHEMA_VERSION = 1
+TEST_KEYS = ("name", "kind", "statistic", "interval", "comparison", "threshold")
+CLAIM_KEYS = ("id", "source", "claim", "paper", "tests")
+
+__all__ = ["CLAIMS_FILE", "VERDICTS", "ClaimResult", "ClaimsError", "RunDirs", "TestResult", "claims_table",
+           "evaluate_claims", "load_claims", "read_claims", "write_claims"]
+
+
+class ClaimsError(ValueError):
+    """The claims file or a claims.json is malformed (the message names the claim and the key)."""
+
+
+def load_claims(path: str | os.PathLike | None = None) -> list[dict[str, Any]]:
+    """The pre-registered claims (``kit/reference/claims.yaml`` by default), checked.
+
+    Raises:
+        ClaimsError: a claim or test lacks a required key, an id repeats, a comparison is not
+            ``>``/``<``, or a test kind is unknown (the message names the claim).
+    """
+    import yaml
+
+    p = Path(path) if path is not None else CLAIMS_FILE
+    if not p.exists():
+        raise ClaimsError(f"claims file not found: {p}")
+    data = yaml.safe_load(p.read_text())
+    claims = (data or {}).get("claims")
+    if not isinstance(claims, list) or not claims:
+        raise ClaimsError(f"{p}: expected a non-empty 'claims' list")
+    seen = set()
+    for i, c in enumerate(claims):
+        where = f"{p}: claim {c.get('id', i) if isinstance(c, dict) else i}"
+        if not isinstance(c, dict):
+            raise ClaimsError(f"{where}: not a mapping")
+        for k in CLAIM_KEYS:
+            if k not in c:
+                raise ClaimsError(f"{where}: missing key {k!r}")
+        if c["id"] in seen:
+            raise ClaimsError(f"{where}: id repeated")
+        seen.add(c["id"])
+        if not c["tests"]:
+            raise ClaimsError(f"{where}: no tests")
+        for t in c["tests"]:
+            for k in TEST_KEYS:
+                if k not in t:
+                    raise ClaimsError(f"{where}, test {t.get('name', '?')!r}: missing key {k!r}")
+            if t["comparison"] not in (">", "<"):
+                raise ClaimsError(f"{where}, test {t['name']!r}: comparison must be '>' or '<', got {t['comparison']!r}")
+            if t["kind"] not in KINDS:
+                raise ClaimsError(f"{where}, test {t['name']!r}: unknown kind {t['kind']!r}; known: {sorted(KINDS)}")
+    return claims
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+def evaluate_claims(dirs: RunDirs, claims: Sequence[Mapping[str, Any]] | None = None) -> list[ClaimResult]:
+    """Evaluate every claim on the run's files.
+
+    Args:
+        dirs: the run's folders (:meth:`RunDirs.under`).
+        claims: the claims (default :func:`load_claims`).
+    Returns:
+        One :class:`ClaimResult` per claim, in file order. A test whose inputs are missing or
+        too small is ``inconclusive`` with the reason (never an exception).
+    """
+    claims = load_claims() if claims is None else claims
+    out = []
+    for c in claims:
+        tests = []
+        for spec in c["tests"]:
+            res = TestResult(spec["name"], spec["kind"], spec["statistic"], spec["comparison"], float(spec["threshold"]))
+            try:
+                res = KINDS[spec["kind"]](dirs, spec, res)
+            except Missing as exc:
+                res.verdict, res.reason = "inconclusive", f"not enough data: {exc}"
+            tests.append(res)
+        out.append(ClaimResult(c["id"], c["source"], c["claim"], c["paper"], tests))
+    return out
+
+
+def write_claims(results: Sequence[ClaimResult], path: str | os.PathLike, *, profile: str = "",
+                 run: str = "", claims_file: str | os.PathLike | None = None) -> Path:
+    """Write ``claims.json``: ``schema_version, profile, run, created_utc, claims_file,
+    claims_sha256, counts {verdict: n}, claims [ClaimResult.to_dict()]``; returns the path."""
+    src = Path(claims_file) if claims_file is not None else CLAIMS_FILE
+    counts = {v: sum(r.verdict == v for r in results) for v in VERDICTS}
+    doc = {"schema_version": SCHEMA_VERSION, "profile": profile, "run": run,
+           "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+           "claims_file": str(src), "claims_sha256": hashlib.sha256(src.read_bytes()).hexdigest() if src.exists() else None,
+           "counts": counts, "claims": [r.to_dict() for r in results]}
+    p = Path(path)
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    return p
+
+
+def read_claims(path: str | os.PathLike) -> dict[str, Any]:
+    """A ``claims.json`` written by :func:`write_claims`, checked against its schema.
+
+    Raises:
+        ClaimsError: a missing key or a verdict that is not one of :data:`VERDICTS` (names the claim).
+    """
+    p = Path(path)
+    if not p.exists():
+        raise ClaimsError(f"claims file not found: {p} (written by notebook 09)")
+    doc = json.loads(p.read_text())
+    for k in ("schema_version", "profile", "counts", "claims"):
+        if k not in doc:
+            raise ClaimsError(f"{p}: missing key {k!r}")
+    for c in doc["claims"]:
+        for k in ("id", "source", "claim", "paper", "verdict", "value", "ci95", "interval", "tests"):
+            if k not in c:
+                raise ClaimsError(f"{p}: claim {c.get('id', '?')}: missing key {k!r}")
+        if c["verdict"] not in VERDICTS:
+            raise ClaimsError(f"{p}: claim {c['id']}: verdict {c['verdict']!r} is not one of {VERDICTS}")
+        for t in c["tests"]:
+            if t.get("verdict") not in VERDICTS:
+                raise ClaimsError(f"{p}: claim {c['id']}, test {t.get('name')}: verdict {t.get('verdict')!r}")
+    return doc
+
+
+def claims_table(results: Sequence[ClaimResult] | Mapping[str, Any]):
+    """DataFrame, one row per claim: ``claim id, source, statistic, value, 95% interval, interval,
+    verdict`` (from results or a read ``claims.json``)."""
+    import pandas as pd
+
+    docs = results["claims"] if isinstance(results, Mapping) else [r.to_dict() for r in results]
+    rows = []
+    for c in docs:
+        lo, hi = c["ci95"]
+        rows.append({"claim": c["id"], "source": c["source"], "statistic": c["statistic"],
+                     "value": c["value"], "ci95": "" if lo is None or hi is None else f"[{lo:.3g}, {hi:.3g}]",
+                     "interval": c["interval"], "verdict": c["verdict"]})
+    return pd.DataFrame(rows).set_index("claim")

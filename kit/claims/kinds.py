@@ -1,0 +1,348 @@
+"""The statistic of each test kind named in ``kit/reference/claims.yaml`` (``kind:``).
+
+Each ``stat_<kind>(dirs, spec, res)`` reads the run's files through ``dirs``, fills ``res`` (value,
+95% interval, how the interval was made, n, verdict, reason, detail) and returns it; it raises
+:class:`kit.claims.files.Missing` when a file is absent or the data are below the test's minimum.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+
+from kit.claims.files import Missing, RunDirs, _json, _jsonl, _num
+from kit.claims.results import TestResult
+from kit.claims.stats import (
+    bootstrap_mean,
+    bootstrap_ratio,
+    bootstrap_ratio_diff,
+    decide,
+    newcombe,
+    t_interval,
+    welch,
+    window_size,
+)
+
+
+class SpecError(ValueError):
+    """A test in the claims file names something this kind does not know (e.g. a measure)."""
+
+
+# --------------------------------------------------------------------------- ablation tests
+
+
+def _arms(dirs: RunDirs, algorithm: str) -> dict[int, list[dict[str, Any]]]:
+    """``{seed: rows sorted by step}`` of the ablation arms ``<algorithm>_seed<s>``."""
+    base = dirs.ablation
+    if not base.is_dir():
+        raise Missing(f"ablation folder {base} not found")
+    out = {}
+    for d in sorted(base.glob(f"{algorithm}_seed*")):
+        tail = d.name[len(algorithm) + len("_seed"):]
+        if not tail.isdigit() or not (d / "metrics.jsonl").exists():
+            continue
+        rows = [r for r in _jsonl(d / "metrics.jsonl") if r.get("algorithm", algorithm) == algorithm]
+        out[int(tail)] = sorted(rows, key=lambda r: r.get("step", 0))
+    if not out:
+        raise Missing(f"no {algorithm}_seed<s>/metrics.jsonl under {base}")
+    return out
+
+
+def _ends(rows: list[dict[str, Any]], key: str) -> tuple[float, float, int, int]:
+    """(mean of the first W steps, mean of the last W, steps S, W) of ``key``; NaN skipped."""
+    v = np.array([_num(r.get(key)) for r in rows], dtype=float)
+    S = len(v)
+    W = window_size(S)
+    with np.errstate(all="ignore"):
+        first = float(np.nanmean(v[:W])) if np.any(~np.isnan(v[:W])) else math.nan
+        last = float(np.nanmean(v[-W:])) if np.any(~np.isnan(v[-W:])) else math.nan
+    return first, last, S, W
+
+
+def _check_steps(spec, arms: Mapping[int, list]) -> None:
+    short = {s: len(r) for s, r in arms.items() if len(r) < spec.get("min_steps", 0)}
+    if short:
+        raise Missing(f"arms shorter than the minimum of {spec['min_steps']} steps: {short}")
+
+
+def _seed_test(res: TestResult, per_seed: Mapping[int, float], spec: Mapping[str, Any]) -> TestResult:
+    vals = {s: v for s, v in per_seed.items() if math.isfinite(v)}
+    res.detail["per_seed"] = {str(s): v for s, v in per_seed.items()}
+    need = int(spec.get("min_seeds", 2))
+    if len(vals) < max(2, need):
+        res.n = len(vals)
+        res.value = float(np.mean(list(vals.values()))) if vals else math.nan
+        res.reason = f"{len(vals)} seed(s) with a defined value; the test needs at least {max(2, need)}"
+        return res
+    res.value, lo, hi = t_interval(list(vals.values()))
+    res.ci95, res.n, res.interval = (lo, hi), len(vals), f"t over {len(vals)} seeds"
+    res.verdict, res.reason = decide(lo, hi, spec["comparison"], float(spec["threshold"]))
+    return res
+
+
+def stat_ablation_drop(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -> TestResult:
+    """First-W minus last-W mean of ``key`` for each seed of one algorithm; t over seeds."""
+    arms = _arms(dirs, spec["algorithm"])
+    _check_steps(spec, arms)
+    per_seed = {}
+    for s, rows in arms.items():
+        first, last, S, W = _ends(rows, spec["key"])
+        per_seed[s] = first - last
+        res.detail.setdefault("windows", {})[str(s)] = {"steps": S, "W": W, "first": first, "last": last}
+    return _seed_test(res, per_seed, spec)
+
+
+def stat_ablation_paired_last(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -> TestResult:
+    """Per seed: last-W mean of ``key`` for ``minuend`` minus that for ``subtrahend``; t over seeds.
+
+    ``exceeds_seed_spread``: reproduced also needs the mean difference to exceed the larger
+    sample sd over seeds of either arm's last-W mean."""
+    a, b = _arms(dirs, spec["minuend"]), _arms(dirs, spec["subtrahend"])
+    _check_steps(spec, a)
+    _check_steps(spec, b)
+    seeds = sorted(set(a) & set(b))
+    lasts = {alg: {s: _ends(arms[s], spec["key"])[1] for s in seeds}
+             for alg, arms in ((spec["minuend"], a), (spec["subtrahend"], b))}
+    res.detail["last_window_mean"] = {alg: {str(s): v for s, v in d.items()} for alg, d in lasts.items()}
+    per_seed = {s: lasts[spec["minuend"]][s] - lasts[spec["subtrahend"]][s] for s in seeds}
+    res = _seed_test(res, per_seed, spec)
+    if spec.get("exceeds_seed_spread") and res.verdict == "reproduced":
+        sds = [float(np.nanstd(list(d.values()), ddof=1)) for d in lasts.values()]
+        spread = max(sds)
+        res.detail["seed_spread"] = spread
+        if not res.value > spread:
+            res.verdict = "inconclusive"
+            res.reason = f"the difference {res.value:.4g} is not larger than the seed spread (sd {spread:.4g})"
+        else:
+            res.reason += f"; and larger than the seed spread (sd {spread:.4g})"
+    return res
+
+
+# --------------------------------------------------------------------------- stage tests
+
+
+def _heldout(dirs: RunDirs, name: str, spec: Mapping[str, Any]) -> tuple[float, int]:
+    s = _json(dirs.folder(name) / "summary.json")
+    p, n = _num(s.get(spec["key"])), _num(s.get(spec["n_key"]))
+    if not (math.isfinite(p) and math.isfinite(n)):
+        raise Missing(f"{dirs.folder(name) / 'summary.json'} lacks {spec['key']!r} or {spec['n_key']!r}")
+    if n < spec.get("min_n", 1):
+        raise Missing(f"{name}: {int(n)} held-out problems, the test needs at least {spec['min_n']}")
+    return p, int(n)
+
+
+def stat_heldout_rise(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -> TestResult:
+    """``after`` minus ``before`` of a held-out proportion (summary.json), Newcombe interval."""
+    p0, n0 = _heldout(dirs, spec["before"], spec)
+    p1, n1 = _heldout(dirs, spec["after"], spec)
+    res.value, lo, hi = newcombe(p0, n0, p1, n1)
+    res.ci95, res.n, res.interval = (lo, hi), min(n0, n1), f"Newcombe, {n0} and {n1} held-out problems (one seed)"
+    res.detail = {spec["before"]: p0, spec["after"]: p1}
+    res.verdict, res.reason = decide(lo, hi, spec["comparison"], float(spec["threshold"]))
+    return res
+
+
+def stat_heldout_no_drop(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -> TestResult:
+    """No consecutive pair of ``chain`` shows a drop whose interval lies entirely below 0."""
+    vals = {name: _heldout(dirs, name, spec) for name in spec["chain"]}
+    pairs = []
+    for a, b in zip(spec["chain"], spec["chain"][1:], strict=False):
+        d, lo, hi = newcombe(*vals[a], *vals[b])
+        pairs.append((d, lo, hi, f"{a}->{b}"))
+    worst = min(pairs)
+    res.value, res.ci95, res.n = worst[0], (worst[1], worst[2]), min(n for _, n in vals.values())
+    res.interval = f"Newcombe per pair ({worst[3]} shown, one seed)"
+    res.detail = {"values": {k: v[0] for k, v in vals.items()},
+                  "pairs": {p[3]: {"diff": p[0], "ci95": [p[1], p[2]]} for p in pairs}}
+    drops = [p[3] for p in pairs if p[2] <= 0]
+    if drops:
+        res.verdict, res.reason = "not reproduced", f"accuracy drops with the interval below 0 at {', '.join(drops)}"
+    else:
+        res.verdict, res.reason = "reproduced", "no stage shows a drop whose interval lies below 0"
+    return res
+
+
+def stat_stage_length_change(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -> TestResult:
+    """Mean of ``key`` over the steps of stage ``after`` minus over ``before``; Welch over steps."""
+    def stage_rows(name):
+        rows = [r for r in _jsonl(dirs.folder(name) / "metrics.jsonl") if r.get("stage", name) == name]
+        if len(rows) < spec.get("min_steps", 1):
+            raise Missing(f"{name}: {len(rows)} steps, the test needs at least {spec['min_steps']}")
+        return np.array([_num(r.get(spec["key"])) for r in rows], dtype=float)
+
+    if spec.get("requires_budget_increase"):
+        budgets = {}
+        for name in (spec["before"], spec["after"]):
+            cfg = _json(dirs.folder(name) / "config.json")
+            budgets[name] = _num(((cfg.get("stages") or {}).get(name) or {}).get("max_response_tokens"))
+        res.detail["budgets"] = budgets
+        if not budgets[spec["after"]] > budgets[spec["before"]]:
+            raise Missing(f"the response budget does not grow from {spec['before']} to {spec['after']}: {budgets}")
+    a, b = stage_rows(spec["before"]), stage_rows(spec["after"])
+    res.value, lo, hi = welch(a[~np.isnan(a)], b[~np.isnan(b)])
+    res.ci95, res.n = (lo, hi), int(min(len(a), len(b)))
+    res.interval = f"Welch over steps ({len(a)} and {len(b)} steps, one seed)"
+    res.detail.update({spec["before"]: float(np.nanmean(a)), spec["after"]: float(np.nanmean(b))})
+    res.verdict, res.reason = decide(lo, hi, spec["comparison"], float(spec["threshold"]))
+    return res
+
+
+# --------------------------------------------------------------------------- pass@k and cold start
+
+
+def label_key(label: str) -> str:
+    """File-name key of a pass@k policy label, as :func:`kit.chain.passk_boundary` writes it."""
+    return "_".join("".join(c if c.isalnum() else " " for c in label).lower().split())
+
+
+def _passk_results(dirs: RunDirs) -> tuple[list[dict], list[dict], str]:
+    """(per_problem of the first label, per_problem of the last label, source)."""
+    base = dirs.eval / "passk"
+    meta = _json(base / "passk_curves.json")
+    labels = meta.get("labels") or []
+    if len(labels) < 2:
+        raise Missing(f"{base / 'passk_curves.json'} names {len(labels)} policies; the test needs two")
+    out = []
+    for label in (labels[0], labels[-1]):
+        d = _json(base / f"{meta['source']}_{label_key(label)}.json")
+        out.append(d.get("per_problem") or [])
+    return out[0], out[-1], f"{labels[0]} vs {labels[-1]}"
+
+
+def _check_problems(spec, per_problem: list[dict]) -> int:
+    n = len(per_problem[0]["correct"]) if per_problem else 0
+    if len(per_problem) < spec.get("min_problems", 1):
+        raise Missing(f"{len(per_problem)} problems, the test needs at least {spec['min_problems']}")
+    if n < spec.get("min_n", 1):
+        raise Missing(f"{n} samples per problem, the test needs at least {spec['min_n']}")
+    return n
+
+
+def _pass_at(correct: Sequence[int], k: int) -> float:
+    from kit.eval.metrics import pass_at_k_one
+
+    return pass_at_k_one(len(correct), int(sum(correct)), k)
+
+
+def _paired_problems(spec, res: TestResult, dirs: RunDirs) -> tuple[list, list, int]:
+    sft, rl, what = _passk_results(dirs)
+    by_id = {p["id"]: p for p in sft}
+    pairs = [(by_id[p["id"]], p) for p in rl if p["id"] in by_id]
+    n = _check_problems(spec, [q for _, q in pairs])
+    res.detail["policies"] = what
+    return [a for a, _ in pairs], [b for _, b in pairs], n
+
+
+def stat_passk_gap(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -> TestResult:
+    """Per problem pass@k (unbiased) of RL minus SFT, mean; bootstrap over problems."""
+    sft, rl, n = _paired_problems(spec, res, dirs)
+    k = int(spec["k"])
+    gaps = [_pass_at(b["correct"], k) - _pass_at(a["correct"], k) for a, b in zip(sft, rl, strict=True)]
+    return _bootstrap_test(res, spec, gaps, f"bootstrap over {len(gaps)} problems (n = {n}, one seed)")
+
+
+def stat_passk_gap_closing(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -> TestResult:
+    """Per problem (gap at k=1) - (gap at k=n); bootstrap over problems."""
+    sft, rl, n = _paired_problems(spec, res, dirs)
+    diffs = []
+    for a, b in zip(sft, rl, strict=True):
+        g1 = _pass_at(b["correct"], 1) - _pass_at(a["correct"], 1)
+        gn = _pass_at(b["correct"], n) - _pass_at(a["correct"], n)
+        diffs.append(g1 - gn)
+    return _bootstrap_test(res, spec, diffs, f"bootstrap over {len(diffs)} problems (n = {n}, one seed)")
+
+
+def _bootstrap_test(res: TestResult, spec, values: Sequence[float], how: str) -> TestResult:
+    res.value, lo, hi = bootstrap_mean(values)
+    res.ci95, res.n, res.interval = (lo, hi), len(values), how
+    res.verdict, res.reason = decide(lo, hi, spec["comparison"], float(spec["threshold"]))
+    return res
+
+
+def stat_sft_samples(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -> TestResult:
+    """A share over the SFT policy's pass@k samples (first label); bootstrap over problems."""
+    sft, _, what = _passk_results(dirs)
+    _check_problems(spec, sft)
+    res.detail["policy"] = what.split(" vs ")[0]
+    num, den = [], []
+    for p in sft:
+        calls = np.asarray(p.get("tool_calls") or [0] * len(p["correct"]), dtype=float)
+        errs = np.asarray(p.get("tool_errors") or [0] * len(p["correct"]), dtype=float)
+        correct = np.asarray(p["correct"], dtype=float)
+        measure = spec["measure"]
+        if measure == "answered":
+            num.append(sum(a is not None for a in p.get("answers") or []))
+            den.append(len(correct))
+        elif measure == "tool_use":
+            num.append(float((calls > 0).sum()))
+            den.append(len(correct))
+        elif measure == "call_success":
+            num.append(float(calls.sum() - errs.sum()))
+            den.append(float(calls.sum()))
+        elif measure == "accuracy_without_tool":
+            num.append(float(correct[calls == 0].sum()))
+            den.append(float((calls == 0).sum()))
+        else:
+            raise SpecError(f"sft_samples: unknown measure {measure!r}")
+    need = spec.get("min_samples", 1)
+    if sum(den) < need:
+        raise Missing(f"{int(sum(den))} samples (or calls) count for {spec['measure']}; the test needs at least {need}")
+    res.value, lo, hi = bootstrap_ratio(num, den)
+    res.ci95, res.n = (lo, hi), len(sft)
+    res.interval = f"bootstrap over {len(sft)} problems ({int(sum(den))} units, one seed)"
+    res.verdict, res.reason = decide(lo, hi, spec["comparison"], float(spec["threshold"]))
+    return res
+
+
+# --------------------------------------------------------------------------- entropy tests
+
+
+def _entropy_rows(dirs: RunDirs, checkpoint: str, spec) -> list[dict]:
+    rows = [r for r in _jsonl(dirs.analysis / "entropy_tokens.jsonl") if r.get("checkpoint") == checkpoint]
+    if len(rows) < spec.get("min_trajectories", 1):
+        raise Missing(f"{checkpoint}: {len(rows)} trajectories, the test needs at least {spec['min_trajectories']}")
+    high = sum(int(r.get("high", 0)) for r in rows)
+    if high < spec.get("min_high_tokens", 1):
+        raise Missing(f"{checkpoint}: {high} high-entropy tokens, the test needs at least {spec['min_high_tokens']}")
+    return rows
+
+
+def stat_entropy_share(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -> TestResult:
+    """``label`` tokens / high-entropy tokens of one checkpoint; bootstrap over trajectories."""
+    rows = _entropy_rows(dirs, spec["checkpoint"], spec)
+    res.value, lo, hi = bootstrap_ratio([r.get(spec["label"], 0) for r in rows], [r.get("high", 0) for r in rows])
+    res.ci95, res.n = (lo, hi), len(rows)
+    res.interval = f"bootstrap over {len(rows)} trajectories (one seed)"
+    res.detail = {"count": int(sum(r.get(spec["label"], 0) for r in rows)), "high": int(sum(r.get("high", 0) for r in rows))}
+    res.verdict, res.reason = decide(lo, hi, spec["comparison"], float(spec["threshold"]))
+    return res
+
+
+def stat_entropy_share_diff(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -> TestResult:
+    """``label`` share of ``minuend`` minus that of ``subtrahend``; bootstrap over trajectories."""
+    a = _entropy_rows(dirs, spec["minuend"], spec)
+    b = _entropy_rows(dirs, spec["subtrahend"], spec)
+    lab = spec["label"]
+    res.value, lo, hi = bootstrap_ratio_diff([r.get(lab, 0) for r in a], [r.get("high", 0) for r in a],
+                                             [r.get(lab, 0) for r in b], [r.get("high", 0) for r in b])
+    res.ci95, res.n = (lo, hi), min(len(a), len(b))
+    res.interval = f"bootstrap over trajectories ({len(a)} and {len(b)}, one seed)"
+    res.verdict, res.reason = decide(lo, hi, spec["comparison"], float(spec["threshold"]))
+    return res
+
+
+KINDS: dict[str, Callable[[RunDirs, Mapping[str, Any], TestResult], TestResult]] = {
+    "ablation_drop": stat_ablation_drop,
+    "ablation_paired_last": stat_ablation_paired_last,
+    "heldout_rise": stat_heldout_rise,
+    "heldout_no_drop": stat_heldout_no_drop,
+    "stage_length_change": stat_stage_length_change,
+    "passk_gap": stat_passk_gap,
+    "passk_gap_closing": stat_passk_gap_closing,
+    "sft_samples": stat_sft_samples,
+    "entropy_share": stat_entropy_share,
+    "entropy_share_diff": stat_entropy_share_diff,
+}

@@ -1,0 +1,81 @@
+"""Results of the claims: one :class:`TestResult` per test, one :class:`ClaimResult` per claim."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from typing import Any
+
+import numpy as np
+
+VERDICTS = ("reproduced", "not reproduced", "inconclusive")
+
+
+@dataclasses.dataclass
+class TestResult:
+    """One test of a claim: the statistic, its 95% interval and the verdict.
+
+    Attributes:
+        value: the statistic (NaN when it could not be computed).
+        ci95: (lo, hi), NaN when absent.
+        interval: how the interval was made (e.g. ``"t over 3 seeds"``).
+        n: the number of units behind the interval (seeds, problems, trajectories, steps).
+        reason: why the verdict is what it is, in words.
+        detail: per-seed or per-stage numbers behind the statistic.
+    """
+
+    name: str
+    kind: str
+    statistic: str
+    comparison: str
+    threshold: float
+    value: float = math.nan
+    ci95: tuple[float, float] = (math.nan, math.nan)
+    interval: str = ""
+    n: int = 0
+    verdict: str = "inconclusive"
+    reason: str = ""
+    detail: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        d = dataclasses.asdict(self)
+        d["value"] = _finite(self.value)
+        d["ci95"] = [_finite(self.ci95[0]), _finite(self.ci95[1])]
+        d["detail"] = json.loads(json.dumps(self.detail, default=_finite))
+        return d
+
+
+@dataclasses.dataclass
+class ClaimResult:
+    """A claim with its tests and the combined verdict (see the module docstring)."""
+
+    id: str
+    source: str
+    claim: str
+    paper: str
+    tests: list[TestResult]
+
+    @property
+    def verdict(self) -> str:
+        verdicts = [t.verdict for t in self.tests]
+        if verdicts and all(v == "reproduced" for v in verdicts):
+            return "reproduced"
+        if "not reproduced" in verdicts:
+            return "not reproduced"
+        return "inconclusive"
+
+    def to_dict(self) -> dict[str, Any]:
+        head = self.tests[0]
+        return {"id": self.id, "source": self.source, "claim": self.claim, "paper": self.paper,
+                "verdict": self.verdict, "statistic": head.name, "value": _finite(head.value),
+                "ci95": [_finite(head.ci95[0]), _finite(head.ci95[1])], "interval": head.interval,
+                "tests": [t.to_dict() for t in self.tests]}
+
+
+def _finite(x: Any) -> Any:
+    if isinstance(x, float | np.floating):
+        return float(x) if math.isfinite(x) else None
+    if isinstance(x, np.integer):
+        return int(x)
+    return x

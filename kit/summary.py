@@ -1,0 +1,221 @@
+"""The report's first page: a one-page summary of a pipeline run (issue #16).
+
+One A4 page drawn with matplotlib (no TeX needed): the pre-registered claims with this run's
+statistic, 95% interval and verdict (``claims.json`` from notebook 09, else computed here with
+:mod:`kit.claims`), Figures 4, 8 and 9 (``figures/*.png`` of notebook 09), Tables 3-6 with this
+run's value beside the paper's (``tables/*.csv``), and what the profile cannot show.
+
+:func:`summary_page` returns the Figure; :func:`write_summary_pdf` writes it as a one-page PDF;
+:func:`prepend_summary` puts that page in front of an existing report PDF (poppler's
+``pdfunite``; without it the summary stays a separate ``summary.pdf`` and a notice says so).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import shutil
+import subprocess
+import textwrap
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from matplotlib.figure import Figure
+
+VERDICT_COLOR = {"reproduced": "#1a7f37", "not reproduced": "#cf222e", "inconclusive": "#9a6700"}
+FIGURES = (("figure4_tool_errors", "Figure 4"), ("figure9_roc_ablation", "Figure 9"), ("figure8_stages", "Figure 8"),
+           ("passk_curves", "pass@k"))
+TABLES = ("table3_math", "table4_response_tokens", "table5_generalization", "table6_32b")
+
+#: What a CPU profile's run cannot show, printed on the summary page (tiny and smoke).
+CPU_LIMITS = (
+    "Absolute numbers: the policy is a ~0.5M-parameter Qwen3 trained from scratch on generated integer tool "
+    "tasks; it scores about 0 on AIME, MATH-500 and HMMT. Tables 3-6 put that beside the paper's 14B/32B "
+    "values; they are not reproduced and no claim here is about them.",
+    "Training curves are on the tiny task family (accuracy of training rollouts), not AIME; lengths are "
+    "hundreds of tokens (budgets 384/576 stand in for 8K/12K).",
+    "Table 5's BFCL, IFEval and Arena-Hard are not run (GPQA-Diamond only with a user-supplied file); "
+    "Table 1's cold-start benchmarks are replaced by format and accuracy measures on held-out tasks.",
+    "Cluster effects (45K concurrent tool calls, the load-balanced rollout scheduler) are modelled by "
+    "benchmarks/scheduler_sim.py, not run; nothing here ran on a GPU.",
+    "One-seed claims (stages, pass@k, cold start, entropy) carry intervals over problems, steps or "
+    "trajectories of that seed, which leave out the spread between seeds.",
+)
+SMOKE_NOTE = "Profile 'smoke': too short to reproduce anything; its verdicts are inconclusive by construction."
+
+
+def _claims_doc(root: Path) -> dict[str, Any]:
+    """``root/claims.json`` when present, else the claims evaluated on ``root``'s folders now."""
+    from kit import claims
+
+    path = root / "claims.json"
+    if path.exists():
+        return claims.read_claims(path)
+    results = claims.evaluate_claims(claims.RunDirs.under(root))
+    return {"counts": {v: sum(r.verdict == v for r in results) for v in claims.VERDICTS},
+            "claims": [r.to_dict() for r in results], "computed_for_summary": True}
+
+
+def _fmt(x: Any, digits: int = 3) -> str:
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "\u2014"
+    return f"{x:.{digits}g}" if isinstance(x, float) else str(x)
+
+
+def claim_rows(doc: Mapping[str, Any]) -> list[list[str]]:
+    """Rows ``[claim, paper, this run, verdict]`` of the summary's claims table (wrapped text)."""
+    rows = []
+    for c in doc["claims"]:
+        lo, hi = c.get("ci95") or (None, None)
+        stat = f"{_fmt(c.get('value'))} [{_fmt(lo)}, {_fmt(hi)}]" if c.get("value") is not None else "\u2014"
+        failing = [t for t in c["tests"] if t["verdict"] != "reproduced"]
+        why = (failing[0]["reason"] if failing else c["tests"][0]["reason"]).replace("not enough data: ", "")
+        run = f"{c['statistic']}: {stat}" + (f"\n{c['interval']}" if c.get("interval") else "")
+        if c["verdict"] != "reproduced":
+            run += f"\n{why}"
+        rows.append([textwrap.fill(f"{c['source'].split(' (')[0]}: {c['claim']}", 52),
+                     textwrap.fill(c["paper"], 38), "\n".join(textwrap.fill(p, 50) for p in run.splitlines()),
+                     c["verdict"]])
+    return rows
+
+
+def table_rows(tables_dir: Path) -> list[list[str]]:
+    """Rows ``[table, benchmark, this run, paper (model)]`` from ``tables/*.csv`` (first paper column)."""
+    import pandas as pd
+
+    rows = []
+    for name in TABLES:
+        p = tables_dir / f"{name}.csv"
+        if not p.exists():
+            continue
+        df = pd.read_csv(p, index_col=0)
+        ours = [c for c in df.columns if c.startswith("reproduced")]
+        papers = [c for c in df.columns if c.startswith("paper")]
+        label = name.split("_")[0].replace("table", "Table ")
+        for bench, row in df.iterrows():
+            ref = next(((c, row[c]) for c in papers if pd.notna(row[c])), (None, np.nan))
+            model = ref[0].replace("paper: ", "") if ref[0] else ""
+            mine = f"{float(row[ours[0]]):.1f}" if ours and pd.notna(row[ours[0]]) else "\u2014"
+            rows.append([label, str(bench), mine, f"{float(ref[1]):.1f} ({model})" if ref[0] else "\u2014"])
+    return rows
+
+
+def _draw_table(ax, rows: list[list[str]], cols: list[str], widths: list[float], fontsize: float,
+                verdict_col: int | None = None) -> None:
+    ax.set_axis_off()
+    if not rows:
+        ax.text(0.0, 0.5, "(not available in this run)", fontsize=fontsize, color="0.4")
+        return
+    tab = ax.table(cellText=rows, colLabels=cols, colWidths=widths, loc="upper left", cellLoc="left")
+    tab.auto_set_font_size(False)
+    tab.set_fontsize(fontsize)
+    heights = [max(c.count("\n") + 1 for c in row) for row in rows]
+    unit = 1.0 / (sum(heights) + 1.2)
+    for (r, c), cell in tab.get_celld().items():
+        cell.set_linewidth(0.3)
+        cell.set_height(unit * (1.2 if r == 0 else heights[r - 1]))
+        cell.PAD = 0.02
+        if r == 0:
+            cell.set_text_props(weight="bold")
+            cell.set_facecolor("#eeeeee")
+        elif verdict_col is not None and c == verdict_col:
+            cell.set_text_props(color="white", weight="bold")
+            cell.set_facecolor(VERDICT_COLOR.get(rows[r - 1][c], "0.5"))
+
+
+def summary_page(root: str | os.PathLike, *, title: str = "", profile: str = "") -> Figure:
+    """The one-page summary of the run in ``root`` (``reports/<profile>/<run>/``) as an A4 Figure.
+
+    Args:
+        root: the run folder (reads ``claims.json``, ``figures/*.png``, ``tables/*.csv``).
+        title: page title (default names the folder).
+        profile: the profile name, for the limits box (default: the parent folder's name).
+    Returns:
+        A portrait A4 Figure (8.27 x 11.69 in).
+    """
+    import matplotlib.image as mpimg
+
+    root = Path(root)
+    profile = profile or root.parent.name
+    doc = _claims_doc(root)
+    fig = Figure(figsize=(8.27, 11.69))
+    counts = doc.get("counts", {})
+    fig.text(0.04, 0.982, title or f"rStar2-Agent reproduction: {root.parent.name}/{root.name}", fontsize=12,
+             weight="bold", va="top")
+    head = (f"Profile {profile}: {len(doc['claims'])} claims pre-registered in kit/reference/claims.yaml before tuning; "
+            + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICT_COLOR)
+            + ". A verdict compares the statistic's 95% interval with the pre-registered threshold: reproduced when "
+              "it lies on the claimed side, not reproduced when on the other side, else inconclusive.")
+    fig.text(0.04, 0.962, textwrap.fill(head, 160), fontsize=6.6, va="top", color="0.25", linespacing=1.3)
+    rows = claim_rows(doc)
+    n_lines = sum(max(c.count("\n") + 1 for c in r) for r in rows) + 1
+    h = min(0.46, 0.0092 * n_lines + 0.01)
+    top = 0.928
+    _draw_table(fig.add_axes((0.04, top - h, 0.92, h)), rows, ["claim", "paper", "this run: statistic [95% interval]", "verdict"],
+                [0.33, 0.24, 0.32, 0.11], 5.6, verdict_col=3)
+    top -= h + 0.008
+    fh = 0.155
+    slots = [(0.04, top - fh, 0.45, fh), (0.51, top - fh, 0.45, fh),
+             (0.04, top - 2 * fh, 0.45, fh), (0.51, top - 2 * fh, 0.45, fh)]
+    for (name, label), rect in zip(FIGURES, slots, strict=True):
+        ax = fig.add_axes(rect)
+        ax.set_axis_off()
+        p = root / "figures" / f"{name}.png"
+        if p.exists():
+            ax.imshow(mpimg.imread(p))
+        else:
+            ax.text(0.5, 0.5, f"{label}: not drawn in this run", ha="center", fontsize=7, color="0.4")
+    top -= 2 * fh + 0.012
+    fig.text(0.04, top, "Tables 3-6: this run beside the paper (first published model of each row)",
+             fontsize=6.8, weight="bold", va="top")
+    trows = table_rows(root / "tables")
+    _draw_table(fig.add_axes((0.04, 0.02, 0.47, top - 0.035)), trows, ["table", "benchmark", "this run", "paper"],
+                [0.13, 0.2, 0.14, 0.53], 5.2)
+    limits = list(CPU_LIMITS) if profile in ("tiny", "smoke") else [
+        "Paper profile: the claims use the same statistics; the published numbers are the paper's, not this run's."]
+    if profile == "smoke":
+        limits.insert(0, SMOKE_NOTE)
+    text = "\n".join(textwrap.fill("\u2022 " + s, 78, subsequent_indent="   ") for s in limits)
+    fig.text(0.54, top, "What this profile cannot show", fontsize=6.8, weight="bold", va="top")
+    fig.text(0.54, top - 0.018, text, fontsize=5.6, va="top", linespacing=1.3)
+    return fig
+
+
+def write_summary_pdf(root: str | os.PathLike, out: str | os.PathLike, **kw: Any) -> Path:
+    """Write :func:`summary_page` of ``root`` as a one-page PDF at ``out``; returns ``out``."""
+    out = Path(out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    summary_page(root, **kw).savefig(out, format="pdf")
+    return out
+
+
+def prepend_summary(root: str | os.PathLike, pdf: str | os.PathLike, *, title: str = "",
+                    echo: Callable[[str], None] = print) -> Path:
+    """Put the summary page in front of ``pdf`` (in place) with ``pdfunite``.
+
+    The page is also kept as ``root/summary.pdf``. Without ``pdfunite`` (poppler-utils) or when
+    it fails, ``pdf`` is left as it was and a notice names the separate summary file; when the
+    page cannot be drawn at all (say a malformed ``claims.json``), a notice says why.
+
+    Returns:
+        ``pdf``.
+    """
+    root, pdf = Path(root), Path(pdf)
+    try:
+        page = write_summary_pdf(root, root / "summary.pdf", title=title)
+    except Exception as exc:  # noqa: BLE001 - a broken summary must not cost the report
+        echo(f"NOTICE: the one-page summary could not be drawn ({type(exc).__name__}: {exc}); report without it")
+        return pdf
+    tool = shutil.which("pdfunite")
+    if tool is None:
+        echo(f"NOTICE: pdfunite (poppler-utils) not found; the one-page summary is a separate file: {page}")
+        return pdf
+    merged = pdf.with_name(pdf.stem + ".with_summary.pdf")
+    proc = subprocess.run([tool, str(page), str(pdf), str(merged)], capture_output=True, text=True)
+    if proc.returncode != 0 or not merged.exists():
+        echo(f"NOTICE: pdfunite failed ({proc.stderr.strip()[:200]}); the summary is a separate file: {page}")
+        return pdf
+    merged.replace(pdf)
+    return pdf

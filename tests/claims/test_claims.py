@@ -1,0 +1,326 @@
+"""kit.claims on small synthetic run folders whose answer is known: for every test kind one run
+that reproduces the claim, one that rules it out and one that is inconclusive."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from kit.claims import (
+    VERDICTS,
+    ClaimsError,
+    RunDirs,
+    claims_table,
+    evaluate_claims,
+    load_claims,
+    read_claims,
+    write_claims,
+)
+from kit.claims.kinds import KINDS, label_key
+
+CLAIMS = {c["id"]: c for c in load_claims()}
+
+
+def verdict(root: Path, claim_id: str) -> str:
+    (res,) = evaluate_claims(RunDirs.under(root), [CLAIMS[claim_id]])
+    return res.verdict
+
+
+def write_rows(path: Path, rows: list[dict]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def make_arm(root: Path, alg: str, seed: int, steps: int, **curves) -> None:
+    """``ablation/<alg>_seed<seed>/metrics.jsonl``; each curve is ``(start, end)`` (linear in step)
+    plus deterministic seed noise of 0.002 (ratios) or 0.5 (lengths)."""
+    rows = []
+    for s in range(steps):
+        row = {"stage": "stage1", "step": s + 1, "algorithm": alg, "seed": seed}
+        for key, (a, b) in curves.items():
+            jitter = (0.5 if key == "response_len_mean" else 0.002) * ((seed * 7 + s * 3) % 5 - 2) / 2
+            row[key] = a + (b - a) * s / max(1, steps - 1) + jitter
+        rows.append(row)
+    write_rows(root / "ablation" / f"{alg}_seed{seed}" / "metrics.jsonl", rows)
+
+
+def ablation(root: Path, seeds=(0, 1, 2), steps=40, roc=None, grpo=None) -> Path:
+    roc = roc or {}
+    grpo = grpo or {}
+    for s in seeds:
+        make_arm(root, "grpo_roc", s, steps, **{k: v(s) if callable(v) else v for k, v in roc.items()})
+        make_arm(root, "grpo", s, steps, **{k: v(s) if callable(v) else v for k, v in grpo.items()})
+    return root
+
+
+ERR = "tool_error_ratio_correct_before"
+
+
+# --------------------------------------------------------------------------- Figure 4
+
+
+def test_fig4_fall_reproduced_not_reproduced_inconclusive(tmp_path):
+    assert verdict(ablation(tmp_path / "a", roc={ERR: (0.14, 0.05)}), "fig4_roc_tool_errors_fall") == "reproduced"
+    assert verdict(ablation(tmp_path / "b", roc={ERR: (0.05, 0.14)}), "fig4_roc_tool_errors_fall") == "not reproduced"
+    # seeds that disagree: one falls a lot, two rise a little
+    mixed = ablation(tmp_path / "c", roc={ERR: lambda s: (0.14, 0.02) if s == 0 else (0.10, 0.11)})
+    assert verdict(mixed, "fig4_roc_tool_errors_fall") == "inconclusive"
+
+
+def test_fig4_needs_two_seeds_and_ten_steps(tmp_path):
+    one_seed = ablation(tmp_path / "a", seeds=(0,), roc={ERR: (0.14, 0.05)})
+    (res,) = evaluate_claims(RunDirs.under(one_seed), [CLAIMS["fig4_roc_tool_errors_fall"]])
+    assert res.verdict == "inconclusive" and "at least 2" in res.tests[0].reason
+    short = ablation(tmp_path / "b", steps=8, roc={ERR: (0.14, 0.05)})
+    (res,) = evaluate_claims(RunDirs.under(short), [CLAIMS["fig4_roc_tool_errors_fall"]])
+    assert res.verdict == "inconclusive" and "10 steps" in res.tests[0].reason
+
+
+def test_fig4_window_is_max_5_or_a_fifth(tmp_path):
+    root = ablation(tmp_path, roc={ERR: (0.14, 0.05)})
+    (res,) = evaluate_claims(RunDirs.under(root), [CLAIMS["fig4_roc_tool_errors_fall"]])
+    w = res.tests[0].detail["windows"]["0"]
+    assert (w["steps"], w["W"]) == (40, 8)
+    # the statistic is first-8 mean minus last-8 mean: about (0.14 - 0.05) * 32 / 39
+    assert res.tests[0].value == pytest.approx(0.09 * 32 / 39, abs=0.003)
+
+
+def test_fig4_below_grpo_needs_more_than_the_seed_spread(tmp_path):
+    clear = ablation(tmp_path / "a", roc={ERR: (0.14, 0.05)}, grpo={ERR: (0.13, 0.09)})
+    assert verdict(clear, "fig4_roc_below_grpo") == "reproduced"
+    worse = ablation(tmp_path / "b", roc={ERR: (0.14, 0.10)}, grpo={ERR: (0.13, 0.05)})
+    assert verdict(worse, "fig4_roc_below_grpo") == "not reproduced"
+    # a small consistent gap (paired interval above 0) inside a large seed spread: not enough
+    spread = ablation(tmp_path / "c", roc={ERR: lambda s: (0.14, 0.05 + 0.04 * s)},
+                      grpo={ERR: lambda s: (0.13, 0.056 + 0.04 * s)})
+    (res,) = evaluate_claims(RunDirs.under(spread), [CLAIMS["fig4_roc_below_grpo"]])
+    assert res.tests[0].ci95[0] > 0  # the paired interval alone would pass
+    assert res.verdict == "inconclusive" and "seed spread" in res.tests[0].reason
+
+
+# --------------------------------------------------------------------------- Figure 9
+
+
+def test_fig9_accuracy_non_inferiority_margin(tmp_path):
+    same = ablation(tmp_path / "a", roc={"accuracy": (0.75, 0.90)}, grpo={"accuracy": (0.75, 0.90)})
+    assert verdict(same, "fig9_roc_accuracy_not_below") == "reproduced"  # equal is not below
+    lower = ablation(tmp_path / "b", roc={"accuracy": (0.75, 0.70)}, grpo={"accuracy": (0.75, 0.90)})
+    assert verdict(lower, "fig9_roc_accuracy_not_below") == "not reproduced"
+    noisy = ablation(tmp_path / "c", roc={"accuracy": lambda s: (0.75, [0.70, 0.95, 0.85][s])},
+                     grpo={"accuracy": (0.75, 0.86)})
+    assert verdict(noisy, "fig9_roc_accuracy_not_below") == "inconclusive"
+
+
+def test_fig9_shorter_responses(tmp_path):
+    L = "response_len_mean"
+    assert verdict(ablation(tmp_path / "a", roc={L: (126, 118)}, grpo={L: (123, 130)}),
+                   "fig9_roc_shorter_responses") == "reproduced"
+    assert verdict(ablation(tmp_path / "b", roc={L: (126, 140)}, grpo={L: (123, 120)}),
+                   "fig9_roc_shorter_responses") == "not reproduced"
+    assert verdict(ablation(tmp_path / "c", roc={L: lambda s: (126, [110, 150, 125][s])}, grpo={L: (123, 128)}),
+                   "fig9_roc_shorter_responses") == "inconclusive"
+
+
+# --------------------------------------------------------------------------- Figure 8
+
+
+def stages(root: Path, rewards=(0.70, 0.75, 0.78, 0.82), n=128, lengths=((120, 4), (150, 4)), budgets=(384, 576),
+           steps=8) -> Path:
+    for name, r in zip(("sft", "stage1", "stage2", "stage3"), rewards, strict=True):
+        (root / name).mkdir(parents=True, exist_ok=True)
+        (root / name / "summary.json").write_text(json.dumps({"heldout_sampled_reward": r, "heldout_n": n}))
+    cfg = {"stages": {"stage1": {"max_response_tokens": budgets[0]}, "stage2": {"max_response_tokens": budgets[1]}}}
+    for name, (mean, sd) in zip(("stage1", "stage2"), lengths, strict=True):
+        (root / name / "config.json").write_text(json.dumps(cfg))
+        rows = [{"stage": name, "step": s + 1, "response_len_mean": mean + sd * ((s * 5) % 7 - 3) / 3}
+                for s in range(steps)]
+        write_rows(root / name / "metrics.jsonl", rows)
+    return root
+
+
+def test_fig8_accuracy_rise(tmp_path):
+    assert verdict(stages(tmp_path / "a", (0.60, 0.70, 0.75, 0.85)), "fig8_accuracy_rises_across_stages") == "reproduced"
+    # a clear drop at one stage rules the claim out even though the end is higher
+    assert verdict(stages(tmp_path / "b", (0.60, 0.95, 0.70, 0.85)), "fig8_accuracy_rises_across_stages") == "not reproduced"
+    assert verdict(stages(tmp_path / "c", (0.70, 0.72, 0.71, 0.73)), "fig8_accuracy_rises_across_stages") == "inconclusive"
+    # the smoke profile's 32 held-out problems are below the minimum of 50
+    assert verdict(stages(tmp_path / "d", (0.0, 0.5, 0.8, 1.0), n=32), "fig8_accuracy_rises_across_stages") == "inconclusive"
+
+
+def test_fig8_length_with_budget(tmp_path):
+    assert verdict(stages(tmp_path / "a", lengths=((120, 4), (150, 4))), "fig8_length_grows_with_budget") == "reproduced"
+    assert verdict(stages(tmp_path / "b", lengths=((150, 4), (120, 4))), "fig8_length_grows_with_budget") == "not reproduced"
+    assert verdict(stages(tmp_path / "c", lengths=((120, 30), (123, 30))), "fig8_length_grows_with_budget") == "inconclusive"
+    # without a larger budget the claim is not tested
+    (res,) = evaluate_claims(RunDirs.under(stages(tmp_path / "d", budgets=(384, 384))), [CLAIMS["fig8_length_grows_with_budget"]])
+    assert res.verdict == "inconclusive" and "budget" in res.tests[0].reason
+
+
+# --------------------------------------------------------------------------- pass@k and the cold start
+
+
+def passk(root: Path, sft: np.ndarray, rl: np.ndarray, *, calls=None, errors=None, answered=None) -> Path:
+    """``eval/passk`` files for two policies; ``sft``/``rl`` are (N, n) 0/1 arrays."""
+    base = root / "eval" / "passk"
+    base.mkdir(parents=True, exist_ok=True)
+    labels = ["SFT (cold start)", "RL (stage 3)"]
+    (base / "passk_curves.json").write_text(json.dumps({"source": "heldout", "labels": labels}))
+    for label, c in zip(labels, (sft, rl), strict=True):
+        key = label_key(label)
+        N, n = c.shape
+        cl = calls if calls is not None and key == "sft_cold_start" else np.ones_like(c)
+        er = errors if errors is not None and key == "sft_cold_start" else np.zeros_like(c)
+        an = answered if answered is not None and key == "sft_cold_start" else np.ones_like(c)
+        per = [{"id": f"p{i}", "correct": c[i].astype(int).tolist(),
+                "answers": [("1" if an[i, j] else None) for j in range(n)],
+                "tool_calls": cl[i].astype(int).tolist(), "tool_errors": er[i].astype(int).tolist()} for i in range(N)]
+        (base / f"heldout_{key}.json").write_text(json.dumps({"per_problem": per}))
+    return root
+
+
+def test_label_key_is_the_pass_at_k_file_name():
+    # kit.chain.passk_boundary writes <source>_<key>.json for the notebook's labels
+    assert label_key("SFT (cold start)") == "sft_cold_start"
+    assert label_key("RL (stage 3)") == "rl_stage_3"
+
+
+def matrix(rate: float, N: int = 24, n: int = 16, seed: int = 0) -> np.ndarray:
+    return (np.random.default_rng(seed).random((N, n)) < rate).astype(int)
+
+
+def test_passk_rl_beats_sft_and_gap_closes(tmp_path):
+    sft = matrix(0.7, seed=1)
+    rl = matrix(0.92, seed=2)
+    root = passk(tmp_path / "a", sft, rl)
+    assert verdict(root, "passk_rl_beats_sft_at_1") == "reproduced"
+    assert verdict(root, "passk_gap_closes") == "reproduced"
+    # RL worse at pass@1 and the gap wider at k = n: both ruled out
+    sft2 = np.ones((24, 16), dtype=int)
+    rl2 = np.zeros((24, 16), dtype=int)
+    rl2[:, 0] = 1  # RL solves each problem once: pass@1 1/16, pass@16 1
+    rl2[:6] = 0    # and a quarter of the problems never
+    root = passk(tmp_path / "b", sft2, rl2)
+    assert verdict(root, "passk_rl_beats_sft_at_1") == "not reproduced"
+    assert verdict(root, "passk_gap_closes") == "not reproduced"
+    same = matrix(0.7, seed=3)
+    root = passk(tmp_path / "c", same, np.roll(same, 1, axis=1))  # same counts per problem
+    assert verdict(root, "passk_rl_beats_sft_at_1") == "not reproduced"  # gap exactly 0 everywhere
+    base = np.zeros((24, 16), dtype=int)
+    base[:, :8] = 1
+    mixed = base.copy()
+    mixed[:12, 8:10] = 1  # RL two more right on half the problems,
+    mixed[12:, 7] = 0     # one fewer on the other half: gap +1/32 with a wide interval
+    noisy = passk(tmp_path / "d", base, mixed)
+    assert verdict(noisy, "passk_rl_beats_sft_at_1") == "inconclusive"
+    small = passk(tmp_path / "e", matrix(0.2, N=4, n=4), matrix(0.9, N=4, n=4))  # the smoke profile's size
+    assert verdict(small, "passk_rl_beats_sft_at_1") == "inconclusive"
+
+
+def test_cold_start_format_without_reasoning(tmp_path):
+    N, n = 24, 16
+    rng = np.random.default_rng(0)
+    calls = (rng.random((N, n)) < 0.7).astype(int)
+    errors = ((rng.random((N, n)) < 0.1) & (calls > 0)).astype(int)
+    correct = calls * (rng.random((N, n)) < 0.95)  # right only through the tool
+    good = passk(tmp_path / "a", correct, matrix(0.9), calls=calls, errors=errors)
+    assert verdict(good, "table1_cold_start_format_not_reasoning") == "reproduced"
+    # answers guessed right without the tool: the reasoning test rules the claim out
+    guessing = passk(tmp_path / "b", np.ones((N, n), dtype=int), matrix(0.9), calls=calls, errors=errors)
+    (res,) = evaluate_claims(RunDirs.under(guessing), [CLAIMS["table1_cold_start_format_not_reasoning"]])
+    assert res.verdict == "not reproduced"
+    assert [t.verdict for t in res.tests][-1] == "not reproduced"
+    # a policy that never answers and never calls (an untrained one) does not pass the format tests,
+    # even though it has "no reasoning"
+    silent = passk(tmp_path / "c", np.zeros((N, n), dtype=int), matrix(0.9), calls=np.zeros((N, n)),
+                   answered=np.zeros((N, n)))
+    (res,) = evaluate_claims(RunDirs.under(silent), [CLAIMS["table1_cold_start_format_not_reasoning"]])
+    assert res.verdict == "not reproduced" and res.tests[-1].verdict == "reproduced"
+    # answer rate right at the threshold of 0.9: its interval contains it
+    at = (rng.random((N, n)) < 0.9).astype(int)
+    edge = passk(tmp_path / "d", correct, matrix(0.9), calls=calls, errors=errors, answered=at)
+    (res,) = evaluate_claims(RunDirs.under(edge), [CLAIMS["table1_cold_start_format_not_reasoning"]])
+    assert res.tests[0].verdict == "inconclusive" and res.verdict == "inconclusive"
+
+
+# --------------------------------------------------------------------------- entropy
+
+
+def entropy(root: Path, rl: tuple[float, float], sft: tuple[float, float], n: int = 24, high: int = 20,
+            seed: int = 0) -> Path:
+    """``analysis/entropy_tokens.jsonl``: per checkpoint ``(forking share, reflection share)``,
+    per-trajectory counts drawn binomially."""
+    rng = np.random.default_rng(seed)
+    rows = []
+    for ck, (fk, rf) in (("sft", sft), ("rl", rl)):
+        for i in range(n):
+            f = int(rng.binomial(high, fk))
+            r = int(rng.binomial(high - f, rf / max(1e-9, 1 - fk)))
+            rows.append({"checkpoint": ck, "problem": i, "forking": f, "reflection": r, "other": high - f - r, "high": high})
+    write_rows(root / "analysis" / "entropy_tokens.jsonl", rows)
+    return root
+
+
+def test_entropy_forking_and_reflection(tmp_path):
+    assert verdict(entropy(tmp_path / "a", (0.2, 0.3), (0.2, 0.1)), "entropy_forking_and_reflection") == "reproduced"
+    assert verdict(entropy(tmp_path / "b", (0.2, 0.0), (0.2, 0.1)), "entropy_forking_and_reflection") == "not reproduced"
+    few = entropy(tmp_path / "c", (0.2, 0.3), (0.2, 0.1), n=8)  # fewer than 16 trajectories
+    assert verdict(few, "entropy_forking_and_reflection") == "inconclusive"
+
+
+def test_entropy_more_reflection_than_sft(tmp_path):
+    assert verdict(entropy(tmp_path / "a", (0.2, 0.3), (0.2, 0.1)), "entropy_more_reflection_than_sft") == "reproduced"
+    assert verdict(entropy(tmp_path / "b", (0.2, 0.1), (0.2, 0.3)), "entropy_more_reflection_than_sft") == "not reproduced"
+    # RL reflection counts alternate 2, 6 (share 0.20), SFT's 3, 4 (0.175): a gap inside the noise
+    rows = [{"checkpoint": ck, "problem": i, "forking": 4, "reflection": counts[i % 2],
+             "other": 16 - counts[i % 2], "high": 20} for ck, counts in (("rl", (2, 6)), ("sft", (3, 4))) for i in range(24)]
+    write_rows(tmp_path / "c" / "analysis" / "entropy_tokens.jsonl", rows)
+    (res,) = evaluate_claims(RunDirs.under(tmp_path / "c"), [CLAIMS["entropy_more_reflection_than_sft"]])
+    assert res.tests[0].value == pytest.approx(0.025)
+    assert res.verdict == "inconclusive"
+
+
+# --------------------------------------------------------------------------- the file and the schema
+
+
+def test_every_kind_in_the_claims_file_is_implemented_and_six_claims_at_least():
+    kinds = {t["kind"] for c in CLAIMS.values() for t in c["tests"]}
+    assert kinds <= set(KINDS)
+    sources = " ".join(c["source"] for c in CLAIMS.values())
+    for fig in ("Figure 4", "Figure 9", "Figure 8", "Table 1", "pass@k", "entropy"):
+        assert fig in sources
+
+
+def test_missing_run_is_inconclusive_and_claims_json_round_trips(tmp_path):
+    results = evaluate_claims(RunDirs.under(tmp_path / "nothing"))
+    assert {r.verdict for r in results} == {"inconclusive"}
+    assert all("not enough data" in t.reason for r in results for t in r.tests)
+    path = write_claims(results, tmp_path / "claims.json", profile="smoke", run="t")
+    doc = read_claims(path)
+    assert doc["counts"] == {"reproduced": 0, "not reproduced": 0, "inconclusive": len(CLAIMS)}
+    assert [c["id"] for c in doc["claims"]] == list(CLAIMS)
+    assert all(c["verdict"] in VERDICTS for c in doc["claims"])
+    assert list(claims_table(doc).columns) == ["source", "statistic", "value", "ci95", "interval", "verdict"]
+
+
+def test_read_claims_rejects_an_unknown_verdict(tmp_path):
+    path = write_claims(evaluate_claims(RunDirs.under(tmp_path)), tmp_path / "claims.json")
+    doc = json.loads(path.read_text())
+    doc["claims"][2]["verdict"] = "mostly reproduced"
+    path.write_text(json.dumps(doc))
+    with pytest.raises(ClaimsError, match="fig9_roc_accuracy_not_below.*mostly reproduced"):
+        read_claims(path)
+
+
+def test_load_claims_names_the_claim_and_key(tmp_path):
+    bad = tmp_path / "c.yaml"
+    bad.write_text("claims:\n  - id: x\n    source: s\n    claim: c\n    paper: p\n    tests:\n      - name: t\n"
+                   "        kind: nope\n        statistic: s\n        interval: t_seeds\n        comparison: '>'\n"
+                   "        threshold: 0\n")
+    with pytest.raises(ClaimsError, match="claim x.*unknown kind 'nope'"):
+        load_claims(bad)
+    bad.write_text("claims:\n  - id: y\n    source: s\n    claim: c\n    tests: []\n")
+    with pytest.raises(ClaimsError, match="claim y: missing key 'paper'"):
+        load_claims(bad)

@@ -253,7 +253,7 @@ def build_report(layout: Layout, *, echo=print, allow_failed: bool = False) -> P
     out = layout.report_pdf
     if notebooks and latex_available():
         try:
-            return _with_summary(layout, notebook_pdf(notebooks, out, title, failed, echo=echo), title, echo)
+            return _with_summary(layout, notebook_pdf(notebooks, out, title, failed, echo=echo), title, echo, failed)
         except Exception as exc:  # noqa: BLE001 - LaTeX failures fall back, loudly
             echo(f"NOTICE: the LaTeX export failed ({type(exc).__name__}: {str(exc).splitlines()[0][:200]}); "
                  "writing the figures-and-tables PDF instead.")
@@ -262,12 +262,13 @@ def build_report(layout: Layout, *, echo=print, allow_failed: bool = False) -> P
              "writing the figures-and-tables PDF with matplotlib instead of the notebook report.")
     if not notebooks and not (layout.root / "figures").exists():
         raise ReportError(f"no executed notebooks in {layout.executed}; run `make reproduce` first")
-    return _with_summary(layout, figures_tables_pdf(layout, out, title, failed), title, echo)
+    return _with_summary(layout, figures_tables_pdf(layout, out, title, failed), title, echo, failed)
 
 
-def _with_summary(layout: Layout, pdf: Path, title: str, echo) -> Path:
-    """Open ``pdf`` with the one-page summary of :mod:`kit.summary` (claims, figures, tables)."""
-    return prepend_summary(layout.root, pdf, title=title, echo=echo)
+def _with_summary(layout: Layout, pdf: Path, title: str, echo, failed: Mapping[str, str] | None = None) -> Path:
+    """Open ``pdf`` with the one-page summary of :mod:`kit.summary` (claims, figures, tables); a
+    failed run's summary page opens with the failed notebooks."""
+    return prepend_summary(layout.root, pdf, title=title, echo=echo, failed=failed)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -21,6 +21,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import matplotlib.image as mpimg
 import numpy as np
 from matplotlib.figure import Figure
 
@@ -125,18 +126,19 @@ def _draw_table(ax, rows: list[list[str]], cols: list[str], widths: list[float],
             cell.set_facecolor(VERDICT_COLOR.get(rows[r - 1][c], "0.5"))
 
 
-def summary_page(root: str | os.PathLike, *, title: str = "", profile: str = "") -> Figure:
+def summary_page(root: str | os.PathLike, *, title: str = "", profile: str = "",
+                 failed: Mapping[str, str] | None = None) -> Figure:
     """The one-page summary of the run in ``root`` (``reports/<profile>/<run>/``) as an A4 Figure.
 
     Args:
         root: the run folder (reads ``claims.json``, ``figures/*.png``, ``tables/*.csv``).
         title: page title (default names the folder).
         profile: the profile name, for the limits box (default: the parent folder's name).
+        failed: notebook -> why, for a run with failed notebooks (``kit.report.failed_notebooks``):
+            the page then opens with a red line naming them (issue #17: a failed run says so first).
     Returns:
         A portrait A4 Figure (8.27 x 11.69 in).
     """
-    import matplotlib.image as mpimg
-
     root = Path(root)
     profile = profile or root.parent.name
     doc = _claims_doc(root)
@@ -148,11 +150,17 @@ def summary_page(root: str | os.PathLike, *, title: str = "", profile: str = "")
             + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICT_COLOR)
             + ". A verdict compares the statistic's 95% interval with the pre-registered threshold: reproduced when "
               "it lies on the claimed side, not reproduced when on the other side, else inconclusive.")
-    fig.text(0.04, 0.962, textwrap.fill(head, 160), fontsize=6.6, va="top", color="0.25", linespacing=1.3)
+    shift = 0.0
+    if failed:
+        names = "; ".join(f"{name} ({why[:80]})" for name, why in failed.items())
+        fig.text(0.04, 0.966, textwrap.fill(f"This run did not finish: {len(failed)} notebook(s) failed: {names}", 150),
+                 fontsize=7, va="top", color="#b00000", weight="bold")
+        shift = 0.02
+    fig.text(0.04, 0.962 - shift, textwrap.fill(head, 160), fontsize=6.6, va="top", color="0.25", linespacing=1.3)
     rows = claim_rows(doc)
     n_lines = sum(max(c.count("\n") + 1 for c in r) for r in rows) + 1
-    h = min(0.46, 0.0092 * n_lines + 0.01)
-    top = 0.928
+    h = min(0.46 - shift, 0.0092 * n_lines + 0.01)
+    top = 0.928 - shift
     _draw_table(fig.add_axes((0.04, top - h, 0.92, h)), rows, ["claim", "paper", "this run: statistic [95% interval]", "verdict"],
                 [0.33, 0.24, 0.32, 0.11], 5.6, verdict_col=3)
     top -= h + 0.008
@@ -192,7 +200,7 @@ def write_summary_pdf(root: str | os.PathLike, out: str | os.PathLike, **kw: Any
 
 
 def prepend_summary(root: str | os.PathLike, pdf: str | os.PathLike, *, title: str = "",
-                    echo: Callable[[str], None] = print) -> Path:
+                    echo: Callable[[str], None] = print, failed: Mapping[str, str] | None = None) -> Path:
     """Put the summary page in front of ``pdf`` (in place) with ``pdfunite``.
 
     The page is also kept as ``root/summary.pdf``. Without ``pdfunite`` (poppler-utils) or when
@@ -204,7 +212,7 @@ def prepend_summary(root: str | os.PathLike, pdf: str | os.PathLike, *, title: s
     """
     root, pdf = Path(root), Path(pdf)
     try:
-        page = write_summary_pdf(root, root / "summary.pdf", title=title)
+        page = write_summary_pdf(root, root / "summary.pdf", title=title, failed=failed)
     except Exception as exc:  # noqa: BLE001 - a broken summary must not cost the report
         echo(f"NOTICE: the one-page summary could not be drawn ({type(exc).__name__}: {exc}); report without it")
         return pdf

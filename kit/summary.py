@@ -23,7 +23,10 @@ from typing import Any
 
 import matplotlib.image as mpimg
 import numpy as np
+import pandas as pd
 from matplotlib.figure import Figure
+
+from kit import claims
 
 VERDICT_COLOR = {"reproduced": "#1a7f37", "not reproduced": "#cf222e", "inconclusive": "#9a6700"}
 FIGURES = (("figure4_tool_errors", "Figure 4"), ("figure9_roc_ablation", "Figure 9"), ("figure8_stages", "Figure 8"),
@@ -49,8 +52,6 @@ SMOKE_NOTE = "Profile 'smoke': too short to reproduce anything; its verdicts are
 
 def _claims_doc(root: Path) -> dict[str, Any]:
     """``root/claims.json`` when present, else the claims evaluated on ``root``'s folders now."""
-    from kit import claims
-
     path = root / "claims.json"
     if path.exists():
         return claims.read_claims(path)
@@ -84,8 +85,6 @@ def claim_rows(doc: Mapping[str, Any]) -> list[list[str]]:
 
 def table_rows(tables_dir: Path) -> list[list[str]]:
     """Rows ``[table, benchmark, this run, paper (model)]`` from ``tables/*.csv`` (first paper column)."""
-    import pandas as pd
-
     rows = []
     for name in TABLES:
         p = tables_dir / f"{name}.csv"

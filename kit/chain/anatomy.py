@@ -20,8 +20,16 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
+import torch
 
+from kit.algo import RocParams, counters, group_advantage, p_err, p_format, p_total
+from kit.chain.policies import load_run_policy
 from kit.config import KitConfig
+from kit.rollout import run_coroutine
+from kit.sandbox import SandboxPool
+from kit.train import common, rl
+from kit.train.rollouts import collect
 
 
 @dataclass
@@ -87,16 +95,6 @@ def roc_step_anatomy(cfg: KitConfig, init_dir: str | os.PathLike, *, stage_name:
         FileNotFoundError: ``init_dir`` holds no policy.
         ValueError: an unknown stage, or ``group`` outside the step's prompts.
     """
-    import pandas as pd
-    import torch
-
-    from kit.algo import RocParams, counters, group_advantage, p_err, p_format, p_total
-    from kit.chain.policies import load_run_policy
-    from kit.rollout import run_sync
-    from kit.sandbox import SandboxPool
-    from kit.train import common, rl
-    from kit.train.rollouts import collect
-
     seed = cfg.seed if seed is None else seed
     stage = rl.stage_config(cfg, stage_name)
     a = cfg.algorithm
@@ -113,7 +111,7 @@ def roc_step_anatomy(cfg: KitConfig, init_dir: str | os.PathLike, *, stage_name:
                                  temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
 
     common.seed_everything(common.step_seed(seed, stage_name, "grpo_roc", "torch", step))
-    batch = run_sync(go())
+    batch = run_coroutine(go())
     flat = batch.flat()
     cnt = counters(flat)
     kept, _ = rl.select(cfg, batch, "grpo_roc", common.step_seed(seed, stage_name, "roc", step))

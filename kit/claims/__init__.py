@@ -40,6 +40,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+import yaml
+
+from kit import jsonio
 from kit.claims.files import Missing, RunDirs
 from kit.claims.kinds import KINDS
 from kit.claims.results import VERDICTS, ClaimResult, TestResult
@@ -64,8 +68,6 @@ def load_claims(path: str | os.PathLike | None = None) -> list[dict[str, Any]]:
         ClaimsError: a claim or test lacks a required key, an id repeats, a comparison is not
             ``>``/``<``, or a test kind is unknown (the message names the claim).
     """
-    import yaml
-
     p = Path(path) if path is not None else CLAIMS_FILE
     if not p.exists():
         raise ClaimsError(f"claims file not found: {p}")
@@ -137,7 +139,7 @@ def write_claims(results: Sequence[ClaimResult], path: str | os.PathLike, *, pro
            "counts": counts, "claims": [r.to_dict() for r in results]}
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    p.write_text(json.dumps(doc, indent=2, allow_nan=False) + "\n")
+    p.write_text(jsonio.dumps(doc, indent=2) + "\n")  # NaN as null, like every run file
     return p
 
 
@@ -169,8 +171,6 @@ def read_claims(path: str | os.PathLike) -> dict[str, Any]:
 def claims_table(results: Sequence[ClaimResult] | Mapping[str, Any]):
     """DataFrame, one row per claim: ``claim id, source, statistic, value, 95% interval, interval,
     verdict`` (from results or a read ``claims.json``)."""
-    import pandas as pd
-
     docs = results["claims"] if isinstance(results, Mapping) else [r.to_dict() for r in results]
     rows = []
     for c in docs:

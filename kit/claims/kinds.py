@@ -25,6 +25,7 @@ from kit.claims.stats import (
     welch,
     window_size,
 )
+from kit.eval.metrics import pass_at_k_one
 
 
 class SpecError(ValueError):
@@ -222,8 +223,6 @@ def _check_problems(spec, per_problem: list[dict]) -> int:
 
 
 def _pass_at(correct: Sequence[int], k: int) -> float:
-    from kit.eval.metrics import pass_at_k_one
-
     return pass_at_k_one(len(correct), int(sum(correct)), k)
 
 

@@ -9,6 +9,7 @@ import math
 from collections.abc import Sequence
 
 import numpy as np
+from scipy import stats
 
 CONFIDENCE = 0.95
 BOOTSTRAP_RESAMPLES = 2000
@@ -59,8 +60,6 @@ def t_interval(values: Sequence[float]) -> tuple[float, float, float]:
     Returns:
         ``(mean, lo, hi)``; NaN bounds for fewer than 2 values.
     """
-    from scipy import stats
-
     v = np.asarray(values, dtype=float)
     v = v[np.isfinite(v)]
     if v.size == 0:
@@ -95,8 +94,6 @@ def newcombe(p0: float, n0: int, p1: float, n1: int) -> tuple[float, float, floa
 def welch(a: Sequence[float], b: Sequence[float]) -> tuple[float, float, float]:
     """``mean(b) - mean(a)`` with a Welch t 95% interval. Returns ``(diff, lo, hi)``; NaN bounds
     when either side has fewer than 2 values."""
-    from scipy import stats
-
     a, b = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
     if a.size == 0 or b.size == 0:
         return math.nan, math.nan, math.nan

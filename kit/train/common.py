@@ -21,6 +21,7 @@ import math
 import os
 import random
 import shutil
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
@@ -92,8 +93,6 @@ class LoadAdaptiveThreads:
     """
 
     def __init__(self, max_threads: int, every_s: float = 5.0, first_s: float = 0.3):
-        import time
-
         try:
             cores = len(os.sched_getaffinity(0))
         except AttributeError:  # pragma: no cover - not Linux
@@ -112,8 +111,6 @@ class LoadAdaptiveThreads:
 
     @staticmethod
     def _sample():
-        import time
-
         j = _cpu_jiffies()
         return None if j is None else (time.monotonic(), time.process_time(), *j)
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import tomllib
 import types
@@ -359,12 +360,16 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if tp is float:
         if isinstance(value, str):
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 raise ConfigError(f"{key}: expected float, got {value!r}") from None
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        elif isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{key}: expected float, got {type(value).__name__} {value!r}")
-        return float(value)
+        else:
+            number = float(value)
+        if not math.isfinite(number):  # config.json is strict JSON: no NaN or Infinity in it
+            raise ConfigError(f"{key}: expected a finite float, got {value!r}")
+        return number
     if tp is str:
         if not isinstance(value, str):
             raise ConfigError(f"{key}: expected str, got {type(value).__name__} {value!r}")

@@ -69,6 +69,14 @@ def test_wrong_type_is_named(key, value, match):
         load("tiny", {key: value})
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "nan", "-inf", "Infinity"])
+def test_a_non_finite_float_is_refused_naming_the_key(value, tmp_path):
+    # config.json must stay strict JSON (json.dumps would write bare NaN / Infinity into it)
+    with pytest.raises(ConfigError, match=r"algorithm\.lr: expected a finite float"):
+        load("smoke", {"algorithm.lr": value, "run_dir": str(tmp_path)})
+    assert not (tmp_path / "config.json").exists()
+
+
 def test_unknown_profile():
     with pytest.raises(ConfigError, match="unknown profile"):
         load("nope")

@@ -74,7 +74,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from kit.config import AlgorithmConfig
+from kit.config import AlgorithmConfig, check_minimums  # the one minimums check lives beside the config
 
 RocMode = Literal["sample", "rank"]
 NegativeOrder = Literal["random", "rollout"]
@@ -315,19 +315,6 @@ class RocSelection:
     n_groups: int = 0
     positives_kept: int = 0
     negatives_kept: int = 0
-
-
-def check_minimums(group_size: int, min_positive: int, min_negative: int) -> None:
-    """The one check that G rows can hold both minimum counts (release: ``min_non_zero_reward_trace_num``
-    + ``min_zero_reward_trace_num`` <= n).
-
-    Raises:
-        ValueError: ``min_positive + min_negative > group_size`` (names the three numbers).
-    """
-    if min_positive + min_negative > group_size:
-        raise ValueError(
-            f"RoC: min_positive ({min_positive}) + min_negative ({min_negative}) exceeds group_size ({group_size})"
-        )
 
 
 def allocate(n_pos: int, n_neg: int, group_size: int, min_positive: int = AlgorithmConfig.min_positive,

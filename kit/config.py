@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import tomllib
 import types
@@ -359,12 +360,16 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if tp is float:
         if isinstance(value, str):
             try:
-                return float(value)
+                number = float(value)
             except ValueError:
                 raise ConfigError(f"{key}: expected float, got {value!r}") from None
-        if isinstance(value, bool) or not isinstance(value, int | float):
+        elif isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{key}: expected float, got {type(value).__name__} {value!r}")
-        return float(value)
+        else:
+            number = float(value)
+        if not math.isfinite(number):  # config.json is strict JSON: no NaN or Infinity in it
+            raise ConfigError(f"{key}: expected a finite float, got {value!r}")
+        return number
     if tp is str:
         if not isinstance(value, str):
             raise ConfigError(f"{key}: expected str, got {type(value).__name__} {value!r}")
@@ -470,14 +475,35 @@ def from_json(path: str | os.PathLike) -> KitConfig:
         raise ConfigError(f"{path}: {exc}") from exc
 
 
+def check_minimums(group_size: int, min_positive: int, min_negative: int) -> None:
+    """The one check that G rows can hold both RoC minimum counts (release:
+    ``min_non_zero_reward_trace_num + min_zero_reward_trace_num <= n``); :func:`check` applies it
+    to ``[algorithm]``, ``kit.algo.roc`` (which re-exports it) and ``kit.bridge.overrides`` to what
+    they are given.
+
+    Raises:
+        ConfigError: ``min_positive + min_negative > group_size`` (names the three numbers).
+    """
+    if min_positive + min_negative > group_size:
+        raise ConfigError(
+            f"RoC: min_positive ({min_positive}) + min_negative ({min_negative}) exceeds group_size ({group_size})"
+        )
+
+
 def check(cfg: KitConfig) -> KitConfig:
     """Rules between keys that one key's type cannot say; returns ``cfg`` unchanged.
 
     Raises:
         ConfigError: ``runtime = "local"`` with a rollout engine other than ``"hf"`` (the local
-            runtime samples with the tiny engine of ``kit.train``; SGLang runs under VERL).
+            runtime samples with the tiny engine of ``kit.train``; SGLang runs under VERL);
+            RoC minimums that do not fit in G (:func:`check_minimums`).
     """
     if cfg.runtime == "local" and cfg.rollout.engine != "hf":
         raise ConfigError(f"runtime: 'local' trains with the kit's own engine and needs rollout.engine='hf', "
                           f"got rollout.engine={cfg.rollout.engine!r}; set runtime='verl' to train in VERL")
+    a = cfg.algorithm
+    try:
+        check_minimums(a.group_size, a.min_positive, a.min_negative)
+    except ConfigError as exc:  # the ablation runs a grpo_roc arm whatever algorithm.name says
+        raise ConfigError(f"algorithm: {exc}") from None
     return cfg

@@ -74,7 +74,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from kit.config import AlgorithmConfig
+from kit.config import AlgorithmConfig, check_minimums  # the one minimums check lives beside the config
 
 RocMode = Literal["sample", "rank"]
 NegativeOrder = Literal["random", "rollout"]
@@ -169,7 +169,8 @@ def p_format(answer_tags: Sequence[int] | np.ndarray, turns: Sequence[int] | np.
 
 
 def p_total(
-    p_err_values: np.ndarray, p_format_values: np.ndarray, use_error_ratio: bool = True, use_answer_format: bool = True
+    p_err_values: np.ndarray, p_format_values: np.ndarray, use_error_ratio: bool = AlgorithmConfig.roc_use_error_ratio,
+    use_answer_format: bool = AlgorithmConfig.roc_use_answer_format,
 ) -> np.ndarray:
     """``p_total = p_err + p_format`` with either term switchable (release ``roc_error_ratio`` /
     ``roc_answer_format``). Shapes (N,) -> (N,), values in [0, 2]."""
@@ -316,20 +317,8 @@ class RocSelection:
     negatives_kept: int = 0
 
 
-def check_minimums(group_size: int, min_positive: int, min_negative: int) -> None:
-    """The one check that G rows can hold both minimum counts (release: ``min_non_zero_reward_trace_num``
-    + ``min_zero_reward_trace_num`` <= n).
-
-    Raises:
-        ValueError: ``min_positive + min_negative > group_size`` (names the three numbers).
-    """
-    if min_positive + min_negative > group_size:
-        raise ValueError(
-            f"RoC: min_positive ({min_positive}) + min_negative ({min_negative}) exceeds group_size ({group_size})"
-        )
-
-
-def allocate(n_pos: int, n_neg: int, group_size: int, min_positive: int = 2, min_negative: int = 2) -> tuple[int, int]:
+def allocate(n_pos: int, n_neg: int, group_size: int, min_positive: int = AlgorithmConfig.min_positive,
+             min_negative: int = AlgorithmConfig.min_negative) -> tuple[int, int]:
     """How many positives and negatives to keep from one group (release's proportional rule).
 
     ``k_pos = round(n_pos * G / n)`` (Python rounding, half to even, as released), then
@@ -409,12 +398,12 @@ def roc_select(
     p_total_values: Sequence[float] | np.ndarray,
     *,
     group_size: int,
-    mode: RocMode = "sample",
-    min_positive: int = 2,
-    min_negative: int = 2,
-    drop_equal_reward_groups: bool = True,
+    mode: RocMode = AlgorithmConfig.roc_mode,
+    min_positive: int = AlgorithmConfig.min_positive,
+    min_negative: int = AlgorithmConfig.min_negative,
+    drop_equal_reward_groups: bool = AlgorithmConfig.drop_equal_reward_groups,
     seed: int | np.random.Generator = 0,
-    negative_order: NegativeOrder = "random",
+    negative_order: NegativeOrder = AlgorithmConfig.roc_negative_order,
 ) -> RocSelection:
     """GRPO-RoC down-sampling of an oversampled batch (rStar2-Agent §2.2.3, Algorithm in §2.2).
 

@@ -43,6 +43,7 @@ import dataclasses
 import json
 import os
 import sys
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -171,7 +172,9 @@ def convert_metrics(verl_file: str | os.PathLike, out_file: str | os.PathLike, *
                     algorithm: str, seed: int) -> int:
     """Rewrite VERL's file-logger lines (``{"step": N, "data": {...}}``) as kit ``metrics.jsonl``
     rows (keys in DEVELOPERS.md, mapped by :data:`METRIC_MAP`; absent ones left out), one per
-    training step; validation-only lines are skipped. Returns the number of rows written.
+    training step; validation-only lines are skipped, and so is a line that is not JSON (the partial
+    last line of a killed run, with a warning naming ``file:line``); VERL's bare ``NaN`` is written
+    as ``null``. Returns the number of rows written.
 
     Raises:
         FileNotFoundError: ``verl_file`` does not exist (names it).
@@ -180,10 +183,15 @@ def convert_metrics(verl_file: str | os.PathLike, out_file: str | os.PathLike, *
     if not src.exists():
         raise FileNotFoundError(f"VERL metrics file not found: {src} (the stage logs there through trainer.logger=file)")
     rows: dict[int, dict[str, Any]] = {}
-    for line in src.read_text().splitlines():
+    for lineno, line in enumerate(src.read_text().splitlines(), 1):
         if not line.strip():
             continue
-        rec = json.loads(line)
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:  # a run killed mid-write; the resumed run appends after it
+            warnings.warn(f"{src}:{lineno}: not a JSON line ({exc}); skipped (a partial line of a killed run)",
+                          stacklevel=2)
+            continue
         step, data = int(rec["step"]), rec.get("data", {})
         row = rows.setdefault(step, {})
         for key, sources in METRIC_MAP.items():

@@ -16,6 +16,7 @@ from typing import Any
 
 from kit.config import KitConfig
 from kit.data.curate import CurationResult, write_curated
+from kit.runtime.folders import upstream_run
 from kit.train import ablation, rl, sft
 
 Progress = Callable[[dict], None] | None
@@ -59,8 +60,13 @@ def run_sft(cfg: KitConfig, *, run_dir: PathLike, init_dir: PathLike | None = No
 def run_stage(cfg: KitConfig, stage: str, *, run_dir: PathLike, init_dir: PathLike, data_dir: PathLike | None = None,
               progress: Progress = None) -> dict[str, Any]:
     """One RL stage from ``init_dir/policy`` (:func:`kit.train.rl.run_stage`); a ``hard`` stage reads
-    the pool :func:`prepare_hard_subset` left in ``run_dir`` (or builds it first)."""
-    return rl.run_stage(cfg, stage, Path(init_dir) / "policy", run_dir, progress)
+    the pool :func:`prepare_hard_subset` left in ``run_dir`` (or builds it first).
+
+    Raises:
+        ValueError, FileNotFoundError: ``init_dir`` is not an upstream run folder with a ``policy/``
+            (:func:`kit.runtime.folders.upstream_run` names the mistake).
+    """
+    return rl.run_stage(cfg, stage, upstream_run(init_dir, "run_stage") / "policy", run_dir, progress)
 
 
 def prepare_hard_subset(cfg: KitConfig, stage: str, *, run_dir: PathLike, init_dir: PathLike,
@@ -69,14 +75,21 @@ def prepare_hard_subset(cfg: KitConfig, stage: str, *, run_dir: PathLike, init_d
     (:func:`kit.train.rl.prepare_hard_subset`; ``run_dir/hard_subset.json``).
 
     Raises:
-        ValueError: ``hard_counts`` or ``sampler_url`` given (the local runtime samples itself).
+        ValueError: ``hard_counts`` or ``sampler_url`` given (the local runtime samples itself), or
+            ``init_dir`` None or a policy folder.
+        FileNotFoundError: ``init_dir`` or its ``policy/`` does not exist.
     """
     _no_options("prepare_hard_subset", hard_counts=hard_counts, sampler_url=sampler_url)
-    return rl.prepare_hard_subset(cfg, stage, Path(init_dir) / "policy", run_dir)
+    return rl.prepare_hard_subset(cfg, stage, upstream_run(init_dir, "prepare_hard_subset") / "policy", run_dir)
 
 
 def run_ablation(cfg: KitConfig, *, run_dir: PathLike, init_dir: PathLike, data_dir: PathLike | None = None,
                  progress: Progress = None, reuse: Sequence[PathLike] = ()) -> dict[str, Any]:
     """GRPO against GRPO-RoC from ``init_dir/policy`` (:func:`kit.train.ablation.run_ablation`); ``reuse``:
-    finished stage run folders that may already be an arm."""
-    return ablation.run_ablation(cfg, Path(init_dir) / "policy", run_dir, progress=progress, reuse=list(reuse))
+    finished stage run folders that may already be an arm.
+
+    Raises:
+        ValueError, FileNotFoundError: ``init_dir`` is not an upstream run folder with a ``policy/``.
+    """
+    policy = upstream_run(init_dir, "run_ablation") / "policy"
+    return ablation.run_ablation(cfg, policy, run_dir, progress=progress, reuse=list(reuse))

@@ -26,6 +26,7 @@ from typing import Any
 
 from kit.config import KitConfig
 from kit.data.curate import CurationResult, write_curated
+from kit.runtime.folders import upstream_run
 
 Progress = Callable[[dict], None] | None
 PathLike = str | os.PathLike
@@ -101,14 +102,18 @@ def run_stage(cfg: KitConfig, stage: str, *, run_dir: PathLike, init_dir: PathLi
     ``init_dir/policy`` (:func:`kit.bridge.stages.skip_stage`).
 
     Raises:
-        ValueError: no ``data_dir`` (the stage reads ``data_dir/data/{curated,val}.parquet``).
+        ValueError: no ``data_dir`` (the stage reads ``data_dir/data/{curated,val}.parquet``), or
+            ``init_dir`` None or a policy folder.
+        FileNotFoundError: ``init_dir`` or its ``policy/`` does not exist.
     """
     from kit.bridge import stages  # VERL side (see the module docstring)
 
     if getattr(cfg.stages, stage).steps == 0:
+        init_dir = upstream_run(init_dir, "run_stage")
         return _replay(run_dir, stage, stages.skip_stage(cfg, stage, run_dir, init_dir), progress)
     if data_dir is None:
         raise ValueError(f"{stage}: the verl runtime needs data_dir (the 01_data_curation run folder)")
+    init_dir = upstream_run(init_dir, "run_stage")
     return _replay(run_dir, stage, stages.run_stage(cfg, stage, run_dir, init_dir, data_dir), progress)
 
 
@@ -120,15 +125,17 @@ def prepare_hard_subset(cfg: KitConfig, stage: str, *, run_dir: PathLike, init_d
     (:func:`kit.bridge.hard_subset.prepare_stage3_data`; kept when it exists).
 
     Raises:
-        ValueError: no ``data_dir``.
+        ValueError: no ``data_dir``; ``init_dir`` None or a policy folder.
+        FileNotFoundError: ``init_dir`` or its ``policy/`` does not exist (not checked with ``hard_counts``).
         RuntimeError: neither ``hard_counts`` nor ``sampler_url`` (says how to get one).
     """
     from kit.bridge.hard_subset import prepare_stage3_data  # VERL side (see the module docstring)
 
     if data_dir is None:
         raise ValueError(f"{stage}: the verl runtime needs data_dir (the 01_data_curation run folder)")
-    return prepare_stage3_data(cfg, run_dir, data_dir, init_dir,
-                               hard_counts=hard_counts or os.environ.get("KIT_HARD_COUNTS", ""),
+    hard_counts = hard_counts or os.environ.get("KIT_HARD_COUNTS", "")
+    init_dir = upstream_run(init_dir, "prepare_hard_subset", need_policy=not hard_counts)
+    return prepare_stage3_data(cfg, run_dir, data_dir, init_dir, hard_counts=hard_counts,
                                sampler_url=sampler_url or os.environ.get("KIT_SAMPLER_URL", ""))
 
 
@@ -139,13 +146,14 @@ def run_ablation(cfg: KitConfig, *, run_dir: PathLike, init_dir: PathLike, data_
     accepted for the common call and not used: every VERL arm is trained.
 
     Raises:
-        ValueError: no ``data_dir``.
+        ValueError: no ``data_dir``; ``init_dir`` None or a policy folder.
+        FileNotFoundError: ``init_dir`` or its ``policy/`` does not exist.
     """
     from kit.bridge import stages  # VERL side (see the module docstring)
 
     if data_dir is None:
         raise ValueError("run_ablation: the verl runtime needs data_dir (the 01_data_curation run folder)")
-    summary = stages.run_ablation(cfg, run_dir, init_dir, data_dir)
+    summary = stages.run_ablation(cfg, run_dir, upstream_run(init_dir, "run_ablation"), data_dir)
     if progress is not None:
         for name in summary["runs"]:
             for row in _rows(Path(run_dir) / name):

@@ -1,5 +1,7 @@
 """RoC scores and selection: hand-computed cases, the release's text reading, and properties."""
 
+import ast
+import inspect
 from itertools import pairwise
 from types import SimpleNamespace
 
@@ -9,6 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy import stats
 
+import kit.algo.roc as roc_module
 from kit.algo.roc import (
     RocParams,
     allocate,
@@ -437,3 +440,21 @@ def _release_counts(n_pos, n_neg, G, mn=2, mp=2):
         k_pos = min(mp, n_pos)
         k_neg = G - k_pos
     return k_pos, k_neg
+
+
+def test_roc_defaults_are_written_once_in_the_algorithm_config():
+    """The pure functions take their RoC defaults from kit.config.AlgorithmConfig (as RocParams
+    does), so changing a default there changes it everywhere; no literal second copy."""
+    knobs = {"mode", "min_positive", "min_negative", "drop_equal_reward_groups", "negative_order",
+             "use_error_ratio", "use_answer_format"}
+    literal = []
+    for node in ast.walk(ast.parse(inspect.getsource(roc_module))):
+        if isinstance(node, ast.FunctionDef):
+            args = node.args.args + node.args.kwonlyargs
+            defaults = [None] * (len(node.args.args) - len(node.args.defaults)) + node.args.defaults \
+                + node.args.kw_defaults
+            for a, d in zip(args, defaults, strict=True):
+                if a.arg in knobs and d is not None and not (
+                        isinstance(d, ast.Attribute) and isinstance(d.value, ast.Name) and d.value.id == "AlgorithmConfig"):
+                    literal.append(f"{node.name}({a.arg}={ast.unparse(d)})")
+    assert not literal, literal

@@ -177,3 +177,23 @@ def test_a_zero_step_stage_links_the_upstream_policy_and_launches_nothing(tmp_pa
     assert (tmp_path / "stage3" / "policy").resolve() == (up / "policy").resolve()
     assert json.loads((tmp_path / "stage3" / "summary.json").read_text())["skipped"] is True
     assert stages.skip_stage(cfg, "stage3", tmp_path / "stage3", up)["skipped"]  # rerun: same link, fine
+
+
+def test_converted_metrics_are_strict_json_and_a_killed_runs_partial_line_is_skipped(tmp_path):
+    # VERL's file logger writes json.dumps lines: an undefined ratio is a bare NaN; a run killed
+    # mid-write leaves a partial line, after which the resumed run appends its own lines
+    src = tmp_path / "verl" / "metrics.jsonl"
+    src.parent.mkdir()
+    good = [{"step": s, "data": {"critic/score/mean": 0.5, "roc/tool_error_ratio_correct_before": float("nan")}}
+            for s in (11, 12)]
+    src.write_text(json.dumps(good[0]) + "\n" + '{"step": 12, "data": {"critic/sco' + "\n" + json.dumps(good[1]) + "\n")
+    out = tmp_path / "metrics.jsonl"
+    with pytest.warns(UserWarning, match=rf"{src}:2: .*skipped"):
+        n = stages.convert_metrics(src, out, stage="stage2", start_step=10, algorithm="grpo_roc", seed=0)
+
+    def strict(line):
+        return json.loads(line, parse_constant=lambda c: pytest.fail(f"bare {c} in {out}"))
+
+    rows = [strict(x) for x in out.read_text().splitlines()]
+    assert n == 2 and [r["step"] for r in rows] == [1, 2] and [r["global_step"] for r in rows] == [11, 12]
+    assert rows[0]["reward_mean"] == 0.5 and rows[0]["tool_error_ratio_correct_before"] is None

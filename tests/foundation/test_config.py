@@ -69,6 +69,24 @@ def test_wrong_type_is_named(key, value, match):
         load("tiny", {key: value})
 
 
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), "nan", "-inf", "Infinity"])
+def test_a_non_finite_float_is_refused_naming_the_key(value, tmp_path):
+    # config.json must stay strict JSON (json.dumps would write bare NaN / Infinity into it)
+    with pytest.raises(ConfigError, match=r"algorithm\.lr: expected a finite float"):
+        load("smoke", {"algorithm.lr": value, "run_dir": str(tmp_path)})
+    assert not (tmp_path / "config.json").exists()
+
+
+def test_roc_minimums_that_do_not_fit_the_group_are_refused_when_the_config_is_built(tmp_path):
+    # before: accepted here, and the local trainer failed only at its first RoC selection, after
+    # the rollouts of its first step (and after every notebook before it)
+    with pytest.raises(ConfigError, match=r"algorithm: RoC: min_positive \(5\) \+ min_negative \(4\) exceeds "
+                                          r"group_size \(8\)"):
+        load("smoke", {"algorithm.min_positive": 5, "algorithm.min_negative": 4, "run_dir": str(tmp_path)})
+    assert not (tmp_path / "config.json").exists()
+    assert load("smoke", {"algorithm.min_positive": 4, "algorithm.min_negative": 4}, write=False).algorithm.min_positive == 4
+
+
 def test_unknown_profile():
     with pytest.raises(ConfigError, match="unknown profile"):
         load("nope")

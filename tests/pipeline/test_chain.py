@@ -67,6 +67,7 @@ def test_paper_stage3_builds_the_hard_subset_before_verl(tmp_path, monkeypatch):
     calls = []
     monkeypatch.setattr(hard_subset, "prepare_stage3_data", lambda *a, **k: calls.append(("hard", k)))
     monkeypatch.setattr(stages, "run_stage", lambda cfg, stage, *a, **k: calls.append((stage, a)) or {"stage": stage})
+    (tmp_path / "s2" / "policy").mkdir(parents=True)  # the upstream run folder the runtime checks
     assert chain.train_stage(cfg, "stage3", tmp_path / "s3", tmp_path / "s2", tmp_path / "d", hard_counts="c.json")
     assert calls[0][1]["hard_counts"] == "c.json" and calls[1][0] == "stage3"
 

@@ -112,6 +112,8 @@ def test_the_local_runtime_passes_the_upstream_policy_folder_to_the_engine(monke
     monkeypatch.setattr(local.rl, "prepare_hard_subset", lambda cfg, stage, init, run: seen.update(hard=init))
     monkeypatch.setattr(local.ablation, "run_ablation", lambda cfg, init, run, **kw: seen.update(abl=init, **kw))
     cfg = load("smoke", write=False)
+    for run in ("s1", "s2", "sft"):
+        (tmp_path / run / "policy").mkdir(parents=True)
     local.run_stage(cfg, "stage2", run_dir=tmp_path / "s2", init_dir=tmp_path / "s1", data_dir=None)
     local.prepare_hard_subset(cfg, "stage3", run_dir=tmp_path / "s3", init_dir=tmp_path / "s2")
     local.run_ablation(cfg, run_dir=tmp_path / "a", init_dir=tmp_path / "sft", reuse=(tmp_path / "s1",))
@@ -144,7 +146,42 @@ def test_the_verl_runtime_replays_converted_metrics_to_progress(monkeypatch, tmp
         return {"stage": stage, "engine": "verl"}
 
     monkeypatch.setattr(stages, "run_stage", fake_run_stage)
+    (tmp_path / "sft" / "policy").mkdir(parents=True)
     seen = []
     out = verl.run_stage(load("paper-14b", write=False), "stage1", run_dir=tmp_path / "s1", init_dir=tmp_path / "sft",
                          data_dir=tmp_path / "data", progress=seen.append)
     assert [r.get("step") for r in seen] == [1, 2, None] and seen[-1] == {"stage": "stage1", "summary": out}
+
+
+def _policy_folder(path):
+    """A folder as save_policy leaves it (model config and tokenizer files)."""
+    path.mkdir(parents=True)
+    for name in ("config.json", "tokenizer.json", "model.safetensors"):
+        (path / name).write_text("{}")
+    return path
+
+
+@pytest.mark.parametrize("runtime_name", ["local", "verl"])
+def test_a_wrong_init_dir_is_named_before_anything_runs(runtime_name, tmp_path):
+    rt = runtime.RUNTIMES[runtime_name]
+    cfg = load("smoke" if runtime_name == "local" else "paper-14b", write=False)
+    data = tmp_path / "data"
+    pol = _policy_folder(tmp_path / "sft" / "policy")
+    (tmp_path / "half").mkdir()  # a run folder whose notebook never finished: no policy/
+    calls = {
+        "run_stage": lambda init: rt.run_stage(cfg, "stage1", run_dir=tmp_path / "s1", init_dir=init, data_dir=data),
+        "run_ablation": lambda init: rt.run_ablation(cfg, run_dir=tmp_path / "abl", init_dir=init, data_dir=data),
+        "prepare_hard_subset": lambda init: rt.prepare_hard_subset(cfg, "stage3", run_dir=tmp_path / "s3",
+                                                                   init_dir=init, data_dir=data),
+    }
+    for name, call in calls.items():
+        with pytest.raises(ValueError, match=rf"{name}: init_dir is required.*upstream run folder"):
+            call(None)
+        with pytest.raises(FileNotFoundError, match=rf"{name}: init_dir {tmp_path / 'nope'} does not exist"):
+            call(tmp_path / "nope")
+        with pytest.raises(ValueError, match=rf"{name}: init_dir {pol} is a policy folder; pass the run folder "
+                                             rf"that holds it, {pol.parent}"):
+            call(pol)
+        with pytest.raises(FileNotFoundError, match=rf"{name}: init_dir {tmp_path / 'half'} has no policy/"):
+            call(tmp_path / "half")
+    assert not (tmp_path / "s1").exists() and not (tmp_path / "abl").exists() and not (tmp_path / "s3").exists()

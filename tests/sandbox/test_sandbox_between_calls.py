@@ -108,3 +108,25 @@ def test_read_only_directories_left_by_a_call_are_removed():
             for d in dirs:
                 os.chmod(os.path.join(root, d), 0o700)
         shutil.rmtree(top)
+
+
+def test_the_cleaner_never_empties_a_symlinks_target(tmp_path):
+    """With isolation='none' and the per-call uid (root host), the workdir sits in the host's
+    /tmp: a call could put a symlink to any directory in its place, and the root cleaner listed
+    the symlink and deleted what the target held (on the host). It now removes the link and
+    makes the directory again."""
+    if os.geteuid() != 0:
+        pytest.skip("the per-call uid needs root")
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    (victim / "precious").write_text("keep")
+    work = tmp_path / "kit-call-7"
+    cleaner = Cleaner(65534, False, str(work), shared=(str(tmp_path),))
+    work.rmdir()
+    os.symlink(victim, work)
+    os.lchown(work, 65534, 65534)
+    cleaner.clean_workdir()
+    assert (victim / "precious").read_text() == "keep"
+    assert work.is_dir() and not work.is_symlink() and os.listdir(work) == []
+    st = os.lstat(work)
+    assert (st.st_uid, st.st_mode & 0o777) == (65534, 0o700)

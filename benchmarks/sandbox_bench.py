@@ -14,8 +14,8 @@ calls in the same minute, so a busy machine slows both alike. Snippets, 1:1:1:1:
 ``factorint``, a small numpy matmul, plain integer arithmetic with print, a bare last
 expression, stdin reading. "Trivial" = the last three. Prints calls/s, p50, p99 for each, the
 kit call's per-phase breakdown (:mod:`kit.sandbox.timings`), and last
-``speedup=<b/a calls/s> over_bare_fork=<b p50 / c p50> throughput_vs_bare=<b/c calls/s>`` with
-the absolute calls/s beside. Targets on 2 cores: speedup >= 20, kit p99 of trivial <= 50 ms,
+``speedup=<b/a calls/s> over_bare_fork=<b p50 / c p50> throughput_vs_bare=<b/c calls/s>
+kit_calls_s=<b> bare_calls_s=<c> released_calls_s=<a>`` (``name=<x>`` tokens only). Targets on 2 cores: speedup >= 20, kit p99 of trivial <= 50 ms,
 over_bare_fork <= 1.3, throughput_vs_bare >= 0.8.
 
 ``--preload-costs`` prints instead what each preloaded module costs a warm parent in resident
@@ -287,10 +287,22 @@ def main() -> None:
         print(f"against bare forks on huge pages too: over_bare_huge={p50_b / p50['bare_huge']:.2f} "
               f"throughput_vs_bare_huge={rate_b / rate['bare_huge']:.2f} ({rate['bare_huge']:.1f} calls/s, "
               f"p50 {1000 * p50['bare_huge']:.1f} ms)")
-    print(f"load average {os.getloadavg()[0]:.1f}")
-    print(f"speedup={rate_b / rate_a:.1f} over_bare_fork={p50_b / p50_c:.2f} throughput_vs_bare={rate_b / rate_c:.2f} "
-          f"(kit {rate_b:.1f} calls/s, bare fork {rate_c:.1f} calls/s, released {rate_a:.1f} calls/s; "
-          f"p50 kit {1000 * p50_b:.1f} ms, bare {1000 * p50_c:.1f} ms)")
+    print(f"load average {os.getloadavg()[0]:.1f}; p50 kit {1000 * p50_b:.1f} ms, bare fork {1000 * p50_c:.1f} ms")
+    print(summary_line(rate, p50, rate_a))
+
+
+def summary_line(rate: dict[str, float], p50: dict[str, float], released_rate: float) -> str:
+    """The last line: ``name=<x>`` tokens only (DEVELOPERS.md), issue #18's three first, then
+    the absolute calls/s beside them.
+
+    Args:
+        rate: calls/s of ``"kit"`` and ``"bare"``; ``p50``: their p50 latency (s);
+        released_rate: calls/s of the released design (nan with ``--skip-released``).
+    """
+    kit, bare = rate["kit"], rate["bare"]
+    return (f"speedup={kit / released_rate:.1f} over_bare_fork={p50['kit'] / p50['bare']:.2f} "
+            f"throughput_vs_bare={kit / bare:.2f} kit_calls_s={kit:.1f} bare_calls_s={bare:.1f} "
+            f"released_calls_s={released_rate:.1f}")
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ import ctypes
 import os
 import shutil
 import signal
+import stat
 import time
 
 try:
@@ -20,19 +21,41 @@ except OSError:  # pragma: no cover - not glibc
     LIBC = None
 
 
+SHARED_DIRS = ("/tmp", "/dev/shm", "/dev/mqueue")  # writable by calls, outlive them (POSIX queues too)
+
+
 class Cleaner:
     """Removes what one call left behind.
 
     Args:
         uid: the calls' dedicated uid (None when the worker is not root).
         in_pid_ns: the worker is pid 2 of its own PID and IPC namespaces (bwrap), so every
-            other process and IPC object in them came from a call.
-        workdir: the calls' working directory (emptied, kept).
+            other process and IPC object in them came from a call, and :data:`SHARED_DIRS`
+            are its own (private tmpfs, mqueue mount).
+        workdir: the calls' working directory: created here, emptied after each call, and
+            made again (a directory of ``uid``, mode 0700) when a call removed, renamed,
+            replaced or re-permissioned it (the call owns it, so it can).
+        shared: the shared directories to sweep (tests pass their own).
     """
 
-    def __init__(self, uid: int | None, in_pid_ns: bool, workdir: str):
-        self.uid, self.in_pid_ns, self.workdir = uid, in_pid_ns, workdir
+    def __init__(self, uid: int | None, in_pid_ns: bool, workdir: str, shared: tuple[str, ...] = SHARED_DIRS):
+        self.uid, self.in_pid_ns, self.workdir, self.shared = uid, in_pid_ns, workdir, shared
         self.my_pid = os.getpid()
+        self.reset_workdir()
+        # without a uid of their own, calls' files are told apart from the worker's by name:
+        # what is in the private shared directories when the worker starts is the worker's
+        self.baseline = {d: set(_names(d)) for d in shared}
+
+    def reset_workdir(self) -> None:
+        """Make ``workdir`` an empty-or-kept directory owned by the calls' uid, mode 0700, never
+        a symlink (the next call's child enters it and the cleaner empties it as root)."""
+        with contextlib.suppress(OSError):
+            if not stat.S_ISDIR(os.lstat(self.workdir).st_mode):
+                os.unlink(self.workdir)  # a symlink or file a call put in its place
+        os.makedirs(self.workdir, exist_ok=True)
+        if self.uid is not None:
+            os.lchown(self.workdir, self.uid, self.uid)
+        os.chmod(self.workdir, 0o700)
 
     def all(self) -> None:
         self.sweep()
@@ -97,24 +120,50 @@ class Cleaner:
                     remove(int(row[1]))
 
     def clean_workdir(self) -> None:
-        """Empty the call's working directory and drop what the call left in /tmp, /dev/shm."""
+        """Empty the call's working directory (made again if the call tampered with it) and
+        drop what the call left in /tmp, /dev/shm, /dev/mqueue."""
         paths = []
         with contextlib.suppress(OSError):
-            paths += [os.path.join(self.workdir, n) for n in os.listdir(self.workdir)]
-        if self.uid is not None:
-            for shared in ("/tmp", "/dev/shm", "/dev/mqueue"):  # POSIX queues outlive the call too
+            if stat.S_ISDIR(os.lstat(self.workdir).st_mode):  # never list through a symlink
+                paths += [os.path.join(self.workdir, n) for n in os.listdir(self.workdir)]
+        for shared in self.shared:
+            if self.uid is not None:
                 with contextlib.suppress(OSError), os.scandir(shared) as it:
                     paths += [e.path for e in it
                               if e.path != self.workdir and e.stat(follow_symlinks=False).st_uid == self.uid]
+            elif self.in_pid_ns:  # the worker's own private directories: all new names are a call's
+                paths += [os.path.join(shared, n) for n in _names(shared)
+                          if n not in self.baseline[shared] and os.path.join(shared, n) != self.workdir]
         if paths:
             for path in paths:
                 if os.path.isdir(path) and not os.path.islink(path):
-                    shutil.rmtree(path, ignore_errors=True)
+                    _rmtree(path)
                 else:
                     try:
                         os.unlink(path)
                     except OSError:
                         pass
+        self.reset_workdir()
+
+
+def _rmtree(path: str) -> None:
+    """``shutil.rmtree`` that first gives back the owner's access to every directory below
+    ``path`` (a call may have made one read-only; only root with CAP_DAC_OVERRIDE could
+    remove it as it was)."""
+    with contextlib.suppress(OSError):
+        os.chmod(path, 0o700)
+    for root, dirs, _ in os.walk(path):
+        for d in dirs:
+            with contextlib.suppress(OSError):
+                os.chmod(os.path.join(root, d), 0o700, follow_symlinks=False)
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def _names(d: str) -> list[str]:
+    try:
+        return os.listdir(d)
+    except OSError:
+        return []
 
 
 def reap() -> None:

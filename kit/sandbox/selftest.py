@@ -6,7 +6,10 @@ The latency check is relative (issue #18): the same trivial calls also go throug
 fork (:class:`kit.sandbox.barefork.BareForkPool`, no isolation), in alternating blocks in the
 same seconds, and the pool's p50 and p99 must stay within :data:`P50_OVER_BARE` and
 :data:`P99_OVER_BARE` times the bare fork's. A fixed 50 ms p99 failed on a slow or busy
-machine even when the sandbox added nothing, and passed a regression on a fast one.
+machine even when the sandbox added nothing, and passed a regression on a fast one. The
+throughput check is relative the same way: the pool's calls/s over its blocks must reach
+:data:`THROUGHPUT_VS_BARE` of the bare fork's over its own (a fixed 50 calls/s failed with six
+CPU hogs beside it, at 42-46 calls/s, while the latency ratios were 0.8 and 1.1).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import replace
+from typing import NamedTuple
 
 from kit.config import SandboxConfig
 from kit.sandbox import isolation
@@ -26,6 +30,7 @@ from kit.sandbox.types import ToolCall, ToolResult
 CANARY = "KIT_SELFTEST_CANARY"
 P50_OVER_BARE = 1.5  # the pool's p50 latency over a bare fork's, measured in the same seconds
 P99_OVER_BARE = 3.0  # the same for p99 (tails are noisier on a shared machine)
+THROUGHPUT_VS_BARE = 1 / P50_OVER_BARE  # the pool's calls/s over a bare fork's, same blocks
 BLOCK = 50  # calls per alternating pool / bare-fork block
 
 
@@ -82,9 +87,11 @@ async def _run(cfg: SandboxConfig) -> bool:
             line(bool(good(r)), name, detail)
         n = 400
         t0 = time.perf_counter()
-        lat, bare_lat, rs, wall = await measure_latency(pool, n, pool.stats()["workers"])
-        line(all(r.status == "ok" for r in rs) and n / wall > 50, "throughput",
-             f"{n / wall:.0f} calls/s over {n} trivial calls ({time.perf_counter() - t0:.1f}s with the bare fork's)")
+        m = await measure(pool, n, pool.stats()["workers"])
+        ok, detail = throughput_verdict(n / m.kit_wall, n / m.bare_wall)
+        line(all(r.status == "ok" for r in m.results) and ok, "throughput",
+             f"{detail} over {n} trivial calls each ({time.perf_counter() - t0:.1f}s in all)")
+        lat, bare_lat = m.lat, m.bare_lat
         ok, detail = latency_verdict(lat, bare_lat)
         line(ok, "latency", detail)
         st = pool.stats()
@@ -97,19 +104,33 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))]
 
 
+class Measured(NamedTuple):
+    """What :func:`measure` saw: latencies (s) of the pool's and the bare fork's calls, the
+    pool's results, and the seconds each side's blocks took in all."""
+
+    lat: list[float]
+    bare_lat: list[float]
+    results: list[ToolResult]
+    kit_wall: float
+    bare_wall: float
+
+
 async def measure_latency(pool: SandboxPool, n: int,
                           conc: int) -> tuple[list[float], list[float], list[ToolResult], float]:
-    """Latency (s) of ``n`` trivial calls through ``pool`` and through a bare warm fork, each with
-    ``conc`` closed-loop clients, in alternating blocks of :data:`BLOCK` calls.
+    """(pool latencies, bare-fork latencies, the pool's results, seconds the pool's blocks
+    took in all) of :func:`measure`."""
+    m = await measure(pool, n, conc)
+    return m.lat, m.bare_lat, m.results, m.kit_wall
 
-    Returns (pool latencies, bare-fork latencies, the pool's results, seconds the pool's
-    blocks took in all).
-    """
+
+async def measure(pool: SandboxPool, n: int, conc: int) -> Measured:
+    """Latency (s) of ``n`` trivial calls through ``pool`` and through a bare warm fork, each with
+    ``conc`` closed-loop clients, in alternating blocks of :data:`BLOCK` calls."""
     codes = [f"sum(i * i for i in range({i % 100}))" for i in range(n)]
     lat: list[float] = []
     bare_lat: list[float] = []
     rs: list[ToolResult] = []
-    kit_wall = 0.0
+    kit_wall = bare_wall = 0.0
     async with BareForkPool(conc) as bare:
         await asyncio.gather(*(bare.run("1") for _ in range(2 * conc)))
 
@@ -132,7 +153,24 @@ async def measure_latency(pool: SandboxPool, n: int,
                 await asyncio.gather(*(client(it) for _ in range(max(1, conc))))
                 if client is kit_client:
                     kit_wall += time.perf_counter() - t0
-    return lat, bare_lat, rs, kit_wall
+                else:
+                    bare_wall += time.perf_counter() - t0
+    return Measured(lat, bare_lat, rs, kit_wall, bare_wall)
+
+
+def throughput_verdict(rate: float, bare_rate: float) -> tuple[bool, str]:
+    """Pass when the pool's calls/s reach :data:`THROUGHPUT_VS_BARE` of a bare fork's, both
+    measured in alternating blocks in the same seconds (calls/s of closed-loop clients).
+
+    Returns (passed, a one-line detail with both rates and their ratio).
+    Raises:
+        ValueError: a rate is not a positive number.
+    """
+    if not (rate > 0 and bare_rate > 0):
+        raise ValueError(f"throughput_verdict needs positive rates, got {rate!r} and {bare_rate!r}")
+    return rate >= THROUGHPUT_VS_BARE * bare_rate, (
+        f"{rate:.0f} calls/s; bare fork {bare_rate:.0f} calls/s; ratio {rate / bare_rate:.2f} "
+        f"(target >= {THROUGHPUT_VS_BARE:.2f})")
 
 
 def latency_verdict(lat: list[float], bare_lat: list[float]) -> tuple[bool, str]:

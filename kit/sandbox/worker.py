@@ -199,11 +199,7 @@ class Worker:
         self.in_pid_ns = os.getpid() == 2 and opts.get("isolation") == "bwrap"
         base = os.environ.get("TMPDIR", "/tmp")
         self.workdir = os.path.join(base, f"kit-call-{os.getpid()}")
-        os.makedirs(self.workdir, exist_ok=True)
-        if self.uid is not None:
-            os.chown(self.workdir, self.uid, self.uid)
-        os.chmod(self.workdir, 0o700)
-        self.cleaner = Cleaner(self.uid, self.in_pid_ns, self.workdir)
+        self.cleaner = Cleaner(self.uid, self.in_pid_ns, self.workdir)  # also makes the workdir
         self.standby: Standby | None = None
         self.off: dict[str, float] = {}  # seconds spent between calls, reported with the next reply
         self.calls = 0

@@ -189,3 +189,18 @@ async def test_a_waiting_child_that_died_is_replaced_on_the_spot(make_cfg):
         assert r.status == "ok" and r.stdout == "42\n", r
         st = pool.stats()
         assert st.get("worker_deaths", 0) == 0 and st.get("retries", 0) == 0, st
+
+
+def test_throughput_check_is_relative_to_the_bare_fork():
+    """Six CPU hogs beside the self-test: the pool made 42-46 calls/s, the bare fork about as
+    many, and the fixed 50 calls/s floor failed the self-test. A quiet machine where the pool
+    reaches 60 calls/s but a bare fork 190 passed the old floor: a regression, now caught."""
+    from kit.sandbox.selftest import THROUGHPUT_VS_BARE, throughput_verdict
+
+    ok, detail = throughput_verdict(42.0, 45.0)
+    assert ok, detail
+    ok, detail = throughput_verdict(60.0, 190.0)
+    assert not ok and "ratio 0.32" in detail
+    assert throughput_verdict(THROUGHPUT_VS_BARE * 100.0, 100.0)[0]
+    with pytest.raises(ValueError, match="positive"):
+        throughput_verdict(0.0, 10.0)

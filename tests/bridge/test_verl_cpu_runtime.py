@@ -7,7 +7,6 @@ the CPU rollout server is driven directly (concurrent requests, weight updates, 
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import subprocess

@@ -128,7 +128,6 @@ def session_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
         "OMP_NUM_THREADS": str(os.cpu_count() or 1),
         "TOKENIZERS_PARALLELISM": "false",
         "PYTHONPATH": root + (os.pathsep + pp if pp else ""),
-        "CUDA_VISIBLE_DEVICES": "",
         **plugin_route(),
         **(extra or {}),
     }
@@ -183,6 +182,7 @@ class SessionResult:
     timings: dict[str, float]
     sandbox_workers_max: int
     peak_rss_bytes: int
+    peak_pss_bytes: int
     orphans: list[int]
     pid_namespace: str
     log_dir: str
@@ -242,7 +242,8 @@ def run_session(launches: Sequence[Launch], out_dir: str | os.PathLike, *, num_c
         error += f" (log: {out / 'session.log'})"
     return SessionResult(codes={k: int(v) for k, v in info.get("codes", {}).items()}, timings=timings,
                          sandbox_workers_max=int(info.get("sandbox_workers_max", -1)),
-                         peak_rss_bytes=int(info.get("peak_rss_bytes", -1)), orphans=orphans, pid_namespace=ns,
+                         peak_rss_bytes=int(info.get("peak_rss_bytes", -1)),
+                         peak_pss_bytes=int(info.get("peak_pss_bytes", -1)), orphans=orphans, pid_namespace=ns,
                          log_dir=str(out), error=error)
 
 

@@ -122,8 +122,15 @@ def start_ray(temp_dir: str | os.PathLike, *, num_cpus: int = 8, num_gpus: int =
                         f"Free memory and CPU (other Ray/VERL runs?) and retry. Last output:\n{last}")
 
 
-def stop_ray(env: dict[str, str] | None = None, timeout_s: float = 60.0) -> None:
-    """``ray stop --force`` inside the private namespace (refused outside it, see the module docstring)."""
+def stop_ray(env: dict[str, str] | None = None, timeout_s: float = 20.0) -> list[int]:
+    """Stop Ray and everything else still running in the session namespace.
+
+    ``ray stop --force`` first (refused outside the private namespace, see the module docstring),
+    then SIGTERM and, 5 s later, SIGKILL to every process left in the namespace.
+
+    Returns:
+        PIDs that had to be killed after ``ray stop``.
+    """
     if not in_private_namespace():
         raise RuntimeError("refusing `ray stop --force` outside the kit's private PID namespace: it would stop "
                            "every Ray on this machine")
@@ -132,6 +139,19 @@ def stop_ray(env: dict[str, str] | None = None, timeout_s: float = 60.0) -> None
                        timeout=timeout_s)
     except subprocess.TimeoutExpired:
         pass
+    left = [p for p in session_processes() if p.status() != psutil.STATUS_ZOMBIE]
+    for p in left:
+        try:
+            p.terminate()
+        except psutil.Error:
+            pass
+    _, alive = psutil.wait_procs(left, timeout=5.0)
+    for p in alive:
+        try:
+            p.kill()
+        except psutil.Error:
+            pass
+    return [p.pid for p in left]
 
 
 def session_processes() -> list[psutil.Process]:
@@ -150,15 +170,21 @@ def sandbox_workers(procs: list[psutil.Process] | None = None) -> int:
     return n
 
 
-def resident_bytes(procs: list[psutil.Process] | None = None) -> int:
-    """Sum of the resident memory of the given (default: all visible other) processes, bytes."""
-    total = 0
+def resident_bytes(procs: list[psutil.Process] | None = None) -> tuple[int, int]:
+    """``(rss, pss)``: summed resident and proportional set sizes of the processes, bytes.
+
+    RSS counts shared pages (torch's libraries) once per process; PSS splits them among the
+    processes sharing them, so its sum is the memory the whole session actually holds.
+    """
+    rss = pss = 0
     for p in procs if procs is not None else session_processes():
         try:
-            total += p.memory_info().rss
+            full = p.memory_full_info()
+            rss += full.rss
+            pss += getattr(full, "pss", full.rss)
         except psutil.Error:
             pass
-    return total
+    return rss, pss
 
 
 def pid_namespace(pid: int | str = "self") -> str:

@@ -4,10 +4,11 @@ Run by :func:`kit.bridge.verl_cpu.launch.run_session` as PID 1 of a new PID and 
 namespace; reads the spec JSON it wrote and writes ``session.json`` beside it::
 
     {"pid_namespace": "pid:[...]", "codes": {name: exit status}, "timings": {"ray_start_s": ...,
-     "<name>_s": ..., "ray_stop_s": ...}, "sandbox_workers_max": n, "peak_rss_bytes": b, "error": null}
+     "<name>_s": ..., "ray_stop_s": ...}, "sandbox_workers_max": n, "peak_rss_bytes": b, "peak_pss_bytes": b, "error": null}
 
 A watcher thread samples every second the number of kit sandbox worker interpreters and the
-resident memory of all processes in the namespace (Ray, VERL, sandbox): the maxima are reported.
+resident memory of all processes in the namespace (Ray, VERL, sandbox; summed RSS and PSS): the
+maxima are reported.
 """
 
 from __future__ import annotations
@@ -30,13 +31,14 @@ class Watcher(threading.Thread):
     def __init__(self, period_s: float = 1.0):
         super().__init__(daemon=True)
         self.period_s, self.stop_event = period_s, threading.Event()
-        self.sandbox_max, self.rss_max = 0, 0
+        self.sandbox_max, self.rss_max, self.pss_max = 0, 0, 0
 
     def run(self) -> None:
         while not self.stop_event.wait(self.period_s):
             procs = ray_local.session_processes()
             self.sandbox_max = max(self.sandbox_max, ray_local.sandbox_workers(procs))
-            self.rss_max = max(self.rss_max, ray_local.resident_bytes(procs))
+            rss, pss = ray_local.resident_bytes(procs)
+            self.rss_max, self.pss_max = max(self.rss_max, rss), max(self.pss_max, pss)
 
 
 def main(spec_path: str) -> int:
@@ -75,12 +77,13 @@ def main(spec_path: str) -> int:
         if started:
             t = time.perf_counter()
             try:
-                ray_local.stop_ray(env)
+                info["killed_after_ray_stop"] = ray_local.stop_ray(env)
             except Exception as exc:  # noqa: BLE001
                 info["error"] = info["error"] or f"ray stop failed: {exc}"
             info["timings"]["ray_stop_s"] = time.perf_counter() - t
         info["sandbox_workers_max"] = watcher.sandbox_max
         info["peak_rss_bytes"] = watcher.rss_max
+        info["peak_pss_bytes"] = watcher.pss_max
         (out / "session.json").write_text(json.dumps(info, indent=2))
         subprocess.run(["rm", "-rf", spec["ray_temp"]], check=False)
     return 0 if info["error"] is None else 1

@@ -1,0 +1,70 @@
+"""A two-step GRPO-RoC run through VERL on CPU from a tiny SFT policy (tests and the benchmark).
+
+:func:`tiny_sft_policy` trains the tiny model with the kit's local SFT (``kit.train.sft``) on a
+handful of problems until it solves them often but not always at temperature 1, so an RL
+group has mixed rewards (non-zero advantages, a real policy-gradient step). :func:`tiny_rl_data`
+writes those problems as VERL parquet rows. :data:`TWO_STEP` is the kit config for two RoC steps
+of P = 2 prompts x 2G = 8 rollouts -> G = 4 kept, 256 response tokens, 2 sandbox workers.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any
+
+#: local SFT settings: 4 problems memorised in 40 steps of 8 rows (seconds on 2 idle cores)
+SFT = {"data.task_train_size": 4, "data.task_heldout_size": 4, "sft.steps": 40, "sft.batch_size": 8,
+       "sft.task_demo_fraction": 1.0, "sft.function_calling_sets": ["xlam"], "sft.max_seq_tokens": 256,
+       "sft.warmup_ratio": 0.0, "sft.checkpoint_every": 1000, "model.torch_threads": 2, "sandbox.num_workers": 1}
+
+#: RL: two GRPO-RoC steps, P = 2, 2G = 8 -> G = 4, lr high enough that two Adam steps move bf16 weights
+TWO_STEP = {"algorithm.prompts_per_step": 2, "algorithm.group_size": 4, "algorithm.oversample": 8,
+            "algorithm.min_positive": 1, "algorithm.min_negative": 1, "algorithm.lr": 1e-3,
+            "algorithm.drop_equal_reward_groups": False, "stages.stage1.max_response_tokens": 256,
+            "stages.stage1.steps": 2, "sandbox.num_workers": 2}
+
+
+def sandbox_overrides() -> dict[str, Any]:
+    """``sandbox.isolation`` from ``KIT_SANDBOX_ISOLATION`` when set (a worktree whose editable
+    install points at another checkout cannot start bwrap workers); else the profile's."""
+    iso = os.environ.get("KIT_SANDBOX_ISOLATION")
+    return {"sandbox.isolation": iso} if iso else {}
+
+
+def tiny_sft_policy(run_dir: str | os.PathLike) -> tuple[Path, Any]:
+    """Train (or reuse) the tiny SFT policy in ``run_dir``; returns ``(policy_dir, cfg)``."""
+    from kit.config import load
+    from kit.train import sft
+
+    cfg = load("smoke", run_dir=str(run_dir), overrides={**SFT, **sandbox_overrides()})
+    summary = sft.run_sft(cfg, run_dir, evaluate=False)
+    return Path(summary["policy_dir"]), cfg
+
+
+def tiny_rl_data(sft_cfg: Any, data_dir: str | os.PathLike) -> dict[str, Path]:
+    """The SFT problems as VERL rows: ``{"train": curated.parquet, "val": val.parquet}``."""
+    import pandas as pd
+
+    from kit import recipe
+    from kit.train import sft
+
+    split = sft.task_split(sft_cfg)
+    d = Path(data_dir)
+    d.mkdir(parents=True, exist_ok=True)
+    out = {"train": d / "curated.parquet", "val": d / "val.parquet"}
+    pd.DataFrame(recipe._task_rows(split.train, "tasks")).to_parquet(out["train"], index=False)
+    pd.DataFrame(recipe._task_rows(split.heldout, "tasks_heldout")).to_parquet(out["val"], index=False)
+    return out
+
+
+def read_verl_metrics(path: str | os.PathLike) -> dict[int, dict[str, Any]]:
+    """VERL's file-logger JSON lines as ``{step: metrics}`` (training steps only)."""
+    import json
+
+    rows: dict[int, dict[str, Any]] = {}
+    for line in Path(path).read_text().splitlines():
+        if line.strip():
+            rec = json.loads(line)
+            rows.setdefault(int(rec["step"]), {}).update(rec.get("data", {}))
+    return rows

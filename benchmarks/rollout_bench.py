@@ -3,10 +3,10 @@
 Same model, problems, seed and sandbox in one run: the kit's agent loop rolls out P problems x n
 samples (multi-turn, every tool call through ``kit.sandbox.SandboxPool``) twice per repeat,
 
-* ``plain``      :class:`kit.train.engine.BatchLoopBackend` via ``rollout_plain``: cohorts of
+* ``plain``      :class:`kit.rollout.engine.BatchLoopBackend` via ``rollout_plain``: cohorts of
   ``batch_size`` trajectories; each batch decodes until its slowest row is done and the next
   turn waits for every tool call of the batch;
-* ``continuous`` :class:`kit.train.engine.ContinuousBatchingEngine` via ``rollout_batch``:
+* ``continuous`` :class:`kit.rollout.engine.ContinuousBatchingEngine` via ``rollout_batch``:
   ``batch_size`` slots; a row that ends a turn frees its slot for the next pending request, and
   the next turn reuses the finished row's KV (``cont_noprefix``: the same without that reuse,
   i.e. the scheduling effect alone).
@@ -54,7 +54,7 @@ def get_policy(args, cfg):
 
 async def run_once(kind, model, tok, problems, pool, args, cfg):
     from kit.rollout import rollout_batch
-    from kit.train.engine import BatchLoopBackend, ContinuousBatchingEngine, rollout_plain
+    from kit.rollout.engine import BatchLoopBackend, ContinuousBatchingEngine, rollout_plain
 
     kw = dict(max_response_tokens=cfg.stages.stage1.max_response_tokens, max_turns=cfg.stages.stage1.max_turns,
               temperature=1.0, top_p=1.0, timeout_s=cfg.sandbox.timeout_s)

@@ -1,11 +1,11 @@
 """Static against dynamic rollout scheduling on the paper-like preset (rStar2-Agent report §3.2).
 
 Simulates one stage-2 RL step (512 prompts x 32 rollouts, 12K response limit, ~0.3 s tool calls)
-on 16 engines (64 MI300X as TP=4 groups serving Qwen3-14B) with :mod:`kit.train.sim`, once per
+on 16 engines (64 MI300X as TP=4 groups serving Qwen3-14B) with :mod:`kit.sim`, once per
 policy, and prints makespans, the lower bound, engine idle fractions and recomputed tokens
 (evictions and migrated turns). ``dynamic`` is the report's scheduler; ``dynamic_reserve`` (the
 strict worst-case reservation) and ``dynamic_free`` (no migration) are printed for information.
-The preset is fixed in ``kit/train/sim/workload.py`` (derived from hardware figures, not fitted).
+The preset is fixed in ``kit/sim/workload.py`` (derived from hardware figures, not fitted).
 
 Usage: ``.venv/bin/python benchmarks/scheduler_sim.py [--seed 0] [--engines 16] [--scale 1.0]``
 Last line: ``static_over_dynamic=<x> dynamic_over_bound=<y>``.
@@ -19,7 +19,7 @@ import time
 
 import numpy as np
 
-from kit.train.sim import PAPER_ENGINE, PAPER_WORKLOAD, POLICIES, lower_bound, sample_workload, simulate
+from kit.sim import PAPER_ENGINE, PAPER_WORKLOAD, POLICIES, lower_bound, sample_workload, simulate
 
 
 def main() -> None:

@@ -103,7 +103,10 @@ class RolloutConfig:
 
     engine: Literal["hf", "sglang"] = "sglang"
     max_prompt_tokens: int = 2048
-    max_response_tokens: int = 8192  # shared across turns, tool tokens included
+    # the training budget shared across turns (tool tokens included) and the turn limit: the one
+    # source of every RL stage that does not set its own (stages.<s>.max_response_tokens /
+    # max_turns override it explicitly); evaluation always uses eval.max_tokens / max_turns
+    max_response_tokens: int = 8192
     max_turns: int = 10
     temperature: float = 1.0  # report §4.3: training temperature 1.0
     top_p: float = 1.0
@@ -162,10 +165,11 @@ class SFTConfig:
 
 @dataclass(frozen=True)
 class StageConfig:
-    """One RL stage (report §4.3)."""
+    """One RL stage (report §4.3). A budget or turn limit of 0 takes ``rollout``'s (resolved when
+    the :class:`KitConfig` is built, so a loaded config holds the number)."""
 
-    max_response_tokens: int = 8192
-    max_turns: int = 10
+    max_response_tokens: int = 0  # 0: rollout.max_response_tokens
+    max_turns: int = 0  # 0: rollout.max_turns
     steps: int = 300
     problems: Literal["all", "hard"] = "all"
     difficulty: int = 1  # tiny task level for this stage
@@ -176,10 +180,11 @@ class StageConfig:
 
 @dataclass(frozen=True)
 class StagesConfig:
-    """The three RL stages of the recipe (report §4.3; 300 + 85 + 125 = 510 steps)."""
+    """The three RL stages of the recipe (report §4.3; 300 + 85 + 125 = 510 steps; budgets 8K
+    (``rollout``'s), 12K, 12K tokens; 10, 10, 15 turns)."""
 
-    stage1: StageConfig = field(default_factory=lambda: StageConfig(8192, 10, 300, "all", 1, False))
-    stage2: StageConfig = field(default_factory=lambda: StageConfig(12288, 10, 85, "all", 2, False))
+    stage1: StageConfig = field(default_factory=lambda: StageConfig(0, 0, 300, "all", 1, False))
+    stage2: StageConfig = field(default_factory=lambda: StageConfig(12288, 0, 85, "all", 2, False))
     stage3: StageConfig = field(default_factory=lambda: StageConfig(12288, 15, 125, "hard", 3, True))
 
 
@@ -221,12 +226,19 @@ class EvalConfig:
 
 @dataclass(frozen=True)
 class KitConfig:
-    """The whole resolved configuration of one run."""
+    """The whole resolved configuration of one run.
+
+    Cross-field rules (checked by :func:`load` and :func:`from_json`, see :func:`check`):
+    ``runtime = "local"`` samples with the kit's own engine, so it needs ``rollout.engine = "hf"``.
+    """
 
     profile: str = "paper-14b"
     run_dir: str = ""
     seed: int = 0
     device: str = "cuda"
+    # who trains (kit.runtime): "local" = the CPU engine of kit.train in this process (tiny,
+    # smoke); "verl" = VERL through kit.bridge (paper profiles). The one switch between them.
+    runtime: Literal["local", "verl"] = "verl"
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
@@ -236,6 +248,17 @@ class KitConfig:
     stages: StagesConfig = field(default_factory=StagesConfig)
     ablation: AblationConfig = field(default_factory=AblationConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+
+    def __post_init__(self) -> None:
+        # stages without their own budget or turn limit take rollout's (the one source)
+        r, resolved = self.rollout, {}
+        for name in ("stage1", "stage2", "stage3"):
+            st = getattr(self.stages, name)
+            if st.max_response_tokens == 0 or st.max_turns == 0:
+                resolved[name] = dataclasses.replace(st, max_response_tokens=st.max_response_tokens or r.max_response_tokens,
+                                                     max_turns=st.max_turns or r.max_turns)
+        if resolved:
+            object.__setattr__(self, "stages", dataclasses.replace(self.stages, **resolved))
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (tuples become lists), as written to ``config.json``."""
@@ -366,8 +389,10 @@ def _build(cls: type, values: Mapping[str, Any], prefix: str) -> Any:
             sub = values.get(f.name, {})
             if not isinstance(sub, Mapping):
                 raise ConfigError(f"{key}: is a section; set its keys as {key}.<name>")
-            # start from the parent's default for this section (e.g. StagesConfig's stage2)
-            base = dataclasses.asdict(getattr(default, f.name))
+            # start from the parent's default for this section (e.g. StagesConfig's stage2), as
+            # declared (KitConfig() has already filled its stages' budgets from rollout's)
+            declared = f.default_factory() if f.default_factory is not dataclasses.MISSING else getattr(default, f.name)
+            base = dataclasses.asdict(declared)
             kwargs[f.name] = _build(tp, _deep_merge(_flatten_one(base, tp), sub), f"{key}.")
         elif f.name in values:
             kwargs[f.name] = _coerce(values[f.name], tp, key)
@@ -414,7 +439,7 @@ def load(
         overrides = parsed
     merged = _deep_merge(values, _nest(dict(overrides or {})))
     merged = _deep_merge(merged, _nest(kwargs))
-    cfg = _build(KitConfig, merged, "")
+    cfg = check(_build(KitConfig, merged, ""))
     if write and cfg.run_dir:
         save(cfg, cfg.run_dir)
     return cfg
@@ -436,7 +461,22 @@ def from_json(path: str | os.PathLike) -> KitConfig:
             version of the kit); the message names the file and the key.
     """
     data = json.loads(Path(path).read_text())
+    if isinstance(data, dict) and "runtime" not in data:  # written before ``runtime`` existed
+        data["runtime"] = "verl" if data.get("rollout", {}).get("engine") == "sglang" else "local"
     try:
-        return _build(KitConfig, data, "")
+        return check(_build(KitConfig, data, ""))
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from exc
+
+
+def check(cfg: KitConfig) -> KitConfig:
+    """Rules between keys that one key's type cannot say; returns ``cfg`` unchanged.
+
+    Raises:
+        ConfigError: ``runtime = "local"`` with a rollout engine other than ``"hf"`` (the local
+            runtime samples with the tiny engine of ``kit.train``; SGLang runs under VERL).
+    """
+    if cfg.runtime == "local" and cfg.rollout.engine != "hf":
+        raise ConfigError(f"runtime: 'local' trains with the kit's own engine and needs rollout.engine='hf', "
+                          f"got rollout.engine={cfg.rollout.engine!r}; set runtime='verl' to train in VERL")
+    return cfg

@@ -24,7 +24,7 @@ from pathlib import Path
 
 import nbformat
 
-from kit.pipeline import SERIES, Layout
+from kit.runs import SERIES, Layout
 
 # control characters xelatex rejects ("Text line contains an invalid character"); \t \n \r and ESC
 # (ANSI colours, which nbconvert converts) are kept. A tiny model's samples are full of them.

@@ -6,7 +6,7 @@
 #   scripts/gpu_smoke.sh [RUN_DIR]        # default runs/gpu-smoke; N_GPUS=<n> to use more GPUs
 #
 # Passes when VERL exits 0 and the step-2 checkpoint exists. Offline: the model is built and
-# its tokenizer trained locally (kit.recipe.prepare_smoke), nothing is downloaded.
+# its tokenizer trained locally (kit.bridge.launch.prepare_smoke), nothing is downloaded.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-.venv/bin/python}

@@ -57,6 +57,8 @@ from typing import Any, Literal
 
 import numpy as np
 
+from kit.config import AlgorithmConfig
+
 RocMode = Literal["sample", "rank"]
 
 #: Tool-error kinds that are the model's fault (keys of ``kit.rollout`` ``Trajectory.tool_errors``):
@@ -296,6 +298,19 @@ class RocSelection:
     negatives_kept: int = 0
 
 
+def check_minimums(group_size: int, min_positive: int, min_negative: int) -> None:
+    """The one check that G rows can hold both minimum counts (release: ``min_non_zero_reward_trace_num``
+    + ``min_zero_reward_trace_num`` <= n).
+
+    Raises:
+        ValueError: ``min_positive + min_negative > group_size`` (names the three numbers).
+    """
+    if min_positive + min_negative > group_size:
+        raise ValueError(
+            f"RoC: min_positive ({min_positive}) + min_negative ({min_negative}) exceeds group_size ({group_size})"
+        )
+
+
 def allocate(n_pos: int, n_neg: int, group_size: int, min_positive: int = 2, min_negative: int = 2) -> tuple[int, int]:
     """How many positives and negatives to keep from one group (release's proportional rule).
 
@@ -320,10 +335,7 @@ def allocate(n_pos: int, n_neg: int, group_size: int, min_positive: int = 2, min
     """
     if min(n_pos, n_neg, min_positive, min_negative) < 0 or group_size < 1:
         raise ValueError(f"allocate: bad counts n_pos={n_pos} n_neg={n_neg} G={group_size}")
-    if min_positive + min_negative > group_size:
-        raise ValueError(
-            f"RoC: min_positive ({min_positive}) + min_negative ({min_negative}) exceeds group_size ({group_size})"
-        )
+    check_minimums(group_size, min_positive, min_negative)
     n = n_pos + n_neg
     if n <= group_size:
         return n_pos, n_neg
@@ -416,10 +428,7 @@ def roc_select(
     bad = np.flatnonzero(~np.isfinite(r))
     if bad.size:
         raise ValueError(f"roc_select: reward of row {int(bad[0])} is {r[bad[0]]} (rewards must be finite)")
-    if min_positive + min_negative > group_size:
-        raise ValueError(
-            f"RoC: min_positive ({min_positive}) + min_negative ({min_negative}) exceeds group_size ({group_size})"
-        )
+    check_minimums(group_size, min_positive, min_negative)
     rng = seed if isinstance(seed, np.random.Generator) else np.random.default_rng(seed)
     groups: dict[Hashable, list[int]] = {}
     for i, g in enumerate(gids):
@@ -517,15 +526,16 @@ def roc_metrics(
 
 @dataclass(frozen=True)
 class RocParams:
-    """The RoC knobs, named as in ``kit.config.AlgorithmConfig`` (defaults: the report)."""
+    """The RoC knobs, named as in ``kit.config.AlgorithmConfig``, whose defaults (the report's) they
+    take; trainers build them with :meth:`from_config`."""
 
-    group_size: int = 16
-    mode: RocMode = "sample"
-    use_error_ratio: bool = True
-    use_answer_format: bool = True
-    min_positive: int = 2
-    min_negative: int = 2
-    drop_equal_reward_groups: bool = True
+    group_size: int = AlgorithmConfig.group_size
+    mode: RocMode = AlgorithmConfig.roc_mode
+    use_error_ratio: bool = AlgorithmConfig.roc_use_error_ratio
+    use_answer_format: bool = AlgorithmConfig.roc_use_answer_format
+    min_positive: int = AlgorithmConfig.min_positive
+    min_negative: int = AlgorithmConfig.min_negative
+    drop_equal_reward_groups: bool = AlgorithmConfig.drop_equal_reward_groups
 
     def __post_init__(self) -> None:
         """Reject settings that would only fail at the first selection (after a whole rollout)."""
@@ -534,9 +544,7 @@ class RocParams:
         if self.group_size < 1 or self.min_positive < 0 or self.min_negative < 0:
             raise ValueError(f"RocParams: bad counts group_size={self.group_size} min_positive={self.min_positive} "
                              f"min_negative={self.min_negative}")
-        if self.min_positive + self.min_negative > self.group_size:
-            raise ValueError(f"RoC: min_positive ({self.min_positive}) + min_negative ({self.min_negative}) "
-                             f"exceeds group_size ({self.group_size})")
+        check_minimums(self.group_size, self.min_positive, self.min_negative)
 
     @classmethod
     def from_config(cls, algorithm: Any) -> RocParams:

@@ -34,6 +34,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
+from kit.algo.roc import check_minimums
+
 STAGES = ("stage1", "stage2", "stage3")
 AGENT_NAME = "rstar2_kit"  # kit.bridge.agent_loop.AGENT_NAME (kept literal: that module imports verl)
 ROC_SAMPLER = ("pkg://kit.bridge.roc_hook", "RocReplayBuffer")
@@ -154,8 +156,8 @@ def to_hydra_overrides(
     roc = a.name == "grpo_roc"
     if roc and oversample < G:
         raise ValueError(f"algorithm.oversample ({oversample}) must be >= algorithm.group_size ({G}) for RoC")
-    if roc and a.min_positive + a.min_negative > G:
-        raise ValueError(f"algorithm.min_positive + min_negative ({a.min_positive + a.min_negative}) > group_size ({G})")
+    if roc:
+        check_minimums(G, a.min_positive, a.min_negative)
     paths = paths or RecipePaths.default(config.run_dir or f"runs/{config.profile}", stage)
     max_seq = r.max_prompt_tokens + st.max_response_tokens
     offset = stage_step_offset(config, stage) if start_step is None else int(start_step)

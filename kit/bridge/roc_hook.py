@@ -46,6 +46,7 @@ stand-in for the TransferQueue calls it makes (``kv_batch_get``, ``kv_clear``).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -60,6 +61,7 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from verl.utils import tensordict_utils as tu
 
 from kit.algo.roc import RocParams, counters, release_p_err, release_p_format, roc_step
+from kit.config import AlgorithmConfig
 
 #: extra_fields keys the agent loop (kit.bridge.agent_loop) writes and RoC reads.
 COUNTER_KEYS = ("tool_calls", "tool_errors", "infra_errors", "answer_tags", "turns")
@@ -83,19 +85,21 @@ def roc_params_from_kwargs(kw: Mapping[str, Any]) -> tuple[RocParams, dict[str, 
             raise KeyError(f"trainer.v1.sampler.sampler_kwargs.{key} is required by kit.bridge.roc_hook")
         return kw[key]
 
-    params = RocParams(
+    d = AlgorithmConfig()  # the defaults of every key that may be absent: the config's
+    params = RocParams.from_config(dataclasses.replace(
+        d,
         group_size=int(need("group_size")),
-        mode=str(kw.get("mode", "sample")),  # type: ignore[arg-type]
-        use_error_ratio=bool(kw.get("use_error_ratio", True)),
-        use_answer_format=bool(kw.get("use_answer_format", True)),
-        min_positive=int(kw.get("min_positive", 2)),
-        min_negative=int(kw.get("min_negative", 2)),
-        drop_equal_reward_groups=bool(kw.get("drop_equal_reward_groups", True)),
-    )
+        roc_mode=str(kw.get("mode", d.roc_mode)),
+        roc_use_error_ratio=bool(kw.get("use_error_ratio", d.roc_use_error_ratio)),
+        roc_use_answer_format=bool(kw.get("use_answer_format", d.roc_use_answer_format)),
+        min_positive=int(kw.get("min_positive", d.min_positive)),
+        min_negative=int(kw.get("min_negative", d.min_negative)),
+        drop_equal_reward_groups=bool(kw.get("drop_equal_reward_groups", d.drop_equal_reward_groups)),
+    ))
     extra = {
         "oversample": int(need("oversample")),
         "seed": int(kw.get("seed", 0)),
-        "reading": str(kw.get("reading", "counters")),
+        "reading": str(kw.get("reading", d.roc_reading)),
         "train_batch_size": int(need("train_batch_size")),
         "max_inflight_gen_batches": int(kw.get("max_inflight_gen_batches", 1)),
         "tokenizer_path": kw.get("tokenizer_path"),

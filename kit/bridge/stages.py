@@ -49,6 +49,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from kit.bridge import launch
 from kit.bridge.checkpoints import (
     CheckpointError,
     latest_checkpoint,
@@ -57,7 +58,8 @@ from kit.bridge.checkpoints import (
     saved_steps,
 )
 from kit.bridge.overrides import STAGES, stage_step_offset
-from kit.config import save
+from kit.bridge.sft import sft_command
+from kit.config import KitConfig, save
 
 METRICS_FILE = "verl/metrics.jsonl"
 #: kit ``metrics.jsonl`` key <- VERL step-metric key (first present wins); the ``roc/`` keys come
@@ -107,23 +109,18 @@ class StagePlan:
     writes: dict[str, str]
     launch_command: list[str]
     merge_command: list[str]
+    config: KitConfig | None = None  # the stage's config: the caller's with run_dir = this run_dir
     launch_kwargs: dict[str, Any] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
 
 
-def _config_overrides(cfg: Any) -> dict[str, Any]:
-    d = cfg.to_dict()
-    d.pop("profile", None)
-    d.pop("run_dir", None)
-    return d
-
-
-def plan_stage(cfg: Any, stage: str, run_dir: str | os.PathLike, init_dir: str | os.PathLike,
+def plan_stage(cfg: KitConfig, stage: str, run_dir: str | os.PathLike, init_dir: str | os.PathLike,
                data_dir: str | os.PathLike, *, cluster: Cluster | None = None, check: bool = True) -> StagePlan:
     """Plan one RL stage of ``cfg`` (a paper profile) in ``run_dir``, starting from ``init_dir``.
 
     Args:
-        cfg: the notebook's resolved ``KitConfig`` (its overrides and ``steps`` carry over).
+        cfg: the notebook's resolved ``KitConfig``; the stage launches exactly it, with
+            ``run_dir`` set to this stage's (``dataclasses.replace``, never a reload).
         stage: ``stage1`` | ``stage2`` | ``stage3``.
         run_dir, init_dir, data_dir: this stage's, the upstream stage's and the data notebook's
             run directories.
@@ -133,8 +130,6 @@ def plan_stage(cfg: Any, stage: str, run_dir: str | os.PathLike, init_dir: str |
     Raises:
         kit.bridge.checkpoints.CheckpointError: ``check`` and stage 2/3 find no upstream checkpoint.
     """
-    from kit import recipe
-
     if stage not in STAGES:
         raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
     cluster = cluster or Cluster.from_env()
@@ -163,13 +158,13 @@ def plan_stage(cfg: Any, stage: str, run_dir: str | os.PathLike, init_dir: str |
         reads["resume_from"] = resume
     writes = {"checkpoints": str(run / "checkpoints"), "verl_metrics": str(run / METRICS_FILE),
               "metrics": str(run / "metrics.jsonl"), "policy": str(run / "policy"), "summary": str(run / "summary.json")}
-    kwargs = dict(run_dir=str(run), model_path=reads["model"], train_files=str(train), val_files=reads["val_files"],
+    stage_cfg = dataclasses.replace(cfg, run_dir=str(run))
+    kwargs = dict(model_path=reads["model"], train_files=str(train), val_files=reads["val_files"],
                   n_gpus_per_node=cluster.gpus_per_node, nnodes=cluster.nnodes, rollout_tp=cluster.rollout_tp,
-                  config_overrides=_config_overrides(cfg), start_step=start, resume_from=resume,
-                  metrics_file=writes["verl_metrics"], python=cluster.python)
-    _, _, cmd = recipe.build_launch(cfg.profile, stage, **kwargs)
+                  start_step=start, resume_from=resume, metrics_file=writes["verl_metrics"], python=cluster.python)
+    _, cmd = launch.build_launch(stage_cfg, stage, **kwargs)
     merge = merge_command(run / "checkpoints" / f"global_step_{end}" / "actor", run / "policy.partial", cluster.python)
-    return StagePlan(stage, str(run), start, end, reads, writes, cmd, merge, kwargs, notes)
+    return StagePlan(stage, str(run), start, end, reads, writes, cmd, merge, stage_cfg, kwargs, notes)
 
 
 def convert_metrics(verl_file: str | os.PathLike, out_file: str | os.PathLike, *, stage: str, start_step: int,
@@ -210,7 +205,7 @@ def convert_metrics(verl_file: str | os.PathLike, out_file: str | os.PathLike, *
     return n
 
 
-def run_stage(cfg: Any, stage: str, run_dir: str | os.PathLike, init_dir: str | os.PathLike,
+def run_stage(cfg: KitConfig, stage: str, run_dir: str | os.PathLike, init_dir: str | os.PathLike,
               data_dir: str | os.PathLike, *, cluster: Cluster | None = None,
               launcher: Callable[..., int] | None = None,
               merge_runner: Callable[[Sequence[str]], int] | None = None) -> dict[str, Any]:
@@ -219,7 +214,8 @@ def run_stage(cfg: Any, stage: str, run_dir: str | os.PathLike, init_dir: str | 
 
     Args:
         cfg, stage, run_dir, init_dir, data_dir, cluster: as in :func:`plan_stage`.
-        launcher: ``kit.recipe.launch`` (tests pass a fake that writes a checkpoint layout).
+        launcher: :func:`kit.bridge.launch.launch`, called as ``launcher(stage_cfg, stage, **kwargs)``
+            (tests pass a fake that writes a checkpoint layout).
         merge_runner: runs the merge argv (default a subprocess).
     Returns:
         The summary written to ``run_dir/summary.json``.
@@ -229,14 +225,12 @@ def run_stage(cfg: Any, stage: str, run_dir: str | os.PathLike, init_dir: str | 
         RuntimeError: VERL or the merger exited with an error.
         FileNotFoundError: stage 3 without ``run_dir/data/hard.parquet`` (see :func:`build_hard_parquet`).
     """
-    from kit import recipe
-
     plan = plan_stage(cfg, stage, run_dir, init_dir, data_dir, cluster=cluster)
     run = Path(plan.run_dir)
     own = saved_steps(run / "checkpoints")
     launched = not (own and own[-1] >= plan.end_step)
     if launched:
-        code = (launcher or recipe.launch)(cfg.profile, stage, **plan.launch_kwargs)
+        code = (launcher or launch.launch)(plan.config, stage, **plan.launch_kwargs)
         if code != 0:
             raise RuntimeError(f"VERL {stage} exited with status {code} (run_dir {run}; its log is above)")
     merged = merge_to_policy(run / "checkpoints", run / "policy", python=plan.launch_kwargs["python"], run=merge_runner)
@@ -262,7 +256,7 @@ def run_stage(cfg: Any, stage: str, run_dir: str | os.PathLike, init_dir: str | 
     return summary
 
 
-def skip_stage(cfg: Any, stage: str, run_dir: str | os.PathLike, init_dir: str | os.PathLike) -> dict[str, Any]:
+def skip_stage(cfg: KitConfig, stage: str, run_dir: str | os.PathLike, init_dir: str | os.PathLike) -> dict[str, Any]:
     """A stage with 0 steps in the profile (paper-32b has no stage 3): nothing is launched;
     ``run_dir/policy`` links the upstream ``init_dir/policy`` so later notebooks read the last
     trained policy, and ``run_dir/summary.json`` says so.
@@ -287,15 +281,15 @@ def skip_stage(cfg: Any, stage: str, run_dir: str | os.PathLike, init_dir: str |
     return summary
 
 
-def run_ablation(cfg: Any, run_dir: str | os.PathLike, init_dir: str | os.PathLike, data_dir: str | os.PathLike,
+def run_ablation(cfg: KitConfig, run_dir: str | os.PathLike, init_dir: str | os.PathLike, data_dir: str | os.PathLike,
                  **kwargs: Any) -> dict[str, Any]:
     """The RoC ablation on the cluster: one stage-1 VERL run per (algorithm, seed) from the SFT
     policy, each in ``run_dir/<algorithm>_seed<s>/`` with ``ablation.steps`` steps (as the local
     engine lays it out); writes ``run_dir/ablation.json`` and ``run_dir/summary.json``."""
     runs = {}
-    for sub, sub_cfg in _ablation_configs(cfg, run_dir):
+    for sub, sub_cfg in ablation_configs(cfg, run_dir):
         sub.mkdir(parents=True, exist_ok=True)
-        save(dataclasses.replace(sub_cfg, run_dir=str(sub)), sub)
+        save(sub_cfg, sub)
         runs[sub.name] = run_stage(sub_cfg, "stage1", sub, init_dir, data_dir, **kwargs)
     out = {"engine": "verl", "runs": {k: {"run_dir": v["run_dir"], "metrics_file": v["metrics_file"],
                                           "policy_dir": v["policy_dir"], "end_step": v["end_step"]}
@@ -305,27 +299,27 @@ def run_ablation(cfg: Any, run_dir: str | os.PathLike, init_dir: str | os.PathLi
     return out
 
 
-def _ablation_configs(cfg: Any, run_dir: str | os.PathLike) -> list[tuple[Path, Any]]:
-    from kit.config import load
-
+def ablation_configs(cfg: KitConfig, run_dir: str | os.PathLike) -> list[tuple[Path, KitConfig]]:
+    """``(arm folder, arm config)`` per (seed, algorithm) of the ablation: ``cfg`` with that seed,
+    algorithm and ``stages.stage1.steps = ablation.steps``, ``run_dir`` the arm folder
+    (``dataclasses.replace`` of the caller's config; nothing is reloaded)."""
     out = []
     for seed in cfg.ablation.seeds:
         for alg in ("grpo", "grpo_roc"):
-            over = _config_overrides(cfg)
-            over["algorithm"]["name"], over["seed"] = alg, seed
-            over["stages"]["stage1"]["steps"] = cfg.ablation.steps
-            out.append((Path(run_dir) / f"{alg}_seed{seed}", load(cfg.profile, over, write=False)))
+            sub = Path(run_dir) / f"{alg}_seed{seed}"
+            stage1 = dataclasses.replace(cfg.stages.stage1, steps=cfg.ablation.steps)
+            out.append((sub, dataclasses.replace(cfg, run_dir=str(sub), seed=seed,
+                                                 algorithm=dataclasses.replace(cfg.algorithm, name=alg),
+                                                 stages=dataclasses.replace(cfg.stages, stage1=stage1))))
     return out
 
 
-def describe_chain(cfg: Any, dirs: Mapping[str, str], *, cluster: Cluster | None = None,
+def describe_chain(cfg: KitConfig, dirs: Mapping[str, str], *, cluster: Cluster | None = None,
                    notebooks: Sequence[str] | None = None) -> str:
     """Text of the whole paper chain: for each notebook's training step, what it reads, what it
     writes and the exact commands (VERL SFT, VERL PPO per stage, merges), without running or
     checking anything. ``dirs`` maps ``data, sft, stage1, stage2, stage3, ablation`` to run dirs;
     ``notebooks`` (names, e.g. the series cut by ``--until``) limits the text to those notebooks."""
-    from kit.bridge.sft import sft_command
-
     cluster = cluster or Cluster.from_env()
     q = " ".join
     lines = [f"# paper chain, profile {cfg.profile}: {cluster.nnodes} node(s) x {cluster.gpus_per_node} GPUs, "
@@ -366,7 +360,7 @@ def describe_chain(cfg: Any, dirs: Mapping[str, str], *, cluster: Cluster | None
         return "\n".join(lines)
     abl = Path(dirs["ablation"]).resolve()
     lines.append(f"## 06_roc_ablation  run_dir {abl}  (one stage-1 run per algorithm and seed, from {sft}/policy)")
-    for sub, sub_cfg in _ablation_configs(cfg, abl):
+    for sub, sub_cfg in ablation_configs(cfg, abl):
         plan = plan_stage(sub_cfg, "stage1", sub, dirs["sft"], dirs["data"], cluster=cluster, check=False)
         lines += [f"   {sub.name}: writes {plan.writes['metrics']}, {plan.writes['policy']}",
                   "   $ " + q(plan.launch_command), "   $ " + q(plan.merge_command), ""]

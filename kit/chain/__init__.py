@@ -8,8 +8,8 @@ from ``kit.chain``; the code lives in the submodules:
 
 - ``policies``: load a saved policy, count its parameters, wrap it in a backend, sample
   trajectories on held-out task problems.
-- ``training``: cold-start SFT, RL stages and the RoC ablation, local or VERL on a cluster; the
-  RL data; a trainer's summary as Markdown.
+- ``training``: cold-start SFT, RL stages and the RoC ablation on the runtime of
+  ``cfg.runtime`` (:mod:`kit.runtime`); the RL data; a trainer's summary as Markdown.
 - ``display``: :class:`TrajectoryView` (HTML, LaTeX and plain text of one trajectory).
 - ``evaluation``: :func:`evaluate_checkpoint` on the profile's benchmarks; the entropy analysis
   :func:`analyze_checkpoints`.
@@ -44,7 +44,6 @@ from kit.chain.training import (
     summary_markdown,
     train_ablation,
     train_stage,
-    uses_cluster,
 )
 
 __all__ = [
@@ -70,5 +69,4 @@ __all__ = [
     "summary_markdown",
     "train_ablation",
     "train_stage",
-    "uses_cluster",
 ]

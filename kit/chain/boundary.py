@@ -13,7 +13,6 @@ from typing import Any
 
 from kit.chain.evaluation import _eval_rollout_cfg, _fits
 from kit.chain.policies import heldout_problems, policy_backend
-from kit.chain.training import uses_cluster
 from kit.config import KitConfig
 
 
@@ -150,13 +149,13 @@ class PassK:
 def passk_items(cfg: KitConfig, source: str | None = None, n_problems: int | None = None) -> tuple[str, list]:
     """``(source, items)``: the problems of the pass@k curves as ``kit.eval.benchmarks.BenchItem``.
 
-    ``source`` ``"heldout"`` is the profile's held-out task problems (default on CPU profiles, where
-    the real benchmarks score ~0); a benchmark name reads that file (default on paper profiles: the
-    first of ``eval.benchmarks``). ``n_problems`` defaults to ``eval.passk_problems`` (0 = all).
+    ``source`` ``"heldout"`` is the profile's held-out task problems (default for the tiny model,
+    which scores ~0 on the real benchmarks); a benchmark name reads that file (default for every
+    other model: the first of ``eval.benchmarks``). ``n_problems`` defaults to ``eval.passk_problems`` (0 = all).
     """
     from kit.eval.benchmarks import BenchItem, load_benchmark
 
-    source = source or ("heldout" if not uses_cluster(cfg) else cfg.eval.benchmarks[0])
+    source = source or ("heldout" if cfg.model.name_or_path == "tiny" else cfg.eval.benchmarks[0])
     n_problems = cfg.eval.passk_problems if n_problems is None else n_problems
     if source == "heldout":
         return source, [BenchItem("heldout", p.id, p.question, p.answer) for p in heldout_problems(cfg, n_problems)]

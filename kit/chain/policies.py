@@ -56,7 +56,7 @@ def count_parameters(policy_dir: str | os.PathLike) -> int | None:
 
 def heldout_problems(cfg: KitConfig, n: int = 0) -> list:
     """The first ``n`` held-out problems of the profile's task family (all when ``n`` is 0)."""
-    from kit.train.sft import task_split
+    from kit.data.tasks import task_split
 
     probs = list(task_split(cfg).heldout)
     return probs[:n] if n else probs

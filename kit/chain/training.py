@@ -1,121 +1,84 @@
-"""Training dispatch for the notebooks, local or on a cluster: CPU profiles train with the local
-engine (``kit.train.sft``, ``kit.train.rl``); the paper profiles (SGLang rollouts) run VERL through
-``kit.bridge`` and ``kit.recipe``. Also the data the RL notebooks read and a trainer's summary as
-a Markdown table.
+"""Training for the notebooks: the runtime of ``cfg.runtime`` (:mod:`kit.runtime`), picked once per
+call and called the same way. ``local`` trains with the CPU engine (``kit.train``); ``verl`` runs
+VERL through ``kit.bridge``. Also the data the RL notebooks read and a trainer's summary as a
+Markdown table.
+
+Every function takes the upstream *run* folders (``init_dir``, ``data_dir``) as the notebooks
+name them; stage 3's hard subset is built here, before the stage, for both runtimes.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from IPython.display import Markdown
+
+from kit import runtime
 from kit.config import KitConfig
+from kit.data.curate import CurationResult
 
 
-def uses_cluster(cfg: KitConfig) -> bool:
-    """True for the paper profiles (SGLang rollouts): training runs in VERL through :mod:`kit.recipe`."""
-    return cfg.rollout.engine == "sglang"
-
-
-def prepare_rl_data(cfg: KitConfig, curation: Any, run_dir: str | os.PathLike) -> dict[str, Path]:
-    """Write the curated pools (``kit.data.curate.write_curated``) and, for the paper profiles, the
-    VERL train/val parquet files (``kit.recipe.prepare_data``) under ``run_dir/data/``."""
-    import dataclasses
-
-    from kit.data.curate import write_curated
-
-    paths = write_curated(run_dir, curation)
-    if uses_cluster(cfg):
-        from kit import recipe
-
-        paths.update(recipe.prepare_data(dataclasses.replace(cfg, run_dir=str(run_dir)), curated=curation))
-    return paths
+def prepare_rl_data(cfg: KitConfig, curation: CurationResult, run_dir: str | os.PathLike) -> dict[str, Path]:
+    """Write the curated pools (``kit.data.curate.write_curated``) under ``run_dir/data/``, and on the
+    ``verl`` runtime VERL's train/val parquet files too (:func:`kit.runtime.verl.prepare_data`)."""
+    return runtime.get(cfg).prepare_data(cfg, curation, run_dir=run_dir)
 
 
 def cold_start(cfg: KitConfig, run_dir: str | os.PathLike, progress=None, *, sft_checkpoint: str = "",
                sft_data: str = "") -> dict[str, Any]:
-    """Cold-start SFT: the local engine (:func:`kit.train.sft.run_sft`) for CPU profiles.
-
-    Paper profiles (:mod:`kit.bridge.sft`): ``sft_checkpoint`` (a Hugging Face model folder you
-    trained) is linked as ``run_dir/policy``; else ``sft_data`` (a parquet in VERL's multi-turn
-    SFT schema) is trained with VERL's SFT trainer and merged into ``run_dir/policy``. Both write
-    ``run_dir/summary.json``.
-
-    ``KIT_SFT_CHECKPOINT`` / ``KIT_SFT_DATA`` stand in for the parameters (``kit reproduce``).
+    """Cold-start SFT into ``run_dir`` (``run_sft`` of the runtime): the local engine trains
+    :func:`kit.train.sft.run_sft`; on ``verl``, ``sft_checkpoint`` (a Hugging Face model folder
+    you trained) is linked as ``run_dir/policy``, else ``sft_data`` (a parquet in VERL's
+    multi-turn SFT schema) is trained with VERL's SFT trainer (:mod:`kit.bridge.sft`). Both write
+    ``run_dir/summary.json``. ``KIT_SFT_CHECKPOINT`` / ``KIT_SFT_DATA`` stand in for the
+    parameters on ``verl`` (``kit reproduce``).
 
     Raises:
-        RuntimeError: a paper profile with neither.
+        RuntimeError: ``verl`` with neither.
         FileNotFoundError: ``sft_checkpoint`` or ``sft_data`` does not exist.
+        ValueError: ``local`` with either (it trains its own cold start).
     """
-    if not uses_cluster(cfg):
-        from kit.train.sft import run_sft
-
-        return run_sft(cfg, run_dir, progress=progress)
-    from kit.bridge import sft
-    from kit.bridge.stages import Cluster
-
-    sft_checkpoint = sft_checkpoint or os.environ.get("KIT_SFT_CHECKPOINT", "")
-    sft_data = sft_data or os.environ.get("KIT_SFT_DATA", "")
-    if sft_checkpoint:
-        return sft.link_checkpoint(sft_checkpoint, run_dir)
-    if sft_data:
-        c = Cluster.from_env()
-        return sft.run_sft(cfg, run_dir, sft_data, gpus_per_node=c.gpus_per_node, python=c.python)
-    raise RuntimeError(f"profile {cfg.profile}: the report's SFT data is not released; pass your cold-start model "
-                       "as the `sft_checkpoint` parameter of 02_cold_start_sft, or a VERL multi-turn SFT parquet "
-                       "as `sft_data` (kit.bridge.sft)")
+    return runtime.get(cfg).run_sft(cfg, run_dir=run_dir, init_dir=None, data_dir=None, progress=progress,
+                                    sft_checkpoint=sft_checkpoint, sft_data=sft_data)
 
 
 def train_stage(cfg: KitConfig, stage: str, run_dir, init_dir, data_dir, progress=None, *,
                 hard_counts: str = "", sampler_url: str = "") -> dict[str, Any]:
-    """One RL stage from ``init_dir/policy``: the local engine (:func:`kit.train.rl.run_stage`), or,
-    on the paper profiles, VERL on the Ray cluster (:func:`kit.bridge.stages.run_stage`): resume
-    from the upstream stage's last checkpoint, train, merge the last checkpoint into
-    ``run_dir/policy``, convert VERL's metrics to ``run_dir/metrics.jsonl`` and write
-    ``run_dir/summary.json``. Stage 3 on a cluster first builds ``run_dir/data/hard.parquet``
-    from ``hard_counts`` (a solve-count JSON) or by sampling the stage-2 policy served at
-    ``sampler_url`` (:func:`kit.bridge.hard_subset.prepare_stage3_data`; ``KIT_HARD_COUNTS`` /
-    ``KIT_SAMPLER_URL`` stand in for them under ``kit reproduce``)."""
-    if uses_cluster(cfg):
-        from kit.bridge import stages
+    """One RL stage from the upstream run folder ``init_dir`` (``run_stage`` of the runtime).
 
-        if getattr(cfg.stages, stage).steps == 0:  # e.g. paper-32b: stages 1-2 only
-            return stages.skip_stage(cfg, stage, run_dir, init_dir)
-        if stage == "stage3":
-            from kit.bridge.hard_subset import prepare_stage3_data
-
-            prepare_stage3_data(cfg, run_dir, data_dir, init_dir,
-                                hard_counts=hard_counts or os.environ.get("KIT_HARD_COUNTS", ""),
-                                sampler_url=sampler_url or os.environ.get("KIT_SAMPLER_URL", ""))
-        return stages.run_stage(cfg, stage, run_dir, init_dir, data_dir)
-    from kit.train.rl import run_stage
-
-    return run_stage(cfg, stage, Path(init_dir) / "policy", run_dir, progress)
+    A stage whose ``problems`` is ``"hard"`` (stage 3) first builds its pool with the runtime's
+    ``prepare_hard_subset`` from ``init_dir``'s policy: locally by sampling it
+    (``run_dir/hard_subset.json``); on ``verl`` ``run_dir/data/hard.parquet`` from
+    ``hard_counts`` (a solve-count JSON) or by sampling the policy served at ``sampler_url``
+    (``KIT_HARD_COUNTS`` / ``KIT_SAMPLER_URL`` stand in for them). A stage with 0 steps builds
+    nothing.
+    """
+    rt = runtime.get(cfg)
+    st = getattr(cfg.stages, stage)
+    if st.problems == "hard" and st.steps > 0:
+        rt.prepare_hard_subset(cfg, stage, run_dir=run_dir, init_dir=init_dir, data_dir=data_dir,
+                             hard_counts=hard_counts, sampler_url=sampler_url)
+    return rt.run_stage(cfg, stage, run_dir=run_dir, init_dir=init_dir, data_dir=data_dir, progress=progress)
 
 
-def train_ablation(cfg: KitConfig, run_dir, init_dir, data_dir, progress=None, reuse=()) -> dict[str, Any]:
-    """The RoC ablation from ``init_dir/policy``: :func:`kit.train.rl.run_ablation` locally, or one
-    VERL stage-1 run per (algorithm, seed) on the paper profiles (:func:`kit.bridge.stages.run_ablation`,
-    same subfolders, each with ``metrics.jsonl``, ``policy/`` and ``summary.json``).
+def train_ablation(cfg: KitConfig, run_dir, init_dir, data_dir, progress=None,
+                   reuse: Sequence[str | os.PathLike] = ()) -> dict[str, Any]:
+    """The RoC ablation from the upstream run folder ``init_dir`` (``run_ablation`` of the
+    runtime): one stage-1 run per (algorithm, seed) in ``run_dir/<algorithm>_seed<s>/``, each with
+    ``metrics.jsonl``, ``policy/`` and ``summary.json``, and ``run_dir/ablation.json``.
 
-    ``reuse``: finished local stage run dirs that may already be one of the arms (the stage-1
-    run is the ``grpo_roc`` arm of the main seed when the steps agree); local engine only."""
-    if not uses_cluster(cfg):
-        from kit.train.rl import run_ablation
-
-        return run_ablation(cfg, Path(init_dir) / "policy", run_dir, progress=progress, reuse=list(reuse))
-    from kit.bridge import stages
-
-    return stages.run_ablation(cfg, run_dir, init_dir, data_dir)
+    ``reuse``: finished stage run folders that may already be one of the arms (the stage-1 run is
+    the ``grpo_roc`` arm of the main seed when the steps agree); used by the local runtime."""
+    return runtime.get(cfg).run_ablation(cfg, run_dir=run_dir, init_dir=init_dir, data_dir=data_dir,
+                                         progress=progress, reuse=reuse)
 
 
 def summary_markdown(summary: Mapping[str, Any], digits: int = 4):
     """A trainer's summary dict as a two-column Markdown table (scalars only; nested values are
     left out), which renders as a table in JupyterLab and in the PDF alike."""
-    from IPython.display import Markdown
-
     rows = ["| key | value |", "|---|---|"]
     for k, v in summary.items():
         if isinstance(v, Mapping | list | tuple):

@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from kit import prompts
+from kit.config import KitConfig
 
 FAMILIES = ("product", "digit_sum_factorial", "divisor_count", "mod_pow", "gcd_lcm", "prime_count", "range_sum")
 LEVELS = (1, 2, 3)
@@ -261,6 +262,11 @@ def make_split(train_size: int, heldout_size: int, seed: int, families: Sequence
     heldout = generate(heldout_size, seed + 1_000_003, families)
     train = generate(train_size, seed, families, exclude={p.question for p in heldout})
     return TaskSplit(tuple(train), tuple(heldout))
+
+
+def task_split(cfg: KitConfig) -> TaskSplit:
+    """The run's train/held-out task split (``cfg.data.task_*``, ``cfg.seed``)."""
+    return make_split(cfg.data.task_train_size, cfg.data.task_heldout_size, cfg.seed, cfg.data.task_families)
 
 
 # --------------------------------------------------------------------------- demonstrations

@@ -17,7 +17,7 @@ Backends here:
       requests of many concurrent trajectories and decodes them together with a KV cache.
     * :class:`OpenAIBackend` an OpenAI-compatible ``/v1/completions`` server (SGLang, vLLM) with
       the released rStar2-Agent-14B, token ids in and (when the server returns them) out.
-The continuous-batching training engine (``kit.train.engine``) and VERL's SGLang servers
+The continuous-batching training engine (``kit.rollout.engine``) and VERL's SGLang servers
 (``kit.bridge.agent_loop``) implement the same interface.
 """
 
@@ -135,7 +135,7 @@ class HFBackend:
     left-padded and decoded together in a worker thread, so the event loop keeps running tool
     calls meanwhile. Each row has its own token budget, temperature, top-p and stop ids; a row
     stops on a stop id (kept) or its budget, the batch when every row has stopped. Requests that
-    arrive during a batch wait for the next one (use ``kit.train.engine`` for continuous batching).
+    arrive during a batch wait for the next one (use ``kit.rollout.engine`` for continuous batching).
 
     Sampling is reproducible: row ``r`` draws its tokens from its own stream of uniforms
     (:func:`sampling_uniforms`) seeded by ``(seed, prompt ids, how many times this prompt was
@@ -270,7 +270,7 @@ class HFBackend:
 def sampling_uniforms(seed: int, n: int) -> list[float]:
     """The ``n`` uniform draws in [0, 1) of one request's sampling stream (one per new token).
 
-    Every backend that samples locally (:class:`HFBackend`, ``kit.train.engine``) draws token
+    Every backend that samples locally (:class:`HFBackend`, ``kit.rollout.engine``) draws token
     ``t`` of a request from its ``t``-th uniform, so a request samples the same tokens whatever
     batch it shares, on any backend (up to float summation order in the logits).
     """

@@ -1,4 +1,4 @@
-"""Local CPU training engine: SFT, RL stages, continuous-batching rollout engine, scheduler simulator.
+"""Local CPU training engine: SFT, RL stages, the RoC ablation.
 
 Entry points for notebooks (each writes only under its ``run_dir``; see DEVELOPERS.md)::
 
@@ -11,5 +11,6 @@ Entry points for notebooks (each writes only under its ``run_dir``; see DEVELOPE
 
 Modules: ``sft`` (cold start), ``rl`` (stages, hard subset, ablation), ``rollouts`` (the agent
 loop, sandbox and verifier behind one ``collect``), ``common`` (seeds, schedule, metrics file,
-checkpoints), ``engine`` (continuous batching), ``sim`` (cluster scheduler simulator).
+checkpoints). The continuous-batching rollout engine is :mod:`kit.rollout.engine`; the cluster
+scheduler simulator is :mod:`kit.sim`.
 """

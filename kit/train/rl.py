@@ -74,7 +74,7 @@ def stage_config(cfg: KitConfig, stage_name: str) -> StageConfig:
 
 def stage_pool(cfg: KitConfig, stage: StageConfig) -> list[Problem]:
     """Train problems of the stage's difficulty level."""
-    from kit.train.sft import task_split
+    from kit.data.tasks import task_split
 
     return task_split(cfg).level(stage.difficulty)
 
@@ -329,7 +329,7 @@ async def _run_stage(cfg, stage_name, init_dir, run_dir, progress, algorithm, se
                    tool_error_ratio_correct_first=_nanmean([r["tool_error_ratio_correct_before"] for r in rows[:k]]) if rows else None,
                    tool_error_ratio_correct_last=_nanmean([r["tool_error_ratio_correct_before"] for r in rows[-k:]]) if rows else None)
     if evaluate:
-        from kit.train.sft import task_split
+        from kit.data.tasks import task_split
 
         model.eval()
         summary.update(evaluate_policy(cfg, model, tok, list(task_split(cfg).heldout), seed=seed))
@@ -338,6 +338,55 @@ async def _run_stage(cfg, stage_name, init_dir, run_dir, progress, algorithm, se
     if progress is not None:
         progress({"stage": stage_name, "summary": summary})
     return summary
+
+
+def prepare_hard_subset(cfg: KitConfig, stage_name: str, init_dir: str | Path, run_dir: str | Path, *,
+                      seed: int | None = None) -> dict[str, Any]:
+    """Stage 3's problem pool, built before the stage trains (report §4.3): the policy in
+    ``init_dir`` samples ``hard_filter_samples`` trajectories per candidate problem of the
+    stage's pool and the problems it solves every time are dropped
+    (:func:`kit.data.curate.build_hard_subset`). Writes
+    ``run_dir/hard_subset.json`` (``kept_ids``, ``info``), which :func:`run_stage` then reads;
+    a run directory that has it already returns its ``info`` without sampling.
+
+    Args:
+        cfg: resolved config (``cfg.stages.<stage_name>``, ``cfg.rollout``, ``cfg.sandbox``).
+        stage_name: a stage with ``problems = "hard"`` (``stage3``).
+        init_dir: a ``save_policy`` folder (the previous stage's ``policy/``).
+        run_dir: the stage's run directory.
+        seed: default ``cfg.seed`` (must equal the one :func:`run_stage` gets).
+    Returns:
+        ``{"candidates", "samples", "solved_all", "kept", "solve_rate", "seconds"}``.
+    Raises:
+        ValueError: an unknown stage, a stage whose ``problems`` is not ``"hard"``, or a subset
+            left empty (every candidate solved every time).
+    """
+    from kit.models import load_policy
+    from kit.rollout import run_sync
+    from kit.sandbox import SandboxPool
+
+    stage = stage_config(cfg, stage_name)
+    if stage.problems != "hard":
+        raise ValueError(f"{stage_name}: problems = {stage.problems!r}; only a 'hard' stage filters its pool")
+    seed = cfg.seed if seed is None else seed
+    run_dir = Path(run_dir)
+    path = run_dir / "hard_subset.json"
+    if path.exists():
+        return json.loads(path.read_text())["info"]
+    run_dir.mkdir(parents=True, exist_ok=True)
+    common.set_threads(cfg.model.torch_threads)
+    model, tok = load_policy(Path(init_dir))
+    model.eval()
+
+    async def go():
+        async with SandboxPool(cfg.sandbox) as executor:
+            return await _hard_subset_async(cfg, model, tok, stage, stage_pool(cfg, stage), run_dir, seed, executor)
+
+    kept, info = run_sync(go())
+    if not kept:
+        raise ValueError(f"{stage_name}: every candidate problem was solved {stage.hard_filter_samples}/"
+                         f"{stage.hard_filter_samples} times; the hard subset is empty")
+    return info
 
 
 async def _hard_subset_async(cfg, model, tok, stage, pool, run_dir, seed, executor):

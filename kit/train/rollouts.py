@@ -56,13 +56,13 @@ class Batch:
 def make_backend(cfg: KitConfig, model, tokenizer, seed: int):
     """The tiny model's sampling backend, seeded.
 
-    ``cfg.rollout.scheduler == "dynamic"``: :class:`kit.train.engine.ContinuousBatchingEngine`
+    ``cfg.rollout.scheduler == "dynamic"``: :class:`kit.rollout.engine.ContinuousBatchingEngine`
     (report §3.2's load-balanced rollout: a row that ends its turn frees its slot at once);
     ``"static"``: :class:`kit.rollout.HFBackend` (micro-batches of whatever is pending). Both
     draw row ``r``'s tokens from the same per-request seed, so they sample the same tokens.
     """
     if cfg.rollout.scheduler == "dynamic":
-        from kit.train.engine import ContinuousBatchingEngine
+        from kit.rollout.engine import ContinuousBatchingEngine
 
         return ContinuousBatchingEngine(model, tokenizer, slots=cfg.rollout.batch_size, seed=seed)
     from kit.rollout import HFBackend

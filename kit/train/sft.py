@@ -45,11 +45,6 @@ SFT_DATA_FILE = "sft_data.json"
 # --------------------------------------------------------------------------- data
 
 
-def task_split(cfg: KitConfig) -> tasks.TaskSplit:
-    """The run's train/held-out task split (``cfg.data.task_*``, ``cfg.seed``)."""
-    return tasks.make_split(cfg.data.task_train_size, cfg.data.task_heldout_size, cfg.seed, cfg.data.task_families)
-
-
 def prepare_sft_data(cfg: KitConfig, run_dir: str | Path) -> dict[str, Any]:
     """Task demos with their sandbox feedback, cached in ``run_dir/sft_data.json``.
 
@@ -71,7 +66,7 @@ def prepare_sft_data(cfg: KitConfig, run_dir: str | Path) -> dict[str, Any]:
         cached = json.loads(path.read_text())
         if cached.get("key") == key:
             return cached
-    split = task_split(cfg)
+    split = tasks.task_split(cfg)
     kinds = tasks.demo_kinds(len(split.train), cfg.data.demo_error_fraction, cfg.data.demo_direct_fraction,
                              common.step_seed(cfg.seed, "demo-kinds"))
     rng = random.Random(common.step_seed(cfg.seed, "demos"))
@@ -306,7 +301,7 @@ def run_sft(cfg: KitConfig, run_dir: str | Path, progress: Callable[[dict], None
         from kit.train.rollouts import evaluate_policy
 
         model.eval()
-        split = task_split(cfg)
+        split = tasks.task_split(cfg)
         summary.update(evaluate_policy(cfg, model, tok, list(split.heldout), seed=cfg.seed))
     summary["seconds"] = time.perf_counter() - t_start
     common.write_json(run_dir / "summary.json", summary)

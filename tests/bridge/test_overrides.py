@@ -110,3 +110,9 @@ def test_offsets_and_command():
     cfg = load("paper-14b", write=False)
     assert [stage_step_offset(cfg, s) for s in ("stage1", "stage2", "stage3")] == [0, 300, 385]
     assert command(["a=1"], python="py")[:3] == ["py", "-m", "verl.trainer.main_ppo"]
+
+
+def test_check_minimums_is_the_one_roc_count_check():
+    with pytest.raises(ValueError, match=r"min_positive \(5\) \+ min_negative \(2\) exceeds group_size \(6\)"):
+        to_hydra_overrides(load("paper-14b", {"algorithm.group_size": 6, "algorithm.oversample": 12,
+                                              "algorithm.min_positive": 5}, write=False), "stage1")

@@ -1,4 +1,5 @@
-"""kit.recipe: prints the VERL command, writes what it points at, finds the Ray cluster, runs it."""
+"""kit.recipe (the command line) and kit.bridge.launch: prints the VERL command, writes what it points
+at, finds the Ray cluster, runs it."""
 
 import json
 import shlex
@@ -8,7 +9,12 @@ import sys
 import pytest
 
 from kit import recipe
+from kit.bridge import launch
 from kit.config import load
+
+
+def _paper(run_dir=None, **over):
+    return load("paper-14b", {**over, **({"run_dir": str(run_dir)} if run_dir else {})}, write=False)
 
 
 def test_dry_run_prints_the_verl_command(capsys, tmp_path):
@@ -25,7 +31,7 @@ def test_agent_loop_yaml_is_what_verl_loads(tmp_path):
     from omegaconf import OmegaConf
 
     cfg = load("paper-14b", write=False)
-    path = recipe.write_agent_loop_config(cfg, tmp_path / "agent_loop.yaml")
+    path = launch.write_agent_loop_config(cfg, tmp_path / "agent_loop.yaml")
     (entry,) = OmegaConf.load(path)  # how AgentLoopWorker reads agent_loop_config_path
     assert entry.name == "rstar2_kit" and entry.sandbox.timeout_s == cfg.sandbox.timeout_s
     from kit.bridge.agent_loop import KitAgentLoop
@@ -50,7 +56,7 @@ def test_launch_runs_on_the_cluster_it_finds(tmp_path, monkeypatch):
         (run / "data" / f).write_bytes(b"")
     python, log = _fake_python(tmp_path)
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
-    assert recipe.launch("paper-14b", "stage1", run_dir=str(run), python=python) == 0
+    assert launch.launch(_paper(run), "stage1", python=python) == 0
     got = json.loads(log.read_text())
     assert got["ray"] == "10.0.0.1:6379" and got["argv"][:2] == ["-m", "verl.trainer.main_ppo"]
     assert f"actor_rollout_ref.rollout.agent.agent_loop_config_path={run}/verl/agent_loop.yaml" in got["argv"]
@@ -59,17 +65,17 @@ def test_launch_runs_on_the_cluster_it_finds(tmp_path, monkeypatch):
 
 def test_launch_without_cluster_or_data_says_what_to_do(tmp_path, monkeypatch):
     monkeypatch.delenv("RAY_ADDRESS", raising=False)
-    monkeypatch.setattr(recipe, "RAY_CLUSTER_FILE", tmp_path / "none")
+    monkeypatch.setattr(launch, "RAY_CLUSTER_FILE", tmp_path / "none")
     run = tmp_path / "run"
     with pytest.raises(FileNotFoundError, match="prepare-data"):
-        recipe.launch("paper-14b", "stage1", run_dir=str(run))
+        launch.launch(_paper(run), "stage1")
     with pytest.raises(FileNotFoundError, match="build_hard_subset"):
-        recipe.launch("paper-14b", "stage3", run_dir=str(run))
+        launch.launch(_paper(run), "stage3")
     (run / "data").mkdir(parents=True, exist_ok=True)
     for f in ("curated.parquet", "val.parquet"):
         (run / "data" / f).write_bytes(b"")
     with pytest.raises(RuntimeError, match="ray start --head"):
-        recipe.launch("paper-14b", "stage1", run_dir=str(run))
+        launch.launch(_paper(run), "stage1")
 
 
 def test_prepare_data_writes_rows_verls_dataset_reads(tmp_path):
@@ -82,7 +88,7 @@ def test_prepare_data_writes_rows_verls_dataset_reads(tmp_path):
 
     cfg = load("paper-14b", overrides={"run_dir": str(tmp_path)}, write=False)
     pools = {"dapo": [Problem("dapo", str(i), f"What is {i} + {i}?", str(2 * i)) for i in range(1, 6)]}
-    paths = recipe.prepare_data(cfg, curated=curate(pools), val_benchmarks=("aime24",))
+    paths = launch.prepare_data(cfg, curated=curate(pools), val_benchmarks=("aime24",))
     tok = train_tokenizer(["What is 1 + 1? <answer>2</answer>"] * 10, 400)
     data_cfg = OmegaConf.create({"max_prompt_length": 4096, "return_raw_chat": True, "filter_overlong_prompts": False,
                                  "truncation": "error", "prompt_key": "prompt"})
@@ -120,15 +126,15 @@ def test_later_stages_need_the_previous_stage_checkpoint(tmp_path, monkeypatch):
     python, log = _fake_python(tmp_path)
     monkeypatch.setenv("RAY_ADDRESS", "10.0.0.1:6379")
     with pytest.raises(FileNotFoundError, match=r"global_step_300 does not exist; stage2 resumes from the end of stage1"):
-        recipe.launch("paper-14b", "stage2", run_dir=str(run), python=python)
+        launch.launch(_paper(run), "stage2", python=python)
     assert not log.exists()
     (run / "checkpoints" / "global_step_300").mkdir(parents=True)
-    assert recipe.launch("paper-14b", "stage2", run_dir=str(run), python=python) == 0
+    assert launch.launch(_paper(run), "stage2", python=python) == 0
     assert f"trainer.resume_from_path={run}/checkpoints/global_step_300" in json.loads(log.read_text())["argv"]
     # an explicit resume override is the user's call
     other = ["trainer.resume_from_path=/elsewhere/global_step_300"]
     (run / "checkpoints" / "global_step_300").rmdir()
-    assert recipe.launch("paper-14b", "stage2", run_dir=str(run), python=python, extra_overrides=other) == 0
+    assert launch.launch(_paper(run), "stage2", python=python, extra_overrides=other) == 0
 
 
 def test_stage1_without_model_path_says_it_starts_from_the_base_model(capsys, tmp_path):

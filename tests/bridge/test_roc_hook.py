@@ -218,6 +218,18 @@ def test_sampler_kwargs_errors_name_the_key(hook):
         hook.RocReplayBuffer("separate_async", {}, 8, "drop", _sampler_kwargs())
 
 
+def test_absent_sampler_kwargs_take_the_configs_defaults(hook):
+    import dataclasses
+
+    from kit.config import AlgorithmConfig
+
+    params, extra = hook.roc_params_from_kwargs({"group_size": 4, "oversample": 8, "train_batch_size": 2})
+    assert params == RocParams.from_config(dataclasses.replace(AlgorithmConfig(), group_size=4))
+    assert extra["reading"] == AlgorithmConfig().roc_reading
+    with pytest.raises(ValueError, match=r"min_positive \(3\) \+ min_negative \(2\) exceeds group_size \(4\)"):
+        hook.roc_params_from_kwargs({"group_size": 4, "oversample": 8, "train_batch_size": 2, "min_positive": 3})
+
+
 def test_oversampling_marks_training_prompts_only_and_survives_worker_chunking(hook):
     from tensordict import NonTensorData, NonTensorStack
     from verl.utils import tensordict_utils as tu

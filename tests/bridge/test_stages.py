@@ -1,5 +1,6 @@
 """kit.bridge.stages/hard_subset/sft: the VERL chain across notebook run dirs, with a fake VERL."""
 
+import dataclasses
 import json
 import shlex
 from pathlib import Path
@@ -21,12 +22,12 @@ def _dirs(tmp_path):
 
 
 def fake_verl(log):
-    """A stand-in for kit.recipe.launch: records its arguments, writes VERL's checkpoint and file-logger output."""
-    def launch(profile, stage, **kw):
+    """A stand-in for kit.bridge.launch.launch: records its arguments, writes VERL's checkpoint and file-logger output."""
+    def launch(cfg, stage, **kw):
+        kw = {**kw, "run_dir": cfg.run_dir, "config": cfg}
         log.append((stage, kw))
-        cfg = load(profile, kw["config_overrides"], write=False)
         end = kw["start_step"] + getattr(cfg.stages, stage).steps
-        fake_checkpoint(Path(kw["run_dir"]) / "checkpoints", end)
+        fake_checkpoint(Path(cfg.run_dir) / "checkpoints", end)
         m = Path(kw["metrics_file"])
         m.parent.mkdir(parents=True, exist_ok=True)
         m.write_text("".join(json.dumps({"step": s, "data": {"critic/score/mean": 0.5, "response_length/mean": 100.0,
@@ -62,7 +63,7 @@ def test_three_stages_chain_through_merged_policies(tmp_path):
 
 
 def test_the_launch_kwargs_build_a_command_that_resets_the_optimizer_only_at_stage_start(tmp_path):
-    from kit import recipe
+    from kit.bridge import launch
 
     d = _dirs(tmp_path)
     fake_checkpoint(d["stage2"] / "checkpoints", 385)
@@ -74,7 +75,8 @@ def test_the_launch_kwargs_build_a_command_that_resets_the_optimizer_only_at_sta
     assert f"trainer.resume_from_path={d['stage2'].resolve()}/checkpoints/global_step_385" in plan.launch_command
     assert f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={d['stage3'].resolve()}/verl/metrics.jsonl" \
         in plan.launch_command and "trainer.logger=[console,file]" in plan.launch_command
-    assert recipe.build_launch("paper-14b", "stage3", **plan.launch_kwargs)[2] == plan.launch_command
+    assert launch.build_launch(plan.config, "stage3", **plan.launch_kwargs)[1] == plan.launch_command
+    assert plan.config == dataclasses.replace(cfg, run_dir=str(d["stage3"].resolve()))  # the caller's config, unchanged
     fake_checkpoint(d["stage3"] / "checkpoints", 400)  # interrupted stage 3: resumes its own optimizer
     again = stages.plan_stage(cfg, "stage3", d["stage3"], d["stage2"], d["data"], cluster=CLUSTER)
     assert again.reads["resume_from"].endswith("stage3/checkpoints/global_step_400") and again.notes
@@ -105,6 +107,11 @@ def test_ablation_runs_one_stage1_per_algorithm(tmp_path):
     assert sorted(out["runs"]) == ["grpo_roc_seed0", "grpo_seed0"]
     algs = {json.loads((d["ablation"] / k / "config.json").read_text())["algorithm"]["name"] for k in out["runs"]}
     assert algs == {"grpo", "grpo_roc"} and (d["ablation"] / "ablation.json").exists()
+    # each arm launches the caller's config with only seed, algorithm, steps and run_dir replaced
+    for stage, kw in log:
+        arm = kw["config"]
+        assert stage == "stage1" and arm.stages.stage1.steps == 2 and arm.run_dir.startswith(str(d["ablation"]))
+        assert dataclasses.replace(arm, run_dir="", algorithm=cfg.algorithm, stages=cfg.stages) == cfg
     assert (d["ablation"] / "grpo_seed0" / "metrics.jsonl").exists()
 
 

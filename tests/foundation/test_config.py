@@ -85,3 +85,17 @@ def test_config_is_frozen():
     cfg = load("tiny")
     with pytest.raises(dataclasses.FrozenInstanceError):
         cfg.seed = 3  # type: ignore[misc]
+
+
+def test_stages_take_rollouts_budget_unless_they_set_their_own():
+    tiny = load("tiny", write=False)
+    assert (tiny.stages.stage1.max_response_tokens, tiny.stages.stage1.max_turns) == (384, 4)  # rollout's
+    short = load("tiny", {"rollout.max_response_tokens": 64, "rollout.max_turns": 2}, write=False)
+    assert (short.stages.stage1.max_response_tokens, short.stages.stage1.max_turns) == (64, 2)
+    assert (short.stages.stage2.max_response_tokens, short.stages.stage2.max_turns) == (576, 2)  # own budget
+    assert (short.stages.stage3.max_response_tokens, short.stages.stage3.max_turns) == (576, 6)  # both its own
+    paper = load("paper-14b", {"rollout.max_turns": 12}, write=False)
+    assert [getattr(paper.stages, s).max_turns for s in ("stage1", "stage2", "stage3")] == [12, 12, 15]
+    assert [getattr(paper.stages, s).max_response_tokens for s in ("stage1", "stage2", "stage3")] == [8192, 12288, 12288]
+    assert config.KitConfig().stages == load("paper-14b", write=False).stages  # built without load: resolved too
+

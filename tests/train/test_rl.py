@@ -196,6 +196,24 @@ def test_hard_subset_drops_problems_solved_every_time(policy, tmp_path, monkeypa
     assert [p.id for p in again] == [p.id for p in kept]
 
 
+def test_a_hard_subset_built_before_the_stage_is_the_one_the_stage_would_build(policy, tmp_path, parity_grader):
+    cfg = _cfg(**{"stages.stage3.hard_filter_samples": 1, "algorithm.prompts_per_step": 6})
+    info = rl.prepare_hard_subset(cfg, "stage3", policy, tmp_path / "first")  # as kit.chain calls it
+    assert 0 < info["kept"] < info["candidates"]
+    first = rl.run_stage(cfg, "stage3", policy, tmp_path / "first", evaluate=False)
+    inside = rl.run_stage(cfg, "stage3", policy, tmp_path / "inside", evaluate=False)  # builds it itself
+
+    def read(d):
+        hard = json.loads((d / "hard_subset.json").read_text())
+        rows = [{k: v for k, v in r.items() if not k.startswith("time_")} for r in common.read_metrics(d)]
+        return json.dumps([hard["kept_ids"], rows])
+
+    assert read(tmp_path / "first") == read(tmp_path / "inside")
+    assert first["hard_subset"]["kept"] == inside["hard_subset"]["kept"] == info["kept"]
+    with pytest.raises(ValueError, match="only a 'hard' stage"):
+        rl.prepare_hard_subset(cfg, "stage1", policy, tmp_path / "s1")
+
+
 def test_ablation_reports_both_algorithms_over_seeds(policy, tmp_path, parity_grader):
     cfg = _cfg()
     s = rl.run_ablation(cfg, policy, tmp_path, seeds=(0, 1))

@@ -1,11 +1,11 @@
-"""kit.train.sim: known answers, conservation of work, eviction and recompute accounting."""
+"""kit.sim: known answers, conservation of work, eviction and recompute accounting."""
 
 import dataclasses
 
 import numpy as np
 import pytest
 
-from kit.train.sim import (
+from kit.sim import (
     PAPER_WORKLOAD,
     EngineSpec,
     Trajectory,

@@ -1,7 +1,7 @@
 """One inference engine of the simulated cluster: cost model, KV rows and SGLang's scheduler.
 
 :class:`EngineSpec` prices a decode step (``t0 + c_seq * b + c_kv * sum(ctx)`` plus prefill).
-The rest is the per-engine state :func:`kit.train.sim.simulate` drives: a request is one turn of a
+The rest is the per-engine state :func:`kit.sim.simulate` drives: a request is one turn of a
 trajectory, stored as a row of ``_FIELDS`` (the engine's running rows in :class:`_Rows`, its queue
 in :attr:`_Engine.waiting`); :func:`_admit_sglang` is SGLang's optimistic admission
 (``PrefillAdder``, ``new_token_ratio``), :func:`_retract` its ``retract_decode`` (evicted rows lose

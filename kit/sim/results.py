@@ -1,5 +1,5 @@
 """What a simulated rollout step yields (:class:`SimResult`) and the makespan no schedule can beat
-(:func:`lower_bound`), under the cost model of :class:`~kit.train.sim.engine_model.EngineSpec`.
+(:func:`lower_bound`), under the cost model of :class:`~kit.sim.engine_model.EngineSpec`.
 """
 
 from __future__ import annotations
@@ -8,8 +8,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kit.train.sim.engine_model import EngineSpec
-from kit.train.sim.workload import Trajectory
+from kit.sim.engine_model import EngineSpec
+from kit.sim.workload import Trajectory
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""kit.train.engine: continuous batching gives the same tokens as plain generation, refills slots, stops."""
+"""kit.rollout.engine: continuous batching gives the same tokens as plain generation, refills slots, stops."""
 
 import asyncio
 
@@ -9,7 +9,7 @@ from kit import prompts
 from kit.config import RolloutConfig, load
 from kit.models import build_tiny_model, train_tokenizer
 from kit.rollout.backends import HFBackend
-from kit.train.engine import BatchLoopBackend, ContinuousBatchingEngine, make_backend, rollout_plain
+from kit.rollout.engine import BatchLoopBackend, ContinuousBatchingEngine, make_backend, rollout_plain
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -168,7 +168,7 @@ def test_fresh_row_finished_at_prefill_is_not_overwritten_by_a_cached_row(tok, m
 def test_long_rows_outgrow_the_kv_buffer_and_stay_exact(tok, model):
     # budgets past KV_HEADROOM: the decode buffer is reallocated mid-row, and a row that joins
     # later (slot refill) rebuilds it; greedy tokens still equal uncached generation
-    from kit.train.engine import KV_HEADROOM
+    from kit.rollout.engine import KV_HEADROOM
 
     ps = _prompts(tok, 4)
     budgets = [KV_HEADROOM + 40, 7, KV_HEADROOM * 2 + 5, 20]
@@ -182,7 +182,7 @@ def test_long_rows_outgrow_the_kv_buffer_and_stay_exact(tok, model):
 def test_gqa_attention_equals_repeated_kv_heads():
     from transformers.integrations.sdpa_attention import repeat_kv
 
-    from kit.train.engine import gqa_sdpa_attention
+    from kit.rollout.engine import gqa_sdpa_attention
 
     g = torch.Generator().manual_seed(0)
     q = torch.randn(3, 4, 5, 8, generator=g)
@@ -207,7 +207,7 @@ def test_gqa_switch_keeps_training_and_saving_and_leaves_other_models_alone(tok,
     from transformers import GPT2Config, GPT2LMHeadModel, Qwen3Config, Qwen3ForCausalLM
 
     from kit.models import save_policy
-    from kit.train.engine import GQA_ATTENTION, use_gqa_attention
+    from kit.rollout.engine import GQA_ATTENTION, use_gqa_attention
 
     gqa, plain = copy.deepcopy(model).train(), copy.deepcopy(model).train()
     plain.set_attn_implementation("sdpa")

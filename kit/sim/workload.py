@@ -14,7 +14,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from kit.train.sim.engine_model import EngineSpec
+from kit.sim.engine_model import EngineSpec
 
 
 @dataclass(frozen=True)

@@ -5,8 +5,8 @@ trajectory progress, the event heap). They are the dispatcher of the ``dynamic``
 (``dispatch``: KV-budget placement, cache-aware routing with the :data:`BALANCE_REL` /
 :data:`BALANCE_ABS` threshold), the static and lockstep queues, the macro-steps of each engine
 (``start_step``, ``finish_macro``, ``cut``) and the handling of step-end and tool-return events.
-Admission and retraction inside an engine are in :mod:`kit.train.sim.engine_model`; the policies
-and every modelling assumption are described in :mod:`kit.train.sim`.
+Admission and retraction inside an engine are in :mod:`kit.sim.engine_model`; the policies
+and every modelling assumption are described in :mod:`kit.sim`.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from collections import deque
 
 import numpy as np
 
-from kit.train.sim.engine_model import (
+from kit.sim.engine_model import (
     _BUDGET,
     _CTX,
     _EXT,
@@ -32,8 +32,8 @@ from kit.train.sim.engine_model import (
     _retract,
     _steps_by,
 )
-from kit.train.sim.results import SimResult
-from kit.train.sim.workload import Trajectory
+from kit.sim.results import SimResult
+from kit.sim.workload import Trajectory
 
 #: Under SGLang admission while requests wait, a macro-step lasts at most this many steps (the
 #: engine re-runs admission at its end); 1 and 32 give the same makespan on a quarter of the preset.
@@ -54,7 +54,7 @@ def simulate(trajs: list[Trajectory], n_engines: int, engine: EngineSpec, policy
         trajs: the step's N trajectories (:func:`sample_workload`).
         n_engines: E, inference engines.
         engine: hardware and cost model of one engine.
-        policy: one of :data:`POLICIES` (see :mod:`kit.train.sim`).
+        policy: one of :data:`POLICIES` (see :mod:`kit.sim`).
         max_response_tokens: response budget of the stage (each turn's ``max_new`` and the
             dispatcher's per-request budget); default the largest response in ``trajs``.
     Returns:

@@ -39,7 +39,7 @@ its home engine (sticky, as the release routes).
 ``dynamic_free`` (information): ``dynamic`` without migration (continuing turns are sticky).
 ``static_barrier`` (information): static allocation where each engine's trajectories advance
 turn by turn in lockstep (all tool calls of a turn must return before the next turn starts),
-like the plain batch loop of :mod:`kit.train.engine`.
+like the plain batch loop of :mod:`kit.rollout.engine`.
 
 Modelling assumptions (all of them):
     * Decode step time on one engine: ``t0 + c_seq * b + c_kv * sum(ctx)`` seconds for ``b``
@@ -78,7 +78,7 @@ model figures in its comments, not fitted to any result.
 Known answers (tests/train/test_sim.py): with one engine and room for every request, every
 policy's makespan equals :func:`lower_bound`; with equal trajectories the policies tie.
 
-Layout (``from kit.train.sim import X`` reaches every public name; the code lives in):
+Layout (``from kit.sim import X`` reaches every public name; the code lives in):
     ``engine_model``  :class:`EngineSpec` (cost of a step), the SGLang constants, the request
         rows of one engine, SGLang admission (``PrefillAdder``) and retraction
         (``retract_decode``: eviction and the recompute it costs), the macro-step arithmetic.
@@ -88,11 +88,11 @@ Layout (``from kit.train.sim import X`` reaches every public name; the code live
     ``loop``  :func:`simulate` (event loop, dispatcher and the per-policy queues),
         :data:`POLICIES`, :data:`BALANCE_REL`, :data:`BALANCE_ABS`, :data:`STATIC_RECHECK_STEPS`.
 Imports run one way: ``engine_model`` <- ``workload`` <- ``results`` <- ``loop``. To monkeypatch a
-name a function looks up, patch the submodule that uses it (e.g. ``kit.train.sim.loop.BALANCE_REL``
-for :func:`simulate`), not ``kit.train.sim``.
+name a function looks up, patch the submodule that uses it (e.g. ``kit.sim.loop.BALANCE_REL``
+for :func:`simulate`), not ``kit.sim``.
 """
 
-from kit.train.sim.engine_model import (
+from kit.sim.engine_model import (
     SGLANG_CLIP_MAX_NEW,
     SGLANG_DECAY_STEPS,
     SGLANG_INIT_RATIO,
@@ -100,10 +100,10 @@ from kit.train.sim.engine_model import (
     SGLANG_RETRACT_STEPS,
     EngineSpec,
 )
-from kit.train.sim.engine_model import _steps_by as _steps_by  # private; tests/train/test_sim.py checks it
-from kit.train.sim.loop import BALANCE_ABS, BALANCE_REL, POLICIES, STATIC_RECHECK_STEPS, simulate
-from kit.train.sim.results import SimResult, lower_bound
-from kit.train.sim.workload import PAPER_ENGINE, PAPER_WORKLOAD, Trajectory, WorkloadPreset, sample_workload
+from kit.sim.engine_model import _steps_by as _steps_by  # private; tests/train/test_sim.py checks it
+from kit.sim.loop import BALANCE_ABS, BALANCE_REL, POLICIES, STATIC_RECHECK_STEPS, simulate
+from kit.sim.results import SimResult, lower_bound
+from kit.sim.workload import PAPER_ENGINE, PAPER_WORKLOAD, Trajectory, WorkloadPreset, sample_workload
 
 __all__ = [
     "BALANCE_ABS",

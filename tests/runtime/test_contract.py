@@ -1,0 +1,150 @@
+"""The runtime contract (kit.runtime): both runtimes take the same keyword-only arguments, the
+switch is ``cfg.runtime``, and kit.chain calls whichever it picks the same way, stage-3 filtering
+included."""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import json
+import typing
+from pathlib import Path
+
+import pytest
+
+from kit import chain, runtime
+from kit.config import ConfigError, KitConfig, from_json, load, save
+from kit.runtime import local, verl
+
+
+def _params(fn):
+    return [(p.name, p.kind, p.default, str(p.annotation)) for p in inspect.signature(fn).parameters.values()]
+
+
+@pytest.mark.parametrize("name", runtime.CONTRACT)
+def test_both_runtimes_define_the_same_keyword_only_signature(name):
+    a, b = getattr(local, name), getattr(verl, name)
+    assert _params(a) == _params(b)
+    params = list(inspect.signature(a).parameters.values())
+    positional = [p.name for p in params if p.kind is not inspect.Parameter.KEYWORD_ONLY]
+    assert positional in (["cfg"], ["cfg", "stage"], ["cfg", "curation"])
+    assert "run_dir" in [p.name for p in params]
+    if name not in ("prepare_data",):
+        assert {"init_dir", "data_dir"} <= {p.name for p in params}
+
+
+def test_the_runtime_names_are_the_configs():
+    allowed = typing.get_args(typing.get_type_hints(KitConfig)["runtime"])
+    assert set(runtime.RUNTIMES) == set(allowed) == {"local", "verl"}
+    assert runtime.get(load("smoke", write=False)) is local
+    assert runtime.get(load("paper-14b", write=False)) is verl
+
+
+def test_profiles_choose_their_runtime_and_the_rules_between_keys_hold(tmp_path):
+    assert [load(p, write=False).runtime for p in ("tiny", "smoke", "paper-14b", "paper-32b")] == \
+        ["local", "local", "verl", "verl"]
+    with pytest.raises(ConfigError, match="runtime: 'cluster' is not one of"):
+        load("smoke", {"runtime": "cluster"}, write=False)
+    with pytest.raises(ConfigError, match="needs rollout.engine='hf'"):
+        load("smoke", {"rollout.engine": "sglang"}, write=False)
+    assert load("smoke", {"runtime": "verl"}, write=False).runtime == "verl"  # e.g. VERL on the CPU
+    # a config.json written before the key existed reads back with the runtime its engine implied
+    for profile, expected in (("smoke", "local"), ("paper-14b", "verl")):
+        path = save(load(profile, write=False), tmp_path / profile)
+        data = json.loads(path.read_text())
+        del data["runtime"]
+        path.write_text(json.dumps(data))
+        assert from_json(path).runtime == expected
+
+
+class Recorder:
+    """Stands in for one runtime module: records each call of the contract."""
+
+    def __init__(self):
+        self.calls = []
+
+    def __getattr__(self, name):
+        if name not in runtime.CONTRACT:
+            raise AttributeError(name)
+
+        def call(*args, **kwargs):
+            self.calls.append((name, args[1:], kwargs))
+            return {"called": name}
+
+        return call
+
+
+@pytest.mark.parametrize("name", ["local", "verl"])
+def test_the_chain_calls_either_runtime_the_same_way(name, monkeypatch, tmp_path):
+    rec = Recorder()
+    monkeypatch.setitem(runtime.RUNTIMES, name, rec)
+    cfg = dataclasses.replace(load("smoke", write=False), runtime=name)
+    cb = print
+    chain.cold_start(cfg, tmp_path / "sft", progress=cb)
+    chain.train_stage(cfg, "stage1", tmp_path / "s1", tmp_path / "sft", tmp_path / "data", progress=cb)
+    chain.train_stage(cfg, "stage3", tmp_path / "s3", tmp_path / "s2", tmp_path / "data", progress=cb)
+    chain.train_ablation(cfg, tmp_path / "abl", tmp_path / "sft", tmp_path / "data", progress=cb, reuse=["x"])
+    run = {"data_dir": tmp_path / "data", "progress": cb}
+    assert rec.calls == [
+        ("run_sft", (), {"run_dir": tmp_path / "sft", "init_dir": None, "data_dir": None, "progress": cb,
+                         "sft_checkpoint": "", "sft_data": ""}),
+        ("run_stage", ("stage1",), {"run_dir": tmp_path / "s1", "init_dir": tmp_path / "sft", **run}),
+        # stage 3's pool is built first, from the upstream run folder, in the same place for both runtimes
+        ("prepare_hard_subset", ("stage3",), {"run_dir": tmp_path / "s3", "init_dir": tmp_path / "s2",
+                                            "data_dir": tmp_path / "data", "hard_counts": "", "sampler_url": ""}),
+        ("run_stage", ("stage3",), {"run_dir": tmp_path / "s3", "init_dir": tmp_path / "s2", **run}),
+        ("run_ablation", (), {"run_dir": tmp_path / "abl", "init_dir": tmp_path / "sft", **run, "reuse": ["x"]}),
+    ]
+
+
+def test_a_zero_step_hard_stage_builds_no_subset(monkeypatch, tmp_path):
+    rec = Recorder()
+    monkeypatch.setitem(runtime.RUNTIMES, "verl", rec)
+    cfg = load("paper-32b", write=False)
+    assert cfg.stages.stage3.steps == 0 and cfg.stages.stage3.problems == "hard"
+    chain.train_stage(cfg, "stage3", tmp_path / "s3", tmp_path / "s2", tmp_path / "data")
+    assert [c[0] for c in rec.calls] == ["run_stage"]
+
+
+def test_the_local_runtime_passes_the_upstream_policy_folder_to_the_engine(monkeypatch, tmp_path):
+    seen = {}
+    monkeypatch.setattr(local.rl, "run_stage", lambda cfg, stage, init, run, progress: seen.update(stage=init))
+    monkeypatch.setattr(local.rl, "prepare_hard_subset", lambda cfg, stage, init, run: seen.update(hard=init))
+    monkeypatch.setattr(local.rl, "run_ablation", lambda cfg, init, run, **kw: seen.update(abl=init, **kw))
+    cfg = load("smoke", write=False)
+    local.run_stage(cfg, "stage2", run_dir=tmp_path / "s2", init_dir=tmp_path / "s1", data_dir=None)
+    local.prepare_hard_subset(cfg, "stage3", run_dir=tmp_path / "s3", init_dir=tmp_path / "s2")
+    local.run_ablation(cfg, run_dir=tmp_path / "a", init_dir=tmp_path / "sft", reuse=(tmp_path / "s1",))
+    assert seen == {"stage": tmp_path / "s1" / "policy", "hard": tmp_path / "s2" / "policy",
+                    "abl": tmp_path / "sft" / "policy", "progress": None, "reuse": [tmp_path / "s1"]}
+
+
+def test_each_runtime_refuses_the_others_inputs(tmp_path):
+    cfg = load("smoke", write=False)
+    with pytest.raises(ValueError, match="sft_checkpoint is an input of the 'verl' runtime"):
+        local.run_sft(cfg, run_dir=tmp_path, sft_checkpoint="/x")
+    with pytest.raises(ValueError, match="hard_counts is an input of the 'verl' runtime"):
+        local.prepare_hard_subset(cfg, "stage3", run_dir=tmp_path, init_dir=tmp_path, hard_counts="c.json")
+    with pytest.raises(ValueError, match="init_dir"):
+        local.run_sft(cfg, run_dir=tmp_path, init_dir=tmp_path)
+    paper = load("paper-14b", write=False)
+    with pytest.raises(ValueError, match="init_dir"):
+        verl.run_sft(paper, run_dir=tmp_path, init_dir=tmp_path, sft_checkpoint="/x")
+    with pytest.raises(ValueError, match="needs data_dir"):
+        verl.run_stage(paper, "stage1", run_dir=tmp_path / "s1", init_dir=tmp_path / "sft")
+
+
+def test_the_verl_runtime_replays_converted_metrics_to_progress(monkeypatch, tmp_path):
+    from kit.bridge import stages
+
+    def fake_run_stage(cfg, stage, run_dir, init_dir, data_dir):
+        Path(run_dir).mkdir(parents=True)
+        rows = [{"stage": stage, "step": s, "reward_mean": 0.5} for s in (1, 2)]
+        (Path(run_dir) / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return {"stage": stage, "engine": "verl"}
+
+    monkeypatch.setattr(stages, "run_stage", fake_run_stage)
+    seen = []
+    out = verl.run_stage(load("paper-14b", write=False), "stage1", run_dir=tmp_path / "s1", init_dir=tmp_path / "sft",
+                         data_dir=tmp_path / "data", progress=seen.append)
+    assert [r.get("step") for r in seen] == [1, 2, None] and seen[-1] == {"stage": "stage1", "summary": out}

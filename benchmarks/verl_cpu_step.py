@@ -28,7 +28,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from kit.bridge.checkpoints import merge_to_policy  # noqa: E402
-from kit.bridge.verl_cpu import launch, tiny_run  # noqa: E402
+from kit.bridge.verl_cpu import runner, tiny_run  # noqa: E402
+from kit.config import load  # noqa: E402
 
 PHASES = ("timing_s/gen", "timing_s/old_log_prob", "timing_s/update_actor", "timing_s/update_weights", "timing_s/step")
 
@@ -36,10 +37,10 @@ PHASES = ("timing_s/gen", "timing_s/old_log_prob", "timing_s/update_actor", "tim
 def local_steps(sft_cfg, policy: Path, run_dir: Path) -> list[float]:
     """Wall seconds of each of two local GRPO-RoC steps of the same size (kit.train.rl), on the
     SFT problems' most common difficulty level."""
-    from kit.config import load
-    from kit.train import rl, sft
+    from kit.data.tasks import task_split
+    from kit.train import rl
 
-    levels = [p.level for p in sft.task_split(sft_cfg).train]
+    levels = [p.level for p in task_split(sft_cfg).train]
     cfg = load("smoke", run_dir=str(run_dir), overrides={
         **tiny_run.SFT, **tiny_run.TWO_STEP, **tiny_run.sandbox_overrides(),
         "stages.stage1.difficulty": max(set(levels), key=levels.count)})
@@ -56,19 +57,21 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     root = Path(args.root).resolve()
     t = time.perf_counter()
-    policy, sft_cfg = tiny_run.tiny_sft_policy(Path(args.sft_dir).resolve() if args.sft_dir else root / "sft")
+    sft_dir = Path(args.sft_dir).resolve() if args.sft_dir else root / "sft"
+    sft_cfg = load("smoke", run_dir=str(sft_dir), overrides={**tiny_run.SFT, **tiny_run.sandbox_overrides()})
+    policy = tiny_run.tiny_sft_policy(sft_cfg, sft_dir)
     print(f"sft_s={time.perf_counter() - t:.1f} (0 when reused)", flush=True)
     data = tiny_run.tiny_rl_data(sft_cfg, root / "data")
-    _, paths, ln = launch.build_cpu_launch(
-        "smoke", "stage1", run_dir=str(root / "rl"), model_path=str(policy), train_files=str(data["train"]),
-        val_files=str(data["val"]), config_overrides={**tiny_run.TWO_STEP, **tiny_run.sandbox_overrides()},
+    cfg = load("smoke", run_dir=str(root / "rl"), overrides={**tiny_run.TWO_STEP, **tiny_run.sandbox_overrides()})
+    paths, ln = runner.build_cpu_launch(
+        cfg, "stage1", model_path=str(policy), train_files=str(data["train"]), val_files=str(data["val"]),
         metrics_file=str(root / "rl" / "verl_metrics.jsonl"), extra_overrides=["trainer.save_freq=2"])
     for p in (root / "rl" / "checkpoints", root / "rl" / "verl_metrics.jsonl"):
         if p.exists():
             import shutil
 
             shutil.rmtree(p) if p.is_dir() else p.unlink()
-    res = launch.run_session([ln], root / "session", timeout_s=1800)
+    res = runner.run_session([ln], root / "session", timeout_s=1800)
     if not res.ok:
         print(f"VERL run failed: {res.error} (log {paths.run_dir}/verl_stage1.log)", file=sys.stderr)
         return 1

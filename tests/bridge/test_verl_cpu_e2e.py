@@ -21,7 +21,8 @@ import torch
 pytest.importorskip("verl")
 
 from kit.bridge.checkpoints import merge_to_policy  # noqa: E402
-from kit.bridge.verl_cpu import launch, tiny_run  # noqa: E402
+from kit.bridge.verl_cpu import runner, tiny_run  # noqa: E402
+from kit.config import load  # noqa: E402
 from kit.models import load_policy  # noqa: E402
 
 pytestmark = [pytest.mark.verl_cpu, pytest.mark.slow]
@@ -30,14 +31,14 @@ pytestmark = [pytest.mark.verl_cpu, pytest.mark.slow]
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
     root = tmp_path_factory.mktemp("verl_cpu")
-    policy, sft_cfg = tiny_run.tiny_sft_policy(root / "sft")
+    sft_cfg = load("smoke", run_dir=str(root / "sft"), overrides={**tiny_run.SFT, **tiny_run.sandbox_overrides()})
+    policy = tiny_run.tiny_sft_policy(sft_cfg, root / "sft")
     data = tiny_run.tiny_rl_data(sft_cfg, root / "data")
-    over = {**tiny_run.TWO_STEP, **tiny_run.sandbox_overrides()}
-    cfg, paths, ln = launch.build_cpu_launch(
-        "smoke", "stage1", run_dir=str(root / "rl"), model_path=str(policy), train_files=str(data["train"]),
-        val_files=str(data["val"]), config_overrides=over, metrics_file=str(root / "rl" / "verl_metrics.jsonl"),
-        extra_overrides=["trainer.save_freq=1"])
-    res = launch.run_session([ln], root / "session", timeout_s=1200)
+    cfg = load("smoke", run_dir=str(root / "rl"), overrides={**tiny_run.TWO_STEP, **tiny_run.sandbox_overrides()})
+    paths, ln = runner.build_cpu_launch(
+        cfg, "stage1", model_path=str(policy), train_files=str(data["train"]), val_files=str(data["val"]),
+        metrics_file=str(root / "rl" / "verl_metrics.jsonl"), extra_overrides=["trainer.save_freq=1"])
+    res = runner.run_session([ln], root / "session", timeout_s=1200)
     t0 = time.perf_counter()
     merged = merge_to_policy(paths.checkpoints, root / "rl" / "policy") if res.ok else None
     merge_s = time.perf_counter() - t0

@@ -19,7 +19,7 @@ import torch
 
 pytest.importorskip("verl")
 
-from kit.bridge.verl_cpu import launch, patches  # noqa: E402
+from kit.bridge.verl_cpu import patches, runner  # noqa: E402
 from kit.bridge.verl_cpu.platform import DEVICE_MODULE, PlatformCPU  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def _verl_python(code: str, **env: str) -> dict:
     """Run ``code`` in a fresh interpreter as a VERL process would start (plugin at import verl);
     it prints one JSON line last."""
-    full = {**os.environ, "PYTHONPATH": str(ROOT), **launch.plugin_route({launch.FALLBACK_ENV: "1"}), **env}
+    full = {**os.environ, "PYTHONPATH": str(ROOT), **runner.plugin_route({runner.FALLBACK_ENV: "1"}), **env}
     r = subprocess.run([sys.executable, "-c", code], env=full, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr[-3000:]
     return json.loads(r.stdout.strip().splitlines()[-1])
@@ -36,31 +36,50 @@ def _verl_python(code: str, **env: str) -> dict:
 
 def test_pyproject_declares_the_entry_point_the_pin_and_the_marker():
     meta = tomllib.loads((ROOT / "pyproject.toml").read_text())
-    assert meta["project"]["entry-points"]["verl.plugins"] == {launch.ENTRY_POINT: launch.PLUGIN_MODULE}
+    assert meta["project"]["entry-points"]["verl.plugins"] == {runner.ENTRY_POINT: runner.PLUGIN_MODULE}
     assert f"verl[verl-core]=={patches.VERL_VERSION}" in meta["project"]["dependencies"]
-    assert launch.VERL_PIN == patches.VERL_VERSION
+    assert runner.VERL_PIN == patches.VERL_VERSION
     assert any(m.startswith("verl_cpu:") for m in meta["tool"]["pytest"]["ini_options"]["markers"])
 
 
 def test_entry_point_is_installed():
     # the committed route; fails until the editable install is refreshed (pip install -e . / make setup)
-    assert launch.plugin_installed(), ("entry point verl.plugins:kit_cpu not installed: refresh the kit's editable "
+    assert runner.plugin_installed(), ("entry point verl.plugins:kit_cpu not installed: refresh the kit's editable "
                                        "install (pip install -e . / make setup) after pulling pyproject.toml")
 
 
-def test_plugin_registers_the_cpu_platform_rollout_and_patches():
-    code = (
-        "import json, verl\n"
-        "from verl.plugin.platform.platform_manager import PlatformRegistry, get_platform\n"
-        "from verl.workers.rollout.base import get_rollout_class\n"
-        "from verl.workers.rollout.replica import get_rollout_replica_class\n"
-        "from kit.bridge.verl_cpu import plugin, patches\n"
-        "p = get_platform()\n"
-        "print(json.dumps({'names': PlatformRegistry.registered_names(), 'device': p.device_name,\n"
-        "  'backend': p.communication_backend_name(), 'error': plugin.ERROR, 'applied': patches.applied(),\n"
-        "  'adapter': get_rollout_class('kit_cpu', 'async').__name__,\n"
-        "  'replica': get_rollout_replica_class('kit_cpu').__name__}))\n")
-    out = _verl_python(code, VERL_PLATFORM="cpu")
+CPU_PROCESS = """
+import json, os, torch.distributed as dist, verl
+from verl.plugin.platform.platform_manager import PlatformRegistry, get_platform
+from verl.workers.rollout.base import get_rollout_class
+from verl.workers.rollout.replica import get_rollout_replica_class
+import verl.workers.engine_workers as ew
+from verl.utils import distributed as vd
+from kit.bridge.verl_cpu import plugin, patches
+p = get_platform()
+out = {'names': PlatformRegistry.registered_names(), 'device': p.device_name, 'backend': p.communication_backend_name(),
+       'error': plugin.ERROR, 'applied': patches.applied(), 'adapter': get_rollout_class('kit_cpu', 'async').__name__,
+       'replica': get_rollout_replica_class('kit_cpu').__name__}
+os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT='29533', RANK='0', WORLD_SIZE='1')
+try:
+    vd.initialize_global_process_group_ray.__kit_patched__(timeout_second=30)
+    out['orig'] = 'ok'
+except Exception as e:
+    out['orig'] = str(e)
+ew.initialize_global_process_group_ray(timeout_second=30)
+out.update(pg_backend=str(dist.get_backend()), world=dist.get_world_size())
+print(json.dumps(out))
+"""
+
+
+@pytest.fixture(scope="module")
+def cpu_process():
+    """One fresh VERL process with ``VERL_PLATFORM=cpu``, as every process of a CPU run starts."""
+    return _verl_python(CPU_PROCESS, VERL_PLATFORM="cpu")
+
+
+def test_plugin_registers_the_cpu_platform_rollout_and_patches(cpu_process):
+    out = cpu_process
     assert "cpu" in out["names"] and out["error"] is None
     assert (out["device"], out["backend"]) == ("cpu", "gloo")
     assert out["applied"] == {"process_group_backend": True, "rollout_registry": True}
@@ -75,22 +94,9 @@ def test_without_verl_platform_cpu_only_the_platform_is_registered():
     assert "cpu" in out["names"] and out["reg"] == ["platform:cpu"]
 
 
-def test_patched_process_group_starts_on_gloo_and_the_original_would_not():
-    code = (
-        "import json, os, torch.distributed as dist, verl\n"
-        "import verl.workers.engine_workers as ew\n"
-        "from verl.utils import distributed as vd\n"
-        "os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT='29533', RANK='0', WORLD_SIZE='1')\n"
-        "try:\n"
-        "    vd.initialize_global_process_group_ray.__kit_patched__(timeout_second=30)\n"
-        "    orig = 'ok'\n"
-        "except Exception as e:\n"
-        "    orig = str(e)\n"
-        "ew.initialize_global_process_group_ray(timeout_second=30)\n"
-        "print(json.dumps({'orig': orig, 'backend': str(dist.get_backend()), 'world': dist.get_world_size()}))\n")
-    out = _verl_python(code, VERL_PLATFORM="cpu")
-    assert "Duplicate device type cpu" in out["orig"]  # why the patch exists
-    assert (out["backend"], out["world"]) == ("gloo", 1)
+def test_patched_process_group_starts_on_gloo_and_the_original_would_not(cpu_process):
+    assert "Duplicate device type cpu" in cpu_process["orig"]  # why the patch exists
+    assert (cpu_process["pg_backend"], cpu_process["world"]) == ("gloo", 1)
 
 
 def test_patch_points_are_where_verl_091_has_them():
@@ -141,15 +147,15 @@ def test_cpu_platform_is_never_auto_detected(monkeypatch):
 def test_bad_input_each_gives_one_clear_error(monkeypatch):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H100")
-    with pytest.raises(launch.VerlCpuError, match="CUDA GPU is visible.*SGLang"):
-        launch.require_cpu_machine()
-    monkeypatch.setattr(launch.metadata, "version", lambda name: "0.10.0")
-    with pytest.raises(launch.VerlCpuError, match=r"installed verl 0\.10\.0.*verl==0\.9\.1"):
-        launch.check_verl_version()
-    monkeypatch.setattr(launch, "plugin_installed", lambda: False)
-    with pytest.raises(launch.VerlCpuError, match=r"pip install -e \."):
-        launch.plugin_route({})
-    assert launch.plugin_route({launch.FALLBACK_ENV: "1"}) == {"VERL_USE_EXTERNAL_MODULES": launch.PLUGIN_MODULE}
+    with pytest.raises(runner.VerlCpuError, match="CUDA GPU is visible.*SGLang"):
+        runner.require_cpu_machine()
+    monkeypatch.setattr(runner.metadata, "version", lambda name: "0.10.0")
+    with pytest.raises(runner.VerlCpuError, match=r"installed verl 0\.10\.0.*verl==0\.9\.1"):
+        runner.check_verl_version()
+    monkeypatch.setattr(runner, "plugin_installed", lambda: False)
+    with pytest.raises(runner.VerlCpuError, match=r"pip install -e \."):
+        runner.plugin_route({})
+    assert runner.plugin_route({runner.FALLBACK_ENV: "1"}) == {"VERL_USE_EXTERNAL_MODULES": runner.PLUGIN_MODULE}
 
 
 def test_ray_start_failure_names_the_logs(monkeypatch, tmp_path):
@@ -173,11 +179,14 @@ def test_ray_stop_refuses_outside_the_private_namespace(monkeypatch):
 def test_cpu_overrides_compose_with_verls_config(tmp_path):
     from hydra import compose, initialize_config_module
 
-    from kit import recipe
+    from kit.bridge.launch import prepare_smoke
+    from kit.config import load
 
-    paths = recipe.prepare_smoke(tmp_path / "smoke", n_train=4, n_val=2)
-    _, _, ln = launch.build_cpu_launch("smoke", "stage1", run_dir=str(tmp_path / "run"), model_path=str(paths["model"]),
-                                       train_files=str(paths["train"]), val_files=str(paths["val"]))
+    paths = prepare_smoke(load("smoke", run_dir=str(tmp_path / "smoke"), write=False), n_train=4, n_val=2)
+    cfg = load("smoke", run_dir=str(tmp_path / "run"), write=False)
+    _, ln = runner.build_cpu_launch(cfg, "stage1", model_path=str(paths["model"]), train_files=str(paths["train"]),
+                                    val_files=str(paths["val"]))
+    assert ln.cwd == str(tmp_path / "run")  # VERL's Hydra writes outputs/ there, not into the checkout
     overrides = ln.argv[3:]
     with initialize_config_module("verl.trainer.config", version_base=None):
         cfg = compose("ppo_trainer", overrides=overrides)

@@ -9,8 +9,10 @@ Pieces, each in its module:
   continuous-batching engine and taking the FSDP2 actor's weights after every step;
 * :mod:`.patches`: the two patches to VERL internals, named and checked;
 * :mod:`.ray_local`: a loopback-only Ray head started and stopped by the kit;
-* :mod:`.launch`: the Hydra overrides and the run (``run_cpu``), plus the merge to HF.
+* :mod:`.runner`: the checks, the Hydra overrides, the session (``run_session``, ``run_cpu``);
+* :mod:`.session`: what runs inside the namespace (Ray start, launches, watcher, Ray stop);
+* :mod:`.tiny_run`: the tiny SFT policy and two-step config of the tests and the benchmark.
 
 Nothing here is imported on a GPU run; selecting it on a machine with CUDA is refused
-(:func:`.launch.require_cpu_machine`).
+(:func:`.runner.require_cpu_machine`).
 """

@@ -2,7 +2,7 @@
 
 VERL's agent-loop rollout talks to inference servers through three classes; this module gives
 each a CPU version that serves with the kit's own continuous-batching engine
-(:class:`kit.train.engine.ContinuousBatchingEngine`: concurrent trajectories share decode steps,
+(:class:`kit.rollout.engine.ContinuousBatchingEngine`: concurrent trajectories share decode steps,
 a trajectory's next turn reuses its KV prefix), so generation is batched as SGLang batches it on
 a GPU (rStar2-Agent §3.2):
 
@@ -79,7 +79,7 @@ class KitCpuServer:
     def __init__(self, model_path: str, slots: int = 64, response_length: int = 256, seed: int = 0,
                  threads: int | None = None):
         from kit.models import load_policy
-        from kit.train.engine import ContinuousBatchingEngine
+        from kit.rollout.engine import ContinuousBatchingEngine
 
         torch.set_num_threads(max(1, int(threads or os.cpu_count() or 1)))
         self.model, self.tokenizer = load_policy(model_path)

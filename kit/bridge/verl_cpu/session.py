@@ -1,6 +1,6 @@
 """Inside the private namespace: start Ray, run the launches, watch, stop Ray (``python -m``).
 
-Run by :func:`kit.bridge.verl_cpu.launch.run_session` as PID 1 of a new PID and network
+Run by :func:`kit.bridge.verl_cpu.runner.run_session` as PID 1 of a new PID and network
 namespace; reads the spec JSON it wrote and writes ``session.json`` beside it::
 
     {"pid_namespace": "pid:[...]", "codes": {name: exit status}, "timings": {"ray_start_s": ...,
@@ -64,7 +64,7 @@ def main(spec_path: str) -> int:
             print(f"kit: {launch['name']}: {' '.join(launch['argv'])}", flush=True)
             with open(launch["log"], "w") as log:
                 code = subprocess.run(launch["argv"], env={**env, "RAY_ADDRESS": address, **launch["env"]},
-                                      stdout=log, stderr=subprocess.STDOUT).returncode
+                                      cwd=launch.get("cwd"), stdout=log, stderr=subprocess.STDOUT).returncode
             info["codes"][launch["name"]] = code
             info["timings"][f"{launch['name']}_s"] = time.perf_counter() - t
             print(f"kit: {launch['name']} exited {code} after {info['timings'][launch['name'] + '_s']:.1f} s "

@@ -1,10 +1,11 @@
 """A two-step GRPO-RoC run through VERL on CPU from a tiny SFT policy (tests and the benchmark).
 
-:func:`tiny_sft_policy` trains the tiny model with the kit's local SFT (``kit.train.sft``) on a
-handful of problems until it solves them often but not always at temperature 1, so an RL
-group has mixed rewards (non-zero advantages, a real policy-gradient step). :func:`tiny_rl_data`
-writes those problems as VERL parquet rows. :data:`TWO_STEP` is the kit config for two RoC steps
-of P = 2 prompts x 2G = 8 rollouts -> G = 4 kept, 256 response tokens, 2 sandbox workers.
+:data:`SFT` are ``smoke``-profile overrides under which the kit's local SFT (``kit.train.sft``)
+trains the tiny model on a handful of problems until it solves them sometimes at temperature 1,
+so an RL group has mixed rewards (non-zero advantages, a real policy-gradient step);
+:func:`tiny_rl_data` writes those problems as VERL parquet rows. :data:`TWO_STEP` are the
+overrides for two RoC steps of P = 2 prompts x 2G = 8 rollouts -> G = 4 kept, 256 response
+tokens, 2 sandbox workers. Callers resolve the config (``kit.config.load("smoke", overrides=...)``).
 """
 
 from __future__ import annotations
@@ -32,29 +33,26 @@ def sandbox_overrides() -> dict[str, Any]:
     return {"sandbox.isolation": iso} if iso else {}
 
 
-def tiny_sft_policy(run_dir: str | os.PathLike) -> tuple[Path, Any]:
-    """Train (or reuse) the tiny SFT policy in ``run_dir``; returns ``(policy_dir, cfg)``."""
-    from kit.config import load
+def tiny_sft_policy(sft_cfg: Any, run_dir: str | os.PathLike) -> Path:
+    """Train (or reuse a finished) local SFT run of ``sft_cfg`` in ``run_dir``; returns its ``policy/``."""
     from kit.train import sft
 
-    cfg = load("smoke", run_dir=str(run_dir), overrides={**SFT, **sandbox_overrides()})
-    summary = sft.run_sft(cfg, run_dir, evaluate=False)
-    return Path(summary["policy_dir"]), cfg
+    return Path(sft.run_sft(sft_cfg, run_dir, evaluate=False)["policy_dir"])
 
 
 def tiny_rl_data(sft_cfg: Any, data_dir: str | os.PathLike) -> dict[str, Path]:
-    """The SFT problems as VERL rows: ``{"train": curated.parquet, "val": val.parquet}``."""
+    """The SFT problems (train split of ``sft_cfg``) as VERL rows: ``{"train": curated.parquet, "val": val.parquet}``."""
     import pandas as pd
 
-    from kit import recipe
-    from kit.train import sft
+    from kit.bridge.launch import _task_rows
+    from kit.data.tasks import task_split
 
-    split = sft.task_split(sft_cfg)
+    split = task_split(sft_cfg)
     d = Path(data_dir)
     d.mkdir(parents=True, exist_ok=True)
     out = {"train": d / "curated.parquet", "val": d / "val.parquet"}
-    pd.DataFrame(recipe._task_rows(split.train, "tasks")).to_parquet(out["train"], index=False)
-    pd.DataFrame(recipe._task_rows(split.heldout, "tasks_heldout")).to_parquet(out["val"], index=False)
+    pd.DataFrame(_task_rows(split.train, "tasks")).to_parquet(out["train"], index=False)
+    pd.DataFrame(_task_rows(split.heldout, "tasks_heldout")).to_parquet(out["val"], index=False)
     return out
 
 

@@ -1,7 +1,7 @@
 """Run VERL 0.9.1's trainer on this CPU machine: checks, Hydra overrides, one Ray session.
 
-``run_cpu(profile, stage, ...)`` is :func:`kit.recipe.launch` for ``runtime=verl`` on a machine
-without a GPU: the same kit overrides (:func:`kit.recipe.build_launch`), plus :func:`cpu_overrides`
+``run_cpu(cfg, stage, ...)`` is :func:`kit.bridge.launch.launch` for ``runtime=verl`` on a machine
+without a GPU: the same kit overrides (:func:`kit.bridge.launch.build_launch`), plus :func:`cpu_overrides`
 (CPU platform, FSDP2 actor, ``sdpa`` attention, the ``kit_cpu`` rollout, one TransferQueue
 storage unit, one agent-loop and one reward worker), run by
 :func:`run_session` in a private namespace with a Ray head the kit starts and stops
@@ -135,35 +135,41 @@ def session_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
 
 @dataclass
 class Launch:
-    """One command of a session: ``argv`` run with the session env plus ``env``; output to ``log``."""
+    """One command of a session: ``argv`` run in ``cwd`` with the session env plus ``env``; output to ``log``."""
 
     name: str
     argv: list[str]
     log: str
     env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
 
 
-def build_cpu_launch(profile: str, stage: str, *, run_dir: str, model_path: str | None = None,
-                     train_files: str | None = None, val_files: str | None = None,
-                     config_overrides: Mapping[str, Any] | None = None, extra_overrides: Sequence[str] = (),
+def build_cpu_launch(cfg: Any, stage: str, *, model_path: str | None = None, train_files: str | None = None,
+                     val_files: str | None = None, extra_overrides: Sequence[str] = (),
                      start_step: int | None = None, resume_from: str | None = None,
                      metrics_file: str | None = None, test_freq: int = -1,
                      address: str = f"{ray_local.HOST}:{ray_local.PORTS['--port']}",
-                     python: str = sys.executable, **_layout: Any) -> tuple[Any, Any, Launch]:
-    """Config, paths and :class:`Launch` of one stage on the CPU runtime; writes the agent-loop YAML.
+                     python: str = sys.executable, **_layout: Any) -> tuple[Any, Launch]:
+    """Paths and :class:`Launch` of one stage of ``cfg`` on the CPU runtime; writes the run
+    folder's ``config.json`` and agent-loop YAML.
 
-    Arguments as :func:`kit.recipe.launch` (cluster-layout ones are ignored: one fake GPU).
+    Arguments as :func:`kit.bridge.launch.launch` (cluster-layout ones are ignored: one fake GPU).
+    Returns:
+        ``(RecipePaths, Launch)``; the launch runs in the run folder (VERL's Hydra writes
+        ``outputs/`` into its working directory).
     Raises:
         FileNotFoundError: a parquet file is missing (names it).
     """
-    from kit import recipe
+    from kit.bridge import launch as bridge_launch
+    from kit.config import save
 
-    config, paths, argv = recipe.build_launch(
-        profile, stage, run_dir=run_dir, model_path=model_path, train_files=train_files, val_files=val_files,
-        n_gpus_per_node=1, nnodes=1, rollout_tp=1, config_overrides=config_overrides, start_step=start_step,
-        resume_from=resume_from, metrics_file=metrics_file, write=True, python=python,
-        extra_overrides=[*cpu_overrides(address, test_freq=test_freq), *extra_overrides])
-    recipe.write_agent_loop_config(config, paths.agent_loop_config)
+    paths, argv = bridge_launch.build_launch(
+        cfg, stage, model_path=model_path, train_files=train_files, val_files=val_files, n_gpus_per_node=1,
+        nnodes=1, rollout_tp=1, start_step=start_step, resume_from=resume_from, metrics_file=metrics_file,
+        python=python, extra_overrides=[*cpu_overrides(address, test_freq=test_freq), *extra_overrides])
+    Path(paths.run_dir).mkdir(parents=True, exist_ok=True)
+    save(cfg, paths.run_dir)
+    bridge_launch.write_agent_loop_config(cfg, paths.agent_loop_config)
     for f in (paths.train_files, paths.val_files):
         if not Path(f).exists():
             raise FileNotFoundError(f"{f} does not exist ({stage} of run {paths.run_dir} reads it)")
@@ -171,7 +177,7 @@ def build_cpu_launch(profile: str, stage: str, *, run_dir: str, model_path: str 
     if metrics_file:
         Path(metrics_file).parent.mkdir(parents=True, exist_ok=True)
     log = str(Path(paths.run_dir) / f"verl_{stage}.log")
-    return config, paths, Launch(stage, argv, log, env)
+    return paths, Launch(stage, argv, log, env, cwd=str(paths.run_dir))
 
 
 @dataclass
@@ -264,15 +270,18 @@ def _reap(ns: str, wait_s: float = 10.0) -> list[int]:
     return left
 
 
-def run_cpu(profile: str, stage: str, *, run_dir: str, timeout_s: float = 3600.0, **kwargs: Any) -> int:
-    """:func:`kit.recipe.launch` on the CPU runtime: one stage, its own session; returns VERL's exit status.
+def run_cpu(cfg: Any, stage: str, *, timeout_s: float = 3600.0, **kwargs: Any) -> int:
+    """:func:`kit.bridge.launch.launch` on the CPU runtime (same call, usable as the ``launcher`` of
+    :func:`kit.bridge.stages.run_stage`): one stage in its own session; returns VERL's exit status.
 
     Raises:
         VerlCpuError: see the module docstring.
-        RuntimeError: the session itself failed (Ray did not start, timeout, orphans); names the log.
+        RuntimeError: the session itself failed before VERL ran (Ray did not start, timeout); names the log.
     """
-    _, _, launch = build_cpu_launch(profile, stage, run_dir=run_dir, **kwargs)
-    res = run_session([launch], Path(run_dir) / "verl_session", timeout_s=timeout_s)
-    if res.error and not res.codes:
+    for key in ("dry_run", "allow_local_ray"):
+        kwargs.pop(key, None)
+    paths, launch = build_cpu_launch(cfg, stage, **kwargs)
+    res = run_session([launch], Path(paths.run_dir) / "verl_session", timeout_s=timeout_s)
+    if res.error and stage not in res.codes:
         raise RuntimeError(f"VERL CPU session for {stage} failed: {res.error}")
     return res.codes.get(stage, 1)

@@ -162,7 +162,7 @@ def test_ray_start_failure_names_the_logs(monkeypatch, tmp_path):
     from kit.bridge.verl_cpu import ray_local
 
     monkeypatch.setattr(ray_local, "ray_cli", lambda: [sys.executable, "-c", "import sys; sys.exit(3)"])
-    monkeypatch.setattr(ray_local, "stop_ray", lambda env=None: None)
+    monkeypatch.setattr(ray_local, "stop_ray", lambda *a, **k: [])
     monkeypatch.setattr(ray_local.time, "sleep", lambda s: None)
     with pytest.raises(ray_local.RayStartError, match=f"after 2 tries.*{tmp_path}"):
         ray_local.start_ray(tmp_path, tries=2)

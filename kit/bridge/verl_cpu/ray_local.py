@@ -14,8 +14,8 @@ the host's other interfaces even with ``--node-ip-address=127.0.0.1``
   (TransferQueue's storage unit and controller each take one), ``RAY_AUTH_MODE=disabled``,
   retried; and stops it (:func:`stop_ray`) after the run, failed or not.
 
-``stop_ray`` runs ``ray stop --force``, which kills every Ray process it can see: it refuses to
-run outside a private PID namespace (it would kill other users' Ray on a shared machine).
+``stop_ray`` terminates every process it can see: it refuses to run outside a private PID
+namespace (it would kill other users' Ray on a shared machine).
 """
 
 from __future__ import annotations
@@ -102,7 +102,9 @@ def start_ray(temp_dir: str | os.PathLike, *, num_cpus: int = 8, num_gpus: int =
     Raises:
         RayStartError: every attempt failed (names the log folder and the last output).
     """
-    env = {**os.environ, **(env or {}), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0"}
+    # the raylet dies when its agents take longer than 30 s to register (a loaded 2-core machine): allow 3 min
+    env = {**os.environ, **(env or {}), "RAY_AUTH_MODE": "disabled", "RAY_USAGE_STATS_ENABLED": "0",
+           "RAY_agent_register_timeout_ms": "180000"}
     argv = [*ray_cli(), "start", "--head", f"--node-ip-address={HOST}", f"--num-cpus={num_cpus}",
             f"--num-gpus={num_gpus}", "--include-dashboard=false", "--disable-usage-stats",
             f"--temp-dir={temp_dir}", *(f"{k}={v}" for k, v in PORTS.items())]
@@ -115,43 +117,39 @@ def start_ray(temp_dir: str | os.PathLike, *, num_cpus: int = 8, num_gpus: int =
                 return f"{HOST}:{PORTS['--port']}"
         except subprocess.TimeoutExpired as exc:
             last = f"timed out after {timeout_s:.0f} s: {str(exc.stdout or '')[-1000:]}"
-        print(f"kit: ray start attempt {attempt}/{tries} failed; retrying", file=sys.stderr, flush=True)
-        stop_ray(env)
+        print(f"kit: ray start attempt {attempt}/{tries} failed; retrying. Output:\n{last[-600:]}", file=sys.stderr,
+              flush=True)
+        stop_ray()
         time.sleep(2.0 * attempt)
     raise RayStartError(f"Ray did not start after {tries} tries (logs under {temp_dir}/session_latest/logs). "
                         f"Free memory and CPU (other Ray/VERL runs?) and retry. Last output:\n{last}")
 
 
-def stop_ray(env: dict[str, str] | None = None, timeout_s: float = 20.0) -> list[int]:
-    """Stop Ray and everything else still running in the session namespace.
-
-    ``ray stop --force`` first (refused outside the private namespace, see the module docstring),
-    then SIGTERM and, 5 s later, SIGKILL to every process left in the namespace.
+def stop_ray(grace_s: float = 10.0) -> list[int]:
+    """Stop Ray and everything else still running in the session namespace: SIGTERM to every
+    process in it (what ``ray stop`` sends; the ``ray`` CLI itself takes 10-30 s to import on a
+    loaded machine), SIGKILL to those alive ``grace_s`` later. Refused outside the private
+    namespace (see the module docstring).
 
     Returns:
-        PIDs that had to be killed after ``ray stop``.
+        PIDs that needed the SIGKILL.
     """
     if not in_private_namespace():
-        raise RuntimeError("refusing `ray stop --force` outside the kit's private PID namespace: it would stop "
-                           "every Ray on this machine")
-    try:
-        subprocess.run([*ray_cli(), "stop", "--force"], env={**os.environ, **(env or {})}, capture_output=True,
-                       timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        pass
-    left = [p for p in session_processes() if p.status() != psutil.STATUS_ZOMBIE]
-    for p in left:
+        raise RuntimeError("refusing to stop every process in sight outside the kit's private PID namespace: "
+                           "it would stop other users' Ray on this machine")
+    procs = [p for p in session_processes() if p.status() != psutil.STATUS_ZOMBIE]
+    for p in procs:
         try:
             p.terminate()
         except psutil.Error:
             pass
-    _, alive = psutil.wait_procs(left, timeout=5.0)
+    _, alive = psutil.wait_procs(procs, timeout=grace_s)
     for p in alive:
         try:
             p.kill()
         except psutil.Error:
             pass
-    return [p.pid for p in left]
+    return [p.pid for p in alive]
 
 
 def session_processes() -> list[psutil.Process]:

@@ -77,7 +77,7 @@ def main(spec_path: str) -> int:
         if started:
             t = time.perf_counter()
             try:
-                info["killed_after_ray_stop"] = ray_local.stop_ray(env)
+                info["killed_after_grace"] = ray_local.stop_ray()
             except Exception as exc:  # noqa: BLE001
                 info["error"] = info["error"] or f"ray stop failed: {exc}"
             info["timings"]["ray_stop_s"] = time.perf_counter() - t

@@ -71,6 +71,18 @@ def test_rollout_and_actor_log_probs_agree(run):
         assert row["training/rollout_actor_probs_pearson_corr"] > 0.99, step
 
 
+def test_rollout_server_took_the_actor_weights_every_step(run):
+    import json
+
+    log = run["root"] / "rl" / "verl_stage1_weight_updates.jsonl"
+    ups = [json.loads(line) for line in log.read_text().splitlines()]
+    # VERL syncs the actor's weights into the server before each step's generation; after a
+    # real update (step 1) the server's weights differ from the ones it started the run with
+    steps = [u["global_steps"] for u in ups]
+    assert len(ups) >= 2 and steps == sorted(steps), ups
+    assert ups[-1]["digest"] != ups[0]["digest"]
+
+
 def test_merged_policy_loads_and_moved_from_the_sft_weights(run):
     assert run["merged"] and run["merged"]["step"] == 2
     model, tok = load_policy(run["merged"]["policy_dir"])

@@ -44,6 +44,8 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 ROLLOUT_NAME = "kit_cpu"
+#: when set, every weight update appends ``{"global_steps", "tensors", "seconds", "digest"}`` to this file
+UPDATE_LOG_ENV = "KIT_CPU_ROLLOUT_UPDATE_LOG"
 
 
 def server_name(replica_rank: int, suffix: str = "") -> str:
@@ -143,6 +145,13 @@ class KitCpuServer:
         dt = time.perf_counter() - t0
         self.counters["weight_updates"] += 1
         self.counters["update_s"] += dt
+        log = os.environ.get(UPDATE_LOG_ENV)
+        if log:  # one line per update: the run's record that the server follows the actor
+            import json
+
+            with open(log, "a") as fh:
+                fh.write(json.dumps({"global_steps": self.global_steps, "tensors": len(state), "seconds": dt,
+                                     "digest": await self.state_dict_digest()}) + "\n")
         return {"loaded": len(state), "seconds": dt}
 
     async def set_global_steps(self, global_steps: int) -> None:

@@ -156,17 +156,22 @@ def build_cpu_launch(cfg: Any, stage: str, *, model_path: str | None = None, tra
     Arguments as :func:`kit.bridge.launch.launch` (cluster-layout ones are ignored: one fake GPU).
     Returns:
         ``(RecipePaths, Launch)``; the launch runs in the run folder (VERL's Hydra writes
-        ``outputs/`` into its working directory).
+        ``outputs/`` into its working directory). The rollout server logs each weight update to
+        ``<run_dir>/verl_<stage>_weight_updates.jsonl``.
     Raises:
         FileNotFoundError: a parquet file is missing (names it).
     """
     from kit.bridge import launch as bridge_launch
     from kit.config import save
 
+    run_dir = Path(cfg.run_dir or f"runs/{cfg.profile}").resolve()
+    updates = run_dir / f"verl_{stage}_weight_updates.jsonl"
     paths, argv = bridge_launch.build_launch(
         cfg, stage, model_path=model_path, train_files=train_files, val_files=val_files, n_gpus_per_node=1,
         nnodes=1, rollout_tp=1, start_step=start_step, resume_from=resume_from, metrics_file=metrics_file,
-        python=python, extra_overrides=[*cpu_overrides(address, test_freq=test_freq), *extra_overrides])
+        python=python, extra_overrides=[*cpu_overrides(address, test_freq=test_freq),
+                                        f"+ray_kwargs.ray_init.runtime_env.env_vars.KIT_CPU_ROLLOUT_UPDATE_LOG={updates}",
+                                        *extra_overrides])
     Path(paths.run_dir).mkdir(parents=True, exist_ok=True)
     save(cfg, paths.run_dir)
     bridge_launch.write_agent_loop_config(cfg, paths.agent_loop_config)

@@ -195,3 +195,12 @@ def test_cpu_overrides_compose_with_verls_config(tmp_path):
     assert cfg.transfer_queue.backend.SimpleStorage.num_data_storage_units == 1
     assert cfg.ray_kwargs.ray_init.num_cpus is None and cfg.ray_kwargs.ray_init.address == "127.0.0.1:6379"
     assert Path(cfg.actor_rollout_ref.rollout.agent.agent_loop_config_path).exists()
+
+
+def test_stages_launch_on_the_cpu_runtime_only_without_cuda(monkeypatch):
+    from kit.bridge import launch as bridge_launch
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    assert runner.default_launcher() is runner.run_cpu
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    assert runner.default_launcher() is bridge_launch.launch

@@ -290,3 +290,15 @@ def run_cpu(cfg: Any, stage: str, *, timeout_s: float = 3600.0, **kwargs: Any) -
     if res.error and stage not in res.codes:
         raise RuntimeError(f"VERL CPU session for {stage} failed: {res.error}")
     return res.codes.get(stage, 1)
+
+
+def default_launcher() -> Any:
+    """The launcher of a VERL stage on this machine: :func:`kit.bridge.launch.launch` (SGLang on a
+    GPU cluster) where CUDA is visible, :func:`run_cpu` (this CPU runtime) where it is not."""
+    import torch
+
+    if torch.cuda.is_available():
+        from kit.bridge import launch as bridge_launch
+
+        return bridge_launch.launch
+    return run_cpu

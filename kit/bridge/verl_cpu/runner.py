@@ -245,6 +245,10 @@ def run_session(launches: Sequence[Launch], out_dir: str | os.PathLike, *, num_c
             proc.wait()
             error = f"session timed out after {timeout_s:.0f} s"
     info = json.loads(result_file.read_text()) if result_file.exists() else {}
+    if not info and error:  # the namespace itself did not start (unshare refused, no `ip`, ...)
+        tail = (out / "session.log").read_text()[-800:]
+        error = (f"{error}: the private network/PID namespace did not start (`unshare --net --pid` needs root or "
+                 f"user namespaces; `ip` from iproute2). Output:\n{tail}")
     ns = info.get("pid_namespace", "")
     orphans = _reap(ns) if ns else []
     timings = {**info.get("timings", {}), "session_s": time.perf_counter() - t0}

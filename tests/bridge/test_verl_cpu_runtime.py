@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -204,3 +205,17 @@ def test_stages_launch_on_the_cpu_runtime_only_without_cuda(monkeypatch):
     assert runner.default_launcher() is runner.run_cpu
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
     assert runner.default_launcher() is bridge_launch.launch
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or shutil.which("ip") is None, reason="needs unshare and ip")
+def test_a_failing_session_leaves_no_process_and_sees_only_loopback(tmp_path):
+    # the launch daemonises a sleeper (as Ray's daemons do), lists the interfaces, then fails
+    script = ("import os, subprocess, sys, psutil; "
+              "subprocess.Popen(['sleep', '600'], start_new_session=True); "
+              "print(sorted(psutil.net_if_addrs())); sys.exit(3)")
+    ln = runner.Launch("boom", [sys.executable, "-c", script], str(tmp_path / "boom.log"))
+    res = runner.run_session([ln], tmp_path / "s", start_ray=False, timeout_s=120)
+    assert res.codes == {"boom": 3} and not res.ok
+    assert (tmp_path / "boom.log").read_text().strip() == "['lo']"  # no route off the machine
+    assert res.orphans == [] and res.pid_namespace
+    assert runner.ray_local.processes_in_namespace(res.pid_namespace) == []

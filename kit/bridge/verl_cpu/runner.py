@@ -205,7 +205,7 @@ class SessionResult:
 
 
 def run_session(launches: Sequence[Launch], out_dir: str | os.PathLike, *, num_cpus: int = 8, num_gpus: int = 1,
-                timeout_s: float = 3600.0, env: Mapping[str, str] | None = None) -> SessionResult:
+                timeout_s: float = 3600.0, env: Mapping[str, str] | None = None, start_ray: bool = True) -> SessionResult:
     """Run ``launches`` one after the other in one private namespace sharing one Ray head.
 
     Args:
@@ -216,6 +216,7 @@ def run_session(launches: Sequence[Launch], out_dir: str | os.PathLike, *, num_c
             GPU per trainer worker).
         timeout_s: the whole session, seconds; on expiry it is killed (every process in it).
         env: more environment for every process.
+        start_ray: False runs the launches in the namespace without a Ray head (tests).
     Returns:
         :class:`SessionResult`; ``orphans`` lists processes left in the session's namespace after
         it ended (killed, and reported: should be empty).
@@ -227,7 +228,7 @@ def run_session(launches: Sequence[Launch], out_dir: str | os.PathLike, *, num_c
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     spec = {"launches": [vars(launch) for launch in launches], "out": str(out), "num_cpus": num_cpus,
-            "num_gpus": num_gpus, "env": session_env(env),
+            "num_gpus": num_gpus, "env": session_env(env), "start_ray": start_ray,
             "ray_temp": f"/tmp/kitray-{uuid.uuid4().hex[:8]}"}
     (out / "session_spec.json").write_text(json.dumps(spec, indent=2))
     result_file = out / "session.json"

@@ -52,18 +52,22 @@ def main(spec_path: str) -> int:
     started = False
     try:
         ray_local.loopback_up()
-        t = time.perf_counter()
-        address = ray_local.start_ray(spec["ray_temp"], num_cpus=spec["num_cpus"], num_gpus=spec["num_gpus"], env=env)
-        started = True
-        info["timings"]["ray_start_s"] = time.perf_counter() - t
-        print(f"kit: Ray head at {address} (private namespace {info['pid_namespace']}), "
-              f"{info['timings']['ray_start_s']:.1f} s", flush=True)
+        started = True  # from here on, whatever runs in the namespace is stopped at the end
+        address = ""
+        if spec.get("start_ray", True):
+            t = time.perf_counter()
+            address = ray_local.start_ray(spec["ray_temp"], num_cpus=spec["num_cpus"], num_gpus=spec["num_gpus"],
+                                          env=env)
+            info["timings"]["ray_start_s"] = time.perf_counter() - t
+            print(f"kit: Ray head at {address} (private namespace {info['pid_namespace']}), "
+                  f"{info['timings']['ray_start_s']:.1f} s", flush=True)
         watcher.start()
         for launch in spec["launches"]:
             t = time.perf_counter()
             print(f"kit: {launch['name']}: {' '.join(launch['argv'])}", flush=True)
             with open(launch["log"], "w") as log:
-                code = subprocess.run(launch["argv"], env={**env, "RAY_ADDRESS": address, **launch["env"]},
+                code = subprocess.run(launch["argv"], env={**env, **({"RAY_ADDRESS": address} if address else {}),
+                                                           **launch["env"]},
                                       cwd=launch.get("cwd"), stdout=log, stderr=subprocess.STDOUT).returncode
             info["codes"][launch["name"]] = code
             info["timings"][f"{launch['name']}_s"] = time.perf_counter() - t

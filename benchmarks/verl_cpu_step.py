@@ -85,7 +85,7 @@ def main(argv: list[str] | None = None) -> int:
               + f" pearson={m[s].get('training/rollout_actor_probs_pearson_corr', float('nan')):.4f}")
     print(f"ray_stop_s={res.timings.get('ray_stop_s', float('nan')):.1f} session_s={res.timings['session_s']:.1f} "
           f"peak_rss_gib={res.peak_rss_bytes / 2**30:.2f} peak_pss_gib={res.peak_pss_bytes / 2**30:.2f} "
-          f"sandbox_workers_max={res.sandbox_workers_max}")
+          f"sandbox_workers_steady={res.sandbox_workers_steady} sandbox_workers_max={res.sandbox_workers_max}")
     t = time.perf_counter()
     merge_to_policy(paths.checkpoints, root / "rl" / "policy")
     print(f"merge_s={time.perf_counter() - t:.1f}", flush=True)

@@ -43,7 +43,8 @@ def run(tmp_path_factory):
     merged = merge_to_policy(paths.checkpoints, root / "rl" / "policy") if res.ok else None
     merge_s = time.perf_counter() - t0
     print(f"verl_cpu two steps: {res.timings} merge {merge_s:.1f} s; peak RSS {res.peak_rss_bytes / 2**30:.2f} GiB, "
-          f"PSS {res.peak_pss_bytes / 2**30:.2f} GiB; sandbox workers max {res.sandbox_workers_max}")
+          f"PSS {res.peak_pss_bytes / 2**30:.2f} GiB; sandbox workers steady {res.sandbox_workers_steady}, "
+          f"max {res.sandbox_workers_max}")
     return {"res": res, "cfg": cfg, "paths": paths, "policy": policy, "merged": merged, "root": root,
             "metrics": tiny_run.read_verl_metrics(root / "rl" / "verl_metrics.jsonl") if res.ok else {}}
 
@@ -95,5 +96,9 @@ def test_merged_policy_loads_and_moved_from_the_sft_weights(run):
 
 
 def test_sandbox_workers_equal_the_configured_pool(run):
-    # one agent-loop worker -> one pool of cfg.sandbox.num_workers, however many trajectories ran at once
-    assert run["res"].sandbox_workers_max == run["cfg"].sandbox.num_workers == 2
+    # one agent-loop worker -> one pool of cfg.sandbox.num_workers, however many trajectories ran at
+    # once (16 here: the old per-trajectory pools gave up to 16 x 2); a worker replaced after a
+    # timeout may overlap its successor for a moment, hence the steady count and max <= pool + 1
+    res = run["res"]
+    assert res.sandbox_workers_steady == run["cfg"].sandbox.num_workers == 2
+    assert res.sandbox_workers_max <= run["cfg"].sandbox.num_workers + 1

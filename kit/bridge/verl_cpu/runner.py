@@ -87,6 +87,11 @@ def plugin_route(env: Mapping[str, str] | None = None) -> dict[str, str]:
                        f"or set {FALLBACK_ENV}=1 to load it through VERL_USE_EXTERNAL_MODULES")
 
 
+#: tokens per forward/backward micro-batch on the CPU (the GPU recipe uses prompt + response
+#: length, one trajectory per micro-batch for the tiny model): fewer, larger forwards
+CPU_MICRO_TOKENS = 16384
+
+
 def cpu_overrides(address: str, *, test_freq: int = -1) -> list[str]:
     """Hydra overrides that put a kit recipe on the CPU runtime (appended after the kit's own).
 
@@ -95,6 +100,8 @@ def cpu_overrides(address: str, *, test_freq: int = -1) -> list[str]:
         test_freq: validation every that many steps (-1: none).
     """
     return [
+        f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={CPU_MICRO_TOKENS}",
+        f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={CPU_MICRO_TOKENS}",
         "trainer.device=cpu",
         "trainer.n_gpus_per_node=1",
         "trainer.nnodes=1",
@@ -192,6 +199,7 @@ class SessionResult:
     codes: dict[str, int]
     timings: dict[str, float]
     sandbox_workers_max: int
+    sandbox_workers_steady: int
     peak_rss_bytes: int
     peak_pss_bytes: int
     orphans: list[int]
@@ -258,6 +266,7 @@ def run_session(launches: Sequence[Launch], out_dir: str | os.PathLike, *, num_c
         error += f" (log: {out / 'session.log'})"
     return SessionResult(codes={k: int(v) for k, v in info.get("codes", {}).items()}, timings=timings,
                          sandbox_workers_max=int(info.get("sandbox_workers_max", -1)),
+                         sandbox_workers_steady=int(info.get("sandbox_workers_steady", -1)),
                          peak_rss_bytes=int(info.get("peak_rss_bytes", -1)),
                          peak_pss_bytes=int(info.get("peak_pss_bytes", -1)), orphans=orphans, pid_namespace=ns,
                          log_dir=str(out), error=error)

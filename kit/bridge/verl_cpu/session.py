@@ -4,9 +4,10 @@ Run by :func:`kit.bridge.verl_cpu.runner.run_session` as PID 1 of a new PID and 
 namespace; reads the spec JSON it wrote and writes ``session.json`` beside it::
 
     {"pid_namespace": "pid:[...]", "codes": {name: exit status}, "timings": {"ray_start_s": ...,
-     "<name>_s": ..., "ray_stop_s": ...}, "sandbox_workers_max": n, "peak_rss_bytes": b, "peak_pss_bytes": b, "error": null}
+     "<name>_s": ..., "ray_stop_s": ...}, "sandbox_workers_max": n, "sandbox_workers_steady": n, "peak_rss_bytes": b, "peak_pss_bytes": b, "error": null}
 
-A watcher thread samples every second the number of kit sandbox worker interpreters and the
+A watcher thread samples every second the number of kit sandbox worker interpreters (reported:
+the maximum, the steady count = the most frequent non-zero sample, and the histogram) and the
 resident memory of all processes in the namespace (Ray, VERL, sandbox; summed RSS and PSS): the
 maxima are reported.
 """
@@ -32,11 +33,14 @@ class Watcher(threading.Thread):
         super().__init__(daemon=True)
         self.period_s, self.stop_event = period_s, threading.Event()
         self.sandbox_max, self.rss_max, self.pss_max = 0, 0, 0
+        self.sandbox_counts: dict[int, int] = {}  # workers seen -> number of samples
 
     def run(self) -> None:
         while not self.stop_event.wait(self.period_s):
             procs = ray_local.session_processes()
-            self.sandbox_max = max(self.sandbox_max, ray_local.sandbox_workers(procs))
+            n = ray_local.sandbox_workers(procs)
+            self.sandbox_max = max(self.sandbox_max, n)
+            self.sandbox_counts[n] = self.sandbox_counts.get(n, 0) + 1
             rss, pss = ray_local.resident_bytes(procs)
             self.rss_max, self.pss_max = max(self.rss_max, rss), max(self.pss_max, pss)
 
@@ -86,6 +90,11 @@ def main(spec_path: str) -> int:
                 info["error"] = info["error"] or f"ray stop failed: {exc}"
             info["timings"]["ray_stop_s"] = time.perf_counter() - t
         info["sandbox_workers_max"] = watcher.sandbox_max
+        # the steady count: the most frequent non-zero sample (a worker replaced after a timeout
+        # briefly overlaps its successor, so the maximum can exceed the pool by one)
+        busy = {n: c for n, c in watcher.sandbox_counts.items() if n > 0}
+        info["sandbox_workers_steady"] = max(busy, key=busy.get) if busy else 0
+        info["sandbox_worker_samples"] = {str(n): c for n, c in sorted(watcher.sandbox_counts.items())}
         info["peak_rss_bytes"] = watcher.rss_max
         info["peak_pss_bytes"] = watcher.pss_max
         (out / "session.json").write_text(json.dumps(info, indent=2))

@@ -3,7 +3,9 @@
 Two GRPO-RoC steps (P = 2 prompts x 2G = 8 rollouts -> G = 4) from a tiny SFT policy that
 solves its problems sometimes (mixed rewards), with the kit's agent loop, sandbox, reward
 function and RoC sampler, the FSDP2 actor and the ``kit_cpu`` rollout; in a private network and
-PID namespace with a Ray head the kit starts and stops. Then VERL's model merger on CPU.
+PID namespace with a Ray head the kit starts and stops; launched as the chain launches a stage
+with ``runtime=verl`` (``kit.runtime.verl.run_stage``), so VERL's model merger on CPU and the
+metrics conversion run too.
 
 Budget (issue #15): under 5 minutes and 8 GB for the VERL run on 2 cores; the timings and
 memory are printed, not asserted. Worktrees whose editable install points at another checkout
@@ -12,6 +14,7 @@ set ``KIT_SANDBOX_ISOLATION=none`` and ``KIT_VERL_PLUGIN_FALLBACK=1``.
 
 from __future__ import annotations
 
+import json
 import math
 import time
 
@@ -20,7 +23,6 @@ import torch
 
 pytest.importorskip("verl")
 
-from kit.bridge.checkpoints import merge_to_policy  # noqa: E402
 from kit.bridge.verl_cpu import runner, tiny_run  # noqa: E402
 from kit.config import load  # noqa: E402
 from kit.models import load_policy  # noqa: E402
@@ -30,30 +32,45 @@ pytestmark = [pytest.mark.verl_cpu, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def run(tmp_path_factory):
+    """Stage 1 of ``runtime=verl`` on this CPU machine, the way the chain runs it:
+    ``kit.runtime.verl.run_stage`` -> ``kit.bridge.stages.run_stage`` -> the CPU launcher
+    (no CUDA here) -> VERL -> merge into ``policy/`` -> ``metrics.jsonl`` -> ``summary.json``."""
+    from kit.runtime import verl as verl_runtime
+
     root = tmp_path_factory.mktemp("verl_cpu")
     sft_cfg = load("smoke", run_dir=str(root / "sft"), overrides={**tiny_run.SFT, **tiny_run.sandbox_overrides()})
     policy = tiny_run.tiny_sft_policy(sft_cfg, root / "sft")
-    data = tiny_run.tiny_rl_data(sft_cfg, root / "data")
-    cfg = load("smoke", run_dir=str(root / "rl"), overrides={**tiny_run.TWO_STEP, **tiny_run.sandbox_overrides()})
-    paths, ln = runner.build_cpu_launch(
-        cfg, "stage1", model_path=str(policy), train_files=str(data["train"]), val_files=str(data["val"]),
-        metrics_file=str(root / "rl" / "verl_metrics.jsonl"), extra_overrides=["trainer.save_freq=1"])
-    res = runner.run_session([ln], root / "session", timeout_s=1200)
+    tiny_run.tiny_rl_data(sft_cfg, root / "data" / "data")
+    run_dir = root / "stage1"
+    cfg = load("smoke", run_dir=str(run_dir),
+               overrides={**tiny_run.TWO_STEP, **tiny_run.sandbox_overrides(), "runtime": "verl"})
+    rows: list = []
     t0 = time.perf_counter()
-    merged = merge_to_policy(paths.checkpoints, root / "rl" / "policy") if res.ok else None
-    merge_s = time.perf_counter() - t0
-    print(f"verl_cpu two steps: {res.timings} merge {merge_s:.1f} s; peak RSS {res.peak_rss_bytes / 2**30:.2f} GiB, "
-          f"PSS {res.peak_pss_bytes / 2**30:.2f} GiB; sandbox workers steady {res.sandbox_workers_steady}, "
-          f"max {res.sandbox_workers_max}")
-    return {"res": res, "cfg": cfg, "paths": paths, "policy": policy, "merged": merged, "root": root,
-            "metrics": tiny_run.read_verl_metrics(root / "rl" / "verl_metrics.jsonl") if res.ok else {}}
+    summary = verl_runtime.run_stage(cfg, "stage1", run_dir=run_dir, init_dir=root / "sft", data_dir=root / "data",
+                                     progress=rows.append)
+    stage_s = time.perf_counter() - t0
+    session = json.loads((run_dir / "verl_session" / "session.json").read_text())
+    print(f"verl_cpu stage1 (2 steps) {stage_s:.1f} s incl. merge; session {session['timings']}; peak RSS "
+          f"{session['peak_rss_bytes'] / 2**30:.2f} GiB, PSS {session['peak_pss_bytes'] / 2**30:.2f} GiB; sandbox "
+          f"workers steady {session['sandbox_workers_steady']}, max {session['sandbox_workers_max']}")
+    return {"summary": summary, "session": session, "cfg": cfg, "policy": policy, "run_dir": run_dir, "rows": rows,
+            "metrics": tiny_run.read_verl_metrics(summary["verl_metrics_file"])}
 
 
 def test_two_steps_exit_0_with_step_2_checkpoint_and_no_orphans(run):
-    res = run["res"]
-    assert res.ok, f"{res.error}; codes {res.codes}; VERL log: {run['paths'].run_dir}/verl_stage1.log"
-    assert (run["root"] / "rl" / "checkpoints" / "global_step_2" / "actor").is_dir()
-    assert res.orphans == []  # nothing left in the session's PID namespace (Ray, VERL, sandbox)
+    sess = run["session"]
+    assert sess["error"] is None and sess["codes"] == {"stage1": 0}
+    assert (run["run_dir"] / "checkpoints" / "global_step_2" / "actor").is_dir()
+    assert run["summary"]["end_step"] == 2 and run["summary"]["launched"] and run["summary"]["merged"]
+    # nothing was left in the session's PID namespace (Ray, VERL, sandbox) when it ended
+    assert sess["orphans"] == []
+    assert runner.ray_local.processes_in_namespace(sess["pid_namespace"]) == []
+
+
+def test_metrics_converted_for_the_notebooks(run):
+    rows = [r for r in run["rows"] if "step" in r]
+    assert [r["step"] for r in rows] == [1, 2] and run["summary"]["metric_rows"] == 2
+    assert all(r["engine"] == "verl" and 0 <= r["reward_mean"] <= 1 for r in rows)
 
 
 def test_roc_logged_and_a_real_policy_gradient_step(run):
@@ -75,7 +92,7 @@ def test_rollout_and_actor_log_probs_agree(run):
 def test_rollout_server_took_the_actor_weights_every_step(run):
     import json
 
-    log = run["root"] / "rl" / "verl_stage1_weight_updates.jsonl"
+    log = run["run_dir"] / "verl_stage1_weight_updates.jsonl"
     ups = [json.loads(line) for line in log.read_text().splitlines()]
     # VERL syncs the actor's weights into the server before each step's generation; after a
     # real update (step 1) the server's weights differ from the ones it started the run with
@@ -85,8 +102,7 @@ def test_rollout_server_took_the_actor_weights_every_step(run):
 
 
 def test_merged_policy_loads_and_moved_from_the_sft_weights(run):
-    assert run["merged"] and run["merged"]["step"] == 2
-    model, tok = load_policy(run["merged"]["policy_dir"])
+    model, tok = load_policy(run["summary"]["policy_dir"])
     start, _ = load_policy(run["policy"])
     # the merger writes bf16: compare in bf16, where unchanged weights are bit-identical
     changed = [(a.to(torch.bfloat16) != b.to(torch.bfloat16)).float().mean().item()
@@ -97,8 +113,9 @@ def test_merged_policy_loads_and_moved_from_the_sft_weights(run):
 
 def test_sandbox_workers_equal_the_configured_pool(run):
     # one agent-loop worker -> one pool of cfg.sandbox.num_workers, however many trajectories ran at
-    # once (16 here: the old per-trajectory pools gave up to 16 x 2); a worker replaced after a
-    # timeout may overlap its successor for a moment, hence the steady count and max <= pool + 1
-    res = run["res"]
-    assert res.sandbox_workers_steady == run["cfg"].sandbox.num_workers == 2
-    assert res.sandbox_workers_max <= run["cfg"].sandbox.num_workers + 1
+    # once (16 here: the old per-trajectory pools gave up to 16 x 2). Forked per-call children are
+    # not counted (ray_local.sandbox_workers); a worker replaced after a failed call may overlap its
+    # successor for a moment, hence the steady count (most frequent sample) and max <= pool + 1
+    sess = run["session"]
+    assert sess["sandbox_workers_steady"] == run["cfg"].sandbox.num_workers == 2
+    assert sess["sandbox_workers_max"] <= run["cfg"].sandbox.num_workers + 1

@@ -220,3 +220,17 @@ def test_a_failing_session_leaves_no_process_and_sees_only_loopback(tmp_path):
     assert (tmp_path / "boom.log").read_text().strip() == "['lo']"  # no route off the machine
     assert res.orphans == [] and res.pid_namespace
     assert runner.ray_local.processes_in_namespace(res.pid_namespace) == []
+
+
+def test_sandbox_worker_count_skips_wrappers_and_forked_call_children():
+    from kit.bridge.verl_cpu import ray_local
+
+    class P:
+        def __init__(self, pid, ppid, cmd):
+            self.pid, self.info = pid, {"pid": pid, "ppid": ppid, "cmdline": cmd}
+
+    worker = ["/venv/bin/python", "-I", "-m", "kit.sandbox.worker", "{}"]
+    procs = [P(10, 1, ["/usr/bin/bwrap", "--die-with-parent", "--", *worker]), P(11, 10, worker),
+             P(12, 11, worker),  # the child forked for a call
+             P(20, 1, ["/usr/bin/bwrap", "--", *worker]), P(21, 20, worker), P(30, 1, ["python", "-m", "other"])]
+    assert ray_local.sandbox_workers(procs) == 2

@@ -155,17 +155,19 @@ def stop_ray(grace_s: float = 10.0) -> list[int]:
 def session_processes() -> list[psutil.Process]:
     """Every other process visible here (inside the namespace: the run's own)."""
     me = os.getpid()
-    return [p for p in psutil.process_iter(["pid", "cmdline"]) if p.pid not in (me, 1)]
+    return [p for p in psutil.process_iter(["pid", "ppid", "cmdline"]) if p.pid not in (me, 1)]
 
 
 def sandbox_workers(procs: list[psutil.Process] | None = None) -> int:
-    """Number of running kit sandbox worker interpreters (not their bwrap wrappers)."""
-    n = 0
+    """Number of running kit sandbox workers: ``kit.sandbox.worker`` interpreters, not their
+    bwrap wrappers, and not the per-call children a worker forks (same command line; the worker
+    is a fork server, ``kit/sandbox/worker.py``)."""
+    marked = {}
     for p in procs if procs is not None else session_processes():
         cmd = p.info.get("cmdline") or []
         if cmd and SANDBOX_MARK in cmd and "bwrap" not in Path(cmd[0]).name:
-            n += 1
-    return n
+            marked[p.pid] = p.info.get("ppid")
+    return sum(1 for ppid in marked.values() if ppid not in marked)
 
 
 def resident_bytes(procs: list[psutil.Process] | None = None) -> tuple[int, int]:

@@ -260,6 +260,8 @@ def run_session(launches: Sequence[Launch], out_dir: str | os.PathLike, *, num_c
                  f"user namespaces; `ip` from iproute2). Output:\n{tail}")
     ns = info.get("pid_namespace", "")
     orphans = _reap(ns) if ns else []
+    if info:  # recorded for callers that only see the run folder (run_cpu, the chain)
+        result_file.write_text(json.dumps({**info, "orphans": orphans}, indent=2))
     timings = {**info.get("timings", {}), "session_s": time.perf_counter() - t0}
     error = error or info.get("error")
     if error:

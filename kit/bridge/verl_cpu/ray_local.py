@@ -90,14 +90,16 @@ def loopback_up() -> None:
 
 
 def start_ray(temp_dir: str | os.PathLike, *, num_cpus: int = 8, num_gpus: int = 1, env: dict[str, str] | None = None,
-              tries: int = 3, timeout_s: float = 240.0) -> str:
+              tries: int = 5, timeout_s: float = 240.0) -> str:
     """``ray start --head`` on loopback (see the module docstring); returns the address ``host:port``.
 
     Args:
         temp_dir: Ray's session folder (short path: Ray's socket names must fit 107 bytes).
         num_cpus, num_gpus: logical resources Ray announces (fake GPUs for VERL's workers).
         env: environment of the Ray daemons and so of every worker (``PYTHONPATH``, ``VERL_*``).
-        tries: attempts; a failed one is stopped before the next.
+        tries: attempts; a failed one is stopped before the next. Ray 2.60 gives the raylet a
+            fixed 30 s to register (``ray/_private/node.py:428``), which a 2-core machine at load
+            10 misses about one time in two: hence several tries.
         timeout_s: per attempt, seconds.
     Raises:
         RayStartError: every attempt failed (names the log folder and the last output).

@@ -119,8 +119,8 @@ def start_ray(temp_dir: str | os.PathLike, *, num_cpus: int = 8, num_gpus: int =
                 return f"{HOST}:{PORTS['--port']}"
         except subprocess.TimeoutExpired as exc:
             last = f"timed out after {timeout_s:.0f} s: {str(exc.stdout or '')[-1000:]}"
-        print(f"kit: ray start attempt {attempt}/{tries} failed; retrying. Output:\n{last[-600:]}", file=sys.stderr,
-              flush=True)
+        print(f"kit: ray start attempt {attempt}/{tries} failed{'; retrying' if attempt < tries else ''}. "
+              f"Output:\n{last[-600:]}", file=sys.stderr, flush=True)
         stop_ray()
         time.sleep(2.0 * attempt)
     raise RayStartError(f"Ray did not start after {tries} tries (logs under {temp_dir}/session_latest/logs). "

@@ -263,7 +263,7 @@ def run_session(launches: Sequence[Launch], out_dir: str | os.PathLike, *, num_c
     if info:  # recorded for callers that only see the run folder (run_cpu, the chain)
         result_file.write_text(json.dumps({**info, "orphans": orphans}, indent=2))
     timings = {**info.get("timings", {}), "session_s": time.perf_counter() - t0}
-    error = error or info.get("error")
+    error = info.get("error") or error  # the session's own reason (e.g. Ray did not start) first
     if error:
         error += f" (log: {out / 'session.log'})"
     return SessionResult(codes={k: int(v) for k, v in info.get("codes", {}).items()}, timings=timings,

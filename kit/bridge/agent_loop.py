@@ -28,10 +28,11 @@ Outputs: ``AgentLoopOutput`` with ``response_mask`` 1 for sampled tokens and 0 f
 ``response_logprobs`` when the server returned log-probs, and in ``extra_fields`` (per
 trajectory, visible to the reward function and the RoC selection): ``tool_calls``,
 ``tool_error_<kind>`` for each kind, ``tool_errors`` (their sum), ``infra_errors``,
-``answer_tags``, ``truncated``, ``finish_reason``, ``turns``.
+``answer_tags``, ``truncated``, ``finish_reason``, ``turns``, and VERL's ``min_global_steps`` /
+``max_global_steps`` (the weight versions the turns were sampled with; VERL's v1 trainer needs them).
 
-Tools: one sandbox executor per worker process (``kit.sandbox.SandboxPool``, created on first
-use) unless an ``executor`` is passed (tests). VERL's own tool list (``tools=``) is ignored.
+Tools: one sandbox executor per worker process and event loop (``kit.sandbox.SandboxPool``,
+created once by the first trajectory; concurrent ones wait for it) unless an ``executor`` is passed (tests). VERL's own tool list (``tools=``) is ignored.
 """
 
 from __future__ import annotations
@@ -42,6 +43,7 @@ from typing import Any
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
+from kit.bridge.per_loop import once_per_loop
 from kit.config import RolloutConfig, SandboxConfig
 from kit.rollout import protocol
 from kit.rollout.backends import Generation
@@ -63,6 +65,7 @@ class VerlServerBackend:
         self.server = server_manager
         self.request_id = request_id
         self.base = dict(sampling_params)
+        self.steps = GlobalSteps()
 
     async def generate(self, prompt_ids, max_new_tokens, temperature, top_p, stop_ids: Sequence[int]) -> Generation:
         if max_new_tokens <= 0:
@@ -70,6 +73,7 @@ class VerlServerBackend:
         params = {**self.base, "temperature": temperature, "top_p": top_p, "max_new_tokens": int(max_new_tokens),
                   "stop_token_ids": list(stop_ids)}
         out = await self.server.generate(request_id=self.request_id, prompt_ids=list(prompt_ids), sampling_params=params)
+        self.steps.see(dict(out.extra_fields or {}))
         ids = list(out.token_ids)[:max_new_tokens]
         # an empty reply (SGLang: max_new_tokens clamped to 0, or an abort) has log_probs == []: keep it a
         # list, or the whole trajectory loses its log-probs and VERL cannot concatenate the batch's
@@ -84,23 +88,50 @@ class VerlServerBackend:
         return Generation(ids, lps, "stop" if ids and ids[-1] in stop else "length")
 
 
-_POOLS: dict[int, Any] = {}  # event loop id -> entered SandboxPool (one per worker process and loop)
+_POOLS: dict[int, asyncio.Task] = {}  # event loop id -> task entering its SandboxPool (one per loop)
 
 
 async def _shared_pool(sandbox_cfg: dict[str, Any] | None) -> Any:
-    loop_id = id(asyncio.get_running_loop())
-    if loop_id not in _POOLS:
+    """The worker's one entered ``SandboxPool`` for this event loop (lives as long as the process)."""
+
+    async def make() -> Any:
         from kit.sandbox import SandboxPool
 
-        pool = SandboxPool(SandboxConfig(**(sandbox_cfg or {})))
-        _POOLS[loop_id] = await pool.__aenter__()  # lives as long as the worker process
-    return _POOLS[loop_id]
+        return await SandboxPool(SandboxConfig(**(sandbox_cfg or {}))).__aenter__()
+
+    return await once_per_loop(_POOLS, make)
 
 
-def trajectory_to_output(tr: Trajectory, response_length: int) -> AgentLoopOutput:
+class GlobalSteps:
+    """Weight versions a trajectory was generated with: ``min``/``max`` of VERL's per-turn
+    ``extra_fields["global_steps"]`` (its own loops keep the same two keys, ``llm_server.py``).
+
+    VERL 0.9.1's v1 trainer reads ``min_global_steps`` and ``max_global_steps`` of every
+    trajectory (``trainer/ppo/v1/trainer_base.py:1897``); without them it fails after step 1.
+    """
+
+    def __init__(self) -> None:
+        self.min: int | None = None
+        self.max: int | None = None
+
+    def see(self, extra: dict[str, Any]) -> None:
+        lo = extra.get("min_global_steps", extra.get("global_steps"))
+        hi = extra.get("max_global_steps", extra.get("global_steps"))
+        if lo is not None:
+            self.min = int(lo) if self.min is None else min(self.min, int(lo))
+        if hi is not None:
+            self.max = int(hi) if self.max is None else max(self.max, int(hi))
+
+    def fields(self) -> dict[str, int | None]:
+        return {"min_global_steps": self.min, "max_global_steps": self.max}
+
+
+def trajectory_to_output(tr: Trajectory, response_length: int, steps: GlobalSteps | None = None) -> AgentLoopOutput:
     """Convert a kit :class:`Trajectory` to VERL's ``AgentLoopOutput`` (see module docstring).
 
     ``num_turns`` follows VERL's convention: user turns + assistant turns + 1.
+    ``steps``: the weight versions seen while generating; ``extra_fields`` always carries
+    ``min_global_steps``/``max_global_steps`` (None when no turn reported one).
     """
     extra: dict[str, Any] = {
         "tool_calls": tr.tool_calls,
@@ -110,6 +141,7 @@ def trajectory_to_output(tr: Trajectory, response_length: int) -> AgentLoopOutpu
         "truncated": tr.truncated,
         "finish_reason": tr.finish_reason,
         "turns": tr.turns,
+        **(steps or GlobalSteps()).fields(),
     }
     extra.update({f"tool_error_{k}": tr.tool_errors[k] for k in protocol.ERROR_KINDS})
     return AgentLoopOutput(
@@ -178,4 +210,4 @@ class KitAgentLoop(AgentLoopBase):
             temperature=float(sampling_params.get("temperature", self.kit_cfg.temperature)),
             top_p=float(sampling_params.get("top_p", self.kit_cfg.top_p)),
         )
-        return trajectory_to_output(tr, self.kit_cfg.max_response_tokens)
+        return trajectory_to_output(tr, self.kit_cfg.max_response_tokens, backend.steps)

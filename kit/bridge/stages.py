@@ -221,8 +221,10 @@ def run_stage(cfg: KitConfig, stage: str, run_dir: str | os.PathLike, init_dir: 
 
     Args:
         cfg, stage, run_dir, init_dir, data_dir, cluster: as in :func:`plan_stage`.
-        launcher: :func:`kit.bridge.launch.launch`, called as ``launcher(stage_cfg, stage, **kwargs)``
-            (tests pass a fake that writes a checkpoint layout).
+        launcher: called as ``launcher(stage_cfg, stage, **kwargs)``; default
+            :func:`kit.bridge.verl_cpu.runner.default_launcher` (``kit.bridge.launch.launch`` on a
+            CUDA machine, the CPU runtime's ``run_cpu`` without one; tests pass a fake that writes
+            a checkpoint layout).
         merge_runner: runs the merge argv (default a subprocess).
     Returns:
         The summary written to ``run_dir/summary.json``.
@@ -237,7 +239,11 @@ def run_stage(cfg: KitConfig, stage: str, run_dir: str | os.PathLike, init_dir: 
     own = saved_steps(run / "checkpoints")
     launched = not (own and own[-1] >= plan.end_step)
     if launched:
-        code = (launcher or launch.launch)(plan.config, stage, **plan.launch_kwargs)
+        if launcher is None:  # SGLang where CUDA is visible, else the kit's CPU runtime (kit.bridge.verl_cpu)
+            from kit.bridge.verl_cpu.runner import default_launcher
+
+            launcher = default_launcher()
+        code = launcher(plan.config, stage, **plan.launch_kwargs)
         if code != 0:
             raise RuntimeError(f"VERL {stage} exited with status {code} (run_dir {run}; its log is above)")
     merged = merge_to_policy(run / "checkpoints", run / "policy", python=plan.launch_kwargs["python"], run=merge_runner)

@@ -9,8 +9,8 @@ e.g. VERL's built-in ``tool_agent``), declared in the tool YAML as::
         # tool_schema optional: default kit.prompts.TOOL_SCHEMA (execute_python_code_with_standard_io)
 
 ``execute(instance_id, {"code", "input"}, agent_data=...)`` sends one call to a
-``kit.sandbox.SandboxPool`` shared by the worker process (started on first use, one per event
-loop), renders the result with ``kit.rollout.protocol.render_result`` (the same feedback text
+``kit.sandbox.SandboxPool`` shared by the worker process (one per event loop, started by the
+first call; calls arriving meanwhile wait for that start instead of starting their own), renders the result with ``kit.rollout.protocol.render_result`` (the same feedback text
 the kit's own agent loop shows) and returns ``(ToolResponse(text), 0.0, metrics)``. It adds
 the structured counters RoC reads to ``agent_data.extra_fields`` (``tool_calls``,
 ``tool_errors``, ``tool_error_<kind>``, ``infra_errors``), the same keys the kit agent loop
@@ -42,6 +42,7 @@ from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 from kit import prompts
+from kit.bridge.per_loop import once_per_loop
 from kit.config import SandboxConfig
 from kit.rollout.protocol import STATUS_KIND, parse_tool_calls, render_malformed, render_result
 
@@ -91,17 +92,19 @@ class KitSandboxTool(BaseTool):
         schema = tool_schema or OpenAIFunctionToolSchema.model_validate(prompts.TOOL_SCHEMA)
         super().__init__(dict(config or {}), schema)
         self._executor = executor
-        self._pools: dict[int, Any] = {}
+        self._pools: dict[int, asyncio.Task] = {}  # event loop id -> task starting its pool
 
     async def _pool(self) -> Any:
+        """This loop's pool, started once: concurrent first calls all await the same start."""
         if self._executor is not None:
             return self._executor
-        loop_id = id(asyncio.get_running_loop())
-        if loop_id not in self._pools:
+
+        async def make() -> Any:
             from kit.sandbox import SandboxPool
 
-            self._pools[loop_id] = await SandboxPool(self.sandbox_cfg).start()
-        return self._pools[loop_id]
+            return await SandboxPool(self.sandbox_cfg).start()
+
+        return await once_per_loop(self._pools, make)
 
     async def execute(self, instance_id: str, parameters: dict[str, Any], **kwargs: Any) -> tuple[ToolResponse, float, dict]:
         """Run one call. ``kwargs["agent_data"]`` (VERL's ``AgentData``) receives the counters.
@@ -134,9 +137,12 @@ class KitSandboxTool(BaseTool):
 
     async def close(self) -> None:
         """Stop the pools this tool started (VERL never calls it; tests and scripts may)."""
-        pools, self._pools = list(self._pools.values()), {}
-        for pool in pools:
-            await pool.close()
+        tasks, self._pools = list(self._pools.values()), {}
+        for task in tasks:
+            if task.get_loop() is asyncio.get_running_loop():
+                pool = await asyncio.gather(task, return_exceptions=True)
+                if not isinstance(pool[0], BaseException):
+                    await pool[0].close()
 
 
 @ToolParser.register("kit_hermes")

@@ -1,0 +1,123 @@
+"""Every change the kit's CPU runtime makes to VERL 0.9.1 internals, in one place.
+
+VERL's public extension points (``verl.plugins`` entry point, ``PlatformRegistry``,
+``RolloutReplicaRegistry``, ``VERL_ENGINE_DEVICE``) carry most of the CPU runtime. Two things
+have no public hook; each is patched here, named, applied only by :func:`apply` (called by the
+plugin when ``VERL_PLATFORM=cpu``), and checked by :func:`check` (and by
+``tests/bridge/test_verl_cpu_patches.py``) so that a VERL upgrade that moves them fails loudly
+instead of silently training with CUDA assumptions:
+
+1. ``process_group_backend``: ``verl.utils.distributed.initialize_global_process_group_ray``
+   builds ``f"cpu:gloo,{device}:{backend}"``, which on the CPU platform is ``"cpu:gloo,cpu:gloo"``
+   and torch rejects ("Duplicate device type cpu"). The patch passes plain ``"gloo"`` when no
+   backend is given; ``verl.workers.engine_workers`` imported the function by name, so it is
+   replaced there too.
+2. ``rollout_registry``: the trainer-side rollout class is looked up in the private dict
+   ``verl.workers.rollout.base._ROLLOUT_REGISTRY`` (no register function in 0.9.1); the patch adds
+   ``("kit_cpu", "async")``.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import sys
+from pathlib import Path
+from typing import Any
+
+#: The VERL release these patches were written and tested against (pyproject pins it).
+VERL_VERSION = "0.9.1"
+ROLLOUT_KEY = ("kit_cpu", "async")
+ROLLOUT_ADAPTER = "kit.bridge.verl_cpu.rollout.KitCpuRolloutAdapter"
+_DUPLICATED_BACKEND = 'f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"'
+
+
+class VerlPatchError(RuntimeError):
+    """A patched VERL internal is not where this kit expects it (VERL upgraded?)."""
+
+
+def _fail(what: str, detail: str) -> VerlPatchError:
+    import verl
+
+    return VerlPatchError(f"kit CPU runtime: VERL internal {what!r} moved ({detail}); this kit's CPU patches are "
+                          f"written for verl=={VERL_VERSION}, installed {verl.__version__}. Reinstall verl=={VERL_VERSION} "
+                          f"or update kit/bridge/verl_cpu/patches.py")
+
+
+def _gloo_backend(original: Any) -> Any:
+    def initialize_global_process_group_ray(timeout_second=None, backend=None):
+        return original(timeout_second=timeout_second, backend=backend or "gloo")
+
+    initialize_global_process_group_ray.__kit_patched__ = original  # type: ignore[attr-defined]
+    initialize_global_process_group_ray.__doc__ = "kit CPU patch: plain gloo instead of 'cpu:gloo,cpu:gloo'."
+    return initialize_global_process_group_ray
+
+
+def _source(module: str) -> str:
+    """Source text of a VERL module without importing it (the plugin runs inside ``import verl``)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or not spec.origin:
+        raise _fail(module, "module not found")
+    return Path(spec.origin).read_text()
+
+
+def check() -> list[str]:
+    """Check that every patched internal is where 0.9.1 has it.
+
+    Returns:
+        The names of the patch points checked.
+    Raises:
+        VerlPatchError: one moved (names it and what to do).
+    """
+    dist = importlib.import_module("verl.utils.distributed")
+    fn = getattr(dist, "initialize_global_process_group_ray", None)
+    if fn is None:
+        raise _fail("verl.utils.distributed.initialize_global_process_group_ray", "function not found")
+    fn = getattr(fn, "__kit_patched__", fn)
+    src = inspect.getsource(fn)
+    if _DUPLICATED_BACKEND not in src or "backend = backend or" not in src:
+        raise _fail("verl.utils.distributed.initialize_global_process_group_ray",
+                    "its default backend string is no longer f\"cpu:gloo,{device}:{backend}\"")
+    ew_src = _source("verl.workers.engine_workers")
+    if "from verl.utils.distributed import initialize_global_process_group_ray" not in ew_src \
+            or "initialize_global_process_group_ray(timeout_second=None)" not in ew_src:
+        raise _fail("verl.workers.engine_workers.initialize_global_process_group_ray", "import or call changed")
+    base_src = _source("verl.workers.rollout.base")
+    if "_ROLLOUT_REGISTRY = {" not in base_src or '("vllm", "async"):' not in base_src:
+        raise _fail("verl.workers.rollout.base._ROLLOUT_REGISTRY", "not a dict keyed by (name, mode)")
+    if "fqdn = _ROLLOUT_REGISTRY[(rollout_name, mode)]" not in base_src:
+        raise _fail("verl.workers.rollout.base.get_rollout_class", "no longer reads _ROLLOUT_REGISTRY")
+    return ["process_group_backend", "rollout_registry"]
+
+
+def apply() -> list[str]:
+    """Apply both patches (idempotent) after :func:`check`.
+
+    Returns:
+        The names of the patches applied.
+    Raises:
+        VerlPatchError: see :func:`check`.
+    """
+    names = check()
+    dist = importlib.import_module("verl.utils.distributed")
+    if not hasattr(dist.initialize_global_process_group_ray, "__kit_patched__"):
+        dist.initialize_global_process_group_ray = _gloo_backend(dist.initialize_global_process_group_ray)
+    ew = sys.modules.get("verl.workers.engine_workers")  # not yet imported: it will import the patched name
+    if ew is not None:
+        ew.initialize_global_process_group_ray = dist.initialize_global_process_group_ray
+    base = importlib.import_module("verl.workers.rollout.base")
+    base._ROLLOUT_REGISTRY[ROLLOUT_KEY] = ROLLOUT_ADAPTER
+    return names
+
+
+def applied() -> dict[str, bool]:
+    """Which patches are in effect in this process (for tests and error reports)."""
+    dist = importlib.import_module("verl.utils.distributed")
+    ew = importlib.import_module("verl.workers.engine_workers")
+    base = importlib.import_module("verl.workers.rollout.base")
+    return {
+        "process_group_backend": hasattr(dist.initialize_global_process_group_ray, "__kit_patched__")
+        and hasattr(ew.initialize_global_process_group_ray, "__kit_patched__"),
+        "rollout_registry": base._ROLLOUT_REGISTRY.get(ROLLOUT_KEY) == ROLLOUT_ADAPTER,
+    }

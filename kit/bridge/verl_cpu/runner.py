@@ -1,0 +1,320 @@
+"""Run VERL 0.9.1's trainer on this CPU machine: checks, Hydra overrides, one Ray session.
+
+``run_cpu(cfg, stage, ...)`` is :func:`kit.bridge.launch.launch` for ``runtime=verl`` on a machine
+without a GPU: the same kit overrides (:func:`kit.bridge.launch.build_launch`), plus :func:`cpu_overrides`
+(CPU platform, FSDP2 actor, ``sdpa`` attention, the ``kit_cpu`` rollout, one TransferQueue
+storage unit, one agent-loop and one reward worker), run by
+:func:`run_session` in a private namespace with a Ray head the kit starts and stops
+(:mod:`kit.bridge.verl_cpu.ray_local`). Several launches can share one session (one Ray start).
+
+Checks before anything starts (each raises :class:`VerlCpuError` naming what to do):
+:func:`require_cpu_machine` (a CUDA machine must use the GPU runtime), :func:`check_verl_version`
+(the pin the patches were written for), :func:`plugin_route` (the ``verl.plugins`` entry point is
+installed; ``KIT_VERL_PLUGIN_FALLBACK=1`` instead loads it through VERL's
+``VERL_USE_EXTERNAL_MODULES``, for a checkout whose editable install predates the entry point).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from kit.bridge.verl_cpu import ray_local
+
+PLUGIN_MODULE = "kit.bridge.verl_cpu.plugin"
+ENTRY_POINT = "kit_cpu"
+VERL_PIN = "0.9.1"
+FALLBACK_ENV = "KIT_VERL_PLUGIN_FALLBACK"
+
+
+class VerlCpuError(RuntimeError):
+    """The CPU runtime cannot run here (the message says what to do)."""
+
+
+def require_cpu_machine() -> None:
+    """Raises :class:`VerlCpuError` on a machine with a CUDA GPU (use the GPU runtime there)."""
+    import torch
+
+    if torch.cuda.is_available():
+        raise VerlCpuError("runtime=verl on this machine would use the kit's CPU runtime, but a CUDA GPU is visible "
+                           f"({torch.cuda.get_device_name(0)}): run VERL with SGLang instead (python -m kit.recipe "
+                           "launch ..., see README 'Paper scale'), or hide the GPU (CUDA_VISIBLE_DEVICES=) to test the "
+                           "CPU path on purpose")
+
+
+def check_verl_version() -> str:
+    """The installed VERL version; raises :class:`VerlCpuError` unless it is the pinned one."""
+    try:
+        version = metadata.version("verl")
+    except metadata.PackageNotFoundError as exc:
+        raise VerlCpuError(f"VERL is not installed: pip install 'verl[verl-core]=={VERL_PIN}'") from exc
+    if version != VERL_PIN:
+        raise VerlCpuError(f"the kit's VERL CPU runtime patches verl=={VERL_PIN} internals; installed verl {version}. "
+                           f"Install verl=={VERL_PIN} (pip install 'verl[verl-core]=={VERL_PIN}', as pyproject.toml pins)")
+    return version
+
+
+def plugin_installed() -> bool:
+    """True when the ``verl.plugins`` entry point ``kit_cpu`` is installed (editable install current)."""
+    return any(ep.name == ENTRY_POINT and ep.value == PLUGIN_MODULE for ep in metadata.entry_points(group="verl.plugins"))
+
+
+def plugin_route(env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment that makes every VERL process load the kit's plugin.
+
+    Returns:
+        ``{}`` when the entry point is installed, else (with ``KIT_VERL_PLUGIN_FALLBACK=1``)
+        ``{"VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE}``.
+    Raises:
+        VerlCpuError: no entry point and no fallback asked for.
+    """
+    env = os.environ if env is None else env
+    if plugin_installed():
+        return {}
+    if env.get(FALLBACK_ENV) == "1":
+        return {"VERL_USE_EXTERNAL_MODULES": PLUGIN_MODULE}
+    raise VerlCpuError(f"the kit's VERL plugin (entry point verl.plugins:{ENTRY_POINT} -> {PLUGIN_MODULE}) is not "
+                       "installed: refresh the kit's install (`pip install -e .` in the checkout, or `make setup`), "
+                       f"or set {FALLBACK_ENV}=1 to load it through VERL_USE_EXTERNAL_MODULES")
+
+
+#: tokens per forward/backward micro-batch on the CPU (the GPU recipe uses prompt + response
+#: length, one trajectory per micro-batch for the tiny model): fewer, larger forwards
+CPU_MICRO_TOKENS = 16384
+
+
+def cpu_overrides(address: str, *, test_freq: int = -1) -> list[str]:
+    """Hydra overrides that put a kit recipe on the CPU runtime (appended after the kit's own).
+
+    Args:
+        address: the Ray head (``127.0.0.1:6379``).
+        test_freq: validation every that many steps (-1: none).
+    """
+    return [
+        f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={CPU_MICRO_TOKENS}",
+        f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={CPU_MICRO_TOKENS}",
+        "trainer.device=cpu",
+        "trainer.n_gpus_per_node=1",
+        "trainer.nnodes=1",
+        f"trainer.test_freq={test_freq}",
+        "actor_rollout_ref.actor.strategy=fsdp2",
+        "+actor_rollout_ref.model.override_config.attn_implementation=sdpa",
+        "actor_rollout_ref.model.use_remove_padding=False",
+        "actor_rollout_ref.model.enable_gradient_checkpointing=False",
+        "actor_rollout_ref.rollout.name=kit_cpu",
+        "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
+        "actor_rollout_ref.rollout.calculate_log_probs=True",
+        "actor_rollout_ref.rollout.agent.num_workers=1",
+        "reward.num_workers=1",
+        "data.dataloader_num_workers=0",
+        "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
+        "ray_kwargs.ray_init.num_cpus=null",
+        f"+ray_kwargs.ray_init.address={address}",
+        "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_PLATFORM=cpu",
+        "+ray_kwargs.ray_init.runtime_env.env_vars.VERL_ENGINE_DEVICE=cuda",
+    ]
+
+
+def session_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment of the Ray daemons and VERL processes of a CPU session."""
+    root = str(Path(__file__).resolve().parents[3])  # the checkout holding this `kit`
+    pp = os.environ.get("PYTHONPATH", "")
+    return {
+        "VERL_PLATFORM": "cpu",
+        "VERL_ENGINE_DEVICE": "cuda",  # VERL registers its FSDP engine for cuda/npu only (engine/base.py:405)
+        "RAY_AUTH_MODE": "disabled",
+        "OMP_NUM_THREADS": str(os.cpu_count() or 1),
+        "TOKENIZERS_PARALLELISM": "false",
+        "PYTHONPATH": root + (os.pathsep + pp if pp else ""),
+        **plugin_route(),
+        **(extra or {}),
+    }
+
+
+@dataclass
+class Launch:
+    """One command of a session: ``argv`` run in ``cwd`` with the session env plus ``env``; output to ``log``."""
+
+    name: str
+    argv: list[str]
+    log: str
+    env: dict[str, str] = field(default_factory=dict)
+    cwd: str | None = None
+
+
+def build_cpu_launch(cfg: Any, stage: str, *, model_path: str | None = None, train_files: str | None = None,
+                     val_files: str | None = None, extra_overrides: Sequence[str] = (),
+                     start_step: int | None = None, resume_from: str | None = None,
+                     metrics_file: str | None = None, test_freq: int = -1,
+                     address: str = f"{ray_local.HOST}:{ray_local.PORTS['--port']}",
+                     python: str = sys.executable, **_layout: Any) -> tuple[Any, Launch]:
+    """Paths and :class:`Launch` of one stage of ``cfg`` on the CPU runtime; writes the run
+    folder's ``config.json`` and agent-loop YAML.
+
+    Arguments as :func:`kit.bridge.launch.launch` (cluster-layout ones are ignored: one fake GPU).
+    Returns:
+        ``(RecipePaths, Launch)``; the launch runs in the run folder (VERL's Hydra writes
+        ``outputs/`` into its working directory). The rollout server logs each weight update to
+        ``<run_dir>/verl_<stage>_weight_updates.jsonl``.
+    Raises:
+        FileNotFoundError: a parquet file is missing (names it).
+    """
+    from kit.bridge import launch as bridge_launch
+    from kit.config import save
+
+    run_dir = Path(cfg.run_dir or f"runs/{cfg.profile}").resolve()
+    updates = run_dir / f"verl_{stage}_weight_updates.jsonl"
+    paths, argv = bridge_launch.build_launch(
+        cfg, stage, model_path=model_path, train_files=train_files, val_files=val_files, n_gpus_per_node=1,
+        nnodes=1, rollout_tp=1, start_step=start_step, resume_from=resume_from, metrics_file=metrics_file,
+        python=python, extra_overrides=[*cpu_overrides(address, test_freq=test_freq),
+                                        f"+ray_kwargs.ray_init.runtime_env.env_vars.KIT_CPU_ROLLOUT_UPDATE_LOG={updates}",
+                                        *extra_overrides])
+    Path(paths.run_dir).mkdir(parents=True, exist_ok=True)
+    save(cfg, paths.run_dir)
+    bridge_launch.write_agent_loop_config(cfg, paths.agent_loop_config)
+    for f in (paths.train_files, paths.val_files):
+        if not Path(f).exists():
+            raise FileNotFoundError(f"{f} does not exist ({stage} of run {paths.run_dir} reads it)")
+    env = {"VERL_FILE_LOGGER_PATH": str(Path(metrics_file).resolve())} if metrics_file else {}
+    if metrics_file:
+        Path(metrics_file).parent.mkdir(parents=True, exist_ok=True)
+    log = str(Path(paths.run_dir) / f"verl_{stage}.log")
+    return paths, Launch(stage, argv, log, env, cwd=str(paths.run_dir))
+
+
+@dataclass
+class SessionResult:
+    """What a session did: exit codes, seconds, sandbox workers, memory, orphans (see run_session)."""
+
+    codes: dict[str, int]
+    timings: dict[str, float]
+    sandbox_workers_max: int
+    sandbox_workers_steady: int
+    peak_rss_bytes: int
+    peak_pss_bytes: int
+    orphans: list[int]
+    pid_namespace: str
+    log_dir: str
+    error: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None and all(c == 0 for c in self.codes.values())
+
+
+def run_session(launches: Sequence[Launch], out_dir: str | os.PathLike, *, num_cpus: int = 8, num_gpus: int = 1,
+                timeout_s: float = 3600.0, env: Mapping[str, str] | None = None, start_ray: bool = True) -> SessionResult:
+    """Run ``launches`` one after the other in one private namespace sharing one Ray head.
+
+    Args:
+        launches: the commands (a later one runs even if an earlier failed: stop early
+            yourself by calling once per launch when order matters).
+        out_dir: where ``session.json`` and ``session.log`` go.
+        num_cpus, num_gpus: Ray's logical resources (TransferQueue needs >= 2 CPUs free; VERL one
+            GPU per trainer worker).
+        timeout_s: the whole session, seconds; on expiry it is killed (every process in it).
+        env: more environment for every process.
+        start_ray: False runs the launches in the namespace without a Ray head (tests).
+    Returns:
+        :class:`SessionResult`; ``orphans`` lists processes left in the session's namespace after
+        it ended (killed, and reported: should be empty).
+    Raises:
+        VerlCpuError: checks failed (GPU machine, VERL version, plugin).
+    """
+    require_cpu_machine()
+    check_verl_version()
+    out = Path(out_dir).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    spec = {"launches": [vars(launch) for launch in launches], "out": str(out), "num_cpus": num_cpus,
+            "num_gpus": num_gpus, "env": session_env(env), "start_ray": start_ray,
+            "ray_temp": f"/tmp/kitray-{uuid.uuid4().hex[:8]}"}
+    (out / "session_spec.json").write_text(json.dumps(spec, indent=2))
+    result_file = out / "session.json"
+    result_file.unlink(missing_ok=True)
+    argv = [*ray_local.namespace_argv(), sys.executable, "-m", "kit.bridge.verl_cpu.session", str(out / "session_spec.json")]
+    t0 = time.perf_counter()
+    with open(out / "session.log", "w") as log:
+        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **spec["env"]},
+                                start_new_session=True)
+        try:
+            proc.wait(timeout=timeout_s)
+            error = None if proc.returncode == 0 else f"session exited with status {proc.returncode}"
+        except subprocess.TimeoutExpired:
+            proc.kill()  # unshare --kill-child: the namespace's init dies, and with it every process in it
+            proc.wait()
+            error = f"session timed out after {timeout_s:.0f} s"
+    info = json.loads(result_file.read_text()) if result_file.exists() else {}
+    if not info and error:  # the namespace itself did not start (unshare refused, no `ip`, ...)
+        tail = (out / "session.log").read_text()[-800:]
+        error = (f"{error}: the private network/PID namespace did not start (`unshare --net --pid` needs root or "
+                 f"user namespaces; `ip` from iproute2). Output:\n{tail}")
+    ns = info.get("pid_namespace", "")
+    orphans = _reap(ns) if ns else []
+    if info:  # recorded for callers that only see the run folder (run_cpu, the chain)
+        result_file.write_text(json.dumps({**info, "orphans": orphans}, indent=2))
+    timings = {**info.get("timings", {}), "session_s": time.perf_counter() - t0}
+    error = info.get("error") or error  # the session's own reason (e.g. Ray did not start) first
+    if error:
+        error += f" (log: {out / 'session.log'})"
+    return SessionResult(codes={k: int(v) for k, v in info.get("codes", {}).items()}, timings=timings,
+                         sandbox_workers_max=int(info.get("sandbox_workers_max", -1)),
+                         sandbox_workers_steady=int(info.get("sandbox_workers_steady", -1)),
+                         peak_rss_bytes=int(info.get("peak_rss_bytes", -1)),
+                         peak_pss_bytes=int(info.get("peak_pss_bytes", -1)), orphans=orphans, pid_namespace=ns,
+                         log_dir=str(out), error=error)
+
+
+def _reap(ns: str, wait_s: float = 10.0) -> list[int]:
+    """PIDs still in namespace ``ns`` after ``wait_s`` (then SIGKILLed)."""
+    import signal
+
+    deadline = time.monotonic() + wait_s
+    left = ray_local.processes_in_namespace(ns)
+    while left and time.monotonic() < deadline:
+        time.sleep(0.5)
+        left = ray_local.processes_in_namespace(ns)
+    for pid in left:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except OSError:
+            pass
+    return left
+
+
+def run_cpu(cfg: Any, stage: str, *, timeout_s: float = 3600.0, **kwargs: Any) -> int:
+    """:func:`kit.bridge.launch.launch` on the CPU runtime (same call, usable as the ``launcher`` of
+    :func:`kit.bridge.stages.run_stage`): one stage in its own session; returns VERL's exit status.
+
+    Raises:
+        VerlCpuError: see the module docstring.
+        RuntimeError: the session itself failed before VERL ran (Ray did not start, timeout); names the log.
+    """
+    for key in ("dry_run", "allow_local_ray"):
+        kwargs.pop(key, None)
+    paths, launch = build_cpu_launch(cfg, stage, **kwargs)
+    res = run_session([launch], Path(paths.run_dir) / "verl_session", timeout_s=timeout_s)
+    if res.error and stage not in res.codes:
+        raise RuntimeError(f"VERL CPU session for {stage} failed: {res.error}")
+    return res.codes.get(stage, 1)
+
+
+def default_launcher() -> Any:
+    """The launcher of a VERL stage on this machine: :func:`kit.bridge.launch.launch` (SGLang on a
+    GPU cluster) where CUDA is visible, :func:`run_cpu` (this CPU runtime) where it is not."""
+    import torch
+
+    if torch.cuda.is_available():
+        from kit.bridge import launch as bridge_launch
+
+        return bridge_launch.launch
+    return run_cpu

@@ -6,12 +6,12 @@ PY := $(VENV)/bin/python
 PROFILE ?= tiny
 RUN ?= main
 PYTEST_ARGS ?=
-APT_PACKAGES := bubblewrap texlive-xetex texlive-fonts-recommended texlive-plain-generic pandoc poppler-utils \
+APT_PACKAGES := bubblewrap iproute2 texlive-xetex texlive-fonts-recommended texlive-plain-generic pandoc poppler-utils \
                 librsvg2-bin fonts-dejavu-core fonts-wqy-microhei
 STAMP := $(VENV)/.kit-installed
 APT_STAMP := $(VENV)/.kit-apt
 
-.PHONY: setup test reproduce report lint clean selftest
+.PHONY: setup test test-verl reproduce report lint clean selftest
 
 setup: $(STAMP) $(APT_STAMP)
 
@@ -45,6 +45,10 @@ $(APT_STAMP): Makefile | $(VENV)/bin/python
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# VERL's own trainer on CPU (Ray in a private network namespace, minutes): issue #15's end-to-end tests.
+test-verl: setup
+	$(PY) -m pytest -m verl_cpu $(PYTEST_ARGS)
 
 reproduce: setup
 	$(PY) -m kit reproduce --profile $(PROFILE) --run $(RUN)

@@ -282,7 +282,7 @@ def main() -> None:
     print(f"kit pool stats: {stats}")
     breakdown(stamps)
     p50 = {side: pct([t for _, t, _ in r], .5) for side, r in res.items()}
-    rate_b, rate_c, p50_b, p50_c = rate["kit"], rate["bare"], p50["kit"], p50["bare"]
+    rate_b, p50_b, p50_c = rate["kit"], p50["kit"], p50["bare"]
     if "bare_huge" in res:
         print(f"against bare forks on huge pages too: over_bare_huge={p50_b / p50['bare_huge']:.2f} "
               f"throughput_vs_bare_huge={rate_b / rate['bare_huge']:.2f} ({rate['bare_huge']:.1f} calls/s, "

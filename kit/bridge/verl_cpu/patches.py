@@ -38,7 +38,7 @@ class VerlPatchError(RuntimeError):
 
 
 def _fail(what: str, detail: str) -> VerlPatchError:
-    import verl
+    import verl  # VERL: only for its version in the message
 
     return VerlPatchError(f"kit CPU runtime: VERL internal {what!r} moved ({detail}); this kit's CPU patches are "
                           f"written for verl=={VERL_VERSION}, installed {verl.__version__}. Reinstall verl=={VERL_VERSION} "

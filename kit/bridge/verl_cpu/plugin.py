@@ -32,19 +32,24 @@ def cpu_selected() -> bool:
 
 
 def _register() -> None:
+    # VERL / kit.bridge: the plugin runs at every `import verl`, so it imports lazily
     from verl.plugin.platform.platform_manager import PlatformRegistry
 
+    # VERL / kit.bridge: the plugin runs at every `import verl`, so it imports lazily
     from kit.bridge.verl_cpu.platform import PLATFORM_NAME, PlatformCPU
 
     PlatformRegistry.register(PLATFORM_NAME)(PlatformCPU)
     REGISTERED.append("platform:cpu")
     if not cpu_selected():
         return
+    # VERL / kit.bridge: the plugin runs at every `import verl`, so it imports lazily
     from verl.workers.rollout.replica import RolloutReplicaRegistry
 
+    # VERL / kit.bridge: the plugin runs at every `import verl`, so it imports lazily
     from kit.bridge.verl_cpu import patches
 
     def load_replica():
+        # VERL / kit.bridge: the plugin runs at every `import verl`, so it imports lazily
         from kit.bridge.verl_cpu.rollout import KitCpuReplica
 
         return KitCpuReplica

@@ -463,6 +463,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     try:
+        if args.cell_timeout is not None and args.cell_timeout < 0:  # nbclient reads < 0 as "no limit"
+            raise ValueError(f"--cell-timeout must be 0 (no limit) or a number of seconds, got {args.cell_timeout}")
         layout = Layout.for_run(args.profile, args.run, args.reports_root)
         overrides = _parse_sets(args.set)
         series = standard_series(layout, seed=args.seed, overrides=overrides)

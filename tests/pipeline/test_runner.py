@@ -97,7 +97,9 @@ def test_standard_series_passes_upstream_run_dirs(tmp_path):
     assert all(str(tmp_path) in p["run_dir"] for p in by.values())
 
 
-@pytest.mark.parametrize("argv", [["run", "--profile", "nope"], ["run", "--run", "../x"], ["run", "--run", ""]])
+@pytest.mark.parametrize("argv", [["run", "--profile", "nope"], ["run", "--run", "../x"], ["run", "--run", ""],
+                                  # review r17: nbclient reads a negative timeout as "no limit"
+                                  ["run", "--profile", "smoke", "--cell-timeout", "-5"]])
 def test_main_rejects_bad_arguments_without_running(argv, tmp_path, capsys):
     assert pipeline.main([*argv, "--reports-root", str(tmp_path)]) == 2
     assert "kit.pipeline:" in capsys.readouterr().err

@@ -68,10 +68,11 @@ def default_cell_timeout(profile: str) -> int:
 class PipelineError(RuntimeError):
     """A notebook of the series failed; the message names the notebook and the cell."""
 
-    def __init__(self, message: str, notebook: str, cell_index: int | None = None):
+    def __init__(self, message: str, notebook: str, cell_index: int | None = None, error: str = ""):
         super().__init__(message)
         self.notebook = notebook
         self.cell_index = cell_index
+        self.error = error  # "<ExceptionName>: <message>", as saved in the executed notebook
 
 
 @dataclass(frozen=True)
@@ -235,7 +236,7 @@ def _describe_failure(nb: NotebookRun, output: Path, exc: BaseException) -> Pipe
     snippet = f" `{first.strip()[:80]}`" if first else ""
     msg = (f"notebook {nb.name} failed in {where}{snippet}: {error}\n"
            f"  executed notebook with the traceback: {output}")
-    return PipelineError(msg, nb.name, index)
+    return PipelineError(msg, nb.name, index, error)
 
 
 def mark_not_run(output: Path, index: int | None, error: str) -> None:
@@ -265,8 +266,10 @@ def mark_not_run(output: Path, index: int | None, error: str) -> None:
             meta["status"] = "failed"
             if cell.get("cell_type") == "code" and not any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
                 ename, _, evalue = error.partition(": ")
+                evalue = f"{evalue} (this cell did not finish)"
+                # nbconvert prints the traceback, not ename / evalue: without one the report shows an empty box
                 cell.setdefault("outputs", []).append({"output_type": "error", "ename": ename or "Error",
-                                                       "evalue": f"{evalue} (this cell did not finish)", "traceback": []})
+                                                       "evalue": evalue, "traceback": [f"{ename or 'Error'}: {evalue}"]})
         else:
             meta["status"] = "pending"
             if cell.get("cell_type") == "code":
@@ -367,7 +370,10 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
         except Exception as exc:  # noqa: BLE001 - every failure is reported with the notebook named
             seconds = time.perf_counter() - t0
             err = _describe_failure(nb, out, exc)
-            mark_not_run(out, err.cell_index, str(err).splitlines()[0].split(": ", 1)[-1])
+            # the executed file's own index: papermill inserts markdown cells into a notebook that
+            # raised (a banner first, an anchor before the failing cell), so err.cell_index, the
+            # index papermill reports, is not that cell's index in the file
+            mark_not_run(out, _failed_cell(out)[0], err.error)
             state[nb.name] = {"status": "failed", "parameters": nb.parameters, "seconds": seconds,
                               "error": str(err)}
             _write_state(layout, state)
@@ -457,6 +463,8 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 2
     try:
+        if args.cell_timeout is not None and args.cell_timeout < 0:  # nbclient reads < 0 as "no limit"
+            raise ValueError(f"--cell-timeout must be 0 (no limit) or a number of seconds, got {args.cell_timeout}")
         layout = Layout.for_run(args.profile, args.run, args.reports_root)
         overrides = _parse_sets(args.set)
         series = standard_series(layout, seed=args.seed, overrides=overrides)

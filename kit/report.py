@@ -98,11 +98,17 @@ def failed_notebooks(layout: Layout) -> dict[str, str]:
     return dict(sorted(found.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
 
 
+def _literal(text: str) -> str:
+    """``text`` as literal markdown: every ASCII punctuation mark backslash-escaped, so an error
+    message's ``$``, ``\\``, ``*`` or ``#`` prints as written instead of becoming TeX math or markup."""
+    return re.sub(r"([!-/:-@\[-`{-~])", r"\\\1", text)
+
+
 def failure_text(failed: Mapping[str, str]) -> str:
-    """Markdown for the first page: which notebooks failed and why."""
+    """Markdown for the first page: which notebooks failed and why (the reasons as literal text)."""
     lines = [f"**This run did not finish: {len(failed)} notebook(s) failed.** Their results below stop where "
              "they failed, and notebooks after them may use stale or missing inputs.", ""]
-    lines += [f"- `{name}`: {why}" for name, why in failed.items()]
+    lines += [f"- `{name}`: {_literal(why)}" for name, why in failed.items()]
     return "\n".join(lines)
 
 
@@ -131,7 +137,7 @@ def merge_notebooks(paths: Sequence[Path], title: str, failed: Mapping[str, str]
         merged.cells.append(nbformat.v4.new_markdown_cell(f"# Notebook `{p.stem}`"))
         if failed and p.stem in failed:
             merged.cells.append(nbformat.v4.new_markdown_cell(
-                f"**This notebook failed:** {failed[p.stem]}. Cells after the failed one did not run."))
+                f"**This notebook failed:** {_literal(failed[p.stem])}. Cells after the failed one did not run."))
         for cell in nb.cells:
             cell = nbformat.from_dict(cell)
             if cell.cell_type == "markdown":  # demote headings one level under the part heading
@@ -200,6 +206,7 @@ def figures_tables_pdf(layout: Layout, out: Path, title: str, failed: Mapping[st
         if failed:
             text = f"THIS RUN DID NOT FINISH: {len(failed)} notebook(s) failed\n" + \
                    "\n".join(f"{name}: {why[:110]}" for name, why in failed.items())
+            text = text.replace("$", r"\$")  # an error's "$...$" is text, not mathtext
             page.text(0.08, 0.48, text, ha="left", va="top", fontsize=8, color="darkred", wrap=True)
         pdf.savefig(page)
         for f in figs:

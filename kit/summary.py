@@ -151,9 +151,9 @@ def summary_page(root: str | os.PathLike, *, title: str = "", profile: str = "",
               "it lies on the claimed side, not reproduced when on the other side, else inconclusive.")
     shift = 0.0
     if failed:
-        names = "; ".join(f"{name} ({why[:80]})" for name, why in failed.items())
+        names = "; ".join(f"{name} ({why[:160]})" for name, why in failed.items())
         fig.text(0.04, 0.966, textwrap.fill(f"This run did not finish: {len(failed)} notebook(s) failed: {names}", 150),
-                 fontsize=7, va="top", color="#b00000", weight="bold")
+                 fontsize=7, va="top", color="#b00000", weight="bold", parse_math=False)  # error text, not mathtext
         shift = 0.02
     fig.text(0.04, 0.962 - shift, textwrap.fill(head, 160), fontsize=6.6, va="top", color="0.25", linespacing=1.3)
     rows = claim_rows(doc)

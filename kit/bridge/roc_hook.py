@@ -79,23 +79,33 @@ def roc_params_from_kwargs(kw: Mapping[str, Any]) -> tuple[RocParams, dict[str, 
         (``"counters"`` or ``"text"``), ``train_batch_size``, ``max_inflight_gen_batches``.
     Raises:
         KeyError: a required key is missing (the message names ``sampler_kwargs.<key>``).
-        ValueError: ``reading`` is not one of the two readings, or oversample < group_size.
+        ValueError: ``reading`` is not one of the two readings, oversample < group_size, or a
+            flag (``use_error_ratio``, ``use_answer_format``, ``drop_equal_reward_groups``) is
+            neither a boolean nor the word true / false.
     """
     def need(key: str) -> Any:
         if key not in kw:
             raise KeyError(f"trainer.v1.sampler.sampler_kwargs.{key} is required by kit.bridge.roc_hook")
         return kw[key]
 
+    def flag(key: str, default: bool) -> bool:  # bool("false") is True: read the words too
+        v = kw.get(key, default)
+        if isinstance(v, str) and v.strip().lower() in ("true", "false"):
+            return v.strip().lower() == "true"
+        if not isinstance(v, (bool, np.bool_)):
+            raise ValueError(f"sampler_kwargs.{key} must be true or false, got {v!r}")
+        return bool(v)
+
     d = AlgorithmConfig()  # the defaults of every key that may be absent: the config's
     params = RocParams.from_config(dataclasses.replace(
         d,
         group_size=int(need("group_size")),
         roc_mode=str(kw.get("mode", d.roc_mode)),
-        roc_use_error_ratio=bool(kw.get("use_error_ratio", d.roc_use_error_ratio)),
-        roc_use_answer_format=bool(kw.get("use_answer_format", d.roc_use_answer_format)),
+        roc_use_error_ratio=flag("use_error_ratio", d.roc_use_error_ratio),
+        roc_use_answer_format=flag("use_answer_format", d.roc_use_answer_format),
         min_positive=int(kw.get("min_positive", d.min_positive)),
         min_negative=int(kw.get("min_negative", d.min_negative)),
-        drop_equal_reward_groups=bool(kw.get("drop_equal_reward_groups", d.drop_equal_reward_groups)),
+        drop_equal_reward_groups=flag("drop_equal_reward_groups", d.drop_equal_reward_groups),
         roc_negative_order=str(kw.get("negative_order", d.roc_negative_order)),
     ))
     extra = {

@@ -46,8 +46,10 @@ def _get(obj: Any, name: str, default: Any = None) -> Any:
 
 
 def _answer_key(extracted: str | None) -> str | None:
-    """Voting key of an extracted answer: whitespace removed (None stays None)."""
-    return None if extracted is None else "".join(str(extracted).split())
+    """Voting key of an extracted answer: each run of whitespace one space, none at the ends
+    (None stays None). Spaces are not all removed: ``12, 345`` (two values) is not ``12,345``
+    (a thousands number), and ``x = 1 or x = 2`` needs the spaces around ``or``."""
+    return None if extracted is None else " ".join(str(extracted).split())
 
 
 def answer_equivalence(timeout_s: float = 5.0, verifier: Any = None) -> Callable[[str, str], bool]:
@@ -146,7 +148,7 @@ def score_samples(benchmark: str, item_ids: Sequence[str], trajectories: Sequenc
         seed: bootstrap / maj@k resampling seed.
         equivalent: how answers are grouped before the maj@k vote: ``"verifier"`` (default,
             :func:`answer_equivalence`: ``\\frac{3}{4}``, ``0.75`` and ``3/4`` are one vote),
-            a function ``(a, b) -> bool``, or None (answers vote as written, whitespace aside).
+            a function ``(a, b) -> bool``, or None (answers vote as written, runs of whitespace aside).
     Returns:
         An :class:`EvalResult` (manifest left empty); ``maj_tie_rate`` holds each k's tie rate.
     Raises:

@@ -58,8 +58,11 @@ several values (gold or answer)       gold and answer are split the same way (to
                                       wrong, vs ``3,4`` correct. When both sides name every
                                       value with distinct names (``m=1, n=6``), values are
                                       matched by name: ``n=6, m=1`` correct, ``m=6, n=1``
-                                      wrong; other names are dropped (``k=5`` vs ``n=5``
-                                      correct). A chain ``x=3=4`` is wrong.
+                                      wrong; other names are dropped from plain numbers
+                                      (``k=5`` vs ``n=5`` correct) but not from
+                                      expressions (``y=2x+3`` vs ``x=2x+3`` wrong: the
+                                      whole equations go to math_verify). A chain
+                                      ``x=3=4`` is wrong.
 ``\dfrac``/``\tfrac`` vs ``\frac``    correct (rewritten to ``\frac``).
 scientific: ``4200`` vs ``4.2e3``     correct: ``4.2e3``, ``4.2E3``, ``4.2\times 10^{3}``,
                                       ``4.2\cdot 10^3`` are exact decimals, never Euler's

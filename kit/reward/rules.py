@@ -234,6 +234,16 @@ def compare_items(gold: list[tuple[str | None, str]], answer: list[tuple[str | N
     return None, ", ".join(g_vals), ", ".join(a_vals)
 
 
+def _renamed_expressions(gold: list[tuple[str | None, str]], answer: list[tuple[str | None, str]]) -> bool:
+    """True when both sides name every value, the names differ and a value is not a plain number:
+    ``y = 2x + 3`` vs ``x = 2x + 3`` is another equation, not the value ``2x + 3`` renamed, so
+    the whole texts go to math_verify (only numbers drop their names: ``k=5`` vs ``n=5``)."""
+    names = [n for n, _ in gold + answer]
+    if None in names or {n for n, _ in gold} == {n for n, _ in answer}:
+        return False
+    return any(to_decimal(v) is None for _, v in gold + answer)
+
+
 def is_lone_symbol(s: str) -> bool:
     """True for a single name that can take a value: ``x``, ``a_1``, ``\\theta``, ``f(2)``."""
     return bool(_LONE_SYMBOL.match(s.replace(" ", "")))
@@ -279,7 +289,7 @@ def quick_grade(gold: str, answer: str) -> tuple[str | None, str, str, str]:
         # gold and answer split the same way: "a=2, a=5" is two values, never the last one alone
         g_list = g_items if g_eq else answer_items(g)
         a_list = a_items if a_eq else answer_items(a)
-        if g_list and a_list:
+        if g_list and a_list and not _renamed_expressions(g_list, a_list):
             reason, g_text, a_text = compare_items(g_list, a_list)
             if reason is not None:
                 return reason, "value_set", g, a

@@ -318,3 +318,15 @@ def test_v1_sampler_draw_does_not_depend_on_arrival_order(hook, monkeypatch):
     for step_seed in range(5):
         kw.seed = step_seed
         assert run("forward") == run("reversed")
+
+
+def test_sampler_kwargs_flags_must_be_booleans(hook):
+    """Review r17: ``bool("false")`` is True, so a quoted flag in a YAML or a ``=false`` string
+    override silently turned the error-ratio penalty (or the equal-reward drop) on."""
+    base = {"group_size": 4, "oversample": 8, "train_batch_size": 2}
+    params, _ = hook.roc_params_from_kwargs({**base, "use_error_ratio": "false", "drop_equal_reward_groups": "False"})
+    assert params.use_error_ratio is False and params.drop_equal_reward_groups is False
+    params, _ = hook.roc_params_from_kwargs({**base, "use_answer_format": "TRUE", "use_error_ratio": False})
+    assert params.use_answer_format is True and params.use_error_ratio is False
+    with pytest.raises(ValueError, match=r"sampler_kwargs\.use_answer_format must be true or false, got 'no\?'"):
+        hook.roc_params_from_kwargs({**base, "use_answer_format": "no?"})

@@ -43,7 +43,7 @@ def test_score_samples_hand_example():
     assert r.avg_at_n == pytest.approx(2 / 6)
     assert r.pass_at_k[1] == pytest.approx(2 / 6) and r.pass_at_k[3] == pytest.approx(0.5)
     assert r.pass_at_k[2] == pytest.approx((1 - 0 / 3) / 2)  # problem a: every pair holds a correct one
-    assert r.maj_at_k[3] == pytest.approx(0.5)  # "12" (whitespace ignored) wins on a, "7" wrong on b
+    assert r.maj_at_k[3] == pytest.approx(0.5)  # "12" (outer spaces ignored) wins on a, "7" wrong on b
     assert r.response_tokens_mean == pytest.approx(35.0) and r.response_tokens_median == pytest.approx(35.0)
     assert r.model_tokens_mean == pytest.approx((8 + 20 + 25 + 30 + 50 + 60) / 6)
     assert r.tool_calls_per_traj == pytest.approx(4 / 6)
@@ -172,3 +172,16 @@ def test_maj_at_k_groups_answers_by_the_verifier():
     old = grouped.to_dict()
     del old["maj_tie_rate"]  # files written before the tie rate existed still load
     assert EvalResult.from_dict(old).maj_tie_rate == {}
+
+
+def test_maj_voting_key_keeps_the_spaces_that_carry_meaning():
+    """Review r17: the voting key removed every space, so "12, 345" (two values, graded wrong)
+    became the thousands number "12,345" and joined the correct "12345", and "x = 1 or x = 2"
+    lost the spaces around "or" and no longer matched "2, 1". Runs of spaces now become one."""
+    trajs = [[_tr(5, 5) for _ in range(5)]]
+    verdicts = [[V(False, "12, 345"), V(True, "12345"), V(False, "12, 345"), V(True, "12,345"), V(False, "12, 345")]]
+    assert score_samples("toy", ["p"], trajs, verdicts, bootstrap_samples=10).maj_at_k[5] == 0.0
+    verdicts = [[V(False, "4"), V(True, "x = 1 or x = 2"), V(False, "4"), V(True, "2,  1"), V(True, "x=1 \\text{ or } x=2")]]
+    assert score_samples("toy", ["p"], trajs, verdicts, bootstrap_samples=10).maj_at_k[5] == 1.0
+    verdicts = [[V(True, " 12"), V(False, "7"), V(True, "12 ")]]  # leading/trailing spaces still vote together
+    assert score_samples("toy", ["p"], [[_tr(5, 5)] * 3], verdicts, bootstrap_samples=10, equivalent=None).maj_at_k[3] == 1.0

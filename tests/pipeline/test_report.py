@@ -251,3 +251,38 @@ def test_the_figures_only_fallback_also_lists_failed_notebooks(tmp_path, monkeyp
     pdf = report.build_report(lay, echo=lambda s: None, allow_failed=True)
     first = " ".join(_pdftext(pdf, "-f", "1", "-l", "1").split())
     assert "this run did not finish: 1 notebook(s) failed" in first.lower() and "02_cold_start_sft" in first
+
+
+@needs_latex
+def test_a_failure_message_with_tex_specials_prints_as_written(tmp_path):
+    """Review r17: the failure list went into markdown as it was, so an error message with ``$``
+    and a backslash (a sympy or LaTeX error, a price) became TeX math, the LaTeX export failed
+    and, with no figures to fall back on, no PDF was written at all."""
+    import json
+
+    lay = _failed_run(tmp_path)
+    error = r"notebook 02_cold_start_sft failed in cell 1: ValueError: cost $5 \frac{1}{0 and $x_1$ \nosuchmacro *a* #2"
+    lay.state_path.write_text(json.dumps({"01_data_curation": {"status": "done"},
+                                          "02_cold_start_sft": {"status": "failed", "error": error}}))
+    notes: list[str] = []
+    pdf = report.build_report(lay, echo=notes.append, allow_failed=True)
+    assert not any("LaTeX export failed" in n for n in notes), notes
+    first = " ".join(_pdftext(pdf, "-f", "1", "-l", "1").split())
+    assert r"cost $5 \frac{1}{0 and $x_1$ \nosuchmacro *a* #2" in first
+
+
+@needs_poppler
+def test_the_figures_only_fallback_prints_tex_specials_as_written(tmp_path, monkeypatch, rl_metrics):
+    """Review r17: matplotlib read ``$...$`` in the failure list as mathtext and the fallback
+    failed on an unbalanced ``\\frac``."""
+    import json
+
+    lay = _failed_run(tmp_path)
+    lay.state_path.write_text(json.dumps({"02_cold_start_sft": {"status": "failed",
+                                                                "error": r"ValueError: cost $\frac{1}{0$ and $x_1$"}}))
+    m = rl_metrics(tmp_path / "m" / "metrics.jsonl", stage="ablation", algorithm="grpo", seed=0, steps=3)
+    figures.save_figure(figures.figure9_roc_ablation(m), lay.root / "figures", "figure9", formats=("png",))
+    monkeypatch.setattr(report, "latex_available", lambda: False)
+    pdf = report.build_report(lay, echo=lambda s: None, allow_failed=True)
+    first = " ".join(_pdftext(pdf, "-f", "1", "-l", "1").split())
+    assert r"cost $\frac{1}{0$ and $x_1$" in first

@@ -97,7 +97,9 @@ def test_standard_series_passes_upstream_run_dirs(tmp_path):
     assert all(str(tmp_path) in p["run_dir"] for p in by.values())
 
 
-@pytest.mark.parametrize("argv", [["run", "--profile", "nope"], ["run", "--run", "../x"], ["run", "--run", ""]])
+@pytest.mark.parametrize("argv", [["run", "--profile", "nope"], ["run", "--run", "../x"], ["run", "--run", ""],
+                                  # review r17: nbclient reads a negative timeout as "no limit"
+                                  ["run", "--profile", "smoke", "--cell-timeout", "-5"]])
 def test_main_rejects_bad_arguments_without_running(argv, tmp_path, capsys):
     assert pipeline.main([*argv, "--reports-root", str(tmp_path)]) == 2
     assert "kit.pipeline:" in capsys.readouterr().err
@@ -180,6 +182,38 @@ def test_a_killed_kernel_fails_the_notebook_and_marks_what_did_not_run(tmp_path,
     assert all(c.outputs == [] and c.execution_count is None for c in out.cells[5:])
     assert out.metadata["kit_pipeline"]["failed_cell"] == 4 and "Kernel died" in out.metadata["kit_pipeline"]["error"]
     assert json.loads(lay.state_path.read_text())["oom"]["status"] == "failed"
+    # review r17: the added error output had an empty traceback, which is what nbconvert prints, so
+    # the report showed an empty red box where the cell died
+    from nbconvert import LatexExporter
+
+    latex, _ = LatexExporter().from_notebook_node(out)
+    assert "this cell did not finish" in latex
+
+
+def test_an_exception_keeps_its_traceback_and_marks_the_right_cell(tmp_path, make_notebook):
+    """Review r17: papermill inserts two markdown cells into a notebook that raised (an error banner
+    first, an anchor before the failing cell), so the index it reports is off by one in the
+    executed file: the injected-parameters cell was marked failed and the failing cell, traceback
+    and all, was emptied as 'not run'. And the error saved for the report was cut at the first
+    ': ' of the message, which falls inside the cell's first line here."""
+    nb = make_notebook(tmp_path / "src" / "raise.ipynb", 'run_dir = ""', "print('first')",
+                       "table = {'a': 1}; raise KeyError('k: v')", "print('never')")
+    lay = Layout(root=tmp_path / "out", profile="tiny")
+    with pytest.raises(PipelineError) as info:
+        run_series([NotebookRun(nb, {"run_dir": ""})], lay, progress_bar=False, echo=lambda s: None)
+    assert info.value.cell_index == 4 and "KeyError" in str(info.value)
+    out = nbformat.read(lay.executed / "raise.ipynb", as_version=4)
+    failed = [i for i, c in enumerate(out.cells) if c.metadata.get("papermill", {}).get("status") == "failed"]
+    assert len(failed) == 1
+    cell = out.cells[failed[0]]
+    assert cell.source.startswith("table = {'a': 1}")
+    assert [o.get("ename") for o in cell.outputs] == ["KeyError"] and cell.outputs[0].traceback
+    injected = [c for c in out.cells if c.source.startswith("# Parameters")][0]
+    assert injected.metadata.papermill.status == "completed" and injected.execution_count is not None
+    never = [c for c in out.cells if c.source == "print('never')"][0]
+    assert never.metadata.papermill.status == "pending" and never.outputs == []
+    assert out.metadata["kit_pipeline"]["error"] == "KeyError: 'k: v'"
+    assert out.metadata["kit_pipeline"]["failed_cell"] == failed[0]
 
 
 def test_the_command_line_applies_the_profile_cell_timeout(monkeypatch, tmp_path):

@@ -184,3 +184,16 @@ def test_leading_zero_comma_group_is_not_a_thousands_separator(gold, answer, exp
 ])
 def test_percent_words_grade_like_the_percent_sign(gold, answer, expected):
     assert ok(gold, answer) is expected
+
+
+@pytest.mark.parametrize("gold,answer,expected", [
+    # review r17: names were dropped for expressions too, so a line under another name graded
+    # correct (MATH-500 gold "y = 2x + 3" vs "x = 2x + 3"); only plain numbers drop their names
+    ("y = 2x + 3", "x = 2x + 3", False), ("y = -2x", "z = -2x", False), ("f(x) = x^2", "g(x) = x^2", False),
+    (r"a=\sqrt{2}, a=-\sqrt{2}", r"b=\sqrt{2}, b=-\sqrt{2}", False),
+    ("y = 2x + 3", "y = 3 + 2x", True), ("y = 2x + 3", "2x + 3", True),
+    (r"a=\sqrt{2}, a=-\sqrt{2}", r"-\sqrt{2}, \sqrt{2}", True),
+    ("k=5", "n=5", True),  # plain numbers: names still dropped (policy table)
+])
+def test_expressions_under_other_names_are_not_dropped_to_their_values(gold, answer, expected):
+    assert ok(gold, answer) is expected

@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import re
+import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -37,6 +38,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from nbclient.exceptions import CellTimeoutError
+
+from kit import report
+from kit.config import ConfigError, available_profiles, load
 from kit.paths import REPO_ROOT
 from kit.runs import SERIES, Layout, series_parameters
 
@@ -109,8 +114,6 @@ def standard_series(layout: Layout, seed: int = 0, notebook_dir: Path = NOTEBOOK
         kit.config.ConfigError: an override names an unknown key or has the wrong type.
     """
     if overrides:
-        from kit.config import load
-
         load(layout.profile, overrides, write=False)  # fail here, not in the fifth notebook
     runs = []
     for name, params in series_parameters(layout, seed, overrides):
@@ -159,8 +162,6 @@ def _write_state(layout: Layout, state: dict[str, Any]) -> None:
 
 def _clear_outputs(nb: NotebookRun, layout: Layout, echo: Callable[[str], None]) -> None:
     """Empty the notebook's output folders (only ones inside the run folder)."""
-    import shutil
-
     root = layout.root.resolve()
     for d in map(Path, nb.outputs):
         d = d.resolve()
@@ -214,8 +215,7 @@ def _failed_cell(output: Path) -> tuple[int | None, str]:
 
 
 def _describe_failure(nb: NotebookRun, output: Path, exc: BaseException) -> PipelineError:
-    from nbclient.exceptions import CellTimeoutError
-    from papermill.exceptions import PapermillExecutionError
+    from papermill.exceptions import PapermillExecutionError  # papermill: the notebook runner
 
     if isinstance(exc, CellTimeoutError):
         index, first = _failed_cell(output)
@@ -332,7 +332,7 @@ def run_series(
 
 
 def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout_s, echo) -> list[dict[str, Any]]:
-    import papermill as pm
+    import papermill as pm  # papermill: the notebook kernels' runner, only when notebooks run
 
     state = read_state(layout)
     rerun_downstream = False
@@ -411,15 +411,13 @@ def dry_run_text(series: Sequence[NotebookRun], layout: Layout, overrides: dict[
     """What ``run`` would do, as text: each notebook with its parameters; on the paper profiles
     also the cluster chain (:func:`kit.bridge.stages.describe_chain`: VERL commands, merges,
     folders). Nothing runs and nothing is written."""
-    from kit.config import load
-
     cfg = load(layout.profile, overrides or {}, write=False)
     lines = [f"kit.pipeline (dry run): profile {layout.profile} -> {layout.root}", ""]
     for i, nb in enumerate(series, 1):
         params = {k: v for k, v in nb.parameters.items() if k not in ("profile", "seed", "overrides")}
         lines.append(f"[{i}/{len(series)}] {nb.name}: " + ", ".join(f"{k}={v}" for k, v in params.items()))
     if cfg.runtime == "verl":
-        from kit.bridge.stages import describe_chain
+        from kit.bridge.stages import describe_chain  # kit.bridge (VERL): only for a paper profile's dry run
 
         dirs = {k: layout.dir(k) for k in ("data", "sft", "stage1", "stage2", "stage3", "ablation")}
         lines += ["", describe_chain(cfg, dirs, notebooks=[nb.name for nb in series])]
@@ -456,8 +454,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--reports-root", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
 
-    from kit.config import ConfigError, available_profiles
-
     if args.profile not in available_profiles():
         print(f"kit.pipeline: unknown profile {args.profile!r}; available: {', '.join(available_profiles())}",
               file=sys.stderr)
@@ -489,8 +485,6 @@ def main(argv: Sequence[str] | None = None) -> int:
               file=sys.stderr)
         return 1
     if not args.no_report and not args.until:
-        from kit import report
-
         try:
             pdf = report.build_report(layout)
         except report.ReportError as exc:

@@ -31,8 +31,13 @@ import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
+import matplotlib.image as mpimg
 import nbformat
+import pandas as pd
+from matplotlib.backends.backend_pdf import PdfPages
+from matplotlib.figure import Figure
 
+from kit import latex_pdf
 from kit.runs import SERIES, Layout
 from kit.summary import prepend_summary
 
@@ -165,8 +170,6 @@ def notebook_pdf(paths: Sequence[Path], out: Path, title: str, failed: Mapping[s
     Raises:
         nbconvert.exporters.pdf.LatexFailed: xelatex failed (its log is in the exception).
     """
-    from kit import latex_pdf
-
     nb = merge_notebooks(paths, title, failed)
     part = ""
     for cell in nb.cells:
@@ -188,10 +191,6 @@ def figures_tables_pdf(layout: Layout, out: Path, title: str, failed: Mapping[st
     Raises:
         ReportError: there are neither figures nor tables in the run folder.
     """
-    import matplotlib.image as mpimg
-    import pandas as pd
-    from matplotlib.backends.backend_pdf import PdfPages
-    from matplotlib.figure import Figure
 
     figs = sorted((layout.root / "figures").glob("*.png"))
     tabs = sorted((layout.root / "tables").glob("*.csv"))

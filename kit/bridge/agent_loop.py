@@ -40,6 +40,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Sequence
 from typing import Any
+from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
@@ -48,6 +49,7 @@ from kit.config import RolloutConfig, SandboxConfig
 from kit.rollout import protocol
 from kit.rollout.backends import Generation
 from kit.rollout.loop import Trajectory, run_trajectory
+from kit.sandbox import SandboxPool
 
 AGENT_NAME = "rstar2_kit"
 
@@ -95,8 +97,6 @@ async def _shared_pool(sandbox_cfg: dict[str, Any] | None) -> Any:
     """The worker's one entered ``SandboxPool`` for this event loop (lives as long as the process)."""
 
     async def make() -> Any:
-        from kit.sandbox import SandboxPool
-
         return await SandboxPool(SandboxConfig(**(sandbox_cfg or {}))).__aenter__()
 
     return await once_per_loop(_POOLS, make)
@@ -201,7 +201,6 @@ class KitAgentLoop(AgentLoopBase):
         problem = content if isinstance(content, str) else "".join(
             c.get("text", "") for c in content if isinstance(c, dict))
         executor = self.executor if self.executor is not None else await _shared_pool(self.sandbox_cfg)
-        from uuid import uuid4
 
         params = {k: v for k, v in sampling_params.items() if k not in ("temperature", "top_p")}
         backend = VerlServerBackend(self.server_manager, uuid4().hex, params)

@@ -44,7 +44,9 @@ from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 from kit import prompts
 from kit.bridge.per_loop import once_per_loop
 from kit.config import SandboxConfig
+from kit.reward.extract import strip_blocks
 from kit.rollout.protocol import STATUS_KIND, parse_tool_calls, render_malformed, render_result
+from kit.sandbox import SandboxPool, ToolCall
 
 _SANDBOX_FIELDS = {f.name for f in dataclasses.fields(SandboxConfig)}
 #: Argument key that carries a malformed call's parser message from KitHermesToolParser to the tool.
@@ -100,8 +102,6 @@ class KitSandboxTool(BaseTool):
             return self._executor
 
         async def make() -> Any:
-            from kit.sandbox import SandboxPool
-
             return await SandboxPool(self.sandbox_cfg).start()
 
         return await once_per_loop(self._pools, make)
@@ -127,7 +127,6 @@ class KitSandboxTool(BaseTool):
                    "'code' must be a string" if not isinstance(code, str) else "'input' must be a string")
             count_into(extra, None)
             return ToolResponse(text=render_malformed(why)), 0.0, {"status": "malformed", "wall_s": 0.0}
-        from kit.sandbox import ToolCall
 
         pool = await self._pool()
         result = await pool.run(ToolCall(code=code, input=stdin))
@@ -166,7 +165,6 @@ class KitHermesToolParser(ToolParser):
         for c in parse_tool_calls(text):
             args = {MALFORMED_KEY: c.error} if c.error is not None else {"code": c.code, "input": c.input}
             calls.append(FunctionCall(name=prompts.TOOL_NAME, arguments=json.dumps(args, ensure_ascii=False)))
-        from kit.reward.extract import strip_blocks
 
         content = strip_blocks(text, prompts.TOOL_CALL_OPEN, prompts.TOOL_CALL_CLOSE, prompts.json_call_end)
         return (content if calls else text), calls

@@ -20,6 +20,7 @@ import asyncio
 import collections
 import concurrent.futures
 import contextlib
+import json
 import threading
 import time
 from collections.abc import Callable, Iterable, Sequence
@@ -188,8 +189,6 @@ class SandboxPool:
 def _to_result(out: dict) -> ToolResult:
     res = ToolResult.from_dict(out)
     if isinstance(res.data, str):
-        import json
-
         with contextlib.suppress(ValueError):
             res.data = json.loads(res.data)
     return res

@@ -22,9 +22,9 @@ pytest.importorskip("verl.experimental.agent_loop")
 from verl.experimental.agent_loop.agent_loop import DictConfigWrap, ToolListWrap, _agent_loop_registry  # noqa: E402
 from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
-import kit.sandbox  # noqa: E402
 from kit import prompts  # noqa: E402
 from kit.bridge import agent_loop as bridge_loop  # noqa: E402
+from kit.bridge import tool as bridge_tool  # noqa: E402
 from kit.bridge.tool import KitSandboxTool  # noqa: E402
 from kit.models import train_tokenizer  # noqa: E402
 
@@ -88,7 +88,9 @@ class CountingPool:
 @pytest.fixture
 def counting_pool(monkeypatch):
     CountingPool.made = []
-    monkeypatch.setattr(kit.sandbox, "SandboxPool", CountingPool)
+    # bound at import in both bridge modules (imports at the top, #14)
+    monkeypatch.setattr(bridge_loop, "SandboxPool", CountingPool)
+    monkeypatch.setattr(bridge_tool, "SandboxPool", CountingPool)
     monkeypatch.setattr(bridge_loop, "_POOLS", {})
     return CountingPool
 
@@ -154,7 +156,7 @@ async def test_a_failed_pool_start_is_retried_not_cached(tok, monkeypatch, count
                 raise OSError("bwrap missing")
             return self
 
-    monkeypatch.setattr(kit.sandbox, "SandboxPool", FailingOnce)
+    monkeypatch.setattr(bridge_loop, "SandboxPool", FailingOnce)
     with pytest.raises(OSError, match="bwrap"):
         await asyncio.gather(*(bridge_loop._shared_pool(None) for _ in range(4)))
     pools = await asyncio.gather(*(bridge_loop._shared_pool(None) for _ in range(4)))

@@ -3,18 +3,11 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
-import sys
 
 from kit import pipeline, report
 
 
 def _reproduce(args: argparse.Namespace) -> int:
-    if importlib.util.find_spec("kit.pipeline") is None:
-        print("kit reproduce: the notebook pipeline (kit.pipeline) is not built yet; nothing was run.",
-              file=sys.stderr)
-        return 2
-
     argv = ["run", "--profile", args.profile, "--run", args.run, *(["--force"] if args.force else [])]
     argv += [*(["--until", args.until] if args.until else []), *[f"--set={s}" for s in args.set]]
     argv += ["--dry-run"] if args.dry_run else []
@@ -23,10 +16,6 @@ def _reproduce(args: argparse.Namespace) -> int:
 
 
 def _report(args: argparse.Namespace) -> int:
-    if importlib.util.find_spec("kit.report") is None:
-        print("kit report: kit.report is not built yet; nothing was run.", file=sys.stderr)
-        return 2
-
     return report.main(["--profile", args.profile, "--run", args.run, *(["--allow-failed"] if args.allow_failed else [])])
 
 

@@ -229,7 +229,9 @@ def test_sandbox_worker_count_skips_wrappers_and_forked_call_children():
         def __init__(self, pid, ppid, cmd):
             self.pid, self.info = pid, {"pid": pid, "ppid": ppid, "cmdline": cmd}
 
-    worker = ["/venv/bin/python", "-I", "-m", "kit.sandbox.worker", "{}"]
+    from kit.sandbox.isolation import python_argv
+
+    worker = python_argv("kit.sandbox.worker", "{}")  # the command line the pool really starts
     procs = [P(10, 1, ["/usr/bin/bwrap", "--die-with-parent", "--", *worker]), P(11, 10, worker),
              P(12, 11, worker),  # the child forked for a call
              P(20, 1, ["/usr/bin/bwrap", "--", *worker]), P(21, 20, worker), P(30, 1, ["python", "-m", "other"])]

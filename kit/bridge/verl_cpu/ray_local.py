@@ -167,7 +167,10 @@ def sandbox_workers(procs: list[psutil.Process] | None = None) -> int:
     marked = {}
     for p in procs if procs is not None else session_processes():
         cmd = p.info.get("cmdline") or []
-        if cmd and SANDBOX_MARK in cmd and "bwrap" not in Path(cmd[0]).name:
+        # `-m kit.sandbox.worker`, or the `-c "... from kit.sandbox.worker import main ..."` that
+        # kit.sandbox.isolation.python_argv starts
+        if cmd and "bwrap" not in Path(cmd[0]).name and any(
+                a == SANDBOX_MARK or f"from {SANDBOX_MARK} import" in a for a in cmd):
             marked[p.pid] = p.info.get("ppid")
     return sum(1 for ppid in marked.values() if ppid not in marked)
 

@@ -351,11 +351,17 @@ class _Rows:
         self.reqs += reqs
 
     def row_cache(self, i: int) -> tuple[list[int], list]:
-        """Token ids whose KV row ``i`` holds (prompt + all sampled but the last) and that KV."""
+        """Token ids whose KV row ``i`` holds (prompt + all sampled but the last) and that KV.
+
+        The row's columns are those its mask marks, in order; they need not be the last ``n``: a
+        row prefilled from a cached prefix has padding between the prefix and the suffix
+        (:meth:`_prefill_cached`), and slicing the last ``n`` columns then kept padding and lost
+        the prefix's start (wrong KV, so wrong log-probs, on the next turn that reuses it).
+        """
         r = self.reqs[i]
-        n = int(self.mask[i].sum())
-        ids = (r.prompt_ids + r.out)[:n]
-        return ids, [(k[i:i + 1, :, -n:].clone(), v[i:i + 1, :, -n:].clone()) for k, v in self.kv]
+        cols = self.mask[i].nonzero().squeeze(-1)
+        ids = (r.prompt_ids + r.out)[:len(cols)]
+        return ids, [(k[i:i + 1, :, cols].clone(), v[i:i + 1, :, cols].clone()) for k, v in self.kv]
 
     def trim(self) -> None:
         """Drop leading columns that are padding for every row (views: the next step copies anyway)."""
@@ -512,6 +518,11 @@ class ContinuousBatchingEngine(_BackendBase):
         self.prefix_cache = prefix_cache
         self._prefixes: OrderedDict[tuple[int, ...], list] = OrderedDict()  # ids -> per-layer KV, LRU
         self.stats.update(prefix_hits=0, prefill_tokens=0, reused_tokens=0)
+
+    def clear_prefix_cache(self) -> None:
+        """Forget every kept prefix KV (call after the model's weights change: KV computed with
+        the old weights must not seed a new turn). Rows in flight are not touched."""
+        self._prefixes.clear()
 
     def _keep(self, ids: list[int], kv: list) -> None:
         self._prefixes[tuple(ids)] = kv

@@ -139,7 +139,7 @@ class KitCpuServer:
             if unexpected or set(missing) - tied:
                 raise KeyError(f"kit_cpu rollout: weight names do not match the model: unexpected "
                                f"{sorted(unexpected)[:5]}, missing {sorted(set(missing) - tied)[:5]}")
-            self.engine._prefixes.clear()  # KV computed with the old weights
+            self.engine.clear_prefix_cache()  # KV computed with the old weights
             if global_steps is not None:
                 self.global_steps = int(global_steps)
         dt = time.perf_counter() - t0
@@ -169,7 +169,7 @@ class KitCpuServer:
     async def wake_up(self) -> None: ...
     async def sleep(self) -> None: ...
     async def clear_kv_cache(self) -> None:
-        self.engine._prefixes.clear()
+        self.engine.clear_prefix_cache()
     async def release_kv_cache(self) -> None: ...
     async def resume_kv_cache(self) -> None: ...
     async def abort_all_requests(self, reject_request: bool = False) -> None: ...

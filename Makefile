@@ -46,7 +46,7 @@ $(APT_STAMP): Makefile | $(VENV)/bin/python
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
 
-# VERL's own trainer on CPU (Ray in a private network namespace, minutes): issue #15's end-to-end tests.
+# Only VERL's own trainer on CPU (Ray in a private network namespace, minutes): issue #15's tests, also in `make test`.
 test-verl: setup
 	$(PY) -m pytest -m verl_cpu $(PYTEST_ARGS)
 

@@ -30,7 +30,10 @@ a ``policy/`` newer than that checkpoint is not merged again. :func:`describe_ch
 of it without running anything (``python -m kit reproduce --profile paper-14b --dry-run``).
 
 The cluster layout comes from the environment: ``KIT_NNODES`` (1), ``KIT_GPUS_PER_NODE`` (8),
-``KIT_ROLLOUT_TP`` (4); the interpreter of the VERL processes from ``KIT_VERL_PYTHON`` (this one).
+``KIT_ROLLOUT_TP`` (4); the interpreter of the VERL processes from ``KIT_VERL_PYTHON`` (this one);
+the device from ``KIT_VERL_DEVICE``: ``gpu`` (the default where CUDA is visible) or ``cpu`` (VERL's
+trainer on this CPU through :mod:`kit.bridge.verl_cpu`, chosen on purpose only; a CPU-only machine
+without it is refused).
 
 What it does not do: start SGLang or a Ray cluster, or choose the SFT data (see README).
 Nothing here has run on a GPU in this repository's CI; the command construction, the directory
@@ -223,8 +226,8 @@ def run_stage(cfg: KitConfig, stage: str, run_dir: str | os.PathLike, init_dir: 
         cfg, stage, run_dir, init_dir, data_dir, cluster: as in :func:`plan_stage`.
         launcher: called as ``launcher(stage_cfg, stage, **kwargs)``; default
             :func:`kit.bridge.verl_cpu.runner.default_launcher` (``kit.bridge.launch.launch`` on a
-            CUDA machine, the CPU runtime's ``run_cpu`` without one; tests pass a fake that writes
-            a checkpoint layout).
+            CUDA machine; the CPU runtime's ``run_cpu`` only with ``KIT_VERL_DEVICE=cpu``, an error
+            on a CPU-only machine without it; tests pass a fake that writes a checkpoint layout).
         merge_runner: runs the merge argv (default a subprocess).
     Returns:
         The summary written to ``run_dir/summary.json``.
@@ -239,7 +242,7 @@ def run_stage(cfg: KitConfig, stage: str, run_dir: str | os.PathLike, init_dir: 
     own = saved_steps(run / "checkpoints")
     launched = not (own and own[-1] >= plan.end_step)
     if launched:
-        if launcher is None:  # SGLang where CUDA is visible, else the kit's CPU runtime (kit.bridge.verl_cpu)
+        if launcher is None:  # SGLang on CUDA; the kit's CPU runtime only when KIT_VERL_DEVICE=cpu asks for it
             from kit.bridge.verl_cpu.runner import default_launcher
 
             launcher = default_launcher()

@@ -197,3 +197,27 @@ def test_converted_metrics_are_strict_json_and_a_killed_runs_partial_line_is_ski
     rows = [strict(x) for x in out.read_text().splitlines()]
     assert n == 2 and [r["step"] for r in rows] == [1, 2] and [r["global_step"] for r in rows] == [11, 12]
     assert rows[0]["reward_mean"] == 0.5 and rows[0]["tool_error_ratio_correct_before"] is None
+
+
+def test_a_failed_stage_keeps_its_checkpoint_and_the_rerun_resumes_from_it(tmp_path):
+    # VERL saves step 1 of 3, then dies (a crash, Ray lost, a kill): the stage raises, nothing saved is
+    # removed, and running the stage again resumes from its own step-1 checkpoint (model + optimizer)
+    d = _dirs(tmp_path)
+    cfg = load("paper-14b", {"stages.stage1.steps": 3}, run_dir=str(d["stage1"]))
+    calls = []
+
+    def dies_after_step_1(cfg, stage, **kw):
+        calls.append(kw)
+        fake_checkpoint(Path(cfg.run_dir) / "checkpoints", 1)
+        return 1
+
+    with pytest.raises(RuntimeError, match="VERL stage1 exited with status 1"):
+        stages.run_stage(cfg, "stage1", d["stage1"], d["sft"], d["data"], cluster=CLUSTER, launcher=dies_after_step_1,
+                         merge_runner=fake_merger([]))
+    assert calls[0]["resume_from"] is None and (d["stage1"] / "checkpoints" / "global_step_1" / "actor").is_dir()
+    log = []
+    s = stages.run_stage(cfg, "stage1", d["stage1"], d["sft"], d["data"], cluster=CLUSTER, launcher=fake_verl(log),
+                         merge_runner=fake_merger([]))
+    ((_, kw),) = log
+    assert kw["resume_from"] == str(d["stage1"].resolve() / "checkpoints" / "global_step_1")
+    assert s["end_step"] == 3 and s["launched"]

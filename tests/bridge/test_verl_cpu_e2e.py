@@ -34,9 +34,15 @@ pytestmark = [pytest.mark.verl_cpu, pytest.mark.slow]
 def run(tmp_path_factory):
     """Stage 1 of ``runtime=verl`` on this CPU machine, the way the chain runs it:
     ``kit.runtime.verl.run_stage`` -> ``kit.bridge.stages.run_stage`` -> the CPU launcher
-    (no CUDA here) -> VERL -> merge into ``policy/`` -> ``metrics.jsonl`` -> ``summary.json``."""
+    (``KIT_VERL_DEVICE=cpu``) -> VERL -> merge into ``policy/`` -> ``metrics.jsonl`` -> ``summary.json``."""
     from kit.runtime import verl as verl_runtime
 
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv(runner.DEVICE_ENV, "cpu")
+        return _two_steps(tmp_path_factory, verl_runtime)
+
+
+def _two_steps(tmp_path_factory, verl_runtime):
     root = tmp_path_factory.mktemp("verl_cpu")
     sft_cfg = load("smoke", run_dir=str(root / "sft"), overrides={**tiny_run.SFT, **tiny_run.sandbox_overrides()})
     policy = tiny_run.tiny_sft_policy(sft_cfg, root / "sft")

@@ -40,7 +40,9 @@ def test_pyproject_declares_the_entry_point_the_pin_and_the_marker():
     assert meta["project"]["entry-points"]["verl.plugins"] == {runner.ENTRY_POINT: runner.PLUGIN_MODULE}
     assert f"verl[verl-core]=={patches.VERL_VERSION}" in meta["project"]["dependencies"]
     assert runner.VERL_PIN == patches.VERL_VERSION
-    assert any(m.startswith("verl_cpu:") for m in meta["tool"]["pytest"]["ini_options"]["markers"])
+    ini = meta["tool"]["pytest"]["ini_options"]
+    assert any(m.startswith("verl_cpu:") for m in ini["markers"])
+    assert "verl_cpu" not in ini["addopts"]  # `make test` runs the VERL-on-CPU tests
 
 
 def test_entry_point_is_installed():
@@ -162,11 +164,28 @@ def test_bad_input_each_gives_one_clear_error(monkeypatch):
 def test_ray_start_failure_names_the_logs(monkeypatch, tmp_path):
     from kit.bridge.verl_cpu import ray_local
 
-    monkeypatch.setattr(ray_local, "ray_cli", lambda: [sys.executable, "-c", "import sys; sys.exit(3)"])
+    marks = tmp_path / "attempts"
+    script = f"import sys; open({str(marks)!r}, 'a').write('x'); sys.exit(3)"
+    monkeypatch.setattr(ray_local, "ray_cli", lambda: [sys.executable, "-c", script])
+    stops = []
+    monkeypatch.setattr(ray_local, "stop_ray", lambda *a, **k: stops.append(1) or [])
+    monkeypatch.setattr(ray_local.time, "sleep", lambda s: None)
+    # default: one retry, each failed try cleaned up, then one error that says what to do
+    with pytest.raises(ray_local.RayStartError, match=f"after 2 tries.*{tmp_path}.*Stop other heavy jobs.*make test-verl"):
+        ray_local.start_ray(tmp_path)
+    assert marks.read_text() == "xx" and len(stops) == 2
+
+
+def test_ray_start_succeeds_on_the_retry(monkeypatch, tmp_path):
+    from kit.bridge.verl_cpu import ray_local
+
+    marks = tmp_path / "attempts"  # the first try fails (a missed raylet registration), the second starts
+    script = (f"import os, sys; p = {str(marks)!r}; n = len(open(p).read()) if os.path.exists(p) else 0; "
+              "open(p, 'a').write('x'); sys.exit(0 if n else 1)")
+    monkeypatch.setattr(ray_local, "ray_cli", lambda: [sys.executable, "-c", script])
     monkeypatch.setattr(ray_local, "stop_ray", lambda *a, **k: [])
     monkeypatch.setattr(ray_local.time, "sleep", lambda s: None)
-    with pytest.raises(ray_local.RayStartError, match=f"after 2 tries.*{tmp_path}"):
-        ray_local.start_ray(tmp_path, tries=2)
+    assert ray_local.start_ray(tmp_path) == "127.0.0.1:6379" and marks.read_text() == "xx"
 
 
 def test_ray_stop_refuses_outside_the_private_namespace(monkeypatch):
@@ -199,13 +218,40 @@ def test_cpu_overrides_compose_with_verls_config(tmp_path):
     assert Path(cfg.actor_rollout_ref.rollout.agent.agent_loop_config_path).exists()
 
 
-def test_stages_launch_on_the_cpu_runtime_only_without_cuda(monkeypatch):
+def test_the_cpu_runtime_is_chosen_explicitly_and_never_by_accident(monkeypatch):
     from kit.bridge import launch as bridge_launch
 
+    cpu = {runner.DEVICE_ENV: "cpu"}
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda i=0: "NVIDIA H100")
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
-    assert runner.default_launcher() is runner.run_cpu
+    assert runner.default_launcher(cpu) is runner.run_cpu
+    # a CPU-only machine asked for VERL without the explicit selection: refused, says what to set
+    with pytest.raises(runner.VerlCpuError, match=r"no CUDA GPU is visible.*KIT_VERL_DEVICE=cpu"):
+        runner.default_launcher({})
+    with pytest.raises(runner.VerlCpuError, match=r"KIT_VERL_DEVICE=gpu but no CUDA GPU"):
+        runner.default_launcher({runner.DEVICE_ENV: "gpu"})
+    with pytest.raises(runner.VerlCpuError, match=r"'tpu'.*KIT_VERL_DEVICE=gpu.*KIT_VERL_DEVICE=cpu"):
+        runner.default_launcher({runner.DEVICE_ENV: "tpu"})
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert runner.default_launcher() is bridge_launch.launch
+    assert runner.default_launcher({}) is bridge_launch.launch
+    assert runner.default_launcher({runner.DEVICE_ENV: "gpu"}) is bridge_launch.launch
+    # a GPU machine with the CPU runtime selected: refused
+    with pytest.raises(runner.VerlCpuError, match="CUDA GPU is visible.*NVIDIA H100"):
+        runner.default_launcher(cpu)
+
+
+def test_a_cpu_only_stage_without_the_selection_fails_before_launching(monkeypatch, tmp_path):
+    from kit.bridge import stages
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
+    monkeypatch.delenv(runner.DEVICE_ENV, raising=False)
+    launched = []
+    monkeypatch.setattr(runner, "run_cpu", lambda *a, **k: launched.append(a) or 0)
+    monkeypatch.setattr(stages, "plan_stage", lambda *a, **k: stages.StagePlan(
+        "stage1", str(tmp_path), 0, 2, {}, {}, [], [], launch_kwargs={"python": sys.executable}))
+    with pytest.raises(runner.VerlCpuError, match="KIT_VERL_DEVICE=cpu"):
+        stages.run_stage(None, "stage1", tmp_path, tmp_path, tmp_path)
+    assert launched == []
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None or shutil.which("ip") is None, reason="needs unshare and ip")

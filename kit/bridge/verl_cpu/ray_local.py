@@ -90,17 +90,18 @@ def loopback_up() -> None:
 
 
 def start_ray(temp_dir: str | os.PathLike, *, num_cpus: int = 8, num_gpus: int = 1, env: dict[str, str] | None = None,
-              tries: int = 5, timeout_s: float = 240.0) -> str:
+              tries: int = 2, timeout_s: float = 300.0) -> str:
     """``ray start --head`` on loopback (see the module docstring); returns the address ``host:port``.
 
     Args:
         temp_dir: Ray's session folder (short path: Ray's socket names must fit 107 bytes).
         num_cpus, num_gpus: logical resources Ray announces (fake GPUs for VERL's workers).
         env: environment of the Ray daemons and so of every worker (``PYTHONPATH``, ``VERL_*``).
-        tries: attempts; a failed one is stopped before the next. Ray 2.60 gives the raylet a
-            fixed 30 s to register (``ray/_private/node.py:428``), which a 2-core machine at load
-            10 misses about one time in two: hence several tries.
-        timeout_s: per attempt, seconds.
+        tries: attempts (default: one retry); a failed one is stopped before the next. Ray 2.60
+            gives the raylet a fixed 30 s to register with the GCS (``ray/_private/node.py:428``,
+            not configurable), which a 2-core machine at load ~10 sometimes misses; the agents'
+            own registration wait is raised to 3 min (``RAY_agent_register_timeout_ms``).
+        timeout_s: per attempt, seconds (generous: a loaded machine imports Ray slowly).
     Raises:
         RayStartError: every attempt failed (names the log folder and the last output).
     """
@@ -123,8 +124,11 @@ def start_ray(temp_dir: str | os.PathLike, *, num_cpus: int = 8, num_gpus: int =
               f"Output:\n{last[-600:]}", file=sys.stderr, flush=True)
         stop_ray()
         time.sleep(2.0 * attempt)
-    raise RayStartError(f"Ray did not start after {tries} tries (logs under {temp_dir}/session_latest/logs). "
-                        f"Free memory and CPU (other Ray/VERL runs?) and retry. Last output:\n{last}")
+    raise RayStartError(f"Ray did not start after {tries} tries of {timeout_s:.0f} s (logs under "
+                        f"{temp_dir}/session_latest/logs; Ray gives its raylet a fixed 30 s to register, which a "
+                        "machine short of CPU or memory misses). Stop other heavy jobs (other Ray/VERL runs, "
+                        "parallel test runs) or run the VERL tests alone (`make test-verl`), then retry. "
+                        f"Last output:\n{last}")
 
 
 def stop_ray(grace_s: float = 10.0) -> list[int]:

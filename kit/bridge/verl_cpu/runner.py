@@ -308,13 +308,38 @@ def run_cpu(cfg: Any, stage: str, *, timeout_s: float = 3600.0, **kwargs: Any) -
     return res.codes.get(stage, 1)
 
 
-def default_launcher() -> Any:
-    """The launcher of a VERL stage on this machine: :func:`kit.bridge.launch.launch` (SGLang on a
-    GPU cluster) where CUDA is visible, :func:`run_cpu` (this CPU runtime) where it is not."""
+#: which machine VERL's stages run on: ``gpu`` (SGLang, :func:`kit.bridge.launch.launch`) or
+#: ``cpu`` (this runtime, :func:`run_cpu`); unset means ``gpu`` where CUDA is visible
+DEVICE_ENV = "KIT_VERL_DEVICE"
+
+
+def default_launcher(env: Mapping[str, str] | None = None) -> Any:
+    """The launcher of a VERL stage, chosen explicitly by ``KIT_VERL_DEVICE``, never guessed:
+
+    * ``gpu``, or unset on a machine with CUDA: :func:`kit.bridge.launch.launch` (SGLang, the paper path);
+    * ``cpu``: :func:`run_cpu` (this CPU runtime; refused where a CUDA GPU is visible).
+
+    Raises:
+        VerlCpuError: ``cpu`` on a CUDA machine; ``gpu`` without CUDA; unset without CUDA (a
+            paper profile on a CPU-only machine: says to set ``KIT_VERL_DEVICE=cpu`` on purpose);
+            any other value.
+    """
     import torch
 
-    if torch.cuda.is_available():
-        from kit.bridge import launch as bridge_launch
+    env = os.environ if env is None else env
+    device = env.get(DEVICE_ENV, "").strip().lower()
+    cuda = torch.cuda.is_available()
+    if device == "cpu":
+        require_cpu_machine()
+        return run_cpu
+    if device not in ("", "gpu"):
+        raise VerlCpuError(f"{DEVICE_ENV}={env.get(DEVICE_ENV)!r}: use {DEVICE_ENV}=gpu (VERL with SGLang on CUDA) "
+                           f"or {DEVICE_ENV}=cpu (the kit's CPU runtime, for tests and the smoke profile)")
+    if not cuda:
+        asked = f"{DEVICE_ENV}=gpu" if device else f"runtime=verl (no {DEVICE_ENV} set)"
+        raise VerlCpuError(f"{asked} but no CUDA GPU is visible: run the paper profiles on a GPU machine, or set "
+                           f"{DEVICE_ENV}=cpu to run VERL's trainer on this CPU on purpose (slow: tests and the "
+                           "smoke profile only)")
+    from kit.bridge import launch as bridge_launch
 
-        return bridge_launch.launch
-    return run_cpu
+    return bridge_launch.launch

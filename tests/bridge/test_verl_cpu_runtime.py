@@ -14,6 +14,7 @@ import subprocess
 import sys
 import tomllib
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -252,6 +253,27 @@ def test_a_cpu_only_stage_without_the_selection_fails_before_launching(monkeypat
     with pytest.raises(runner.VerlCpuError, match="KIT_VERL_DEVICE=cpu"):
         stages.run_stage(None, "stage1", tmp_path, tmp_path, tmp_path)
     assert launched == []
+
+
+def test_stages_inside_a_session_share_its_ray_head(monkeypatch, tmp_path):
+    # a chain run inside one session: each stage runs on the session's Ray (no second `ray start`);
+    # outside a session each stage gets its own
+    from kit.bridge.verl_cpu import ray_local
+
+    marker = tmp_path / "seen"
+    script = f"import os; open({str(marker)!r}, 'w').write(os.environ['RAY_ADDRESS']); print('verl ran')"
+    monkeypatch.setattr(runner, "build_cpu_launch", lambda cfg, stage, **kw: (
+        SimpleNamespace(run_dir=str(tmp_path)), runner.Launch(stage, [sys.executable, "-c", script],
+                                                              str(tmp_path / f"verl_{stage}.log"), cwd=str(tmp_path))))
+    sessions = []
+    monkeypatch.setattr(runner, "run_session", lambda launches, out, **kw: sessions.append(launches) or SimpleNamespace(
+        error=None, codes={launches[0].name: 0}))
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    monkeypatch.setattr(ray_local, "in_private_namespace", lambda: True)
+    assert runner.run_cpu(None, "stage2") == 0 and sessions == []
+    assert marker.read_text() == "127.0.0.1:6379" and "verl ran" in (tmp_path / "verl_stage2.log").read_text()
+    monkeypatch.setattr(ray_local, "in_private_namespace", lambda: False)  # RAY_ADDRESS of someone else's Ray
+    assert runner.run_cpu(None, "stage3") == 0 and [ln.name for ln in sessions[0]] == ["stage3"]
 
 
 @pytest.mark.skipif(shutil.which("unshare") is None or shutil.which("ip") is None, reason="needs unshare and ip")

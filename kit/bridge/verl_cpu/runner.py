@@ -291,9 +291,22 @@ def _reap(ns: str, wait_s: float = 10.0) -> list[int]:
     return left
 
 
+def shared_ray_address(env: Mapping[str, str] | None = None) -> str:
+    """The Ray head of the session this process runs in (``RAY_ADDRESS`` inside a kit session's
+    private namespace), or ``""`` outside one."""
+    env = os.environ if env is None else env
+    return env.get("RAY_ADDRESS", "") if ray_local.in_private_namespace() else ""
+
+
 def run_cpu(cfg: Any, stage: str, *, timeout_s: float = 3600.0, **kwargs: Any) -> int:
     """:func:`kit.bridge.launch.launch` on the CPU runtime (same call, usable as the ``launcher`` of
-    :func:`kit.bridge.stages.run_stage`): one stage in its own session; returns VERL's exit status.
+    :func:`kit.bridge.stages.run_stage`); returns VERL's exit status.
+
+    Called inside a kit session (a command run by :func:`run_session`, e.g. a whole chain:
+    ``run_session([Launch("chain", [python, "-m", "kit", "reproduce", ...], log)], out)``), the
+    stage runs directly on that session's Ray head: Ray starts once for every stage of the chain
+    (its start-up is a large share of a small stage). Elsewhere the stage gets a session of its own.
+    Its output goes to ``<run_dir>/verl_<stage>.log`` either way.
 
     Raises:
         VerlCpuError: see the module docstring.
@@ -301,7 +314,15 @@ def run_cpu(cfg: Any, stage: str, *, timeout_s: float = 3600.0, **kwargs: Any) -
     """
     for key in ("dry_run", "allow_local_ray"):
         kwargs.pop(key, None)
-    paths, launch = build_cpu_launch(cfg, stage, **kwargs)
+    address = shared_ray_address()
+    paths, launch = build_cpu_launch(cfg, stage, **({"address": address} if address else {}), **kwargs)
+    if address:
+        with open(launch.log, "w") as log:
+            try:
+                return subprocess.run(launch.argv, env={**os.environ, **launch.env}, cwd=launch.cwd, stdout=log,
+                                      stderr=subprocess.STDOUT, timeout=timeout_s).returncode
+            except subprocess.TimeoutExpired as exc:
+                raise RuntimeError(f"VERL {stage} timed out after {timeout_s:.0f} s (log {launch.log})") from exc
     res = run_session([launch], Path(paths.run_dir) / "verl_session", timeout_s=timeout_s)
     if res.error and stage not in res.codes:
         raise RuntimeError(f"VERL CPU session for {stage} failed: {res.error}")

@@ -171,10 +171,10 @@ def test_ray_start_failure_names_the_logs(monkeypatch, tmp_path):
     stops = []
     monkeypatch.setattr(ray_local, "stop_ray", lambda *a, **k: stops.append(1) or [])
     monkeypatch.setattr(ray_local.time, "sleep", lambda s: None)
-    # default: one retry, each failed try cleaned up, then one error that says what to do
-    with pytest.raises(ray_local.RayStartError, match=f"after 2 tries.*{tmp_path}.*Stop other heavy jobs.*make test-verl"):
+    # default: 4 tries, each failed one cleaned up, then one error that says what to do
+    with pytest.raises(ray_local.RayStartError, match=f"after 4 tries.*{tmp_path}.*Stop other heavy jobs.*make test-verl"):
         ray_local.start_ray(tmp_path)
-    assert marks.read_text() == "xx" and len(stops) == 2
+    assert marks.read_text() == "xxxx" and len(stops) == 4
 
 
 def test_ray_start_succeeds_on_the_retry(monkeypatch, tmp_path):

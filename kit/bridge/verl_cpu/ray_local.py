@@ -90,17 +90,20 @@ def loopback_up() -> None:
 
 
 def start_ray(temp_dir: str | os.PathLike, *, num_cpus: int = 8, num_gpus: int = 1, env: dict[str, str] | None = None,
-              tries: int = 2, timeout_s: float = 300.0) -> str:
+              tries: int = 4, timeout_s: float = 300.0) -> str:
     """``ray start --head`` on loopback (see the module docstring); returns the address ``host:port``.
 
     Args:
         temp_dir: Ray's session folder (short path: Ray's socket names must fit 107 bytes).
         num_cpus, num_gpus: logical resources Ray announces (fake GPUs for VERL's workers).
         env: environment of the Ray daemons and so of every worker (``PYTHONPATH``, ``VERL_*``).
-        tries: attempts (default: one retry); a failed one is stopped before the next. Ray 2.60
-            gives the raylet a fixed 30 s to register with the GCS (``ray/_private/node.py:428``,
-            not configurable), which a 2-core machine at load ~10 sometimes misses; the agents'
-            own registration wait is raised to 3 min (``RAY_agent_register_timeout_ms``).
+        tries: attempts; a failed one is stopped before the next. On a loaded 2-core machine
+            (load ~7-10 from other test runs) Ray 2.60's raylet dies at start-up: it waits a fixed
+            ~16 s for the dashboard agent (a Python process whose imports take longer under load)
+            to write its port file, then aborts (``node_manager.cc:3588``, "Timed out waiting for
+            file .../dashboard_agent_listen_port_..."; neither ``RAY_agent_register_timeout_ms``
+            nor ``RAY_raylet_start_wait_time_s`` moved it). Measured: two tries in a row failed
+            at load ~10; a failed try costs ~1 minute, and a retry finds the imports warmer.
         timeout_s: per attempt, seconds (generous: a loaded machine imports Ray slowly).
     Raises:
         RayStartError: every attempt failed (names the log folder and the last output).
@@ -125,8 +128,8 @@ def start_ray(temp_dir: str | os.PathLike, *, num_cpus: int = 8, num_gpus: int =
         stop_ray()
         time.sleep(2.0 * attempt)
     raise RayStartError(f"Ray did not start after {tries} tries of {timeout_s:.0f} s (logs under "
-                        f"{temp_dir}/session_latest/logs; Ray gives its raylet a fixed 30 s to register, which a "
-                        "machine short of CPU or memory misses). Stop other heavy jobs (other Ray/VERL runs, "
+                        f"{temp_dir}/session_latest/logs; the raylet did not register in time or died, which a "
+                        "machine short of CPU or memory causes). Stop other heavy jobs (other Ray/VERL runs, "
                         "parallel test runs) or run the VERL tests alone (`make test-verl`), then retry. "
                         f"Last output:\n{last}")
 

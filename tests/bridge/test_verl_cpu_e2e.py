@@ -31,7 +31,7 @@ pytestmark = [pytest.mark.verl_cpu, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def run(tmp_path_factory):
+def run(tiny_verl_root):
     """Stage 1 of ``runtime=verl`` on this CPU machine, the way the chain runs it:
     ``kit.runtime.verl.run_stage`` -> ``kit.bridge.stages.run_stage`` -> the CPU launcher
     (``KIT_VERL_DEVICE=cpu``) -> VERL -> merge into ``policy/`` -> ``metrics.jsonl`` -> ``summary.json``."""
@@ -39,14 +39,12 @@ def run(tmp_path_factory):
 
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv(runner.DEVICE_ENV, "cpu")
-        return _two_steps(tmp_path_factory, verl_runtime)
+        return _two_steps(tiny_verl_root, verl_runtime)
 
 
-def _two_steps(tmp_path_factory, verl_runtime):
-    root = tmp_path_factory.mktemp("verl_cpu")
-    sft_cfg = load("smoke", run_dir=str(root / "sft"), overrides={**tiny_run.SFT, **tiny_run.sandbox_overrides()})
-    policy = tiny_run.tiny_sft_policy(sft_cfg, root / "sft")
-    tiny_run.tiny_rl_data(sft_cfg, root / "data" / "data")
+def _two_steps(tiny_verl_root, verl_runtime):
+    root = tiny_verl_root
+    policy = root / "sft" / "policy"
     run_dir = root / "stage1"
     cfg = load("smoke", run_dir=str(run_dir),
                overrides={**tiny_run.TWO_STEP, **tiny_run.sandbox_overrides(), "runtime": "verl"})

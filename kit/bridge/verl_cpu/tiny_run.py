@@ -27,6 +27,11 @@ TWO_STEP = {"algorithm.prompts_per_step": 2, "algorithm.group_size": 4, "algorit
             "stages.stage1.steps": 2, "sandbox.num_workers": 2}
 
 
+#: the chain test: stage 1 then stage 2, one step each, the rest as :data:`TWO_STEP`
+CHAIN = {**TWO_STEP, "stages.stage1.steps": 1, "stages.stage2.steps": 1, "stages.stage2.max_response_tokens": 256}
+CHAIN_STAGES = ("stage1", "stage2")
+
+
 def sandbox_overrides() -> dict[str, Any]:
     """``sandbox.isolation`` from ``KIT_SANDBOX_ISOLATION`` when set (a worktree whose editable
     install points at another checkout cannot start bwrap workers); else the profile's."""
@@ -67,3 +72,26 @@ def read_verl_metrics(path: str | os.PathLike) -> dict[int, dict[str, Any]]:
             rec = json.loads(line)
             rows.setdefault(int(rec["step"]), {}).update(rec.get("data", {}))
     return rows
+
+
+def run_chain(root: str | os.PathLike, runs: str | os.PathLike) -> dict[str, dict[str, Any]]:
+    """Stage 1 from ``root/sft`` then stage 2 from stage 1 (``kit.runtime.verl.run_stage``, the
+    notebooks' call, ``runtime=verl``, :data:`CHAIN`), data ``root/data``, runs ``runs/<stage>``.
+    Run inside a kit session (:func:`kit.bridge.verl_cpu.runner.run_session`) both stages share its
+    Ray head. Returns ``{stage: summary}``."""
+    from kit.config import load
+    from kit.runtime import verl as verl_runtime
+
+    root, runs = Path(root), Path(runs)
+    out, init = {}, root / "sft"
+    for stage in CHAIN_STAGES:
+        cfg = load("smoke", run_dir=str(runs / stage), overrides={**CHAIN, **sandbox_overrides(), "runtime": "verl"})
+        out[stage] = verl_runtime.run_stage(cfg, stage, run_dir=runs / stage, init_dir=init, data_dir=root / "data")
+        init = runs / stage
+    return out
+
+
+if __name__ == "__main__":  # python -m kit.bridge.verl_cpu.tiny_run ROOT RUNS: the chain, inside a session
+    import sys
+
+    run_chain(sys.argv[1], sys.argv[2])

@@ -17,6 +17,7 @@ from typing import Any
 from IPython.display import Markdown
 
 from kit import runtime
+from kit.chain.display import learning_note
 from kit.config import KitConfig
 from kit.data.curate import CurationResult
 
@@ -76,13 +77,15 @@ def train_ablation(cfg: KitConfig, run_dir, init_dir, data_dir, progress=None,
                                          progress=progress, reuse=reuse)
 
 
-def summary_markdown(summary: Mapping[str, Any], digits: int = 4):
+def summary_markdown(summary: Mapping[str, Any], cfg: KitConfig | None = None, digits: int = 4):
     """A trainer's summary dict as a two-column Markdown table (scalars only; nested values are
-    left out), which renders as a table in JupyterLab and in the PDF alike."""
+    left out), which renders as a table in JupyterLab and in the PDF alike; with ``cfg``, a profile
+    too small to learn says so in one italic line under it (:func:`kit.chain.display.learning_note`)."""
     rows = ["| key | value |", "|---|---|"]
     for k, v in summary.items():
         if isinstance(v, Mapping | list | tuple):
             continue
         text = f"{v:.{digits}g}" if isinstance(v, float) else str(v)
         rows.append(f"| {k} | {text.replace('|', '/')} |")
-    return Markdown("\n".join(rows))
+    note = learning_note(cfg) if cfg is not None else ""
+    return Markdown("\n".join(rows) + (f"\n\n*{note}*" if note else ""))

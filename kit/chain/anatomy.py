@@ -64,10 +64,11 @@ class RocAnatomy:
 
     def view(self, index: int | None = None) -> TrajectoryView:
         """The coloured view of trajectory ``index`` of :attr:`table`; default the first one RoC kept
-        that called the tool (else the first that called it, else trajectory 0)."""
+        that got a tool response (called the tool, more than one turn), else the first that got one,
+        else trajectory 0."""
         if index is None:
-            calls = self.table.tool_calls > 0
-            order = [*self.table.index[self.table.kept & calls], *self.table.index[calls], 0]
+            answered = (self.table.tool_calls > 0) & (self.table.turns > 1)
+            order = [*self.table.index[self.table.kept & answered], *self.table.index[answered], 0]
             index = int(order[0])
         row = self.table.loc[index]
         return TrajectoryView(self.trajectories[index], self.tokenizer,

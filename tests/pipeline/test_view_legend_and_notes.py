@@ -54,8 +54,9 @@ def test_too_small_profile_says_so_beside_its_results():
 
 def test_anatomy_view_shows_a_kept_trajectory_that_called_the_tool():
     trajs = [_traj(False), _traj(True), _traj(True)]
-    table = pd.DataFrame({"reward": [1.0, 1.0, 0.0], "tool_calls": [0, 1, 1], "kept": [True, False, True]},
-                         index=pd.RangeIndex(3, name="trajectory"))
+    trajs.append(_traj(True))  # called the tool in its only turn: no response came back
+    table = pd.DataFrame({"reward": [1.0, 1.0, 0.0, 1.0], "tool_calls": [0, 1, 1, 2], "turns": [1, 2, 2, 1],
+                          "kept": [True, False, True, True]}, index=pd.RangeIndex(4, name="trajectory"))
     an = RocAnatomy(problem=None, table=table, trajectories=trajs, tokenizer=CharTokenizer(), stage="stage1",
                     step=0, group=0, note="")
     view = an.view()

@@ -66,14 +66,14 @@ class StepBar:
         if "summary" in row:
             self.close()
         else:
+            shown = {k: f"{row[k]:.4g}" for k in self.keys if isinstance(row.get(k), int | float)}
+            if shown:  # before the update, which draws it
+                self.bar.set_postfix(shown, refresh=False)
             step = row.get(self.x)
             if self.count_rows or not isinstance(step, int):
                 self.bar.update(1)
             elif step > self.bar.n:
                 self.bar.update(step - self.bar.n)
-            shown = {k: f"{row[k]:.4g}" for k in self.keys if isinstance(row.get(k), int | float)}
-            if shown:
-                self.bar.set_postfix(shown, refresh=False)
         if self.inner is not None:
             self.inner(row)
 

@@ -21,11 +21,12 @@ def test_step_bar_follows_steps_and_passes_rows_on(text_bars, capsys):
     bar = progress.StepBar(10, "cold-start SFT", seen.append, keys=("loss",))
     assert "cold-start SFT:   0%" in capsys.readouterr().out  # drawn before any row
     for step in (4, 5):  # a run resumed from its step-3 checkpoint sends rows from step 4 on
-        bar({"step": step, "loss": 1.5})
-    assert bar.bar.n == 5 and bar.bar.postfix == "loss=1.5"
+        bar({"step": step, "loss": step / 2})
+    assert bar.bar.n == 5 and bar.bar.postfix == "loss=2.5"
     bar({"stage": "sft", "summary": {"steps": 10}})
-    out = capsys.readouterr().out
-    assert "5/10" in out and seen == [{"step": 4, "loss": 1.5}, {"step": 5, "loss": 1.5},
+    last = capsys.readouterr().out.strip().split("\r")[-1]
+    assert "5/10" in last and "loss=2.5" in last, last  # the step's own loss beside it
+    assert seen == [{"step": 4, "loss": 2.0}, {"step": 5, "loss": 2.5},
                                       {"stage": "sft", "summary": {"steps": 10}}]
     rows = progress.StepBar(6, "RoC ablation", count_rows=True)
     for step in (1, 2, 1, 2):  # two runs, each from step 1

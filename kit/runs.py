@@ -148,8 +148,9 @@ def require_upstream(notebook: str, **dirs: str | os.PathLike | list) -> None:
             ``stage_dirs`` a list), relative to the working directory (the notebook's folder in
             JupyterLab). Each must be one of the notebook's :data:`UPSTREAM` parameters.
     Raises:
-        UpstreamMissing: the earliest missing product, in one line: the path, the notebook that
-            writes it, and the pipeline command that would (``--until`` that notebook).
+        UpstreamMissing: in one line, the earliest missing product (its path and the notebook that
+            writes it), and the pipeline command that writes every missing one (``--until`` the
+            latest notebook missing).
         KeyError: ``notebook`` or a parameter name is not in :data:`UPSTREAM`.
     """
     producers = UPSTREAM.get(notebook, {})
@@ -165,7 +166,9 @@ def require_upstream(notebook: str, **dirs: str | os.PathLike | list) -> None:
                 missing.append((maker, product, str(folder)))
     if not missing:
         return
-    maker, product, folder = min(missing)  # the earliest notebook first: it is the one to run
+    maker, product, _ = min(missing)  # the earliest notebook first: it is the one to run first
+    last, _, last_folder = max(missing)  # ... and the pipeline runs up to the latest one missing
+    span = maker if last == maker else f"{maker} to {last}"
     raise UpstreamMissing(
-        f"{notebook} needs {product}, which {maker} writes: run {maker} (and the notebooks before it) "
-        f"first, or `{pipeline_command(folder, maker[:2])}`")
+        f"{notebook} needs {product}, which {maker} writes: run {span} (and the notebooks before) "
+        f"first, or `{pipeline_command(last_folder, last[:2])}`")

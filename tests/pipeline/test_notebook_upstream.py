@@ -58,8 +58,9 @@ def test_missing_upstream_is_one_line_naming_the_notebook_and_the_command(tmp_pa
     assert f"{lay.dir('sft')}/policy" in msg and "02_cold_start_sft writes" in msg
     assert (f"python -m kit.pipeline run --profile smoke --run t --until 02 --reports-root {tmp_path.resolve()}"
             in msg)
-    # the earliest missing product is named: 01's, when both are missing
-    with pytest.raises(UpstreamMissing, match="01_data_curation writes"):
+    # both missing: the earliest is named, and the command runs up to the latest
+    with pytest.raises(UpstreamMissing, match="01_data_curation writes: run 01_data_curation to 02_cold_start_sft "
+                                              r"\(and the notebooks before\) first, or .*--until 02 "):
         require_upstream("03_rl_stage1", init_dir=lay.dir("sft"), data_dir=lay.dir("nowhere"))
     # 09's list parameter: one producer per item
     with pytest.raises(UpstreamMissing, match="04_rl_stage2 writes"):
@@ -83,6 +84,6 @@ def test_notebook_03_alone_fails_in_one_line_and_writes_nothing(tmp_path):
             parameters={"profile": "smoke", "run_dir": lay.dir("stage1"), "init_dir": lay.dir("sft"),
                         "data_dir": lay.dir("data")})
     assert err.value.ename == "UpstreamMissing"
-    assert "01_data_curation writes" in err.value.evalue and "--until 01" in err.value.evalue
+    assert "01_data_curation writes" in err.value.evalue and "--until 02" in err.value.evalue
     assert len(err.value.traceback) == 1, err.value.traceback  # the message, not 13 frames of the kit
     assert not (tmp_path / "smoke" / "t" / "stage1").exists()

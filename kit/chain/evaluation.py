@@ -87,11 +87,14 @@ def evaluate_checkpoint(cfg: KitConfig, policy_dir: str | os.PathLike, run_dir: 
                     print(f"{bench}: nothing to evaluate (every prompt is too long); no result written")
                     continue
                 backend = HFBackend(model, tok, batch_size=cfg.rollout.batch_size, seed=cfg.seed)
-                res = await evaluate_async(
-                    backend, bench, tokenizer=tok, executor=pool, n=ev.n_samples, temperature=ev.temperature,
-                    top_p=ev.top_p, max_tokens=ev.max_tokens, max_turns=ev.max_turns, max_problems=ev.max_problems,
-                    rollout_cfg=rollout_cfg, seed=cfg.seed, model_name=str(policy_dir),
-                    bootstrap_samples=ev.bootstrap_samples, items=kept)
+                try:
+                    res = await evaluate_async(
+                        backend, bench, tokenizer=tok, executor=pool, n=ev.n_samples, temperature=ev.temperature,
+                        top_p=ev.top_p, max_tokens=ev.max_tokens, max_turns=ev.max_turns, max_problems=ev.max_problems,
+                        rollout_cfg=rollout_cfg, seed=cfg.seed, model_name=str(policy_dir),
+                        bootstrap_samples=ev.bootstrap_samples, items=kept)
+                finally:  # a backend per benchmark: stop its batching task before the next one
+                    await backend.aclose()
                 path = benchmark_path(bench, data_dir, ev.gpqa_path)
                 res.manifest["data_files"] = {str(path): sha256_file(path)}
                 res.manifest.update({"profile": cfg.profile, "benchmark_size": len(load_benchmark(bench, data_dir, ev.gpqa_path)),

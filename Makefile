@@ -7,7 +7,7 @@ PROFILE ?= tiny
 RUN ?= main
 PYTEST_ARGS ?=
 APT_PACKAGES := bubblewrap iproute2 texlive-xetex texlive-fonts-recommended texlive-plain-generic pandoc poppler-utils \
-                librsvg2-bin fonts-dejavu-core fonts-wqy-microhei
+                librsvg2-bin fonts-dejavu-core fonts-wqy-microhei chromium chromium-driver
 STAMP := $(VENV)/.kit-installed
 APT_STAMP := $(VENV)/.kit-apt
 

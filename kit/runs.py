@@ -70,20 +70,105 @@ def series_parameters(lay: Layout, seed: int, overrides: dict[str, Any] | None =
     return [
         ("00_setup_and_sandbox_check", {**common, "run_dir": d("setup")}),
         ("01_data_curation", {**common, "run_dir": d("data")}),
-        ("02_cold_start_sft", {**common, "run_dir": d("sft"), "data_dir": d("data")}),
+        ("02_cold_start_sft", {**common, "run_dir": d("sft")}),
         ("03_rl_stage1", {**common, "run_dir": d("stage1"), "init_dir": d("sft"), "data_dir": d("data")}),
         ("04_rl_stage2", {**common, "run_dir": d("stage2"), "init_dir": d("stage1"), "data_dir": d("data")}),
         ("05_rl_stage3", {**common, "run_dir": d("stage3"), "init_dir": d("stage2"), "data_dir": d("data")}),
         ("06_roc_ablation", {**common, "run_dir": d("ablation"), "init_dir": d("sft"), "data_dir": d("data"),
                              "reuse_dirs": [d("stage1")]}),
-        ("07_behavior_analysis", {**common, "run_dir": d("analysis"), "sft_dir": d("sft"),
-                                  "rl_dir": d("stage3"), "data_dir": d("data")}),
+        ("07_behavior_analysis", {**common, "run_dir": d("analysis"), "sft_dir": d("sft"), "rl_dir": d("stage3")}),
         ("08_evaluation", {**common, "run_dir": d("eval"), "policy_dir": d("stage3"), "sft_dir": d("sft"),
                           "data_dir": d("data")}),
-        ("09_figures_and_tables", {**common, "run_dir": str(lay.root),
+        ("09_figures_and_tables", {"profile": lay.profile, "run_dir": str(lay.root),  # trains nothing: no seed
                                    "stage_dirs": [d("stage1"), d("stage2"), d("stage3")],
-                                   "ablation_dir": d("ablation"), "eval_dir": d("eval")}),
+                                   "ablation_dir": d("ablation"), "eval_dir": d("eval"), "sft_dir": d("sft"),
+                                   "analysis_dir": d("analysis")}),
     ]
 
 
 SERIES: tuple[str, ...] = tuple(name for name, _ in series_parameters(Layout(Path("."), "tiny"), 0))
+
+
+# ------------------------------------------------------------------ upstream checks of a notebook
+
+#: what a finished notebook leaves in its run directory for the notebooks after it (a file or folder)
+PRODUCT: dict[str, str] = {
+    "01_data_curation": "data/curated.parquet",
+    "02_cold_start_sft": "policy",
+    "03_rl_stage1": "policy",
+    "04_rl_stage2": "policy",
+    "05_rl_stage3": "policy",
+    "06_roc_ablation": "ablation.json",
+    "07_behavior_analysis": "entropy_tokens.jsonl",
+    "08_evaluation": "eval",
+}
+
+#: each notebook's upstream parameters and the notebook that writes each (a list parameter: one per item)
+UPSTREAM: dict[str, dict[str, str | tuple[str, ...]]] = {
+    "03_rl_stage1": {"init_dir": "02_cold_start_sft", "data_dir": "01_data_curation"},
+    "04_rl_stage2": {"init_dir": "03_rl_stage1", "data_dir": "01_data_curation"},
+    "05_rl_stage3": {"init_dir": "04_rl_stage2", "data_dir": "01_data_curation"},
+    "06_roc_ablation": {"init_dir": "02_cold_start_sft", "data_dir": "01_data_curation"},
+    "07_behavior_analysis": {"sft_dir": "02_cold_start_sft", "rl_dir": "05_rl_stage3"},
+    "08_evaluation": {"policy_dir": "05_rl_stage3", "sft_dir": "02_cold_start_sft", "data_dir": "01_data_curation"},
+    "09_figures_and_tables": {"stage_dirs": ("03_rl_stage1", "04_rl_stage2", "05_rl_stage3"),
+                              "ablation_dir": "06_roc_ablation", "eval_dir": "08_evaluation",
+                              "sft_dir": "02_cold_start_sft", "analysis_dir": "07_behavior_analysis"},
+}
+
+
+class UpstreamMissing(FileNotFoundError):
+    """An upstream run folder of a notebook lacks what its notebook writes.
+
+    In IPython the error shows as its one-line message, without the traceback (the kit's
+    frames say nothing the message does not); papermill and the pipeline still fail the run.
+    """
+
+    def _render_traceback_(self) -> list[str]:  # IPython's hook for an exception's own rendering
+        return [f"\x1b[0;31m{type(self).__name__}\x1b[0m: {self}"]
+
+
+def pipeline_command(folder: str | os.PathLike, until: str) -> str:
+    """The pipeline command that fills ``folder`` (a run directory ``<reports>/<profile>/<run>/<name>``)
+    up to and including notebook ``until`` (e.g. ``"02"``); without ``--reports-root`` when
+    ``folder`` is under the repository's ``reports/``."""
+    path = Path(folder).resolve()
+    run, profile, base = path.parent.name, path.parent.parent.name, path.parent.parent.parent
+    root = "" if base == REPORTS_ROOT.resolve() else f" --reports-root {base}"
+    return f"python -m kit.pipeline run --profile {profile} --run {run} --until {until}{root}"
+
+
+def require_upstream(notebook: str, **dirs: str | os.PathLike | list) -> None:
+    """Check, before a notebook does any work, that its upstream run folders hold what their notebooks write.
+
+    Args:
+        notebook: the notebook's name, e.g. ``"03_rl_stage1"`` (a key of :data:`UPSTREAM`;
+            notebooks 00-02 have no upstream folder).
+        dirs: the notebook's upstream parameters by name (``init_dir=..., data_dir=...``;
+            ``stage_dirs`` a list), relative to the working directory (the notebook's folder in
+            JupyterLab). Each must be one of the notebook's :data:`UPSTREAM` parameters.
+    Raises:
+        UpstreamMissing: in one line, the earliest missing product (its path and the notebook that
+            writes it), and the pipeline command that writes every missing one (``--until`` the
+            latest notebook missing).
+        KeyError: ``notebook`` or a parameter name is not in :data:`UPSTREAM`.
+    """
+    producers = UPSTREAM.get(notebook, {})
+    missing: list[tuple[str, Path, str]] = []
+    for name, value in dirs.items():
+        if name not in producers:
+            raise KeyError(f"{notebook} has no upstream parameter {name!r}; known: {sorted(producers)}")
+        makers = producers[name]
+        pairs = zip(value, makers, strict=True) if isinstance(makers, tuple) else [(value, makers)]
+        for folder, maker in pairs:
+            product = Path(folder) / PRODUCT[maker]
+            if not product.exists():
+                missing.append((maker, product, str(folder)))
+    if not missing:
+        return
+    maker, product, _ = min(missing)  # the earliest notebook first: it is the one to run first
+    last, _, last_folder = max(missing)  # ... and the pipeline runs up to the latest one missing
+    span = maker if last == maker else f"{maker} to {last}"
+    raise UpstreamMissing(
+        f"{notebook} needs {product}, which {maker} writes: run {span} (and the notebooks before) "
+        f"first, or `{pipeline_command(last_folder, last[:2])}`")

@@ -10,7 +10,8 @@ from ``kit.chain``; the code lives in the submodules:
   trajectories on held-out task problems.
 - ``training``: cold-start SFT, RL stages and the RoC ablation on the runtime of
   ``cfg.runtime`` (:mod:`kit.runtime`); the RL data; a trainer's summary as Markdown.
-- ``display``: :class:`TrajectoryView` (HTML, LaTeX and plain text of one trajectory).
+- ``display``: :class:`TrajectoryView` (HTML under a legend, LaTeX and plain text of one trajectory);
+  :func:`learning_note` (the line a profile too small to learn shows beside its results).
 - ``evaluation``: :func:`evaluate_checkpoint` on the profile's benchmarks; the entropy analysis
   :func:`analyze_checkpoints`.
 - ``boundary``: the consistency filter :func:`consistency_check` and the pass@k curves
@@ -30,7 +31,7 @@ from kit.chain.boundary import (
     passk_figure,
     passk_items,
 )
-from kit.chain.display import TrajectoryView
+from kit.chain.display import TrajectoryView, learning_note, show_learning_note
 from kit.chain.evaluation import Analysis, analyze_checkpoints, eval_benchmarks, evaluate_checkpoint
 from kit.chain.policies import (
     count_parameters,
@@ -60,6 +61,7 @@ __all__ = [
     "eval_benchmarks",
     "evaluate_checkpoint",
     "heldout_problems",
+    "learning_note",
     "load_run_policy",
     "passk_boundary",
     "passk_figure",
@@ -67,6 +69,7 @@ __all__ = [
     "policy_backend",
     "prepare_rl_data",
     "sample_trajectories",
+    "show_learning_note",
     "summary_markdown",
     "train_ablation",
     "train_stage",

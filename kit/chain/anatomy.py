@@ -24,6 +24,7 @@ import pandas as pd
 import torch
 
 from kit.algo import RocParams, counters, group_advantage, p_err, p_format, p_total
+from kit.chain.display import TrajectoryView
 from kit.chain.policies import load_run_policy
 from kit.config import KitConfig
 from kit.rollout import run_coroutine
@@ -60,6 +61,18 @@ class RocAnatomy:
     note: str
     step_kept: int = 0
     step_reward_mean: float = float("nan")
+
+    def view(self, index: int | None = None) -> TrajectoryView:
+        """The coloured view of trajectory ``index`` of :attr:`table`; default the first one RoC kept
+        that got a tool response (called the tool, more than one turn), else the first that got one,
+        else trajectory 0."""
+        if index is None:
+            answered = (self.table.tool_calls > 0) & (self.table.turns > 1)
+            order = [*self.table.index[self.table.kept & answered], *self.table.index[answered], 0]
+            index = int(order[0])
+        row = self.table.loc[index]
+        return TrajectoryView(self.trajectories[index], self.tokenizer,
+                              title=f"trajectory {index}: reward {row.reward:.0f}, {'kept' if row.kept else 'dropped'} by RoC")
 
 
 def pick_group(rewards: np.ndarray, failures: np.ndarray) -> int:

@@ -21,6 +21,7 @@ from kit.config import KitConfig
 from kit.eval.benchmarks import benchmark_path, load_benchmark
 from kit.eval.evaluate import evaluate_async, save_result
 from kit.eval.manifest import sha256_file
+from kit.progress import bar as progress_bar
 from kit.rollout import HFBackend, run_coroutine
 from kit.sandbox import SandboxPool
 
@@ -75,6 +76,7 @@ def evaluate_checkpoint(cfg: KitConfig, policy_dir: str | os.PathLike, run_dir: 
         out = {}
         async with SandboxPool(cfg.sandbox) as pool:
             for bench in names:
+                bar.set_postfix_str(bench)
                 items = load_benchmark(bench, data_dir, ev.gpqa_path, ev.max_problems)
                 kept = [it for it in items if fits(it)]
                 skipped = [it.id for it in items if not fits(it)]
@@ -85,20 +87,25 @@ def evaluate_checkpoint(cfg: KitConfig, policy_dir: str | os.PathLike, run_dir: 
                     print(f"{bench}: nothing to evaluate (every prompt is too long); no result written")
                     continue
                 backend = HFBackend(model, tok, batch_size=cfg.rollout.batch_size, seed=cfg.seed)
-                res = await evaluate_async(
-                    backend, bench, tokenizer=tok, executor=pool, n=ev.n_samples, temperature=ev.temperature,
-                    top_p=ev.top_p, max_tokens=ev.max_tokens, max_turns=ev.max_turns, max_problems=ev.max_problems,
-                    rollout_cfg=rollout_cfg, seed=cfg.seed, model_name=str(policy_dir),
-                    bootstrap_samples=ev.bootstrap_samples, items=kept)
+                try:
+                    res = await evaluate_async(
+                        backend, bench, tokenizer=tok, executor=pool, n=ev.n_samples, temperature=ev.temperature,
+                        top_p=ev.top_p, max_tokens=ev.max_tokens, max_turns=ev.max_turns, max_problems=ev.max_problems,
+                        rollout_cfg=rollout_cfg, seed=cfg.seed, model_name=str(policy_dir),
+                        bootstrap_samples=ev.bootstrap_samples, items=kept)
+                finally:  # a backend per benchmark: stop its batching task before the next one
+                    await backend.aclose()
                 path = benchmark_path(bench, data_dir, ev.gpqa_path)
                 res.manifest["data_files"] = {str(path): sha256_file(path)}
                 res.manifest.update({"profile": cfg.profile, "benchmark_size": len(load_benchmark(bench, data_dir, ev.gpqa_path)),
                                      "skipped_prompt_too_long": skipped, "max_prompt_tokens": rollout_cfg.max_prompt_tokens})
                 save_result(run_dir, res, tag)
                 out[bench] = res
+                bar.update(1)
         return out
 
-    return run_coroutine(go())
+    with progress_bar(len(names), f"evaluating {tag or Path(policy_dir).parent.name or 'policy'}", unit="benchmark") as bar:
+        return run_coroutine(go())
 
 
 # --------------------------------------------------------------------------- behaviour analysis

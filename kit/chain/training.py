@@ -4,7 +4,9 @@ VERL through ``kit.bridge``. Also the data the RL notebooks read and a trainer's
 Markdown table.
 
 Every function takes the upstream *run* folders (``init_dir``, ``data_dir``) as the notebooks
-name them; stage 3's hard subset is built here, before the stage, for both runtimes.
+name them; stage 3's hard subset is built here, before the stage, for both runtimes. Each shows a
+progress bar over its steps (:class:`kit.progress.StepBar`, drawn before any work) and passes every
+metrics row on to ``progress``.
 """
 
 from __future__ import annotations
@@ -17,8 +19,11 @@ from typing import Any
 from IPython.display import Markdown
 
 from kit import runtime
+from kit.chain.display import learning_note
 from kit.config import KitConfig
 from kit.data.curate import CurationResult
+from kit.progress import StepBar
+from kit.train.ablation import ALGORITHMS
 
 
 def prepare_rl_data(cfg: KitConfig, curation: CurationResult, run_dir: str | os.PathLike) -> dict[str, Path]:
@@ -41,8 +46,9 @@ def cold_start(cfg: KitConfig, run_dir: str | os.PathLike, progress=None, *, sft
         FileNotFoundError: ``sft_checkpoint`` or ``sft_data`` does not exist.
         ValueError: ``local`` with either (it trains its own cold start).
     """
-    return runtime.get(cfg).run_sft(cfg, run_dir=run_dir, init_dir=None, data_dir=None, progress=progress,
-                                    sft_checkpoint=sft_checkpoint, sft_data=sft_data)
+    with StepBar(cfg.sft.steps or None, "cold-start SFT", progress, keys=("loss",)) as bar:
+        return runtime.get(cfg).run_sft(cfg, run_dir=run_dir, init_dir=None, data_dir=None, progress=bar,
+                                        sft_checkpoint=sft_checkpoint, sft_data=sft_data)
 
 
 def train_stage(cfg: KitConfig, stage: str, run_dir, init_dir, data_dir, progress=None, *,
@@ -58,10 +64,13 @@ def train_stage(cfg: KitConfig, stage: str, run_dir, init_dir, data_dir, progres
     """
     rt = runtime.get(cfg)
     st = getattr(cfg.stages, stage)
-    if st.problems == "hard" and st.steps > 0:
-        rt.prepare_hard_subset(cfg, stage, run_dir=run_dir, init_dir=init_dir, data_dir=data_dir,
-                             hard_counts=hard_counts, sampler_url=sampler_url)
-    return rt.run_stage(cfg, stage, run_dir=run_dir, init_dir=init_dir, data_dir=data_dir, progress=progress)
+    with StepBar(st.steps, f"RL {stage}", progress, keys=("accuracy",)) as bar:
+        if st.problems == "hard" and st.steps > 0:
+            bar.bar.set_description(f"RL {stage} (hard subset)")
+            rt.prepare_hard_subset(cfg, stage, run_dir=run_dir, init_dir=init_dir, data_dir=data_dir,
+                                   hard_counts=hard_counts, sampler_url=sampler_url)
+            bar.bar.set_description(f"RL {stage}")
+        return rt.run_stage(cfg, stage, run_dir=run_dir, init_dir=init_dir, data_dir=data_dir, progress=bar)
 
 
 def train_ablation(cfg: KitConfig, run_dir, init_dir, data_dir, progress=None,
@@ -72,17 +81,21 @@ def train_ablation(cfg: KitConfig, run_dir, init_dir, data_dir, progress=None,
 
     ``reuse``: finished stage run folders that may already be one of the arms (the stage-1 run is
     the ``grpo_roc`` arm of the main seed when the steps agree); used by the local runtime."""
-    return runtime.get(cfg).run_ablation(cfg, run_dir=run_dir, init_dir=init_dir, data_dir=data_dir,
-                                         progress=progress, reuse=reuse)
+    arms = len(ALGORITHMS) * len(cfg.ablation.seeds)
+    with StepBar(cfg.ablation.steps * arms, f"RoC ablation ({arms} runs)", progress, count_rows=True) as bar:
+        return runtime.get(cfg).run_ablation(cfg, run_dir=run_dir, init_dir=init_dir, data_dir=data_dir,
+                                             progress=bar, reuse=reuse)
 
 
-def summary_markdown(summary: Mapping[str, Any], digits: int = 4):
+def summary_markdown(summary: Mapping[str, Any], cfg: KitConfig | None = None, digits: int = 4):
     """A trainer's summary dict as a two-column Markdown table (scalars only; nested values are
-    left out), which renders as a table in JupyterLab and in the PDF alike."""
+    left out), which renders as a table in JupyterLab and in the PDF alike; with ``cfg``, a profile
+    too small to learn says so in one italic line under it (:func:`kit.chain.display.learning_note`)."""
     rows = ["| key | value |", "|---|---|"]
     for k, v in summary.items():
         if isinstance(v, Mapping | list | tuple):
             continue
         text = f"{v:.{digits}g}" if isinstance(v, float) else str(v)
         rows.append(f"| {k} | {text.replace('|', '/')} |")
-    return Markdown("\n".join(rows))
+    note = learning_note(cfg) if cfg is not None else ""
+    return Markdown("\n".join(rows) + (f"\n\n*{note}*" if note else ""))

@@ -24,6 +24,7 @@ The continuous-batching training engine (``kit.rollout.engine``) and VERL's SGLa
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import math
@@ -196,6 +197,19 @@ class HFBackend:
             self._worker = loop.create_task(self._serve())
         self._wake.set()
         return await req.future
+
+    async def aclose(self) -> None:
+        """Stop the batching task of the running loop (idempotent; ``generate`` starts a new one).
+
+        Call it when done with a backend inside a loop that keeps running: a dropped backend's
+        pending task is garbage-collected and asyncio prints ``Task was destroyed but it is
+        pending!`` into the notebook cell (issue #20; notebook 08 made one backend per benchmark).
+        """
+        worker, self._worker = self._worker, None
+        if worker is not None and not worker.done() and worker.get_loop() is asyncio.get_running_loop():
+            worker.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await worker
 
     async def _serve(self) -> None:
         while True:

@@ -3,7 +3,8 @@
 Colors: prompt grey; the model's own tokens (mask 1) black on white; tool-response and template
 tokens (mask 0) blue on a light blue background; ``<tool_call>`` blocks of the model on light
 yellow; ``<answer> ... </answer>`` on light green. With ``token_boundaries=True`` each token is
-its own box (alternating shades), so splits and drift are visible.
+its own box (alternating shades), so splits and drift are visible. Each coloured span carries
+``data-kind`` (``model``, ``call``, ``tool``, ``answer``); :func:`legend_html` names the colours.
 """
 
 from __future__ import annotations
@@ -30,12 +31,28 @@ _HILITE = re.compile(
 )
 
 
+#: what each colour of the view means, in the order a trajectory shows them (``data-kind`` of the spans)
+LEGEND = (
+    ("model", "model tokens (mask 1: sampled by the policy, trained on)"),
+    ("call", "tool call (the model's <tool_call> block)"),
+    ("tool", "tool response (mask 0: the sandbox's output, no loss)"),
+    ("answer", "answer (<answer> ... </answer>)"),
+)
+
+
+def legend_html() -> str:
+    """One line of colour swatches naming what each colour of :func:`trajectory_html` means."""
+    items = "".join(f'<span data-kind="{k}" style="{_STYLE[k]};padding:0 4px;margin-right:8px;'
+                    f'border:1px solid #ccc">{html.escape(text)}</span>' for k, text in LEGEND)
+    return f"<div class='kit-traj-legend' style='font-family:sans-serif;font-size:11px;margin:2px 0'>{items}</div>"
+
+
 def _model_html(text: str) -> str:
     out, pos = [], 0
     for m in _HILITE.finditer(text):
         out.append(html.escape(text[pos:m.start()]))
         kind = "call" if m.group(0).startswith(prompts.TOOL_CALL_OPEN) else "answer"
-        out.append(f'<span style="{_STYLE[kind]}">{html.escape(m.group(0))}</span>')
+        out.append(f'<span data-kind="{kind}" style="{_STYLE[kind]}">{html.escape(m.group(0))}</span>')
         pos = m.end()
     out.append(html.escape(text[pos:]))
     return "".join(out)
@@ -70,13 +87,13 @@ def trajectory_html(tr: Any, tokenizer: Any, *, show_prompt: bool = False, token
                 style = (_STYLE["tool"] if m == 0 else _STYLE["model"]) + ";" + shade
                 body.append(f'<span style="{style}">{html.escape(dec([t]))}</span>')
         elif m == 1:
-            body.append(f'<span style="{_STYLE["model"]}">{_model_html(dec(ids))}</span>')
+            body.append(f'<span data-kind="model" style="{_STYLE["model"]}">{_model_html(dec(ids))}</span>')
         else:
-            body.append(f'<span style="{_STYLE["tool"]}">{html.escape(dec(ids))}</span>')
+            body.append(f'<span data-kind="tool" style="{_STYLE["tool"]}">{html.escape(dec(ids))}</span>')
     return (f"<div>{head}<pre style='white-space:pre-wrap;font-size:12px;line-height:1.4'>"
             f"{''.join(body)}</pre></div>")
 
 
 def show(tr: Any, tokenizer: Any, **kwargs: Any) -> Any:
-    """``IPython.display.HTML`` of :func:`trajectory_html`."""
-    return HTML(trajectory_html(tr, tokenizer, **kwargs))
+    """``IPython.display.HTML`` of :func:`legend_html` and :func:`trajectory_html`."""
+    return HTML(legend_html() + trajectory_html(tr, tokenizer, **kwargs))

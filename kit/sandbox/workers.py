@@ -119,13 +119,21 @@ class WorkerProc:
         await self.kill()
 
     async def kill(self) -> None:
+        """Kill the worker's process group (bwrap and, with it, the worker's PID namespace) and wait
+        for asyncio's child watcher to report the exit.
+
+        Only the watcher may reap the process. ``Process.kill()`` after ``killpg`` used to poll
+        it (``Popen.send_signal`` calls ``waitpid(WNOHANG)`` first) and, on a loaded machine,
+        reaped the group leader the signal had just killed before the watcher's thread ran; the
+        watcher then logged ``Unknown child process pid N, will report returncode 255`` into
+        whatever notebook cell was running. The leader is in the group (``start_new_session``),
+        so ``killpg`` alone kills it; a group that is gone means the watcher already reaped it.
+        """
         if self.proc is None:
             return
         if self.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
-                os.killpg(self.proc.pid, 9)  # bwrap and, with it, the worker's PID namespace
-            with contextlib.suppress(ProcessLookupError):
-                self.proc.kill()
+                os.killpg(self.proc.pid, 9)
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self.proc.wait(), 5.0)
         if self._log_task is not None:

@@ -35,7 +35,7 @@ def test_parameters_cell_is_typed_and_parsed_by_papermill(name, series, capsys):
         [ln for ln in cell.source.splitlines() if ln.strip() and not ln.lstrip().startswith("#")]), \
         "every parameter is one typed line papermill can read"
     names = {p.name for p in declared}
-    assert {"profile", "seed", "run_dir"} <= names
+    assert {"profile", "run_dir"} <= names
     passed = next(r.parameters for r in series if r.name == name)
     assert set(passed) <= names, f"the runner passes parameters the notebook does not declare: {set(passed) - names}"
 

@@ -14,6 +14,7 @@ import pytest
 
 from kit import chain, runtime
 from kit.config import ConfigError, KitConfig, from_json, load, save
+from kit.progress import StepBar
 from kit.runtime import local, verl
 
 
@@ -80,13 +81,18 @@ def test_the_chain_calls_either_runtime_the_same_way(name, monkeypatch, tmp_path
     monkeypatch.setitem(runtime.RUNTIMES, name, rec)
     cfg = dataclasses.replace(load("smoke", write=False), runtime=name)
     cb = print
+
+    class Bar:  # the chain shows a progress bar (kit.progress.StepBar) that passes every row on to cb
+        def __eq__(self, other):
+            return isinstance(other, StepBar) and other.inner is cb
+
     chain.cold_start(cfg, tmp_path / "sft", progress=cb)
     chain.train_stage(cfg, "stage1", tmp_path / "s1", tmp_path / "sft", tmp_path / "data", progress=cb)
     chain.train_stage(cfg, "stage3", tmp_path / "s3", tmp_path / "s2", tmp_path / "data", progress=cb)
     chain.train_ablation(cfg, tmp_path / "abl", tmp_path / "sft", tmp_path / "data", progress=cb, reuse=["x"])
-    run = {"data_dir": tmp_path / "data", "progress": cb}
+    run = {"data_dir": tmp_path / "data", "progress": Bar()}
     assert rec.calls == [
-        ("run_sft", (), {"run_dir": tmp_path / "sft", "init_dir": None, "data_dir": None, "progress": cb,
+        ("run_sft", (), {"run_dir": tmp_path / "sft", "init_dir": None, "data_dir": None, "progress": Bar(),
                          "sft_checkpoint": "", "sft_data": ""}),
         ("run_stage", ("stage1",), {"run_dir": tmp_path / "s1", "init_dir": tmp_path / "sft", **run}),
         # stage 3's pool is built first, from the upstream run folder, in the same place for both runtimes

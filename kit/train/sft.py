@@ -38,7 +38,7 @@ from kit.data import sft as sft_data
 from kit.data import tasks
 from kit.models import build_tiny_model, load_policy, save_policy, train_tokenizer
 from kit.rollout.protocol import truncate_tokens
-from kit.train import common
+from kit.train import common, tracking
 from kit.train.batching import micro_batches, pad_rows
 from kit.train.rollouts import evaluate_policy
 
@@ -242,6 +242,7 @@ def run_sft(cfg: KitConfig, run_dir: str | Path, progress: Callable[[dict], None
         start = int(state["step"])
     # rows past the checkpoint (or all of them, without one) are from an interrupted run: redone
     writer.truncate(lambda r: not (r.get("stage") == "sft" and r.get("step", 0) > start))
+    tracker = tracking.open_tracker(cfg, run_dir, "sft")  # [logging] backends
     warmup = round(sc.warmup_ratio * sc.steps)
     loss_val = float("nan")
     for step in range(start, sc.steps):
@@ -268,11 +269,13 @@ def run_sft(cfg: KitConfig, run_dir: str | Path, progress: Callable[[dict], None
                "tokens": n_tok, "grad_norm": gn, "time_s": time.perf_counter() - t0, "seed": cfg.seed,
                "threads": torch.get_num_threads()}
         writer.write(row)
+        tracker.log_sft(row)
         if progress is not None:
             progress(row)
         done = step + 1
         if sc.checkpoint_every and done % sc.checkpoint_every == 0 and done < sc.steps:
             common.save_checkpoint(run_dir, done, model, tok, opt, {"stage": "sft"})
+    tracker.finish()
     policy_dir = save_policy(model, tok, run_dir / "policy")
     summary: dict[str, Any] = {"steps": sc.steps, "final_loss": loss_val, "rows": counts,
                                "demo_statuses": data["statuses"], "policy_dir": str(policy_dir),

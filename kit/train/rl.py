@@ -208,6 +208,7 @@ def run_stage(cfg: KitConfig, stage_name: str, policy_dir: str | Path, run_dir: 
         held-out evaluation keys of :func:`kit.train.rollouts.evaluate_policy`.
     Raises:
         ValueError: unknown stage or algorithm, ``kl_coef > 0``, or an empty problem pool.
+        ImportError: a tracker of ``logging.backends`` is not installed (names the package).
     """
     return run_coroutine(_run_stage(cfg, stage_name, Path(policy_dir), Path(run_dir), progress, algorithm, seed, steps,
                                evaluate))

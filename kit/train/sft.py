@@ -214,6 +214,7 @@ def run_sft(cfg: KitConfig, run_dir: str | Path, progress: Callable[[dict], None
         the "tool-assisted accuracy"), ``heldout_tool_rate``, ``heldout_sampled_reward`` (T=1).
     Raises:
         ValueError: ``cfg.sft.steps`` is 0 (set the number of steps for the local engine).
+        ImportError: a tracker of ``logging.backends`` is not installed (names the package).
     """
     if cfg.sft.steps <= 0:
         raise ValueError("sft.steps must be > 0 for the local engine (epochs are for the paper-scale path)")
@@ -223,6 +224,7 @@ def run_sft(cfg: KitConfig, run_dir: str | Path, progress: Callable[[dict], None
         return done
     run_dir.mkdir(parents=True, exist_ok=True)
     save(cfg, run_dir)
+    tracker = tracking.open_tracker(cfg, run_dir, "sft")  # [logging] backends; before the demos run
     threads = common.set_threads(cfg.model.torch_threads)  # adaptive when torch_threads < 0
     t_start = time.perf_counter()
     model, tok = build_tokenizer_and_model(cfg, run_dir)
@@ -242,7 +244,6 @@ def run_sft(cfg: KitConfig, run_dir: str | Path, progress: Callable[[dict], None
         start = int(state["step"])
     # rows past the checkpoint (or all of them, without one) are from an interrupted run: redone
     writer.truncate(lambda r: not (r.get("stage") == "sft" and r.get("step", 0) > start))
-    tracker = tracking.open_tracker(cfg, run_dir, "sft")  # [logging] backends
     warmup = round(sc.warmup_ratio * sc.steps)
     loss_val = float("nan")
     for step in range(start, sc.steps):

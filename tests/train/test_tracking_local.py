@@ -6,6 +6,7 @@ update is real), with the tensorboard and file backends; the event files are rea
 TensorBoard's own reader.
 """
 
+import importlib.util
 import json
 from types import SimpleNamespace
 
@@ -29,11 +30,16 @@ def _cfg(**over):
 
 
 @pytest.fixture(scope="module")
-def stage(tmp_path_factory):
-    d = tmp_path_factory.mktemp("tracking_local")
+def policy(tmp_path_factory):
+    d = tmp_path_factory.mktemp("tracking_policy")
     split = tasks.make_split(60, 4, 0)
     tok = train_tokenizer([p.question + " " + p.code for p in split.train] * 3, 400)
-    save_policy(build_tiny_model(_cfg().model, tok, seed=0), tok, d / "policy")
+    return save_policy(build_tiny_model(_cfg().model, tok, seed=0), tok, d / "policy")
+
+
+@pytest.fixture(scope="module")
+def stage(policy, tmp_path_factory):
+    d = tmp_path_factory.mktemp("tracking_local")
     mp = pytest.MonkeyPatch()
 
     async def grade(pairs):
@@ -41,7 +47,7 @@ def stage(tmp_path_factory):
 
     mp.setattr(rollouts, "grade", grade)
     try:
-        rl.run_stage(_cfg(), "stage1", d / "policy", d / "run", evaluate=False)
+        rl.run_stage(_cfg(), "stage1", policy, d / "run", evaluate=False)
     finally:
         mp.undo()
     return d / "run"
@@ -70,3 +76,11 @@ def test_the_kit_s_metrics_file_is_unchanged_and_verl_s_file_logger_line_matches
     assert verl[0]["data"]["actor/grad_norm"] == pytest.approx(rows[0]["grad_norm"])
     for v in verl:  # VERL's score statistics are over the rows it trains on: RoC's kept rows
         assert v["data"]["roc/sampled"] == 16 and v["data"]["critic/score/mean"] == v["data"]["roc/accuracy_after"]
+
+
+def test_a_tracker_that_is_not_installed_stops_the_stage_before_any_step(policy, tmp_path, monkeypatch):
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "mlflow" else real(name, *a))
+    with pytest.raises(ImportError, match=r"'mlflow' is not installed: pip install mlflow"):
+        rl.run_stage(_cfg(**{"logging.backends": ["tensorboard", "mlflow"]}), "stage1", policy, tmp_path, evaluate=False)
+    assert common.metric_rows(tmp_path) == [] and not (tmp_path / "samples.jsonl").exists()

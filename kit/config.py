@@ -226,6 +226,29 @@ class EvalConfig:
     passk_n: int = 16
 
 
+#: Experiment trackers the kit passes to VERL's ``verl.utils.tracking.Tracking`` (VERL 0.9.1 also knows
+#: swanlab, clearml, vemlp_wandb and rl_insight; they are left out because they log to a server by
+#: default). ``tests/bridge/test_tracking.py`` checks each name against VERL's ``supported_backend``.
+LogBackend = Literal["console", "file", "tensorboard", "wandb", "mlflow", "trackio"]
+LOG_BACKENDS: tuple[str, ...] = typing.get_args(LogBackend)
+
+
+@dataclass(frozen=True)
+class LoggingConfig:
+    """Experiment tracking through VERL's tracker, on both runtimes (``kit.bridge.tracking``).
+
+    ``backends`` becomes VERL's ``trainer.logger`` on the VERL runtime; the local trainer logs
+    the same metric names through the same tracker class. Every backend writes under the run
+    folder (``run_dir/tracking/``) and nothing reaches the network unless asked for here:
+    wandb runs with ``WANDB_MODE=wandb_mode`` (offline by default), mlflow uses a local file store
+    unless ``mlflow_tracking_uri`` names a server. ``metrics.jsonl`` is written whatever this says.
+    """
+
+    backends: tuple[LogBackend, ...] = ("console", "file", "tensorboard")
+    wandb_mode: Literal["offline", "online", "disabled"] = "offline"  # "online" syncs to your W&B account
+    mlflow_tracking_uri: str = ""  # empty: file:<run_dir>/tracking/mlruns; a server URI sends metrics there
+
+
 @dataclass(frozen=True)
 class KitConfig:
     """The whole resolved configuration of one run.
@@ -250,6 +273,7 @@ class KitConfig:
     stages: StagesConfig = field(default_factory=StagesConfig)
     ablation: AblationConfig = field(default_factory=AblationConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
 
     def __post_init__(self) -> None:
         # stages without their own budget or turn limit take rollout's (the one source)
@@ -496,7 +520,8 @@ def check(cfg: KitConfig) -> KitConfig:
     Raises:
         ConfigError: ``runtime = "local"`` with a rollout engine other than ``"hf"`` (the local
             runtime samples with the tiny engine of ``kit.train``; SGLang runs under VERL);
-            RoC minimums that do not fit in G (:func:`check_minimums`).
+            RoC minimums that do not fit in G (:func:`check_minimums`); a tracker listed twice in
+            ``logging.backends``.
     """
     if cfg.runtime == "local" and cfg.rollout.engine != "hf":
         raise ConfigError(f"runtime: 'local' trains with the kit's own engine and needs rollout.engine='hf', "
@@ -506,4 +531,7 @@ def check(cfg: KitConfig) -> KitConfig:
         check_minimums(a.group_size, a.min_positive, a.min_negative)
     except ConfigError as exc:  # the ablation runs a grpo_roc arm whatever algorithm.name says
         raise ConfigError(f"algorithm: {exc}") from None
+    twice = sorted({b for b in cfg.logging.backends if cfg.logging.backends.count(b) > 1})
+    if twice:
+        raise ConfigError(f"logging.backends: {twice[0]!r} is listed twice in {list(cfg.logging.backends)}")
     return cfg

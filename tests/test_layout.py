@@ -32,7 +32,7 @@ LAZY_PENDING = {
 PRIVATE_PENDING = {("kit.bridge.ray_sandbox", "kit.sandbox.workers", "_infra"): "#18 owns kit/sandbox/workers.py",
                    ("kit.bridge.verl_cpu.tiny_run", "kit.bridge.launch", "_task_rows"): "#15 (tiny_run's parquet rows)"}
 #: the only modules that may import kit.bridge (the rest of the kit runs without VERL)
-BRIDGE_IMPORTERS = {"kit.runtime.verl", "kit.recipe", "kit.pipeline"}
+BRIDGE_IMPORTERS = {"kit.runtime.verl", "kit.recipe", "kit.pipeline", "kit.train.tracking"}  # tracking: VERL's tracker class
 
 
 @cache

@@ -42,6 +42,7 @@ from kit.bridge.overrides import (
     stage_step_offset,
     to_hydra_overrides,
 )
+from kit.bridge.tracking import check_backends
 from kit.config import KitConfig, save
 from kit.data.curate import CurationResult, curate_from_config, write_curated
 from kit.data.tasks import make_split
@@ -248,6 +249,7 @@ def launch(
     print(shlex.join(cmd), flush=True)
     if dry_run:
         return 0
+    check_backends(cfg.logging.backends)  # a missing tracker package fails here, not after VERL's start-up
     if cfg.run_dir:
         save(cfg, cfg.run_dir)
     write_agent_loop_config(cfg, paths.agent_loop_config)

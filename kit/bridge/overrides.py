@@ -35,6 +35,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from kit.algo.roc import check_minimums
+from kit.bridge.tracking import tracking_env
 
 STAGES = ("stage1", "stage2", "stage3")
 AGENT_NAME = "rstar2_kit"  # kit.bridge.agent_loop.AGENT_NAME (kept literal: that module imports verl)
@@ -114,7 +115,7 @@ def to_hydra_overrides(
     gpu_memory_utilization: float = 0.8,
     save_freq: int = 50,
     test_freq: int = 50,
-    logger: tuple[str, ...] = ("console",),
+    logger: tuple[str, ...] | None = None,
     start_step: int | None = None,
     resume_from: str | None = None,
     metrics_file: str | None = None,
@@ -134,7 +135,9 @@ def to_hydra_overrides(
         gpu_memory_utilization: SGLang's KV-cache share of GPU memory (0.8 in the release).
         save_freq, test_freq: checkpoint and validation every that many steps (the last step
             of a stage is always saved).
-        logger: VERL loggers (``console``, ``wandb``, ...).
+        logger: VERL loggers (``console``, ``wandb``, ...); default ``config.logging.backends``. Each
+            tracker writes under ``<run_dir>/tracking`` and stays offline (environment of
+            :func:`kit.bridge.tracking.tracking_env`, passed to the Ray workers), whatever is listed.
         start_step: global step at which this stage starts (default: the sum of the earlier
             stages' ``steps``); the stage ends at ``start_step + steps``. Pass the step of the
             checkpoint it starts from when earlier stages ran a different number of steps.
@@ -161,6 +164,7 @@ def to_hydra_overrides(
     paths = paths or RecipePaths.default(config.run_dir or f"runs/{config.profile}", stage)
     max_seq = r.max_prompt_tokens + st.max_response_tokens
     offset = stage_step_offset(config, stage) if start_step is None else int(start_step)
+    logger = tuple(config.logging.backends) if logger is None else tuple(logger)
     if metrics_file and "file" not in logger:
         logger = (*logger, "file")
     out: list[tuple[str, Any]] = [
@@ -240,8 +244,8 @@ def to_hydra_overrides(
         out += [("trainer.resume_mode", "resume_path"), ("trainer.resume_from_path", resume)]
         if st.reset_optimizer and checkpoint_step(resume) == offset:
             out.append(("actor_rollout_ref.actor.checkpoint.load_contents", ["model"]))
-    if metrics_file:
-        out.append(("+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH", metrics_file))
+    for key, value in tracking_env(config.logging, paths.run_dir, metrics_file).items():  # trackers stay local
+        out.append((f"+ray_kwargs.ray_init.runtime_env.env_vars.{key}", value))
     if roc:
         out += [
             ("+actor_rollout_ref.rollout.agent.agent_loop_manager_class", ROC_MANAGER),

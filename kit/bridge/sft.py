@@ -25,6 +25,7 @@ from typing import Any
 
 from kit import jsonio
 from kit.bridge.checkpoints import merge_to_policy, saved_steps
+from kit.bridge.tracking import tracking_env
 
 
 def sft_command(cfg: Any, train_files: str, run_dir: str | os.PathLike, *, gpus_per_node: int = 8,
@@ -47,7 +48,7 @@ def sft_command(cfg: Any, train_files: str, run_dir: str | os.PathLike, *, gpus_
         f"trainer.default_local_dir={run / 'checkpoints'}",
         "trainer.project_name=rstar2-kit",
         f"trainer.experiment_name={cfg.profile}-sft",
-        "trainer.logger=[console,file]",
+        f"trainer.logger=[{','.join(dict.fromkeys((*cfg.logging.backends, 'file')))}]",  # file: verl/metrics.jsonl
         f"trainer.seed={cfg.seed}",
     ]
     return [python, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={gpus_per_node}",
@@ -90,7 +91,7 @@ def run_sft(cfg: Any, run_dir: str | os.PathLike, sft_data: str, *, gpus_per_nod
     launched = not saved_steps(run / "checkpoints")
     if launched:
         print("kit.bridge.sft: " + " ".join(cmd), flush=True)
-        env = {**os.environ, "VERL_FILE_LOGGER_PATH": str(run / "verl" / "metrics.jsonl")}
+        env = {**os.environ, **tracking_env(cfg.logging, run, str(run / "verl" / "metrics.jsonl"))}  # trackers stay local
         (run / "verl").mkdir(parents=True, exist_ok=True)
         code = (runner or (lambda a: subprocess.run(list(a), env=env, check=False).returncode))(cmd)
         if code != 0:

@@ -56,7 +56,7 @@ from kit.data.tasks import TaskProblem, task_split
 from kit.models import load_policy, save_policy
 from kit.rollout import run_coroutine
 from kit.sandbox import SandboxPool
-from kit.train import common
+from kit.train import common, tracking
 from kit.train.batching import micro_batches, pad_rows
 from kit.train.rollouts import Batch, batch_stats, collect, evaluate_policy
 
@@ -208,6 +208,7 @@ def run_stage(cfg: KitConfig, stage_name: str, policy_dir: str | Path, run_dir: 
         held-out evaluation keys of :func:`kit.train.rollouts.evaluate_policy`.
     Raises:
         ValueError: unknown stage or algorithm, ``kl_coef > 0``, or an empty problem pool.
+        ImportError: a tracker of ``logging.backends`` is not installed (names the package).
     """
     return run_coroutine(_run_stage(cfg, stage_name, Path(policy_dir), Path(run_dir), progress, algorithm, seed, steps,
                                evaluate))
@@ -245,6 +246,7 @@ async def _run_stage(cfg, stage_name, policy_dir, run_dir, progress, algorithm, 
         opt.load_state_dict(st["optimizer"])
         start = int(st["step"])
     writer.truncate(lambda r: not (r.get("stage") == stage_name and r.get("step", 0) > start))
+    tracker = tracking.open_tracker(cfg, run_dir, stage_name, algorithm=algorithm, seed=seed)  # [logging] backends
     samples = run_dir / "samples.jsonl"
     if samples.exists():
         keep = [ln for ln in samples.read_text().splitlines() if ln and json.loads(ln)["step"] <= start]
@@ -298,12 +300,14 @@ async def _run_stage(cfg, stage_name, policy_dir, run_dir, progress, algorithm, 
                    "time_verify_s": batch.time_verify_s, "time_update_s": time.perf_counter() - t_up,
                    "algorithm": algorithm, "seed": seed, **upd}
             writer.write(row)
+            tracker.log_rl(row, sel_m, batch.flat(), batch.rewards.reshape(-1), kept)
             _write_samples(samples, step + 1, batch)
             if progress is not None:
                 progress(row)
             done = step + 1
             if stage.checkpoint_every and done % stage.checkpoint_every == 0 and done < steps:
                 common.save_checkpoint(run_dir, done, model, tok, opt, {"stage": stage_name, "algorithm": algorithm})
+    tracker.finish()
     policy_dir = save_policy(model, tok, run_dir / "policy")
     torch.save(opt.state_dict(), policy_dir / "optimizer.pt")
     jsonio.write_json(policy_dir / RL_STATE, {"global_step": offset + steps, "stage": stage_name})

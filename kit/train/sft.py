@@ -38,7 +38,7 @@ from kit.data import sft as sft_data
 from kit.data import tasks
 from kit.models import build_tiny_model, load_policy, save_policy, train_tokenizer
 from kit.rollout.protocol import truncate_tokens
-from kit.train import common
+from kit.train import common, tracking
 from kit.train.batching import micro_batches, pad_rows
 from kit.train.rollouts import evaluate_policy
 
@@ -214,6 +214,7 @@ def run_sft(cfg: KitConfig, run_dir: str | Path, progress: Callable[[dict], None
         the "tool-assisted accuracy"), ``heldout_tool_rate``, ``heldout_sampled_reward`` (T=1).
     Raises:
         ValueError: ``cfg.sft.steps`` is 0 (set the number of steps for the local engine).
+        ImportError: a tracker of ``logging.backends`` is not installed (names the package).
     """
     if cfg.sft.steps <= 0:
         raise ValueError("sft.steps must be > 0 for the local engine (epochs are for the paper-scale path)")
@@ -223,6 +224,7 @@ def run_sft(cfg: KitConfig, run_dir: str | Path, progress: Callable[[dict], None
         return done
     run_dir.mkdir(parents=True, exist_ok=True)
     save(cfg, run_dir)
+    tracker = tracking.open_tracker(cfg, run_dir, "sft")  # [logging] backends; before the demos run
     threads = common.set_threads(cfg.model.torch_threads)  # adaptive when torch_threads < 0
     t_start = time.perf_counter()
     model, tok = build_tokenizer_and_model(cfg, run_dir)
@@ -268,11 +270,13 @@ def run_sft(cfg: KitConfig, run_dir: str | Path, progress: Callable[[dict], None
                "tokens": n_tok, "grad_norm": gn, "time_s": time.perf_counter() - t0, "seed": cfg.seed,
                "threads": torch.get_num_threads()}
         writer.write(row)
+        tracker.log_sft(row)
         if progress is not None:
             progress(row)
         done = step + 1
         if sc.checkpoint_every and done % sc.checkpoint_every == 0 and done < sc.steps:
             common.save_checkpoint(run_dir, done, model, tok, opt, {"stage": "sft"})
+    tracker.finish()
     policy_dir = save_policy(model, tok, run_dir / "policy")
     summary: dict[str, Any] = {"steps": sc.steps, "final_loss": loss_val, "rows": counts,
                                "demo_statuses": data["statuses"], "policy_dir": str(policy_dir),

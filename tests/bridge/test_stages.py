@@ -74,7 +74,7 @@ def test_the_launch_kwargs_build_a_command_that_resets_the_optimizer_only_at_sta
     assert "trainer.total_training_steps=510" in plan.launch_command
     assert f"trainer.resume_from_path={d['stage2'].resolve()}/checkpoints/global_step_385" in plan.launch_command
     assert f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={d['stage3'].resolve()}/verl/metrics.jsonl" \
-        in plan.launch_command and "trainer.logger=[console,file]" in plan.launch_command
+        in plan.launch_command and "trainer.logger=[console,file,tensorboard]" in plan.launch_command
     assert launch.build_launch(plan.config, "stage3", **plan.launch_kwargs)[1] == plan.launch_command
     assert plan.config == dataclasses.replace(cfg, run_dir=str(d["stage3"].resolve()))  # the caller's config, unchanged
     fake_checkpoint(d["stage3"] / "checkpoints", 400)  # interrupted stage 3: resumes its own optimizer

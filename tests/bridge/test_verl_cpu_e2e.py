@@ -123,3 +123,19 @@ def test_sandbox_workers_equal_the_configured_pool(run):
     sess = run["session"]
     assert sess["sandbox_workers_steady"] == run["cfg"].sandbox.num_workers == 2
     assert sess["sandbox_workers_max"] <= run["cfg"].sandbox.num_workers + 1
+
+
+def test_verl_logs_every_name_the_local_trainer_uses_and_tensorboard_reads_the_run(run):
+    """Issue #20: the local trainer's table (kit.bridge.tracking.RL_NAMES) names only what VERL logs here,
+    and the smoke profile's tensorboard backend wrote VERL's step metrics under the run folder."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    from kit.bridge.tracking import RL_NAMES
+
+    emitted = set().union(*(set(m) for m in run["metrics"].values()))
+    named = {n for names in RL_NAMES.values() for n in names}
+    assert named <= emitted, sorted(named - emitted)
+    acc = EventAccumulator(str(run["run_dir"] / "tracking" / "tensorboard"))
+    acc.Reload()
+    assert {"actor/pg_loss", "roc/kept", "response_length/mean"} <= set(acc.Tags()["scalars"])
+    assert [e.step for e in acc.Scalars("actor/pg_loss")] == [1, 2]

@@ -49,6 +49,15 @@ def _spread(values: Sequence[float]) -> dict[str, float]:
 _REUSE_SECTIONS = ("model", "data", "sandbox", "rollout", "algorithm", "stages")
 
 
+def arm_seeds(cfg: KitConfig) -> tuple[int, ...]:
+    """The ablation's seeds for a run: ``cfg.ablation.seeds`` read as offsets from the run's seed
+    (``cfg.seed + s``). Seed 0 gives the listed seeds themselves; ``--seed 7`` gives seeds 7, 8, ...
+    that no tuning saw, so a check of the ablation's claims with another run seed uses other
+    ablation seeds too (issue #16), and the main stage-1 run stays the ``grpo_roc`` arm of the
+    first seed (offset 0)."""
+    return tuple(cfg.seed + s for s in cfg.ablation.seeds)
+
+
 def reusable_run(cfg: KitConfig, candidate: str | Path, expect: dict[str, Any]) -> bool:
     """Whether the finished run in ``candidate`` is exactly the run ``expect`` describes.
 
@@ -163,7 +172,7 @@ def run_ablation(cfg: KitConfig, policy_dir: str | Path, run_dir: str | Path, se
         cfg: resolved config (``cfg.ablation.steps``, ``cfg.ablation.seeds``).
         policy_dir: the starting policy (usually the SFT policy).
         run_dir: the ablation's run directory; writes ``ablation.json``.
-        seeds: default ``cfg.ablation.seeds``.
+        seeds: default :func:`arm_seeds` (``cfg.ablation.seeds`` shifted by ``cfg.seed``).
         progress: called with every metrics row (it carries ``algorithm`` and ``seed``).
         stage_name: whose stage settings to use.
         reuse: finished run directories (e.g. the main stage-1 run, which is the ``grpo_roc``
@@ -176,7 +185,7 @@ def run_ablation(cfg: KitConfig, policy_dir: str | Path, run_dir: str | Path, se
         spread dicts}, "curves": {"<algo>": per-step mean over seeds}, "seconds"}``.
     """
     run_dir = Path(run_dir)
-    seeds = tuple(cfg.ablation.seeds if seeds is None else seeds)
+    seeds = tuple(arm_seeds(cfg) if seeds is None else seeds)
     steps = cfg.ablation.steps
     t0 = time.perf_counter()
     runs: dict[str, dict[str, Any]] = {}

@@ -72,10 +72,13 @@ def profile_steps(cfg, policy_dir: Path, steps: int, algorithm: str) -> list[dic
                 kept, _ = rl.select(cfg, batch, algorithm, step)
                 t, c = time.perf_counter(), time.process_time()
                 flat = batch.flat()
-                adv = group_advantage(torch.tensor(batch.rewards.reshape(-1)[kept]),
-                                      np.repeat(np.arange(len(problems)), n)[kept].tolist(), cfg.algorithm.adv_eps)
-                model.train()
-                upd = rl.policy_update(cfg, model, opt, [flat[i] for i in kept], adv, tok.pad_token_id, cfg.algorithm.lr)
+                upd = {"update_tokens": 0.0}
+                if kept.size:  # as the trainer: no update when every group was uniform
+                    adv = group_advantage(torch.tensor(batch.rewards.reshape(-1)[kept]),
+                                          np.repeat(np.arange(len(problems)), n)[kept].tolist(), cfg.algorithm.adv_eps)
+                    model.train()
+                    upd = rl.policy_update(cfg, model, opt, [flat[i] for i in kept], adv, tok.pad_token_id,
+                                           cfg.algorithm.lr)
                 calls = [cl for tr in flat for cl in tr.calls]
                 out.append({"wall_rollout_s": batch.time_generate_s, "wall_verify_s": batch.time_verify_s,
                             "wall_update_s": time.perf_counter() - t, "cpu_rollout_s": batch.cpu_generate_s,
@@ -85,6 +88,8 @@ def profile_steps(cfg, policy_dir: Path, steps: int, algorithm: str) -> list[dic
                             "engine_busy_s": batch.engine.get("busy_s", 0.0), "tool_calls": len(calls),
                             "tool_wall_s_sum": sum(cl.wall_s for cl in calls),
                             "max_response_len": max(len(tr.response_ids) for tr in flat),
+                            "p90_response_len": float(np.percentile([len(tr.response_ids) for tr in flat], 90)),
+                            "truncated": float(np.mean([tr.truncated for tr in flat])),
                             "mean_response_len": float(np.mean([len(tr.response_ids) for tr in flat])),
                             "accuracy": float(batch.rewards.mean()), "kept": int(kept.size),
                             "update_tokens": upd["update_tokens"]})
@@ -108,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
     cfg = load(args.profile, overrides=over, write=False)
     t0 = time.perf_counter()
     rows = profile_steps(cfg, Path(args.policy), args.steps, args.algorithm)
-    total = {k: float(sum(r[k] for r in rows)) for k in rows[0] if k not in ("accuracy", "max_response_len", "mean_response_len")}
+    total = {k: float(sum(r[k] for r in rows)) for k in rows[0] if k not in ("accuracy", "max_response_len", "mean_response_len", "p90_response_len", "truncated")}
     print("total: " + ", ".join(f"{k} {v:.4g}" for k, v in total.items()))
     print(f"per step: wall {sum(r['wall_rollout_s'] + r['wall_verify_s'] + r['wall_update_s'] for r in rows) / len(rows):.2f} s, "
           f"cpu {sum(r['cpu_rollout_s'] + r['cpu_update_s'] for r in rows) / len(rows):.2f} s; "

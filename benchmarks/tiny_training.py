@@ -59,7 +59,8 @@ def sft_step_times(threads: int, steps: int, warmup: int = 3) -> dict:
     from kit.data import tasks
     from kit.models import build_tiny_model, train_tokenizer
     from kit.train import common
-    from kit.train.sft import micro_batches, sft_loss_sum
+    from kit.train.batching import micro_batches
+    from kit.train.sft import MICRO_TOKENS, sft_loss_sum
 
     cfg = load("tiny", write=False)
     policy = common.set_threads(threads)
@@ -79,8 +80,8 @@ def sft_step_times(threads: int, steps: int, warmup: int = 3) -> dict:
         t0, c0 = time.perf_counter(), time.process_time()
         n_tok = sum(sum(m[1:]) for _, m in rows)
         opt.zero_grad(set_to_none=True)
-        for mb in micro_batches(rows):
-            loss, _ = sft_loss_sum(model, mb, tok.pad_token_id)
+        for group in micro_batches([len(ids) for ids, _ in rows], MICRO_TOKENS):  # as kit.train.sft does
+            loss, _ = sft_loss_sum(model, [rows[i] for i in group], tok.pad_token_id)
             (loss / n_tok).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
@@ -115,7 +116,7 @@ def _measure(threads: int, steps: int, busy: bool) -> dict:
     return res
 
 
-def step_benchmark(steps: int, rounds: int = 3) -> float:
+def step_benchmark(steps: int, rounds: int = 3, policies: str = "both") -> float:
     """Print the SFT step times (fixed and adaptive threads, quiet and busy); returns busy/quiet
     of the adaptive policy.
 
@@ -126,6 +127,8 @@ def step_benchmark(steps: int, rounds: int = 3) -> float:
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     ratio = {}
     for name, threads in (("fixed", cores), ("adaptive", -cores)):
+        if policies not in ("both", name):
+            continue
         pairs = []
         for k in range(rounds):
             r = {busy: _measure(threads, steps, busy) for busy in (False, True)}
@@ -138,7 +141,7 @@ def step_benchmark(steps: int, rounds: int = 3) -> float:
             pairs.append(r[True]["median_s"] / r[False]["median_s"])
         ratio[name] = statistics.median(pairs)
         print(f"{name}: busy/quiet per round {[round(x, 2) for x in pairs]}, median {ratio[name]:.2f}", flush=True)
-    return ratio["adaptive"]
+    return ratio.get("adaptive", ratio.get("fixed", float("nan")))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,6 +149,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--full", action="store_true", help="time the whole tiny training before the step benchmark")
     ap.add_argument("--steps", type=int, default=12, help="timed SFT steps per measurement")
     ap.add_argument("--rounds", type=int, default=3, help="quiet/busy pairs per thread policy")
+    ap.add_argument("--policies", default="both", choices=("both", "adaptive", "fixed"),
+                    help="thread policies to measure (the last line is the adaptive one's unless only fixed runs)")
     ap.add_argument("--_child", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--profile", default="tiny")
     ap.add_argument("--run-dir", default="runs/tiny_training")
@@ -160,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.full:
         full_training(args)
-    print(f"busy_over_quiet={step_benchmark(args.steps, args.rounds):.2f}")
+    print(f"busy_over_quiet={step_benchmark(args.steps, args.rounds, args.policies):.2f}")
     return 0
 
 

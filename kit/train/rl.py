@@ -37,6 +37,7 @@ Does not: train with KL, run several mini-batches per step, or overlap rollout a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import time
@@ -190,7 +191,8 @@ def select(cfg: KitConfig, batch: Batch, algorithm: str, seed: int) -> tuple[np.
 
 def run_stage(cfg: KitConfig, stage_name: str, policy_dir: str | Path, run_dir: str | Path,
               progress: Callable[[dict], None] | None = None, *, algorithm: str | None = None,
-              seed: int | None = None, steps: int | None = None, evaluate: bool = True) -> dict[str, Any]:
+              seed: int | None = None, steps: int | None = None, evaluate: bool = True,
+              max_response_tokens: int | None = None) -> dict[str, Any]:
     """Run one RL stage from the policy in ``policy_dir``; resumable, and a finished run with the
     same stage, algorithm, seed, steps and init returns its ``summary.json`` without running.
 
@@ -204,6 +206,8 @@ def run_stage(cfg: KitConfig, stage_name: str, policy_dir: str | Path, run_dir: 
         seed: default ``cfg.seed``.
         steps: default the stage's ``steps``.
         evaluate: evaluate the final policy on the held-out problems (greedy and sampled).
+        max_response_tokens: the rollouts' budget (tokens); default the stage's. A run with another
+            budget than the stage's records it in its summary (``max_response_tokens``).
     Returns:
         Summary: ``stage, algorithm, seed, steps, reward_first, reward_last`` (mean reward over
         the first/last ``min(5, steps)`` steps), ``tool_error_ratio_correct_first/last``,
@@ -213,11 +217,16 @@ def run_stage(cfg: KitConfig, stage_name: str, policy_dir: str | Path, run_dir: 
         ValueError: unknown stage or algorithm, ``kl_coef > 0``, or an empty problem pool.
     """
     return run_coroutine(_run_stage(cfg, stage_name, Path(policy_dir), Path(run_dir), progress, algorithm, seed, steps,
-                               evaluate))
+                               evaluate, max_response_tokens))
 
 
-async def _run_stage(cfg, stage_name, policy_dir, run_dir, progress, algorithm, seed, steps, evaluate):
+async def _run_stage(cfg, stage_name, policy_dir, run_dir, progress, algorithm, seed, steps, evaluate, budget=None):
     stage = stage_config(cfg, stage_name)
+    if budget is not None and budget != stage.max_response_tokens:
+        stage = dataclasses.replace(stage, max_response_tokens=int(budget))
+        extra = {"max_response_tokens": int(budget)}  # not the stage's: part of the run's identity
+    else:
+        extra = {}
     algorithm = algorithm or cfg.algorithm.name
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}; expected one of {ALGORITHMS}")
@@ -226,7 +235,7 @@ async def _run_stage(cfg, stage_name, policy_dir, run_dir, progress, algorithm, 
     seed = cfg.seed if seed is None else seed
     steps = stage.steps if steps is None else steps
     done = common.finished_summary(run_dir, {"stage": stage_name, "algorithm": algorithm, "seed": seed,
-                                             "steps": steps, "init_dir": str(policy_dir)})
+                                             "steps": steps, "init_dir": str(policy_dir), **extra})
     if done is not None:  # finished before with the same arguments: not run again
         return done
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -256,7 +265,7 @@ async def _run_stage(cfg, stage_name, policy_dir, run_dir, progress, algorithm, 
     pool = stage_pool(cfg, stage)
     offset = json.loads((policy_dir / RL_STATE).read_text())["global_step"] if (policy_dir / RL_STATE).exists() else 0
     summary: dict[str, Any] = {"stage": stage_name, "algorithm": algorithm, "seed": seed, "steps": steps,
-                               "reference_dir": str(policy_dir), "init_dir": str(policy_dir)}
+                               "reference_dir": str(policy_dir), "init_dir": str(policy_dir), **extra}
     async with SandboxPool(cfg.sandbox) as executor:
         if stage.problems == "hard":
             model.eval()

@@ -29,7 +29,7 @@ METRIC_KEYS = ("stage", "step", "global_step", "reward_mean", "accuracy", "respo
 
 def _cfg(**over):
     base = {"data.task_train_size": 60, "data.task_heldout_size": 4, "model.torch_threads": 1,
-            "sandbox.num_workers": 1, "rollout.batch_size": 16,
+            "sandbox.num_workers": 1, "rollout.batch_size": 16, "rollout.max_response_tokens": 24,
             "algorithm.prompts_per_step": 2, "algorithm.group_size": 4, "algorithm.oversample": 8,
             "algorithm.lr": 1e-3, "stages.stage1.max_response_tokens": 24, "stages.stage1.max_turns": 2,
             "stages.stage1.steps": 4, "stages.stage1.checkpoint_every": 2,
@@ -333,3 +333,21 @@ def test_ablation_seeds_follow_the_run_seed():
     assert ablation.arm_seeds(_cfg(**{"ablation.seeds": [0, 1, 2]})) == (0, 1, 2)
     cfg7 = load("smoke", overrides={"ablation.seeds": [0, 1, 2]}, seed=7, write=False)
     assert ablation.arm_seeds(cfg7) == (7, 8, 9)
+
+
+def test_ablation_arms_keep_rollouts_budget_when_stage1_binds_tighter(policy, tmp_path, parity_grader):
+    """Tiny's main stage 1 has a tighter budget than rollout's (Figure 8); the ablation arms run at
+    rollout's budget, and the stage-1 run is then not one of them (issue #16)."""
+    cfg = _cfg(**{"stages.stage1.steps": 2, "stages.stage1.max_response_tokens": 12})
+    assert ablation.ablation_budget(cfg) == 24 and ablation.ablation_budget(_cfg()) is None
+    stage = tmp_path / "stage1"
+    rl.run_stage(cfg, "stage1", policy, stage, evaluate=False)
+    s = ablation.run_ablation(cfg, policy, tmp_path / "abl", seeds=(0,), reuse=[stage])
+    assert "reused_from" not in s["runs"]["grpo_roc_seed0"]
+    arm = json.loads((tmp_path / "abl" / "grpo_roc_seed0" / "summary.json").read_text())
+    assert arm["max_response_tokens"] == 24
+    # the stage's own runs stay within its 12 tokens; the arms may use up to 24
+    stage_rows = common.metric_rows(stage)
+    arm_rows = common.metric_rows(tmp_path / "abl" / "grpo_roc_seed0")
+    assert max(r["response_len_mean"] for r in stage_rows) <= 12 + 1e-9
+    assert max(r["response_len_mean"] for r in arm_rows) > 12

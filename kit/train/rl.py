@@ -104,11 +104,23 @@ def step_problems(pool: Sequence[TaskProblem], step: int, per_step: int, seed: i
 # --------------------------------------------------------------------------- the update
 
 
-def token_logprobs(model, ids: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
-    """(B, T) log-prob of each token given its prefix (column 0 is 0: it has no prefix)."""
-    logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float()
-    lp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-    return torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
+def token_logprobs(model, ids: torch.Tensor, att: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, T) log-prob of each token given its prefix (column 0 is 0: it has no prefix).
+
+    With ``mask`` (B, T), only the positions where it is non-zero are computed (the LM head and
+    the log-softmax over the vocabulary run on those rows only; prompt, tool-feedback and padding
+    positions, about half of an RL batch's columns, are skipped) and the others are 0.
+    """
+    if mask is None:
+        logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float()
+        lp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+        return torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
+    hidden = model.model(input_ids=ids, attention_mask=att).last_hidden_state[:, :-1]  # (B, T-1, H)
+    sel = mask[:, 1:] > 0
+    logits = model.lm_head(hidden[sel]).float()  # (N, V): the masked positions only
+    picked = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:][sel][:, None]).squeeze(-1)
+    body = torch.zeros(sel.shape, dtype=picked.dtype).masked_scatter(sel, picked)  # differentiable in picked
+    return torch.cat([torch.zeros_like(body[:, :1]), body], dim=1)
 
 
 def policy_update(cfg: KitConfig, model, optimizer, trajectories: Sequence[Any], advantages: torch.Tensor,
@@ -136,7 +148,7 @@ def policy_update(cfg: KitConfig, model, optimizer, trajectories: Sequence[Any],
     old: list[torch.Tensor | None] = [None] * len(tensors)
     if recompute_old:
         with torch.no_grad():
-            old = [token_logprobs(model, ids, att) for ids, att, _ in tensors]
+            old = [token_logprobs(model, ids, att, msk) for ids, att, msk in tensors]
     for g in optimizer.param_groups:
         g["lr"] = lr
     stats = {"loss": 0.0, "clipfrac": 0.0, "neg_logp": 0.0}
@@ -144,7 +156,7 @@ def policy_update(cfg: KitConfig, model, optimizer, trajectories: Sequence[Any],
     for _ in range(max(1, a.ppo_epochs)):
         optimizer.zero_grad(set_to_none=True)
         for c, (ids, att, msk), old_lp in zip(chunks, tensors, old, strict=True):
-            lp = token_logprobs(model, ids, att)
+            lp = token_logprobs(model, ids, att, msk)  # response-mask positions only: the loss reads no others
             if old_lp is None:
                 old_lp = lp.detach()
             loss, m = policy_loss(lp, old_lp, advantages[c], msk, a.clip_ratio_low, a.clip_ratio_high,

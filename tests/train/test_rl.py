@@ -351,3 +351,30 @@ def test_ablation_arms_keep_rollouts_budget_when_stage1_binds_tighter(policy, tm
     arm_rows = common.metric_rows(tmp_path / "abl" / "grpo_roc_seed0")
     assert max(r["response_len_mean"] for r in stage_rows) <= 12 + 1e-9
     assert max(r["response_len_mean"] for r in arm_rows) > 12
+
+
+def test_masked_logprobs_equal_the_full_ones_where_the_loss_reads_them(policy):
+    """The update computes the LM head and log-softmax on response-mask positions only (issue #16
+    speed-up); there the log-probs and their gradients equal the full computation's."""
+    from kit.models import load_policy
+    from kit.train.batching import pad_rows
+
+    model, _ = load_policy(policy)
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for n_prompt, n_resp in ((5, 9), (3, 4), (7, 12)):
+        ids = torch.randint(5, 300, (n_prompt + n_resp,), generator=g).tolist()
+        resp_mask = [1] * n_resp
+        resp_mask[2] = 0  # a tool-feedback token inside the response
+        rows.append((ids, [0] * n_prompt + resp_mask))
+    ids, att, msk = pad_rows(rows, 0)
+    full = rl.token_logprobs(model, ids, att)
+    part = rl.token_logprobs(model, ids, att, msk)
+    m = msk > 0
+    assert torch.allclose(part[m], full[m], atol=1e-5) and bool((part[~m] == 0).all())
+    grads = []
+    for lp_fn in (lambda: rl.token_logprobs(model, ids, att), lambda: rl.token_logprobs(model, ids, att, msk)):
+        model.zero_grad(set_to_none=True)
+        (lp_fn() * msk).sum().backward()
+        grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None]))
+    assert torch.allclose(grads[0], grads[1], atol=1e-5, rtol=1e-4)

@@ -14,7 +14,10 @@ core count) and ``adaptive`` (``model.torch_threads = -<cores>``: threads sized 
 processes leave free, :class:`kit.train.common.LoadAdaptiveThreads`), each quiet and with one
 CPU-bound process (a Python busy loop) beside it. It prints the load average before each
 measurement: on a shared machine "quiet" is only as quiet as the others let it be.
-Last line: ``busy_over_quiet=<x>`` (adaptive policy, busy median / quiet median; aim <= 1.5).
+Quiet and busy alternate, ``--rounds`` pairs per policy; each line also gives the step's CPU
+seconds (all threads), which spinning OpenMP threads inflate and a shared core does not.
+Last line: ``busy_over_quiet=<x>`` (adaptive policy, median over the pairs of busy median / quiet
+median; aim <= 1.5).
 
 ``--full`` prints per phase: wall seconds, SFT held-out tool-assisted accuracy (greedy), sampled
 reward before and after each RL stage, and the ablation's tool-error ratio among correct
@@ -56,7 +59,8 @@ def sft_step_times(threads: int, steps: int, warmup: int = 3) -> dict:
     from kit.data import tasks
     from kit.models import build_tiny_model, train_tokenizer
     from kit.train import common
-    from kit.train.sft import micro_batches, sft_loss_sum
+    from kit.train.batching import micro_batches
+    from kit.train.sft import MICRO_TOKENS, sft_loss_sum
 
     cfg = load("tiny", write=False)
     policy = common.set_threads(threads)
@@ -65,7 +69,7 @@ def sft_step_times(threads: int, steps: int, warmup: int = 3) -> dict:
     model = build_tiny_model(cfg.model, tok, seed=0)
     opt = common.make_optimizer(model, cfg.sft.lr)
     rng = random.Random(0)
-    times, used = [], []
+    times, cpu, used = [], [], []
     for step in range(warmup + steps):
         if policy is not None:
             policy.update()
@@ -73,18 +77,19 @@ def sft_step_times(threads: int, steps: int, warmup: int = 3) -> dict:
         for i in range(cfg.sft.batch_size):  # ~10% function-calling chats cut at max_seq_tokens, the rest task demos
             n = cfg.sft.max_seq_tokens if i % 10 == 0 else rng.randint(110, 260)
             rows.append(([rng.randrange(5, len(tok)) for _ in range(n)], [0] * 24 + [1] * (n - 24)))
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         n_tok = sum(sum(m[1:]) for _, m in rows)
         opt.zero_grad(set_to_none=True)
-        for mb in micro_batches(rows):
-            loss, _ = sft_loss_sum(model, mb, tok.pad_token_id)
+        for group in micro_batches([len(ids) for ids, _ in rows], MICRO_TOKENS):  # as kit.train.sft does
+            loss, _ = sft_loss_sum(model, [rows[i] for i in group], tok.pad_token_id)
             (loss / n_tok).backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
         opt.step()
         if step >= warmup:
             times.append(time.perf_counter() - t0)
+            cpu.append(time.process_time() - c0)
             used.append(torch.get_num_threads())
-    return {"median_s": statistics.median(times), "min_s": min(times), "threads": sorted(set(used)),
+    return {"median_s": statistics.median(times), "min_s": min(times), "cpu_median_s": statistics.median(cpu), "threads": sorted(set(used)),
             "others_cores": [round(h[1], 2) for h in policy.history] if policy is not None else []}
 
 
@@ -111,28 +116,41 @@ def _measure(threads: int, steps: int, busy: bool) -> dict:
     return res
 
 
-def step_benchmark(steps: int) -> float:
+def step_benchmark(steps: int, rounds: int = 3, policies: str = "both") -> float:
     """Print the SFT step times (fixed and adaptive threads, quiet and busy); returns busy/quiet
-    of the adaptive policy."""
+    of the adaptive policy.
+
+    Quiet and busy measurements alternate (``rounds`` pairs per policy, each a fresh process) and
+    the ratio is the median over the pairs of busy/quiet: on a shared machine the others' load
+    drifts, and a pair taken back to back sees about the same drift in both halves.
+    """
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
     ratio = {}
     for name, threads in (("fixed", cores), ("adaptive", -cores)):
-        r = {}
-        for busy in (False, True):
-            r[busy] = _measure(threads, steps, busy)
-            print(f"sft step, {name} threads ({threads}), {'one busy process beside' if busy else 'quiet'}: "
-                  f"median {r[busy]['median_s']:.3f} s, min {r[busy]['min_s']:.3f} s, threads used {r[busy]['threads']}, "
-                  f"others' cores measured {r[busy]['others_cores']}, load average {r[busy]['load_avg_1min']:.2f} "
-                  f"on {cores} cores", flush=True)
-        ratio[name] = r[True]["median_s"] / r[False]["median_s"]
-        print(f"{name}: busy/quiet {ratio[name]:.2f}", flush=True)
-    return ratio["adaptive"]
+        if policies not in ("both", name):
+            continue
+        pairs = []
+        for k in range(rounds):
+            r = {busy: _measure(threads, steps, busy) for busy in (False, True)}
+            for busy in (False, True):
+                print(f"sft step, {name} threads ({threads}), round {k + 1}, "
+                      f"{'one busy process beside' if busy else 'quiet'}: median {r[busy]['median_s']:.3f} s "
+                      f"(cpu {r[busy]['cpu_median_s']:.3f} s), min {r[busy]['min_s']:.3f} s, threads used "
+                      f"{r[busy]['threads']}, others' cores measured {r[busy]['others_cores']}, load average "
+                      f"{r[busy]['load_avg_1min']:.2f} on {cores} cores", flush=True)
+            pairs.append(r[True]["median_s"] / r[False]["median_s"])
+        ratio[name] = statistics.median(pairs)
+        print(f"{name}: busy/quiet per round {[round(x, 2) for x in pairs]}, median {ratio[name]:.2f}", flush=True)
+    return ratio.get("adaptive", ratio.get("fixed", float("nan")))
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--full", action="store_true", help="time the whole tiny training before the step benchmark")
     ap.add_argument("--steps", type=int, default=12, help="timed SFT steps per measurement")
+    ap.add_argument("--rounds", type=int, default=3, help="quiet/busy pairs per thread policy")
+    ap.add_argument("--policies", default="both", choices=("both", "adaptive", "fixed"),
+                    help="thread policies to measure (the last line is the adaptive one's unless only fixed runs)")
     ap.add_argument("--_child", type=int, default=None, help=argparse.SUPPRESS)
     ap.add_argument("--profile", default="tiny")
     ap.add_argument("--run-dir", default="runs/tiny_training")
@@ -147,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.full:
         full_training(args)
-    print(f"busy_over_quiet={step_benchmark(args.steps):.2f}")
+    print(f"busy_over_quiet={step_benchmark(args.steps, args.rounds, args.policies):.2f}")
     return 0
 
 

@@ -30,6 +30,7 @@ import hashlib
 import json
 import os
 import re
+import resource
 import shutil
 import sys
 import time
@@ -332,6 +333,32 @@ def run_series(
                 os.environ[k] = v
 
 
+def children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's finished children and their waited-for
+    descendants: a notebook's kernel, its sandbox workers and ablation workers once reaped.
+    Unlike wall time it hardly moves when other work shares the cores."""
+    ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ch.ru_utime + ch.ru_stime
+
+
+def times_table(records: Sequence[dict[str, Any]]) -> str:
+    """Per-notebook times of :func:`run_series` as printed at the end of a run: wall seconds, CPU
+    seconds of the kernel and its children, and the 1-minute load average when it finished
+    (wall time is an upper bound on a shared machine; CPU seconds are the work)."""
+    lines = [f"{'notebook':<30} {'status':<8} {'wall s':>8} {'cpu s':>8} {'load':>6}"]
+    for r in records:
+        if r["status"] == "skipped":  # finished in an earlier invocation: its times then
+            lines.append(f"{r['notebook']:<30} {'earlier':<8} {r.get('earlier_seconds', 0.0):>8.0f} "
+                         f"{r.get('earlier_cpu_seconds', float('nan')):>8.0f} {'':>6}")
+            continue
+        lines.append(f"{r['notebook']:<30} {r['status']:<8} {r['seconds']:>8.0f} {r.get('cpu_seconds', 0.0):>8.0f} "
+                     f"{r.get('load_avg', float('nan')):>6.1f}")
+    done = [r for r in records if r["status"] == "done"]
+    lines.append(f"{'total (run now)':<30} {'':<8} {sum(r['seconds'] for r in done):>8.0f} "
+                 f"{sum(r.get('cpu_seconds', 0.0) for r in done):>8.0f}")
+    return "\n".join(lines)
+
+
 def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout_s, echo) -> list[dict[str, Any]]:
     import papermill as pm  # papermill: the notebook kernels' runner, only when notebooks run
 
@@ -345,7 +372,9 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
         if done and not force and not rerun_downstream:
             echo(f"[{i}/{total}] {nb.name}: finished earlier ({state[nb.name]['seconds']:.0f} s), "
                  "skipped (--force reruns it)")
-            records.append({"notebook": nb.name, "status": "skipped", "seconds": 0.0})
+            records.append({"notebook": nb.name, "status": "skipped", "seconds": 0.0,
+                            "earlier_seconds": state[nb.name].get("seconds", 0.0),
+                            "earlier_cpu_seconds": state[nb.name].get("cpu_seconds", float("nan"))})
             continue
         reason = "forced" if force else ("an earlier notebook was rerun" if rerun_downstream and done else why)
         echo(f"[{i}/{total}] {nb.name}: running ({reason})")
@@ -359,7 +388,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
         state[nb.name] = {"status": "running", "parameters": nb.parameters}
         _write_state(layout, state)
         sha = _sha(nb.source)  # of the source that runs, not of a later edit
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), children_cpu_s()
         kwargs: dict[str, Any] = {}
         if cell_timeout_s:  # None or 0: no limit
             kwargs["execution_timeout"] = int(cell_timeout_s)
@@ -379,13 +408,15 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
                               "error": str(err)}
             _write_state(layout, state)
             raise err from exc
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, children_cpu_s() - c0
+        load_avg = os.getloadavg()[0]
         state[nb.name] = {"status": "done", "parameters": json.loads(json.dumps(nb.parameters)),
-                          "source_sha": sha, "seconds": seconds,
+                          "source_sha": sha, "seconds": seconds, "cpu_seconds": cpu, "load_avg": load_avg,
                           "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
         _write_state(layout, state)
-        echo(f"[{i}/{total}] {nb.name}: done in {seconds:.0f} s")
-        records.append({"notebook": nb.name, "status": "done", "seconds": seconds})
+        echo(f"[{i}/{total}] {nb.name}: done in {seconds:.0f} s ({cpu:.0f} CPU s; load average {load_avg:.1f})")
+        records.append({"notebook": nb.name, "status": "done", "seconds": seconds, "cpu_seconds": cpu,
+                        "load_avg": load_avg})
         rerun_downstream = True
     return records
 
@@ -480,7 +511,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     t0 = time.perf_counter()
     try:
         timeout = default_cell_timeout(args.profile) if args.cell_timeout is None else args.cell_timeout
-        run_series(series, layout, force=args.force, log_output=args.log_output, cell_timeout_s=timeout)
+        records = run_series(series, layout, force=args.force, log_output=args.log_output, cell_timeout_s=timeout)
     except PipelineError as exc:
         print(f"\nkit.pipeline: STOPPED. {exc}\n  Fix it and rerun; finished notebooks are skipped.",
               file=sys.stderr)
@@ -492,6 +523,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"kit.pipeline: no report: {exc}", file=sys.stderr)
             return 1
         print(f"kit.pipeline: report {pdf}")
+    print(times_table(records))
     print(f"kit.pipeline: all {len(series)} notebooks finished in {time.perf_counter() - t0:.0f} s")
     return 0
 

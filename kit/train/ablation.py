@@ -49,6 +49,29 @@ def _spread(values: Sequence[float]) -> dict[str, float]:
 _REUSE_SECTIONS = ("model", "data", "sandbox", "rollout", "algorithm", "stages")
 
 
+def arm_seeds(cfg: KitConfig) -> tuple[int, ...]:
+    """The ablation's seeds for a run: ``cfg.ablation.seeds`` read as offsets from the run's seed
+    (``cfg.seed + s``). Seed 0 gives the listed seeds themselves; ``--seed 7`` gives seeds 7, 8, ...
+    that no tuning saw, so a check of the ablation's claims with another run seed uses other
+    ablation seeds too (issue #16), and the main stage-1 run stays the ``grpo_roc`` arm of the
+    first seed (offset 0)."""
+    return tuple(cfg.seed + s for s in cfg.ablation.seeds)
+
+
+def ablation_budget(cfg: KitConfig, stage_name: str = "stage1") -> int | None:
+    """The ablation arms' response budget (tokens): ``rollout.max_response_tokens``, the recipe's
+    base budget, when ``stage_name`` sets another one; None (the stage's own) when they agree.
+
+    On the paper profiles stage 1 takes rollout's budget (8K), so the arms are stage-1 runs as in
+    the report's §5.3. The tiny profile gives its main stage 1 a tighter budget that binds (for
+    Figure 8's budget step) and keeps the ablation at rollout's 384 tokens, where a failed call and
+    its fix fit and RoC has tool errors among correct trajectories to act on (issue #16).
+    """
+    stage = getattr(cfg.stages, stage_name)
+    base = cfg.rollout.max_response_tokens
+    return None if stage.max_response_tokens == base else base
+
+
 def reusable_run(cfg: KitConfig, candidate: str | Path, expect: dict[str, Any]) -> bool:
     """Whether the finished run in ``candidate`` is exactly the run ``expect`` describes.
 
@@ -72,7 +95,8 @@ def _arm_cli(argv: Sequence[str]) -> None:
     the config is the run dir's ``config.json`` (written by the parent)."""
     rd, stage_name, policy_dir, alg, seed, steps = argv
     cfg = from_json(Path(rd) / "config.json")
-    run_stage(cfg, stage_name, policy_dir, rd, algorithm=alg, seed=int(seed), steps=int(steps), evaluate=False)
+    run_stage(cfg, stage_name, policy_dir, rd, algorithm=alg, seed=int(seed), steps=int(steps), evaluate=False,
+              max_response_tokens=ablation_budget(cfg, stage_name))
 
 
 def _die_with_parent() -> None:
@@ -97,7 +121,8 @@ def _run_arms(cfg: KitConfig, stage_name: str, policy_dir: Path, jobs: list[tupl
     workers = min(cfg.ablation.workers, len(jobs))
     if workers <= 1:
         for alg, seed, rd in jobs:
-            run_stage(cfg, stage_name, policy_dir, rd, progress, algorithm=alg, seed=seed, steps=steps, evaluate=False)
+            run_stage(cfg, stage_name, policy_dir, rd, progress, algorithm=alg, seed=seed, steps=steps, evaluate=False,
+                      max_response_tokens=ablation_budget(cfg, stage_name))
         return
     threads = max(1, cfg.model.torch_threads // workers)
     wcfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, torch_threads=threads))
@@ -149,7 +174,7 @@ def run_ablation(cfg: KitConfig, policy_dir: str | Path, run_dir: str | Path, se
                  reuse: Sequence[str | Path] = ()) -> dict[str, Any]:
     """GRPO against GRPO-RoC from the same policy, same steps, several seeds (report §5.3, Figures 4, 9).
 
-    Each (algorithm, seed) pair is one :func:`run_stage` with ``stage_name``'s budget, turns and
+    Each (algorithm, seed) pair is one :func:`run_stage` with :func:`ablation_budget`, ``stage_name``'s turns and
     level and ``cfg.ablation.steps`` steps, in ``run_dir/<algorithm>_seed<seed>/``;
     ``cfg.ablation.workers`` of them train at once in separate processes. ``grpo``
     samples G per prompt and uses all of them; ``grpo_roc`` samples 2G and keeps G.
@@ -163,7 +188,7 @@ def run_ablation(cfg: KitConfig, policy_dir: str | Path, run_dir: str | Path, se
         cfg: resolved config (``cfg.ablation.steps``, ``cfg.ablation.seeds``).
         policy_dir: the starting policy (usually the SFT policy).
         run_dir: the ablation's run directory; writes ``ablation.json``.
-        seeds: default ``cfg.ablation.seeds``.
+        seeds: default :func:`arm_seeds` (``cfg.ablation.seeds`` shifted by ``cfg.seed``).
         progress: called with every metrics row (it carries ``algorithm`` and ``seed``).
         stage_name: whose stage settings to use.
         reuse: finished run directories (e.g. the main stage-1 run, which is the ``grpo_roc``
@@ -176,8 +201,9 @@ def run_ablation(cfg: KitConfig, policy_dir: str | Path, run_dir: str | Path, se
         spread dicts}, "curves": {"<algo>": per-step mean over seeds}, "seconds"}``.
     """
     run_dir = Path(run_dir)
-    seeds = tuple(cfg.ablation.seeds if seeds is None else seeds)
+    seeds = tuple(arm_seeds(cfg) if seeds is None else seeds)
     steps = cfg.ablation.steps
+    budget = ablation_budget(cfg, stage_name)
     t0 = time.perf_counter()
     runs: dict[str, dict[str, Any]] = {}
     curves: dict[str, list[list[float]]] = {alg: [] for alg in ALGORITHMS}
@@ -186,6 +212,8 @@ def run_ablation(cfg: KitConfig, policy_dir: str | Path, run_dir: str | Path, se
         for alg in ALGORITHMS:
             rd = run_dir / f"{alg}_seed{seed}"
             expect = {"stage": stage_name, "algorithm": alg, "seed": seed, "steps": steps, "init_dir": str(policy_dir)}
+            if budget is not None:  # the arms run at another budget than the stage's (ablation_budget)
+                expect["max_response_tokens"] = budget
             if common.finished_summary(rd, expect) is not None:
                 continue
             source = next((Path(c) for c in reuse if reusable_run(cfg, c, expect)), None)

@@ -37,6 +37,7 @@ Does not: train with KL, run several mini-batches per step, or overlap rollout a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 import time
@@ -64,6 +65,9 @@ STAGES = ("stage1", "stage2", "stage3")
 ALGORITHMS = ("grpo", "grpo_roc")
 SAMPLES_PER_STEP = 4  # trajectories written to samples.jsonl per step
 MICRO_TOKENS = 16384
+#: greedy held-out accuracy at a stage's end on this many problems (+-0.1 at 95%): a progress readout
+#: no claim reads; the sampled reward, which the Figure 8 claim compares, uses every held-out problem
+STAGE_GREEDY_PROBLEMS = 128
 RL_STATE = "rl_state.json"  # in a policy folder: RL steps done so far (global_step offset of the next stage)
 
 
@@ -100,11 +104,23 @@ def step_problems(pool: Sequence[TaskProblem], step: int, per_step: int, seed: i
 # --------------------------------------------------------------------------- the update
 
 
-def token_logprobs(model, ids: torch.Tensor, att: torch.Tensor) -> torch.Tensor:
-    """(B, T) log-prob of each token given its prefix (column 0 is 0: it has no prefix)."""
-    logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float()
-    lp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
-    return torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
+def token_logprobs(model, ids: torch.Tensor, att: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, T) log-prob of each token given its prefix (column 0 is 0: it has no prefix).
+
+    With ``mask`` (B, T), only the positions where it is non-zero are computed (the LM head and
+    the log-softmax over the vocabulary run on those rows only; prompt, tool-feedback and padding
+    positions, about half of an RL batch's columns, are skipped) and the others are 0.
+    """
+    if mask is None:
+        logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float()
+        lp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+        return torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
+    hidden = model.model(input_ids=ids, attention_mask=att).last_hidden_state[:, :-1]  # (B, T-1, H)
+    sel = mask[:, 1:] > 0
+    logits = model.lm_head(hidden[sel]).float()  # (N, V): the masked positions only
+    picked = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:][sel][:, None]).squeeze(-1)
+    body = torch.zeros(sel.shape, dtype=picked.dtype).masked_scatter(sel, picked)  # differentiable in picked
+    return torch.cat([torch.zeros_like(body[:, :1]), body], dim=1)
 
 
 def policy_update(cfg: KitConfig, model, optimizer, trajectories: Sequence[Any], advantages: torch.Tensor,
@@ -132,7 +148,7 @@ def policy_update(cfg: KitConfig, model, optimizer, trajectories: Sequence[Any],
     old: list[torch.Tensor | None] = [None] * len(tensors)
     if recompute_old:
         with torch.no_grad():
-            old = [token_logprobs(model, ids, att) for ids, att, _ in tensors]
+            old = [token_logprobs(model, ids, att, msk) for ids, att, msk in tensors]
     for g in optimizer.param_groups:
         g["lr"] = lr
     stats = {"loss": 0.0, "clipfrac": 0.0, "neg_logp": 0.0}
@@ -140,7 +156,7 @@ def policy_update(cfg: KitConfig, model, optimizer, trajectories: Sequence[Any],
     for _ in range(max(1, a.ppo_epochs)):
         optimizer.zero_grad(set_to_none=True)
         for c, (ids, att, msk), old_lp in zip(chunks, tensors, old, strict=True):
-            lp = token_logprobs(model, ids, att)
+            lp = token_logprobs(model, ids, att, msk)  # response-mask positions only: the loss reads no others
             if old_lp is None:
                 old_lp = lp.detach()
             loss, m = policy_loss(lp, old_lp, advantages[c], msk, a.clip_ratio_low, a.clip_ratio_high,
@@ -187,7 +203,8 @@ def select(cfg: KitConfig, batch: Batch, algorithm: str, seed: int) -> tuple[np.
 
 def run_stage(cfg: KitConfig, stage_name: str, policy_dir: str | Path, run_dir: str | Path,
               progress: Callable[[dict], None] | None = None, *, algorithm: str | None = None,
-              seed: int | None = None, steps: int | None = None, evaluate: bool = True) -> dict[str, Any]:
+              seed: int | None = None, steps: int | None = None, evaluate: bool = True,
+              max_response_tokens: int | None = None) -> dict[str, Any]:
     """Run one RL stage from the policy in ``policy_dir``; resumable, and a finished run with the
     same stage, algorithm, seed, steps and init returns its ``summary.json`` without running.
 
@@ -201,6 +218,8 @@ def run_stage(cfg: KitConfig, stage_name: str, policy_dir: str | Path, run_dir: 
         seed: default ``cfg.seed``.
         steps: default the stage's ``steps``.
         evaluate: evaluate the final policy on the held-out problems (greedy and sampled).
+        max_response_tokens: the rollouts' budget (tokens); default the stage's. A run with another
+            budget than the stage's records it in its summary (``max_response_tokens``).
     Returns:
         Summary: ``stage, algorithm, seed, steps, reward_first, reward_last`` (mean reward over
         the first/last ``min(5, steps)`` steps), ``tool_error_ratio_correct_first/last``,
@@ -211,11 +230,16 @@ def run_stage(cfg: KitConfig, stage_name: str, policy_dir: str | Path, run_dir: 
         ImportError: a tracker of ``logging.backends`` is not installed (names the package).
     """
     return run_coroutine(_run_stage(cfg, stage_name, Path(policy_dir), Path(run_dir), progress, algorithm, seed, steps,
-                               evaluate))
+                               evaluate, max_response_tokens))
 
 
-async def _run_stage(cfg, stage_name, policy_dir, run_dir, progress, algorithm, seed, steps, evaluate):
+async def _run_stage(cfg, stage_name, policy_dir, run_dir, progress, algorithm, seed, steps, evaluate, budget=None):
     stage = stage_config(cfg, stage_name)
+    if budget is not None and budget != stage.max_response_tokens:
+        stage = dataclasses.replace(stage, max_response_tokens=int(budget))
+        extra = {"max_response_tokens": int(budget)}  # not the stage's: part of the run's identity
+    else:
+        extra = {}
     algorithm = algorithm or cfg.algorithm.name
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}; expected one of {ALGORITHMS}")
@@ -224,7 +248,7 @@ async def _run_stage(cfg, stage_name, policy_dir, run_dir, progress, algorithm, 
     seed = cfg.seed if seed is None else seed
     steps = stage.steps if steps is None else steps
     done = common.finished_summary(run_dir, {"stage": stage_name, "algorithm": algorithm, "seed": seed,
-                                             "steps": steps, "init_dir": str(policy_dir)})
+                                             "steps": steps, "init_dir": str(policy_dir), **extra})
     if done is not None:  # finished before with the same arguments: not run again
         return done
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -255,7 +279,7 @@ async def _run_stage(cfg, stage_name, policy_dir, run_dir, progress, algorithm, 
     pool = stage_pool(cfg, stage)
     offset = json.loads((policy_dir / RL_STATE).read_text())["global_step"] if (policy_dir / RL_STATE).exists() else 0
     summary: dict[str, Any] = {"stage": stage_name, "algorithm": algorithm, "seed": seed, "steps": steps,
-                               "reference_dir": str(policy_dir), "init_dir": str(policy_dir)}
+                               "reference_dir": str(policy_dir), "init_dir": str(policy_dir), **extra}
     async with SandboxPool(cfg.sandbox) as executor:
         if stage.problems == "hard":
             model.eval()
@@ -277,7 +301,7 @@ async def _run_stage(cfg, stage_name, policy_dir, run_dir, progress, algorithm, 
                                   max_response_tokens=stage.max_response_tokens, max_turns=stage.max_turns,
                                   temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
             kept, sel_m = select(cfg, batch, algorithm, common.step_seed(seed, stage_name, "roc", step))
-            t_up = time.perf_counter()
+            t_up, c_up = time.perf_counter(), time.process_time()
             upd: dict[str, float] = {"loss": 0.0, "grad_norm": 0.0, "clipfrac": 0.0, "neg_logp": 0.0, "update_tokens": 0.0}
             if kept.size:
                 flat = batch.flat()
@@ -298,6 +322,13 @@ async def _run_stage(cfg, stage_name, policy_dir, run_dir, progress, algorithm, 
                    "kept": int(kept.size), "sampled": int(batch.rewards.size),
                    "time_generate_s": batch.time_generate_s, "time_tool_s": batch.time_tool_s,
                    "time_verify_s": batch.time_verify_s, "time_update_s": time.perf_counter() - t_up,
+                   # load-insensitive profile of the step (time_* and perf_* vary with the machine and
+                   # with tool latency, not with the seed): CPU seconds of this process, engine counts
+                   "time_cpu_generate_s": batch.cpu_generate_s, "time_cpu_update_s": time.process_time() - c_up,
+                   "perf_decode_steps": batch.engine.get("steps", 0.0), "perf_decoded_tokens": batch.engine.get("tokens", 0.0),
+                   "perf_row_steps": batch.engine.get("row_steps", 0.0),
+                   "perf_threads": threads.threads if threads is not None else torch.get_num_threads(),
+                   "tool_calls_total": float(sum(t.tool_calls for t in batch.flat())),
                    "algorithm": algorithm, "seed": seed, **upd}
             writer.write(row)
             tracker.log_rl(row, sel_m, batch.flat(), batch.rewards.reshape(-1), kept)
@@ -320,7 +351,8 @@ async def _run_stage(cfg, stage_name, policy_dir, run_dir, progress, algorithm, 
                    tool_error_ratio_correct_last=common.nanmean([r["tool_error_ratio_correct_before"] for r in rows[-k:]]) if rows else None)
     if evaluate:
         model.eval()
-        summary.update(evaluate_policy(cfg, model, tok, list(task_split(cfg).heldout), seed=seed))
+        summary.update(evaluate_policy(cfg, model, tok, list(task_split(cfg).heldout), seed=seed,
+                                       greedy_problems=STAGE_GREEDY_PROBLEMS))
     summary["seconds"] = time.perf_counter() - t_start
     summary = jsonio.jsonable(summary)  # returned as written: an undefined value is None, as in the file
     jsonio.write_json(run_dir / "summary.json", summary)

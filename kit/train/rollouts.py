@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -43,6 +43,11 @@ class Batch:
         time_tool_s: summed sandbox wall seconds of all calls (they run concurrently with
             generation, so this is work, not added wall time).
         time_verify_s: wall seconds of verification.
+        cpu_generate_s: CPU seconds of this process (all its threads) in the rollout phase
+            (sandbox workers are other processes); unlike wall time it hardly moves with load.
+        engine: the backend's counters for this batch (``tokens`` sampled, ``steps`` decode
+            forwards, ``row_steps`` rows x steps, ``prefills``, ``busy_s``, ...; empty for a
+            backend without them).
     """
 
     problems: list[TaskProblem]
@@ -52,6 +57,8 @@ class Batch:
     time_generate_s: float
     time_tool_s: float
     time_verify_s: float
+    cpu_generate_s: float = 0.0
+    engine: dict[str, float] = field(default_factory=dict)
 
     def flat(self) -> list[Any]:
         """All trajectories, problem-major (index ``p * n + g``)."""
@@ -77,7 +84,7 @@ async def collect(cfg: KitConfig, model, tokenizer, problems: Sequence[TaskProbl
         A :class:`Batch`.
     """
     backend = make_backend(model, tokenizer, cfg.rollout, seed)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     try:
         groups = await rollout_batch(backend, tokenizer, [p.question for p in problems], executor, n, cfg.rollout,
                                      max_response_tokens=max_response_tokens, max_turns=max_turns,
@@ -86,7 +93,7 @@ async def collect(cfg: KitConfig, model, tokenizer, problems: Sequence[TaskProbl
         worker = getattr(backend, "_worker", None)  # the backend's batching task outlives the batch
         if worker is not None and not worker.done():
             worker.cancel()
-    t_gen = time.perf_counter() - t0
+    t_gen, c_gen = time.perf_counter() - t0, time.process_time() - c0
     groups = [sorted(g, key=lambda t: t.response_ids) for g in groups]
     t1 = time.perf_counter()
     pairs = [(p.answer, t.response_text) for p, g in zip(problems, groups, strict=True) for t in g]
@@ -95,7 +102,8 @@ async def collect(cfg: KitConfig, model, tokenizer, problems: Sequence[TaskProbl
     rewards = np.array([1.0 if v.correct else 0.0 for v in verdicts]).reshape(len(problems), n)
     reasons = [[v.reason for v in verdicts[i * n:(i + 1) * n]] for i in range(len(problems))]
     t_tool = sum(c.wall_s for g in groups for t in g for c in t.calls)
-    return Batch(list(problems), groups, rewards, reasons, t_gen, t_tool, t_ver)
+    engine = {k: float(v) for k, v in getattr(backend, "stats", {}).items()}
+    return Batch(list(problems), groups, rewards, reasons, t_gen, t_tool, t_ver, c_gen, engine)
 
 
 async def grade(pairs: Sequence[tuple[str, str]]) -> list[Any]:
@@ -135,25 +143,31 @@ def batch_stats(batch: Batch) -> dict[str, float]:
 
 
 def evaluate_policy(cfg: KitConfig, model, tokenizer, problems: Sequence[TaskProblem], *, seed: int = 0,
-                    prefix: str = "heldout") -> dict[str, float]:
+                    prefix: str = "heldout", greedy_problems: int = 0) -> dict[str, float]:
     """Greedy and sampled accuracy of the policy on ``problems`` with the tool available.
 
     Greedy (temperature 0) is the "tool-assisted accuracy" of the issue's target; sampled
-    (temperature 1, one sample each) is the RL reward the policy would get. Limits:
+    (temperature 1, one sample each) is the RL reward the policy would get (what the Figure 8
+    claim of ``kit/reference/claims.yaml`` compares across stages). Limits:
     ``cfg.eval.max_tokens`` and ``cfg.eval.max_turns``.
 
+    Args:
+        greedy_problems: greedy on the first this many of ``problems`` only (0 = all); the
+            sampled reward always uses all of them.
     Returns:
         ``{prefix}_accuracy``, ``{prefix}_tool_rate``, ``{prefix}_tool_error_ratio_correct``
-        (greedy) and ``{prefix}_sampled_reward``, ``{prefix}_sampled_tool_rate``,
-        ``{prefix}_sampled_tool_error_ratio_correct``, ``{prefix}_n``, ``{prefix}_seconds``.
+        (greedy, over ``{prefix}_greedy_n`` problems) and ``{prefix}_sampled_reward``,
+        ``{prefix}_sampled_tool_rate``, ``{prefix}_sampled_tool_error_ratio_correct``,
+        ``{prefix}_n`` (sampled problems), ``{prefix}_greedy_n``, ``{prefix}_seconds``.
     """
     t0 = time.perf_counter()
+    greedy_set = list(problems)[:greedy_problems] if greedy_problems > 0 else list(problems)
 
     async def go():
         async with SandboxPool(cfg.sandbox) as pool:
             kw = dict(seed=seed, max_response_tokens=cfg.eval.max_tokens, max_turns=cfg.eval.max_turns)
             # both at once: a collect is latency-bound (its longest trajectory), so two overlap well
-            return await asyncio.gather(collect(cfg, model, tokenizer, problems, 1, pool, temperature=0.0, **kw),
+            return await asyncio.gather(collect(cfg, model, tokenizer, greedy_set, 1, pool, temperature=0.0, **kw),
                                         collect(cfg, model, tokenizer, problems, 1, pool, temperature=1.0, **kw))
 
     greedy, sampled = run_coroutine(go())
@@ -163,5 +177,6 @@ def evaluate_policy(cfg: KitConfig, model, tokenizer, problems: Sequence[TaskPro
         f"{prefix}_tool_error_ratio_correct": g["tool_error_ratio_correct"],
         f"{prefix}_sampled_reward": s["reward_mean"], f"{prefix}_sampled_tool_rate": s["tool_use_rate"],
         f"{prefix}_sampled_tool_error_ratio_correct": s["tool_error_ratio_correct"],
-        f"{prefix}_n": float(len(problems)), f"{prefix}_seconds": time.perf_counter() - t0,
+        f"{prefix}_n": float(len(problems)), f"{prefix}_greedy_n": float(len(greedy_set)),
+        f"{prefix}_seconds": time.perf_counter() - t0,
     }

@@ -107,9 +107,12 @@ def test_config_is_frozen():
 
 def test_stages_take_rollouts_budget_unless_they_set_their_own():
     tiny = load("tiny", write=False)
-    assert (tiny.stages.stage1.max_response_tokens, tiny.stages.stage1.max_turns) == (384, 4)  # rollout's
+    # tiny stage 1: its own binding budget (issue #16), rollout's turns
+    assert (tiny.stages.stage1.max_response_tokens, tiny.stages.stage1.max_turns) == (256, 4)
     short = load("tiny", {"rollout.max_response_tokens": 64, "rollout.max_turns": 2}, write=False)
-    assert (short.stages.stage1.max_response_tokens, short.stages.stage1.max_turns) == (64, 2)
+    assert (short.stages.stage1.max_response_tokens, short.stages.stage1.max_turns) == (256, 2)
+    bare = load("tiny", {"stages.stage1.max_response_tokens": 0, "rollout.max_response_tokens": 64}, write=False)
+    assert bare.stages.stage1.max_response_tokens == 64  # 0: rollout's
     assert (short.stages.stage2.max_response_tokens, short.stages.stage2.max_turns) == (576, 2)  # own budget
     assert (short.stages.stage3.max_response_tokens, short.stages.stage3.max_turns) == (576, 6)  # both its own
     paper = load("paper-14b", {"rollout.max_turns": 12}, write=False)

@@ -227,3 +227,30 @@ def test_the_command_line_applies_the_profile_cell_timeout(monkeypatch, tmp_path
     assert pipeline.main(base + ["--cell-timeout", "0"]) == 0 and seen[-1] == 0  # no limit
     assert pipeline.default_cell_timeout("paper-14b") >= 86400
     assert pipeline.default_cell_timeout("smoke") < pipeline.default_cell_timeout("tiny")
+
+
+def test_each_notebook_gets_its_cpu_seconds_and_the_run_a_times_table(tmp_path, make_notebook):
+    """Wall time on a shared machine is an upper bound; the runner also records the CPU seconds
+    of each notebook's kernel (children's rusage) and prints a table at the end (issue #16)."""
+    src = tmp_path / "src"
+    busy = make_notebook(src / "busy.ipynb", 'run_dir = ""',
+                         WRITE + "import time\nt = time.process_time()\nwhile time.process_time() - t < 1.0:\n    pass")
+    idle = make_notebook(src / "idle.ipynb", 'run_dir = ""', WRITE + "import time\ntime.sleep(1.0)")
+    lay = Layout(root=tmp_path / "out", profile="tiny")
+    runs = [NotebookRun(busy, {"run_dir": lay.dir("busy")}, (lay.dir("busy"),)),
+            NotebookRun(idle, {"run_dir": lay.dir("idle")}, (lay.dir("idle"),))]
+    lines = []
+    recs = run_series(runs, lay, progress_bar=False, echo=lines.append)
+    by = {r["notebook"]: r for r in recs}
+    assert by["busy"]["cpu_seconds"] >= 0.9, by  # the kernel's busy second is counted
+    assert by["idle"]["cpu_seconds"] < by["busy"]["cpu_seconds"] - 0.5, by  # sleeping is not
+    assert all(r["seconds"] >= r["cpu_seconds"] * 0.5 for r in recs)
+    assert "CPU s" in lines[1] and "load average" in lines[1]
+    state = pipeline.read_state(lay)
+    assert state["busy"]["cpu_seconds"] == pytest.approx(by["busy"]["cpu_seconds"])
+    table = pipeline.times_table(recs)
+    assert "busy" in table and "idle" in table and "total" in table
+    # a second invocation skips both and the table shows the earlier times
+    again = run_series(runs, lay, progress_bar=False, echo=lambda s: None)
+    table2 = pipeline.times_table(again)
+    assert table2.count("earlier") == 2 and f"{by['busy']['cpu_seconds']:.0f}" in table2.splitlines()[1]

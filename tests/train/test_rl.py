@@ -29,7 +29,7 @@ METRIC_KEYS = ("stage", "step", "global_step", "reward_mean", "accuracy", "respo
 
 def _cfg(**over):
     base = {"data.task_train_size": 60, "data.task_heldout_size": 4, "model.torch_threads": 1,
-            "sandbox.num_workers": 1, "rollout.batch_size": 16,
+            "sandbox.num_workers": 1, "rollout.batch_size": 16, "rollout.max_response_tokens": 24,
             "algorithm.prompts_per_step": 2, "algorithm.group_size": 4, "algorithm.oversample": 8,
             "algorithm.lr": 1e-3, "stages.stage1.max_response_tokens": 24, "stages.stage1.max_turns": 2,
             "stages.stage1.steps": 4, "stages.stage1.checkpoint_every": 2,
@@ -186,7 +186,7 @@ def test_stage_kill_and_resume_matches_an_uninterrupted_run(policy, tmp_path, pa
     rl.run_stage(cfg, "stage1", policy, tmp_path / "b", evaluate=False)
 
     def strip(rows):
-        return [{k: v for k, v in r.items() if not k.startswith("time_")} for r in rows]
+        return [{k: v for k, v in r.items() if not k.startswith(("time_", "perf_"))} for r in rows]
 
     assert same(strip(common.metric_rows(tmp_path / "b")), strip(rows_a))
     samples = [json.loads(x) for x in (tmp_path / "b" / "samples.jsonl").read_text().splitlines()]
@@ -228,7 +228,7 @@ def test_a_hard_subset_built_before_the_stage_is_the_one_the_stage_would_build(p
 
     def read(d):
         hard = json.loads((d / "hard_subset.json").read_text())
-        rows = [{k: v for k, v in r.items() if not k.startswith("time_")} for r in common.metric_rows(d)]
+        rows = [{k: v for k, v in r.items() if not k.startswith(("time_", "perf_"))} for r in common.metric_rows(d)]
         return json.dumps([hard["kept_ids"], rows])
 
     assert read(tmp_path / "first") == read(tmp_path / "inside")
@@ -266,7 +266,7 @@ def test_ablation_reuses_a_matching_stage_run_and_only_that(policy, tmp_path, pa
     assert "reused_from" not in reused["runs"]["grpo_seed0"] and "reused_from" not in fresh["runs"]["grpo_roc_seed0"]
 
     def rows(d):
-        return json.dumps([{k: v for k, v in r.items() if not k.startswith("time_")} for r in common.metric_rows(d)])
+        return json.dumps([{k: v for k, v in r.items() if not k.startswith(("time_", "perf_"))} for r in common.metric_rows(d)])
 
     assert rows(tmp_path / "reused" / "grpo_roc_seed0") == rows(tmp_path / "fresh" / "grpo_roc_seed0")
     # a run with any training setting different is not the arm
@@ -297,3 +297,84 @@ def test_bad_arguments_are_rejected(policy, tmp_path):
         rl.run_stage(_cfg(), "stage9", policy, tmp_path)
     with pytest.raises(ValueError, match="kl_coef"):
         rl.run_stage(_cfg(**{"algorithm.kl_coef": 0.1}), "stage1", policy, tmp_path)
+
+
+def test_a_step_row_carries_its_cpu_seconds_and_engine_counts(policy, tmp_path, parity_grader):
+    """Each RL metrics row profiles its step in load-insensitive terms (issue #16): CPU seconds of
+    the rollout and the update, decode forwards, decoded tokens and tool calls."""
+    rl.run_stage(_cfg(**{"stages.stage1.steps": 1}), "stage1", policy, tmp_path, evaluate=False)
+    row = common.metric_rows(tmp_path)[0]
+    assert row["time_cpu_generate_s"] > 0 and row["time_cpu_update_s"] > 0
+    # every sampled token came from a decode forward or a prefill; each forward decodes a batch
+    assert row["perf_decoded_tokens"] >= row["sampled"] and row["perf_decode_steps"] > 0
+    assert row["perf_row_steps"] >= row["perf_decode_steps"]
+    assert row["tool_calls_total"] == pytest.approx(row["tool_calls_per_traj"] * row["sampled"])
+    assert row["perf_threads"] == 1
+
+
+def test_stage_end_greedy_readout_on_a_subset_sampled_on_all(policy):
+    cfg = _cfg(**{"data.task_heldout_size": 6, "eval.max_tokens": 16, "eval.max_turns": 1})
+    from kit.models import load_policy
+
+    model, tok = load_policy(policy)
+    model.eval()
+    probs = list(tasks.task_split(cfg).heldout)
+    ev = rollouts.evaluate_policy(cfg, model, tok, probs, greedy_problems=2)
+    assert ev["heldout_n"] == 6 and ev["heldout_greedy_n"] == 2
+    full = rollouts.evaluate_policy(cfg, model, tok, probs)
+    assert full["heldout_greedy_n"] == 6
+    # the sampled reward (what the Figure 8 claim reads) does not depend on the greedy subset
+    assert ev["heldout_sampled_reward"] == full["heldout_sampled_reward"]
+    assert ev["heldout_sampled_tool_rate"] == full["heldout_sampled_tool_rate"]
+
+
+def test_ablation_seeds_follow_the_run_seed():
+    """``--seed 7`` checks the ablation on seeds 7, 8, ... (never tuned on), seed 0 on the listed ones."""
+    assert ablation.arm_seeds(_cfg(**{"ablation.seeds": [0, 1, 2]})) == (0, 1, 2)
+    cfg7 = load("smoke", overrides={"ablation.seeds": [0, 1, 2]}, seed=7, write=False)
+    assert ablation.arm_seeds(cfg7) == (7, 8, 9)
+
+
+def test_ablation_arms_keep_rollouts_budget_when_stage1_binds_tighter(policy, tmp_path, parity_grader):
+    """Tiny's main stage 1 has a tighter budget than rollout's (Figure 8); the ablation arms run at
+    rollout's budget, and the stage-1 run is then not one of them (issue #16)."""
+    cfg = _cfg(**{"stages.stage1.steps": 2, "stages.stage1.max_response_tokens": 12})
+    assert ablation.ablation_budget(cfg) == 24 and ablation.ablation_budget(_cfg()) is None
+    stage = tmp_path / "stage1"
+    rl.run_stage(cfg, "stage1", policy, stage, evaluate=False)
+    s = ablation.run_ablation(cfg, policy, tmp_path / "abl", seeds=(0,), reuse=[stage])
+    assert "reused_from" not in s["runs"]["grpo_roc_seed0"]
+    arm = json.loads((tmp_path / "abl" / "grpo_roc_seed0" / "summary.json").read_text())
+    assert arm["max_response_tokens"] == 24
+    # the stage's own runs stay within its 12 tokens; the arms may use up to 24
+    stage_rows = common.metric_rows(stage)
+    arm_rows = common.metric_rows(tmp_path / "abl" / "grpo_roc_seed0")
+    assert max(r["response_len_mean"] for r in stage_rows) <= 12 + 1e-9
+    assert max(r["response_len_mean"] for r in arm_rows) > 12
+
+
+def test_masked_logprobs_equal_the_full_ones_where_the_loss_reads_them(policy):
+    """The update computes the LM head and log-softmax on response-mask positions only (issue #16
+    speed-up); there the log-probs and their gradients equal the full computation's."""
+    from kit.models import load_policy
+    from kit.train.batching import pad_rows
+
+    model, _ = load_policy(policy)
+    g = torch.Generator().manual_seed(0)
+    rows = []
+    for n_prompt, n_resp in ((5, 9), (3, 4), (7, 12)):
+        ids = torch.randint(5, 300, (n_prompt + n_resp,), generator=g).tolist()
+        resp_mask = [1] * n_resp
+        resp_mask[2] = 0  # a tool-feedback token inside the response
+        rows.append((ids, [0] * n_prompt + resp_mask))
+    ids, att, msk = pad_rows(rows, 0)
+    full = rl.token_logprobs(model, ids, att)
+    part = rl.token_logprobs(model, ids, att, msk)
+    m = msk > 0
+    assert torch.allclose(part[m], full[m], atol=1e-5) and bool((part[~m] == 0).all())
+    grads = []
+    for lp_fn in (lambda: rl.token_logprobs(model, ids, att), lambda: rl.token_logprobs(model, ids, att, msk)):
+        model.zero_grad(set_to_none=True)
+        (lp_fn() * msk).sum().backward()
+        grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None]))
+    assert torch.allclose(grads[0], grads[1], atol=1e-5, rtol=1e-4)

@@ -107,7 +107,7 @@ class KvCacheBalancer:
     """Routes rollout requests by each engine's free KV cache (report §3.2; module docstring).
 
     Args:
-        engines: engine ids (VERL: server addresses), in a fixed order.
+        engines: engine ids (VERL: server addresses), in a fixed order; more via :meth:`add_engines`.
         capacity_tokens: KV capacity of an engine that has not reported its own (tokens).
         expected_new_tokens: tokens a request is expected to add to the KV beyond its prompt;
             its charge is ``prompt + min(max_new, expected_new_tokens)``; default: ``max_new``.
@@ -116,15 +116,15 @@ class KvCacheBalancer:
         max_missed_reports: consecutive missed reports after which an engine gets no requests.
         clock: seconds, monotonic (tests pass a fake one).
     Raises:
-        ValueError: no engines, duplicate ids, or a non-positive capacity.
+        ValueError: duplicate engine ids or a non-positive capacity.
     """
 
     def __init__(self, engines: Iterable[str], capacity_tokens: int, *, expected_new_tokens: int | None = None,
                  balance_rel: float = BALANCE_REL, balance_abs: float = BALANCE_ABS, report_max_age_s: float = 10.0,
                  max_missed_reports: int = 3, clock: Callable[[], float] = time.monotonic):
-        names = [str(e) for e in engines]
-        if not names or len(set(names)) != len(names):
-            raise ValueError(f"KvCacheBalancer: engines must be distinct and at least one, got {names}")
+        names = [str(e) for e in engines]  # may be empty: VERL can register servers later
+        if len(set(names)) != len(names):
+            raise ValueError(f"KvCacheBalancer: engine ids must be distinct, got {names}")
         if capacity_tokens <= 0:
             raise ValueError(f"KvCacheBalancer: capacity_tokens must be > 0, got {capacity_tokens}")
         self.default_capacity = int(capacity_tokens)

@@ -169,8 +169,8 @@ def test_release_without_engine_and_unknown_release():
 def test_expected_new_tokens_caps_the_charge_and_bad_construction_raises():
     bal, _ = make(2, expected_new_tokens=500)
     assert bal.charge(100, 8_000) == 600 and bal.charge(100, 200) == 300
-    with pytest.raises(ValueError):
-        KvCacheBalancer([], CAP)
+    with pytest.raises(RuntimeError, match="no engines"):
+        KvCacheBalancer([], CAP).acquire("a", 1, 1)
     with pytest.raises(ValueError):
         KvCacheBalancer(["a", "a"], CAP)
     with pytest.raises(ValueError):

@@ -26,8 +26,8 @@ Routing (:meth:`KvCacheBalancer.acquire`, never blocks, never waits for a batch)
     * any other request goes to the engine with the most free KV (ties: fewer requests in flight,
       then the engine's order).
 
-Bad input (report §3.2 leaves it open; ours): a report that is not a finite number in
-``[0, capacity]`` is ignored (``bad_reports``; the estimate is used); an engine that misses
+Bad input (report §3.2 leaves it open; ours): a report that is not a finite number ``>= 0`` (or a capacity
+that is not ``> 0``) is ignored (``bad_reports``; the estimate is used); an engine that misses
 ``max_missed_reports`` reports in a row, or that the caller finds dead (:meth:`mark_down`), gets
 no new requests; its requests in flight are returned to the caller to send again, exactly once,
 and their late releases are ignored (``stale_releases``). A valid report brings it back
@@ -73,13 +73,14 @@ class Balancer(Protocol):
 
 
 def check_report(used_tokens: Any, capacity_tokens: Any) -> tuple[int, int] | None:
-    """``(used, capacity)`` as ints if both are finite numbers with ``0 <= used <= capacity`` and
-    ``capacity > 0`` (tokens); None for anything else (None, strings, NaN, negative, overfull)."""
+    """``(used, capacity)`` as ints if both are finite numbers with ``used >= 0`` and
+    ``capacity > 0`` (tokens); None for anything else (None, strings, booleans, NaN, negative).
+    ``used`` may exceed ``capacity``: it counts queued requests too (an over-committed engine)."""
     try:
         u, c = float(used_tokens), float(capacity_tokens)
     except (TypeError, ValueError):
         return None
-    if isinstance(used_tokens, bool) or not (math.isfinite(u) and math.isfinite(c)) or c <= 0 or not 0 <= u <= c:
+    if isinstance(used_tokens, bool) or not (math.isfinite(u) and math.isfinite(c)) or c <= 0 or u < 0:
         return None
     return int(u), int(c)
 

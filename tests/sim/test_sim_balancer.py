@@ -28,7 +28,7 @@ def test_the_simulator_routes_through_the_balancer_object_it_is_given():
 def test_over_committed_engines_report_valid_kv():
     # a KV pool far smaller than the step's requests: engines queue more than they hold, and their
     # reports (held + queued tokens) exceed the capacity; that is load, not garbage
-    trajs = sample_workload(PRESET, seed=2)
+    trajs = sample_workload(dataclasses.replace(PRESET, prompt_tokens_mean=400), seed=2)
     tight = EngineSpec(kv_capacity=4_000, step_base_s=1e-3, step_per_seq_s=1e-5, step_per_kv_token_s=1e-8,
                        prefill_per_token_s=1e-5, max_running=512)
     bal = KvCacheBalancer(["0", "1", "2"], tight.kv_capacity, clock=lambda: 0.0)

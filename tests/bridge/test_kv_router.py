@@ -212,3 +212,23 @@ def test_sglang_servers_are_read_over_http_on_loopback(tmp_path, monkeypatch):
         srv.shutdown()
         srv.server_close()
         th.join(5)
+
+
+async def test_kit_cpu_server_reports_its_kv(tmp_path):
+    from kit import prompts
+    from kit.bridge.verl_cpu.rollout import KitCpuServer
+    from kit.models import build_tiny_model, save_policy, train_tokenizer
+
+    corpus = [prompts.render_prompt(f"What is {a} + {a}?") + f"<answer>\\boxed{{{2 * a}}}</answer>" for a in range(50)]
+    tok = train_tokenizer(corpus, 300)
+    pol = save_policy(build_tiny_model(load("smoke", write=False).model, tok, seed=0), tok, tmp_path / "policy")
+    server = KitCpuServer(str(pol), slots=4, response_length=16, threads=1)
+    idle = await server.kv_load()
+    assert idle["used_tokens"] == 0 and idle["capacity_tokens"] == 4 * server.engine.max_context
+    prompt = server.tokenizer.encode(prompts.render_prompt("What is 3 + 3?"), add_special_tokens=False)
+    tasks = [asyncio.ensure_future(server.generate(prompt, {"max_new_tokens": 16}, request_id=str(i))) for i in range(3)]
+    await asyncio.sleep(0)  # the requests are queued or running now
+    busy = await server.kv_load()
+    assert busy["used_tokens"] >= 3 * len(prompt)
+    await asyncio.gather(*tasks)
+    assert (await server.kv_load())["used_tokens"] == 0

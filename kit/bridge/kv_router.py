@@ -148,7 +148,7 @@ class KvCacheRouter:
         self._ensure_poller()
         sp = sampling_params or {}
         max_new = sp.get("max_new_tokens", sp.get("max_tokens")) or self.max_new_tokens
-        sid = self.policy.acquire(str(request_id), len(prompt_ids or ()), int(max_new))
+        sid = self.policy.acquire(str(request_id), 0 if prompt_ids is None else len(prompt_ids), int(max_new))
         return sid, self._servers[sid]
 
     def release_server(self, server_id: str, request_id: str | None = None) -> None:

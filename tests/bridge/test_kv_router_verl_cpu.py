@@ -7,6 +7,12 @@ rollout replicas (``trainer.n_gpus_per_node=2``, two fake Ray GPUs), and ``rollo
 replicas report their KV (``KitCpuServer.kv_load``), and the router writes its status file. The
 test reads that file: both replicas served requests, every continuing turn stayed on the replica
 holding its trajectory's prefix (no moves), and the reports arrived. Timings are printed.
+
+Measured here (the fixture's steps run from a script reusing a finished SFT, load average 11-17):
+exit 0, session 173 s (Ray start 34 s, VERL 129 s), peak RSS 7.2 GiB, no orphans; 28 requests
+routed 14 + 14, 12 continuing turns sticky, 0 moves, 20 KV reports, none bad. The fixture's SFT
+adds ~4-6 minutes; on this loaded machine Ray's head failed to start in 4 of 5 sessions (Ray's
+fixed 30 s raylet registration wait).
 """
 
 from __future__ import annotations

@@ -3,12 +3,18 @@
 Simulates one stage-2 RL step (512 prompts x 32 rollouts, 12K response limit, ~0.3 s tool calls)
 on 16 engines (64 MI300X as TP=4 groups serving Qwen3-14B) with :mod:`kit.sim`, once per
 policy, and prints makespans, the lower bound, engine idle fractions and recomputed tokens
-(evictions and migrated turns). ``dynamic`` is the report's scheduler; ``dynamic_reserve`` (the
-strict worst-case reservation) and ``dynamic_free`` (no migration) are printed for information.
+(evictions and migrated turns). ``dynamic`` is the report's scheduler as a global queue;
+``kv_balancer`` is the kit's balancer object (:class:`kit.sched.KvCacheBalancer`, what VERL runs
+under ``rollout.balancer = "kv_cache"``) and ``verl_default`` a model of VERL 0.9.1's default
+(sticky sessions + fewest in-flight requests), both routing every request the moment it is ready;
+``dynamic_reserve`` (the strict worst-case reservation) and ``dynamic_free`` (no migration) are
+printed for information, and so is ``kv_balancer`` with one engine dying half-way.
 The preset is fixed in ``kit/sim/workload.py`` (derived from hardware figures, not fitted).
 
 Usage: ``.venv/bin/python benchmarks/scheduler_sim.py [--seed 0] [--engines 16] [--scale 1.0]``
-Last line: ``static_over_dynamic=<x> dynamic_over_bound=<y>``.
+Last lines: ``static_over_dynamic=<x> dynamic_over_bound=<y>``, then
+``verl_default_over_kit=<z>`` (makespan of ``verl_default`` over ``kv_balancer``, same workload
+and seed).
 """
 
 from __future__ import annotations
@@ -42,7 +48,7 @@ def main() -> None:
     res = {}
     for policy in POLICIES:
         t0 = time.perf_counter()
-        r = simulate(trajs, E, PAPER_ENGINE, policy, max_response_tokens=preset.max_response_tokens)
+        r = simulate(trajs, E, PAPER_ENGINE, policy, max_response_tokens=preset.max_response_tokens, seed=args.seed)
         res[policy] = r
         idle = r.idle_fraction
         print(f"{policy:15s} makespan {r.makespan_s:7.1f} s  idle mean {idle.mean():.3f} (min {idle.min():.3f}, "
@@ -59,12 +65,16 @@ def main() -> None:
               f"({ms['static'].recomputed_tokens:,} recomputed), dynamic {ms['dynamic'].makespan_s:.1f} s, bound {b:.1f} s, "
               f"dynamic_reserve {ms['dynamic_reserve'].makespan_s:.1f} s, static_over_dynamic={ms['static'].makespan_s / ms['dynamic'].makespan_s:.3f}")
     half = dataclasses.replace(PAPER_ENGINE, kv_capacity=PAPER_ENGINE.kv_capacity // 2)  # information: tighter KV
-    ms = {p: simulate(trajs, E, half, p, max_response_tokens=preset.max_response_tokens)
-          for p in ("static", "dynamic", "dynamic_reserve")}
+    ms = {p: simulate(trajs, E, half, p, max_response_tokens=preset.max_response_tokens, seed=args.seed)
+          for p in ("static", "dynamic", "dynamic_reserve", "kv_balancer", "verl_default")}
     print(f"(information) half the KV capacity: static {ms['static'].makespan_s:.1f} s ({ms['static'].recomputed_tokens:,} "
           f"recomputed in {ms['static'].retractions:,} evictions), dynamic {ms['dynamic'].makespan_s:.1f} s "
           f"({ms['dynamic'].recomputed_tokens:,} recomputed), dynamic_reserve {ms['dynamic_reserve'].makespan_s:.1f} s, bound "
-          f"{lower_bound(trajs, E, half)['bound_s']:.1f} s, static_over_dynamic={ms['static'].makespan_s / ms['dynamic'].makespan_s:.3f}")
+          f"{lower_bound(trajs, E, half)['bound_s']:.1f} s, static_over_dynamic={ms['static'].makespan_s / ms['dynamic'].makespan_s:.3f}; "
+          f"kv_balancer {ms['kv_balancer'].makespan_s:.1f} s ({ms['kv_balancer'].recomputed_tokens:,} recomputed), "
+          f"verl_default {ms['verl_default'].makespan_s:.1f} s ({ms['verl_default'].recomputed_tokens:,} recomputed in "
+          f"{ms['verl_default'].retractions:,} evictions), "
+          f"verl_default_over_kit={ms['verl_default'].makespan_s / ms['kv_balancer'].makespan_s:.3f}")
     x = res["static"].makespan_s / res["dynamic"].makespan_s
     y = res["dynamic"].makespan_s / lb["bound_s"]
     print(f"(information) static_barrier_over_dynamic={res['static_barrier'].makespan_s / res['dynamic'].makespan_s:.3f} "
@@ -72,7 +82,15 @@ def main() -> None:
           f"dynamic_reserve_over_bound={res['dynamic_reserve'].makespan_s / lb['bound_s']:.3f} "
           f"static_over_dynamic_free={res['static'].makespan_s / res['dynamic_free'].makespan_s:.3f} "
           f"dynamic_free_over_bound={res['dynamic_free'].makespan_s / lb['bound_s']:.3f}")
+    kit, verl = res["kv_balancer"], res["verl_default"]
+    failed = simulate(trajs, E, PAPER_ENGINE, "kv_balancer", max_response_tokens=preset.max_response_tokens,
+                      fail=(0, kit.makespan_s / 2))
+    print(f"(information) kv_balancer with engine 0 dying at {kit.makespan_s / 2:.1f} s: makespan "
+          f"{failed.makespan_s:.1f} s, every trajectory finished once, {failed.migrations:,} turns moved; "
+          f"kv_balancer_over_bound={kit.makespan_s / lb['bound_s']:.3f} verl_default_over_bound="
+          f"{verl.makespan_s / lb['bound_s']:.3f} static_over_kit={res['static'].makespan_s / kit.makespan_s:.3f}")
     print(f"static_over_dynamic={x:.3f} dynamic_over_bound={y:.3f}")
+    print(f"verl_default_over_kit={verl.makespan_s / kit.makespan_s:.3f}")
 
 
 if __name__ == "__main__":

@@ -116,6 +116,11 @@ class RolloutConfig:
     tool_name: str = "execute_python_code_with_standard_io"
     batch_size: int = 64  # tiny engine: concurrent rows (continuous batching slots)
     scheduler: Literal["dynamic", "static"] = "dynamic"  # report §3.2 load balancing
+    # VERL runtime (report §3.2): which balancer routes rollout requests across inference engines.
+    # "kv_cache": the kit's KV-cache-aware balancer (kit.sched.KvCacheBalancer through
+    # kit.bridge.kv_router: most free KV first, a trajectory stays on the engine holding its prefix
+    # unless that engine is overloaded); "verl": VERL 0.9.1's own (sticky + fewest in-flight)
+    balancer: Literal["kv_cache", "verl"] = "kv_cache"
 
 
 @dataclass(frozen=True)

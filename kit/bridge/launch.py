@@ -34,6 +34,7 @@ from typing import Any
 import pandas as pd
 
 from kit import prompts
+from kit.bridge.kv_router import ROUTER_CLASS
 from kit.bridge.overrides import (
     AGENT_NAME,
     STAGES,
@@ -101,6 +102,27 @@ def write_agent_loop_config(cfg: KitConfig, path: str | os.PathLike) -> Path:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps([entry], indent=2) + "\n")
+    return path
+
+
+def write_router_config(cfg: KitConfig, paths: RecipePaths, stage: str = "stage1") -> Path | None:
+    """The ``router_config_path`` YAML of ``rollout.balancer = "kv_cache"`` (report §3.2); None
+    (nothing written) under ``"verl"``.
+
+    Written as JSON (a YAML subset OmegaConf reads): ``router_class`` =
+    ``kit.bridge.kv_router.KvCacheRouter`` (VERL builds it as ``cls(servers, this dict)``), the
+    stage's response budget as a request's default ``max_new_tokens`` (tokens) and
+    ``status_path`` = ``<verl folder>/router_status.json`` (served requests per engine, moves,
+    missed and bad reports).
+    """
+    if cfg.rollout.balancer != "kv_cache":
+        return None
+    path = Path(paths.router_yaml)
+    entry = {"router_class": ROUTER_CLASS,
+             "max_new_tokens": getattr(cfg.stages, stage).max_response_tokens,
+             "status_path": str(path.with_name("router_status.json"))}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(entry, indent=2) + "\n")
     return path
 
 
@@ -253,6 +275,7 @@ def launch(
     if cfg.run_dir:
         save(cfg, cfg.run_dir)
     write_agent_loop_config(cfg, paths.agent_loop_config)
+    write_router_config(cfg, paths, stage)
     for f in (paths.train_files, paths.val_files):
         if not Path(f).exists():
             how = ("build it from stage-2 solve counts (kit.data.curate.build_hard_subset) and pass --train-files"

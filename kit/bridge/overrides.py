@@ -7,7 +7,9 @@ through the kit's agent loop (``kit.bridge.agent_loop``, registered as ``rstar2_
 (``kit.bridge.roc_hook``; why there is written in that module), the kit reward function
 (``kit.bridge.reward_fn``), GRPO advantage, Clip-Higher 0.2/0.28 with VERL's dual clip c = 3,
 token-mean loss, no KL and no entropy term, lr 1e-6, one optimizer step per RL step, and the
-stage's response length, turn limit, step count and checkpoint resumption:
+stage's response length, turn limit, step count and checkpoint resumption, and (``rollout.balancer =
+"kv_cache"``, report §3.2) the kit's KV-cache-aware request balancer as VERL's router
+(``rollout.router_config_path``, the YAML ``kit.bridge.launch.write_router_config`` writes):
 
 * stage1 starts from ``model_path`` (the SFT checkpoint) and saves under ``run_dir/checkpoints``;
 * stage2 resumes model and optimizer from ``global_step_<stage1 steps>``;
@@ -53,6 +55,7 @@ class RecipePaths:
     val_files: str
     agent_loop_config: str
     checkpoints: str
+    router_config: str = ""  # rollout.balancer = "kv_cache": the router YAML; "" -> beside agent_loop_config
 
     @classmethod
     def default(cls, run_dir: str, stage: str, train_files: str | None = None,
@@ -67,7 +70,13 @@ class RecipePaths:
             val_files=val_files or str(d / "data" / "val.parquet"),
             agent_loop_config=str(d / "verl" / "agent_loop.yaml"),
             checkpoints=str(d / "checkpoints"),
+            router_config=str(d / "verl" / "router.yaml"),
         )
+
+    @property
+    def router_yaml(self) -> str:
+        """The router YAML (``router_config``, else ``router.yaml`` beside the agent-loop YAML)."""
+        return self.router_config or str(PurePosixPath(self.agent_loop_config).with_name("router.yaml"))
 
 
 def stage_step_offset(config: Any, stage: str) -> int:
@@ -246,6 +255,8 @@ def to_hydra_overrides(
             out.append(("actor_rollout_ref.actor.checkpoint.load_contents", ["model"]))
     for key, value in tracking_env(config.logging, paths.run_dir, metrics_file).items():  # trackers stay local
         out.append((f"+ray_kwargs.ray_init.runtime_env.env_vars.{key}", value))
+    if r.balancer == "kv_cache":  # report §3.2: the kit's balancer in VERL's server manager (kit.bridge.kv_router)
+        out.append(("actor_rollout_ref.rollout.router_config_path", paths.router_yaml))
     if roc:
         out += [
             ("+actor_rollout_ref.rollout.agent.agent_loop_manager_class", ROC_MANAGER),

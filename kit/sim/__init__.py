@@ -37,6 +37,18 @@ its capacity, so overflow and eviction cannot happen, but at most ``capacity / b
 the preset) rows run although trajectories average half the budget. A continuing turn waits for
 its home engine (sticky, as the release routes).
 ``dynamic_free`` (information): ``dynamic`` without migration (continuing turns are sticky).
+``kv_balancer`` the kit's balancer, :class:`kit.sched.KvCacheBalancer`, the very object VERL
+runs (``rollout.balancer = "kv_cache"``): every request (a new trajectory, or a turn whose tool
+call returned) is routed the moment it is ready, to the engine with the most free KV (each
+engine reports the KV its running and queued requests hold before each routing time; requests
+routed since count at ``prompt + max_new``), staying on the engine holding its prefix unless
+that engine is overloaded (the same :data:`BALANCE_REL` / :data:`BALANCE_ABS` rule); no global
+queue, nothing held back; admission and eviction inside an engine are SGLang's (as ``static``).
+``simulate(..., fail=(e, t))`` kills engine ``e`` at ``t``: the balancer hands its requests back
+and they are routed again (the loop checks none is lost or finishes twice).
+``verl_default`` a model of VERL 0.9.1's default balancer (:class:`kit.sched.StickyLeastInflight`:
+a trajectory stays on the engine of its first request, a new one goes to the engine with the
+fewest requests in flight, ties at random), routed the same way.
 ``static_barrier`` (information): static allocation where each engine's trajectories advance
 turn by turn in lockstep (all tool calls of a turn must return before the next turn starts),
 like the plain batch loop of :mod:`kit.rollout.engine`.
@@ -86,7 +98,8 @@ Layout (``from kit.sim import X`` reaches every public name; the code lives in):
         preset :data:`PAPER_ENGINE`, :data:`PAPER_WORKLOAD`.
     ``results``  :class:`SimResult` and :func:`lower_bound`.
     ``loop``  :func:`simulate` (event loop, dispatcher and the per-policy queues),
-        :data:`POLICIES`, :data:`BALANCE_REL`, :data:`BALANCE_ABS`, :data:`STATIC_RECHECK_STEPS`.
+        :data:`POLICIES`, :data:`ROUTED`, :data:`BALANCE_REL`, :data:`BALANCE_ABS`, :data:`STATIC_RECHECK_STEPS`;
+        the routed policies drive a :mod:`kit.sched` balancer (the only ``kit`` package it imports).
 Imports run one way: ``engine_model`` <- ``workload`` <- ``results`` <- ``loop``. To monkeypatch a
 name a function looks up, patch the submodule that uses it (e.g. ``kit.sim.loop.BALANCE_REL``
 for :func:`simulate`), not ``kit.sim``.
@@ -101,7 +114,7 @@ from kit.sim.engine_model import (
     EngineSpec,
     steps_by,
 )
-from kit.sim.loop import BALANCE_ABS, BALANCE_REL, POLICIES, STATIC_RECHECK_STEPS, simulate
+from kit.sim.loop import BALANCE_ABS, BALANCE_REL, POLICIES, ROUTED, STATIC_RECHECK_STEPS, simulate
 from kit.sim.results import SimResult, lower_bound
 from kit.sim.workload import PAPER_ENGINE, PAPER_WORKLOAD, SimTrajectory, WorkloadPreset, sample_workload
 
@@ -112,6 +125,7 @@ __all__ = [
     "PAPER_ENGINE",
     "PAPER_WORKLOAD",
     "POLICIES",
+    "ROUTED",
     "SGLANG_CLIP_MAX_NEW",
     "SGLANG_DECAY_STEPS",
     "SGLANG_INIT_RATIO",

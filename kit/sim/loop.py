@@ -16,6 +16,9 @@ from collections import deque
 
 import numpy as np
 
+from kit.sched import KvCacheBalancer, StickyLeastInflight
+from kit.sched.balancer import BALANCE_ABS as SCHED_BALANCE_ABS
+from kit.sched.balancer import BALANCE_REL as SCHED_BALANCE_REL
 from kit.sim.engine_model import (
     BUDGET,
     CTX,
@@ -39,15 +42,18 @@ from kit.sim.workload import SimTrajectory
 #: engine re-runs admission at its end); 1 and 32 give the same makespan on a quarter of the preset.
 STATIC_RECHECK_STEPS = 32
 #: ``dynamic``: a continuing turn leaves a home engine loaded more than (1 + rel) x the least
-#: loaded + abs x capacity. Not fitted: rel 0.1-1.0 and abs 0.02-0.2 all give makespans within
-#: 1% of each other on the preset.
-BALANCE_REL, BALANCE_ABS = 0.25, 0.05
-POLICIES = ("static", "dynamic", "dynamic_reserve", "dynamic_free", "static_barrier")
+#: loaded + abs x capacity (the values of :mod:`kit.sched.balancer`, which ``kv_balancer`` uses).
+#: Not fitted: rel 0.1-1.0 and abs 0.02-0.2 all give makespans within 1% of each other on the preset.
+BALANCE_REL, BALANCE_ABS = SCHED_BALANCE_REL, SCHED_BALANCE_ABS
+POLICIES = ("static", "dynamic", "dynamic_reserve", "dynamic_free", "static_barrier", "kv_balancer", "verl_default")
+#: policies that route each request the moment it is ready through a :mod:`kit.sched` balancer
+ROUTED = ("kv_balancer", "verl_default")
 _VER = 1 << 32  # step-event payload: engine * _VER + macro-step generation
 
 
 def simulate(trajs: list[SimTrajectory], n_engines: int, engine: EngineSpec, policy: str = "dynamic",
-             max_response_tokens: int | None = None) -> SimResult:
+             max_response_tokens: int | None = None, *, balancer=None, seed: int = 0,
+             fail: tuple[int, float] | None = None) -> SimResult:
     """Run one rollout step of ``trajs`` on ``n_engines`` identical engines.
 
     Args:
@@ -57,10 +63,21 @@ def simulate(trajs: list[SimTrajectory], n_engines: int, engine: EngineSpec, pol
         policy: one of :data:`POLICIES` (see :mod:`kit.sim`).
         max_response_tokens: response budget of the stage (each turn's ``max_new`` and the
             dispatcher's per-request budget); default the largest response in ``trajs``.
+        balancer: routed policies (:data:`ROUTED`): the policy object to drive (engines named
+            ``"0"`` .. ``"E-1"``); default a :class:`kit.sched.KvCacheBalancer` of the engine's
+            capacity (``kv_balancer``) or :class:`kit.sched.StickyLeastInflight` seeded with
+            ``seed`` (``verl_default``).
+        seed: tie-break seed of the default ``verl_default`` balancer.
+        fail: ``(engine, seconds)``: that engine dies at that time (routed policies whose balancer
+            has ``mark_down``): its running and queued requests are lost and handed back by the
+            balancer, which the loop checks, and routed again (their context prefilled again).
     Returns:
         :class:`SimResult`; ``makespan_s`` is when the last trajectory finishes.
     Raises:
-        ValueError: unknown policy, or a trajectory whose reservation exceeds the KV capacity.
+        ValueError: unknown policy, a trajectory whose reservation exceeds the KV capacity, or
+            ``fail`` with a policy that cannot route around a dead engine.
+        RuntimeError: a trajectory finished twice or never, or the balancer handed back other
+            requests than the dead engine held.
     """
     if policy not in POLICIES:
         raise ValueError(f"unknown policy {policy!r}")
@@ -72,6 +89,15 @@ def simulate(trajs: list[SimTrajectory], n_engines: int, engine: EngineSpec, pol
     global_q = policy.startswith("dynamic")  # one queue, dispatch by KV (report §3.2)
     reserve = policy == "dynamic_reserve"  # engines hold only reserved requests; else SGLang's own admission
     migrate = policy == "dynamic"  # a continuing turn may leave an overloaded home engine
+    routed = policy in ROUTED  # each request routed when ready by a kit.sched balancer (no global queue)
+    names = [str(e) for e in range(n_engines)]
+    clock = [0.0, -1.0]  # simulated now, time of the last KV reports
+    if routed and balancer is None:
+        balancer = (KvCacheBalancer(names, engine.kv_capacity, clock=lambda: clock[0]) if policy == "kv_balancer"
+                    else StickyLeastInflight(names, seed=seed))
+    if fail is not None and not (routed and hasattr(balancer, "mark_down")):
+        raise ValueError(f"fail: policy {policy!r} cannot route around a dead engine")
+    dead: set[int] = set()
     prompt = np.array([t.prompt_tokens for t in trajs], dtype=np.int64)
     engines = [EngineState() for _ in range(E)]
     home = [i % E for i in range(N)]  # engine holding the trajectory's prefix (static: its engine)
@@ -119,6 +145,36 @@ def simulate(trajs: list[SimTrajectory], n_engines: int, engine: EngineSpec, pol
         if en.busy and idle_queue:
             cut(e, t)
 
+    def route(i: int, t: float) -> None:
+        """Routed policies: send trajectory ``i``'s next turn where the balancer says, now."""
+        clock[0] = t
+        if clock[1] != t and hasattr(balancer, "report"):  # engines report KV held or queued (tokens)
+            clock[1] = t
+            for e in set(range(E)) - dead:
+                en = engines[e]
+                balancer.report(names[e], int(en.rows.col(CTX).sum()) + sum(r[CTX] for r in en.waiting))
+        e = int(balancer.acquire(str(i), int(prompt[i]) + done_resp[i],
+                                 max_resp - done_resp[i]))
+        send(i, e, turn[i] > 0 and e == home[i], t)
+
+    def kill(e: int, t: float) -> list[int]:
+        """Engine ``e`` dies at ``t``: its requests are lost; returns the trajectories to route again."""
+        en = engines[e]
+        held = sorted({int(x) for x in en.rows.col(TRAJ)} | {int(r[TRAJ]) for r in en.waiting})
+        if en.busy:  # the macro-step in flight ends now
+            t0, step0, pf_s, b, kv, peak = en.shape
+            k = en.steps
+            en.busy_s -= t0 + pf_s + k * step0 + engine.step_per_kv_token_s * b * k * (k - 1) / 2 - t
+        dead.add(e)
+        en.rows.a, en.busy = en.rows.a[:0], False
+        en.waiting.clear()
+        en.ver += 1
+        clock[0] = t
+        back = sorted(int(x) for x in balancer.mark_down(names[e], "simulated failure"))
+        if back != held:
+            raise RuntimeError(f"balancer handed back {back[:8]}... but engine {e} held {held[:8]}...")
+        return back
+
     def dispatch(t: float) -> None:
         """Dynamic policies: send ready requests where their budget fits (report §3.2).
 
@@ -162,7 +218,7 @@ def simulate(trajs: list[SimTrajectory], n_engines: int, engine: EngineSpec, pol
 
     def start_step(e: int, t: float) -> None:
         en = engines[e]
-        if en.busy:
+        if en.busy or e in dead:
             return
         if reserve:
             n = min(len(en.waiting), engine.max_running - len(en.rows))
@@ -225,8 +281,14 @@ def simulate(trajs: list[SimTrajectory], n_engines: int, engine: EngineSpec, pol
     def turn_done(i: int, t: float, e: int) -> None:
         tr, k = trajs[i], turn[i]
         done_resp[i] += tr.gen_tokens[k]
+        if routed:
+            balancer.release(str(i), names[e])
         if k == len(tr.gen_tokens) - 1:
+            if not np.isnan(finish[i]):
+                raise RuntimeError(f"trajectory {i} finished twice")
             finish[i] = t
+            if routed:
+                balancer.forget(str(i))
             if policy == "static_barrier":
                 barrier_arrive(e, None)
             return
@@ -238,6 +300,11 @@ def simulate(trajs: list[SimTrajectory], n_engines: int, engine: EngineSpec, pol
 
     if global_q:
         dispatch(0.0)
+    elif routed:
+        for i in range(N):
+            route(i, 0.0)
+        if fail is not None:
+            push(float(fail[1]), "fail", int(fail[0]))
     else:
         for i in range(N):
             engines[home[i]].waiting.append(make_req(i, cached=False))
@@ -267,9 +334,16 @@ def simulate(trajs: list[SimTrajectory], n_engines: int, engine: EngineSpec, pol
                         en.reserved -= int(r[BUDGET])
                     turn_done(int(r[TRAJ]), t, e)
             return e
+        if kind == "fail":
+            for i in kill(payload, t):
+                route(i, t)
+            return None
         i = payload  # a tool call returned
         e = home[i]
         heapq.heappop(engines[e].tool_times)
+        if routed:
+            route(i, t)
+            return home[i]
         if global_q:
             ready_cont[e].append(i)
         elif policy == "static":
@@ -285,6 +359,7 @@ def simulate(trajs: list[SimTrajectory], n_engines: int, engine: EngineSpec, pol
             touched.add(handle(t, *heapq.heappop(events)[2:]))
         if global_q:
             dispatch(t)
+        if global_q or routed:  # a routed request may have gone to any engine
             touched = range(E)
         for e in touched - {None} if isinstance(touched, set) else touched:
             start_step(e, t)

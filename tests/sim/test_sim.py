@@ -17,7 +17,7 @@ from kit.sim import (
 
 ENG = EngineSpec(kv_capacity=100_000, step_base_s=1e-3, step_per_seq_s=1e-5, step_per_kv_token_s=1e-8,
                  prefill_per_token_s=1e-5, max_running=512)
-POLICIES = ("static", "dynamic", "dynamic_reserve", "dynamic_free", "static_barrier")
+POLICIES = ("static", "dynamic", "dynamic_reserve", "dynamic_free", "static_barrier", "kv_balancer", "verl_default")
 
 
 def _single_turn(n, seed):
@@ -40,6 +40,8 @@ def test_equal_lengths_tie_across_policies():
     assert spans["static"] == pytest.approx(spans["dynamic"], rel=1e-12)
     assert spans["static_barrier"] == pytest.approx(spans["dynamic"], rel=1e-12)
     assert spans["dynamic_free"] == pytest.approx(spans["dynamic"], rel=1e-12)
+    assert spans["kv_balancer"] == pytest.approx(spans["dynamic"], rel=1e-12)
+    assert spans["verl_default"] == pytest.approx(spans["dynamic"], rel=1e-12)
     assert spans["dynamic"] >= lower_bound(trajs, 4, ENG)["bound_s"]
 
 

@@ -154,6 +154,18 @@ class KitCpuServer:
                                      "digest": await self.state_dict_digest()}) + "\n")
         return {"loaded": len(state), "seconds": dt}
 
+    async def kv_load(self) -> dict[str, int]:
+        """KV report for the kit's balancer (``kit.bridge.kv_router``, report §3.2), in tokens:
+        ``used_tokens`` = context + sampled tokens of the engine's running rows plus the prompts
+        of its queued requests; ``capacity_tokens`` = slots x the model's context (what the
+        engine's rows can hold at most). Read from the engine's state between decode steps."""
+        eng = self.engine
+        rows = getattr(eng, "_rows", None)  # the engine's running rows and queue (kit.rollout.engine)
+        running = sum(len(r.prompt_ids) + len(r.out) for r in (rows.reqs if rows is not None else ()) if not r.done)
+        queued = sum(len(r.prompt_ids) for r in getattr(eng, "_pending", ()))
+        cap = int(eng.slots) * int(eng.max_context)
+        return {"used_tokens": min(running + queued, cap), "capacity_tokens": cap}
+
     async def set_global_steps(self, global_steps: int) -> None:
         self.global_steps = int(global_steps)
 

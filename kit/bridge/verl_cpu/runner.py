@@ -182,6 +182,7 @@ def build_cpu_launch(cfg: Any, stage: str, *, model_path: str | None = None, tra
     Path(paths.run_dir).mkdir(parents=True, exist_ok=True)
     save(cfg, paths.run_dir)
     bridge_launch.write_agent_loop_config(cfg, paths.agent_loop_config)
+    bridge_launch.write_router_config(cfg, paths, stage)  # rollout.balancer = "kv_cache" (issue #19)
     for f in (paths.train_files, paths.val_files):
         if not Path(f).exists():
             raise FileNotFoundError(f"{f} does not exist ({stage} of run {paths.run_dir} reads it)")

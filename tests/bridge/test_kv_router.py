@@ -1,0 +1,234 @@
+"""kit.bridge.kv_router: the kit balancer as VERL 0.9.1's router, against fake servers.
+
+VERL's own ``get_router_handle`` builds the router from the YAML the kit writes (Ray's actor
+wrapper replaced by a direct call), and VERL's own ``LLMServerClient.generate`` routes through it
+to fake server handles with scripted KV reports. If a VERL upgrade moves the extension point
+(``router_config_path`` -> ``router_class`` -> ``cls(servers, yaml)``) or the protocol's methods,
+these tests fail loudly.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from types import SimpleNamespace
+
+import pytest
+
+pytest.importorskip("verl")
+
+from verl.workers.rollout import router as verl_router  # noqa: E402
+from verl.workers.rollout.llm_server import LLMServerClient  # noqa: E402
+from verl.workers.rollout.replica import TokenOutput  # noqa: E402
+
+from kit.bridge import launch  # noqa: E402
+from kit.bridge.kv_router import KvCacheRouter, parse_sglang_load, parse_sglang_metrics  # noqa: E402
+from kit.bridge.overrides import RecipePaths, to_hydra_overrides  # noqa: E402
+from kit.config import load  # noqa: E402
+
+CAP = 65_536
+
+
+class RayActorError(Exception):
+    """Named as Ray's: the router matches dead-actor errors by name."""
+
+
+class Method:
+    """``handle.method.remote(...)`` as Ray gives it: runs now, returns an awaitable."""
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def remote(self, *args, **kwargs):
+        out = self.fn(*args, **kwargs)
+        if inspect.isawaitable(out):
+            return asyncio.ensure_future(out)
+        fut = asyncio.get_event_loop().create_future()
+        fut.set_result(out)
+        return fut
+
+
+class Handle:
+    """A fake actor handle exposing ``obj``'s public methods as :class:`Method`."""
+
+    def __init__(self, obj):
+        for name in dir(obj):
+            if not name.startswith("_") and callable(getattr(obj, name)):
+                setattr(self, name, Method(getattr(obj, name)))
+
+
+class FakeServer:
+    """A ``kit_cpu``-like server: scripted ``kv_load`` answers, records ``generate`` calls."""
+
+    def __init__(self, name, used=0):
+        self.name, self.used, self.calls = name, used, []
+        self.mode = "ok"  # ok | garbage | dead | hang
+
+    async def kv_load(self):
+        if self.mode == "dead":
+            raise RayActorError(f"{self.name} died")
+        if self.mode == "hang":
+            await asyncio.sleep(60)
+        if self.mode == "garbage":
+            return {"used_tokens": float("nan"), "capacity_tokens": CAP}
+        return {"used_tokens": self.used, "capacity_tokens": CAP}
+
+    async def generate(self, prompt_ids, sampling_params, request_id, image_data=None, video_data=None, **kw):
+        self.calls.append(len(prompt_ids))
+        return TokenOutput(token_ids=[1, 2], log_probs=[-0.1, -0.2], stop_reason="completed",
+                           extra_fields={"global_steps": 0})
+
+
+def build(tmp_path, monkeypatch, servers, **yaml_extra):
+    """The router VERL builds from the kit's router YAML (Ray's wrapper replaced by a call)."""
+    cfg = load("paper-14b", run_dir=str(tmp_path))
+    paths = RecipePaths.default(str(tmp_path), "stage1")
+    path = launch.write_router_config(cfg, paths)
+    if yaml_extra:
+        path.write_text(json.dumps({**json.loads(path.read_text()), **yaml_extra}))
+    monkeypatch.setattr(verl_router.ray, "remote", lambda cls: SimpleNamespace(remote=lambda *a: cls(*a)))
+    r = verl_router.get_router_handle({s.name: Handle(s) for s in servers}, router_config_path=str(path))
+    assert isinstance(r, KvCacheRouter)
+    return r
+
+
+def client(router):
+    cfg = SimpleNamespace(actor_rollout_ref=SimpleNamespace(rollout=SimpleNamespace(name="kit_cpu")))
+    return LLMServerClient(cfg, load_balancer_handle=Handle(router))
+
+
+def test_verl_builds_the_kit_router_from_the_yaml_the_kit_writes(tmp_path, monkeypatch):
+    r = build(tmp_path, monkeypatch, [FakeServer("a"), FakeServer("b")])
+    assert r.get_all_servers() == ["a", "b"]
+    assert r.max_new_tokens == load("paper-14b").stages.stage1.max_response_tokens
+    assert r.status_path == str(tmp_path / "verl" / "router_status.json")
+    # every method of VERL's router protocol is there
+    wanted = {n for n in vars(verl_router.RequestLoadBalancer) if not n.startswith("_")}
+    assert wanted <= {n for n in dir(KvCacheRouter) if not n.startswith("_")}
+
+
+def test_the_switch_selects_the_router_or_leaves_verls(tmp_path):
+    cfg = load("paper-14b", run_dir=str(tmp_path))
+    key = "actor_rollout_ref.rollout.router_config_path="
+    assert f"{key}{tmp_path}/verl/router.yaml" in to_hydra_overrides(cfg, "stage1")
+    verl_cfg = load("paper-14b", run_dir=str(tmp_path), overrides={"rollout.balancer": "verl"})
+    assert not any(o.startswith(key) for o in to_hydra_overrides(verl_cfg, "stage1"))
+    assert launch.write_router_config(verl_cfg, RecipePaths.default(str(tmp_path), "stage1")) is None
+
+
+def test_verl_client_routes_by_free_kv_and_keeps_a_trajectory_home(tmp_path, monkeypatch):
+    a, b = FakeServer("a", used=60_000), FakeServer("b", used=1_000)
+    r = build(tmp_path, monkeypatch, [a, b])
+
+    async def go():
+        await r.poll_once()
+        c = client(r)
+        for rid in ("t1", "t2", "t3"):
+            await c.generate(rid, prompt_ids=list(range(100)), sampling_params={"max_new_tokens": 500})
+        # second turns, after the other server freed up: they stay home (their prefix is there)
+        a.used = 0
+        await r.poll_once()
+        await c.generate("t1", prompt_ids=list(range(700)), sampling_params={"max_new_tokens": 500})
+        await asyncio.sleep(0)  # release_server is fire-and-forget
+        await r.poll_once()  # writes the status file
+
+    asyncio.run(go())
+    assert a.calls == [] and b.calls == [100, 100, 100, 700]
+    st = r.get_status()
+    assert st["counters"]["sticky"] == 1 and st["counters"]["moves"] == 0
+    assert st["total_inflight"] == 0  # VERL's client released every request
+    assert json.loads((tmp_path / "verl" / "router_status.json").read_text())["engines"]["b"]["served"] == 4
+
+
+def test_a_dead_server_is_routed_around_and_garbage_is_counted(tmp_path, monkeypatch):
+    a, b, c = FakeServer("a"), FakeServer("b", used=30_000), FakeServer("c", used=30_000)
+    r = build(tmp_path, monkeypatch, [a, b, c], report_timeout_s=0.2, max_missed_reports=1)
+
+    async def go():
+        await r.poll_once()
+        cl = client(r)
+        await cl.generate("t", prompt_ids=[1] * 10, sampling_params={})
+        a.mode, b.mode, c.mode = "dead", "garbage", "hang"
+        await r.poll_once()
+        await cl.generate("t", prompt_ids=[1] * 20, sampling_params={})  # its home died: elsewhere
+        await cl.generate("u", prompt_ids=[1] * 20, sampling_params={})
+
+    asyncio.run(go())
+    counters = r.get_status()["counters"]
+    assert a.calls == [10]
+    assert b.calls == [20, 20]  # c stopped answering (marked down); b answers garbage but lives
+    assert counters["engines_down"] == 2 and counters["bad_reports"] == 1 and counters["missed_reports"] == 1
+    assert counters["moves"] == 0  # the dead home was dropped, so "t" starts afresh
+
+
+def test_sglang_metrics_and_load_parsing():
+    text = ("# HELP sglang:num_used_tokens x\n# TYPE sglang:num_used_tokens gauge\n"
+            'sglang:num_used_tokens{model_name="m",dp_rank="0"} 1200.0\n'
+            'sglang:num_used_tokens{model_name="m",dp_rank="1"} 800.0\n'
+            'sglang:max_total_num_tokens{model_name="m",dp_rank="0"} 50000.0\n'
+            'sglang:max_total_num_tokens{model_name="m",dp_rank="1"} 50000.0\n'
+            'sglang:num_running_reqs{model_name="m"} 3.0\n')
+    assert parse_sglang_metrics(text) == (2000.0, 100000.0)
+    assert parse_sglang_metrics("sglang:num_running_reqs 1\n") is None
+    assert parse_sglang_metrics("sglang:num_used_tokens NaN\nsglang:max_total_num_tokens 5\n") is None
+    assert parse_sglang_load([{"num_tokens": 10}, {"num_tokens": 5}]) == (15.0, None)
+    assert parse_sglang_load({"num_tokens": 7, "max_total_num_tokens": 70}) == (7.0, 70.0)
+    assert parse_sglang_load({"oops": 1}) is None and parse_sglang_load("x") is None
+
+
+def test_sglang_servers_are_read_over_http_on_loopback(tmp_path, monkeypatch):
+    class Metrics(BaseHTTPRequestHandler):
+        used = 40_000
+
+        def do_GET(self):  # noqa: N802 - http.server's name
+            if self.path != "/metrics":
+                self.send_error(404)
+                return
+            body = (f"sglang:num_used_tokens {Metrics.used}\nsglang:max_total_num_tokens 50000\n").encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *a):
+            pass
+
+    srv = ThreadingHTTPServer(("127.0.0.1", 0), Metrics)
+    th = threading.Thread(target=srv.serve_forever, daemon=True)
+    th.start()
+    try:
+        live = SimpleNamespace(name=f"127.0.0.1:{srv.server_address[1]}", generate=None)
+        gone = SimpleNamespace(name="127.0.0.1:9", generate=None)  # discard port: refused
+        r = build(tmp_path, monkeypatch, [live, gone], report_timeout_s=1.0, max_missed_reports=1)
+        asyncio.run(r.poll_once())
+        st = r.get_status()
+        assert st["engines"][live.name]["reported_tokens"] == 40_000
+        assert st["engines"][live.name]["capacity_tokens"] == 50_000
+        assert not st["engines"][gone.name]["alive"] and st["counters"]["missed_reports"] == 1
+    finally:
+        srv.shutdown()
+        srv.server_close()
+        th.join(5)
+
+
+async def test_kit_cpu_server_reports_its_kv(tmp_path):
+    from kit import prompts
+    from kit.bridge.verl_cpu.rollout import KitCpuServer
+    from kit.models import build_tiny_model, save_policy, train_tokenizer
+
+    corpus = [prompts.render_prompt(f"What is {a} + {a}?") + f"<answer>\\boxed{{{2 * a}}}</answer>" for a in range(50)]
+    tok = train_tokenizer(corpus, 300)
+    pol = save_policy(build_tiny_model(load("smoke", write=False).model, tok, seed=0), tok, tmp_path / "policy")
+    server = KitCpuServer(str(pol), slots=4, response_length=16, threads=1)
+    idle = await server.kv_load()
+    assert idle["used_tokens"] == 0 and idle["capacity_tokens"] == 4 * server.engine.max_context
+    prompt = server.tokenizer.encode(prompts.render_prompt("What is 3 + 3?"), add_special_tokens=False)
+    tasks = [asyncio.ensure_future(server.generate(prompt, {"max_new_tokens": 16}, request_id=str(i))) for i in range(3)]
+    await asyncio.sleep(0)  # the requests are queued or running now
+    busy = await server.kv_load()
+    assert busy["used_tokens"] >= 3 * len(prompt)
+    await asyncio.gather(*tasks)
+    assert (await server.kv_load())["used_tokens"] == 0

@@ -64,6 +64,7 @@ from kit.bridge.checkpoints import (
 from kit.bridge.overrides import STAGES, stage_step_offset
 from kit.bridge.sft import sft_command
 from kit.config import KitConfig, save
+from kit.train.ablation import arm_seeds
 
 METRICS_FILE = "verl/metrics.jsonl"
 #: kit ``metrics.jsonl`` key <- VERL step-metric key (first present wins); the ``roc/`` keys come
@@ -316,11 +317,12 @@ def run_ablation(cfg: KitConfig, run_dir: str | os.PathLike, init_dir: str | os.
 
 
 def ablation_configs(cfg: KitConfig, run_dir: str | os.PathLike) -> list[tuple[Path, KitConfig]]:
-    """``(arm folder, arm config)`` per (seed, algorithm) of the ablation: ``cfg`` with that seed,
+    """``(arm folder, arm config)`` per (seed, algorithm) of the ablation (seeds from
+    :func:`kit.train.ablation.arm_seeds`): ``cfg`` with that seed,
     algorithm and ``stages.stage1.steps = ablation.steps``, ``run_dir`` the arm folder
     (``dataclasses.replace`` of the caller's config; nothing is reloaded)."""
     out = []
-    for seed in cfg.ablation.seeds:
+    for seed in arm_seeds(cfg):  # offsets from the run's seed, as on the local runtime (issue #16)
         for alg in ("grpo", "grpo_roc"):
             sub = Path(run_dir) / f"{alg}_seed{seed}"
             stage1 = dataclasses.replace(cfg.stages.stage1, steps=cfg.ablation.steps)

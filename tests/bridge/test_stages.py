@@ -221,3 +221,10 @@ def test_a_failed_stage_keeps_its_checkpoint_and_the_rerun_resumes_from_it(tmp_p
     ((_, kw),) = log
     assert kw["resume_from"] == str(d["stage1"].resolve() / "checkpoints" / "global_step_1")
     assert s["end_step"] == 3 and s["launched"]
+
+
+def test_ablation_arm_seeds_are_offsets_from_the_run_seed_as_on_the_local_runtime(tmp_path):
+    cfg = load("paper-14b", {"seed": 7, "ablation.seeds": [0, 2]}, write=False)
+    arms = stages.ablation_configs(cfg, tmp_path)
+    assert sorted(p.name for p, _ in arms) == ["grpo_roc_seed7", "grpo_roc_seed9", "grpo_seed7", "grpo_seed9"]
+    assert sorted({c.seed for _, c in arms}) == [7, 9]

@@ -66,8 +66,9 @@ from kit.config import AlgorithmConfig
 
 #: extra_fields keys the agent loop (kit.bridge.agent_loop) writes and RoC reads.
 COUNTER_KEYS = ("tool_calls", "tool_errors", "infra_errors", "answer_tags", "turns")
-#: Prefix of the metrics this hook adds to VERL's step metrics.
-METRIC_PREFIX = "roc/"
+#: Prefix of the metrics this hook adds to VERL's step metrics: under the kit's one prefix ``rstar2/``
+#: (``kit.bridge.tracking.KIT_PREFIX``), so a dashboard tells the kit's numbers from VERL's own.
+METRIC_PREFIX = "rstar2/roc/"
 ROLLOUT_N_KEY = "__rollout_n__"
 
 
@@ -143,7 +144,7 @@ def select_trajectories(
         texts: (N,) decoded responses with special tokens; given, p_err and p_format use the
             release's text reading instead of the counters.
     Returns:
-        ``(kept, metrics)``: ascending row indices and ``roc/``-prefixed floats.
+        ``(kept, metrics)``: ascending row indices and ``rstar2/roc/``-prefixed floats.
     Raises:
         KeyError: a trajectory lacks a counter (names the row and the key).
     """

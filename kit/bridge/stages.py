@@ -67,20 +67,31 @@ from kit.config import KitConfig, save
 from kit.train.ablation import arm_seeds
 
 METRICS_FILE = "verl/metrics.jsonl"
-#: kit ``metrics.jsonl`` key <- VERL step-metric key (first present wins); the ``roc/`` keys come
-#: from ``kit.bridge.roc_hook``. ``accuracy`` is the mean 0/1 reward of the trained rollouts.
+
+
+def _roc(key: str) -> tuple[str, str]:
+    """A RoC metric's names in VERL's log: ``rstar2/roc/<key>`` (``kit.bridge.roc_hook``), then ``roc/<key>``."""
+    return f"rstar2/roc/{key}", f"roc/{key}"
+
+
+#: kit ``metrics.jsonl`` key <- VERL step-metric key (first present wins); the ``rstar2/roc/`` keys come
+#: from ``kit.bridge.roc_hook`` (``roc/``: its name before the kit's metrics moved under one prefix,
+#: read so a stage resumed across that change converts its earlier lines too). ``accuracy`` is the
+#: mean 0/1 reward of the trained rollouts. Every VERL name here is one VERL 0.9.1's v1 trainer logs
+#: (``tests/bridge/golden/verl_step_metrics.txt``). ``time_verify_s`` has none: the kit's reward is
+#: graded in VERL's reward-loop workers during generation (inside ``timing_s/gen``); the v1 trainer
+#: logs ``timing_s/reward`` only when it scores with a colocated reward model, so VERL rows leave it out.
 METRIC_MAP: dict[str, tuple[str, ...]] = {
     "reward_mean": ("critic/score/mean", "critic/rewards/mean"),
-    "accuracy": ("roc/accuracy_after", "critic/score/mean"),
+    "accuracy": (*_roc("accuracy_after"), "critic/score/mean"),
     "response_len_mean": ("response_length/mean",),
     "truncation_ratio": ("response_length/clip_ratio",),
-    "tool_error_ratio_correct_before": ("roc/tool_error_ratio_correct_before",),
-    "tool_error_ratio_correct_after": ("roc/tool_error_ratio_correct_after",),
-    "p_format_mean": ("roc/p_format_mean",),
-    "kept": ("roc/kept",),
+    "tool_error_ratio_correct_before": _roc("tool_error_ratio_correct_before"),
+    "tool_error_ratio_correct_after": _roc("tool_error_ratio_correct_after"),
+    "p_format_mean": _roc("p_format_mean"),
+    "kept": _roc("kept"),
     "turns_mean": ("num_turns/mean",),
     "time_generate_s": ("timing_s/gen",),
-    "time_verify_s": ("timing_s/reward",),
     "time_update_s": ("timing_s/update_actor",),
     "time_step_s": ("timing_s/step",),
 }

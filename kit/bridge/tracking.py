@@ -7,9 +7,10 @@ One setting, ``[logging] backends`` (:class:`kit.config.LoggingConfig`), reaches
 * the local trainer (``kit.train``) logs each step through :class:`LocalTracker`, which wraps the
   same ``Tracking`` class and renames the kit's metrics to the names VERL's trainer logs
   (:data:`RL_NAMES`, :data:`SFT_NAMES`), so one dashboard (TensorBoard, W&B, MLflow, trackio)
-  holds runs of both runtimes. RoC's selection metrics carry VERL's runtime's own names
-  (``roc/<key>``, the prefix of ``kit.bridge.roc_hook``); every other number of the kit's row
-  (tool calls, tool errors, B-STaR balance, timings VERL has no name for) goes under ``rstar2/``.
+  holds runs of both runtimes. Every kit-specific metric goes under the one prefix ``rstar2/``:
+  RoC's selection metrics as ``rstar2/roc/<key>``, the names the VERL runtime's sampler logs
+  (``kit.bridge.roc_hook``), and every other number of the kit's row (tool calls, tool errors,
+  B-STaR balance, timings VERL has no name for) as ``rstar2/<key>``.
 
 The kit's ``metrics.jsonl`` stays the complete record; the trackers are views of it.
 
@@ -40,8 +41,9 @@ from kit.config import LOG_BACKENDS
 
 PROJECT = "rstar2-kit"  # VERL's trainer.project_name (kit.bridge.overrides)
 TRACKING_DIR = "tracking"  # under the run folder
-ROC_PREFIX = "roc/"  # kit.bridge.roc_hook.METRIC_PREFIX (kept literal: that module imports VERL's trainer)
+#: Every kit-specific metric goes under this one prefix on both runtimes; VERL's own names stay unprefixed.
 KIT_PREFIX = "rstar2/"
+ROC_PREFIX = KIT_PREFIX + "roc/"  # == kit.bridge.roc_hook.METRIC_PREFIX (not imported: that module imports VERL's trainer)
 #: Python package each backend imports (console and file need nothing beyond VERL).
 PACKAGES = {"tensorboard": "tensorboard", "wandb": "wandb", "mlflow": "mlflow", "trackio": "trackio"}
 #: Keys of a metrics row that identify it rather than measure something.
@@ -159,9 +161,9 @@ def tracker_metrics(row: Mapping[str, Any], names: Mapping[str, tuple[str, ...]]
         row: a ``metrics.jsonl`` row (plus :func:`trained_stats` for RL).
         names: :data:`RL_NAMES` or :data:`SFT_NAMES`.
         selection: the RoC selection metrics of the step (``kit.algo.roc_step``); logged as
-            ``roc/<key>``, and the row's copies of them are not repeated.
+            ``rstar2/roc/<key>``, and the row's copies of them are not repeated.
     Returns:
-        ``{name: float}``: VERL names for the keys of ``names``, ``roc/...`` for ``selection``,
+        ``{name: float}``: VERL names for the keys of ``names``, ``rstar2/roc/...`` for ``selection``,
         ``rstar2/<key>`` for every other number of ``row`` (identifiers, strings and None left out).
     """
     out: dict[str, float] = {}

@@ -12,6 +12,7 @@ import torch
 from omegaconf import OmegaConf
 
 from kit.algo.roc import RocParams, allocate
+from kit.bridge.tracking import ROC_PREFIX
 
 G, N2 = 4, 8  # keep G of 2G
 
@@ -77,7 +78,8 @@ def test_apply_roc_on_dataproto_keeps_G_per_prompt_with_intended_composition(hoo
     assert a_pos_sessions == [0, 1]  # p_total 0.0 and 1.0 beat row 2 (no tool, no answer: 1.5)
     c_rows = [i for i, u in enumerate(uids) if u == "C"]
     assert int((rew[c_rows] > 0).sum()) == allocate(5, 3, G)[0]
-    assert metrics["roc/kept"] == 2 * G and metrics["roc/groups_dropped_equal_reward"] == 1
+    assert hook.METRIC_PREFIX == ROC_PREFIX == "rstar2/roc/" and all(k.startswith(ROC_PREFIX) for k in metrics)
+    assert metrics["rstar2/roc/kept"] == 2 * G and metrics["rstar2/roc/groups_dropped_equal_reward"] == 1
     # rows travel whole: each kept row's responses are those of an input row of the same uid
     orig = {(r["uid"], int(r["responses"][0])) for r in rows}
     assert all((u, int(kept.batch["responses"][i, 0])) in orig for i, u in enumerate(uids))
@@ -164,7 +166,7 @@ def test_v1_sampler_evicts_refills_and_keeps_G_of_2G(hook, fake_tq):
     assert len(meta.keys) == 2 * G and len(meta.tags) == 2 * G
     assert uids.count("A") == G and "B" not in uids and fake_tq.refills >= 1
     assert metrics["training/filter_groups/evicted_samples"] == 1
-    assert metrics["roc/kept"] == 2 * G and metrics["roc/sampled"] == 2 * N2
+    assert metrics["rstar2/roc/kept"] == 2 * G and metrics["rstar2/roc/sampled"] == 2 * N2
     # rejected trajectories and the evicted group are gone from the store; kept ones remain
     stored = set(fake_tq.values["train"])
     assert set(meta.keys) <= stored and not any(k.startswith("B_") for k in stored)
@@ -207,7 +209,7 @@ def test_v1_sampler_selects_sessions_by_their_last_output(hook, fake_tq):
     meta, metrics = buf.sample(global_steps=0, partition_id="train", batch_size=1)
     sessions = {k.rsplit("_", 1)[0] for k in meta.keys}
     assert len(sessions) == G and len(meta.keys) == 2 * G  # both outputs of each kept session
-    assert metrics["roc/sampled"] == N2 and metrics["roc/positives_kept"] == 2
+    assert metrics["rstar2/roc/sampled"] == N2 and metrics["rstar2/roc/positives_kept"] == 2
     assert {"A_0", "A_1"} <= sessions  # the two lowest-p_total positives by their final outputs
 
 
@@ -295,7 +297,7 @@ def test_text_reading_option_decodes_responses_like_the_release(hook):
     by_text, m = hook.apply_roc(data, params, tokenizer=tok)
     assert int(by_counters.batch["responses"][0, 0]) == ids[0][0]  # row 0 kept (p_total 0 vs 1.0)
     assert by_text.batch["responses"][0].tolist()[: len(ids[1])] == ids[1]  # row 1 kept (0.0 vs 1.5)
-    assert m["roc/p_total_correct_mean_before"] == pytest.approx((1.5 + 0.0) / 2)
+    assert m["rstar2/roc/p_total_correct_mean_before"] == pytest.approx((1.5 + 0.0) / 2)
 
 
 def test_v1_sampler_draw_does_not_depend_on_arrival_order(hook, monkeypatch):

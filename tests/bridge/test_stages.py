@@ -31,7 +31,7 @@ def fake_verl(log):
         m = Path(kw["metrics_file"])
         m.parent.mkdir(parents=True, exist_ok=True)
         m.write_text("".join(json.dumps({"step": s, "data": {"critic/score/mean": 0.5, "response_length/mean": 100.0,
-                                                             "roc/tool_error_ratio_correct_before": 0.1}}) + "\n"
+                                                             "rstar2/roc/tool_error_ratio_correct_before": 0.1}}) + "\n"
                              for s in range(kw["start_step"] + 1, end + 1))
                      + json.dumps({"step": end, "data": {"val-core/aime24/acc/mean@16": 0.2}}) + "\n")
         return 0
@@ -228,3 +228,24 @@ def test_ablation_arm_seeds_are_offsets_from_the_run_seed_as_on_the_local_runtim
     arms = stages.ablation_configs(cfg, tmp_path)
     assert sorted(p.name for p, _ in arms) == ["grpo_roc_seed7", "grpo_roc_seed9", "grpo_seed7", "grpo_seed9"]
     assert sorted({c.seed for _, c in arms}) == [7, 9]
+
+
+def test_the_metric_map_reads_names_verl_s_v1_trainer_and_the_roc_hook_really_log(tmp_path):
+    golden = Path(__file__).parent / "golden" / "verl_step_metrics.txt"
+    emitted = {ln.strip() for ln in golden.read_text().splitlines() if ln.strip() and not ln.startswith("#")}
+    for key, sources in stages.METRIC_MAP.items():
+        # the first name of each key is a real one; the rest are fallbacks (roc/: the hook's name before rstar2/roc/)
+        assert sources[0] in emitted, (key, sources[0])
+        assert all(s in emitted or s.startswith("roc/") for s in sources), (key, sources)
+    # a stage resumed across the rename: its early lines carry roc/, its later ones rstar2/roc/
+    src = tmp_path / "verl" / "metrics.jsonl"
+    src.parent.mkdir()
+    src.write_text(json.dumps({"step": 1, "data": {"critic/score/mean": 0.5, "roc/kept": 4.0, "roc/accuracy_after": 0.75}})
+                   + "\n" + json.dumps({"step": 2, "data": {"critic/score/mean": 0.25, "rstar2/roc/kept": 8.0,
+                                                                "rstar2/roc/accuracy_after": 0.5,
+                                                                "rstar2/roc/tool_error_ratio_correct_before": 0.2}}) + "\n")
+    out = tmp_path / "metrics.jsonl"
+    assert stages.convert_metrics(src, out, stage="stage1", start_step=0, algorithm="grpo_roc", seed=0) == 2
+    rows = [json.loads(x) for x in out.read_text().splitlines()]
+    assert [(r["kept"], r["accuracy"]) for r in rows] == [(4.0, 0.75), (8.0, 0.5)]
+    assert rows[1]["tool_error_ratio_correct_before"] == 0.2 and "time_verify_s" not in rows[1]

@@ -124,6 +124,22 @@ def test_the_roc_names_are_the_ones_the_verl_runtime_logs():
     assert "rstar2/kept" not in logged  # the row's copy of a selection metric is not repeated
 
 
+def test_every_kit_metric_goes_under_the_one_kit_prefix():
+    # issue #20: VERL's names unprefixed, RoC and tool metrics (and every other kit number) under rstar2/
+    rewards = np.array([1, 0, 1, 0, 1, 1, 0, 0], float)
+    cnt = {"tool_calls": np.ones(8, int), "tool_failures": np.zeros(8, int), "infra_errors": np.zeros(8, int),
+           "answer_tags": np.ones(8, int), "turns": np.full(8, 2)}
+    _, sel = roc_step(rewards, np.zeros(8, int), cnt, RocParams(group_size=4), seed=0)
+    row = {"stage": "stage1", "step": 1, "global_step": 1, "loss": 0.1, "kept": 4, "tool_calls_per_traj": 1.0,
+           "tool_error_ratio_correct_before": 0.0, "bstar_balance": 0.5, "time_tool_s": 0.2}
+    logged = tracking.tracker_metrics(row, tracking.RL_NAMES, sel)
+    verl = {n for names in tracking.RL_NAMES.values() for n in names}
+    kit = set(logged) - verl
+    assert kit and all(k.startswith("rstar2/") for k in kit), sorted(kit)
+    assert {"rstar2/roc/kept", "rstar2/roc/sampled", "rstar2/tool_calls_per_traj", "rstar2/bstar_balance"} <= kit
+    assert logged["actor/pg_loss"] == 0.1 and tracking.ROC_PREFIX == "rstar2/roc/"
+
+
 def test_sft_names_are_the_ones_verl_s_sft_trainer_builds():
     import verl.trainer.sft_trainer as vsft
 
@@ -159,7 +175,7 @@ def test_tensorboard_and_file_backends_write_verl_names_under_the_run_folder(tmp
     kept = t.log_rl({"stage": "stage1", "step": 1, "global_step": 3, "loss": 0.25, "tool_calls_per_traj": 1.5},
                     {"kept": 2.0}, [_traj(), _traj(resp=6), _traj(resp=8)], [1.0, 0.0, 1.0], kept=[0, 2])
     t.finish()
-    assert kept["response_length/mean"] == 6 and kept["critic/score/mean"] == 1.0 and kept["roc/kept"] == 2
+    assert kept["response_length/mean"] == 6 and kept["critic/score/mean"] == 1.0 and kept["rstar2/roc/kept"] == 2
     sc = scalars(tmp_path / "tracking" / "tensorboard")
     assert sc["train/loss"] == [(1, 2.0), (2, 1.0)] and sc["actor/pg_loss"] == [(3, 0.25)]
     assert sc["rstar2/tool_calls_per_traj"] == [(3, 1.5)] and sc["rstar2/tokens"] == [(1, 100.0), (2, 100.0)]

@@ -81,10 +81,10 @@ def test_roc_logged_and_a_real_policy_gradient_step(run):
     m = run["metrics"]
     assert sorted(m) == [1, 2]
     for step in (1, 2):
-        assert m[step]["roc/sampled"] == 16 and m[step]["roc/kept"] == 8  # 2 prompts x 2G -> G each
+        assert m[step]["rstar2/roc/sampled"] == 16 and m[step]["rstar2/roc/kept"] == 8  # 2 prompts x 2G -> G each
         assert math.isfinite(m[step]["actor/pg_loss"])
     # mixed rewards: some group had both outcomes, so advantages and the gradient are non-zero
-    assert any(0 < m[s]["roc/accuracy_before"] < 1 for s in (1, 2))
+    assert any(0 < m[s]["rstar2/roc/accuracy_before"] < 1 for s in (1, 2))
     assert any(m[s]["actor/grad_norm"] > 0 for s in (1, 2))
 
 
@@ -137,5 +137,5 @@ def test_verl_logs_every_name_the_local_trainer_uses_and_tensorboard_reads_the_r
     assert named <= emitted, sorted(named - emitted)
     acc = EventAccumulator(str(run["run_dir"] / "tracking" / "tensorboard"))
     acc.Reload()
-    assert {"actor/pg_loss", "roc/kept", "response_length/mean"} <= set(acc.Tags()["scalars"])
+    assert {"actor/pg_loss", "rstar2/roc/kept", "response_length/mean"} <= set(acc.Tags()["scalars"])
     assert [e.step for e in acc.Scalars("actor/pg_loss")] == [1, 2]

@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from kit.bridge.tracking import RL_NAMES
 from kit.config import load
 from kit.data import tasks
 from kit.models import build_tiny_model, save_policy, train_tokenizer
@@ -59,13 +60,16 @@ def test_a_local_stage_writes_tensorboard_events_with_verl_s_names_and_the_kit_s
     tags = set(acc.Tags()["scalars"])
     assert {"actor/pg_loss", "actor/grad_norm", "actor/entropy", "response_length/mean", "critic/score/mean",
             "num_turns/mean", "timing_s/gen"} <= tags
-    assert {"roc/tool_error_ratio_correct_before", "roc/kept", "roc/accuracy_after"} <= tags  # RoC, as VERL's runtime
+    # RoC as VERL's runtime logs it, and every kit metric under the one prefix; VERL's names unprefixed
+    assert {"rstar2/roc/tool_error_ratio_correct_before", "rstar2/roc/kept", "rstar2/roc/accuracy_after"} <= tags
+    verl_names = {n for names in RL_NAMES.values() for n in names}
+    assert all(t in verl_names or t.startswith("rstar2/") for t in tags), sorted(tags - verl_names)
     assert {"rstar2/tool_calls_per_traj", "rstar2/tool_use_rate", "rstar2/bstar_balance"} <= tags  # tool metrics
     rows = common.metric_rows(stage)
     loss = acc.Scalars("actor/pg_loss")
     assert [e.step for e in loss] == [r["global_step"] for r in rows] == [1, 2]
     assert [e.value for e in loss] == pytest.approx([r["loss"] for r in rows], rel=1e-6, abs=1e-9)
-    assert [e.value for e in acc.Scalars("roc/kept")] == [r["kept"] for r in rows] == [8, 8]
+    assert [e.value for e in acc.Scalars("rstar2/roc/kept")] == [r["kept"] for r in rows] == [8, 8]
 
 
 def test_the_kit_s_metrics_file_is_unchanged_and_verl_s_file_logger_line_matches(stage):
@@ -75,7 +79,7 @@ def test_the_kit_s_metrics_file_is_unchanged_and_verl_s_file_logger_line_matches
     assert [v["step"] for v in verl] == [1, 2]
     assert verl[0]["data"]["actor/grad_norm"] == pytest.approx(rows[0]["grad_norm"])
     for v in verl:  # VERL's score statistics are over the rows it trains on: RoC's kept rows
-        assert v["data"]["roc/sampled"] == 16 and v["data"]["critic/score/mean"] == v["data"]["roc/accuracy_after"]
+        assert v["data"]["rstar2/roc/sampled"] == 16 and v["data"]["critic/score/mean"] == v["data"]["rstar2/roc/accuracy_after"]
 
 
 def test_a_tracker_that_is_not_installed_stops_the_stage_before_any_step(policy, tmp_path, monkeypatch):

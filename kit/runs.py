@@ -87,6 +87,8 @@ def series_parameters(lay: Layout, seed: int, overrides: dict[str, Any] | None =
 
 
 SERIES: tuple[str, ...] = tuple(name for name, _ in series_parameters(Layout(Path("."), "tiny"), 0))
+#: the name of each notebook's run directory inside a pipeline run (``sft``, ``stage1``, ...)
+RUN_DIR_NAME: dict[str, str] = {name: Path(p["run_dir"]).name for name, p in series_parameters(Layout(Path("/r"), "p"), 0)}
 
 
 # ------------------------------------------------------------------ upstream checks of a notebook
@@ -138,6 +140,13 @@ def pipeline_command(folder: str | os.PathLike, until: str) -> str:
     return f"python -m kit.pipeline run --profile {profile} --run {run} --until {until}{root}"
 
 
+def _writes_there(missing: list[tuple[str, Path, str]]) -> bool:
+    """Whether one pipeline run writes every missing folder where the notebook looks: all in one
+    ``<reports>/<profile>/<run>/`` and each named as the pipeline names its notebook's run directory."""
+    roots = {Path(folder).resolve().parent for _, _, folder in missing}
+    return len(roots) == 1 and all(Path(folder).resolve().name == RUN_DIR_NAME[maker] for maker, _, folder in missing)
+
+
 def require_upstream(notebook: str, **dirs: str | os.PathLike | list) -> None:
     """Check, before a notebook does any work, that its upstream run folders hold what their notebooks write.
 
@@ -150,8 +159,10 @@ def require_upstream(notebook: str, **dirs: str | os.PathLike | list) -> None:
     Raises:
         UpstreamMissing: in one line, the earliest missing product (its path and the notebook that
             writes it), and the pipeline command that writes every missing one (``--until`` the
-            latest notebook missing).
+            latest notebook missing) when one pipeline run writes them all where the notebook looks
+            (else how to point the parameters at a pipeline run's folders).
         KeyError: ``notebook`` or a parameter name is not in :data:`UPSTREAM`.
+        ValueError: a list parameter (09's ``stage_dirs``) has not one folder per producing notebook.
     """
     producers = UPSTREAM.get(notebook, {})
     missing: list[tuple[str, Path, str]] = []
@@ -159,6 +170,9 @@ def require_upstream(notebook: str, **dirs: str | os.PathLike | list) -> None:
         if name not in producers:
             raise KeyError(f"{notebook} has no upstream parameter {name!r}; known: {sorted(producers)}")
         makers = producers[name]
+        if isinstance(makers, tuple) and (isinstance(value, str | os.PathLike) or len(value) != len(makers)):
+            raise ValueError(f"{notebook}: {name} takes {len(makers)} folders, one per notebook "
+                             f"({', '.join(makers)}), got {value!r}")
         pairs = zip(value, makers, strict=True) if isinstance(makers, tuple) else [(value, makers)]
         for folder, maker in pairs:
             product = Path(folder) / PRODUCT[maker]
@@ -169,6 +183,8 @@ def require_upstream(notebook: str, **dirs: str | os.PathLike | list) -> None:
     maker, product, _ = min(missing)  # the earliest notebook first: it is the one to run first
     last, _, last_folder = max(missing)  # ... and the pipeline runs up to the latest one missing
     span = maker if last == maker else f"{maker} to {last}"
+    how = (f"`{pipeline_command(last_folder, last[:2])}`" if _writes_there(missing) else
+           "point its parameters at folders of a pipeline run (`<reports>/<profile>/<run>/`), which "
+           "`python -m kit.pipeline run --until NN` writes")
     raise UpstreamMissing(
-        f"{notebook} needs {product}, which {maker} writes: run {span} (and the notebooks before) "
-        f"first, or `{pipeline_command(last_folder, last[:2])}`")
+        f"{notebook} needs {product}, which {maker} writes: run {span} (and the notebooks before) first, or {how}")

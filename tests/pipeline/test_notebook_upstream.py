@@ -61,7 +61,8 @@ def test_missing_upstream_is_one_line_naming_the_notebook_and_the_command(tmp_pa
     # both missing: the earliest is named, and the command runs up to the latest
     with pytest.raises(UpstreamMissing, match="01_data_curation writes: run 01_data_curation to 02_cold_start_sft "
                                               r"\(and the notebooks before\) first, or .*--until 02 "):
-        require_upstream("03_rl_stage1", init_dir=lay.dir("sft"), data_dir=lay.dir("nowhere"))
+        empty = Layout.for_run("smoke", "empty", tmp_path)
+        require_upstream("03_rl_stage1", init_dir=empty.dir("sft"), data_dir=empty.dir("data"))
     # 09's list parameter: one producer per item
     with pytest.raises(UpstreamMissing, match="04_rl_stage2 writes"):
         (tmp_path / "s1" / "policy").mkdir(parents=True)
@@ -87,3 +88,23 @@ def test_notebook_03_alone_fails_in_one_line_and_writes_nothing(tmp_path):
     assert "01_data_curation writes" in err.value.evalue and "--until 02" in err.value.evalue
     assert len(err.value.traceback) == 1, err.value.traceback  # the message, not 13 frames of the kit
     assert not (tmp_path / "smoke" / "t" / "stage1").exists()
+
+
+def test_no_pipeline_command_is_offered_for_folders_no_pipeline_run_writes(tmp_path):
+    # notebook 05 alone with folders outside a run's layout: the command guessed from the path
+    # (`--profile <parent> --run <folder>`) would write other folders than the notebook reads
+    with pytest.raises(UpstreamMissing) as err:
+        require_upstream("05_rl_stage3", init_dir=tmp_path / "up" / "init", data_dir=tmp_path / "up" / "data")
+    msg = str(err.value)
+    assert "\n" not in msg and "01_data_curation writes: run 01_data_curation to 04_rl_stage2" in msg
+    assert "--profile" not in msg and "point its parameters at folders of a pipeline run" in msg
+    # two different runs: no one command writes both
+    a, b = Layout.for_run("smoke", "a", tmp_path), Layout.for_run("smoke", "b", tmp_path)
+    with pytest.raises(UpstreamMissing) as err:
+        require_upstream("04_rl_stage2", init_dir=a.dir("stage1"), data_dir=b.dir("data"))
+    assert "--profile" not in str(err.value)
+    # the layout's own folders still get the command
+    with pytest.raises(UpstreamMissing, match=r"`python -m kit.pipeline run --profile smoke --run a --until 04 "):
+        require_upstream("05_rl_stage3", init_dir=a.dir("stage2"), data_dir=a.dir("data"))
+    with pytest.raises(ValueError, match=r"stage_dirs takes 3 folders, one per notebook \(03_rl_stage1, "):
+        require_upstream("09_figures_and_tables", stage_dirs=[a.dir("stage1")])

@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import logging
 import os
 import re
 import resource
@@ -285,6 +286,20 @@ def mark_not_run(output: Path, index: int | None, error: str) -> None:
 # --------------------------------------------------------------------------- running
 
 
+class _CellOutput(logging.Handler):
+    """Writes papermill's ``log_output`` records (a cell's stdout and stderr text, cell headers) to
+    ``stream`` as they come, without adding a newline to text that ends one (or a bar's ``\\r``)."""
+
+    def __init__(self, stream: Any):
+        super().__init__(logging.INFO)
+        self.stream = stream
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        self.stream.write(msg if msg.endswith(("\n", "\r")) else msg + "\n")
+        self.stream.flush()
+
+
 def run_series(
     notebooks: Sequence[NotebookRun],
     layout: Layout,
@@ -323,9 +338,18 @@ def run_series(
     user_omp = "OMP_WAIT_POLICY" in os.environ  # the user chose how OpenMP threads wait
     os.environ.update({k: v for k, v in KERNEL_ENV.items()
                        if k not in os.environ and not (k == "GOMP_SPINCOUNT" and user_omp)})
+    pm_log = logging.getLogger("papermill")  # papermill's --log-output lines: stdout at INFO, stderr at WARNING
+    shown, old_level, old_propagate = _CellOutput(sys.stdout), pm_log.level, pm_log.propagate
+    if log_output:  # without a handler of its own, Python drops INFO records: cell prints would never show
+        pm_log.addHandler(shown)
+        pm_log.setLevel(logging.INFO)
+        pm_log.propagate = False  # a root handler the caller configured would print every line twice
     try:
         return _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout_s, echo)
     finally:
+        pm_log.removeHandler(shown)
+        pm_log.setLevel(old_level)
+        pm_log.propagate = old_propagate
         for k, v in saved.items():
             if v is None:
                 os.environ.pop(k, None)

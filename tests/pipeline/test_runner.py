@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 import nbformat
 import pytest
@@ -254,3 +255,21 @@ def test_each_notebook_gets_its_cpu_seconds_and_the_run_a_times_table(tmp_path, 
     again = run_series(runs, lay, progress_bar=False, echo=lambda s: None)
     table2 = pipeline.times_table(again)
     assert table2.count("earlier") == 2 and f"{by['busy']['cpu_seconds']:.0f}" in table2.splitlines()[1]
+
+
+def test_log_output_streams_what_the_cells_print(tmp_path, make_notebook, capfd):
+    # --log-output: papermill logs a cell's stdout at INFO, which Python drops without a handler, so
+    # before the fix a papermill log showed no cell output and no progress bar at all
+    a = make_notebook(tmp_path / "src" / "a.ipynb", 'run_dir = ""',
+                      "import sys\nprint('cell says hello')\nprint('\\rbar 50%', end='', flush=True)\n"
+                      "print('cell warns', file=sys.stderr)")
+    lay = Layout(root=tmp_path / "out", profile="tiny")
+    runs = [NotebookRun(a, {"run_dir": lay.dir("a")}, (lay.dir("a"),))]
+    logger = logging.getLogger("papermill")
+    level, handlers = logger.level, list(logger.handlers)
+    run_series(runs, lay, progress_bar=False, log_output=True, echo=lambda s: None)
+    out = capfd.readouterr().out
+    assert "cell says hello\n" in out and "\rbar 50%" in out and "cell warns" in out
+    assert (logger.level, logger.handlers, logger.propagate) == (level, handlers, True)  # restored
+    run_series(runs, lay, progress_bar=False, force=True, echo=lambda s: None)
+    assert "cell says hello" not in capfd.readouterr().out  # without --log-output: the executed notebook only

@@ -178,6 +178,14 @@ def _plot_algorithms(ax, df: pd.DataFrame, key: str, window: int, linestyle: str
             ax.fill_between(steps, lo, hi, color=line.get_color(), alpha=0.15, lw=0)
 
 
+def _legend(ax, empty: str) -> None:
+    """The legend of ``ax``, or, when nothing was drawn (every value undefined), ``empty`` in its middle."""
+    if ax.get_legend_handles_labels()[1]:
+        ax.legend(fontsize=8)
+    else:
+        ax.text(0.5, 0.5, empty, transform=ax.transAxes, ha="center", va="center", fontsize=8, color="0.35", wrap=True)
+
+
 def _subtitle(fig, note: str) -> None:
     """The profile/model line, as a suptitle (constrained layout keeps it clear of the axes)."""
     if note:
@@ -225,7 +233,8 @@ def figure4_tool_errors(metrics, *, smooth: int = 1, note: str = "", paper_plate
     ax.set_ylim(-0.02 * max(hi, 0.1), hi)  # a ratio of 0 stays visible above the axis
     ax.set_title("Figure 4: tool errors in correct trajectories")
     ax.grid(alpha=0.3)
-    ax.legend(fontsize=8)
+    _legend(ax, "no value to draw: no correct trajectory called the tool in any step\n"
+                "(expected of a run too short to learn, e.g. the smoke profile)")
     _subtitle(fig, note)
     return fig
 

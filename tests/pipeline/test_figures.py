@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import warnings
 
 import numpy as np
 import pytest
@@ -50,6 +51,20 @@ def test_figure4_with_undefined_tool_error_ratios(tmp_path):
     labels = [ln.get_label() for ln in fig.axes[0].get_lines() if not ln.get_label().startswith("_")]
     # GRPO has no defined value: no line (and no crash); RoC counts both seeds that ran
     assert labels == ["GRPO-RoC, sampled (2 seeds)"]
+
+
+def test_figure4_with_no_defined_value_says_so_without_a_warning(tmp_path):
+    # a smoke run: no correct trajectory ever called the tool, every ratio NaN; before, the empty
+    # axes asked for a legend (matplotlib's "No artists with labels" warning in notebook 06)
+    rows = [{"step": s, "algorithm": alg, "seed": 0, "tool_error_ratio_correct_before": float("nan"),
+             "tool_error_ratio_correct_after": float("nan")} for alg in ("grpo", "grpo_roc") for s in (1, 2)]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        fig = figures.figure4_tool_errors(tmp_path)
+    ax = fig.axes[0]
+    assert ax.get_legend() is None and not ax.get_lines()
+    assert any("no correct trajectory called the tool" in t.get_text() for t in ax.texts)
 
 
 def test_figure8_marks_stage_boundaries(tmp_path, rl_metrics):

@@ -190,9 +190,10 @@ def test_no_backend_opens_no_tracker(tmp_path):
     assert not (tmp_path / "tracking").exists()
 
 
-def test_wandb_defaults_to_offline_files_in_the_run_folder(tmp_path, monkeypatch):
+def test_wandb_defaults_to_offline_files_in_the_run_folder(tmp_path, monkeypatch, capfd):
     monkeypatch.setenv("WANDB_MODE", "online")  # the config, not the shell, decides
     monkeypatch.delenv("WANDB_API_KEY", raising=False)
+    monkeypatch.delenv("WANDB_SILENT", raising=False)
     cfg = load("tiny", {"logging.backends": ["wandb"]}, write=False)
     t0 = time.perf_counter()
     t = tracking.LocalTracker(cfg.logging, tmp_path, "tiny-stage1", cfg.to_dict())
@@ -204,4 +205,8 @@ def test_wandb_defaults_to_offline_files_in_the_run_folder(tmp_path, monkeypatch
     import os
 
     assert os.environ["WANDB_MODE"] == "online"  # the caller's environment is restored afterwards
+    assert "WANDB_SILENT" not in os.environ
+    # W&B's console lines (red stderr boxes in a training cell, issue #20) are kept out of the output
+    err = capfd.readouterr().err
+    assert "wandb:" not in err, err[:300]
     print(f"wandb offline init+log+finish: {seconds:.1f} s")

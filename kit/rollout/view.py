@@ -4,7 +4,7 @@ Colors: prompt grey; the model's own tokens (mask 1) black on white; tool-respon
 tokens (mask 0) blue on a light blue background; ``<tool_call>`` blocks of the model on light
 yellow; ``<answer> ... </answer>`` on light green. With ``token_boundaries=True`` each token is
 its own box (alternating shades), so splits and drift are visible. Each coloured span carries
-``data-kind`` (``model``, ``call``, ``tool``, ``answer``); :func:`legend_html` names the colours.
+``data-kind`` (``prompt``, ``model``, ``call``, ``tool``, ``answer``); :func:`legend_html` names the colours.
 """
 
 from __future__ import annotations
@@ -40,10 +40,16 @@ LEGEND = (
 )
 
 
-def legend_html() -> str:
-    """One line of colour swatches naming what each colour of :func:`trajectory_html` means."""
+#: the legend's entry for the prompt, shown only when the view includes it (``show_prompt=True``)
+PROMPT_LEGEND = ("prompt", "prompt (system and user turn, not generated)")
+
+
+def legend_html(show_prompt: bool = False) -> str:
+    """One line of colour swatches naming what each colour of :func:`trajectory_html` means
+    (the prompt's grey first when ``show_prompt``, as the view then starts with it)."""
+    entries = ((PROMPT_LEGEND,) if show_prompt else ()) + LEGEND
     items = "".join(f'<span data-kind="{k}" style="{_STYLE[k]};padding:0 4px;margin-right:8px;'
-                    f'border:1px solid #ccc">{html.escape(text)}</span>' for k, text in LEGEND)
+                    f'border:1px solid #ccc">{html.escape(text)}</span>' for k, text in entries)
     return f"<div class='kit-traj-legend' style='font-family:sans-serif;font-size:11px;margin:2px 0'>{items}</div>"
 
 
@@ -78,7 +84,7 @@ def trajectory_html(tr: Any, tokenizer: Any, *, show_prompt: bool = False, token
             f"({sum(tr.response_mask)} model)</div>")
     body = []
     if show_prompt:
-        body.append(f'<span style="{_STYLE["prompt"]}">{html.escape(dec(tr.prompt_ids))}</span>')
+        body.append(f'<span data-kind="prompt" style="{_STYLE["prompt"]}">{html.escape(dec(tr.prompt_ids))}</span>')
     for m, s, e in tr.spans():
         ids = tr.response_ids[s:e]
         if token_boundaries:
@@ -96,4 +102,4 @@ def trajectory_html(tr: Any, tokenizer: Any, *, show_prompt: bool = False, token
 
 def show(tr: Any, tokenizer: Any, **kwargs: Any) -> Any:
     """``IPython.display.HTML`` of :func:`legend_html` and :func:`trajectory_html`."""
-    return HTML(legend_html() + trajectory_html(tr, tokenizer, **kwargs))
+    return HTML(legend_html(bool(kwargs.get("show_prompt"))) + trajectory_html(tr, tokenizer, **kwargs))

@@ -140,14 +140,16 @@ def pipeline_command(folder: str | os.PathLike, until: str) -> str:
     return f"python -m kit.pipeline run --profile {profile} --run {run} --until {until}{root}"
 
 
-def _writes_there(missing: list[tuple[str, Path, str]]) -> bool:
-    """Whether one pipeline run writes every missing folder where the notebook looks: all in one
-    ``<reports>/<profile>/<run>/`` and each named as the pipeline names its notebook's run directory."""
-    roots = {Path(folder).resolve().parent for _, _, folder in missing}
-    return len(roots) == 1 and all(Path(folder).resolve().name == RUN_DIR_NAME[maker] for maker, _, folder in missing)
+def _pipeline_run(missing: list[tuple[str, Path, str, str]]) -> Path | None:
+    """The one ``<reports>/<profile>/<run>`` whose pipeline run writes every missing folder where the
+    notebook looks (each named as the pipeline names its notebook's run directory), else None."""
+    roots = {Path(folder).resolve().parent for _, _, folder, _ in missing}
+    if len(roots) == 1 and all(Path(f).resolve().name == RUN_DIR_NAME[m] for m, _, f, _ in missing):
+        return roots.pop()
+    return None
 
 
-def require_upstream(notebook: str, **dirs: str | os.PathLike | list) -> None:
+def require_upstream(notebook: str, *, profile: str | None = None, **dirs: str | os.PathLike | list) -> None:
     """Check, before a notebook does any work, that its upstream run folders hold what their notebooks write.
 
     Args:
@@ -156,6 +158,9 @@ def require_upstream(notebook: str, **dirs: str | os.PathLike | list) -> None:
         dirs: the notebook's upstream parameters by name (``init_dir=..., data_dir=...``;
             ``stage_dirs`` a list), relative to the working directory (the notebook's folder in
             JupyterLab). Each must be one of the notebook's :data:`UPSTREAM` parameters.
+        profile: the notebook's profile: a command is for it, never for the profile a folder's path
+            names (``reports/tiny/lab/...`` read with ``profile="smoke"`` gets the smoke command and
+            where to point the parameters).
     Raises:
         UpstreamMissing: in one line, the earliest missing product (its path and the notebook that
             writes it), and the pipeline command that writes every missing one (``--until`` the
@@ -165,7 +170,7 @@ def require_upstream(notebook: str, **dirs: str | os.PathLike | list) -> None:
         ValueError: a list parameter (09's ``stage_dirs``) has not one folder per producing notebook.
     """
     producers = UPSTREAM.get(notebook, {})
-    missing: list[tuple[str, Path, str]] = []
+    missing: list[tuple[str, Path, str, str]] = []
     for name, value in dirs.items():
         if name not in producers:
             raise KeyError(f"{notebook} has no upstream parameter {name!r}; known: {sorted(producers)}")
@@ -177,14 +182,22 @@ def require_upstream(notebook: str, **dirs: str | os.PathLike | list) -> None:
         for folder, maker in pairs:
             product = Path(folder) / PRODUCT[maker]
             if not product.exists():
-                missing.append((maker, product, str(folder)))
+                missing.append((maker, product, str(folder), name))
     if not missing:
         return
-    maker, product, _ = min(missing)  # the earliest notebook first: it is the one to run first
-    last, _, last_folder = max(missing)  # ... and the pipeline runs up to the latest one missing
+    maker, product, _, _ = min(missing)  # the earliest notebook first: it is the one to run first
+    last, _, last_folder, _ = max(missing)  # ... and the pipeline runs up to the latest one missing
     span = maker if last == maker else f"{maker} to {last}"
-    how = (f"`{pipeline_command(last_folder, last[:2])}`" if _writes_there(missing) else
-           "point its parameters at folders of a pipeline run (`<reports>/<profile>/<run>/`), which "
-           "`python -m kit.pipeline run --until NN` writes")
+    root = _pipeline_run(missing)
+    if root is None:
+        how = ("point its parameters at folders of a pipeline run (`<reports>/<profile>/<run>/`), which "
+               "`python -m kit.pipeline run --until NN` writes")
+    elif profile is None or root.parent.name == profile:
+        how = f"`{pipeline_command(last_folder, last[:2])}`"
+    else:  # the folders are another profile's run: its command would train that profile
+        mine = root.parent.parent / profile / root.name
+        names = ", ".join(sorted({n for *_, n in missing}))
+        how = (f"`{pipeline_command(mine / RUN_DIR_NAME[last], last[:2])}` and point {names} into {mine}/ "
+               f"(the folders given are a {root.parent.name} run's; this notebook runs {profile})")
     raise UpstreamMissing(
         f"{notebook} needs {product}, which {maker} writes: run {span} (and the notebooks before) first, or {how}")

@@ -41,7 +41,7 @@ def test_first_cell_checks_every_upstream_parameter(name):
     assert len(calls) == 1, f"{name}: the cell after the parameters calls require_upstream once"
     call = calls[0]
     assert ast.literal_eval(call.args[0]) == name
-    assert {k.arg for k in call.keywords} == set(expected)
+    assert {k.arg for k in call.keywords} == set(expected) | {"profile"}  # profile: the command is for it
     optional = {"reuse_dirs"}  # 06: finished runs that *may* already be an arm; nothing needs them
     upstream_params = {p for p in declared if p.endswith(("_dir", "_dirs")) and p != "run_dir"} - optional
     assert upstream_params == set(expected), f"{name}: every upstream folder parameter is checked"
@@ -108,3 +108,18 @@ def test_no_pipeline_command_is_offered_for_folders_no_pipeline_run_writes(tmp_p
         require_upstream("05_rl_stage3", init_dir=a.dir("stage2"), data_dir=a.dir("data"))
     with pytest.raises(ValueError, match=r"stage_dirs takes 3 folders, one per notebook \(03_rl_stage1, "):
         require_upstream("09_figures_and_tables", stage_dirs=[a.dir("stage1")])
+
+
+def test_folders_of_another_profile_get_this_profile_s_command(tmp_path):
+    # JupyterLab: notebook 03 with profile smoke but the default folders (reports/tiny/lab/...): the
+    # folder's profile would train tiny (minutes) for a smoke user; the command is for smoke
+    tiny = Layout.for_run("tiny", "lab", tmp_path)
+    with pytest.raises(UpstreamMissing) as err:
+        require_upstream("03_rl_stage1", profile="smoke", init_dir=tiny.dir("sft"), data_dir=tiny.dir("data"))
+    msg = str(err.value)
+    smoke_root = tmp_path.resolve() / "smoke" / "lab"
+    assert "\n" not in msg and "--profile tiny" not in msg
+    assert f"`python -m kit.pipeline run --profile smoke --run lab --until 02 --reports-root {tmp_path.resolve()}`" in msg
+    assert f"point data_dir, init_dir into {smoke_root}/" in msg
+    with pytest.raises(UpstreamMissing, match="--profile tiny --run lab --until 02"):  # same profile: its own folders
+        require_upstream("03_rl_stage1", profile="tiny", init_dir=tiny.dir("sft"), data_dir=tiny.dir("data"))

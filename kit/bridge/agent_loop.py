@@ -38,12 +38,14 @@ created once by the first trajectory; concurrent ones wait for it) unless an ``e
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import Sequence
 from typing import Any
 from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
+from kit.bridge.kv_router import is_dead_engine_error, router_of
 from kit.bridge.per_loop import once_per_loop
 from kit.config import RolloutConfig, SandboxConfig
 from kit.rollout import protocol
@@ -52,6 +54,7 @@ from kit.rollout.loop import Trajectory, run_trajectory
 from kit.sandbox import SandboxPool
 
 AGENT_NAME = "rstar2_kit"
+log = logging.getLogger("kit.bridge.agent_loop")
 
 
 class VerlServerBackend:
@@ -61,6 +64,11 @@ class VerlServerBackend:
     All turns of one trajectory share ``request_id``, so VERL keeps them on the same server
     (prefix cache). ``max_new_tokens`` and ``stop_token_ids`` are set per turn; other sampling
     keys (``logprobs``, ``top_k``, ``repetition_penalty``) pass through from VERL.
+
+    A turn whose server dies under it (:func:`kit.bridge.kv_router.is_dead_engine_error`) is
+    reported to the kit's router (``KvCacheRouter.engine_failed``, which marks that engine down)
+    and sent once more, to another engine; with VERL's own balancer, or on a second failure, the
+    error is raised as before (issue #19, bad input).
     """
 
     def __init__(self, server_manager: Any, request_id: str, sampling_params: dict[str, Any]):
@@ -68,13 +76,41 @@ class VerlServerBackend:
         self.request_id = request_id
         self.base = dict(sampling_params)
         self.steps = GlobalSteps()
+        self.router = router_of(server_manager)
+        self.resent = 0  # turns re-sent after their engine died
+
+    async def _generate_once_more_on_death(self, prompt_ids: list[int], params: dict[str, Any]) -> Any:
+        """``server.generate``; on a dead engine, tell the router and send the turn once more.
+
+        Raises:
+            the server's error: not a dead engine, no kit router behind VERL's client, or the
+            re-sent turn failed too (reported to the router as not re-sent).
+        """
+        try:
+            return await self._generate(prompt_ids, params)
+        except Exception as exc:
+            if self.router is None or not is_dead_engine_error(exc):
+                raise
+            await self.router.engine_failed.remote(self.request_id, f"{type(exc).__name__}: {exc}", True)
+            log.warning("agent loop: the engine of request %s died (%s: %s); re-sending the turn",
+                        self.request_id, type(exc).__name__, exc)
+            self.resent += 1
+        try:
+            return await self._generate(prompt_ids, params)
+        except Exception as exc:
+            if is_dead_engine_error(exc):
+                await self.router.engine_failed.remote(self.request_id, f"{type(exc).__name__}: {exc}", False)
+            raise
+
+    async def _generate(self, prompt_ids: list[int], params: dict[str, Any]) -> Any:
+        return await self.server.generate(request_id=self.request_id, prompt_ids=prompt_ids, sampling_params=params)
 
     async def generate(self, prompt_ids, max_new_tokens, temperature, top_p, stop_ids: Sequence[int]) -> Generation:
         if max_new_tokens <= 0:
             return Generation([], [], "length")
         params = {**self.base, "temperature": temperature, "top_p": top_p, "max_new_tokens": int(max_new_tokens),
                   "stop_token_ids": list(stop_ids)}
-        out = await self.server.generate(request_id=self.request_id, prompt_ids=list(prompt_ids), sampling_params=params)
+        out = await self._generate_once_more_on_death(list(prompt_ids), params)
         self.steps.see(dict(out.extra_fields or {}))
         ids = list(out.token_ids)[:max_new_tokens]
         # an empty reply (SGLang: max_new_tokens clamped to 0, or an abort) has log_probs == []: keep it a

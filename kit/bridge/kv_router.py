@@ -28,9 +28,21 @@ connection) after ``max_missed_reports`` polls; one that answers garbage keeps i
 is balanced by its outstanding tokens. The balancer's counters, per-engine loads and served
 counts are written to ``status_path`` (JSON) every poll that changed something.
 
-What it does not do: retry a request whose server died while generating (VERL's
-``LLMServerClient`` does not retry; the trajectory fails as it would under VERL's balancer, and
-later requests go elsewhere); it receives each request's whole ``prompt_ids`` over Ray (VERL
+A request whose server dies while generating it (Ray's ``RayActorError`` / ``ActorDiedError``
+for a dead server actor, a connection error for an SGLang server that went away) fails inside
+VERL's ``LLMServerClient.generate``, which does not retry. The kit's agent loop
+(:class:`kit.bridge.agent_loop.VerlServerBackend`) catches that error (:func:`is_dead_engine_error`),
+tells the router (:meth:`KvCacheRouter.engine_failed`: the engine that request was routed to is
+marked down, the event logged and counted as ``dead_engine_errors`` / ``resent`` in the status
+file) and sends the same turn once more; it lands on another engine, since the dead one gets no
+new requests. The dead engine's request is released exactly once: by VERL's ``finally`` release
+if it arrives first, else by :meth:`kit.sched.KvCacheBalancer.mark_down` (VERL's late release is
+then ignored as ``stale_releases``). The failed turn returned nothing, so nothing is duplicated.
+Under VERL's own balancer (``rollout.balancer = "verl"``) nothing is re-sent: its sticky cache
+would send the turn back to the dead server.
+
+What it does not do: re-send a second time (a request whose second engine dies too fails, as it
+would under VERL's balancer); it receives each request's whole ``prompt_ids`` over Ray (VERL
 serializes only the fields a router declares; the length is all it uses).
 """
 
@@ -55,6 +67,24 @@ ROUTER_CLASS = "kit.bridge.kv_router.KvCacheRouter"
 DEFAULT_CAPACITY_TOKENS = 3_500_000
 #: exceptions that mean the server actor is gone (Ray's names; matched by name: no ray import here)
 DEAD_ACTOR_ERRORS = ("RayActorError", "ActorDiedError")
+#: exceptions that mean a server went away mid-request: the dead-actor ones, Ray's
+#: ``ActorUnavailableError`` and aiohttp's disconnects (by name), plus any ``ConnectionError``
+DEAD_ENGINE_ERRORS = (*DEAD_ACTOR_ERRORS, "ActorUnavailableError", "ClientConnectionError", "ServerDisconnectedError")
+
+
+def is_dead_engine_error(exc: BaseException) -> bool:
+    """True if ``exc`` (or a class it derives from) says the engine serving the request is gone:
+    a name in :data:`DEAD_ENGINE_ERRORS` or a ``ConnectionError`` (refused, reset, broken pipe;
+    Ray re-raises a server's error as a subclass of it, so a wrapped one matches too)."""
+    return isinstance(exc, ConnectionError) or any(c.__name__ in DEAD_ENGINE_ERRORS for c in type(exc).__mro__)
+
+
+def router_of(server_manager: Any) -> Any:
+    """The kit router's handle behind a VERL 0.9.1 ``LLMServerClient`` (its ``_load_balancer``
+    attribute, checked by ``tests/bridge/test_kv_router.py``), or None when VERL's own balancer
+    (no ``engine_failed`` method) or no router is behind it."""
+    handle = getattr(server_manager, "_load_balancer", None)
+    return handle if handle is not None and getattr(handle, "engine_failed", None) is not None else None
 
 
 def parse_sglang_metrics(text: str) -> tuple[float, float] | None:
@@ -140,6 +170,9 @@ class KvCacheRouter:
             max_missed_reports=int(cfg.get("max_missed_reports", 3)))
         self._poller: asyncio.Task | None = None
         self._written: Any = None
+        self._routed_to: dict[str, str] = {}  # trajectory (request_id) -> engine of its last turn
+        #: requests whose engine died under them (reported by the agent loop), and how many were re-sent
+        self.counters = {"dead_engine_errors": 0, "resent": 0}
 
     # -- VERL's RequestLoadBalancer protocol ----------------------------------------------------
     async def acquire_server(self, request_id: str, prompt_ids: Any = None,
@@ -149,7 +182,24 @@ class KvCacheRouter:
         sp = sampling_params or {}
         max_new = sp.get("max_new_tokens", sp.get("max_tokens")) or self.max_new_tokens
         sid = self.policy.acquire(str(request_id), 0 if prompt_ids is None else len(prompt_ids), int(max_new))
+        self._routed_to[str(request_id)] = sid
         return sid, self._servers[sid]
+
+    def engine_failed(self, request_id: str, error: str, resend: bool = True) -> str | None:
+        """The engine serving trajectory ``request_id``'s last turn died under it (``error``: the
+        exception's type and text): mark that engine down (its other requests in flight are dropped
+        from its load; their late releases are ignored), log and count the event (``resend``: the
+        caller sends the turn again), write the status file. Returns the engine id, or None when
+        the request was never routed here."""
+        sid = self._routed_to.get(str(request_id))
+        self.counters["dead_engine_errors"] += 1
+        self.counters["resent"] += int(bool(resend))
+        log.warning("kv_router: request %s failed on %s (%s); %s", request_id, sid, error,
+                    "re-sending it to another engine" if resend else "not re-sent")
+        if sid is not None and sid in self._servers:
+            self.policy.mark_down(sid, f"request {request_id} failed: {error}")
+        self._write_status()
+        return sid
 
     def release_server(self, server_id: str, request_id: str | None = None) -> None:
         if request_id is not None:
@@ -176,7 +226,7 @@ class KvCacheRouter:
         return list(self._servers)
 
     def get_status(self) -> dict[str, Any]:
-        st = self.policy.status()
+        st = self._status()
         return {**st, "servers": {e: s["inflight"] for e, s in st["engines"].items()},
                 "total_inflight": self.get_total_inflight(), "active_servers": len(self._servers),
                 "registered_handles": list(self._servers)}
@@ -184,6 +234,7 @@ class KvCacheRouter:
     def clear_sticky_cache(self) -> dict[str, Any]:
         """VERL calls this on phase switches (new weights: the prefixes are stale anyway)."""
         self._write_status()
+        self._routed_to.clear()
         return {"cleared_entries": self.policy.clear_sticky(),
                 "server_loads": {e: self.policy.inflight(e) for e in self._servers}}
 
@@ -235,11 +286,15 @@ class KvCacheRouter:
     def _write_status(self) -> None:
         if not self.status_path:
             return
-        st = self.policy.status()
+        st = self._status()
         key = (st["counters"], {e: s["served"] for e, s in st["engines"].items()})
         if key != self._written:
             write_json(self.status_path, {**st, "time": time.time()})
             self._written = key
+
+    def _status(self) -> dict[str, Any]:
+        st = self.policy.status()
+        return {**st, "counters": {**st["counters"], **self.counters}}
 
 
 async def _awaitable(ref: Any) -> Any:

@@ -24,10 +24,19 @@ from verl.workers.rollout import router as verl_router  # noqa: E402
 from verl.workers.rollout.llm_server import LLMServerClient  # noqa: E402
 from verl.workers.rollout.replica import TokenOutput  # noqa: E402
 
+from kit import prompts  # noqa: E402
 from kit.bridge import launch  # noqa: E402
-from kit.bridge.kv_router import KvCacheRouter, parse_sglang_load, parse_sglang_metrics  # noqa: E402
+from kit.bridge.agent_loop import VerlServerBackend  # noqa: E402
+from kit.bridge.kv_router import (  # noqa: E402
+    KvCacheRouter,
+    is_dead_engine_error,
+    parse_sglang_load,
+    parse_sglang_metrics,
+    router_of,
+)
 from kit.bridge.overrides import RecipePaths, to_hydra_overrides  # noqa: E402
 from kit.config import load  # noqa: E402
+from kit.models import train_tokenizer  # noqa: E402
 
 CAP = 65_536
 
@@ -215,9 +224,8 @@ def test_sglang_servers_are_read_over_http_on_loopback(tmp_path, monkeypatch):
 
 
 async def test_kit_cpu_server_reports_its_kv(tmp_path):
-    from kit import prompts
     from kit.bridge.verl_cpu.rollout import KitCpuServer
-    from kit.models import build_tiny_model, save_policy, train_tokenizer
+    from kit.models import build_tiny_model, save_policy
 
     corpus = [prompts.render_prompt(f"What is {a} + {a}?") + f"<answer>\\boxed{{{2 * a}}}</answer>" for a in range(50)]
     tok = train_tokenizer(corpus, 300)
@@ -232,3 +240,78 @@ async def test_kit_cpu_server_reports_its_kv(tmp_path):
     assert busy["used_tokens"] >= 3 * len(prompt)
     await asyncio.gather(*tasks)
     assert (await server.kv_load())["used_tokens"] == 0
+
+
+class ActorDiedError(RayActorError):
+    """Named and derived as Ray's (``ray.exceptions.ActorDiedError``)."""
+
+
+class RayTaskError(Exception):
+    """Named as Ray's base of a server's re-raised error."""
+
+
+class RayTaskError_ConnectionError(RayTaskError, ConnectionError):  # noqa: N801 - Ray's naming of a wrapped error
+    """How Ray re-raises a server's ``ConnectionError``: a subclass of the cause's class."""
+
+
+def test_dead_engine_errors_are_told_from_other_failures():
+    for exc in (RayActorError("x"), ActorDiedError("x"), ConnectionRefusedError(), ConnectionResetError(),
+                RayTaskError_ConnectionError("x"), type("ServerDisconnectedError", (Exception,), {})()):
+        assert is_dead_engine_error(exc), exc
+    for exc in (ValueError("bad prompt"), TimeoutError(), RuntimeError("OOM"), KeyError("k")):
+        assert not is_dead_engine_error(exc), exc
+
+
+def test_router_of_finds_the_kit_router_behind_verls_client_only(tmp_path, monkeypatch):
+    r = build(tmp_path, monkeypatch, [FakeServer("a")])
+    assert router_of(client(r)) is not None  # VERL's LLMServerClient still keeps it as _load_balancer
+    verl_default = Handle(verl_router.GlobalRequestLoadBalancer({"a": None}))
+    assert router_of(LLMServerClient(SimpleNamespace(), load_balancer_handle=verl_default)) is None
+
+
+@pytest.mark.parametrize("error", [ActorDiedError, ConnectionRefusedError], ids=["ray_actor_died", "sglang_http"])
+def test_a_turn_on_a_dying_engine_is_resent_once_elsewhere(tmp_path, monkeypatch, error):
+    """Issue #19, bad input: the engine holding trajectory ``t`` dies during its turn; the kit's
+    backend re-sends the turn once, to ``b``; the router counts it and releases it exactly once."""
+    a, b = FakeServer("a"), FakeServer("b", used=60_000)
+    r = build(tmp_path, monkeypatch, [a, b], report_interval_s=60)
+
+    async def dies(prompt_ids, sampling_params, request_id, **kw):
+        a.calls.append(len(prompt_ids))
+        raise error("a died mid-request")
+
+    async def go():
+        await r.poll_once()
+        be = VerlServerBackend(client(r), "t", {})
+        first = await be.generate([1] * 10, 8, 1.0, 1.0, [0])  # on a (most free KV)
+        a.generate = dies
+        Handle.__init__(r._servers["a"], a)
+        second = await be.generate([1] * 20, 8, 1.0, 1.0, [0])
+        await asyncio.sleep(0)
+        return be, first, second
+
+    be, first, second = asyncio.run(go())
+    assert a.calls == [10, 20] and b.calls == [20]  # the failed turn ran once more, on b only
+    assert first.token_ids == second.token_ids == [1, 2] and be.resent == 1
+    st = r.get_status()
+    c = st["counters"]
+    assert (c["dead_engine_errors"], c["resent"], c["engines_down"]) == (1, 1, 1)
+    assert not st["engines"]["a"]["alive"] and st["engines"]["b"]["served"] == 1
+    assert c["stale_releases"] == 0 and st["total_inflight"] == 0  # released once, by VERL's client
+    written = json.loads((tmp_path / "verl" / "router_status.json").read_text())["counters"]
+    assert (written["dead_engine_errors"], written["resent"]) == (1, 1)
+
+
+def test_a_second_death_is_raised_and_counted_not_resent(tmp_path, monkeypatch):
+    a, b = FakeServer("a"), FakeServer("b")
+
+    async def dead(*_, **__):
+        raise ActorDiedError("gone")
+
+    a.generate = b.generate = dead
+    r = build(tmp_path, monkeypatch, [a, b], report_interval_s=60)
+    with pytest.raises(ActorDiedError):
+        asyncio.run(VerlServerBackend(client(r), "t", {}).generate([1, 2, 3], 8, 1.0, 1.0, [0]))
+    c = r.get_status()["counters"]
+    assert (c["dead_engine_errors"], c["resent"], c["engines_down"]) == (2, 1, 2)
+    assert r.get_total_inflight() == 0

@@ -8,11 +8,10 @@ replicas report their KV (``KitCpuServer.kv_load``), and the router writes its s
 test reads that file: both replicas served requests, every continuing turn stayed on the replica
 holding its trajectory's prefix (no moves), and the reports arrived. Timings are printed.
 
-Measured here (the fixture's steps run from a script reusing a finished SFT, load average 11-17):
-exit 0, session 173 s (Ray start 34 s, VERL 129 s), peak RSS 7.2 GiB, no orphans; 28 requests
-routed 14 + 14, 12 continuing turns sticky, 0 moves, 20 KV reports, none bad. The fixture's SFT
-adds ~4-6 minutes; on this loaded machine Ray's head failed to start in 4 of 5 sessions (Ray's
-fixed 30 s raylet registration wait).
+Measured here under pytest (``python -m pytest -m verl_cpu tests/bridge/test_kv_router_verl_cpu.py``,
+load average 3-9): 2 passed in 370 s, of which the shared SFT fixture ~177 s and the VERL step on
+two replicas 178 s; 28 requests routed 14 + 14, 12 continuing turns sticky, 0 moves, 26 KV
+reports, none bad, no engine down.
 """
 
 from __future__ import annotations
@@ -32,25 +31,23 @@ pytestmark = [pytest.mark.verl_cpu, pytest.mark.slow]
 
 
 @pytest.fixture(scope="module")
-def routed(tmp_path_factory):
-    root = tmp_path_factory.mktemp("kv_router")
-    sft_cfg = load("smoke", run_dir=str(root / "sft"), overrides={**tiny_run.SFT, **tiny_run.sandbox_overrides()})
-    t0 = time.perf_counter()
-    policy = tiny_run.tiny_sft_policy(sft_cfg, root / "sft")
-    sft_s = time.perf_counter() - t0
-    data = tiny_run.tiny_rl_data(sft_cfg, root / "data")
+def routed(tiny_verl_root):
+    """One stage-1 step from the session's shared tiny SFT policy (``conftest.tiny_verl_root``)."""
+    root = tiny_verl_root / "kv_router"  # beside the other verl_cpu tests' folders
+    data = tiny_verl_root / "data" / "data"
     cfg = load("smoke", run_dir=str(root / "stage1"),
                overrides={**tiny_run.TWO_STEP, **tiny_run.sandbox_overrides(), "runtime": "verl",
                           "rollout.balancer": "kv_cache", "stages.stage1.steps": 1})
-    paths, launch = runner.build_cpu_launch(cfg, "stage1", model_path=str(policy), train_files=str(data["train"]),
-                                            val_files=str(data["val"]),
+    paths, launch = runner.build_cpu_launch(cfg, "stage1", model_path=str(tiny_verl_root / "sft" / "policy"),
+                                            train_files=str(data / "curated.parquet"),
+                                            val_files=str(data / "val.parquet"),
                                             extra_overrides=["trainer.n_gpus_per_node=2"])
     t0 = time.perf_counter()
     res = runner.run_session([launch], Path(paths.run_dir) / "verl_session", num_gpus=2, timeout_s=900)
     run_s = time.perf_counter() - t0
     status_file = Path(paths.run_dir) / "verl" / "router_status.json"
     status = json.loads(status_file.read_text()) if status_file.exists() else None
-    print(f"kv_router verl_cpu: SFT {sft_s:.1f} s, one step on 2 replicas {run_s:.1f} s; router {status}")
+    print(f"kv_router verl_cpu: one step on 2 replicas {run_s:.1f} s; router {status}")
     return {"res": res, "status": status, "log": launch.log}
 
 

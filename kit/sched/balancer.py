@@ -74,13 +74,17 @@ class Balancer(Protocol):
 
 def check_report(used_tokens: Any, capacity_tokens: Any) -> tuple[int, int] | None:
     """``(used, capacity)`` as ints if both are finite numbers with ``used >= 0`` and
-    ``capacity > 0`` (tokens); None for anything else (None, strings, booleans, NaN, negative).
-    ``used`` may exceed ``capacity``: it counts queued requests too (an over-committed engine)."""
+    ``capacity > 0`` (tokens; a numeric string such as ``"7"`` is read as its number); None for
+    anything else (None, other strings, booleans, NaN, infinities, negatives, ints too large for
+    a float). ``used`` may exceed ``capacity``: it counts queued requests too (an over-committed
+    engine)."""
+    if isinstance(used_tokens, bool) or isinstance(capacity_tokens, bool):
+        return None
     try:
         u, c = float(used_tokens), float(capacity_tokens)
-    except (TypeError, ValueError):
+    except (TypeError, ValueError, OverflowError):
         return None
-    if isinstance(used_tokens, bool) or not (math.isfinite(u) and math.isfinite(c)) or c <= 0 or u < 0:
+    if not (math.isfinite(u) and math.isfinite(c)) or c <= 0 or u < 0:
         return None
     return int(u), int(c)
 
@@ -117,7 +121,7 @@ class KvCacheBalancer:
         max_missed_reports: consecutive missed reports after which an engine gets no requests.
         clock: seconds, monotonic (tests pass a fake one).
     Raises:
-        ValueError: duplicate engine ids or a non-positive capacity.
+        ValueError: duplicate engine ids, or a capacity that is not a finite number > 0.
     """
 
     def __init__(self, engines: Iterable[str], capacity_tokens: int, *, expected_new_tokens: int | None = None,
@@ -126,9 +130,10 @@ class KvCacheBalancer:
         names = [str(e) for e in engines]  # may be empty: VERL can register servers later
         if len(set(names)) != len(names):
             raise ValueError(f"KvCacheBalancer: engine ids must be distinct, got {names}")
-        if capacity_tokens <= 0:
-            raise ValueError(f"KvCacheBalancer: capacity_tokens must be > 0, got {capacity_tokens}")
-        self.default_capacity = int(capacity_tokens)
+        if check_report(0, capacity_tokens) is None:
+            raise ValueError(f"KvCacheBalancer: capacity_tokens must be a finite number > 0 (tokens), "
+                             f"got {capacity_tokens!r}")
+        self.default_capacity = check_report(0, capacity_tokens)[1]
         self.expected_new = expected_new_tokens
         self.balance_rel, self.balance_abs = float(balance_rel), float(balance_abs)
         self.report_max_age_s, self.max_missed = float(report_max_age_s), int(max_missed_reports)

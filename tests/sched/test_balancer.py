@@ -202,3 +202,20 @@ def test_verl_default_model_is_sticky_and_counts_requests_not_tokens():
     assert bal.acquire("long", 9_000, 100) == first  # sticky whatever the load
     bal.release("short", second)
     assert bal.acquire("third", 100, 8_000) == second  # fewest in flight: 0 vs 2
+
+
+def test_hostile_reports_huge_ints_and_boolean_capacity_are_garbage_not_crashes():
+    # an int too large for a float used to raise OverflowError out of report() (and out of the
+    # router's poll, so the engines after it went unreported that poll); a boolean capacity was
+    # read as 1 token
+    assert check_report(10**400, CAP) is None and check_report(5, 10**400) is None
+    assert check_report(5, True) is None and check_report(5, False) is None
+    bal, _ = make(2)
+    assert bal.report("e0", 10**400) is False and bal.report("e1", 10, True) is False
+    assert bal.counters["bad_reports"] == 2 and bal.engines["e1"].capacity == CAP
+
+
+@pytest.mark.parametrize("cap", [float("nan"), float("inf"), True, "lots", None, -1])
+def test_a_bad_capacity_is_a_clear_error_naming_the_key(cap):
+    with pytest.raises(ValueError, match="capacity_tokens must be a finite number > 0"):
+        KvCacheBalancer(["a"], cap)

@@ -244,7 +244,7 @@ class KvCacheRouter:
     # -- KV reports -------------------------------------------------------------------------------
     async def poll_once(self) -> None:
         """Ask every server for its KV load (concurrently, ``report_timeout_s`` each) and report it."""
-        sids = list(self._servers)
+        sids, asked_at = list(self._servers), self.policy.seq  # requests routed while waiting are not in the answers
         got = await asyncio.gather(*(self._probe(s) for s in sids), return_exceptions=True)
         for sid, res in zip(sids, got, strict=True):
             if sid not in self._servers:
@@ -257,7 +257,7 @@ class KvCacheRouter:
             elif res is None:
                 self.policy.report(sid, None)  # answered with nothing readable: counted as garbage
             else:
-                self.policy.report(sid, res[0], res[1])
+                self.policy.report(sid, res[0], res[1], as_of_seq=asked_at)
         self._write_status()
 
     async def _probe(self, sid: str) -> tuple[Any, Any] | None:

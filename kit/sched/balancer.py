@@ -162,8 +162,12 @@ class KvCacheBalancer:
                 del self.engines[e]
         return out
 
-    def report(self, engine: str, used_tokens: Any, capacity_tokens: Any = None) -> bool:
+    def report(self, engine: str, used_tokens: Any, capacity_tokens: Any = None, *, as_of_seq: int | None = None) -> bool:
         """The engine's KV in use, queued requests included (tokens), and optionally its capacity.
+
+        ``as_of_seq``: the routing decision count (:attr:`seq`) when the report was *asked for*
+        (default: now). A report that answers a query sent before some requests were routed does
+        not cover them: they stay counted on top of it at their charge.
 
         Returns:
             True if taken; False for an unknown engine or garbage (logged, counted in
@@ -180,7 +184,9 @@ class KvCacheBalancer:
             en.used = None
             return False
         en.used, en.capacity = checked
-        en.report_seq, en.report_t, en.misses, en.after = self.seq, self.clock(), 0, 0
+        as_of = self.seq if as_of_seq is None else max(0, min(int(as_of_seq), self.seq))
+        en.report_seq, en.report_t, en.misses = as_of, self.clock(), 0
+        en.after = sum(lease.charge_tokens for leases in en.leases.values() for lease in leases if lease.seq > as_of)
         self.counters["reports"] += 1
         if not en.alive:
             en.alive = True

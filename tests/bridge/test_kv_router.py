@@ -315,3 +315,36 @@ def test_a_second_death_is_raised_and_counted_not_resent(tmp_path, monkeypatch):
     c = r.get_status()["counters"]
     assert (c["dead_engine_errors"], c["resent"], c["engines_down"]) == (2, 1, 2)
     assert r.get_total_inflight() == 0
+
+
+class SlowServer(FakeServer):
+    """Answers ``kv_load`` only once ``gate`` is set (a KV query still in flight)."""
+
+    def __init__(self, name, used=0):
+        super().__init__(name, used)
+        self.gate = asyncio.Event()
+
+    async def kv_load(self):
+        await self.gate.wait()
+        return await super().kv_load()
+
+
+def test_a_request_routed_while_a_kv_query_is_in_flight_stays_counted(tmp_path, monkeypatch):
+    # the answer describes the engine as of the query, not as of its arrival: a request routed
+    # in between is not in it and must stay counted at its charge (it used to be dropped)
+    a, b = SlowServer("a", used=100), SlowServer("b", used=100)
+    r = build(tmp_path, monkeypatch, [a, b])
+    monkeypatch.setattr(r, "_ensure_poller", lambda: None)  # polls driven by the test only
+
+    async def go():
+        poll = asyncio.create_task(r.poll_once())
+        await asyncio.sleep(0.05)  # both queries are out
+        sid, _ = await r.acquire_server("t", prompt_ids=[1] * 10, sampling_params={"max_new_tokens": 90})
+        a.gate.set()
+        b.gate.set()
+        await poll
+        return sid
+
+    sid = asyncio.run(go())
+    assert r.policy.load(sid) == 100 + 10 + 90
+    assert r.policy.load("b" if sid == "a" else "a") == 100

@@ -219,3 +219,14 @@ def test_hostile_reports_huge_ints_and_boolean_capacity_are_garbage_not_crashes(
 def test_a_bad_capacity_is_a_clear_error_naming_the_key(cap):
     with pytest.raises(ValueError, match="capacity_tokens must be a finite number > 0"):
         KvCacheBalancer(["a"], cap)
+
+
+def test_a_report_asked_for_before_a_request_was_routed_does_not_cover_it():
+    bal, _ = make(2)
+    asked = bal.seq  # the query goes out...
+    bal.acquire("a", 1_000, 1_000)  # ...a request is routed while it is in flight (to e0, by order)
+    assert bal.report("e0", 500, as_of_seq=asked)  # the answer predates "a"
+    assert bal.load("e0") == 500 + 2_000
+    bal.release("a", "e0")
+    assert bal.load("e0") == 500
+    assert bal.report("e0", 700) and bal.load("e0") == 700  # default: as of now

@@ -144,6 +144,21 @@ def sglang_report(address: str, timeout_s: float) -> tuple[float, float | None] 
         return None
 
 
+def _config_number(cfg: dict[str, Any], key: str, default: float, minimum: float | None = None) -> float:
+    """``cfg[key]`` (``default`` when absent or null) as a finite number, ``>= minimum`` if given,
+    else ``> 0``. Raises ValueError naming the router YAML key."""
+    value = cfg.get(key)
+    value = default if value is None else value
+    try:
+        x = float(value) if not isinstance(value, bool) else math.nan
+    except (TypeError, ValueError, OverflowError):
+        x = math.nan
+    if not math.isfinite(x) or (x < minimum if minimum is not None else x <= 0):
+        bound = f">= {minimum:g}" if minimum is not None else "> 0"
+        raise ValueError(f"router config {key}: expected a finite number {bound}, got {value!r}")
+    return x
+
+
 class KvCacheRouter:
     """VERL router plugin (``router_class`` of ``rollout.router_config_path``); module docstring.
 
@@ -154,20 +169,24 @@ class KvCacheRouter:
             sampling params give none; tokens), ``expected_new_tokens``, ``report_interval_s``
             (0.5), ``report_timeout_s`` (2.0), ``report_max_age_s`` (10.0), ``max_missed_reports``
             (3), ``status_path`` (optional JSON file).
+    Raises:
+        ValueError: a YAML value that is not a finite number in range (``max_new_tokens`` and
+            ``expected_new_tokens`` >= 0, ``max_missed_reports`` >= 1, the rest > 0), naming the key.
     """
 
     def __init__(self, servers: dict[str, Any], config: dict[str, Any] | None = None):
         cfg = dict(config or {})
         self._servers: dict[str, Any] = dict(servers)
-        self.max_new_tokens = int(cfg.get("max_new_tokens") or 0)
-        self.interval_s = float(cfg.get("report_interval_s", 0.5))
-        self.timeout_s = float(cfg.get("report_timeout_s", 2.0))
+        self.max_new_tokens = int(_config_number(cfg, "max_new_tokens", 0, 0))
+        self.interval_s = _config_number(cfg, "report_interval_s", 0.5)
+        self.timeout_s = _config_number(cfg, "report_timeout_s", 2.0)
         self.status_path = cfg.get("status_path") or None
+        expected = cfg.get("expected_new_tokens")
         self.policy = KvCacheBalancer(
-            list(self._servers), int(cfg.get("capacity_tokens") or DEFAULT_CAPACITY_TOKENS),
-            expected_new_tokens=cfg.get("expected_new_tokens"),
-            report_max_age_s=float(cfg.get("report_max_age_s", 10.0)),
-            max_missed_reports=int(cfg.get("max_missed_reports", 3)))
+            list(self._servers), int(_config_number(cfg, "capacity_tokens", DEFAULT_CAPACITY_TOKENS)),
+            expected_new_tokens=None if expected is None else int(_config_number(cfg, "expected_new_tokens", 0, 0)),
+            report_max_age_s=_config_number(cfg, "report_max_age_s", 10.0),
+            max_missed_reports=int(_config_number(cfg, "max_missed_reports", 3, 1)))
         self._poller: asyncio.Task | None = None
         self._written: Any = None
         self._routed_to: dict[str, str] = {}  # trajectory (request_id) -> engine of its last turn

@@ -348,3 +348,14 @@ def test_a_request_routed_while_a_kv_query_is_in_flight_stays_counted(tmp_path, 
     sid = asyncio.run(go())
     assert r.policy.load(sid) == 100 + 10 + 90
     assert r.policy.load("b" if sid == "a" else "a") == 100
+
+
+@pytest.mark.parametrize(("key", "value"), [("capacity_tokens", "lots"), ("capacity_tokens", 0),
+                                            ("report_interval_s", 0), ("report_timeout_s", float("nan")),
+                                            ("max_missed_reports", 0), ("max_new_tokens", -1),
+                                            ("expected_new_tokens", "x"), ("report_max_age_s", True)])
+def test_a_bad_router_yaml_value_is_one_error_naming_the_key(tmp_path, monkeypatch, key, value):
+    # these used to pass through as a bare int()/float() error, a busy poll loop (interval 0) or
+    # the default capacity (0)
+    with pytest.raises(ValueError, match=f"router config {key}:"):
+        build(tmp_path, monkeypatch, [FakeServer("a")], **{key: value})

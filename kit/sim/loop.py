@@ -75,7 +75,7 @@ def simulate(trajs: list[SimTrajectory], n_engines: int, engine: EngineSpec, pol
         :class:`SimResult`; ``makespan_s`` is when the last trajectory finishes.
     Raises:
         ValueError: unknown policy, a trajectory whose reservation exceeds the KV capacity, or
-            ``fail`` with a policy that cannot route around a dead engine.
+            ``fail`` with a policy that cannot route around a dead engine, fewer than 2 engines or an engine out of range.
         RuntimeError: a trajectory finished twice or never, or the balancer handed back other
             requests than the dead engine held.
     """
@@ -97,6 +97,9 @@ def simulate(trajs: list[SimTrajectory], n_engines: int, engine: EngineSpec, pol
                     else StickyLeastInflight(names, seed=seed))
     if fail is not None and not (routed and hasattr(balancer, "mark_down")):
         raise ValueError(f"fail: policy {policy!r} cannot route around a dead engine")
+    if fail is not None and not (0 <= int(fail[0]) < n_engines and n_engines >= 2):
+        raise ValueError(f"fail: engine {fail[0]} of {n_engines}; a dead engine needs another of at least 2 to "
+                         "route around it (with one, every trajectory on it would be stranded)")
     dead: set[int] = set()
     prompt = np.array([t.prompt_tokens for t in trajs], dtype=np.int64)
     engines = [EngineState() for _ in range(E)]

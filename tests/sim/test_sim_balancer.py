@@ -54,3 +54,12 @@ def test_fail_needs_a_balancer_that_can_route_around_it():
     trajs = sample_workload(PRESET, seed=3)
     with pytest.raises(ValueError, match="cannot route around"):
         simulate(trajs, 2, ENG, "verl_default", max_response_tokens=1200, fail=(0, 1.0))
+
+
+@pytest.mark.parametrize(("n_engines", "engine"), [(1, 0), (2, 2), (2, -1)])
+def test_fail_needs_another_engine_and_a_real_one(n_engines, engine):
+    # a single dying engine used to strand every trajectory and end in "unfinished trajectories"
+    # (benchmarks/scheduler_sim.py --scale 0.0625 crashed that way)
+    trajs = sample_workload(PRESET, seed=3)
+    with pytest.raises(ValueError, match="a dead engine needs another"):
+        simulate(trajs, n_engines, ENG, "kv_balancer", max_response_tokens=1200, fail=(engine, 1.0))

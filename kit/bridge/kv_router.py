@@ -26,7 +26,8 @@ simulates) and feeds it each engine's KV reports, polled in the background every
 A server whose actor is dead is marked down at once; one that does not answer (timeout, refused
 connection) after ``max_missed_reports`` polls; one that answers garbage keeps its requests and
 is balanced by its outstanding tokens. The balancer's counters, per-engine loads and served
-counts are written to ``status_path`` (JSON) every poll that changed something.
+counts are written to ``status_path`` (JSON) every poll that changed something (a write that fails is
+logged and skipped: routing does not depend on it).
 
 A request whose server dies while generating it (Ray's ``RayActorError`` / ``ActorDiedError``
 for a dead server actor, a connection error for an SGLang server that went away) fails inside
@@ -308,7 +309,11 @@ class KvCacheRouter:
         st = self._status()
         key = (st["counters"], {e: s["served"] for e, s in st["engines"].items()})
         if key != self._written:
-            write_json(self.status_path, {**st, "time": time.time()})
+            try:
+                write_json(self.status_path, {**st, "time": time.time()})
+            except OSError as exc:  # the file is for people; routing and re-sending go on without it
+                log.warning("kv_router: cannot write %s: %s", self.status_path, exc)
+                return
             self._written = key
 
     def _status(self) -> dict[str, Any]:

@@ -359,3 +359,15 @@ def test_a_bad_router_yaml_value_is_one_error_naming_the_key(tmp_path, monkeypat
     # the default capacity (0)
     with pytest.raises(ValueError, match=f"router config {key}:"):
         build(tmp_path, monkeypatch, [FakeServer("a")], **{key: value})
+
+
+def test_an_unwritable_status_file_does_not_stop_marking_a_dead_engine(tmp_path, monkeypatch):
+    # a failing status write used to raise out of engine_failed, so the agent loop never re-sent
+    blocker = tmp_path / "not_a_folder"
+    blocker.write_text("")
+    a, b = FakeServer("a"), FakeServer("b")
+    r = build(tmp_path, monkeypatch, [a, b], status_path=str(blocker / "router_status.json"))
+    monkeypatch.setattr(r, "_ensure_poller", lambda: None)
+    sid, _ = asyncio.run(r.acquire_server("t", prompt_ids=[1] * 5, sampling_params={"max_new_tokens": 5}))
+    assert r.engine_failed("t", "RayActorError: gone") == sid
+    assert not r.get_status()["engines"][sid]["alive"] and r.get_status()["counters"]["resent"] == 1

@@ -55,6 +55,7 @@ import logging
 import math
 import time
 import urllib.request
+from collections import OrderedDict
 from typing import Any
 
 from kit.jsonio import write_json
@@ -190,7 +191,7 @@ class KvCacheRouter:
             max_missed_reports=int(_config_number(cfg, "max_missed_reports", 3, 1)))
         self._poller: asyncio.Task | None = None
         self._written: Any = None
-        self._routed_to: dict[str, str] = {}  # trajectory (request_id) -> engine of its last turn
+        self._routed_to: OrderedDict[str, str] = OrderedDict()  # trajectory (request_id) -> engine of its last turn
         #: requests whose engine died under them (reported by the agent loop), and how many were re-sent
         self.counters = {"dead_engine_errors": 0, "resent": 0}
 
@@ -203,6 +204,9 @@ class KvCacheRouter:
         max_new = sp.get("max_new_tokens", sp.get("max_tokens")) or self.max_new_tokens
         sid = self.policy.acquire(str(request_id), 0 if prompt_ids is None else len(prompt_ids), int(max_new))
         self._routed_to[str(request_id)] = sid
+        self._routed_to.move_to_end(str(request_id))
+        while len(self._routed_to) > self.policy.max_homes:  # bounded like the homes (sync VERL never clears)
+            self._routed_to.popitem(last=False)
         return sid, self._servers[sid]
 
     def engine_failed(self, request_id: str, error: str, resend: bool = True) -> str | None:

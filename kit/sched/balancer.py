@@ -42,6 +42,7 @@ import logging
 import math
 import random
 import time
+from collections import OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -119,6 +120,8 @@ class KvCacheBalancer:
         balance_rel, balance_abs: overload threshold of a home engine (module docstring).
         report_max_age_s: a report older than this is not used (seconds).
         max_missed_reports: consecutive missed reports after which an engine gets no requests.
+        max_homes: trajectory homes kept, least recently routed dropped first (VERL's sync trainer
+            never clears them; unbounded, they would grow by one per trajectory for the whole run).
         clock: seconds, monotonic (tests pass a fake one).
     Raises:
         ValueError: duplicate engine ids, or a capacity that is not a finite number > 0.
@@ -126,7 +129,7 @@ class KvCacheBalancer:
 
     def __init__(self, engines: Iterable[str], capacity_tokens: int, *, expected_new_tokens: int | None = None,
                  balance_rel: float = BALANCE_REL, balance_abs: float = BALANCE_ABS, report_max_age_s: float = 10.0,
-                 max_missed_reports: int = 3, clock: Callable[[], float] = time.monotonic):
+                 max_missed_reports: int = 3, max_homes: int = 200_000, clock: Callable[[], float] = time.monotonic):
         names = [str(e) for e in engines]  # may be empty: VERL can register servers later
         if len(set(names)) != len(names):
             raise ValueError(f"KvCacheBalancer: engine ids must be distinct, got {names}")
@@ -139,7 +142,9 @@ class KvCacheBalancer:
         self.report_max_age_s, self.max_missed = float(report_max_age_s), int(max_missed_reports)
         self.clock = clock
         self.engines: dict[str, _Engine] = {}
-        self.home: dict[str, str] = {}  # trajectory (request_id) -> engine holding its prefix
+        #: trajectory (request_id) -> engine holding its prefix, least recently routed first
+        self.home: OrderedDict[str, str] = OrderedDict()
+        self.max_homes = max(1, int(max_homes))
         self.seq = 0
         self.counters = dict(routed=0, sticky=0, moves=0, reports=0, bad_reports=0, missed_reports=0,
                              engines_down=0, engines_up=0, rerouted=0, stale_releases=0, all_down_routes=0)
@@ -281,6 +286,9 @@ class KvCacheBalancer:
         en.leases.setdefault(lease.request_id, []).append(lease)
         en.outstanding, en.after, en.n = en.outstanding + cost, en.after + cost, en.n + 1
         self.home[lease.request_id] = target
+        self.home.move_to_end(lease.request_id)
+        while len(self.home) > self.max_homes:
+            self.home.popitem(last=False)
         self.served[target] += 1
         self.counters["routed"] += 1
         if home is not None:

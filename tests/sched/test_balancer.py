@@ -230,3 +230,13 @@ def test_a_report_asked_for_before_a_request_was_routed_does_not_cover_it():
     bal.release("a", "e0")
     assert bal.load("e0") == 500
     assert bal.report("e0", 700) and bal.load("e0") == 700  # default: as of now
+
+
+def test_homes_are_bounded_least_recently_routed_dropped_first():
+    # VERL's sync trainer never calls clear_sticky_cache: homes used to grow by one per trajectory
+    bal, _ = make(2, max_homes=3)
+    for rid in ["a", "b", "c"]:
+        bal.release(rid, bal.acquire(rid, 10, 10))
+    bal.release("a", bal.acquire("a", 10, 10))  # "a" routed again: now the most recent
+    bal.release("d", bal.acquire("d", 10, 10))
+    assert list(bal.home) == ["c", "a", "d"]

@@ -256,7 +256,8 @@ class KvCacheRouter:
                 "registered_handles": list(self._servers)}
 
     def clear_sticky_cache(self) -> dict[str, Any]:
-        """VERL calls this on phase switches (new weights: the prefixes are stale anyway)."""
+        """VERL 0.9.1's separate-async trainer calls this on phase switches (new weights: the prefixes
+        are stale anyway); its sync trainer never does, so the homes are a bounded LRU map instead."""
         self._write_status()
         self._routed_to.clear()
         return {"cleared_entries": self.policy.clear_sticky(),

@@ -6,8 +6,7 @@ import pytest
 import torch
 
 from kit import prompts
-from kit.config import RolloutConfig, load
-from kit.models import build_tiny_model, train_tokenizer
+from kit.config import RolloutConfig
 from kit.rollout.backends import HFBackend
 from kit.rollout.engine import BatchLoopBackend, ContinuousBatchingEngine, make_backend, rollout_plain
 
@@ -22,16 +21,13 @@ def one_thread():
 
 
 @pytest.fixture(scope="module")
-def tok():
-    corpus = [prompts.render_prompt(f"What is {a} * {a + 7}?") + f" ok </reason> <answer> {a * (a + 7)} </answer>"
-              for a in range(100, 260)]
-    return train_tokenizer(corpus, 500)
+def tok(product_tok):
+    return product_tok
 
 
 @pytest.fixture(scope="module")
-def model(tok):
-    cfg = load("tiny", write=False).model
-    return build_tiny_model(cfg, tok, seed=0).eval()
+def model(product_model):
+    return product_model
 
 
 def _prompts(tok, n):

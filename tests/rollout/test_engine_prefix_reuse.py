@@ -15,21 +15,17 @@ import pytest
 import torch
 
 from kit import prompts
-from kit.config import load
-from kit.models import build_tiny_model, train_tokenizer
 from kit.rollout.engine import ContinuousBatchingEngine
 
 
 @pytest.fixture(scope="module")
-def tok():
-    corpus = [prompts.render_prompt(f"What is {a} * {a + 7}?") + f" ok </reason> <answer> {a * (a + 7)} </answer>"
-              for a in range(100, 260)]
-    return train_tokenizer(corpus, 500)
+def tok(product_tok):
+    return product_tok
 
 
 @pytest.fixture(scope="module")
-def model(tok):
-    return build_tiny_model(load("tiny", write=False).model, tok, seed=0).eval()
+def model(product_model):
+    return product_model
 
 
 def _teacher_forced_logprobs(model, context, out):

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -43,10 +44,23 @@ def dumps(obj: Any, indent: int | None = None) -> str:
 
 
 def write_json(path: str | os.PathLike, obj: Any) -> Path:
-    """Write ``obj`` as indented JSON (NaN as null) to ``path``, creating parent folders."""
+    """Write ``obj`` as indented JSON (NaN as null) to ``path``, creating parent folders.
+
+    Atomic: the text goes to a temporary file beside ``path`` that then replaces it, so a reader
+    (a notebook polling a status file, a resumed run) sees the old file or the new one, never half
+    of one. Raises ``TypeError``/``ValueError`` from :func:`dumps` before touching ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(dumps(obj, indent=2) + "\n")
+    text = dumps(obj, indent=2) + "\n"
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+        os.chmod(tmp, 0o644)  # as a plain write would leave it (mkstemp makes 0600)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
     return path
 
 

@@ -38,3 +38,14 @@ def test_metrics_rows_with_an_undefined_ratio_are_strict_json_and_read_back_as_n
 def test_bare_nan_is_what_the_strict_reader_rejects():
     with pytest.raises(ValueError, match="NaN"):
         _strict(json.dumps({"x": float("nan")}))  # the default json.dumps output the kit no longer writes
+
+
+def test_write_json_replaces_the_file_whole_so_a_reader_never_sees_half_of_it(tmp_path):
+    path = tmp_path / "router_status.json"
+    jsonio.write_json(path, {"served": [1, 2], "note": "old"})
+    with path.open() as reader:  # a reader that opened the old file keeps reading the old file, whole
+        jsonio.write_json(path, {"served": [3, 4, 5], "note": "new"})
+        assert json.loads(reader.read())["note"] == "old"
+    assert json.loads(path.read_text())["note"] == "new"
+    assert [p.name for p in tmp_path.iterdir()] == ["router_status.json"]  # no temporary file left
+    assert path.stat().st_mode & 0o777 == 0o644

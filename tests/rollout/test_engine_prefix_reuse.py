@@ -11,21 +11,10 @@ prefix lengths shared one cached prefill depended on timing: hence a flake.
 
 import asyncio
 
-import pytest
 import torch
 
 from kit import prompts
 from kit.rollout.engine import ContinuousBatchingEngine
-
-
-@pytest.fixture(scope="module")
-def tok(product_tok):
-    return product_tok
-
-
-@pytest.fixture(scope="module")
-def model(product_model):
-    return product_model
 
 
 def _teacher_forced_logprobs(model, context, out):
@@ -36,7 +25,8 @@ def _teacher_forced_logprobs(model, context, out):
     return lp.gather(-1, torch.tensor(out)[:, None])[:, 0]
 
 
-def test_third_turn_after_a_cached_second_turn_has_exact_logprobs(tok, model):
+def test_third_turn_after_a_cached_second_turn_has_exact_logprobs(product_tok, product_model):
+    tok, model = product_tok, product_model  # the engine tests\' pair (tests/rollout/conftest.py)
     torch.manual_seed(0)
     ps = [tok(prompts.render_prompt(f"What is {100 + 7 * i} * {3 + i * i * i}?"))["input_ids"] for i in range(3)]
     ps[1] = ps[1] + ps[0][-9:]  # prompts of different lengths: cached prefixes of different sizes
@@ -63,7 +53,8 @@ def test_third_turn_after_a_cached_second_turn_has_exact_logprobs(tok, model):
             assert torch.allclose(torch.tensor(lps), ref, atol=1e-4), (len(context), (torch.tensor(lps) - ref).abs().max())
 
 
-def test_clear_prefix_cache_drops_the_kept_kv(tok, model):
+def test_clear_prefix_cache_drops_the_kept_kv(product_tok, product_model):
+    tok, model = product_tok, product_model  # the engine tests\' pair (tests/rollout/conftest.py)
     p = tok(prompts.render_prompt("What is 12 * 34?"))["input_ids"]
 
     async def two_turns(eng):

@@ -198,11 +198,21 @@ class KvCacheRouter:
     # -- VERL's RequestLoadBalancer protocol ----------------------------------------------------
     async def acquire_server(self, request_id: str, prompt_ids: Any = None,
                              sampling_params: dict[str, Any] | None = None, **_: Any) -> tuple[str, Any]:
-        """Route one ``generate`` (one turn of trajectory ``request_id``); returns ``(server id, handle)``."""
+        """Route one ``generate`` (one turn of trajectory ``request_id``); returns ``(server id, handle)``.
+
+        Raises:
+            ValueError: ``sampling_params``' ``max_new_tokens`` (or ``max_tokens``) is not an integer.
+        """
         self._ensure_poller()
         sp = sampling_params or {}
-        max_new = sp.get("max_new_tokens", sp.get("max_tokens")) or self.max_new_tokens
-        sid = self.policy.acquire(str(request_id), 0 if prompt_ids is None else len(prompt_ids), int(max_new))
+        key = "max_new_tokens" if "max_new_tokens" in sp else "max_tokens"
+        raw = sp.get(key) or self.max_new_tokens
+        try:
+            max_new = int(raw)
+        except (TypeError, ValueError):
+            raise ValueError(f"kv_router: request {request_id}: sampling_params.{key} must be an integer number of "
+                             f"tokens, got {raw!r}") from None
+        sid = self.policy.acquire(str(request_id), 0 if prompt_ids is None else len(prompt_ids), max_new)
         self._routed_to[str(request_id)] = sid
         self._routed_to.move_to_end(str(request_id))
         while len(self._routed_to) > self.policy.max_homes:  # bounded like the homes (sync VERL never clears)

@@ -371,3 +371,14 @@ def test_an_unwritable_status_file_does_not_stop_marking_a_dead_engine(tmp_path,
     sid, _ = asyncio.run(r.acquire_server("t", prompt_ids=[1] * 5, sampling_params={"max_new_tokens": 5}))
     assert r.engine_failed("t", "RayActorError: gone") == sid
     assert not r.get_status()["engines"][sid]["alive"] and r.get_status()["counters"]["resent"] == 1
+
+
+@pytest.mark.parametrize("params", [{"max_new_tokens": "lots"}, {"max_tokens": [5]}])
+def test_a_non_integer_turn_budget_is_one_error_naming_the_request_and_key(tmp_path, monkeypatch, params):
+    # used to raise a bare int() error out of acquire_server
+    r = build(tmp_path, monkeypatch, [FakeServer("a")])
+    monkeypatch.setattr(r, "_ensure_poller", lambda: None)
+    key = next(iter(params))
+    with pytest.raises(ValueError, match=f"request t7: sampling_params.{key} must be an integer"):
+        asyncio.run(r.acquire_server("t7", prompt_ids=[1] * 5, sampling_params=params))
+    assert r.get_status()["total_inflight"] == 0  # nothing was routed

@@ -76,14 +76,17 @@ def _roc(key: str) -> tuple[str, str]:
 
 #: kit ``metrics.jsonl`` key <- VERL step-metric key (first present wins); the ``rstar2/roc/`` keys come
 #: from ``kit.bridge.roc_hook`` (``roc/``: its name before the kit's metrics moved under one prefix,
-#: read so a stage resumed across that change converts its earlier lines too). ``accuracy`` is the
-#: mean 0/1 reward of the trained rollouts. Every VERL name here is one VERL 0.9.1's v1 trainer logs
+#: read so a stage resumed across that change converts its earlier lines too). ``accuracy`` and
+#: ``reward_mean`` are over every sampled rollout, as the local trainer's rows are
+#: (``kit.train.rollouts.batch_stats``): RoC's ``accuracy_before`` (the reward is the 0/1 answer
+#: reward, so its mean is the accuracy); VERL's ``critic/score/mean`` is over the rows it trains on
+#: (RoC's kept G of 2G), so it is only the fallback (GRPO, where sampled = trained). Every VERL name here is one VERL 0.9.1's v1 trainer logs
 #: (``tests/bridge/golden/verl_step_metrics.txt``). ``time_verify_s`` has none: the kit's reward is
 #: graded in VERL's reward-loop workers during generation (inside ``timing_s/gen``); the v1 trainer
 #: logs ``timing_s/reward`` only when it scores with a colocated reward model, so VERL rows leave it out.
 METRIC_MAP: dict[str, tuple[str, ...]] = {
-    "reward_mean": ("critic/score/mean", "critic/rewards/mean"),
-    "accuracy": (*_roc("accuracy_after"), "critic/score/mean"),
+    "reward_mean": (*_roc("accuracy_before"), "critic/score/mean", "critic/rewards/mean"),
+    "accuracy": (*_roc("accuracy_before"), "critic/score/mean"),
     "response_len_mean": ("response_length/mean",),
     "truncation_ratio": ("response_length/clip_ratio",),
     "tool_error_ratio_correct_before": _roc("tool_error_ratio_correct_before"),

@@ -240,12 +240,16 @@ def test_the_metric_map_reads_names_verl_s_v1_trainer_and_the_roc_hook_really_lo
     # a stage resumed across the rename: its early lines carry roc/, its later ones rstar2/roc/
     src = tmp_path / "verl" / "metrics.jsonl"
     src.parent.mkdir()
-    src.write_text(json.dumps({"step": 1, "data": {"critic/score/mean": 0.5, "roc/kept": 4.0, "roc/accuracy_after": 0.75}})
+    src.write_text(json.dumps({"step": 1, "data": {"critic/score/mean": 0.5, "roc/kept": 4.0, "roc/accuracy_before": 0.75}})
                    + "\n" + json.dumps({"step": 2, "data": {"critic/score/mean": 0.25, "rstar2/roc/kept": 8.0,
-                                                                "rstar2/roc/accuracy_after": 0.5,
-                                                                "rstar2/roc/tool_error_ratio_correct_before": 0.2}}) + "\n")
+                                                                "rstar2/roc/accuracy_before": 0.5,
+                                                                "rstar2/roc/tool_error_ratio_correct_before": 0.2}})
+                   + "\n" + json.dumps({"step": 3, "data": {"critic/score/mean": 0.25}}) + "\n")
     out = tmp_path / "metrics.jsonl"
-    assert stages.convert_metrics(src, out, stage="stage1", start_step=0, algorithm="grpo_roc", seed=0) == 2
+    assert stages.convert_metrics(src, out, stage="stage1", start_step=0, algorithm="grpo_roc", seed=0) == 3
     rows = [json.loads(x) for x in out.read_text().splitlines()]
-    assert [(r["kept"], r["accuracy"]) for r in rows] == [(4.0, 0.75), (8.0, 0.5)]
+    # accuracy and reward_mean over every sampled rollout (RoC's "before"), as the local rows are;
+    # VERL's critic/score/mean (the kept rows) only where the hook logged nothing (GRPO)
+    assert [(r.get("kept"), r["accuracy"], r["reward_mean"]) for r in rows] == [(4.0, 0.75, 0.75), (8.0, 0.5, 0.5),
+                                                                                (None, 0.25, 0.25)]
     assert rows[1]["tool_error_ratio_correct_before"] == 0.2 and "time_verify_s" not in rows[1]

@@ -55,6 +55,7 @@ from transformers import AttentionInterface, DynamicCache
 from transformers.cache_utils import DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from kit.models.decode import Qwen3DecodeStep, supports
 from kit.rollout.backends import Generation, HFBackend, check_request, sample_tokens, sampling_uniforms
 from kit.rollout.loop import run_trajectory
 
@@ -194,8 +195,8 @@ def _as_cache(kv: list[tuple[torch.Tensor, torch.Tensor]], layers: list[_BufferL
 class _Rows:
     """Running rows with one left-padded KV cache: (B, heads, L, dim) per layer; mask (B, L)."""
 
-    def __init__(self, model: Any, pad_id: int):
-        self.model, self.pad_id = model, pad_id
+    def __init__(self, model: Any, pad_id: int, decode: Qwen3DecodeStep | None = None):
+        self.model, self.pad_id, self.decode = model, pad_id, decode
         self.reqs: list[_Req] = []
         self.kv: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.mask = torch.zeros((0, 0), dtype=torch.long)
@@ -375,14 +376,16 @@ class _Rows:
         self.trim()
         if self._layers is None or self._layers_kv is not self.kv:  # rows were added, dropped or trimmed
             self._layers = [_BufferLayer.around(k, v) for k, v in self.kv]
-        cache = _as_cache(self.kv, self._layers)
         mask = torch.cat([self.mask, torch.ones((len(self.reqs), 1), dtype=torch.long)], dim=1)
-        res = self.model(input_ids=self.last, attention_mask=mask, position_ids=self.pos,
-                         past_key_values=cache, use_cache=True)
+        if self.decode is not None:  # the same logits without transformers' per-call overhead
+            logits = self.decode(self.last, self.pos, mask, self._layers)
+        else:
+            logits = self.model(input_ids=self.last, attention_mask=mask, position_ids=self.pos,
+                                past_key_values=_as_cache(self.kv, self._layers), use_cache=True).logits[:, -1, :]
         self.kv = self._layers_kv = [(layer.keys, layer.values) for layer in self._layers]
         self.mask = mask
         self.pos = self.pos + 1
-        self.last = self._sample(res.logits[:, -1, :], self.reqs)
+        self.last = self._sample(logits, self.reqs)
 
     def collect_finished(self, keep_cache=None) -> list[_Req]:
         """Rows that finished since the last call; their slots become free for new rows.
@@ -422,6 +425,8 @@ class _BackendBase:
     def __init__(self, model: Any, tokenizer: Any, seed: int, max_context: int | None):
         use_gqa_attention(model)  # in place: the same outputs without copying the KV heads
         self.model = model
+        #: the lean decode forward (kit.models.decode) where it computes what the model's does
+        self.decode = Qwen3DecodeStep(model) if supports(model) else None
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.seed = seed
         self.max_context = max_context or int(getattr(model.config, "max_position_embeddings", 1 << 30))
@@ -585,14 +590,14 @@ class ContinuousBatchingEngine(_BackendBase):
         return done
 
     async def _serve(self) -> None:
-        rows = self._rows = _Rows(self.model, self.pad_id)
+        rows = self._rows = _Rows(self.model, self.pad_id, self.decode)
         while self._pending or len(rows):  # the worker ends when idle; generate() starts a new one
             admit = self._admissible(rows)
             try:
                 done = await asyncio.to_thread(self._advance, rows, admit)
             except Exception as exc:  # every row in flight fails with the error
                 self._fail(admit + rows.reqs, exc)
-                rows = self._rows = _Rows(self.model, self.pad_id)
+                rows = self._rows = _Rows(self.model, self.pad_id, self.decode)
                 continue
             self._finish(done)
 
@@ -632,7 +637,7 @@ class BatchLoopBackend(_BackendBase):
     def _decode(self, batch: list[_Req]) -> None:
         t0 = time.perf_counter()
         with self._lock, torch.inference_mode():
-            rows = _Rows(self.model, self.pad_id)
+            rows = _Rows(self.model, self.pad_id, self.decode)
             rows.add(batch)
             self.stats["prefills"] += 1
             while not all(r.done for r in batch):

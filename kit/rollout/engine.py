@@ -21,7 +21,9 @@ KV cache: one left-padded cache for the batch, held in buffers with free columns
 concatenating (a copy of the whole cache per step), and attention reads the grouped KV heads
 directly (:func:`gqa_sdpa_attention`; transformers' ``sdpa`` repeats them per query head, another
 copy per step). Measured on a stage-1 rollout of the tiny policy (6 prompts x 16, 2 cores): decode
-step 8.9 -> 5.0 ms, collect 2.92 -> 2.17 s. Joining rows are prefilled together
+step 8.9 -> 5.0 ms, collect 2.92 -> 2.17 s. The decode forward itself is
+:class:`kit.models.decode.Qwen3DecodeStep` (the same logits bitwise without transformers' per-call
+overhead; 5.2 -> 3.1 CPU ms per step at 32 rows). Joining rows are prefilled together
 and written in place into the slots of finished rows (left-padding the whole batch only when a
 new row is longer than it); rows that no new request is waiting for are dropped with
 ``index_select`` and all-padding columns are trimmed. Padding is masked and every row has its
@@ -422,11 +424,11 @@ class _Rows:
 class _BackendBase:
     """Request bookkeeping shared by both backends (seeds, limits, statistics)."""
 
-    def __init__(self, model: Any, tokenizer: Any, seed: int, max_context: int | None):
+    def __init__(self, model: Any, tokenizer: Any, seed: int, max_context: int | None, lean_decode: bool = True):
         use_gqa_attention(model)  # in place: the same outputs without copying the KV heads
         self.model = model
         #: the lean decode forward (kit.models.decode) where it computes what the model's does
-        self.decode = Qwen3DecodeStep(model) if supports(model) else None
+        self.decode = Qwen3DecodeStep(model) if lean_decode and supports(model) else None
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.seed = seed
         self.max_context = max_context or int(getattr(model.config, "max_position_embeddings", 1 << 30))
@@ -508,11 +510,15 @@ class ContinuousBatchingEngine(_BackendBase):
         prefix_cache: keep the KV of up to ``slots`` finished rows; a request whose prompt
             starts with one (the next turn of a trajectory: context + turn + tool feedback)
             prefills only the new tokens. Off: every turn re-prefills its whole context.
+        lean_decode: decode with :class:`kit.models.decode.Qwen3DecodeStep` where it computes
+            the model's forward exactly (same logits, fewer CPU seconds); False: always the
+            transformers forward (benchmarks/rollout_bench.py ``--compare-decode`` times both).
     """
 
     def __init__(self, model: Any, tokenizer: Any, slots: int = 64, seed: int = 0, max_context: int | None = None,
-                 kv_budget_tokens: int | None = None, max_steps_per_call: int = 8, prefix_cache: bool = True):
-        super().__init__(model, tokenizer, seed, max_context)
+                 kv_budget_tokens: int | None = None, max_steps_per_call: int = 8, prefix_cache: bool = True,
+                 lean_decode: bool = True):
+        super().__init__(model, tokenizer, seed, max_context, lean_decode)
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}")
         self.slots = slots

@@ -67,10 +67,8 @@ def test_engine_tokens_and_logprobs_are_the_same_with_and_without_the_lean_step(
     reqs = [(p, 12 + 5 * i, 1.0, 0.95 if i % 2 else 1.0, []) for i, p in enumerate(ps)]
 
     def run(lean):
-        eng = ContinuousBatchingEngine(model, product_tok, slots=3, seed=3)
-        assert eng.decode is not None
-        if not lean:
-            eng.decode = None
+        eng = ContinuousBatchingEngine(model, product_tok, slots=3, seed=3, lean_decode=lean)
+        assert (eng.decode is not None) == lean
         return asyncio.run(_all(eng, reqs))
 
     fast, slow = run(True), run(False)

@@ -262,9 +262,19 @@ class _Rows:
             mask[i, L - len(r.prompt_ids):] = 1
             r.u = sampling_uniforms(r.seed, r.max_new)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        res = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
-        kv = [(layer.keys, layer.values) for layer in res.past_key_values.layers]
-        return kv, mask, torch.tensor([[len(r.prompt_ids)] for r in reqs]), self._sample(res.logits[:, -1, :], reqs)
+        logits, kv = self._forward(ids, mask, pos, None)
+        return kv, mask, torch.tensor([[len(r.prompt_ids)] for r in reqs]), self._sample(logits, reqs)
+
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, kv: list | None):
+        """Prefill ``ids`` (B, T) after the cached ``kv`` (or none): last position's logits (B, V)
+        and the per-layer ``(keys, values)`` of cache and new tokens."""
+        if self.decode is not None:  # the same logits without transformers' per-call overhead
+            layers = _as_cache(kv).layers if kv is not None else [DynamicLayer() for _ in self.model.model.layers]
+            logits = self.decode(ids, pos, mask, layers)
+            return logits, [(layer.keys, layer.values) for layer in layers]
+        res = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1,
+                         past_key_values=_as_cache(kv) if kv is not None else None)
+        return res.logits[:, -1, :], [(layer.keys, layer.values) for layer in res.past_key_values.layers]
 
     def _prefill_cached(self, cached: list[tuple[_Req, list]]):
         """Prefill only the uncached suffixes. Layout per row: [pad | cached c_i | pad | suffix s_i]."""
@@ -297,10 +307,8 @@ class _Rows:
             mask[i, C + S - len(suf):] = 1
             pos[i, S - len(suf):] = torch.arange(c, c + len(suf))
         reqs = [r for r, _ in cached]
-        res = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
-                         past_key_values=_as_cache(kv), use_cache=True, logits_to_keep=1)
-        kv = [(layer.keys, layer.values) for layer in res.past_key_values.layers]
-        return kv, mask, torch.tensor([[len(r.prompt_ids)] for r in reqs]), self._sample(res.logits[:, -1, :], reqs)
+        logits, kv = self._forward(ids, mask, pos, kv)
+        return kv, mask, torch.tensor([[len(r.prompt_ids)] for r in reqs]), self._sample(logits, reqs)
 
     def _place(self, reqs: list[_Req], kv, mask: torch.Tensor, new_pos: torch.Tensor, last: torch.Tensor) -> None:
         """Put prefilled rows into the slots of finished rows (in place), the rest at the end."""

@@ -94,3 +94,31 @@ def test_unsupported_models_and_positions_are_refused(model):
     with pytest.raises(ValueError, match="beyond the rotary table"):
         Qwen3DecodeStep(model)(torch.tensor([[5]]), far, torch.ones((1, 5), dtype=torch.long),
                                DynamicCache(ddp_cache_data=kv).layers)
+
+
+@pytest.mark.parametrize("lengths, past", [([7, 19, 12, 3], 0), ([9, 9], 0), ([7, 19, 12], 5), ([6, 6], 4)],
+                         ids=["fresh padded", "fresh unpadded", "after a cache, padded", "after a cache, unpadded"])
+def test_prefill_equals_the_transformers_forward_bitwise(model, lengths, past):
+    # T new tokens per row after ``past`` cached columns (the engine's prefix-reuse layout when past > 0)
+    if past:
+        kv, mask, pos = _prefill(model, [past] * len(lengths), seed=1)
+        if len(lengths) > 2:
+            mask[0, :2] = 0  # padding inside the cached part too
+    else:
+        kv, mask, pos = None, torch.zeros((len(lengths), 0), dtype=torch.long), torch.zeros((len(lengths), 1), dtype=torch.long)
+    T = max(lengths)
+    g = torch.Generator().manual_seed(2)
+    ids = torch.randint(5, model.config.vocab_size, (len(lengths), T), generator=g)
+    new = torch.zeros((len(lengths), T), dtype=torch.long)
+    for i, n in enumerate(lengths):
+        new[i, T - n:] = 1
+    mask = torch.cat([mask, new], dim=1)
+    positions = pos + (new.cumsum(-1) - 1).clamp(min=0)
+    with torch.inference_mode():
+        ref = model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=True, logits_to_keep=1,
+                    past_key_values=DynamicCache(ddp_cache_data=kv) if kv else None)
+        layers = DynamicCache(ddp_cache_data=kv).layers if kv else DynamicCache(config=model.config).layers
+        got = Qwen3DecodeStep(model)(ids, positions, mask, layers)
+    assert torch.equal(got, ref.logits[:, -1])
+    for a, b in zip(ref.past_key_values.layers, layers, strict=True):
+        assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)

@@ -23,7 +23,9 @@ directly (:func:`gqa_sdpa_attention`; transformers' ``sdpa`` repeats them per qu
 copy per step). Measured on a stage-1 rollout of the tiny policy (6 prompts x 16, 2 cores): decode
 step 8.9 -> 5.0 ms, collect 2.92 -> 2.17 s. The decode forward itself is
 :class:`kit.models.decode.Qwen3DecodeStep` (the same logits bitwise without transformers' per-call
-overhead; 5.2 -> 3.1 CPU ms per step at 32 rows). Joining rows are prefilled together
+overhead; 5.2 -> 3.1 CPU ms per decode step at 32 rows), prefills too: a stage-1 RoC step of the
+SFT policy (6 x 16 rollouts, 1 thread, benchmarks/rl_step_profile.py) went 1.67 -> 1.33 CPU s of
+rollout, 2.15 -> 1.80 CPU s and 2.53 -> 2.12 s wall per step, same trajectories. Joining rows are prefilled together
 and written in place into the slots of finished rows (left-padding the whole batch only when a
 new row is longer than it); rows that no new request is waiting for are dropped with
 ``index_select`` and all-padding columns are trimmed. Padding is masked and every row has its

@@ -21,6 +21,19 @@ cold-start SFT (``kit.train.sft.run_sft``, ``--sft-steps`` steps) trained once i
 
 Usage: ``.venv/bin/python benchmarks/rollout_bench.py [--problems 8] [--n 16] [--repeats 2] [--threads 1]``
 Last line: ``speedup=<x>`` (plain wall time over continuous wall time, medians over repeats).
+
+``--compare-decode``: instead, the continuous engine with the transformers decode forward
+(``lean_decode=False``, before) and with :class:`kit.models.decode.Qwen3DecodeStep` (after),
+alternating, at the stage-1 budget; per run the CPU seconds of this process (engine, agent loop,
+tokenizer; the sandbox workers are other processes), the engine's forward seconds and decode
+steps; then how many trajectories are token-identical and whether their log-probs are equal.
+Last line: ``decode_cpu_ratio=<before/after>`` (medians over repeats, CPU seconds). Measured
+(SFT step-500 policy, ``--problems 6 --n 16 --repeats 2 --threads 1``, load 1.7-1.9 on 2 cores):
+1.90 -> 1.58 CPU s per collect, ``decode_cpu_ratio=1.21``, 96/96 trajectories token-identical.
+Log-probs are bitwise equal only where the two runs batched rows alike (16/96 there): rows join
+the running batch when their tool calls return, so the batch shapes, and with them the float
+summation order, differ from run to run with either forward (tests/rollout/test_decode_step.py
+shows the two forwards bitwise equal on the same batch).
 """
 
 from __future__ import annotations
@@ -52,7 +65,7 @@ def get_policy(args, cfg):
     return load_policy(run_dir / "policy")
 
 
-async def run_once(kind, model, tok, problems, pool, args, cfg):
+async def run_once(kind, model, tok, problems, pool, args, cfg, lean_decode=True):
     from kit.rollout import rollout_batch
     from kit.rollout.engine import BatchLoopBackend, ContinuousBatchingEngine, rollout_plain
 
@@ -64,7 +77,7 @@ async def run_once(kind, model, tok, problems, pool, args, cfg):
         groups = await rollout_plain(backend, tok, problems, pool, args.n, cfg.rollout, **kw)
     else:
         backend = ContinuousBatchingEngine(model, tok, slots=args.batch_size, seed=args.seed,
-                                           prefix_cache=kind == "continuous")
+                                           prefix_cache=kind == "continuous", lean_decode=lean_decode)
         groups = await rollout_batch(backend, tok, problems, pool, args.n, cfg.rollout, **kw)
     wall = time.perf_counter() - t0
     flat = [t for g in groups for t in g]
@@ -89,6 +102,9 @@ async def main_async(args) -> None:
           f"response budget {cfg.stages.stage1.max_response_tokens} tokens, {cfg.stages.stage1.max_turns} turns, T=1")
     async with SandboxPool(cfg.sandbox) as pool:
         await run_once("continuous", model, tok, problems[:2], pool, args, cfg)  # warm-up (threads, workers)
+        if args.compare_decode:
+            await compare_decode(model, tok, problems, pool, args, cfg)
+            return
         kinds = ("plain", "cont_noprefix", "continuous")
         walls: dict[str, list[float]] = {k: [] for k in kinds}
         outs = {}
@@ -115,6 +131,27 @@ async def main_async(args) -> None:
     print(f"speedup={mp / mc:.2f}")
 
 
+async def compare_decode(model, tok, problems, pool, args, cfg) -> None:
+    """Before/after of the lean decode step on the same rollout (see the module docstring)."""
+    cpu: dict[bool, list[float]] = {False: [], True: []}
+    outs = {}
+    for rep in range(args.repeats):
+        for lean in (False, True) if rep % 2 == 0 else (True, False):
+            c = time.process_time()
+            wall, st, flat = await run_once("continuous", model, tok, problems, pool, args, cfg, lean_decode=lean)
+            cpu[lean].append(time.process_time() - c)
+            outs[lean] = flat
+            print(f"[{rep}] {'lean decode step' if lean else 'transformers forward':21s} cpu {cpu[lean][-1]:6.2f} s, "
+                  f"wall {wall:6.2f} s, engine forward time {st['busy_s']:.2f} s, decode steps {st['steps']}, "
+                  f"rows x steps {st['row_steps']}, sampled tokens {st['tokens']}", flush=True)
+    same = sum(a.response_ids == b.response_ids for a, b in zip(outs[False], outs[True], strict=True))
+    lp = sum(a.logprobs == b.logprobs for a, b in zip(outs[False], outs[True], strict=True))
+    print(f"token-identical trajectories (last repeat): {same}/{len(outs[False])}; equal log-probs: {lp}/{len(outs[False])}")
+    before, after = statistics.median(cpu[False]), statistics.median(cpu[True])
+    print(f"median cpu: transformers forward {before:.2f} s, lean decode step {after:.2f} s")
+    print(f"decode_cpu_ratio={before / after:.2f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--policy", default="", help="save_policy directory of a tool-using checkpoint")
@@ -125,6 +162,8 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0, help="torch threads (0: the tiny profile's)")
+    ap.add_argument("--compare-decode", action="store_true",
+                    help="time the continuous engine with the transformers decode forward and the lean decode step")
     asyncio.run(main_async(ap.parse_args()))
 
 

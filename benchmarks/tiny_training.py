@@ -19,6 +19,16 @@ seconds (all threads), which spinning OpenMP threads inflate and a shared core d
 Last line: ``busy_over_quiet=<x>`` (adaptive policy, median over the pairs of busy median / quiet
 median; aim <= 1.5).
 
+Measured under the heavy-job lock (``--steps 10 --rounds 2``, load 1.7-2.4 on 2 cores, 19:00 UTC
+2026-12-01): fixed 2 threads 0.39 s quiet, 1.47 and 2.12 s beside the busy process (x4.6, the
+collapse); adaptive 0.42 s quiet (2 threads), 0.70 s beside it (1 thread): x1.64 in the clean
+pair, ``busy_over_quiet=1.70`` over both (in the other pair a third process ran during "quiet").
+With one thread beside it the ratio is the step's 2-thread speed-up (0.69 s / 0.42 s = 1.64).
+Fair sharing gives 2 threads at most 4/3 of the cores beside one busy process (x1.5 at best), but
+each parallel region waits for the thread that shares a core with it (the fixed rows), so 1.5 is
+out of reach on 2 cores for this step; not tried: ``OMP_WAIT_POLICY=PASSIVE`` with 2 threads
+(slower quiet: 0.54 vs 0.38 s in kit.pipeline's measurement).
+
 ``--full`` prints per phase: wall seconds, SFT held-out tool-assisted accuracy (greedy), sampled
 reward before and after each RL stage, and the ablation's tool-error ratio among correct
 trajectories for GRPO and GRPO-RoC (first/last steps, mean and spread over seeds), then

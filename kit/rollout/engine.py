@@ -21,7 +21,11 @@ KV cache: one left-padded cache for the batch, held in buffers with free columns
 concatenating (a copy of the whole cache per step), and attention reads the grouped KV heads
 directly (:func:`gqa_sdpa_attention`; transformers' ``sdpa`` repeats them per query head, another
 copy per step). Measured on a stage-1 rollout of the tiny policy (6 prompts x 16, 2 cores): decode
-step 8.9 -> 5.0 ms, collect 2.92 -> 2.17 s. Joining rows are prefilled together
+step 8.9 -> 5.0 ms, collect 2.92 -> 2.17 s. The decode forward itself is
+:class:`kit.models.decode.Qwen3DecodeStep` (the same logits bitwise without transformers' per-call
+overhead; 5.2 -> 3.1 CPU ms per decode step at 32 rows), prefills too: a stage-1 RoC step of the
+SFT policy (6 x 16 rollouts, 1 thread, benchmarks/rl_step_profile.py) went 1.67 -> 1.33 CPU s of
+rollout, 2.15 -> 1.80 CPU s and 2.53 -> 2.12 s wall per step, same trajectories. Joining rows are prefilled together
 and written in place into the slots of finished rows (left-padding the whole batch only when a
 new row is longer than it); rows that no new request is waiting for are dropped with
 ``index_select`` and all-padding columns are trimmed. Padding is masked and every row has its
@@ -55,6 +59,7 @@ from transformers import AttentionInterface, DynamicCache
 from transformers.cache_utils import DynamicLayer
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
+from kit.models.decode import Qwen3DecodeStep, supports
 from kit.rollout.backends import Generation, HFBackend, check_request, sample_tokens, sampling_uniforms
 from kit.rollout.loop import run_trajectory
 
@@ -194,8 +199,8 @@ def _as_cache(kv: list[tuple[torch.Tensor, torch.Tensor]], layers: list[_BufferL
 class _Rows:
     """Running rows with one left-padded KV cache: (B, heads, L, dim) per layer; mask (B, L)."""
 
-    def __init__(self, model: Any, pad_id: int):
-        self.model, self.pad_id = model, pad_id
+    def __init__(self, model: Any, pad_id: int, decode: Qwen3DecodeStep | None = None):
+        self.model, self.pad_id, self.decode = model, pad_id, decode
         self.reqs: list[_Req] = []
         self.kv: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.mask = torch.zeros((0, 0), dtype=torch.long)
@@ -259,9 +264,19 @@ class _Rows:
             mask[i, L - len(r.prompt_ids):] = 1
             r.u = sampling_uniforms(r.seed, r.max_new)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        res = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1)
-        kv = [(layer.keys, layer.values) for layer in res.past_key_values.layers]
-        return kv, mask, torch.tensor([[len(r.prompt_ids)] for r in reqs]), self._sample(res.logits[:, -1, :], reqs)
+        logits, kv = self._forward(ids, mask, pos, None)
+        return kv, mask, torch.tensor([[len(r.prompt_ids)] for r in reqs]), self._sample(logits, reqs)
+
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, kv: list | None):
+        """Prefill ``ids`` (B, T) after the cached ``kv`` (or none): last position's logits (B, V)
+        and the per-layer ``(keys, values)`` of cache and new tokens."""
+        if self.decode is not None:  # the same logits without transformers' per-call overhead
+            layers = _as_cache(kv).layers if kv is not None else [DynamicLayer() for _ in self.model.model.layers]
+            logits = self.decode(ids, pos, mask, layers)
+            return logits, [(layer.keys, layer.values) for layer in layers]
+        res = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1,
+                         past_key_values=_as_cache(kv) if kv is not None else None)
+        return res.logits[:, -1, :], [(layer.keys, layer.values) for layer in res.past_key_values.layers]
 
     def _prefill_cached(self, cached: list[tuple[_Req, list]]):
         """Prefill only the uncached suffixes. Layout per row: [pad | cached c_i | pad | suffix s_i]."""
@@ -294,10 +309,8 @@ class _Rows:
             mask[i, C + S - len(suf):] = 1
             pos[i, S - len(suf):] = torch.arange(c, c + len(suf))
         reqs = [r for r, _ in cached]
-        res = self.model(input_ids=ids, attention_mask=mask, position_ids=pos,
-                         past_key_values=_as_cache(kv), use_cache=True, logits_to_keep=1)
-        kv = [(layer.keys, layer.values) for layer in res.past_key_values.layers]
-        return kv, mask, torch.tensor([[len(r.prompt_ids)] for r in reqs]), self._sample(res.logits[:, -1, :], reqs)
+        logits, kv = self._forward(ids, mask, pos, kv)
+        return kv, mask, torch.tensor([[len(r.prompt_ids)] for r in reqs]), self._sample(logits, reqs)
 
     def _place(self, reqs: list[_Req], kv, mask: torch.Tensor, new_pos: torch.Tensor, last: torch.Tensor) -> None:
         """Put prefilled rows into the slots of finished rows (in place), the rest at the end."""
@@ -375,14 +388,16 @@ class _Rows:
         self.trim()
         if self._layers is None or self._layers_kv is not self.kv:  # rows were added, dropped or trimmed
             self._layers = [_BufferLayer.around(k, v) for k, v in self.kv]
-        cache = _as_cache(self.kv, self._layers)
         mask = torch.cat([self.mask, torch.ones((len(self.reqs), 1), dtype=torch.long)], dim=1)
-        res = self.model(input_ids=self.last, attention_mask=mask, position_ids=self.pos,
-                         past_key_values=cache, use_cache=True)
+        if self.decode is not None:  # the same logits without transformers' per-call overhead
+            logits = self.decode(self.last, self.pos, mask, self._layers)
+        else:
+            logits = self.model(input_ids=self.last, attention_mask=mask, position_ids=self.pos,
+                                past_key_values=_as_cache(self.kv, self._layers), use_cache=True).logits[:, -1, :]
         self.kv = self._layers_kv = [(layer.keys, layer.values) for layer in self._layers]
         self.mask = mask
         self.pos = self.pos + 1
-        self.last = self._sample(res.logits[:, -1, :], self.reqs)
+        self.last = self._sample(logits, self.reqs)
 
     def collect_finished(self, keep_cache=None) -> list[_Req]:
         """Rows that finished since the last call; their slots become free for new rows.
@@ -419,9 +434,11 @@ class _Rows:
 class _BackendBase:
     """Request bookkeeping shared by both backends (seeds, limits, statistics)."""
 
-    def __init__(self, model: Any, tokenizer: Any, seed: int, max_context: int | None):
+    def __init__(self, model: Any, tokenizer: Any, seed: int, max_context: int | None, lean_decode: bool = True):
         use_gqa_attention(model)  # in place: the same outputs without copying the KV heads
         self.model = model
+        #: the lean decode forward (kit.models.decode) where it computes what the model's does
+        self.decode = Qwen3DecodeStep(model) if lean_decode and supports(model) else None
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else 0
         self.seed = seed
         self.max_context = max_context or int(getattr(model.config, "max_position_embeddings", 1 << 30))
@@ -503,11 +520,15 @@ class ContinuousBatchingEngine(_BackendBase):
         prefix_cache: keep the KV of up to ``slots`` finished rows; a request whose prompt
             starts with one (the next turn of a trajectory: context + turn + tool feedback)
             prefills only the new tokens. Off: every turn re-prefills its whole context.
+        lean_decode: decode with :class:`kit.models.decode.Qwen3DecodeStep` where it computes
+            the model's forward exactly (same logits, fewer CPU seconds); False: always the
+            transformers forward (benchmarks/rollout_bench.py ``--compare-decode`` times both).
     """
 
     def __init__(self, model: Any, tokenizer: Any, slots: int = 64, seed: int = 0, max_context: int | None = None,
-                 kv_budget_tokens: int | None = None, max_steps_per_call: int = 8, prefix_cache: bool = True):
-        super().__init__(model, tokenizer, seed, max_context)
+                 kv_budget_tokens: int | None = None, max_steps_per_call: int = 8, prefix_cache: bool = True,
+                 lean_decode: bool = True):
+        super().__init__(model, tokenizer, seed, max_context, lean_decode)
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}")
         self.slots = slots
@@ -585,14 +606,14 @@ class ContinuousBatchingEngine(_BackendBase):
         return done
 
     async def _serve(self) -> None:
-        rows = self._rows = _Rows(self.model, self.pad_id)
+        rows = self._rows = _Rows(self.model, self.pad_id, self.decode)
         while self._pending or len(rows):  # the worker ends when idle; generate() starts a new one
             admit = self._admissible(rows)
             try:
                 done = await asyncio.to_thread(self._advance, rows, admit)
             except Exception as exc:  # every row in flight fails with the error
                 self._fail(admit + rows.reqs, exc)
-                rows = self._rows = _Rows(self.model, self.pad_id)
+                rows = self._rows = _Rows(self.model, self.pad_id, self.decode)
                 continue
             self._finish(done)
 
@@ -632,7 +653,7 @@ class BatchLoopBackend(_BackendBase):
     def _decode(self, batch: list[_Req]) -> None:
         t0 = time.perf_counter()
         with self._lock, torch.inference_mode():
-            rows = _Rows(self.model, self.pad_id)
+            rows = _Rows(self.model, self.pad_id, self.decode)
             rows.add(batch)
             self.stats["prefills"] += 1
             while not all(r.done for r in batch):

@@ -59,15 +59,16 @@ def set_threads(n: int) -> LoadAdaptiveThreads | None:
     return None
 
 
-def _cpu_jiffies() -> tuple[int, int] | None:
-    """``(busy, total)`` jiffies of all CPUs from ``/proc/stat`` (None where there is none)."""
+def _cpu_jiffies() -> tuple[int, int, int] | None:
+    """``(busy, total, niced)`` jiffies of all CPUs from ``/proc/stat`` (None where there is none);
+    ``niced``: the busy jiffies of processes with a positive nice value (the ``nice`` column)."""
     try:
         with open("/proc/stat") as fh:
             fields = [int(x) for x in fh.readline().split()[1:9]]
     except (OSError, ValueError):
         return None
     idle = fields[3] + fields[4]  # idle + iowait
-    return sum(fields) - idle, sum(fields)
+    return sum(fields) - idle, sum(fields), fields[1]
 
 
 class LoadAdaptiveThreads:
@@ -81,6 +82,12 @@ class LoadAdaptiveThreads:
     ``clamp(round(cores - others), 1, max_threads)`` threads. One thread or two give bitwise the
     same SFT step on the tiny model (measured), so the choice changes speed, not results.
 
+    Niced neighbours do not count when this process is not niced itself: the scheduler gives
+    their cores back to it (a nice-19 process gets ~1.5% of a core beside a nice-0 one), so a
+    niced test run or background job beside the trainer must not halve its threads (seen in
+    this session: a nice-19 profiler beside ``make reproduce`` sent its SFT from 2 threads and
+    ~0.4 s per step to 1 thread and ~0.9 s). A niced trainer yields to everyone: all count.
+
     Args:
         max_threads: upper bound (also capped by the CPUs this process may run on).
         every_s: minimum seconds between measurements (:meth:`update` is cheap in between).
@@ -88,8 +95,9 @@ class LoadAdaptiveThreads:
     Attributes:
         threads: the current thread count; ``history``: ``(seconds since start, others' cores,
         threads)`` per measurement.
-    Does not: see other processes' future load (it reacts within ``every_s``), or tell apart
-    busy cores outside this process's CPU set from those inside it.
+    Does not: see other processes' future load (it reacts within ``every_s``), tell apart
+    busy cores outside this process's CPU set from those inside it, or weigh nice values in
+    between (every positive nice value counts as yielding).
     """
 
     def __init__(self, max_threads: int, every_s: float = 5.0, first_s: float = 0.3):
@@ -100,6 +108,10 @@ class LoadAdaptiveThreads:
         self.cores = cores
         self.max_threads = max(1, min(max_threads, cores))
         self.every_s = every_s
+        try:  # not niced: niced neighbours yield their cores to us (class docstring)
+            self.ignore_niced = os.getpriority(os.PRIO_PROCESS, 0) <= 0
+        except (AttributeError, OSError):  # pragma: no cover - not POSIX
+            self.ignore_niced = False
         self.history: list[tuple[float, float, int]] = []
         self._t0 = time.monotonic()
         self._mark = self._sample()
@@ -122,6 +134,8 @@ class LoadAdaptiveThreads:
         wall = now[0] - self._mark[0]
         ticks = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
         busy_all = (now[2] - self._mark[2]) / ticks
+        if self.ignore_niced:
+            busy_all -= (now[4] - self._mark[4]) / ticks
         if wall <= 0:
             return None
         return max(0.0, (busy_all - (now[1] - self._mark[1])) / wall)

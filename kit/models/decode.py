@@ -1,0 +1,134 @@
+"""A lean Qwen3 forward for the rollout engine's decode steps and prefills (KV in place).
+
+The continuous-batching engine (:mod:`kit.rollout.engine`) runs ~230-300 decode forwards per
+tiny RL step (the longest trajectory plus tool round trips), each for ~30 rows of the 0.5M
+model. At that size ``Qwen3ForCausalLM.forward`` spends about half of each call in
+transformers' per-call machinery (output capture, config look-ups, mask building, rotary
+recomputation, module hooks), not in arithmetic. :class:`Qwen3DecodeStep` does the same
+arithmetic as that forward (new tokens after a cache, last position's logits) with the same
+torch ops in the same order, reading
+the model's own parameters (so it follows every weight update without a copy):
+
+    embed -> per layer: RMSNorm, q/k/v projections, per-head q/k RMSNorm, RoPE, KV write,
+    SDPA over the grouped KV heads (causal and padding mask), o_proj, residual, RMSNorm, SiLU
+    MLP, residual -> final RMSNorm -> LM head (last position).
+
+The rotary cos/sin come from a table computed once with transformers' formula (an outer product
+of positions and inverse frequencies, whose single products are the ones its matmul computes).
+The output equals the transformers forward's logits bitwise on the tiny model (checked in
+tests/rollout/test_decode_step.py, with padding, GQA and tied embeddings). Only the plain
+architecture is handled (:func:`supports`): default RoPE, no sliding window, no attention
+bias, SiLU, float32 on the CPU, SDPA attention; the engine uses the transformers forward for
+anything else.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+
+def supports(model: Any) -> bool:
+    """Whether :class:`Qwen3DecodeStep` computes exactly what ``model``'s forward computes.
+
+    True for a ``Qwen3ForCausalLM`` with default RoPE, no sliding-window layers, no attention
+    bias, no attention dropout, SiLU activation, float32 CPU weights and an SDPA attention
+    implementation (transformers' ``sdpa`` or the engine's grouped ``kit_gqa_sdpa``).
+    """
+    cfg = getattr(model, "config", None)
+    if cfg is None or type(model).__name__ != "Qwen3ForCausalLM":
+        return False
+    rope = getattr(cfg, "rope_parameters", None) or {}
+    return (rope.get("rope_type", "default") == "default"
+            and "sliding_attention" not in (getattr(cfg, "layer_types", None) or [])
+            and not getattr(cfg, "attention_bias", False)
+            and getattr(cfg, "hidden_act", "") == "silu"
+            and getattr(cfg, "_attn_implementation", None) in ("sdpa", "kit_gqa_sdpa")
+            and not getattr(cfg, "attention_dropout", 0.0)
+            and all(p.dtype == torch.float32 and p.device.type == "cpu" for p in model.parameters()))
+
+
+def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """Qwen3RMSNorm on float32 input: ``weight * (x * rsqrt(mean(x^2) + eps))``."""
+    return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+class Qwen3DecodeStep:
+    """A forward of a ``Qwen3ForCausalLM`` over new tokens after a KV cache, last position's logits
+    only, without transformers' per-call overhead: the engine's decode steps (``T = 1``) and its
+    prefills (``T`` prompt tokens, after a kept prefix or none).
+
+    Args:
+        model: the policy (:func:`supports` must be True; raises ValueError otherwise).
+    Call:
+        ``step(ids, pos, mask, layers) -> logits``: ``ids`` (B, T) long tokens, ``pos`` (B, T)
+        long position ids, ``mask`` (B, L + T) long, 1 where a column (the T new ones last) holds
+        a real token, ``layers`` one cache layer per decoder layer holding the L cached columns
+        (a fresh ``DynamicLayer()`` when L = 0) whose ``update(keys, values)`` appends
+        (B, kv_heads, T, head_dim) and returns the layer's (B, kv_heads, L + T, head_dim) keys and
+        values. Returns (B, V) float32 logits of the last new position, the same as
+        ``model(..., logits_to_keep=1).logits[:, -1]`` with that cache. The attention mask is
+        transformers' SDPA mask: none when no column is padding and ``T = 1`` or ``L = 0``
+        (then causal when ``T > 1``), else (B, 1, T, L + T) booleans ``col <= L + row`` and
+        not padding.
+    Raises:
+        ValueError: a model :func:`supports` rejects; a position beyond the rotary table
+            (``max_position_embeddings``).
+    """
+
+    def __init__(self, model: Any):
+        if not supports(model):
+            raise ValueError(f"Qwen3DecodeStep: unsupported model {type(model).__name__} "
+                             "(needs plain Qwen3, float32 on the CPU, SDPA attention)")
+        cfg = model.config
+        self.model = model
+        self.heads, self.kv_heads = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = getattr(cfg, "head_dim", None) or cfg.hidden_size // cfg.num_attention_heads
+        self.eps = cfg.rms_norm_eps
+        self.scaling = self.head_dim ** -0.5
+        rot = model.model.rotary_emb
+        with torch.no_grad():
+            positions = torch.arange(cfg.max_position_embeddings, dtype=torch.float32)
+            freqs = positions[:, None] * rot.inv_freq.float()[None, :]  # (P, D/2): transformers' matmul, K=1
+            emb = torch.cat((freqs, freqs), dim=-1)
+            self.cos = emb.cos() * rot.attention_scaling  # (P, D)
+            self.sin = emb.sin() * rot.attention_scaling
+
+    def __call__(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, layers: list) -> torch.Tensor:
+        m = self.model.model
+        B, T = ids.shape
+        if int(pos.max()) >= self.cos.shape[0]:
+            raise ValueError(f"Qwen3DecodeStep: position {int(pos.max())} beyond the rotary table of {self.cos.shape[0]}")
+        cos, sin = self.cos[pos][:, None], self.sin[pos][:, None]  # (B, 1, T, D)
+        past = mask.shape[1] - T
+        causal = False
+        if bool(mask.all()) and (T == 1 or past == 0):
+            attn_mask, causal = None, T > 1
+        else:
+            rows = torch.arange(past, past + T)[:, None] >= torch.arange(mask.shape[1])[None, :]  # (T, L + T)
+            attn_mask = rows[None, None] & mask.bool()[:, None, None, :]  # (B, 1, T, L + T)
+        gqa = self.kv_heads != self.heads
+        h = F.embedding(ids, m.embed_tokens.weight)  # (B, T, H)
+        for layer, cache in zip(m.layers, layers, strict=True):
+            att = layer.self_attn
+            x = _rms(h, layer.input_layernorm.weight, self.eps)
+            q = _rms(F.linear(x, att.q_proj.weight).view(B, T, -1, self.head_dim), att.q_norm.weight, self.eps).transpose(1, 2)
+            k = _rms(F.linear(x, att.k_proj.weight).view(B, T, -1, self.head_dim), att.k_norm.weight, self.eps).transpose(1, 2)
+            v = F.linear(x, att.v_proj.weight).view(B, T, -1, self.head_dim).transpose(1, 2)
+            q = q * cos + _rotate_half(q) * sin
+            k = k * cos + _rotate_half(k) * sin
+            keys, values = cache.update(k, v, att.layer_idx)
+            o = F.scaled_dot_product_attention(q, keys, values, attn_mask=attn_mask, scale=self.scaling,
+                                               is_causal=causal, enable_gqa=gqa)
+            h = h + F.linear(o.transpose(1, 2).reshape(B, T, -1), att.o_proj.weight)
+            x = _rms(h, layer.post_attention_layernorm.weight, self.eps)
+            mlp = layer.mlp
+            h = h + F.linear(F.silu(F.linear(x, mlp.gate_proj.weight)) * F.linear(x, mlp.up_proj.weight), mlp.down_proj.weight)
+        return F.linear(_rms(h[:, -1], m.norm.weight, self.eps), self.model.lm_head.weight)

@@ -210,14 +210,21 @@ def figure4_tool_errors(metrics, *, smooth: int = 1, note: str = "", paper_plate
             for the paper's.
         paper_plateau: if given, a dotted reference line labelled as the paper's GRPO plateau.
     Returns:
-        The Figure (one axes).
+        The Figure (one axes). Runs that never logged ``tool_error_ratio_correct_before`` (VERL's
+        GRPO arm; a VERL RoC run without a correct trajectory that called the tool) draw nothing,
+        and the axes say why.
     Raises:
-        MetricsError: a required key is missing (names the key and the files).
+        MetricsError: ``step``, ``algorithm`` or ``seed`` is missing (names the key and the files).
     """
-    df = _as_frame(metrics, "figure4")
+    df = metrics if isinstance(metrics, pd.DataFrame) else collect_metrics(metrics)
+    key = "tool_error_ratio_correct_before"
+    require_keys(df, [k for k in FIGURE_KEYS["figure4"] if k != key], "figure4")
+    logged = key in df.columns  # VERL runs log it only from the RoC sampler hook (kit.bridge.roc_hook)
+    if not logged:
+        df = df.assign(**{key: np.nan})
     fig = Figure(figsize=(6.4, 4.0), layout="constrained")
     ax = fig.subplots()
-    _plot_algorithms(ax, df, "tool_error_ratio_correct_before", smooth, suffix=", sampled")
+    _plot_algorithms(ax, df, key, smooth, suffix=", sampled")
     if show_after and "tool_error_ratio_correct_after" in df.columns:
         roc = df[df["algorithm"] == "grpo_roc"]
         if len(roc) and roc["tool_error_ratio_correct_after"].notna().any():
@@ -234,7 +241,9 @@ def figure4_tool_errors(metrics, *, smooth: int = 1, note: str = "", paper_plate
     ax.set_title("Figure 4: tool errors in correct trajectories")
     ax.grid(alpha=0.3)
     _legend(ax, "no value to draw: no correct trajectory called the tool in any step\n"
-                "(expected of a run too short to learn, e.g. the smoke profile)")
+                "(expected of a run too short to learn, e.g. the smoke profile)" if logged else
+                f"no value to draw: no metrics file logs {key}\n(VERL runs log it only from the GRPO-RoC "
+                "sampler hook, for steps with a correct trajectory that called the tool)")
     _subtitle(fig, note)
     return fig
 

@@ -11,7 +11,7 @@ sft        ``sft_checkpoint`` (linked), or a VERL       ``policy/`` (link or mer
            multi-turn parquet (``verl.trainer.         ``checkpoints/``, ``summary.json``
            sft_trainer`` on ``torchrun``)
 stage1     ``<sft>/policy``, ``<data>/data/{curated,   ``checkpoints/global_step_<N>/actor``,
-           val}.parquet``                               ``verl/metrics.jsonl`` (VERL's file logger),
+           val}.parquet``                               ``verl/step_metrics.jsonl`` (VERL's log),
                                                         ``metrics.jsonl`` (kit keys), ``policy/``
                                                         (merged), ``summary.json``
 stage2     ``<stage1>/checkpoints/global_step_<N>``     same
@@ -66,7 +66,9 @@ from kit.bridge.sft import sft_command
 from kit.config import KitConfig, save
 from kit.train.ablation import arm_seeds
 
-METRICS_FILE = "verl/metrics.jsonl"
+#: VERL's own per-step log (its file logger), beside the kit's ``metrics.jsonl``: not named like it, since
+#: every reader of a run folder tree takes each ``metrics.jsonl`` below it (``kit.figures.collect_metrics``)
+METRICS_FILE = "verl/step_metrics.jsonl"
 
 
 def _roc(key: str) -> tuple[str, str]:

@@ -20,7 +20,7 @@ Where things go (all under the run folder, nothing on the network unless configu
 ``run_dir/tracking/mlruns`` (``MLFLOW_TRACKING_URI``, a local file store unless
 ``logging.mlflow_tracking_uri`` names a server), ``run_dir/tracking/trackio`` (``TRACKIO_DIR``),
 VERL's file logger at ``run_dir/tracking/verl_metrics.jsonl`` (``VERL_FILE_LOGGER_PATH``; the
-VERL runtime passes its own ``verl/metrics.jsonl``).
+VERL runtime passes its own ``verl/step_metrics.jsonl``).
 
 What it does not do: log validation generations or tables; purge the steps a resumed local run
 repeats (TensorBoard shows them from a second event file; ``metrics.jsonl`` is truncated and

@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 from test_checkpoints import fake_checkpoint, fake_merger
 
+from kit import figures
 from kit.bridge import hard_subset, sft, stages
 from kit.config import load
 
@@ -73,7 +74,7 @@ def test_the_launch_kwargs_build_a_command_that_resets_the_optimizer_only_at_sta
     assert "actor_rollout_ref.actor.checkpoint.load_contents=[model]" in plan.launch_command
     assert "trainer.total_training_steps=510" in plan.launch_command
     assert f"trainer.resume_from_path={d['stage2'].resolve()}/checkpoints/global_step_385" in plan.launch_command
-    assert f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={d['stage3'].resolve()}/verl/metrics.jsonl" \
+    assert f"+ray_kwargs.ray_init.runtime_env.env_vars.VERL_FILE_LOGGER_PATH={d['stage3'].resolve()}/{stages.METRICS_FILE}" \
         in plan.launch_command and "trainer.logger=[console,file,tensorboard]" in plan.launch_command
     assert launch.build_launch(plan.config, "stage3", **plan.launch_kwargs)[1] == plan.launch_command
     assert plan.config == dataclasses.replace(cfg, run_dir=str(d["stage3"].resolve()))  # the caller's config, unchanged
@@ -113,6 +114,11 @@ def test_ablation_runs_one_stage1_per_algorithm(tmp_path):
         assert stage == "stage1" and arm.stages.stage1.steps == 2 and arm.run_dir.startswith(str(d["ablation"]))
         assert dataclasses.replace(arm, run_dir="", algorithm=cfg.algorithm, stages=cfg.stages) == cfg
     assert (d["ablation"] / "grpo_seed0" / "metrics.jsonl").exists()
+    # the readers of an ablation folder (figures 4 and 9, the claims) take every metrics.jsonl below it:
+    # only the kit rows, not VERL's raw log beside them (before, verl/metrics.jsonl added rows without
+    # an algorithm and a `data` column to 06's and 09's frames)
+    df = figures.collect_metrics(d["ablation"])
+    assert len(df) == 4 and set(df["algorithm"]) == {"grpo", "grpo_roc"} and "data" not in df
 
 
 def test_describe_chain_prints_every_command_and_directory(tmp_path):

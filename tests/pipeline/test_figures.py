@@ -135,3 +135,19 @@ def test_live_curves_split_groups_into_lines():
     lines = live.figure().axes[0].get_lines()
     assert [ln.get_label() for ln in lines] == ["algorithm=grpo seed=0", "algorithm=grpo_roc seed=0"]
     assert all(list(ln.get_xdata()) == [1, 2] for ln in lines)
+
+
+def test_figure4_of_runs_that_never_logged_the_ratio_says_so(tmp_path):
+    # VERL's rows (kit.bridge.stages.METRIC_MAP): the GRPO arm never has the key, a RoC step without a
+    # correct tool-calling trajectory neither; before, figure 4 raised MetricsError and stopped 06 and 09
+    for alg in ("grpo", "grpo_roc"):
+        (tmp_path / alg).mkdir()
+        (tmp_path / alg / "metrics.jsonl").write_text(json.dumps({"step": 1, "algorithm": alg, "seed": 0,
+                                                                  "accuracy": 0.0, "engine": "verl"}) + "\n")
+    ax = figures.figure4_tool_errors(tmp_path).axes[0]
+    assert not ax.get_lines() and any("no metrics file logs tool_error_ratio_correct_before" in t.get_text()
+                                      for t in ax.texts)
+    bare = tmp_path / "bare.jsonl"
+    bare.write_text(json.dumps({"step": 1, "accuracy": 0.0}) + "\n")
+    with pytest.raises(MetricsError, match=r"\['algorithm', 'seed'\]"):  # what it cannot do without
+        figures.figure4_tool_errors(bare)

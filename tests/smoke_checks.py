@@ -1,0 +1,121 @@
+"""What a finished `smoke` notebook chain must leave, on either runtime: the assertions shared by
+the local chain (tests/pipeline/test_smoke_chain.py) and the chain through VERL's trainer on CPU
+(tests/bridge/test_verl_cpu_chain.py). Each check takes the run's ``Layout`` and the config the
+chain trained with (importable from every test module: tests/conftest.py puts this folder on the path).
+
+The two runtimes differ in the RL rows' keys (VERL logs a subset: ``kit.bridge.stages.METRIC_MAP``),
+in the cold start (the local SFT logs its steps; VERL's smoke chain links a checkpoint), and in
+how many RL steps the chain trains; everything else is asserted the same way.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+
+import pandas as pd
+import pytest
+
+from kit import claims, pipeline
+
+#: the documented keys of a local RL row (DEVELOPERS.md "metrics.jsonl")
+LOCAL_RL_KEYS = ("stage", "step", "global_step", "reward_mean", "accuracy", "response_len_mean", "truncation_ratio",
+                 "tool_calls_per_traj", "tool_error_ratio_correct_before", "tool_error_ratio_correct_after",
+                 "p_format_mean", "kept", "time_generate_s", "time_tool_s", "time_verify_s", "time_update_s",
+                 "algorithm", "seed")
+#: the keys of a VERL RL row of every algorithm (VERL's own step metrics, kit.bridge.stages.METRIC_MAP)
+VERL_RL_KEYS = ("stage", "step", "global_step", "reward_mean", "accuracy", "response_len_mean", "truncation_ratio",
+                "time_generate_s", "time_update_s", "algorithm", "seed")
+STAGES = ("stage1", "stage2", "stage3")
+
+
+def rows(path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def every_notebook_executed_and_recorded(lay) -> None:
+    state = pipeline.read_state(lay)
+    assert [n for n in pipeline.SERIES if state.get(n, {}).get("status") == "done"] == list(pipeline.SERIES)
+    assert all((lay.executed / f"{n}.ipynb").exists() for n in pipeline.SERIES)
+
+
+def rl_metrics_have_keys_and_step_counts(lay, cfg, keys) -> None:
+    """Each stage's ``metrics.jsonl``: ``stages.<stage>.steps`` rows with ``keys``, steps 1..n, and
+    global steps that continue across the stages."""
+    last_global = 0
+    for stage in STAGES:
+        steps = getattr(cfg.stages, stage).steps
+        got = rows(lay.root / stage / "metrics.jsonl")
+        assert len(got) == steps, stage
+        assert all(set(keys) <= set(r) for r in got), f"{stage}: missing {set(keys) - set(got[0])}"
+        assert [r["step"] for r in got] == list(range(1, steps + 1))
+        assert got[0]["global_step"] == last_global + 1  # global steps continue across stages
+        last_global = got[-1]["global_step"]
+
+
+def ablation_runs_both_algorithms_for_every_seed(lay, cfg, keys) -> None:
+    df = pd.concat([pd.DataFrame(rows(p)) for p in (lay.root / "ablation").rglob("metrics.jsonl")])
+    assert set(keys) <= set(df.columns), set(keys) - set(df.columns)
+    counts = df.groupby(["algorithm", "seed"]).size()
+    assert set(counts.index) == {(a, s) for a in ("grpo", "grpo_roc") for s in cfg.ablation.seeds}
+    assert (counts == cfg.ablation.steps).all()
+
+
+def evaluation_on_the_real_benchmarks(lay, cfg) -> None:
+    for bench in ("aime24", "aime25", "math500", "hmmt25"):
+        d = json.loads((lay.root / "eval" / "eval" / f"{bench}.json").read_text())
+        assert d["n_samples"] == cfg.eval.n_samples and d["n_problems"] == cfg.eval.max_problems
+        assert d["manifest"]["data_files"] and len(d["per_problem"]) == cfg.eval.max_problems
+        correct = [c for p in d["per_problem"] for c in p["correct"]]
+        assert len(correct) == cfg.eval.max_problems * cfg.eval.n_samples
+        # the headline numbers are the per-sample grades in the same file, aggregated
+        assert d["avg_at_n"] == pytest.approx(sum(correct) / len(correct))
+        solved = sum(any(p["correct"]) for p in d["per_problem"]) / len(d["per_problem"])
+        assert d["pass_at_k"][str(cfg.eval.n_samples)] == pytest.approx(solved)
+
+
+def consistency_filter_and_passk_curves(lay, cfg) -> None:
+    ev = lay.root / "eval"
+    c = json.loads((ev / "consistency.json").read_text())
+    assert c["n"] == cfg.data.consistency_samples and c["in"] == cfg.eval.consistency_problems
+    assert c["in"] == c["no_samples"] + c["inconsistent"] + c["out"] == len(pd.read_parquet(ev / "consistency.parquet"))
+    curves = pd.read_csv(ev / "passk" / "passk_curves.csv", index_col=0)
+    assert list(curves.columns) == ["SFT (cold start)", "RL (stage 3)"]
+    assert list(curves.index) == list(range(1, cfg.eval.passk_n + 1))
+    assert ((curves >= 0) & (curves <= 1)).all().all() and (curves.diff().dropna() >= -1e-12).all().all()
+    assert json.loads((ev / "passk" / "passk_curves.json").read_text())["problems"] == cfg.eval.passk_problems
+    for ext in ("png", "pdf"):
+        assert (ev / "passk" / f"passk_curves.{ext}").stat().st_size > 5000
+        assert (lay.root / "figures" / f"passk_curves.{ext}").exists()  # copied by 09
+
+
+def figures_tables_and_report(lay) -> None:
+    for name in ("figure4_tool_errors", "figure8_stages", "figure9_roc_ablation"):
+        for ext in ("png", "pdf"):
+            assert (lay.root / "figures" / f"{name}.{ext}").stat().st_size > 5000, name
+    for name in ("table3_math", "table4_response_tokens", "table5_generalization", "table6_32b"):
+        df = pd.read_csv(lay.root / "tables" / f"{name}.csv", index_col=0)
+        assert df.columns[0].startswith("reproduced: smoke, tiny Qwen3")
+        assert any(c.startswith("paper: ") for c in df.columns[1:])
+        assert (lay.root / "tables" / f"{name}.tex").exists()
+    t3 = pd.read_csv(lay.root / "tables" / "table3_math.csv", index_col=0)
+    assert t3.iloc[:, 0].notna().all()  # all four math benchmarks measured
+    pdf = lay.report_pdf
+    info = subprocess.run(["pdfinfo", str(pdf)], capture_output=True, text=True, check=True).stdout
+    pages = int(next(ln.split()[-1] for ln in info.splitlines() if ln.startswith("Pages:")))
+    images = len(subprocess.run(["pdfimages", "-list", str(pdf)], capture_output=True, text=True).stdout.splitlines()) - 2
+    assert pages >= 10 and images >= 3
+
+
+def claims_file_and_summary_page(lay) -> None:
+    """Notebook 09 writes claims.json in its schema; smoke is too short to reproduce anything, so no
+    verdict may say it did; the report opens with the one-page summary (issue #16)."""
+    doc = claims.read_claims(lay.root / "claims.json")  # raises on a missing key or an unknown verdict
+    assert doc["profile"] == "smoke" and doc["schema_version"] == claims.SCHEMA_VERSION
+    assert [c["id"] for c in doc["claims"]] == [c["id"] for c in claims.load_claims()]
+    assert {c["verdict"] for c in doc["claims"]} <= set(claims.VERDICTS)
+    assert all(t["verdict"] in claims.VERDICTS for c in doc["claims"] for t in c["tests"])
+    assert doc["counts"]["reproduced"] == 0, [c["id"] for c in doc["claims"] if c["verdict"] == "reproduced"]
+    first = subprocess.run(["pdftotext", "-f", "1", "-l", "1", str(lay.report_pdf), "-"], capture_output=True,
+                           text=True, check=True).stdout
+    assert "pre-registered" in first and "What this profile cannot show" in first

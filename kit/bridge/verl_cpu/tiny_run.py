@@ -5,7 +5,8 @@ trains the tiny model on a handful of problems until it solves them sometimes at
 so an RL group has mixed rewards (non-zero advantages, a real policy-gradient step);
 :func:`tiny_rl_data` writes those problems as VERL parquet rows. :data:`TWO_STEP` are the
 overrides for two RoC steps of P = 2 prompts x 2G = 8 rollouts -> G = 4 kept, 256 response
-tokens, 2 sandbox workers. Callers resolve the config (``kit.config.load("smoke", overrides=...)``).
+tokens, 2 sandbox workers; :data:`SMOKE_CHAIN` the notebook chain's overrides. Callers resolve
+the config (``kit.config.load("smoke", overrides=...)``) or pass them as ``--set`` to ``kit reproduce``.
 """
 
 from __future__ import annotations
@@ -27,9 +28,15 @@ TWO_STEP = {"algorithm.prompts_per_step": 2, "algorithm.group_size": 4, "algorit
             "stages.stage1.steps": 2, "sandbox.num_workers": 2}
 
 
-#: the chain test: stage 1 then stage 2, one step each, the rest as :data:`TWO_STEP`
-CHAIN = {**TWO_STEP, "stages.stage1.steps": 1, "stages.stage2.steps": 1, "stages.stage2.max_response_tokens": 256}
-CHAIN_STAGES = ("stage1", "stage2")
+#: the smoke chain through VERL (``kit reproduce --profile smoke --set runtime=verl``, 00-09): one
+#: GRPO-RoC step per stage (stage 3 on its hard subset) and per ablation arm (grpo, grpo_roc; seed 0),
+#: each of :data:`TWO_STEP`'s size; the rest is the smoke profile. The RL pool is the one training
+#: pool with 2 curated problems (``openmathreasoning`` in ../shared/data): stage 3's hard subset
+#: samples every curated problem ``hard_filter_samples`` = 8 times from the served stage-2 policy,
+#: 16 rollouts here instead of ~188,000 for the 23,470 problems of all five pools
+SMOKE_CHAIN = {**TWO_STEP, "stages.stage1.steps": 1, "stages.stage2.steps": 1, "stages.stage3.steps": 1,
+               "stages.stage2.max_response_tokens": 256, "stages.stage3.max_response_tokens": 256,
+               "ablation.steps": 1, "ablation.seeds": [0], "data.train_pools": ["openmathreasoning"]}
 
 
 def sandbox_overrides() -> dict[str, Any]:
@@ -72,26 +79,3 @@ def read_verl_metrics(path: str | os.PathLike) -> dict[int, dict[str, Any]]:
             rec = json.loads(line)
             rows.setdefault(int(rec["step"]), {}).update(rec.get("data", {}))
     return rows
-
-
-def run_chain(root: str | os.PathLike, runs: str | os.PathLike) -> dict[str, dict[str, Any]]:
-    """Stage 1 from ``root/sft`` then stage 2 from stage 1 (``kit.runtime.verl.run_stage``, the
-    notebooks' call, ``runtime=verl``, :data:`CHAIN`), data ``root/data``, runs ``runs/<stage>``.
-    Run inside a kit session (:func:`kit.bridge.verl_cpu.runner.run_session`) both stages share its
-    Ray head. Returns ``{stage: summary}``."""
-    from kit.config import load
-    from kit.runtime import verl as verl_runtime
-
-    root, runs = Path(root), Path(runs)
-    out, init = {}, root / "sft"
-    for stage in CHAIN_STAGES:
-        cfg = load("smoke", run_dir=str(runs / stage), overrides={**CHAIN, **sandbox_overrides(), "runtime": "verl"})
-        out[stage] = verl_runtime.run_stage(cfg, stage, run_dir=runs / stage, init_dir=init, data_dir=root / "data")
-        init = runs / stage
-    return out
-
-
-if __name__ == "__main__":  # python -m kit.bridge.verl_cpu.tiny_run ROOT RUNS: the chain, inside a session
-    import sys
-
-    run_chain(sys.argv[1], sys.argv[2])

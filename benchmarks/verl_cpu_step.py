@@ -21,6 +21,7 @@ otherwise idle machine; nothing here is asserted.
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from pathlib import Path
@@ -31,7 +32,8 @@ from kit.bridge.checkpoints import merge_to_policy  # noqa: E402
 from kit.bridge.verl_cpu import runner, tiny_run  # noqa: E402
 from kit.config import load  # noqa: E402
 
-PHASES = ("timing_s/gen", "timing_s/old_log_prob", "timing_s/update_actor", "timing_s/update_weights", "timing_s/step")
+PHASES = ("timing_s/gen", "timing_s/old_log_prob", "timing_s/adv", "timing_s/update_actor", "timing_s/save_checkpoint",
+          "timing_s/update_weights", "timing_s/step")
 
 
 def local_steps(sft_cfg, policy: Path, run_dir: Path) -> list[float]:
@@ -66,7 +68,8 @@ def main(argv: list[str] | None = None) -> int:
     paths, ln = runner.build_cpu_launch(
         cfg, "stage1", model_path=str(policy), train_files=str(data["train"]), val_files=str(data["val"]),
         metrics_file=str(root / "rl" / "verl_metrics.jsonl"), extra_overrides=["trainer.save_freq=2"])
-    for p in (root / "rl" / "checkpoints", root / "rl" / "verl_metrics.jsonl"):
+    for p in (root / "rl" / "checkpoints", root / "rl" / "verl_metrics.jsonl",
+              root / "rl" / "verl_stage1_weight_updates.jsonl"):
         if p.exists():
             import shutil
 
@@ -83,6 +86,15 @@ def main(argv: list[str] | None = None) -> int:
     for s in sorted(m):
         print(f"verl_step{s}: " + " ".join(f"{k.split('/')[1]}={m[s][k]:.2f}" for k in PHASES if k in m[s])
               + f" pearson={m[s].get('training/rollout_actor_probs_pearson_corr', float('nan')):.4f}")
+    prev: dict = {}
+    for line in (root / "rl" / "verl_stage1_weight_updates.jsonl").read_text().splitlines():
+        u = json.loads(line)  # the rollout server's running totals at each weight update (the gen before it)
+        if "engine_busy_s" in u:
+            d = {k: u[k] - prev.get(k, 0) for k in ("requests", "tokens", "generate_s", "engine_busy_s", "engine_steps")}
+            print(f"rollout_server before update at global_steps={u['global_steps']}: requests={d['requests']} "
+                  f"tokens={d['tokens']} engine_busy_s={d['engine_busy_s']:.2f} decode_steps={d['engine_steps']} "
+                  f"load_weights_s={u['seconds']:.3f}")
+            prev = u
     print(f"ray_stop_s={res.timings.get('ray_stop_s', float('nan')):.1f} session_s={res.timings['session_s']:.1f} "
           f"peak_rss_gib={res.peak_rss_bytes / 2**30:.2f} peak_pss_gib={res.peak_pss_bytes / 2**30:.2f} "
           f"sandbox_workers_steady={res.sandbox_workers_steady} sandbox_workers_max={res.sandbox_workers_max}")

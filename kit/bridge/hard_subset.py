@@ -14,13 +14,20 @@ Two ways to get the solve counts:
 * bring them from your own sampling run as JSON ``{"<source>/<id>": solved, ...}``
   (:func:`read_solve_counts`; ``source`` and ``id`` as in ``curated.parquet``).
 
+On the VERL CPU runtime (``KIT_VERL_DEVICE=cpu``, the smoke chain) there is no GPU server:
+:func:`prepare_stage3_data` with ``serve_locally=True`` serves ``<init_dir>/policy`` itself on
+loopback (:func:`kit.rollout.serve.serve_policy`, the kit's continuous-batching engine behind
+``/v1/completions``), samples through it exactly as through SGLang, and stops it.
+
 :func:`build_hard_parquet` then writes ``run_dir/data/hard.parquet`` (the same VERL row schema)
-and ``run_dir/hard_subset.json`` (the funnel). What it does not do: start the server.
-Not run here at the paper's scale (no GPU); tested with a scripted backend.
+and ``run_dir/hard_subset.json`` (the funnel and the ``route`` that produced the counts).
+Not run here at the paper's scale (no GPU); tested with a scripted backend and, on CPU, against
+the served tiny policy.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 from collections.abc import Mapping
@@ -36,6 +43,7 @@ from kit.reward import verify_batch
 from kit.rollout import run_coroutine
 from kit.rollout.backends import OpenAIBackend
 from kit.rollout.loop import rollout_batch
+from kit.rollout.serve import serve_policy
 from kit.sandbox import SandboxPool
 
 
@@ -61,7 +69,7 @@ def read_solve_counts(path: str | os.PathLike) -> dict[str, int]:
 
 
 def build_hard_parquet(curated: str | os.PathLike, counts: Mapping[str, int], run_dir: str | os.PathLike,
-                       n: int = 8) -> dict[str, Any]:
+                       n: int = 8, route: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Filter ``curated`` (a ``write_curated`` parquet) to the problems solved fewer than ``n`` times.
 
     Args:
@@ -69,8 +77,10 @@ def build_hard_parquet(curated: str | os.PathLike, counts: Mapping[str, int], ru
         counts: solved count out of ``n`` per :func:`source_id`; every row needs one.
         run_dir: the stage-3 run directory.
         n: rollouts per problem.
+        route: where the counts came from (recorded as ``route``; see :func:`prepare_stage3_data`).
     Returns:
-        ``{"parquet", "in", "solved_all", "out", "solved_none", "n"}`` (also ``run_dir/hard_subset.json``).
+        ``{"parquet", "in", "solved_all", "out", "solved_none", "n", "curated", "route"}`` (also
+        ``run_dir/hard_subset.json``).
     Raises:
         KeyError: a problem without a count (names the first few).
         ValueError: a count outside [0, n], or no problem left.
@@ -86,7 +96,7 @@ def build_hard_parquet(curated: str | os.PathLike, counts: Mapping[str, int], ru
     out = Path(run_dir) / "data" / "hard.parquet"
     out.parent.mkdir(parents=True, exist_ok=True)
     pd.DataFrame(hard, columns=df.columns).to_parquet(out, index=False)
-    info = {"parquet": str(out), **stats, "n": n, "curated": str(Path(curated).resolve())}
+    info = {"parquet": str(out), **stats, "n": n, "curated": str(Path(curated).resolve()), "route": dict(route or {})}
     jsonio.write_json(Path(run_dir) / "hard_subset.json", info)
     return info
 
@@ -130,28 +140,50 @@ def sample_solve_counts(cfg: Any, curated: str | os.PathLike, *, base_url: str =
 
 
 def prepare_stage3_data(cfg: Any, run_dir: str | os.PathLike, data_dir: str | os.PathLike, init_dir: str | os.PathLike,
-                        *, hard_counts: str = "", sampler_url: str = "", sampler_model: str = "") -> dict[str, Any]:
-    """``run_dir/data/hard.parquet`` for stage 3 on a cluster (kept when it exists).
+                        *, hard_counts: str = "", sampler_url: str = "", sampler_model: str = "",
+                        serve_locally: bool = False, serve_threads: int = 0) -> dict[str, Any]:
+    """``run_dir/data/hard.parquet`` for stage 3 (kept when it exists), from the first of:
 
     Args:
-        hard_counts: a solve-count JSON (:func:`read_solve_counts`), or
+        hard_counts: a solve-count JSON (:func:`read_solve_counts`); route ``{"kind": "hard_counts", "file"}``;
         sampler_url: an OpenAI-compatible server serving ``<init_dir>/policy`` (the merged stage-2
-            policy); ``sampler_model`` is its model name (default that path).
+            policy); ``sampler_model`` is its model name (default that path); route
+            ``{"kind": "sampler_url", "url"}``;
+        serve_locally: serve ``<init_dir>/policy`` here on loopback for the sampling
+            (:func:`kit.rollout.serve.serve_policy`, ``cfg.rollout.batch_size`` slots, seed
+            ``cfg.seed``, ``serve_threads`` torch threads) and stop it after; route
+            ``{"kind": "kit_cpu", "url"}``. For the VERL CPU runtime (no GPU server exists).
+    A parquet already there is kept (route ``{"kind": "given"}`` when no ``hard_subset.json``
+    says how it was built). The route is recorded in ``run_dir/hard_subset.json``.
+
     Raises:
-        RuntimeError: neither is given (says how to get one).
+        RuntimeError: none of the three is given (says how to get one), or the local server failed.
     """
     out = Path(run_dir) / "data" / "hard.parquet"
     info_path = Path(run_dir) / "hard_subset.json"
     if out.exists():
-        return json.loads(info_path.read_text()) if info_path.exists() else {"parquet": str(out)}
+        if info_path.exists():
+            return json.loads(info_path.read_text())
+        info = {"parquet": str(out), "route": {"kind": "given"}}
+        jsonio.write_json(info_path, info)
+        return info
     curated = Path(data_dir) / "data" / "curated.parquet"
     n = cfg.stages.stage3.hard_filter_samples
     policy = str((Path(init_dir) / "policy").resolve())
     if hard_counts:
         counts = read_solve_counts(hard_counts)
-    elif sampler_url:
-        counts = sample_solve_counts(cfg, curated, base_url=sampler_url, model=sampler_model or policy,
-                                     tokenizer_path=policy, n=n)
+        route = {"kind": "hard_counts", "file": str(Path(hard_counts).resolve())}
+    elif sampler_url or serve_locally:
+        with contextlib.ExitStack() as stack:
+            if sampler_url:
+                route = {"kind": "sampler_url", "url": sampler_url}
+            else:
+                url = stack.enter_context(serve_policy(policy, slots=cfg.rollout.batch_size, seed=int(cfg.seed),
+                                                       threads=serve_threads))
+                route = {"kind": "kit_cpu", "url": url}
+            counts = sample_solve_counts(cfg, curated, base_url=route["url"],
+                                         model=(sampler_model if sampler_url else "") or policy,
+                                         tokenizer_path=policy, n=n)
         (Path(run_dir) / "solve_counts.json").write_text(json.dumps(counts) + "\n")
     else:
         raise RuntimeError(
@@ -159,4 +191,4 @@ def prepare_stage3_data(cfg: Any, run_dir: str | os.PathLike, data_dir: str | os
             f"{policy} (python -m sglang.launch_server --model-path {policy} --tp 4 --port 30000) and pass "
             "sampler_url='http://HOST:30000/v1', or pass hard_counts=<JSON {\"source/id\": solved}>, or place the "
             "parquet there yourself")
-    return build_hard_parquet(curated, counts, run_dir, n=n)
+    return build_hard_parquet(curated, counts, run_dir, n=n, route=route)

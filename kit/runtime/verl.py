@@ -120,23 +120,31 @@ def run_stage(cfg: KitConfig, stage: str, *, run_dir: PathLike, init_dir: PathLi
 def prepare_hard_subset(cfg: KitConfig, stage: str, *, run_dir: PathLike, init_dir: PathLike,
                       data_dir: PathLike | None = None, hard_counts: str = "", sampler_url: str = "") -> dict[str, Any]:
     """Stage 3's training file ``run_dir/data/hard.parquet``: ``data_dir``'s curated pool minus the
-    problems ``init_dir/policy`` solves every time, from ``hard_counts`` (a solve-count JSON) or by
-    sampling the policy served at ``sampler_url``
-    (:func:`kit.bridge.hard_subset.prepare_stage3_data`; kept when it exists).
+    problems ``init_dir/policy`` solves every time (report §4.3), from ``hard_counts`` (a solve-count
+    JSON), or by sampling the policy served at ``sampler_url``, or, on the VERL CPU runtime
+    (``KIT_VERL_DEVICE=cpu``) with neither given, by serving ``init_dir/policy`` on loopback with
+    the kit's engine for the sampling (:func:`kit.bridge.hard_subset.prepare_stage3_data`,
+    ``serve_locally``; kept when it exists; ``run_dir/hard_subset.json`` records the route).
 
     Raises:
         ValueError: no ``data_dir``; ``init_dir`` None or a policy folder.
         FileNotFoundError: ``init_dir`` or its ``policy/`` does not exist (not checked with ``hard_counts``).
-        RuntimeError: neither ``hard_counts`` nor ``sampler_url`` (says how to get one).
+        RuntimeError: neither ``hard_counts`` nor ``sampler_url`` on a GPU runtime (says how to get one).
+        kit.bridge.verl_cpu.runner.VerlCpuError: ``KIT_VERL_DEVICE=cpu`` on a machine with a CUDA GPU.
     """
     from kit.bridge.hard_subset import prepare_stage3_data  # VERL side (see the module docstring)
+    from kit.bridge.verl_cpu import runner  # VERL side: which runtime trains (KIT_VERL_DEVICE)
 
     if data_dir is None:
         raise ValueError(f"{stage}: the verl runtime needs data_dir (the 01_data_curation run folder)")
     hard_counts = hard_counts or os.environ.get("KIT_HARD_COUNTS", "")
+    sampler_url = sampler_url or os.environ.get("KIT_SAMPLER_URL", "")
     init_dir = upstream_run(init_dir, "prepare_hard_subset", need_policy=not hard_counts)
-    return prepare_stage3_data(cfg, run_dir, data_dir, init_dir, hard_counts=hard_counts,
-                               sampler_url=sampler_url or os.environ.get("KIT_SAMPLER_URL", ""))
+    on_cpu = os.environ.get(runner.DEVICE_ENV, "").strip().lower() == "cpu"
+    if on_cpu and not (hard_counts or sampler_url):
+        runner.require_cpu_machine()
+    return prepare_stage3_data(cfg, run_dir, data_dir, init_dir, hard_counts=hard_counts, sampler_url=sampler_url,
+                               serve_locally=on_cpu, serve_threads=abs(int(cfg.model.torch_threads or 0)))
 
 
 def run_ablation(cfg: KitConfig, *, run_dir: PathLike, init_dir: PathLike, data_dir: PathLike | None = None,

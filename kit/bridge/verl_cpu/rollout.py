@@ -44,7 +44,17 @@ from verl.workers.rollout.base import BaseRollout
 from verl.workers.rollout.replica import RolloutReplica, TokenOutput
 
 ROLLOUT_NAME = "kit_cpu"
-#: when set, every weight update appends ``{"global_steps", "tensors", "seconds", "digest"}`` to this file
+#: torch threads of each rollout server (default :data:`DEFAULT_SERVER_THREADS`)
+THREADS_ENV = "KIT_CPU_ROLLOUT_THREADS"
+#: One thread: a decode step of the tiny model is a chain of small ops (hidden size 128) that a
+#: second OpenMP thread slows down whenever another process holds the other core (fork/join waits
+#: on a preempted thread), and during generation the agent loop, sandbox and reward workers want
+#: that core. Measured on this 2-core machine under load ~3 (16 requests x 200 tokens of the tiny
+#: SFT policy, kit.rollout.engine): 2.4 ms per decode step with 1 thread, 5.3 ms with 2.
+DEFAULT_SERVER_THREADS = 1
+#: when set, every weight update appends ``{"time", "global_steps", "tensors", "seconds", "digest"}`` and the server's
+#: running totals (``requests``, sampled ``tokens``, ``generate_s`` summed over requests, ``engine_busy_s``
+#: inside model forwards, decode ``engine_steps``) to this file
 UPDATE_LOG_ENV = "KIT_CPU_ROLLOUT_UPDATE_LOG"
 
 
@@ -75,7 +85,8 @@ class KitCpuServer:
         slots: rows decoded together (``rollout.max_num_seqs``, capped at 64).
         response_length: default ``max_new_tokens`` (tokens).
         seed: base sampling seed of the engine.
-        threads: torch CPU threads for the forward passes.
+        threads: torch CPU threads for the forward passes (the replica passes ``KIT_CPU_ROLLOUT_THREADS``,
+            default :data:`DEFAULT_SERVER_THREADS`).
     """
 
     def __init__(self, model_path: str, slots: int = 64, response_length: int = 256, seed: int = 0,
@@ -83,7 +94,7 @@ class KitCpuServer:
         from kit.models import load_policy
         from kit.rollout.engine import ContinuousBatchingEngine
 
-        torch.set_num_threads(max(1, int(threads or os.cpu_count() or 1)))
+        torch.set_num_threads(max(1, int(threads or DEFAULT_SERVER_THREADS)))
         self.model, self.tokenizer = load_policy(model_path)
         self.model.eval()
         self.engine = ContinuousBatchingEngine(self.model, self.tokenizer, slots=slots, seed=seed)
@@ -150,8 +161,11 @@ class KitCpuServer:
             import json
 
             with open(log, "a") as fh:
-                fh.write(json.dumps({"global_steps": self.global_steps, "tensors": len(state), "seconds": dt,
-                                     "digest": await self.state_dict_digest()}) + "\n")
+                fh.write(json.dumps({"time": time.time(), "global_steps": self.global_steps, "tensors": len(state), "seconds": dt,
+                                     "digest": await self.state_dict_digest(), "requests": self.counters["requests"],
+                                     "tokens": self.counters["tokens"], "generate_s": self.counters["generate_s"],
+                                     "engine_busy_s": self.engine.stats["busy_s"],
+                                     "engine_steps": self.engine.stats["steps"]}) + "\n")
         return {"loaded": len(state), "seconds": dt}
 
     async def kv_load(self) -> dict[str, int]:
@@ -198,7 +212,7 @@ class KitCpuReplica(RolloutReplica):
 
     async def launch_servers(self) -> None:
         name = server_name(self.replica_rank, self.name_suffix)
-        threads = int(os.environ.get("KIT_CPU_ROLLOUT_THREADS", os.cpu_count() or 1))
+        threads = max(1, int(os.environ.get(THREADS_ENV) or DEFAULT_SERVER_THREADS))
         actor = ray.remote(KitCpuServer).options(
             name=name, num_cpus=0, max_concurrency=self.max_concurrency,
             runtime_env={"env_vars": {"OMP_NUM_THREADS": str(threads)}},

@@ -47,6 +47,7 @@ stand-in for the TransferQueue calls it makes (``kv_batch_get``, ``kv_clear``).
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -77,10 +78,14 @@ def roc_params_from_kwargs(kw: Mapping[str, Any]) -> tuple[RocParams, dict[str, 
 
     Returns:
         ``(params, extra)`` where extra holds ``oversample``, ``seed``, ``reading``
-        (``"counters"`` or ``"text"``), ``train_batch_size``, ``max_inflight_gen_batches``.
+        (``"counters"`` or ``"text"``), ``train_batch_size``, ``max_inflight_gen_batches``,
+        ``poll_interval_s`` (seconds between the replay buffer's checks for finished
+        trajectories; VERL's default 2.0, which the CPU runtime shortens: a tiny step's
+        generation takes ~1 s, so a 2 s poll rounds it up to 2 s).
     Raises:
         KeyError: a required key is missing (the message names ``sampler_kwargs.<key>``).
-        ValueError: ``reading`` is not one of the two readings, oversample < group_size, or a
+        ValueError: ``reading`` is not one of the two readings, oversample < group_size,
+            ``poll_interval_s`` is not a positive number, or a
             flag (``use_error_ratio``, ``use_answer_format``, ``drop_equal_reward_groups``) is
             neither a boolean nor the word true / false.
     """
@@ -116,7 +121,15 @@ def roc_params_from_kwargs(kw: Mapping[str, Any]) -> tuple[RocParams, dict[str, 
         "train_batch_size": int(need("train_batch_size")),
         "max_inflight_gen_batches": int(kw.get("max_inflight_gen_batches", 1)),
         "tokenizer_path": kw.get("tokenizer_path"),
+        "poll_interval_s": kw.get("poll_interval_s", 2.0),
     }
+    try:
+        extra["poll_interval_s"] = float(extra["poll_interval_s"])
+    except (TypeError, ValueError):
+        extra["poll_interval_s"] = float("nan")
+    if not (math.isfinite(extra["poll_interval_s"]) and extra["poll_interval_s"] > 0):
+        raise ValueError(f"sampler_kwargs.poll_interval_s must be a positive number of seconds, "
+                         f"got {kw.get('poll_interval_s')!r}")
     if extra["reading"] not in ("counters", "text"):
         raise ValueError(f"sampler_kwargs.reading must be 'counters' or 'text', got {extra['reading']!r}")
     if extra["oversample"] < params.group_size:
@@ -230,7 +243,7 @@ class RocReplayBuffer(ReplayBuffer):
             max_off_policy_threshold=max_off_policy_threshold,
             max_off_policy_strategy=max_off_policy_strategy,
             sampler_kwargs=sampler_kwargs,
-            poll_interval=poll_interval,
+            poll_interval=self.roc_extra["poll_interval_s"] if "poll_interval_s" in (sampler_kwargs or {}) else poll_interval,
             refill_fn=refill_fn,
             filter_groups_metric="reward" if drop else None,
             train_batch_size=self.roc_extra["train_batch_size"],

@@ -220,6 +220,19 @@ def test_sampler_kwargs_errors_name_the_key(hook):
         hook.RocReplayBuffer("separate_async", {}, 8, "drop", _sampler_kwargs())
 
 
+def test_the_poll_interval_comes_from_sampler_kwargs(hook):
+    # VERL's sync buffer sleeps poll_interval between checks for finished trajectories (2 s, no
+    # config key); the CPU runtime sets sampler_kwargs.poll_interval_s so a ~1 s tiny generation
+    # is not rounded up to 2 s
+    kw = _sampler_kwargs(poll_interval_s=0.25, drop_equal_reward_groups=False)
+    assert hook.RocReplayBuffer("sync", OmegaConf.create({}), 8, "drop", kw).poll_interval == 0.25
+    kw = _sampler_kwargs(drop_equal_reward_groups=False)
+    assert hook.RocReplayBuffer("sync", OmegaConf.create({}), 8, "drop", kw).poll_interval == 2.0
+    for bad in (0, -1, float("nan"), "soon"):
+        with pytest.raises(ValueError, match="sampler_kwargs.poll_interval_s"):
+            hook.roc_params_from_kwargs({**_sampler_kwargs(), "poll_interval_s": bad})
+
+
 def test_absent_sampler_kwargs_take_the_configs_defaults(hook):
     import dataclasses
 

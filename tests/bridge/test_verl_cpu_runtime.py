@@ -215,6 +215,7 @@ def test_cpu_overrides_compose_with_verls_config(tmp_path):
     assert cfg.actor_rollout_ref.actor.strategy == "fsdp2"
     assert cfg.actor_rollout_ref.actor.ppo_max_token_len_per_gpu == runner.CPU_MICRO_TOKENS
     assert cfg.transfer_queue.backend.SimpleStorage.num_data_storage_units == 1
+    assert cfg.trainer.v1.sampler.sampler_kwargs.poll_interval_s == runner.CPU_POLL_INTERVAL_S < 2.0
     assert cfg.ray_kwargs.ray_init.num_cpus is None and cfg.ray_kwargs.ray_init.address == "127.0.0.1:6379"
     assert Path(cfg.actor_rollout_ref.rollout.agent.agent_loop_config_path).exists()
 

@@ -48,7 +48,7 @@ from typing import Any
 
 from nbclient.exceptions import CellTimeoutError
 
-from kit import report
+from kit import OPENMP_SPINCOUNT, report
 from kit.config import ConfigError, available_profiles, load
 from kit.paths import REPO_ROOT
 from kit.runs import SERIES, Layout, series_parameters
@@ -63,7 +63,7 @@ NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 #: 0.76 s. The bounded spin is within 10% of the best on an idle machine and avoids the 3x
 #: collapse of unbounded spinning on a shared one.
 #: KIT_PROGRESS=text: the kit's progress bars as text the executed notebook and ``--log-output`` show advance (kit.progress)
-KERNEL_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "GOMP_SPINCOUNT": "10000", "KIT_PROGRESS": "text"}
+KERNEL_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "GOMP_SPINCOUNT": OPENMP_SPINCOUNT, "KIT_PROGRESS": "text"}
 #: Default per-cell limit of each profile, seconds (``--cell-timeout`` overrides it; 0 = no limit),
 #: so that one endless cell cannot hang ``make reproduce`` forever. tiny: the slowest cell
 #: measured is the SFT cell, 245-350 s on a shared 2-core machine (README), so 1800 s is about 5x

@@ -1,11 +1,16 @@
-"""VERL 0.9.1's own trainer, end to end on this CPU machine, through the kit's CPU runtime (issue #15).
+"""VERL 0.9.1's own trainer, end to end on this CPU machine, through the kit's CPU runtime (issues #15, #19).
 
 Two GRPO-RoC steps (P = 2 prompts x 2G = 8 rollouts -> G = 4) from a tiny SFT policy that
 solves its problems sometimes (mixed rewards), with the kit's agent loop, sandbox, reward
 function and RoC sampler, the FSDP2 actor and the ``kit_cpu`` rollout; in a private network and
-PID namespace with a Ray head the kit starts and stops; launched as the chain launches a stage
-with ``runtime=verl`` (``kit.runtime.verl.run_stage``), so VERL's model merger on CPU and the
-metrics conversion run too.
+PID namespace with a Ray head the kit starts and stops; launched as a stage with ``runtime=verl``
+is (``kit.bridge.stages.run_stage`` with the CPU launcher), so VERL's model merger on CPU and the
+metrics conversion run too. Two FSDP ranks, hence two ``kit_cpu`` rollout replicas, behind the
+kit's KV-cache balancer (``rollout.balancer = "kv_cache"``, issue #19): VERL builds
+``kit.bridge.kv_router.KvCacheRouter`` from the run's router YAML, the replicas report their KV,
+and the router writes its status file. (One run for both issues: a second VERL start-up would
+cost make test another ~2 minutes. The notebook path, ``kit.runtime.verl``, one replica, is
+``test_verl_cpu_chain.py``.)
 
 Budget (issue #15): under 5 minutes and 8 GB for the VERL run on 2 cores; the timings and
 memory are printed, not asserted. Worktrees whose editable install points at another checkout
@@ -14,9 +19,11 @@ set ``KIT_SANDBOX_ISOLATION=none`` and ``KIT_VERL_PLUGIN_FALLBACK=1``.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -32,33 +39,30 @@ pytestmark = [pytest.mark.verl_cpu, pytest.mark.slow]
 
 @pytest.fixture(scope="module")
 def run(tiny_verl_root):
-    """Stage 1 of ``runtime=verl`` on this CPU machine, the way the chain runs it:
-    ``kit.runtime.verl.run_stage`` -> ``kit.bridge.stages.run_stage`` -> the CPU launcher
-    (``KIT_VERL_DEVICE=cpu``) -> VERL -> merge into ``policy/`` -> ``metrics.jsonl`` -> ``summary.json``."""
-    from kit.runtime import verl as verl_runtime
+    """Stage 1 on this CPU machine, two replicas: ``kit.bridge.stages.run_stage`` -> the CPU
+    launcher (``run_cpu``, ``replicas=2``) -> VERL -> merge into ``policy/`` -> ``metrics.jsonl``
+    -> ``summary.json``."""
+    from kit.bridge import stages
 
-    with pytest.MonkeyPatch.context() as mp:
-        mp.setenv(runner.DEVICE_ENV, "cpu")
-        return _two_steps(tiny_verl_root, verl_runtime)
-
-
-def _two_steps(tiny_verl_root, verl_runtime):
     root = tiny_verl_root
     policy = root / "sft" / "policy"
     run_dir = root / "stage1"
-    cfg = load("smoke", run_dir=str(run_dir),
-               overrides={**tiny_run.TWO_STEP, **tiny_run.sandbox_overrides(), "runtime": "verl"})
-    rows: list = []
+    cfg = load("smoke", run_dir=str(run_dir), overrides={**tiny_run.TWO_STEP, **tiny_run.sandbox_overrides(),
+                                                           "runtime": "verl", "rollout.balancer": "kv_cache"})
     t0 = time.perf_counter()
-    summary = verl_runtime.run_stage(cfg, "stage1", run_dir=run_dir, init_dir=root / "sft", data_dir=root / "data",
-                                     progress=rows.append)
+    summary = stages.run_stage(cfg, "stage1", run_dir, root / "sft", root / "data",
+                               launcher=functools.partial(runner.run_cpu, replicas=2))
     stage_s = time.perf_counter() - t0
     session = json.loads((run_dir / "verl_session" / "session.json").read_text())
-    print(f"verl_cpu stage1 (2 steps) {stage_s:.1f} s incl. merge; session {session['timings']}; peak RSS "
+    status_file = run_dir / "verl" / "router_status.json"
+    status = json.loads(status_file.read_text()) if status_file.exists() else None
+    print(f"verl_cpu stage1 (2 steps, 2 replicas) {stage_s:.1f} s incl. merge; session {session['timings']}; peak RSS "
           f"{session['peak_rss_bytes'] / 2**30:.2f} GiB, PSS {session['peak_pss_bytes'] / 2**30:.2f} GiB; sandbox "
-          f"workers steady {session['sandbox_workers_steady']}, max {session['sandbox_workers_max']}")
+          f"workers steady {session['sandbox_workers_steady']}, max {session['sandbox_workers_max']}; router {status}")
+    rows = [json.loads(x) for x in Path(summary["metrics_file"]).read_text().splitlines() if x.strip()]
     return {"summary": summary, "session": session, "cfg": cfg, "policy": policy, "run_dir": run_dir, "rows": rows,
-            "metrics": tiny_run.read_verl_metrics(summary["verl_metrics_file"])}
+            "metrics": tiny_run.read_verl_metrics(summary["verl_metrics_file"]), "status": status,
+            "log": run_dir / "verl_stage1.log"}
 
 
 def test_two_steps_exit_0_with_step_2_checkpoint_and_no_orphans(run):
@@ -139,3 +143,23 @@ def test_verl_logs_every_name_the_local_trainer_uses_and_tensorboard_reads_the_r
     acc.Reload()
     assert {"actor/pg_loss", "rstar2/roc/kept", "response_length/mean"} <= set(acc.Tags()["scalars"])
     assert [e.step for e in acc.Scalars("actor/pg_loss")] == [1, 2]
+
+
+def test_both_replicas_served_behind_the_kit_router_and_trajectories_stayed_home(run):
+    st = run["status"]
+    assert st is not None, f"the router wrote no status; see {run['log']}"
+    engines, counters = st["engines"], st["counters"]
+    assert sorted(engines) == ["kit_cpu_server_0", "kit_cpu_server_1"]
+    assert all(e["served"] > 0 for e in engines.values()), engines
+    assert counters["routed"] == sum(e["served"] for e in engines.values())
+    assert counters["routed"] >= 32  # 2 steps x 2 prompts x 8 rollouts, one request per turn
+    assert counters["sticky"] > 0  # multi-turn trajectories came back for another turn
+    assert counters["moves"] == 0  # ... each time to the replica holding its prefix
+    assert counters["reports"] > 0 and counters["bad_reports"] == 0 and counters["engines_down"] == 0
+
+
+def test_replicas_are_checked_before_anything_starts(tmp_path):
+    cfg = load("smoke", run_dir=str(tmp_path), overrides={"runtime": "verl"})
+    for bad in (0, 1.5, "2"):
+        with pytest.raises(ValueError, match="replicas must be an integer >= 1"):
+            runner.run_cpu(cfg, "stage1", replicas=bad)

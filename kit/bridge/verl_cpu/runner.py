@@ -304,7 +304,7 @@ def shared_ray_address(env: Mapping[str, str] | None = None) -> str:
     return env.get("RAY_ADDRESS", "") if ray_local.in_private_namespace() else ""
 
 
-def run_cpu(cfg: Any, stage: str, *, timeout_s: float = 3600.0, **kwargs: Any) -> int:
+def run_cpu(cfg: Any, stage: str, *, timeout_s: float = 3600.0, replicas: int = 1, **kwargs: Any) -> int:
     """:func:`kit.bridge.launch.launch` on the CPU runtime (same call, usable as the ``launcher`` of
     :func:`kit.bridge.stages.run_stage`); returns VERL's exit status.
 
@@ -314,13 +314,23 @@ def run_cpu(cfg: Any, stage: str, *, timeout_s: float = 3600.0, **kwargs: Any) -
     (its start-up is a large share of a small stage). Elsewhere the stage gets a session of its own.
     Its output goes to ``<run_dir>/verl_<stage>.log`` either way.
 
+    ``replicas`` > 1 runs that many FSDP ranks, hence that many ``kit_cpu`` rollout replicas behind
+    VERL's router (``trainer.n_gpus_per_node``, one fake Ray GPU each), in a session of its own.
+
     Raises:
+        ValueError: ``replicas`` < 1, or > 1 inside a shared session (its Ray has one fake GPU).
         VerlCpuError: see the module docstring.
         RuntimeError: the session itself failed before VERL ran (Ray did not start, timeout); names the log.
     """
     for key in ("dry_run", "allow_local_ray"):
         kwargs.pop(key, None)
     address = shared_ray_address()
+    if not isinstance(replicas, int) or replicas < 1:
+        raise ValueError(f"run_cpu: replicas must be an integer >= 1, got {replicas!r}")
+    if replicas > 1:
+        if address:
+            raise ValueError(f"run_cpu: replicas={replicas} needs a session of its own; this one's Ray has one fake GPU")
+        kwargs["extra_overrides"] = [*kwargs.get("extra_overrides", ()), f"trainer.n_gpus_per_node={replicas}"]
     paths, launch = build_cpu_launch(cfg, stage, **({"address": address} if address else {}), **kwargs)
     if address:
         with open(launch.log, "w") as log:
@@ -329,7 +339,7 @@ def run_cpu(cfg: Any, stage: str, *, timeout_s: float = 3600.0, **kwargs: Any) -
                                       stderr=subprocess.STDOUT, timeout=timeout_s).returncode
             except subprocess.TimeoutExpired as exc:
                 raise RuntimeError(f"VERL {stage} timed out after {timeout_s:.0f} s (log {launch.log})") from exc
-    res = run_session([launch], Path(paths.run_dir) / "verl_session", timeout_s=timeout_s)
+    res = run_session([launch], Path(paths.run_dir) / "verl_session", num_gpus=replicas, timeout_s=timeout_s)
     if res.error and stage not in res.codes:
         raise RuntimeError(f"VERL CPU session for {stage} failed: {res.error}")
     return res.codes.get(stage, 1)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ipaddress
+import math
 import os
 import signal
 import socket
@@ -74,6 +75,8 @@ def _number(body: dict[str, Any], name: str, default: float) -> float:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise BadRequest(f"{name}: expected a number, got {value!r}")
+    if not math.isfinite(value):  # JSON's NaN / Infinity: a NaN temperature samples the last id with null log-probs
+        raise BadRequest(f"{name}: expected a finite number, got {value!r}")
     return float(value)
 
 
@@ -91,7 +94,7 @@ def parse_completion_request(body: Any, *, model_name: str, vocab_size: int, eos
     Raises:
         BadRequest: naming the field: not an object, unknown ``model``, a ``prompt`` that is not
             a non-empty list of ids in the vocabulary, ``max_tokens`` < 0, sampling values out of
-            range, ``n`` != 1, ``stop`` strings, ``stream``/``echo``.
+            range or not finite (JSON's ``NaN`` / ``Infinity``), ``n`` != 1, ``stop`` strings, ``stream``/``echo``.
     """
     if not isinstance(body, dict):
         raise BadRequest(f"body: expected a JSON object, got {type(body).__name__}")
@@ -152,8 +155,8 @@ def build_app(model: Any, tokenizer: Any, *, model_name: str, slots: int = 64, s
     async def completions(request: Request) -> dict[str, Any]:
         try:
             body = await request.json()
-        except ValueError as exc:
-            raise HTTPException(400, f"body: not JSON ({exc})") from exc
+        except (ValueError, RecursionError) as exc:  # RecursionError: arrays nested too deep to decode
+            raise HTTPException(400, f"body: not JSON ({type(exc).__name__}: {exc})") from exc
         try:
             req = parse_completion_request(body, model_name=model_name, vocab_size=vocab,
                                            eos_id=tokenizer.eos_token_id)
@@ -208,17 +211,31 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not _is_loopback(args.host):
         ap.error(f"--host {args.host}: the server listens on loopback only (127.0.0.1 or ::1)")
+    if not 0 <= args.port <= 65535:
+        ap.error(f"--port {args.port}: expected 0 (any free port) to 65535")
+    if args.slots < 1:
+        ap.error(f"--slots {args.slots}: expected >= 1")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     if args.parent_pid:
         threading.Thread(target=_watch_parent, args=(args.parent_pid,), daemon=True).start()
     policy = Path(args.policy).resolve()
-    model, tok = load_policy(policy)
+    what = "expected a model and tokenizer written by kit.models.save_policy or a Hugging Face checkpoint"
+    if not (policy / "config.json").is_file():
+        ap.error(f"--policy {policy}: not a policy folder (no config.json; {what})")
+    try:
+        model, tok = load_policy(policy)
+    except (OSError, ValueError) as exc:  # e.g. a model folder without its tokenizer files
+        ap.error(f"--policy {policy}: cannot load it ({what}): {type(exc).__name__}: {str(exc).strip()[:300]}")
     app = build_app(model, tok, model_name=args.model_name or str(policy), slots=args.slots, seed=args.seed)
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((args.host, args.port))
+    try:
+        sock.bind((args.host, args.port))
+    except OSError as exc:  # the port is taken, or the address is not on this machine
+        sock.close()
+        ap.error(f"--host {args.host} --port {args.port}: cannot listen there ({exc.strerror or exc})")
     port = sock.getsockname()[1]
     url = f"http://{args.host if family == socket.AF_INET else f'[{args.host}]'}:{port}/v1"
     print(f"serving {url} model={args.model_name or policy}", flush=True)

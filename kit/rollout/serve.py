@@ -7,7 +7,8 @@ behind FastAPI + uvicorn, speaking the subset of ``/v1/completions`` that
 ``temperature``, ``top_p``, ``stop_token_ids`` (the stop id is kept in the output), ``logprobs``
 (``log softmax(logits / T)`` of each sampled id, as the engine gives them), and vLLM's
 ``return_token_ids`` / ``return_tokens_as_token_ids``. Concurrent requests share the engine's
-decode steps (each request is one coroutine in uvicorn's event loop). Also ``GET /v1/models``
+decode steps (each request is one coroutine in uvicorn's event loop); a client that disconnects
+has its generation cancelled (its row freed at the next decode step). Also ``GET /v1/models``
 and ``GET /health``.
 
 Used where a route needs a served policy and no GPU server exists: stage 3's hard subset
@@ -24,6 +25,7 @@ Listens on loopback only. Not an SGLang replacement: one model forward at a time
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import ipaddress
 import math
@@ -134,6 +136,24 @@ def parse_completion_request(body: Any, *, model_name: str, vocab_size: int, eos
             "skip_special_tokens": bool(body.get("skip_special_tokens", True))}
 
 
+#: seconds between checks that a waiting client is still connected
+DISCONNECT_POLL_S = 0.05
+
+
+async def _unless_disconnected(request: Request, work: Any) -> Any:
+    """Await ``work`` (a generation); if the client disconnects first, cancel it (the engine frees
+    its row at the next decode step instead of decoding up to ``max_tokens`` for nobody) and answer
+    499, which nobody reads."""
+    task = asyncio.ensure_future(work)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+        if done:
+            return task.result()
+        if await request.is_disconnected():
+            task.cancel()
+            raise HTTPException(499, "client disconnected")
+
+
 def build_app(model: Any, tokenizer: Any, *, model_name: str, slots: int = 64, seed: int = 0) -> FastAPI:
     """The FastAPI app serving ``model`` with one :class:`ContinuousBatchingEngine` (``slots`` rows,
     base seed ``seed``: the same requests in the same order give the engine's own tokens)."""
@@ -160,8 +180,8 @@ def build_app(model: Any, tokenizer: Any, *, model_name: str, slots: int = 64, s
         try:
             req = parse_completion_request(body, model_name=model_name, vocab_size=vocab,
                                            eos_id=tokenizer.eos_token_id)
-            gen = await engine.generate(req["prompt_ids"], req["max_new_tokens"], req["temperature"], req["top_p"],
-                                        req["stop_ids"])
+            gen = await _unless_disconnected(request, engine.generate(
+                req["prompt_ids"], req["max_new_tokens"], req["temperature"], req["top_p"], req["stop_ids"]))
         except ValueError as exc:  # BadRequest, or the engine's check (e.g. a prompt filling the context)
             raise HTTPException(400, str(exc)) from exc
         ids = list(gen.token_ids)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 import urllib.error
 import urllib.request
 from urllib.parse import urlparse
@@ -145,6 +146,30 @@ def test_the_command_line_names_a_bad_policy_folder_port_or_slots_before_serving
             assert exit_.value.code == 2 and says in capsys.readouterr().err
     finally:
         taken.close()
+
+
+def _engine_stats(url):
+    with urllib.request.urlopen(url[:-3] + "/health", timeout=30) as resp:
+        return json.loads(resp.read())["engine"]
+
+
+def test_clients_that_disconnect_do_not_keep_the_engine_decoding_for_nobody(policy_dir, product_tok):
+    body = json.dumps({"model": str(policy_dir), "prompt": _prompts(product_tok, 1)[0], "max_tokens": 10**9,
+                       "ignore_eos": True}).encode()
+    room = 1024 - len(_prompts(product_tok, 1)[0])  # the tiny model's context minus the prompt
+    with serve_policy(policy_dir, slots=1, threads=1) as url:
+        port = urlparse(url).port
+        for _ in range(5):  # each would decode `room` tokens for nobody: 5 rows in turn on one slot
+            with socket.create_connection(("127.0.0.1", port)) as s:
+                s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        before, quiet = _engine_stats(url), 0
+        while quiet < 10:  # until the engine has not stepped for 0.5 s
+            time.sleep(0.05)
+            now = _engine_stats(url)
+            quiet, before = (quiet + 1 if now["steps"] == before["steps"] else 0), now
+        assert now["tokens"] < 2 * room, now
+        assert _post(url, {"model": str(policy_dir), "prompt": [1, 2, 3], "max_tokens": 2})[0] == 200
 
 
 def test_a_prompt_filling_the_context_is_a_400_and_the_server_keeps_serving(server, policy_dir, product_tok):

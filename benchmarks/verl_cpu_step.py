@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -38,10 +39,12 @@ PHASES = ("timing_s/gen", "timing_s/old_log_prob", "timing_s/adv", "timing_s/upd
 
 def local_steps(sft_cfg, policy: Path, run_dir: Path) -> list[float]:
     """Wall seconds of each of two local GRPO-RoC steps of the same size (kit.train.rl), on the
-    SFT problems' most common difficulty level."""
+    SFT problems' most common difficulty level, in a fresh ``run_dir`` (a previous run there is removed)."""
     from kit.data.tasks import task_split
     from kit.train import rl
 
+    if run_dir.exists():  # a finished run in the same folder would return its summary without stepping
+        shutil.rmtree(run_dir)
     levels = [p.level for p in task_split(sft_cfg).train]
     cfg = load("smoke", run_dir=str(run_dir), overrides={
         **tiny_run.SFT, **tiny_run.TWO_STEP, **tiny_run.sandbox_overrides(),
@@ -71,8 +74,6 @@ def main(argv: list[str] | None = None) -> int:
     for p in (root / "rl" / "checkpoints", root / "rl" / "verl_metrics.jsonl",
               root / "rl" / "verl_stage1_weight_updates.jsonl"):
         if p.exists():
-            import shutil
-
             shutil.rmtree(p) if p.is_dir() else p.unlink()
     res = runner.run_session([ln], root / "session", timeout_s=1800)
     if not res.ok:

@@ -237,7 +237,7 @@ class _Rows:
             t = toks[i]
             r.out.append(t)
             r.lps.append(lps[i])
-            r.done = t in r.stop or len(r.out) >= r.max_new
+            r.done = t in r.stop or len(r.out) >= r.max_new or r.future.cancelled()  # caller gone: free the row
         return torch.tensor(toks, dtype=torch.long)[:, None]
 
     def add(self, reqs: list[_Req], prefixes: list | None = None) -> None:
@@ -565,6 +565,9 @@ class ContinuousBatchingEngine(_BackendBase):
         reserved = sum(len(r.prompt_ids) + r.max_new for r in rows.reqs if not r.done)
         while self._pending and len(rows) + len(take) < self.slots:
             r = self._pending[0]
+            if r.future.cancelled():  # its caller was cancelled (a client that disconnected) before it got a row
+                self._pending.pop(0)
+                continue
             need = len(r.prompt_ids) + r.max_new
             if self.kv_budget is not None and reserved + need > self.kv_budget and (len(rows) or take):
                 break

@@ -7,7 +7,8 @@ behind FastAPI + uvicorn, speaking the subset of ``/v1/completions`` that
 ``temperature``, ``top_p``, ``stop_token_ids`` (the stop id is kept in the output), ``logprobs``
 (``log softmax(logits / T)`` of each sampled id, as the engine gives them), and vLLM's
 ``return_token_ids`` / ``return_tokens_as_token_ids``. Concurrent requests share the engine's
-decode steps (each request is one coroutine in uvicorn's event loop). Also ``GET /v1/models``
+decode steps (each request is one coroutine in uvicorn's event loop); a client that disconnects
+has its generation cancelled (its row freed at the next decode step). Also ``GET /v1/models``
 and ``GET /health``.
 
 Used where a route needs a served policy and no GPU server exists: stage 3's hard subset
@@ -24,8 +25,10 @@ Listens on loopback only. Not an SGLang replacement: one model forward at a time
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
 import ipaddress
+import math
 import os
 import signal
 import socket
@@ -74,6 +77,8 @@ def _number(body: dict[str, Any], name: str, default: float) -> float:
         return default
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise BadRequest(f"{name}: expected a number, got {value!r}")
+    if not math.isfinite(value):  # JSON's NaN / Infinity: a NaN temperature samples the last id with null log-probs
+        raise BadRequest(f"{name}: expected a finite number, got {value!r}")
     return float(value)
 
 
@@ -91,7 +96,7 @@ def parse_completion_request(body: Any, *, model_name: str, vocab_size: int, eos
     Raises:
         BadRequest: naming the field: not an object, unknown ``model``, a ``prompt`` that is not
             a non-empty list of ids in the vocabulary, ``max_tokens`` < 0, sampling values out of
-            range, ``n`` != 1, ``stop`` strings, ``stream``/``echo``.
+            range or not finite (JSON's ``NaN`` / ``Infinity``), ``n`` != 1, ``stop`` strings, ``stream``/``echo``.
     """
     if not isinstance(body, dict):
         raise BadRequest(f"body: expected a JSON object, got {type(body).__name__}")
@@ -131,6 +136,24 @@ def parse_completion_request(body: Any, *, model_name: str, vocab_size: int, eos
             "skip_special_tokens": bool(body.get("skip_special_tokens", True))}
 
 
+#: seconds between checks that a waiting client is still connected
+DISCONNECT_POLL_S = 0.05
+
+
+async def _unless_disconnected(request: Request, work: Any) -> Any:
+    """Await ``work`` (a generation); if the client disconnects first, cancel it (the engine frees
+    its row at the next decode step instead of decoding up to ``max_tokens`` for nobody) and answer
+    499, which nobody reads."""
+    task = asyncio.ensure_future(work)
+    while True:
+        done, _ = await asyncio.wait({task}, timeout=DISCONNECT_POLL_S)
+        if done:
+            return task.result()
+        if await request.is_disconnected():
+            task.cancel()
+            raise HTTPException(499, "client disconnected")
+
+
 def build_app(model: Any, tokenizer: Any, *, model_name: str, slots: int = 64, seed: int = 0) -> FastAPI:
     """The FastAPI app serving ``model`` with one :class:`ContinuousBatchingEngine` (``slots`` rows,
     base seed ``seed``: the same requests in the same order give the engine's own tokens)."""
@@ -152,13 +175,13 @@ def build_app(model: Any, tokenizer: Any, *, model_name: str, slots: int = 64, s
     async def completions(request: Request) -> dict[str, Any]:
         try:
             body = await request.json()
-        except ValueError as exc:
-            raise HTTPException(400, f"body: not JSON ({exc})") from exc
+        except (ValueError, RecursionError) as exc:  # RecursionError: arrays nested too deep to decode
+            raise HTTPException(400, f"body: not JSON ({type(exc).__name__}: {exc})") from exc
         try:
             req = parse_completion_request(body, model_name=model_name, vocab_size=vocab,
                                            eos_id=tokenizer.eos_token_id)
-            gen = await engine.generate(req["prompt_ids"], req["max_new_tokens"], req["temperature"], req["top_p"],
-                                        req["stop_ids"])
+            gen = await _unless_disconnected(request, engine.generate(
+                req["prompt_ids"], req["max_new_tokens"], req["temperature"], req["top_p"], req["stop_ids"]))
         except ValueError as exc:  # BadRequest, or the engine's check (e.g. a prompt filling the context)
             raise HTTPException(400, str(exc)) from exc
         ids = list(gen.token_ids)
@@ -208,17 +231,31 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
     if not _is_loopback(args.host):
         ap.error(f"--host {args.host}: the server listens on loopback only (127.0.0.1 or ::1)")
+    if not 0 <= args.port <= 65535:
+        ap.error(f"--port {args.port}: expected 0 (any free port) to 65535")
+    if args.slots < 1:
+        ap.error(f"--slots {args.slots}: expected >= 1")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     if args.parent_pid:
         threading.Thread(target=_watch_parent, args=(args.parent_pid,), daemon=True).start()
     policy = Path(args.policy).resolve()
-    model, tok = load_policy(policy)
+    what = "expected a model and tokenizer written by kit.models.save_policy or a Hugging Face checkpoint"
+    if not (policy / "config.json").is_file():
+        ap.error(f"--policy {policy}: not a policy folder (no config.json; {what})")
+    try:
+        model, tok = load_policy(policy)
+    except (OSError, ValueError) as exc:  # e.g. a model folder without its tokenizer files
+        ap.error(f"--policy {policy}: cannot load it ({what}): {type(exc).__name__}: {str(exc).strip()[:300]}")
     app = build_app(model, tok, model_name=args.model_name or str(policy), slots=args.slots, seed=args.seed)
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    sock.bind((args.host, args.port))
+    try:
+        sock.bind((args.host, args.port))
+    except OSError as exc:  # the port is taken, or the address is not on this machine
+        sock.close()
+        ap.error(f"--host {args.host} --port {args.port}: cannot listen there ({exc.strerror or exc})")
     port = sock.getsockname()[1]
     url = f"http://{args.host if family == socket.AF_INET else f'[{args.host}]'}:{port}/v1"
     print(f"serving {url} model={args.model_name or policy}", flush=True)

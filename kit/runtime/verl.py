@@ -89,8 +89,9 @@ def run_sft(cfg: KitConfig, *, run_dir: PathLike, init_dir: PathLike | None = No
         summary = sft.run_sft(cfg, run_dir, sft_data, gpus_per_node=c.gpus_per_node, python=c.python)
     else:
         raise RuntimeError(f"profile {cfg.profile}: the report's SFT data is not released; pass your cold-start "
-                           "model as the `sft_checkpoint` parameter of 02_cold_start_sft, or a VERL multi-turn SFT "
-                           "parquet as `sft_data` (kit.bridge.sft)")
+                           "model as the `sft_checkpoint` parameter of 02_cold_start_sft (KIT_SFT_CHECKPOINT=DIR "
+                           "with `kit reproduce`), or a VERL multi-turn SFT parquet as `sft_data` (KIT_SFT_DATA; "
+                           "kit.bridge.sft)")
     return _replay(run_dir, "sft", summary, progress)
 
 

@@ -235,3 +235,27 @@ def test_gqa_switch_keeps_training_and_saving_and_leaves_other_models_alone(tok,
                                          attn_implementation=impl))
         use_gqa_attention(q)
         assert q.config._attn_implementation == impl
+
+
+def test_a_cancelled_request_frees_its_row_and_a_queued_one_never_starts(tok, model):
+    """A caller that goes away (the served policy's client disconnecting) must not keep a row
+    decoding up to its budget for nobody: it stops at the next step, and one still queued is dropped."""
+    p = _prompts(tok, 1)[0]
+    eng = ContinuousBatchingEngine(model, tok, slots=1, max_steps_per_call=1)
+
+    async def run():
+        running = asyncio.ensure_future(eng.generate(p, 500, 1.0, 1.0, []))
+        queued = asyncio.ensure_future(eng.generate(p, 500, 1.0, 1.0, []))
+        while eng.stats["steps"] < 3:
+            await asyncio.sleep(0)
+        steps = eng.stats["steps"]
+        running.cancel()
+        queued.cancel()
+        last = await eng.generate(p, 4, 0.0, 1.0, [])  # the engine keeps serving
+        return steps, last
+
+    steps, last = asyncio.run(run())
+    assert len(last.token_ids) == 4
+    assert eng.stats["prefills"] == 2  # the queued request was never prefilled
+    assert eng.stats["steps"] <= steps + 2 + 3  # the cancelled row's step in flight, then the 4-token request
+    assert eng.stats["tokens"] < 20  # not 2 x 500 + 4

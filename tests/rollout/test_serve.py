@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 import socket
+import time
 import urllib.error
 import urllib.request
 from urllib.parse import urlparse
@@ -17,6 +18,7 @@ from kit.models import load_policy, save_policy
 from kit.rollout.backends import OpenAIBackend
 from kit.rollout.engine import ContinuousBatchingEngine
 from kit.rollout.serve import BadRequest, parse_completion_request, serve_policy
+from kit.rollout.serve import main as serve_main
 
 
 @pytest.fixture(scope="module")
@@ -107,6 +109,9 @@ def test_models_lists_the_served_policy(server, policy_dir):
     ({"model": "Qwen/Qwen3-14B"}, "model"),
     ({"top_p": 0}, "top_p"),
     ({"temperature": -0.5}, "temperature"),
+    ({"temperature": float("nan")}, "temperature"),  # JSON's NaN: sampled the last id with null log-probs
+    ({"temperature": float("inf")}, "temperature"),
+    ({"top_p": float("inf")}, "top_p"),
     ({"n": 4}, "n"),
     ({"stop": ["</code>"]}, "stop"),
 ])
@@ -114,6 +119,57 @@ def test_bad_requests_get_400_naming_the_field(server, policy_dir, change, field
     code, reply = _post(server, {"model": str(policy_dir), "prompt": [1, 2, 3], "max_tokens": 2, **change})
     assert code == 400
     assert reply["detail"].startswith(field + ":")
+
+
+def test_json_nested_too_deep_to_decode_is_a_400_and_the_server_keeps_serving(server, policy_dir):
+    req = urllib.request.Request(server + "/completions", data=b"[" * 100_000 + b"]" * 100_000,
+                                 headers={"Content-Type": "application/json"}, method="POST")
+    with pytest.raises(urllib.error.HTTPError) as err:
+        urllib.request.urlopen(req, timeout=60)
+    assert err.value.code == 400 and json.loads(err.value.read())["detail"].startswith("body: not JSON")
+    assert _post(server, {"model": str(policy_dir), "prompt": [1, 2, 3], "max_tokens": 1})[0] == 200
+
+
+def test_the_command_line_names_a_bad_policy_folder_port_or_slots_before_serving(tmp_path, policy_dir, capsys):
+    (tmp_path / "notes.txt").write_text("not a model")
+    taken = socket.socket()
+    taken.bind(("127.0.0.1", 0))
+    taken.listen()
+    try:
+        for argv, says in [(["--policy", str(tmp_path)], f"--policy {tmp_path}: not a policy folder (no config.json"),
+                           (["--policy", str(policy_dir), "--port", "70000"], "--port 70000: expected 0"),
+                           (["--policy", str(policy_dir), "--slots", "0"], "--slots 0: expected >= 1"),
+                           (["--policy", str(policy_dir), "--port", str(taken.getsockname()[1])],
+                            "cannot listen there (Address already in use)")]:
+            with pytest.raises(SystemExit) as exit_:
+                serve_main(argv)
+            assert exit_.value.code == 2 and says in capsys.readouterr().err
+    finally:
+        taken.close()
+
+
+def _engine_stats(url):
+    with urllib.request.urlopen(url[:-3] + "/health", timeout=30) as resp:
+        return json.loads(resp.read())["engine"]
+
+
+def test_clients_that_disconnect_do_not_keep_the_engine_decoding_for_nobody(policy_dir, product_tok):
+    body = json.dumps({"model": str(policy_dir), "prompt": _prompts(product_tok, 1)[0], "max_tokens": 10**9,
+                       "ignore_eos": True}).encode()
+    room = 1024 - len(_prompts(product_tok, 1)[0])  # the tiny model's context minus the prompt
+    with serve_policy(policy_dir, slots=1, threads=1) as url:
+        port = urlparse(url).port
+        for _ in range(5):  # each would decode `room` tokens for nobody: 5 rows in turn on one slot
+            with socket.create_connection(("127.0.0.1", port)) as s:
+                s.sendall(b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+                          b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        before, quiet = _engine_stats(url), 0
+        while quiet < 10:  # until the engine has not stepped for 0.5 s
+            time.sleep(0.05)
+            now = _engine_stats(url)
+            quiet, before = (quiet + 1 if now["steps"] == before["steps"] else 0), now
+        assert now["tokens"] < 2 * room, now
+        assert _post(url, {"model": str(policy_dir), "prompt": [1, 2, 3], "max_tokens": 2})[0] == 200
 
 
 def test_a_prompt_filling_the_context_is_a_400_and_the_server_keeps_serving(server, policy_dir, product_tok):

@@ -142,6 +142,14 @@ def test_each_runtime_refuses_the_others_inputs(tmp_path):
         verl.run_stage(paper, "stage1", run_dir=tmp_path / "s1", init_dir=tmp_path / "sft")
 
 
+def test_the_verl_cold_start_without_a_checkpoint_or_data_names_the_variables_kit_reproduce_reads(monkeypatch, tmp_path):
+    monkeypatch.delenv("KIT_SFT_CHECKPOINT", raising=False)
+    monkeypatch.delenv("KIT_SFT_DATA", raising=False)
+    with pytest.raises(RuntimeError, match=r"`sft_checkpoint` parameter .*KIT_SFT_CHECKPOINT=DIR.*KIT_SFT_DATA"):
+        verl.run_sft(load("smoke", write=False), run_dir=tmp_path / "sft")
+    assert not (tmp_path / "sft" / "policy").exists()
+
+
 def test_the_verl_runtime_replays_converted_metrics_to_progress(monkeypatch, tmp_path):
     from kit.bridge import stages
 

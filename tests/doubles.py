@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+import socket
 from dataclasses import dataclass
 
 from kit import prompts
@@ -52,3 +53,12 @@ class FakeExecutor:
 
 def pair(code, stdin):
     return (code, stdin)
+
+
+def port_refused(port: int, host: str = "127.0.0.1") -> bool:
+    """Whether nothing listens on ``host:port`` any more (a stopped server's port)."""
+    try:
+        socket.create_connection((host, port), timeout=2).close()
+    except ConnectionRefusedError:
+        return True
+    return False

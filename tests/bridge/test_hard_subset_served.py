@@ -5,13 +5,13 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 from urllib.parse import urlparse
 
 import pandas as pd
 import psutil
 import pytest
 import torch
+from doubles import port_refused
 
 from kit import prompts
 from kit.bridge.verl_cpu.runner import DEVICE_ENV, VerlCpuError
@@ -42,14 +42,6 @@ def _cfg(run_dir):
         "sandbox.num_workers": 1, "model.torch_threads": 1, **({"sandbox.isolation": iso} if iso else {})})
 
 
-def _refused(port):
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=2).close()
-    except ConnectionRefusedError:
-        return True
-    return False
-
-
 def test_on_cpu_the_stage2_policy_is_served_on_loopback_sampled_and_stopped(folders, tmp_path, monkeypatch):
     monkeypatch.setenv(DEVICE_ENV, "cpu")
     for var in ("KIT_HARD_COUNTS", "KIT_SAMPLER_URL"):
@@ -66,7 +58,7 @@ def test_on_cpu_the_stage2_policy_is_served_on_loopback_sampled_and_stopped(fold
     assert all(0 <= c < 4 for c in counts.values())  # the untrained policy never solves a problem 4/4
     hard = pd.read_parquet(run / "data" / "hard.parquet")
     assert list(hard["problem"]) == [q for q, _ in PROBLEMS] and info["n"] == 4 and info["out"] == len(PROBLEMS)
-    assert _refused(url.port)  # the server is gone
+    assert port_refused(url.port)  # the server is gone
     left = [p.cmdline() for p in psutil.Process().children(recursive=True) if p.pid not in before]
     assert not [c for c in left if "kit.rollout.serve" in c]  # (kit.reward keeps its verifier workers for reuse)
     # a second call keeps the parquet and its record

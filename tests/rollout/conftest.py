@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+import torch
 from doubles import corpus
 
 from kit import prompts
@@ -27,3 +28,12 @@ def product_tok():
 def product_model(product_tok):
     """The tiny profile's untrained model over :func:`product_tok` (eval mode, seed 0)."""
     return build_tiny_model(load("tiny", write=False).model, product_tok, seed=0).eval()
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """One torch thread for a module's tests (tiny matmuls: as fast, and no stall on shared cores)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -13,11 +13,8 @@ from kit.rollout.engine import ContinuousBatchingEngine, use_gqa_attention
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def one_thread(one_torch_thread):
+    """Every test here with one torch thread (``conftest.one_torch_thread``)."""
 
 
 @pytest.fixture(scope="module")

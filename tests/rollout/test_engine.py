@@ -12,12 +12,8 @@ from kit.rollout.engine import BatchLoopBackend, ContinuousBatchingEngine, make_
 
 
 @pytest.fixture(scope="module", autouse=True)
-def one_thread():
-    """Tiny matmuls: one thread is as fast and does not stall when the cores are shared."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+def one_thread(one_torch_thread):
+    """Every test here with one torch thread (``conftest.one_torch_thread``)."""
 
 
 @pytest.fixture(scope="module")

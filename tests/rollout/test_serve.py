@@ -12,6 +12,7 @@ from urllib.parse import urlparse
 
 import psutil
 import pytest
+from doubles import port_refused
 
 from kit import prompts
 from kit.models import load_policy, save_policy
@@ -188,14 +189,6 @@ def test_parse_adds_eos_to_the_stop_ids_unless_ignore_eos():
         parse_completion_request([1, 2], model_name="m", vocab_size=10, eos_id=None)
 
 
-def _refused(port):
-    try:
-        socket.create_connection(("127.0.0.1", port), timeout=2).close()
-    except ConnectionRefusedError:
-        return True
-    return False
-
-
 def test_the_server_is_stopped_and_its_port_closed_even_when_the_body_raises(policy_dir):
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     with pytest.raises(RuntimeError, match="body failed"), serve_policy(policy_dir, threads=1) as url:
@@ -204,9 +197,9 @@ def test_the_server_is_stopped_and_its_port_closed_even_when_the_body_raises(pol
         conns = [c for c in psutil.net_connections("tcp") if c.laddr and c.laddr.port == port
                  and c.status == psutil.CONN_LISTEN]
         assert conns and all(c.laddr.ip == "127.0.0.1" for c in conns)  # loopback only
-        assert not _refused(port)
+        assert not port_refused(port)
         raise RuntimeError("body failed")
-    assert _refused(port)
+    assert port_refused(port)
     assert {p.pid for p in psutil.Process().children(recursive=True)} <= before
 
 

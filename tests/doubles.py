@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import socket
 from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
 
 from kit import prompts
 
@@ -62,3 +65,12 @@ def port_refused(port: int, host: str = "127.0.0.1") -> bool:
     except ConnectionRefusedError:
         return True
     return False
+
+
+def load_benchmark(name: str) -> ModuleType:
+    """``benchmarks/<name>.py`` imported as a module (the benchmarks folder is not a package)."""
+    path = Path(__file__).resolve().parents[1] / "benchmarks" / f"{name}.py"
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod

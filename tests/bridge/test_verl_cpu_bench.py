@@ -3,22 +3,18 @@ again, not skipped (a finished local run in the folder returned its summary with
 second run had no local step to compare and stopped with an IndexError before its last line). Fast: the
 trainer is faked."""
 
-import importlib.util
 import json
 from pathlib import Path
 from types import SimpleNamespace
 
+from doubles import load_benchmark
+
 from kit.data import tasks
 from kit.train import rl
 
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "verl_cpu_step.py"
-
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("verl_cpu_step", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("verl_cpu_step")
 
 
 def test_local_steps_are_timed_again_in_a_folder_a_previous_run_finished(monkeypatch, tmp_path):

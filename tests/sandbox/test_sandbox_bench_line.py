@@ -2,20 +2,14 @@
 three of issue #18 first; the absolute calls/s beside them are tokens too. The line used to end
 in a parenthesis of prose ("(kit 93.5 calls/s, bare fork ...)") that a key=value reader chokes on."""
 
-import importlib.util
 import math
-from pathlib import Path
 
 import pytest
-
-BENCH = Path(__file__).resolve().parents[2] / "benchmarks" / "sandbox_bench.py"
+from doubles import load_benchmark
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location("sandbox_bench", BENCH)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("sandbox_bench")
 
 
 def _tokens(line: str) -> dict[str, float]:

@@ -12,6 +12,8 @@ from hypothesis import strategies as st
 from scipy import stats
 
 import kit.algo.roc as roc_module
+import kit.algo.roc_penalties as roc_penalties_module
+import kit.algo.roc_selection as roc_selection_module
 from kit.algo.roc import (
     RocParams,
     allocate,
@@ -444,11 +446,15 @@ def _release_counts(n_pos, n_neg, G, mn=2, mp=2):
 
 def test_roc_defaults_are_written_once_in_the_algorithm_config():
     """The pure functions take their RoC defaults from kit.config.AlgorithmConfig (as RocParams
-    does), so changing a default there changes it everywhere; no literal second copy."""
+    does), so changing a default there changes it everywhere; no literal second copy (in any of
+    the RoC modules: penalties, selection, the trainers' call)."""
     knobs = {"mode", "min_positive", "min_negative", "drop_equal_reward_groups", "negative_order",
              "use_error_ratio", "use_answer_format"}
     literal = []
-    for node in ast.walk(ast.parse(inspect.getsource(roc_module))):
+    nodes = [n for m in (roc_module, roc_penalties_module, roc_selection_module)
+             for n in ast.walk(ast.parse(inspect.getsource(m)))]
+    assert sum(isinstance(n, ast.FunctionDef) and n.name in ("p_total", "allocate", "roc_select") for n in nodes) == 3
+    for node in nodes:
         if isinstance(node, ast.FunctionDef):
             args = node.args.args + node.args.kwonlyargs
             defaults = [None] * (len(node.args.args) - len(node.args.defaults)) + node.args.defaults \

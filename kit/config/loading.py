@@ -1,0 +1,233 @@
+"""Profiles, overrides and type checks: :func:`load` resolves a :class:`kit.config.KitConfig`.
+
+Config flows one way (STYLE.md): the dataclass defaults (:mod:`kit.config.schema`, the paper's
+values), then a named profile file ``kit/profiles/<name>.toml`` (``inherit`` names its parent),
+then overrides (dotted keys, nested dicts or ``key=value`` strings). Every value is checked
+against its field's annotation (strings from a command line are parsed) and unknown keys are
+rejected with a message naming the dotted key; :func:`kit.config.checks.check` then applies the
+rules between keys. :func:`save` / :func:`from_json` write and read ``run_dir/config.json``.
+:mod:`kit.config` re-exports every name.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+import tomllib
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from kit.config.checks import ConfigError, check
+from kit.config.schema import KitConfig
+
+PROFILE_DIR = Path(__file__).resolve().parent.parent / "profiles"
+
+
+def available_profiles() -> list[str]:
+    """Names of the profile files shipped in ``kit/profiles``."""
+    return sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))
+
+
+def _read_profile(name: str, seen: tuple[str, ...] = ()) -> dict[str, Any]:
+    path = PROFILE_DIR / f"{name}.toml"
+    if not path.exists():
+        raise ConfigError(f"unknown profile {name!r}; available: {', '.join(available_profiles())}")
+    if name in seen:
+        raise ConfigError(f"profile inheritance cycle: {' -> '.join((*seen, name))}")
+    with path.open("rb") as fh:
+        try:
+            raw = tomllib.load(fh)
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path}: {exc}") from exc
+    parent = raw.pop("inherit", None)
+    base = _read_profile(parent, (*seen, name)) if parent else {}
+    return _deep_merge(base, raw)
+
+
+def _deep_merge(base: dict[str, Any], top: Mapping[str, Any]) -> dict[str, Any]:
+    out = dict(base)
+    for key, value in top.items():
+        if isinstance(value, Mapping) and isinstance(out.get(key), Mapping):
+            out[key] = _deep_merge(dict(out[key]), value)
+        else:
+            out[key] = value
+    return out
+
+
+def _nest(flat: Mapping[str, Any]) -> dict[str, Any]:
+    """Turn ``{"a.b": 1, "a__c": 2, "d": {...}}`` into nested dicts."""
+    out: dict[str, Any] = {}
+    for key, value in flat.items():
+        parts = key.replace("__", ".").split(".")
+        node = out
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"override {key!r} conflicts with another override of {part!r}")
+        if isinstance(value, Mapping):
+            node[parts[-1]] = _deep_merge(node.get(parts[-1], {}), _nest(value))
+        else:
+            node[parts[-1]] = value
+    return out
+
+
+def _coerce(value: Any, tp: Any, key: str) -> Any:
+    """Check ``value`` against the annotation ``tp``; strings from a CLI are parsed."""
+    origin = typing.get_origin(tp)
+    if origin is Literal:
+        allowed = typing.get_args(tp)
+        if value not in allowed:
+            raise ConfigError(f"{key}: {value!r} is not one of {list(allowed)}")
+        return value
+    if origin in (tuple, Sequence) or tp is tuple:
+        if isinstance(value, str):
+            value = [v.strip() for v in value.split(",") if v.strip()]
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{key}: expected a list, got {type(value).__name__} {value!r}")
+        (item_tp, *_rest) = typing.get_args(tp) or (Any,)
+        return tuple(_coerce(v, item_tp, f"{key}[{i}]") for i, v in enumerate(value))
+    if origin in (types.UnionType, typing.Union):
+        for arg in typing.get_args(tp):
+            try:
+                return _coerce(value, arg, key)
+            except ConfigError:
+                continue
+        raise ConfigError(f"{key}: {value!r} does not match {tp}")
+    if tp is Any:
+        return value
+    if tp is bool:
+        if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
+            return value.lower() in ("true", "1")
+        if not isinstance(value, bool):
+            raise ConfigError(f"{key}: expected bool, got {type(value).__name__} {value!r}")
+        return value
+    if tp is int:
+        if isinstance(value, str):
+            try:
+                return int(value)
+            except ValueError:
+                raise ConfigError(f"{key}: expected int, got {value!r}") from None
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{key}: expected int, got {type(value).__name__} {value!r}")
+        return value
+    if tp is float:
+        if isinstance(value, str):
+            try:
+                number = float(value)
+            except ValueError:
+                raise ConfigError(f"{key}: expected float, got {value!r}") from None
+        elif isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{key}: expected float, got {type(value).__name__} {value!r}")
+        else:
+            number = float(value)
+        if not math.isfinite(number):  # config.json is strict JSON: no NaN or Infinity in it
+            raise ConfigError(f"{key}: expected a finite float, got {value!r}")
+        return number
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{key}: expected str, got {type(value).__name__} {value!r}")
+        return value
+    raise ConfigError(f"{key}: unsupported annotation {tp}")
+
+
+def _build(cls: type, values: Mapping[str, Any], prefix: str) -> Any:
+    hints = typing.get_type_hints(cls)
+    names = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(values) - names)
+    if unknown:
+        where = f" in [{prefix.rstrip('.')}]" if prefix else ""
+        raise ConfigError(
+            f"unknown config key '{prefix}{unknown[0]}'{where}; known keys: {', '.join(sorted(names))}"
+        )
+    kwargs: dict[str, Any] = {}
+    default = cls()
+    for f in dataclasses.fields(cls):
+        tp = hints[f.name]
+        key = f"{prefix}{f.name}"
+        if dataclasses.is_dataclass(tp):
+            sub = values.get(f.name, {})
+            if not isinstance(sub, Mapping):
+                raise ConfigError(f"{key}: is a section; set its keys as {key}.<name>")
+            # start from the parent's default for this section (e.g. StagesConfig's stage2), as
+            # declared (KitConfig() has already filled its stages' budgets from rollout's)
+            declared = f.default_factory() if f.default_factory is not dataclasses.MISSING else getattr(default, f.name)
+            base = dataclasses.asdict(declared)
+            kwargs[f.name] = _build(tp, _deep_merge(_flatten_one(base, tp), sub), f"{key}.")
+        elif f.name in values:
+            kwargs[f.name] = _coerce(values[f.name], tp, key)
+    return cls(**kwargs)
+
+
+def _flatten_one(base: dict[str, Any], tp: type) -> dict[str, Any]:
+    """asdict() output restricted to what ``_build`` accepts (it re-checks every value)."""
+    return {k: v for k, v in base.items() if k in {f.name for f in dataclasses.fields(tp)}}
+
+
+def load(
+    profile: str = "tiny",
+    overrides: Mapping[str, Any] | Sequence[str] | None = None,
+    *,
+    write: bool = True,
+    **kwargs: Any,
+) -> KitConfig:
+    """Resolve a profile plus overrides into a :class:`KitConfig`.
+
+    Args:
+        profile: name of a file in ``kit/profiles`` (``tiny``, ``smoke``, ``paper-14b``,
+            ``paper-32b``).
+        overrides: a mapping with dotted keys (``{"algorithm.lr": 1e-4}``) or nested dicts, or
+            ``["algorithm.lr=1e-4", ...]`` strings from a command line.
+        write: write ``run_dir/config.json`` when ``run_dir`` is set.
+        **kwargs: more overrides; papermill parameters pass straight through (``seed=3``,
+            ``run_dir="runs/x"``); ``algorithm__lr=1e-4`` is the same as ``algorithm.lr``.
+    Returns:
+        The frozen, type-checked config.
+    Raises:
+        ConfigError: an unknown profile, an unknown key or a value of the wrong type; the
+            message names the dotted key.
+    """
+    values = _read_profile(profile)
+    values["profile"] = profile
+    if overrides is not None and not isinstance(overrides, Mapping):
+        parsed: dict[str, Any] = {}
+        for item in overrides:
+            if "=" not in item:
+                raise ConfigError(f"override {item!r} is not of the form key=value")
+            k, v = item.split("=", 1)
+            parsed[k.strip()] = v.strip()
+        overrides = parsed
+    merged = _deep_merge(values, _nest(dict(overrides or {})))
+    merged = _deep_merge(merged, _nest(kwargs))
+    cfg = check(_build(KitConfig, merged, ""))
+    if write and cfg.run_dir:
+        save(cfg, cfg.run_dir)
+    return cfg
+
+
+def save(cfg: KitConfig, run_dir: str | os.PathLike) -> Path:
+    """Write ``cfg`` as ``run_dir/config.json`` and return the path."""
+    path = Path(run_dir) / "config.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(cfg.to_dict(), indent=2) + "\n")
+    return path
+
+
+def from_json(path: str | os.PathLike) -> KitConfig:
+    """Read a ``config.json`` written by :func:`save` back into a :class:`KitConfig`.
+
+    Raises:
+        ConfigError: the file holds unknown keys or wrong types (e.g. written by another
+            version of the kit); the message names the file and the key.
+    """
+    data = json.loads(Path(path).read_text())
+    if isinstance(data, dict) and "runtime" not in data:  # written before ``runtime`` existed
+        data["runtime"] = "verl" if data.get("rollout", {}).get("engine") == "sglang" else "local"
+    try:
+        return check(_build(KitConfig, data, ""))
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from exc

@@ -18,7 +18,7 @@ from kit.config import load
 from kit.data import tasks
 from kit.models import build_tiny_model, save_policy, train_tokenizer
 from kit.rollout import Trajectory
-from kit.train import ablation, common, rl, rollouts
+from kit.train import ablation, common, rl, rollouts, update
 from kit.train.rollouts import Batch, batch_stats
 
 METRIC_KEYS = ("stage", "step", "global_step", "reward_mean", "accuracy", "response_len_mean", "truncation_ratio",
@@ -133,8 +133,8 @@ def test_one_pass_update_without_the_old_forward_is_the_same_update(policy, monk
     cfg = _cfg()
     trajs = [_traj(resp=(10, 11, 12, 13)), _traj(resp=(20, 21, 22)), _traj(resp=(30, 31, 32, 33, 34))]
     adv = torch.tensor([1.0, -0.5, -0.5])
-    real, calls = rl.token_logprobs, []
-    monkeypatch.setattr(rl, "token_logprobs", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
+    real, calls = update.token_logprobs, []  # policy_update (kit.train.update) looks it up in its module
+    monkeypatch.setattr(update, "token_logprobs", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
     outs, params, forwards = [], [], []
     for recompute in (True, False):
         model, tok = load_policy(policy)

@@ -1,0 +1,120 @@
+"""One local RL step after the rollout: RoC selection, token log-probs and the clipped policy update.
+
+rStar2-Agent §2.2 on the local CPU engine (:mod:`kit.train.rl` runs the stages): :func:`select`
+keeps G of 2G rollouts per prompt with RoC (§2.2.2-2.2.3, :func:`kit.algo.roc_step`) or all G
+for plain GRPO (the ablation's baseline, §5.3); :func:`policy_update` is one optimizer step of
+the Clip-Higher token-mean loss (§2.2.1, :func:`kit.algo.policy_loss`) on the kept rows, in
+micro-batches of similar lengths, with :func:`token_logprobs` computing the LM head on
+response-mask positions only. Shapes: B kept trajectories, T tokens. :mod:`kit.train.rl`
+re-exports every name.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from kit.algo import RocParams, counters, p_format, policy_loss, roc_metrics, roc_step
+from kit.config import KitConfig
+from kit.train.batching import micro_batches, pad_rows
+from kit.train.rollouts import Batch
+
+ALGORITHMS = ("grpo", "grpo_roc")
+MICRO_TOKENS = 16384
+
+
+def token_logprobs(model, ids: torch.Tensor, att: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """(B, T) log-prob of each token given its prefix (column 0 is 0: it has no prefix).
+
+    With ``mask`` (B, T), only the positions where it is non-zero are computed (the LM head and
+    the log-softmax over the vocabulary run on those rows only; prompt, tool-feedback and padding
+    positions, about half of an RL batch's columns, are skipped) and the others are 0.
+    """
+    if mask is None:
+        logits = model(input_ids=ids, attention_mask=att).logits[:, :-1].float()
+        lp = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:, None]).squeeze(-1)
+        return torch.cat([torch.zeros_like(lp[:, :1]), lp], dim=1)
+    hidden = model.model(input_ids=ids, attention_mask=att).last_hidden_state[:, :-1]  # (B, T-1, H)
+    sel = mask[:, 1:] > 0
+    logits = model.lm_head(hidden[sel]).float()  # (N, V): the masked positions only
+    picked = torch.log_softmax(logits, dim=-1).gather(-1, ids[:, 1:][sel][:, None]).squeeze(-1)
+    body = torch.zeros(sel.shape, dtype=picked.dtype).masked_scatter(sel, picked)  # differentiable in picked
+    return torch.cat([torch.zeros_like(body[:, :1]), body], dim=1)
+
+
+def policy_update(cfg: KitConfig, model, optimizer, trajectories: Sequence[Any], advantages: torch.Tensor,
+                  pad_id: int, lr: float, recompute_old: bool | None = None) -> dict[str, float]:
+    """One optimizer step of the clipped policy loss on the kept trajectories.
+
+    Args:
+        trajectories: B kept ``Trajectory`` objects (prompt ids + response ids + response mask).
+        advantages: (B,) from :func:`kit.algo.group_advantage`.
+        lr: learning rate of this step.
+        recompute_old: run a separate no-grad forward for the old log-probs. Default: only when
+            ``ppo_epochs > 1``; with one pass the old policy is the current one, so the old
+            log-probs are the current ones detached (the same numbers, one forward pass fewer).
+    Returns:
+        ``loss``, ``grad_norm``, ``clipfrac``, ``entropy`` proxy (``-mean logp`` of kept tokens),
+        ``update_tokens``.
+    """
+    a = cfg.algorithm
+    rows = [(t.prompt_ids + t.response_ids, [0] * len(t.prompt_ids) + list(t.response_mask)) for t in trajectories]
+    chunks = micro_batches([len(ids) for ids, _ in rows], MICRO_TOKENS)  # similar lengths together
+    n_tok = float(sum(sum(m) for _, m in rows))
+    tensors = [pad_rows([rows[i] for i in c], pad_id) for c in chunks]
+    if recompute_old is None:
+        recompute_old = a.ppo_epochs > 1
+    old: list[torch.Tensor | None] = [None] * len(tensors)
+    if recompute_old:
+        with torch.no_grad():
+            old = [token_logprobs(model, ids, att, msk) for ids, att, msk in tensors]
+    for g in optimizer.param_groups:
+        g["lr"] = lr
+    stats = {"loss": 0.0, "clipfrac": 0.0, "neg_logp": 0.0}
+    gn = 0.0
+    for _ in range(max(1, a.ppo_epochs)):
+        optimizer.zero_grad(set_to_none=True)
+        for c, (ids, att, msk), old_lp in zip(chunks, tensors, old, strict=True):
+            lp = token_logprobs(model, ids, att, msk)  # response-mask positions only: the loss reads no others
+            if old_lp is None:
+                old_lp = lp.detach()
+            loss, m = policy_loss(lp, old_lp, advantages[c], msk, a.clip_ratio_low, a.clip_ratio_high,
+                                  a.clip_ratio_c, a.loss_agg_mode, batch_num_tokens=n_tok, batch_num_seqs=float(len(rows)))
+            loss.backward()
+            w = float(msk.sum()) / n_tok
+            stats["loss"] += float(loss.detach())
+            stats["clipfrac"] += float(m.get("clipfrac", 0.0)) * w
+            stats["neg_logp"] += float(-(lp.detach() * msk).sum()) / n_tok
+        gn = float(torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip))
+        optimizer.step()
+    return {"loss": stats["loss"], "grad_norm": gn, "clipfrac": stats["clipfrac"], "neg_logp": stats["neg_logp"],
+            "update_tokens": n_tok}
+
+
+def select(cfg: KitConfig, batch: Batch, algorithm: str, seed: int) -> tuple[np.ndarray, dict[str, float]]:
+    """Rows kept for the update and the selection metrics.
+
+    ``grpo_roc``: :func:`kit.algo.roc_step` (2G -> G, penalties from the structured counters).
+    ``grpo``: every row kept; the same metrics computed with ``kept = all``.
+
+    Returns:
+        ``(kept, metrics)``: (K,) row indices into ``batch.flat()``; metrics include
+        ``tool_error_ratio_correct_before/after``, ``p_format_mean``, ``kept``.
+    """
+    flat = batch.flat()
+    n = batch.rewards.shape[1]
+    rewards = batch.rewards.reshape(-1)
+    gids = np.repeat(np.arange(len(batch.groups)), n)
+    cnt = counters(flat)
+    if algorithm == "grpo_roc":
+        sel, m = roc_step(rewards, gids, cnt, RocParams.from_config(cfg.algorithm), seed=seed)
+        return sel.kept, m
+    if algorithm != "grpo":
+        raise ValueError(f"unknown algorithm {algorithm!r}; expected one of {ALGORITHMS}")
+    kept = np.arange(rewards.size)
+    pf = p_format(cnt["answer_tags"], cnt["turns"])
+    m = roc_metrics(rewards, kept, cnt["tool_calls"] - cnt["infra_errors"], cnt["tool_failures"], pf, cnt["answer_tags"])
+    return kept, m

@@ -16,6 +16,11 @@ verification, RoC selection, one policy update), and prints per step and in tota
   (``row_steps``: padding and finished rows included), prefills, tool calls and their summed
   sandbox wall seconds, kept rows and update tokens.
 
+With ``--update-ab`` each step's update also runs once more, first, on a copy of the model and
+optimizer with every row (``skip_zero_advantage=False``: rows whose advantage is 0 run too), so
+the update CPU seconds before and after skipping them are measured back to back on the same batch;
+the last line is then ``update_cpu_full_over_skip=<x>`` with the share of rows skipped.
+
 With ``--heldout N`` it also times the stage-end held-out evaluation on N problems (greedy and
 sampled). Wall times on a shared machine are upper bounds; compare settings by the CPU seconds
 and counts, or by ratios measured back to back in one invocation.
@@ -24,6 +29,7 @@ and counts, or by ratios measured back to back in one invocation.
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import sys
 import time
@@ -51,8 +57,9 @@ def _value(text: str):
         return text
 
 
-def profile_steps(cfg, policy_dir: Path, steps: int, algorithm: str) -> list[dict]:
-    """``steps`` stage-1 steps from ``policy_dir``; one dict of timings and counts per step."""
+def profile_steps(cfg, policy_dir: Path, steps: int, algorithm: str, update_ab: bool = False) -> list[dict]:
+    """``steps`` stage-1 steps from ``policy_dir``; one dict of timings and counts per step (with
+    ``update_ab``, also ``cpu_update_full_s``: the same update with every row run, on a copy)."""
     common.set_threads(cfg.model.torch_threads)
     model, tok = load_policy(policy_dir)
     opt = common.make_optimizer(model, cfg.algorithm.lr)
@@ -70,12 +77,23 @@ def profile_steps(cfg, policy_dir: Path, steps: int, algorithm: str) -> list[dic
                 batch = await collect(cfg, model, tok, problems, n, ex, seed=step, max_response_tokens=stage.max_response_tokens,
                                       max_turns=stage.max_turns, temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
                 kept, _ = rl.select(cfg, batch, algorithm, step)
-                t, c = time.perf_counter(), time.process_time()
                 flat = batch.flat()
-                upd = {"update_tokens": 0.0}
+                adv = group_advantage(torch.tensor(batch.rewards.reshape(-1)[kept]),
+                                      np.repeat(np.arange(len(problems)), n)[kept].tolist(),
+                                      cfg.algorithm.adv_eps) if kept.size else None
+                full_s = 0.0
+                if update_ab and kept.size:  # the same update with every row run, on copies
+                    m2 = copy.deepcopy(model)
+                    o2 = common.make_optimizer(m2, cfg.algorithm.lr)
+                    o2.load_state_dict(copy.deepcopy(opt.state_dict()))
+                    m2.train()
+                    c = time.process_time()
+                    rl.policy_update(cfg, m2, o2, [flat[i] for i in kept], adv, tok.pad_token_id, cfg.algorithm.lr,
+                                     skip_zero_advantage=False)
+                    full_s = time.process_time() - c
+                t, c = time.perf_counter(), time.process_time()
+                upd = {"update_tokens": 0.0, "update_rows_skipped": 0.0}
                 if kept.size:  # as the trainer: no update when every group was uniform
-                    adv = group_advantage(torch.tensor(batch.rewards.reshape(-1)[kept]),
-                                          np.repeat(np.arange(len(problems)), n)[kept].tolist(), cfg.algorithm.adv_eps)
                     model.train()
                     upd = rl.policy_update(cfg, model, opt, [flat[i] for i in kept], adv, tok.pad_token_id,
                                            cfg.algorithm.lr)
@@ -92,7 +110,8 @@ def profile_steps(cfg, policy_dir: Path, steps: int, algorithm: str) -> list[dic
                             "truncated": float(np.mean([tr.truncated for tr in flat])),
                             "mean_response_len": float(np.mean([len(tr.response_ids) for tr in flat])),
                             "accuracy": float(batch.rewards.mean()), "kept": int(kept.size),
-                            "update_tokens": upd["update_tokens"]})
+                            "update_tokens": upd["update_tokens"], "update_rows_skipped": upd["update_rows_skipped"],
+                            **({"cpu_update_full_s": full_s} if update_ab else {})})
                 print(f"step {step + 1}: " + ", ".join(f"{k} {v:.3g}" if isinstance(v, float) else f"{k} {v}"
                                                        for k, v in out[-1].items()), flush=True)
 
@@ -107,12 +126,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=4)
     ap.add_argument("--algorithm", default="grpo_roc", choices=rl.ALGORITHMS)
     ap.add_argument("--set", action="append", default=[], help="config override key=value (JSON values)")
+    ap.add_argument("--update-ab", action="store_true",
+                    help="also time each update with every row run (before skipping advantage-0 rows)")
     ap.add_argument("--heldout", type=int, default=0, help="also time the held-out evaluation on this many problems")
     args = ap.parse_args(argv)
     over = {k: _value(v) for k, v in (s.split("=", 1) for s in args.set)}
     cfg = load(args.profile, overrides=over, write=False)
     t0 = time.perf_counter()
-    rows = profile_steps(cfg, Path(args.policy), args.steps, args.algorithm)
+    rows = profile_steps(cfg, Path(args.policy), args.steps, args.algorithm, args.update_ab)
     total = {k: float(sum(r[k] for r in rows)) for k in rows[0] if k not in ("accuracy", "max_response_len", "mean_response_len", "p90_response_len", "truncated")}
     print("total: " + ", ".join(f"{k} {v:.4g}" for k, v in total.items()))
     print(f"per step: wall {sum(r['wall_rollout_s'] + r['wall_verify_s'] + r['wall_update_s'] for r in rows) / len(rows):.2f} s, "
@@ -127,6 +148,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"held-out evaluation on {args.heldout} problems: wall {ev['heldout_seconds']:.1f} s, "
               f"cpu {time.process_time() - c:.1f} s, sampled reward {ev['heldout_sampled_reward']:.3f}, "
               f"greedy {ev['heldout_accuracy']:.3f}")
+    if args.update_ab:
+        skip, full = total["cpu_update_s"], total["cpu_update_full_s"]
+        print(f"update cpu: every row {full:.2f} s, advantage-0 rows skipped {skip:.2f} s "
+              f"({total['update_rows_skipped']:.0f} of {sum(r['kept'] for r in rows)} kept rows skipped)")
+        print(f"update_cpu_full_over_skip={full / skip:.2f}" if skip > 0 else "update_cpu_full_over_skip=nan")
     return 0
 
 

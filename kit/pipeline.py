@@ -23,9 +23,11 @@ profile) the whole command runs inside one kit session with one Ray head
 (:func:`run_in_verl_cpu_session`); ``reports/<profile>/<run>/verl_session/`` then holds its log
 and ``session.json``.
 
-What it does not do: it does not run notebooks in parallel (each one uses all cores), and it does
-not track data files outside the run directory; delete the run folder or pass ``--force`` after
-changing ``../shared/data``.
+On the local runtime the RoC ablation's training (06) runs as a background job beside 03-05, 07
+and 08, which are latency-bound and leave a core idle; notebook 06 itself executes just before 09
+and finds its arms trained (:mod:`kit.overlap`; ``--no-overlap`` runs strictly in order). No other
+notebooks run in parallel. It does not track data files outside the run directory; delete the
+run folder or pass ``--force`` after changing ``../shared/data``.
 """
 
 from __future__ import annotations
@@ -48,10 +50,11 @@ from typing import Any
 
 from nbclient.exceptions import CellTimeoutError
 
-from kit import OPENMP_SPINCOUNT, report
+from kit import OPENMP_SPINCOUNT, overlap, report
 from kit.config import ConfigError, available_profiles, load
 from kit.paths import REPO_ROOT
 from kit.runs import SERIES, Layout, series_parameters
+from kit.train.ablation import ablation_budget
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 #: Environment of the kernels the runner starts, unless the user set these variables already
@@ -97,11 +100,14 @@ class NotebookRun:
         source: the notebook file.
         parameters: papermill parameters it gets.
         outputs: folders it writes; emptied before it runs afresh (see :func:`run_series`).
+        background: its work as a job that starts early and runs beside later notebooks
+            (:class:`kit.overlap.Background`); None: the notebook does its work when it runs.
     """
 
     source: Path
     parameters: dict[str, Any] = field(default_factory=dict)
     outputs: tuple[str, ...] = ()
+    background: overlap.Background | None = None
 
     @property
     def name(self) -> str:
@@ -109,7 +115,7 @@ class NotebookRun:
 
 
 def standard_series(layout: Layout, seed: int = 0, notebook_dir: Path = NOTEBOOK_DIR,
-                    overrides: dict[str, Any] | None = None) -> list[NotebookRun]:
+                    overrides: dict[str, Any] | None = None, overlap_jobs: bool = True) -> list[NotebookRun]:
     """The kit's ordered series (``SERIES``) with each notebook's parameters for ``layout``.
 
     Args:
@@ -118,12 +124,17 @@ def standard_series(layout: Layout, seed: int = 0, notebook_dir: Path = NOTEBOOK
         notebook_dir: where the source notebooks are.
         overrides: dotted config keys passed to every notebook's ``overrides`` parameter
             (``{"rollout.max_response_tokens": 64}``); checked by ``kit.config.load``.
+        overlap_jobs: give 06 its background job (:data:`kit.overlap.STANDARD_JOBS`) where that
+            cannot change a result: the local runtime, and a main stage-1 run that cannot be one
+            of the ablation's arms (another budget or step count; else 06 may copy that run, and
+            whether it is finished when the job reaches the arm would depend on timing).
     Raises:
         FileNotFoundError: a notebook of the series is missing from ``notebook_dir``.
         kit.config.ConfigError: an override names an unknown key or has the wrong type.
     """
-    if overrides:
-        load(layout.profile, overrides, write=False)  # fail here, not in the fifth notebook
+    cfg = load(layout.profile, overrides, write=False)  # fail here, not in the fifth notebook
+    independent = ablation_budget(cfg) is not None or cfg.ablation.steps != cfg.stages.stage1.steps
+    jobs = overlap.STANDARD_JOBS if overlap_jobs and cfg.runtime == "local" and independent else {}
     runs = []
     for name, params in series_parameters(layout, seed, overrides):
         path = notebook_dir / f"{name}.ipynb"
@@ -131,7 +142,7 @@ def standard_series(layout: Layout, seed: int = 0, notebook_dir: Path = NOTEBOOK
             raise FileNotFoundError(f"notebook of the series not found: {path}")
         own = params["run_dir"]
         outputs = (own,) if own != str(layout.root) else (layout.dir("figures"), layout.dir("tables"))
-        runs.append(NotebookRun(path, params, outputs))
+        runs.append(NotebookRun(path, params, outputs, jobs.get(name)))
     return runs
 
 
@@ -386,6 +397,11 @@ def times_table(records: Sequence[dict[str, Any]]) -> str:
     done = [r for r in records if r["status"] == "done"]
     lines.append(f"{'total (run now)':<30} {'':<8} {sum(r['seconds'] for r in done):>8.0f} "
                  f"{sum(r.get('cpu_seconds', 0.0) for r in done):>8.0f}")
+    for r in done:
+        if r.get("background_seconds") is not None:
+            lines.append(f"  {r['notebook']}: its training ran {r['background_seconds']:.0f} s as a background job beside "
+                         "the notebooks before it (its wall s: the wait for that job plus the notebook; its CPU s "
+                         "include the job)")
     return "\n".join(lines)
 
 
@@ -396,58 +412,97 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
     rerun_downstream = False
     records = []
     total = len(notebooks)
-    for i, nb in enumerate(notebooks, 1):
-        out = layout.executed / nb.source.name
-        done, why = _is_finished(state.get(nb.name), nb, out)
-        if done and not force and not rerun_downstream:
-            echo(f"[{i}/{total}] {nb.name}: finished earlier ({state[nb.name]['seconds']:.0f} s), "
-                 "skipped (--force reruns it)")
-            records.append({"notebook": nb.name, "status": "skipped", "seconds": 0.0,
-                            "earlier_seconds": state[nb.name].get("seconds", 0.0),
-                            "earlier_cpu_seconds": state[nb.name].get("cpu_seconds", float("nan"))})
-            continue
-        reason = "forced" if force else ("an earlier notebook was rerun" if rerun_downstream and done else why)
-        echo(f"[{i}/{total}] {nb.name}: running ({reason})")
-        # an interrupted notebook with unchanged inputs resumes (trainers continue from their last
-        # checkpoint); any other rerun starts from empty output folders
-        entry = state.get(nb.name) or {}
-        resumable = (entry.get("status") in ("failed", "running") and not force and not rerun_downstream
-                     and entry.get("parameters") == json.loads(json.dumps(nb.parameters)))
-        if not resumable:
-            _clear_outputs(nb, layout, echo)
-        state[nb.name] = {"status": "running", "parameters": nb.parameters}
-        _write_state(layout, state)
-        sha = _sha(nb.source)  # of the source that runs, not of a later edit
-        t0, c0 = time.perf_counter(), children_cpu_s()
-        kwargs: dict[str, Any] = {}
-        if cell_timeout_s:  # None or 0: no limit
-            kwargs["execution_timeout"] = int(cell_timeout_s)
-        try:
-            pm.execute_notebook(
-                str(nb.source), str(out), parameters=nb.parameters, kernel_name="python3",
-                progress_bar=progress_bar, log_output=log_output, cwd=str(nb.source.parent), **kwargs,
-            )
-        except Exception as exc:  # noqa: BLE001 - every failure is reported with the notebook named
-            seconds = time.perf_counter() - t0
-            err = _describe_failure(nb, out, exc)
-            # the executed file's own index: papermill inserts markdown cells into a notebook that
-            # raised (a banner first, an anchor before the failing cell), so err.cell_index, the
-            # index papermill reports, is not that cell's index in the file
-            mark_not_run(out, _failed_cell(out)[0], err.error)
-            state[nb.name] = {"status": "failed", "parameters": nb.parameters, "seconds": seconds,
-                              "error": str(err)}
+    names = [nb.name for nb in notebooks]
+    deferred = [nb.name for nb in notebooks if nb.background is not None and nb.background.after in names]
+    jobs: dict[str, overlap.BackgroundRun] = {}
+
+    def start_jobs_after(name: str) -> None:
+        """Start the background job of each deferred notebook that waits for ``name`` and will run."""
+        for nb in notebooks:
+            if nb.name not in deferred or nb.background.after != name:
+                continue
+            done, _ = _is_finished(state.get(nb.name), nb, layout.executed / nb.source.name)
+            if done and not force and not rerun_downstream:
+                continue  # finished earlier: the loop skips it too
+            entry = state.get(nb.name) or {}
+            if not (entry.get("status") in ("failed", "running") and not force and not rerun_downstream
+                    and entry.get("parameters") == json.loads(json.dumps(nb.parameters))):
+                _clear_outputs(nb, layout, echo)
+            state[nb.name] = {"status": "running", "parameters": nb.parameters}
             _write_state(layout, state)
-            raise err from exc
-        seconds, cpu = time.perf_counter() - t0, children_cpu_s() - c0
-        load_avg = os.getloadavg()[0]
-        state[nb.name] = {"status": "done", "parameters": json.loads(json.dumps(nb.parameters)),
-                          "source_sha": sha, "seconds": seconds, "cpu_seconds": cpu, "load_avg": load_avg,
-                          "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
-        _write_state(layout, state)
-        echo(f"[{i}/{total}] {nb.name}: done in {seconds:.0f} s ({cpu:.0f} CPU s; load average {load_avg:.1f})")
-        records.append({"notebook": nb.name, "status": "done", "seconds": seconds, "cpu_seconds": cpu,
-                        "load_avg": load_avg})
-        rerun_downstream = True
+            log = layout.executed / f"{nb.name}.background.log"
+            jobs[nb.name] = overlap.start(nb.name, nb.background, nb.parameters, log)
+            echo(f"[bg] {nb.name}: its training runs in the background from now on (nice {overlap.BACKGROUND_NICE}; "
+                 f"log {log}); the notebook itself runs before the first notebook that reads its folder")
+
+    try:
+        order = overlap.execution_order(names, [nb.parameters for nb in notebooks], deferred)
+        for i, idx in enumerate(order, 1):
+            nb = notebooks[idx]
+            out = layout.executed / nb.source.name
+            done, why = _is_finished(state.get(nb.name), nb, out)
+            if done and not force and not rerun_downstream:
+                echo(f"[{i}/{total}] {nb.name}: finished earlier ({state[nb.name]['seconds']:.0f} s), "
+                     "skipped (--force reruns it)")
+                records.append({"notebook": nb.name, "status": "skipped", "seconds": 0.0,
+                                "earlier_seconds": state[nb.name].get("seconds", 0.0),
+                                "earlier_cpu_seconds": state[nb.name].get("cpu_seconds", float("nan"))})
+                start_jobs_after(nb.name)
+                continue
+            job = jobs.get(nb.name)
+            reason = ("its background job ran" if job else "forced" if force
+                      else ("an earlier notebook was rerun" if rerun_downstream and done else why))
+            echo(f"[{i}/{total}] {nb.name}: running ({reason})")
+            t0, c0 = time.perf_counter(), children_cpu_s()  # a job's CPU counts once it is reaped below
+            if job is not None:  # its outputs are the job's work: never cleared here
+                code = job.join()
+                echo(f"    background job: exit {code} after {job.seconds:.0f} s" + (
+                    "" if code == 0 else f" (see {job.log}); the notebook trains what is missing itself"))
+            else:
+                # an interrupted notebook with unchanged inputs resumes (trainers continue from their last
+                # checkpoint); any other rerun starts from empty output folders
+                entry = state.get(nb.name) or {}
+                resumable = (entry.get("status") in ("failed", "running") and not force and not rerun_downstream
+                             and entry.get("parameters") == json.loads(json.dumps(nb.parameters)))
+                if not resumable:
+                    _clear_outputs(nb, layout, echo)
+            state[nb.name] = {"status": "running", "parameters": nb.parameters}
+            _write_state(layout, state)
+            sha = _sha(nb.source)  # of the source that runs, not of a later edit
+            kwargs: dict[str, Any] = {}
+            if cell_timeout_s:  # None or 0: no limit
+                kwargs["execution_timeout"] = int(cell_timeout_s)
+            try:
+                pm.execute_notebook(
+                    str(nb.source), str(out), parameters=nb.parameters, kernel_name="python3",
+                    progress_bar=progress_bar, log_output=log_output, cwd=str(nb.source.parent), **kwargs,
+                )
+            except Exception as exc:  # noqa: BLE001 - every failure is reported with the notebook named
+                seconds = time.perf_counter() - t0
+                err = _describe_failure(nb, out, exc)
+                # the executed file's own index: papermill inserts markdown cells into a notebook that
+                # raised (a banner first, an anchor before the failing cell), so err.cell_index, the
+                # index papermill reports, is not that cell's index in the file
+                mark_not_run(out, _failed_cell(out)[0], err.error)
+                state[nb.name] = {"status": "failed", "parameters": nb.parameters, "seconds": seconds,
+                                  "error": str(err)}
+                _write_state(layout, state)
+                raise err from exc
+            seconds, cpu = time.perf_counter() - t0, children_cpu_s() - c0
+            load_avg = os.getloadavg()[0]
+            extra = {"background_seconds": job.seconds, "background_exit": job.returncode} if job else {}
+            state[nb.name] = {"status": "done", "parameters": json.loads(json.dumps(nb.parameters)),
+                              "source_sha": sha, "seconds": seconds, "cpu_seconds": cpu, "load_avg": load_avg,
+                              "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **extra}
+            _write_state(layout, state)
+            echo(f"[{i}/{total}] {nb.name}: done in {seconds:.0f} s ({cpu:.0f} CPU s; load average {load_avg:.1f})")
+            records.append({"notebook": nb.name, "status": "done", "seconds": seconds, "cpu_seconds": cpu,
+                            "load_avg": load_avg, **extra})
+            rerun_downstream = True
+            start_jobs_after(nb.name)
+    finally:  # a failure, an interrupt: no job outlives the runner
+        for job in jobs.values():
+            job.stop()
     return records
 
 
@@ -564,7 +619,7 @@ def _follow(path: Path, done: threading.Event, period_s: float = 1.0) -> None:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``run --profile P --run R [--force] [--until NN] [--set KEY=VALUE ...] [--cell-timeout S] [--log-output] [--no-report] [--dry-run]``.
+    """``run --profile P --run R [--force] [--until NN] [--set KEY=VALUE ...] [--cell-timeout S] [--log-output] [--no-report] [--no-overlap] [--dry-run]``.
 
     Runs :data:`SERIES` into ``reports/<P>/<R>/`` and then builds ``report.pdf`` with
     :mod:`kit.report`. Returns the exit code: 0 on success, 1 when a notebook failed (the message
@@ -587,6 +642,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     r.add_argument("--until", default=None, metavar="NN",
                    help="stop after the notebook whose name starts with NN (e.g. 03); no report then")
     r.add_argument("--no-report", action="store_true", help="do not build report.pdf at the end")
+    r.add_argument("--no-overlap", action="store_true",
+                   help="run strictly in order: 06's training does not run in the background beside 03-08")
     r.add_argument("--dry-run", action="store_true",
                    help="print each notebook's parameters (and, on paper profiles, the VERL and merge commands "
                         "with the folders each stage reads and writes) without running anything")
@@ -602,7 +659,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise ValueError(f"--cell-timeout must be 0 (no limit) or a number of seconds, got {args.cell_timeout}")
         layout = Layout.for_run(args.profile, args.run, args.reports_root)
         overrides = _parse_sets(args.set)
-        series = standard_series(layout, seed=args.seed, overrides=overrides)
+        series = standard_series(layout, seed=args.seed, overrides=overrides, overlap_jobs=not args.no_overlap)
         if args.until:
             last = next((i for i, nb in enumerate(series) if nb.name.startswith(args.until)), None)
             if last is None:

@@ -8,7 +8,8 @@ from ``kit.chain``; the code lives in the submodules:
 
 - ``policies``: load a saved policy, count its parameters, wrap it in a backend, sample
   trajectories on held-out task problems.
-- ``training``: cold-start SFT, RL stages and the RoC ablation on the runtime of
+- ``training``: cold-start SFT, RL stages and the RoC ablation (:func:`ablation_config`, the
+  config notebook 06 and its background job, :mod:`kit.chain.ablation_job`, share) on the runtime of
   ``cfg.runtime`` (:mod:`kit.runtime`); the RL data; a trainer's summary as Markdown.
 - ``display``: :class:`TrajectoryView` (HTML under a legend, LaTeX and plain text of one trajectory);
   :func:`learning_note` (the line a profile too small to learn shows beside its results).
@@ -41,6 +42,7 @@ from kit.chain.policies import (
     sample_trajectories,
 )
 from kit.chain.training import (
+    ablation_config,
     cold_start,
     prepare_rl_data,
     summary_markdown,
@@ -50,6 +52,7 @@ from kit.chain.training import (
 
 __all__ = [
     "Analysis",
+    "ablation_config",
     "Consistency",
     "PassK",
     "TrajectoryView",

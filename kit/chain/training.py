@@ -20,7 +20,7 @@ from IPython.display import Markdown
 
 from kit import runtime
 from kit.chain.display import learning_note
-from kit.config import KitConfig
+from kit.config import KitConfig, load
 from kit.data.curate import CurationResult
 from kit.progress import StepBar
 from kit.train.ablation import ALGORITHMS
@@ -71,6 +71,18 @@ def train_stage(cfg: KitConfig, stage: str, run_dir, init_dir, data_dir, progres
                                    hard_counts=hard_counts, sampler_url=sampler_url)
             bar.bar.set_description(f"RL {stage}")
         return rt.run_stage(cfg, stage, run_dir=run_dir, init_dir=init_dir, data_dir=data_dir, progress=bar)
+
+
+def ablation_config(profile: str, overrides: Mapping[str, Any] | None, steps: int, run_dir, seed: int) -> KitConfig:
+    """Notebook 06's config: ``profile`` with ``overrides`` and, when ``steps`` is non-zero,
+    ``ablation.steps = steps``; writes ``run_dir/config.json``. The notebook and the pipeline's
+    background job (:mod:`kit.chain.ablation_job`) both build it here, so they train the same arms.
+
+    Raises:
+        kit.config.ConfigError: an unknown key or a value of the wrong type.
+    """
+    over = {**(overrides or {}), **({"ablation.steps": steps} if steps else {})}
+    return load(profile, over, run_dir=run_dir, seed=seed)
 
 
 def train_ablation(cfg: KitConfig, run_dir, init_dir, data_dir, progress=None,

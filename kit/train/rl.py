@@ -210,7 +210,8 @@ async def _run_stage(cfg, stage_name, policy_dir, run_dir, progress, algorithm, 
                                   temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
             kept, sel_m = select(cfg, batch, algorithm, common.step_seed(seed, stage_name, "roc", step))
             t_up, c_up = time.perf_counter(), time.process_time()
-            upd: dict[str, float] = {"loss": 0.0, "grad_norm": 0.0, "clipfrac": 0.0, "neg_logp": 0.0, "update_tokens": 0.0}
+            upd: dict[str, float] = {"loss": 0.0, "grad_norm": 0.0, "clipfrac": 0.0, "neg_logp": 0.0, "update_tokens": 0.0,
+                                     "update_rows_skipped": 0.0}
             if kept.size:
                 flat = batch.flat()
                 r = batch.rewards.reshape(-1)

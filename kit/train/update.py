@@ -5,8 +5,9 @@ keeps G of 2G rollouts per prompt with RoC (§2.2.2-2.2.3, :func:`kit.algo.roc_s
 for plain GRPO (the ablation's baseline, §5.3); :func:`policy_update` is one optimizer step of
 the Clip-Higher token-mean loss (§2.2.1, :func:`kit.algo.policy_loss`) on the kept rows, in
 micro-batches of similar lengths, with :func:`token_logprobs` computing the LM head on
-response-mask positions only. Shapes: B kept trajectories, T tokens. :mod:`kit.train.rl`
-re-exports every name.
+response-mask positions only; rows whose advantage is 0 (a group with one reward) run no
+forward or backward there, which leaves the step unchanged. Shapes: B kept trajectories, T
+tokens. :mod:`kit.train.rl` re-exports every name.
 """
 
 from __future__ import annotations
@@ -45,9 +46,30 @@ def token_logprobs(model, ids: torch.Tensor, att: torch.Tensor, mask: torch.Tens
     return torch.cat([torch.zeros_like(body[:, :1]), body], dim=1)
 
 
+def sampling_neg_logp(cfg: KitConfig, trajectory: Any) -> float | None:
+    """Sum over the response-mask tokens of ``-log p`` from the rollout's own sampling log-probs,
+    or ``None`` when they are not the training policy's: logprobs missing or of another length,
+    or sampling that was not plain (``rollout.temperature != 1`` or ``rollout.top_p < 1``).
+    On-policy they equal the training forward's log-probs up to float rounding (~1e-6)."""
+    lps, mask = trajectory.logprobs, trajectory.response_mask
+    if lps is None or len(lps) != len(mask) or cfg.rollout.temperature != 1.0 or cfg.rollout.top_p < 1.0:
+        return None
+    return float(-sum(lp for lp, m in zip(lps, mask, strict=True) if m))
+
+
 def policy_update(cfg: KitConfig, model, optimizer, trajectories: Sequence[Any], advantages: torch.Tensor,
-                  pad_id: int, lr: float, recompute_old: bool | None = None) -> dict[str, float]:
+                  pad_id: int, lr: float, recompute_old: bool | None = None,
+                  skip_zero_advantage: bool = True) -> dict[str, float]:
     """One optimizer step of the clipped policy loss on the kept trajectories.
+
+    Rows whose advantage is exactly 0 (every row of a group with one reward: all correct or all
+    wrong) add nothing to the loss or its gradient: the clipped objective is ``-A * ratio``, and
+    the token-mean and sequence denominators stay those of the whole batch (``batch_num_tokens``,
+    ``batch_num_seqs``). So they run no forward or backward here; the gradient is that of the
+    full batch up to float summation order. With no row left the optimizer still steps on a zero
+    gradient (AdamW's moments move the weights as they would). ``neg_logp`` still covers every
+    kept token: skipped rows take theirs from the rollout's sampling log-probs
+    (:func:`sampling_neg_logp`) or, where those are not the policy's, from a no-grad forward.
 
     Args:
         trajectories: B kept ``Trajectory`` objects (prompt ids + response ids + response mask).
@@ -56,14 +78,24 @@ def policy_update(cfg: KitConfig, model, optimizer, trajectories: Sequence[Any],
         recompute_old: run a separate no-grad forward for the old log-probs. Default: only when
             ``ppo_epochs > 1``; with one pass the old policy is the current one, so the old
             log-probs are the current ones detached (the same numbers, one forward pass fewer).
+        skip_zero_advantage: ``False`` runs every row (the same step; for checks and
+            ``benchmarks/rl_step_profile.py``'s before/after).
     Returns:
         ``loss``, ``grad_norm``, ``clipfrac``, ``entropy`` proxy (``-mean logp`` of kept tokens),
-        ``update_tokens``.
+        ``update_tokens`` (every kept row's response-mask tokens), ``update_rows_skipped`` (rows
+        with advantage 0, not run).
+    Raises:
+        ValueError: ``advantages`` does not have one entry per trajectory.
     """
     a = cfg.algorithm
+    if advantages.shape != (len(trajectories),):
+        raise ValueError(f"advantages: shape {tuple(advantages.shape)}, expected ({len(trajectories)},)")
     rows = [(t.prompt_ids + t.response_ids, [0] * len(t.prompt_ids) + list(t.response_mask)) for t in trajectories]
-    chunks = micro_batches([len(ids) for ids, _ in rows], MICRO_TOKENS)  # similar lengths together
     n_tok = float(sum(sum(m) for _, m in rows))
+    zero = [skip_zero_advantage and float(advantages[i]) == 0.0 for i in range(len(rows))]
+    active = [i for i in range(len(rows)) if not zero[i]]
+    skipped = [i for i in range(len(rows)) if zero[i]]
+    chunks = [[active[j] for j in c] for c in micro_batches([len(rows[i][0]) for i in active], MICRO_TOKENS)]
     tensors = [pad_rows([rows[i] for i in c], pad_id) for c in chunks]
     if recompute_old is None:
         recompute_old = a.ppo_epochs > 1
@@ -73,9 +105,10 @@ def policy_update(cfg: KitConfig, model, optimizer, trajectories: Sequence[Any],
             old = [token_logprobs(model, ids, att, msk) for ids, att, msk in tensors]
     for g in optimizer.param_groups:
         g["lr"] = lr
-    stats = {"loss": 0.0, "clipfrac": 0.0, "neg_logp": 0.0}
+    stats = {"loss": 0.0, "clipfrac": 0.0, "neg_logp": skipped_neg_logp(cfg, model, [trajectories[i] for i in skipped],
+                                                                       [rows[i] for i in skipped], pad_id) / max(n_tok, 1.0)}
     gn = 0.0
-    for _ in range(max(1, a.ppo_epochs)):
+    for epoch in range(max(1, a.ppo_epochs)):
         optimizer.zero_grad(set_to_none=True)
         for c, (ids, att, msk), old_lp in zip(chunks, tensors, old, strict=True):
             lp = token_logprobs(model, ids, att, msk)  # response-mask positions only: the loss reads no others
@@ -87,11 +120,39 @@ def policy_update(cfg: KitConfig, model, optimizer, trajectories: Sequence[Any],
             w = float(msk.sum()) / n_tok
             stats["loss"] += float(loss.detach())
             stats["clipfrac"] += float(m.get("clipfrac", 0.0)) * w
-            stats["neg_logp"] += float(-(lp.detach() * msk).sum()) / n_tok
+            if epoch == 0:  # the entropy proxy of the policy that sampled the batch
+                stats["neg_logp"] += float(-(lp.detach() * msk).sum()) / n_tok
+        for p in model.parameters():  # rows skipped (or none run): a zero gradient, not a skipped step
+            if p.requires_grad and p.grad is None:
+                p.grad = torch.zeros_like(p)
         gn = float(torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip))
         optimizer.step()
     return {"loss": stats["loss"], "grad_norm": gn, "clipfrac": stats["clipfrac"], "neg_logp": stats["neg_logp"],
-            "update_tokens": n_tok}
+            "update_tokens": n_tok, "update_rows_skipped": float(len(skipped))}
+
+
+def skipped_neg_logp(cfg: KitConfig, model, trajectories: Sequence[Any], rows: Sequence[Any], pad_id: int) -> float:
+    """Summed ``-log p`` (nats) over the response-mask tokens of the rows an update does not run
+    (advantage 0), under the current policy: from each row's sampling log-probs where those are
+    the policy's (:func:`sampling_neg_logp`), else from one no-grad forward of those rows.
+
+    Args:
+        trajectories: the skipped ``Trajectory`` objects.
+        rows: their ``(prompt + response ids, response mask over the same positions)``.
+    """
+    total, need = 0.0, []
+    for t, row in zip(trajectories, rows, strict=True):
+        v = sampling_neg_logp(cfg, t)
+        if v is None:
+            need.append(row)
+        else:
+            total += v
+    if need:
+        with torch.no_grad():
+            for c in micro_batches([len(ids) for ids, _ in need], MICRO_TOKENS):
+                ids, att, msk = pad_rows([need[i] for i in c], pad_id)
+                total += float(-(token_logprobs(model, ids, att, msk) * msk).sum())
+    return total
 
 
 def select(cfg: KitConfig, batch: Batch, algorithm: str, seed: int) -> tuple[np.ndarray, dict[str, float]]:

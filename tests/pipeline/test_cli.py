@@ -8,10 +8,10 @@ from kit import cli, pipeline, report
 def test_reproduce_passes_every_option_to_the_pipeline(monkeypatch):
     seen = {}
     monkeypatch.setattr(pipeline, "main", lambda argv: seen.setdefault("argv", argv) and 0)
-    assert cli.main(["reproduce", "--profile", "smoke", "--run", "x", "--force", "--until", "03",
-                     "--set", "eval.n_samples=2"]) == 0
-    assert seen["argv"] == ["run", "--profile", "smoke", "--run", "x", "--force", "--until", "03",
-                            "--set=eval.n_samples=2"]
+    assert cli.main(["reproduce", "--profile", "smoke", "--run", "x", "--seed", "7", "--force", "--no-overlap",
+                     "--until", "03", "--set", "eval.n_samples=2"]) == 0
+    assert seen["argv"] == ["run", "--profile", "smoke", "--run", "x", "--seed", "7", "--force", "--no-overlap",
+                            "--until", "03", "--set=eval.n_samples=2"]
 
 
 def test_bad_profile_and_missing_run_give_error_codes(tmp_path, capsys):

@@ -141,7 +141,7 @@ def test_profiles_size_the_new_steps():
     paper, tiny, smoke = (load(p, write=False) for p in ("paper-14b", "tiny", "smoke"))
     assert (paper.eval.passk_n, paper.eval.passk_problems, paper.eval.consistency_problems) == (16, 0, 0)
     assert paper.data.consistency_samples == 16 and tiny.data.consistency_samples == 16
-    assert (tiny.eval.consistency_problems, tiny.eval.passk_problems, tiny.eval.passk_n) == (3, 24, 16)
+    assert (tiny.eval.consistency_problems, tiny.eval.passk_problems, tiny.eval.passk_n) == (3, 64, 16)
     assert smoke.eval.consistency_problems * smoke.data.consistency_samples <= 8
     assert smoke.eval.passk_problems * smoke.eval.passk_n <= 16
     assert chain.passk_items(smoke)[0] == "heldout" and chain.passk_items(paper, n_problems=1)[0] == "aime24"

@@ -13,12 +13,13 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 import torch
+from rl_cases import build_policy
+from rl_cases import rl_cfg as _cfg
+from rl_cases import traj as _traj
 
 from kit.config import load
 from kit.data import tasks
-from kit.models import build_tiny_model, save_policy, train_tokenizer
-from kit.rollout import Trajectory
-from kit.train import ablation, common, rl, rollouts, update
+from kit.train import ablation, common, rl, rollouts
 from kit.train.rollouts import Batch, batch_stats
 
 METRIC_KEYS = ("stage", "step", "global_step", "reward_mean", "accuracy", "response_len_mean", "truncation_ratio",
@@ -27,26 +28,9 @@ METRIC_KEYS = ("stage", "step", "global_step", "reward_mean", "accuracy", "respo
                "algorithm", "seed")
 
 
-def _cfg(**over):
-    base = {"data.task_train_size": 60, "data.task_heldout_size": 4, "model.torch_threads": 1,
-            "sandbox.num_workers": 1, "rollout.batch_size": 16, "rollout.max_response_tokens": 24,
-            "algorithm.prompts_per_step": 2, "algorithm.group_size": 4, "algorithm.oversample": 8,
-            "algorithm.lr": 1e-3, "stages.stage1.max_response_tokens": 24, "stages.stage1.max_turns": 2,
-            "stages.stage1.steps": 4, "stages.stage1.checkpoint_every": 2,
-            "stages.stage3.max_response_tokens": 24, "stages.stage3.max_turns": 2, "stages.stage3.steps": 1,
-            "stages.stage3.hard_filter_samples": 2, "ablation.steps": 2, "ablation.workers": 1}
-    base.update(over)
-    return load("smoke", overrides=base, write=False)
-
-
 @pytest.fixture(scope="module")
 def policy(tmp_path_factory):
-    d = tmp_path_factory.mktemp("rl_init")
-    split = tasks.make_split(60, 4, 0)
-    corpus = [p.question + " " + p.code for p in split.train] * 3
-    tok = train_tokenizer(corpus, 400)
-    save_policy(build_tiny_model(_cfg().model, tok, seed=0), tok, d / "policy")
-    return d / "policy"
+    return build_policy(tmp_path_factory.mktemp("rl_init"))
 
 
 @pytest.fixture
@@ -55,13 +39,6 @@ def parity_grader(monkeypatch):
         return [SimpleNamespace(correct=len(text) % 2 == 0, reason="test-double") for _, text in pairs]
 
     monkeypatch.setattr(rollouts, "grade", grade)
-
-
-def _traj(calls=1, fails=0, tags=1, turns=2, resp=(5, 6, 7)):
-    t = Trajectory(problem="q", prompt_ids=[1, 2], response_ids=list(resp), response_mask=[1] * len(resp))
-    t.tool_calls, t.turns, t.answer_tags = calls, turns, tags
-    t.tool_errors = {"exception": fails, "timeout": 0, "memory": 0, "malformed": 0}
-    return t
 
 
 def _batch(rewards, trajs):
@@ -100,53 +77,6 @@ def test_tool_error_ratio_is_undefined_without_correct_tool_calls():
     assert common.nanmean([float("nan"), 0.5, 0.25]) == pytest.approx(0.375)
     assert math.isnan(common.nanmean([float("nan")]))
     assert ablation._nanmean_columns([[float("nan"), 0.2], [0.4, float("nan")]]) == pytest.approx([0.4, 0.2])
-
-
-def test_policy_update_follows_the_advantage(policy):
-    from kit.models import load_policy
-
-    model, tok = load_policy(policy)
-    model.train()
-    cfg = _cfg()
-    good, bad = _traj(resp=(10, 11, 12, 13)), _traj(resp=(20, 21, 22, 23))
-    good.response_mask = [1, 1, 0, 1]  # a feedback token in the middle carries no loss
-
-    @torch.no_grad()
-    def seq_logp(t):
-        ids = torch.tensor([t.prompt_ids + t.response_ids])
-        lp = rl.token_logprobs(model, ids, torch.ones_like(ids))[0, len(t.prompt_ids):]
-        return float((lp * torch.tensor(t.response_mask, dtype=torch.float32)).sum())
-
-    before = (seq_logp(good), seq_logp(bad))
-    opt = common.make_optimizer(model, 1e-2)
-    out = rl.policy_update(cfg, model, opt, [good, bad], torch.tensor([1.0, -1.0]), tok.pad_token_id, 1e-2)
-    after = (seq_logp(good), seq_logp(bad))
-    assert after[0] > before[0] and after[1] < before[1]
-    assert out["update_tokens"] == 3 + 4 and out["grad_norm"] > 0
-
-
-def test_one_pass_update_without_the_old_forward_is_the_same_update(policy, monkeypatch):
-    """ppo_epochs = 1: the old log-probs are the current ones detached instead of a second forward
-    pass; parameters and statistics come out bitwise the same (issue #16: faster RL steps)."""
-    from kit.models import load_policy
-
-    cfg = _cfg()
-    trajs = [_traj(resp=(10, 11, 12, 13)), _traj(resp=(20, 21, 22)), _traj(resp=(30, 31, 32, 33, 34))]
-    adv = torch.tensor([1.0, -0.5, -0.5])
-    real, calls = update.token_logprobs, []  # policy_update (kit.train.update) looks it up in its module
-    monkeypatch.setattr(update, "token_logprobs", lambda *a, **k: (calls.append(1), real(*a, **k))[1])
-    outs, params, forwards = [], [], []
-    for recompute in (True, False):
-        model, tok = load_policy(policy)
-        model.train()
-        opt = common.make_optimizer(model, 1e-2)
-        n0 = len(calls)
-        outs.append(rl.policy_update(cfg, model, opt, trajs, adv, tok.pad_token_id, 1e-2, recompute_old=recompute))
-        forwards.append(len(calls) - n0)
-        params.append([p.detach().clone() for p in model.parameters()])
-    assert forwards == [2, 1]  # one micro-batch here: old + current forward, or the current one only
-    assert all(torch.equal(a, b) for a, b in zip(*params, strict=True))
-    assert outs[0] == outs[1]
 
 
 def test_step_problems_are_a_seeded_walk():

@@ -1,0 +1,142 @@
+"""Notebooks of the series whose work runs beside the others (``make reproduce``).
+
+The RL stages (notebooks 03-05) and the evaluations (07, 08) are latency-bound on a small
+machine: a step waits on its longest trajectory and on tool round trips, so they keep about one
+of two cores busy (tiny profile, seed 0: 03 used 176 CPU s in 190 s). The RoC ablation (06)
+needs only the SFT policy and the curated data, and is most of the series' CPU work. So the
+runner starts 06's training as a background job, at lower priority, as soon as 02 has finished,
+runs 03-05, 07 and 08 beside it, and executes notebook 06 itself just before the first notebook
+that reads its folder (09). By then the job has trained every arm, and the notebook finds them
+finished (:func:`kit.train.ablation.run_ablation` returns a finished arm's summary without
+training it) and draws its figures. If the job failed or was stopped, the notebook trains what
+is missing itself, resuming from the arms' checkpoints; a job is never the only place work happens.
+
+The job runs exactly the notebook's training cell with the notebook's own papermill parameters
+(:mod:`kit.chain.ablation_job`), writes its output to ``notebooks/<name>.background.log`` in the
+run folder and is stopped (its whole process group) when the runner stops for any reason.
+
+Only the local runtime overlaps (VERL on a CPU runs the series inside one kit session and one Ray
+head; see :mod:`kit.pipeline`). ``python -m kit reproduce --no-overlap`` runs the series strictly
+in order, one notebook at a time.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+#: ``nice`` increment of a background job: the latency-bound notebooks in the foreground keep
+#: their share of the cores, and the job takes what they leave idle
+BACKGROUND_NICE = 5
+#: seconds a stopped job gets to exit after SIGTERM before its process group is killed
+STOP_GRACE_S = 10.0
+
+
+@dataclass(frozen=True)
+class Background:
+    """The background job of one notebook.
+
+    Attributes:
+        argv: the command; the notebook's papermill parameters are appended as one JSON argument.
+        after: the notebook of the series after which the job may start (its inputs are then ready).
+    """
+
+    argv: tuple[str, ...]
+    after: str
+
+
+#: the background job of each notebook of the standard series that has one
+STANDARD_JOBS: dict[str, Background] = {
+    "06_roc_ablation": Background((sys.executable, "-m", "kit.chain.ablation_job"), after="02_cold_start_sft"),
+}
+
+
+def mentions(parameters: dict[str, Any], run_dir: str) -> bool:
+    """Whether any parameter value (or list item) is ``run_dir``: the notebook reads that folder."""
+    for v in parameters.values():
+        items = v if isinstance(v, list | tuple) else [v]
+        if any(isinstance(x, str) and x == run_dir for x in items):
+            return True
+    return False
+
+
+def execution_order(names: Sequence[str], parameters: Sequence[dict[str, Any]],
+                    deferred: Sequence[str]) -> list[int]:
+    """Indices of the series in the order to execute it: each ``deferred`` notebook moves to just
+    before the first later notebook whose parameters name its ``run_dir`` (the end if none does);
+    every other notebook keeps its place.
+
+    Args:
+        names: the notebooks' names, in series order.
+        parameters: their papermill parameters (each with ``run_dir``).
+        deferred: names of the notebooks whose work runs as a background job.
+    """
+    order = [i for i, n in enumerate(names) if n not in deferred]
+    for d in (i for i, n in enumerate(names) if n in deferred):
+        own = parameters[d].get("run_dir")
+        readers = [i for i in range(d + 1, len(names)) if own and mentions(parameters[i], own)]
+        pos = order.index(readers[0]) if readers and readers[0] in order else len(order)
+        order.insert(pos, d)
+    return order
+
+
+class BackgroundRun:
+    """A started background job (:func:`start`)."""
+
+    def __init__(self, name: str, proc: subprocess.Popen, log: Path):
+        self.name, self.proc, self.log = name, proc, log
+        self.started = time.perf_counter()
+        self.seconds: float | None = None
+        self.returncode: int | None = None
+
+    def join(self) -> int:
+        """Wait for the job and reap it (its CPU seconds then count in ``RUSAGE_CHILDREN``).
+
+        Returns:
+            Its exit code (negative: killed by that signal).
+        """
+        if self.returncode is None:
+            self.returncode = self.proc.wait()
+            self.seconds = time.perf_counter() - self.started
+        return self.returncode
+
+    def stop(self) -> None:
+        """SIGTERM to the job's process group, SIGKILL after :data:`STOP_GRACE_S`; then reap it."""
+        if self.returncode is not None:
+            return
+        for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, None)):
+            try:
+                os.killpg(self.proc.pid, sig)
+            except ProcessLookupError:
+                break
+            try:
+                self.proc.wait(timeout=wait_s)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        self.join()
+
+
+def start(name: str, job: Background, parameters: dict[str, Any], log: Path) -> BackgroundRun:
+    """Start ``job`` for notebook ``name`` with its papermill ``parameters``, in a new session and
+    process group, ``nice`` :data:`BACKGROUND_NICE`, stdout and stderr to ``log``.
+
+    Raises:
+        OSError: the command cannot be started.
+    """
+    log.parent.mkdir(parents=True, exist_ok=True)
+    nice = shutil.which("nice")  # coreutils; without it the job runs at the runner's priority
+    prefix = [nice, "-n", str(BACKGROUND_NICE)] if nice else []
+    with open(log, "w") as out:
+        proc = subprocess.Popen([*prefix, *job.argv, json.dumps(parameters)], stdin=subprocess.DEVNULL, stdout=out,
+                                stderr=subprocess.STDOUT, start_new_session=True)
+    return BackgroundRun(name, proc, log)

@@ -1,0 +1,324 @@
+"""The notebook series runner: each notebook of :data:`kit.runs.SERIES` executed in order with
+papermill, resumable through ``pipeline_state.json`` (see :mod:`kit.pipeline` for the run layout).
+
+:func:`standard_series` gives the ordered notebooks with their parameters; :func:`run_series`
+runs them, skipping a notebook that already finished with the same parameters and source and
+stopping at the first failure (:class:`kit.pipeline.failures.PipelineError`, naming the notebook
+and the cell); :func:`times_table` prints their wall and CPU seconds.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import resource
+import shutil
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kit import OPENMP_SPINCOUNT
+from kit.config import load
+from kit.paths import REPO_ROOT
+from kit.pipeline.failures import describe_failure, failed_cell, mark_not_run
+from kit.runs import Layout, series_parameters
+
+NOTEBOOK_DIR = REPO_ROOT / "notebooks"
+#: Environment of the kernels the runner starts, unless the user set these variables already
+#: (or ``OMP_WAIT_POLICY``): no download progress bars in executed notebooks (they print as
+#: ``Loading weights: 0%`` in the PDF), and OpenMP threads that spin only briefly before they
+#: sleep while waiting. Measured here, median tiny-profile SFT step (48 rows, 2 torch threads,
+#: 2 cores): idle machine 0.35 s spinning (libgomp's default), 0.38 s with ``GOMP_SPINCOUNT=10000``,
+#: 0.54 s with ``OMP_WAIT_POLICY=PASSIVE``; with two busy processes beside it 2.24 s, 1.21 s and
+#: 0.76 s. The bounded spin is within 10% of the best on an idle machine and avoids the 3x
+#: collapse of unbounded spinning on a shared one.
+#: KIT_PROGRESS=text: the kit's progress bars as text the executed notebook and ``--log-output`` show advance (kit.progress)
+KERNEL_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "GOMP_SPINCOUNT": OPENMP_SPINCOUNT, "KIT_PROGRESS": "text"}
+#: Default per-cell limit of each profile, seconds (``--cell-timeout`` overrides it; 0 = no limit),
+#: so that one endless cell cannot hang ``make reproduce`` forever. tiny: the slowest cell
+#: measured is the SFT cell, 245-350 s on a shared 2-core machine (README), so 1800 s is about 5x
+#: the slowest run seen; smoke runs seconds per notebook. Paper profiles: one cell drives a whole
+#: VERL stage; the report's full 510-step recipe took about a week on 64 GPUs, so one stage on its
+#: own gets 7 days. Other profiles: 1 day.
+CELL_TIMEOUT_S = {"smoke": 900, "tiny": 1800, "paper-14b": 7 * 86400, "paper-32b": 7 * 86400}
+OTHER_PROFILE_CELL_TIMEOUT_S = 86400
+
+
+def default_cell_timeout(profile: str) -> int:
+    """The per-cell time limit of ``profile`` in seconds (:data:`CELL_TIMEOUT_S`)."""
+    return CELL_TIMEOUT_S.get(profile, OTHER_PROFILE_CELL_TIMEOUT_S)
+
+
+@dataclass(frozen=True)
+class NotebookRun:
+    """One notebook of a series.
+
+    Attributes:
+        source: the notebook file.
+        parameters: papermill parameters it gets.
+        outputs: folders it writes; emptied before it runs afresh (see :func:`run_series`).
+    """
+
+    source: Path
+    parameters: dict[str, Any] = field(default_factory=dict)
+    outputs: tuple[str, ...] = ()
+
+    @property
+    def name(self) -> str:
+        return self.source.stem
+
+
+def standard_series(layout: Layout, seed: int = 0, notebook_dir: Path = NOTEBOOK_DIR,
+                    overrides: dict[str, Any] | None = None) -> list[NotebookRun]:
+    """The kit's ordered series (``SERIES``) with each notebook's parameters for ``layout``.
+
+    Args:
+        layout: the run's folders.
+        seed: passed to every notebook.
+        notebook_dir: where the source notebooks are.
+        overrides: dotted config keys passed to every notebook's ``overrides`` parameter
+            (``{"rollout.max_response_tokens": 64}``); checked by ``kit.config.load``.
+    Raises:
+        FileNotFoundError: a notebook of the series is missing from ``notebook_dir``.
+        kit.config.ConfigError: an override names an unknown key or has the wrong type.
+    """
+    if overrides:
+        load(layout.profile, overrides, write=False)  # fail here, not in the fifth notebook
+    runs = []
+    for name, params in series_parameters(layout, seed, overrides):
+        path = notebook_dir / f"{name}.ipynb"
+        if not path.exists():
+            raise FileNotFoundError(f"notebook of the series not found: {path}")
+        own = params["run_dir"]
+        outputs = (own,) if own != str(layout.root) else (layout.dir("figures"), layout.dir("tables"))
+        runs.append(NotebookRun(path, params, outputs))
+    return runs
+
+
+# --------------------------------------------------------------------------- state
+
+
+def _sha(path: Path) -> str:
+    """Hash of the notebook's cell sources (outputs and metadata do not count)."""
+    nb = json.loads(path.read_text())
+    text = json.dumps([(c.get("cell_type"), "".join(c.get("source", ""))) for c in nb.get("cells", [])])
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def read_state(layout: Layout) -> dict[str, Any]:
+    """The run's ``pipeline_state.json`` (empty dict when absent).
+
+    Raises:
+        ValueError: the file exists but is not a JSON object (the message names the file).
+    """
+    if not layout.state_path.exists():
+        return {}
+    try:
+        state = json.loads(layout.state_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{layout.state_path}: not valid JSON ({exc}); delete it to rerun everything") from exc
+    if not isinstance(state, dict):
+        raise ValueError(f"{layout.state_path}: expected a JSON object, got {type(state).__name__}")
+    return state
+
+
+def _write_state(layout: Layout, state: dict[str, Any]) -> None:
+    layout.root.mkdir(parents=True, exist_ok=True)
+    tmp = layout.state_path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(state, indent=2) + "\n")
+    tmp.replace(layout.state_path)
+
+
+def _clear_outputs(nb: NotebookRun, layout: Layout, echo: Callable[[str], None]) -> None:
+    """Empty the notebook's output folders (only ones inside the run folder)."""
+    root = layout.root.resolve()
+    for d in map(Path, nb.outputs):
+        d = d.resolve()
+        if d == root or root not in d.parents:
+            raise ValueError(f"{nb.name}: refusing to clear {d}, which is not inside the run folder {root}")
+        if d.exists():
+            shutil.rmtree(d)
+            echo(f"    cleared {d} (a fresh run; stale checkpoints would be resumed otherwise)")
+
+
+def _is_finished(entry: dict[str, Any] | None, nb: NotebookRun, out: Path) -> tuple[bool, str]:
+    if not entry:
+        return False, "not run yet"
+    if entry.get("status") != "done":
+        return False, f"{entry.get('status', 'unfinished')} last time"
+    if not out.exists():
+        return False, "executed notebook missing"
+    if entry.get("parameters") != json.loads(json.dumps(nb.parameters)):
+        return False, "parameters changed"
+    if entry.get("source_sha") != _sha(nb.source):
+        return False, "notebook source changed"
+    return True, ""
+
+
+# --------------------------------------------------------------------------- running
+
+
+class _CellOutput(logging.Handler):
+    """Writes papermill's ``log_output`` records (a cell's stdout and stderr text, cell headers) to
+    ``stream`` as they come, without adding a newline to text that ends one (or a bar's ``\\r``)."""
+
+    def __init__(self, stream: Any):
+        super().__init__(logging.INFO)
+        self.stream = stream
+
+    def emit(self, record: logging.LogRecord) -> None:
+        msg = record.getMessage()
+        self.stream.write(msg if msg.endswith(("\n", "\r")) else msg + "\n")
+        self.stream.flush()
+
+
+def run_series(
+    notebooks: Sequence[NotebookRun],
+    layout: Layout,
+    *,
+    force: bool = False,
+    log_output: bool = False,
+    progress_bar: bool = True,
+    cell_timeout_s: int | None = None,
+    echo: Callable[[str], None] = print,
+) -> list[dict[str, Any]]:
+    """Execute ``notebooks`` in order with papermill into ``layout.executed``.
+
+    A notebook that failed or was interrupted last time, with the same parameters and no rerun
+    upstream, resumes into its output folders as they are (the trainers continue from their last
+    checkpoint). Every other rerun (``force``, changed parameters or source, an upstream notebook
+    rerun) first empties the notebook's ``outputs`` folders.
+
+    Args:
+        notebooks: the series; each gets its ``parameters`` injected after its ``parameters`` cell.
+        layout: where the executed notebooks and ``pipeline_state.json`` go.
+        force: run every notebook even when it already finished.
+        log_output: stream cell outputs to the terminal as they are produced.
+        progress_bar: show papermill's per-cell progress bar.
+        cell_timeout_s: kill a cell that runs longer than this many seconds (None or 0: no
+            limit; the command line defaults to the profile's :func:`default_cell_timeout`).
+        echo: where the one-line status of each notebook is written.
+    Returns:
+        One record per notebook: ``{"notebook", "status" ("done" | "skipped"), "seconds"}``.
+    Raises:
+        PipelineError: the first notebook that fails; the message names the notebook, the
+            cell index (as in the executed notebook, injected-parameters cell included), its first
+            source line and the error. Later notebooks are not run.
+    """
+    layout.executed.mkdir(parents=True, exist_ok=True)
+    saved = {k: os.environ.get(k) for k in KERNEL_ENV}
+    user_omp = "OMP_WAIT_POLICY" in os.environ  # the user chose how OpenMP threads wait
+    os.environ.update({k: v for k, v in KERNEL_ENV.items()
+                       if k not in os.environ and not (k == "GOMP_SPINCOUNT" and user_omp)})
+    pm_log = logging.getLogger("papermill")  # papermill's --log-output lines: stdout at INFO, stderr at WARNING
+    shown, old_level, old_propagate = _CellOutput(sys.stdout), pm_log.level, pm_log.propagate
+    if log_output:  # without a handler of its own, Python drops INFO records: cell prints would never show
+        pm_log.addHandler(shown)
+        pm_log.setLevel(logging.INFO)
+        pm_log.propagate = False  # a root handler the caller configured would print every line twice
+    try:
+        return _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout_s, echo)
+    finally:
+        pm_log.removeHandler(shown)
+        pm_log.setLevel(old_level)
+        pm_log.propagate = old_propagate
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's finished children and their waited-for
+    descendants: a notebook's kernel, its sandbox workers and ablation workers once reaped.
+    Unlike wall time it hardly moves when other work shares the cores."""
+    ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ch.ru_utime + ch.ru_stime
+
+
+def times_table(records: Sequence[dict[str, Any]]) -> str:
+    """Per-notebook times of :func:`run_series` as printed at the end of a run: wall seconds, CPU
+    seconds of the kernel and its children, and the 1-minute load average when it finished
+    (wall time is an upper bound on a shared machine; CPU seconds are the work)."""
+    lines = [f"{'notebook':<30} {'status':<8} {'wall s':>8} {'cpu s':>8} {'load':>6}"]
+    for r in records:
+        if r["status"] == "skipped":  # finished in an earlier invocation: its times then
+            lines.append(f"{r['notebook']:<30} {'earlier':<8} {r.get('earlier_seconds', 0.0):>8.0f} "
+                         f"{r.get('earlier_cpu_seconds', float('nan')):>8.0f} {'':>6}")
+            continue
+        lines.append(f"{r['notebook']:<30} {r['status']:<8} {r['seconds']:>8.0f} {r.get('cpu_seconds', 0.0):>8.0f} "
+                     f"{r.get('load_avg', float('nan')):>6.1f}")
+    done = [r for r in records if r["status"] == "done"]
+    lines.append(f"{'total (run now)':<30} {'':<8} {sum(r['seconds'] for r in done):>8.0f} "
+                 f"{sum(r.get('cpu_seconds', 0.0) for r in done):>8.0f}")
+    return "\n".join(lines)
+
+
+def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout_s, echo) -> list[dict[str, Any]]:
+    import papermill as pm  # papermill: the notebook kernels' runner, only when notebooks run
+
+    state = read_state(layout)
+    rerun_downstream = False
+    records = []
+    total = len(notebooks)
+    for i, nb in enumerate(notebooks, 1):
+        out = layout.executed / nb.source.name
+        done, why = _is_finished(state.get(nb.name), nb, out)
+        if done and not force and not rerun_downstream:
+            echo(f"[{i}/{total}] {nb.name}: finished earlier ({state[nb.name]['seconds']:.0f} s), "
+                 "skipped (--force reruns it)")
+            records.append({"notebook": nb.name, "status": "skipped", "seconds": 0.0,
+                            "earlier_seconds": state[nb.name].get("seconds", 0.0),
+                            "earlier_cpu_seconds": state[nb.name].get("cpu_seconds", float("nan"))})
+            continue
+        reason = "forced" if force else ("an earlier notebook was rerun" if rerun_downstream and done else why)
+        echo(f"[{i}/{total}] {nb.name}: running ({reason})")
+        # an interrupted notebook with unchanged inputs resumes (trainers continue from their last
+        # checkpoint); any other rerun starts from empty output folders
+        entry = state.get(nb.name) or {}
+        resumable = (entry.get("status") in ("failed", "running") and not force and not rerun_downstream
+                     and entry.get("parameters") == json.loads(json.dumps(nb.parameters)))
+        if not resumable:
+            _clear_outputs(nb, layout, echo)
+        state[nb.name] = {"status": "running", "parameters": nb.parameters}
+        _write_state(layout, state)
+        sha = _sha(nb.source)  # of the source that runs, not of a later edit
+        t0, c0 = time.perf_counter(), children_cpu_s()
+        kwargs: dict[str, Any] = {}
+        if cell_timeout_s:  # None or 0: no limit
+            kwargs["execution_timeout"] = int(cell_timeout_s)
+        try:
+            pm.execute_notebook(
+                str(nb.source), str(out), parameters=nb.parameters, kernel_name="python3",
+                progress_bar=progress_bar, log_output=log_output, cwd=str(nb.source.parent), **kwargs,
+            )
+        except Exception as exc:  # noqa: BLE001 - every failure is reported with the notebook named
+            seconds = time.perf_counter() - t0
+            err = describe_failure(nb.name, out, exc)
+            # the executed file's own index: papermill inserts markdown cells into a notebook that
+            # raised (a banner first, an anchor before the failing cell), so err.cell_index, the
+            # index papermill reports, is not that cell's index in the file
+            mark_not_run(out, failed_cell(out)[0], err.error)
+            state[nb.name] = {"status": "failed", "parameters": nb.parameters, "seconds": seconds,
+                              "error": str(err)}
+            _write_state(layout, state)
+            raise err from exc
+        seconds, cpu = time.perf_counter() - t0, children_cpu_s() - c0
+        load_avg = os.getloadavg()[0]
+        state[nb.name] = {"status": "done", "parameters": json.loads(json.dumps(nb.parameters)),
+                          "source_sha": sha, "seconds": seconds, "cpu_seconds": cpu, "load_avg": load_avg,
+                          "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+        _write_state(layout, state)
+        echo(f"[{i}/{total}] {nb.name}: done in {seconds:.0f} s ({cpu:.0f} CPU s; load average {load_avg:.1f})")
+        records.append({"notebook": nb.name, "status": "done", "seconds": seconds, "cpu_seconds": cpu,
+                        "load_avg": load_avg})
+        rerun_downstream = True
+    return records
+
+

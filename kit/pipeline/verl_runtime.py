@@ -1,0 +1,98 @@
+"""What the series needs from the VERL runtime around its notebooks.
+
+* :func:`run_in_verl_cpu_session`: with ``runtime=verl`` and ``KIT_VERL_DEVICE=cpu`` the whole
+  command runs inside one kit session with one Ray head; ``reports/<profile>/<run>/verl_session/``
+  then holds its log and ``session.json``.
+
+``kit.bridge`` is imported inside the function, only for ``runtime=verl``: it is the VERL side,
+and a local run must not load it.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import threading
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from kit.config import load
+from kit.runs import Layout
+
+#: the session folder of a chain run on VERL's CPU runtime, under the run folder (session.json, chain.log)
+VERL_SESSION_DIR = "verl_session"
+
+
+def run_in_verl_cpu_session(argv: Sequence[str], layout: Layout, overrides: dict[str, Any], *,
+                            session_timeout_s: float) -> int | None:
+    """Run this whole ``kit.pipeline`` command inside ONE kit session when its notebooks train with
+    VERL's trainer on this CPU (``runtime=verl`` and ``KIT_VERL_DEVICE=cpu``), and return its exit code.
+
+    The session (:func:`kit.bridge.verl_cpu.runner.run_session`) is a private network and PID
+    namespace with one Ray head the kit starts and stops; the notebook kernels inherit its
+    environment, so every VERL stage of 03-06 runs on that head (``runner.shared_ray_address``)
+    instead of starting a Ray of its own: one Ray start for the whole chain (Ray's and VERL's
+    start-up are most of a smoke stage's cost). The command's output is streamed from
+    ``<run>/verl_session/chain.log`` while it runs; nothing is left running after it (orphans are
+    killed and named).
+
+    Returns:
+        ``None`` when no session is needed (another runtime or device, or already inside one);
+        else the exit code of the command in the session (1 when the session itself failed:
+        Ray did not start, timeout; the message names the log; 2 when the runtime cannot run
+        here: a CUDA machine, a VERL version outside the pin, no plugin; the message says what to do).
+    """
+    cfg = load(layout.profile, overrides, write=False)
+    if cfg.runtime != "verl" or os.environ.get("KIT_VERL_DEVICE", "").strip().lower() != "cpu":
+        return None
+    from kit.bridge.verl_cpu import runner  # kit.bridge (VERL, Ray): only for runtime=verl on this CPU
+
+    if runner.shared_ray_address():  # this is the command inside the session
+        return None
+    try:
+        runner.require_cpu_machine()
+        runner.check_verl_version()
+        runner.plugin_route()
+    except runner.VerlCpuError as exc:
+        print(f"kit.pipeline: {exc}", file=sys.stderr)
+        return 2
+    out = layout.root / VERL_SESSION_DIR
+    out.mkdir(parents=True, exist_ok=True)
+    log = out / "chain.log"
+    log.write_text("")
+    print(f"kit.pipeline: runtime=verl on this CPU: the whole series runs in one kit session (one Ray head, "
+          f"private network namespace); output also in {log}", flush=True)
+    launch = runner.Launch("chain", [sys.executable, "-m", "kit.pipeline", *argv], str(log))
+    done = threading.Event()
+    tail = threading.Thread(target=_follow, args=(log, done), daemon=True)
+    tail.start()
+    try:
+        res = runner.run_session([launch], out, timeout_s=session_timeout_s)
+    finally:
+        done.set()
+        tail.join()
+    if res.orphans:
+        print(f"kit.pipeline: {len(res.orphans)} processes were still running after the session and were killed: "
+              f"{res.orphans}", file=sys.stderr)
+    if res.error and "chain" not in res.codes:
+        print(f"kit.pipeline: the VERL CPU session failed: {res.error}", file=sys.stderr)
+        return 1
+    print(f"kit.pipeline: session {res.timings.get('session_s', 0.0):.0f} s (Ray start "
+          f"{res.timings.get('ray_start_s', float('nan')):.0f} s), peak PSS {res.peak_pss_bytes / 2**30:.1f} GiB, "
+          f"sandbox workers steady {res.sandbox_workers_steady}; {out / 'session.json'}")
+    return res.codes.get("chain", 1)
+
+
+def _follow(path: Path, done: threading.Event, period_s: float = 1.0) -> None:
+    """Copy what is appended to ``path`` to stdout until ``done`` is set (then the rest)."""
+    with open(path, errors="replace") as fh:
+        while True:
+            stop = done.wait(period_s)
+            chunk = fh.read()
+            if chunk:
+                sys.stdout.write(chunk)
+                sys.stdout.flush()
+            if stop:
+                return
+

@@ -18,8 +18,9 @@ Command line (what ``python -m kit reproduce`` calls)::
 
     python -m kit.pipeline run --profile tiny --run main [--force] [--log-output]
 
-With ``runtime=verl`` and ``KIT_VERL_DEVICE=cpu`` (VERL's own trainer on this CPU, the smoke
-profile) the whole command runs inside one kit session with one Ray head
+With ``runtime=verl`` the device its VERL stages launch on (``KIT_VERL_DEVICE``) is checked before
+the first notebook runs (exit 2 with what to set); with ``KIT_VERL_DEVICE=cpu`` (VERL's own trainer
+on this CPU, the smoke profile) the whole command runs inside one kit session with one Ray head
 (:func:`run_in_verl_cpu_session`); ``reports/<profile>/<run>/verl_session/`` then holds its log
 and ``session.json``.
 
@@ -29,7 +30,7 @@ changing ``../shared/data``.
 
 Modules: :mod:`kit.pipeline.series` (the series and its runner, ``pipeline_state.json``),
 :mod:`kit.pipeline.failures` (the error naming notebook and cell; the executed notebook marked),
-:mod:`kit.pipeline.verl_runtime` (the one VERL CPU session); this module holds
+:mod:`kit.pipeline.verl_runtime` (the device check and the one VERL CPU session); this module holds
 the command line (:func:`main`: arguments, the series, the report at the end) and exports every
 public name of the three, so ``kit.pipeline.run_series`` & co. are what :func:`main` calls.
 """
@@ -59,14 +60,21 @@ from kit.pipeline.series import (
     standard_series,
     times_table,
 )
-from kit.pipeline.verl_runtime import VERL_SESSION_DIR, run_in_verl_cpu_session
+from kit.pipeline.verl_runtime import (
+    LAUNCHES_VERL,
+    VERL_SESSION_DIR,
+    VerlDeviceError,
+    check_verl_device,
+    run_in_verl_cpu_session,
+)
 from kit.runs import SERIES, Layout, series_parameters
 
 __all__ = [
-    "CELL_TIMEOUT_S", "KERNEL_ENV", "NOTEBOOK_DIR", "OTHER_PROFILE_CELL_TIMEOUT_S", "SERIES",
+    "CELL_TIMEOUT_S", "KERNEL_ENV", "LAUNCHES_VERL", "NOTEBOOK_DIR", "OTHER_PROFILE_CELL_TIMEOUT_S", "SERIES",
     "VERL_SESSION_DIR", "ConfigError", "Layout", "NotebookRun", "PipelineError", "available_profiles",
     "children_cpu_s", "default_cell_timeout", "dry_run_text", "load", "main", "mark_not_run", "read_state",
     "run_in_verl_cpu_session", "run_series", "series_parameters", "standard_series", "times_table",
+    "VerlDeviceError", "check_verl_device",
 ]
 
 
@@ -110,7 +118,9 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     Runs :data:`SERIES` into ``reports/<P>/<R>/`` and then builds ``report.pdf`` with
     :mod:`kit.report`. Returns the exit code: 0 on success, 1 when a notebook failed (the message
-    names it), 2 on bad arguments (unknown profile, bad ``--set`` key, ...).
+    names it), 2 on bad arguments (unknown profile, bad ``--set`` key, ...) or, before anything
+    runs, when ``runtime=verl`` cannot launch its stages here (:func:`check_verl_device`: no CUDA
+    and no ``KIT_VERL_DEVICE=cpu``, ...; the message says what to set).
     """
     parser = argparse.ArgumentParser(prog="kit.pipeline", description="Run the notebook series with papermill.")
     sub = parser.add_subparsers(dest="cmd", required=True)
@@ -150,12 +160,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             if last is None:
                 raise ValueError(f"--until {args.until!r} matches no notebook of {', '.join(SERIES)}")
             series = series[:last + 1]
+        runtime = load(args.profile, overrides, write=False).runtime
     except (ValueError, FileNotFoundError, ConfigError) as exc:
         print(f"kit.pipeline: {exc}", file=sys.stderr)
         return 2
     if args.dry_run:
         print(dry_run_text(series, layout, overrides))
         return 0
+    try:  # before the first notebook, not at 03 after minutes of SFT
+        check_verl_device(runtime, [nb.name for nb in series])
+    except VerlDeviceError as exc:
+        print(f"kit.pipeline: {exc}. Nothing was run.", file=sys.stderr)
+        return 2
     timeout = default_cell_timeout(args.profile) if args.cell_timeout is None else args.cell_timeout
     wrapped = run_in_verl_cpu_session(list(argv if argv is not None else sys.argv[1:]), layout, overrides,
                                       session_timeout_s=(timeout or 7 * 86400) * len(series) + 600)

@@ -1,10 +1,14 @@
-"""What the series needs from the VERL runtime around its notebooks.
+"""What the series needs from the VERL runtime before and around its notebooks.
 
+* :func:`check_verl_device`: with ``runtime=verl``, the device the VERL stages would launch on
+  (``KIT_VERL_DEVICE``, chosen by :func:`kit.bridge.verl_cpu.runner.default_launcher`) is checked
+  before the first notebook runs, so a machine that cannot launch them stops at once with one
+  message saying what to set, not at notebook 03 after minutes of SFT.
 * :func:`run_in_verl_cpu_session`: with ``runtime=verl`` and ``KIT_VERL_DEVICE=cpu`` the whole
   command runs inside one kit session with one Ray head; ``reports/<profile>/<run>/verl_session/``
   then holds its log and ``session.json``.
 
-``kit.bridge`` is imported inside the function, only for ``runtime=verl``: it is the VERL side,
+``kit.bridge`` is imported inside these functions, only for ``runtime=verl``: it is the VERL side,
 and a local run must not load it.
 """
 
@@ -13,12 +17,50 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from kit.config import load
 from kit.runs import Layout
+
+#: the notebooks that launch VERL under ``runtime=verl``: :func:`kit.runtime.verl.run_stage` (03-05)
+#: and :func:`kit.runtime.verl.run_ablation` (06) start stages through :mod:`kit.bridge.stages`,
+#: whose launcher :func:`kit.bridge.verl_cpu.runner.default_launcher` picks from ``KIT_VERL_DEVICE``
+LAUNCHES_VERL = ("03_rl_stage1", "04_rl_stage2", "05_rl_stage3", "06_roc_ablation")
+
+
+class VerlDeviceError(RuntimeError):
+    """``runtime=verl`` cannot launch its stages on this machine as ``KIT_VERL_DEVICE`` is set
+    (the message says what to set)."""
+
+
+def check_verl_device(runtime: str, notebooks: Sequence[str], env: Mapping[str, str] | None = None) -> None:
+    """Refuse, before anything runs, a series whose VERL stages could not launch on this machine.
+
+    The check is the one the stages themselves make when they launch:
+    :func:`kit.bridge.verl_cpu.runner.default_launcher` (``KIT_VERL_DEVICE=gpu`` or unset needs a
+    CUDA GPU; ``cpu`` needs a machine without one; any other value is refused).
+
+    Args:
+        runtime: ``cfg.runtime`` of the run (``local`` is never checked: it launches no VERL).
+        notebooks: names of the notebooks about to run; only a series holding one of
+            :data:`LAUNCHES_VERL` is checked (``--until 02`` launches no stage).
+        env: the environment (default ``os.environ``).
+    Raises:
+        VerlDeviceError: naming the notebooks, what is wrong and what to set.
+    """
+    launching = [n for n in notebooks if n in LAUNCHES_VERL]
+    if runtime != "verl" or not launching:
+        return
+    from kit.bridge.verl_cpu import runner  # kit.bridge (VERL side): only for runtime=verl, which launches it
+
+    try:
+        runner.default_launcher(os.environ if env is None else env)
+    except runner.VerlCpuError as exc:
+        msg = f"{', '.join(launching)} launch VERL, which cannot start on this machine: {exc}"
+        raise VerlDeviceError(msg) from exc
+
 
 #: the session folder of a chain run on VERL's CPU runtime, under the run folder (session.json, chain.log)
 VERL_SESSION_DIR = "verl_session"

@@ -22,7 +22,8 @@ With ``runtime=verl`` the device its VERL stages launch on (``KIT_VERL_DEVICE``)
 the first notebook runs (exit 2 with what to set); with ``KIT_VERL_DEVICE=cpu`` (VERL's own trainer
 on this CPU, the smoke profile) the whole command runs inside one kit session with one Ray head
 (:func:`run_in_verl_cpu_session`); ``reports/<profile>/<run>/verl_session/`` then holds its log
-and ``session.json``.
+and ``session.json``. ``KIT_VERL_DEVICE`` set with ``runtime=local`` is ignored, and said so once
+(:func:`ignored_device_warning`).
 
 What it does not do: it does not run notebooks in parallel (each one uses all cores), and it does
 not track data files outside the run directory; delete the run folder or pass ``--force`` after
@@ -61,10 +62,12 @@ from kit.pipeline.series import (
     times_table,
 )
 from kit.pipeline.verl_runtime import (
+    DEVICE_ENV,
     LAUNCHES_VERL,
     VERL_SESSION_DIR,
     VerlDeviceError,
     check_verl_device,
+    ignored_device_warning,
     run_in_verl_cpu_session,
 )
 from kit.runs import SERIES, Layout, series_parameters
@@ -74,7 +77,7 @@ __all__ = [
     "VERL_SESSION_DIR", "ConfigError", "Layout", "NotebookRun", "PipelineError", "available_profiles",
     "children_cpu_s", "default_cell_timeout", "dry_run_text", "load", "main", "mark_not_run", "read_state",
     "run_in_verl_cpu_session", "run_series", "series_parameters", "standard_series", "times_table",
-    "VerlDeviceError", "check_verl_device",
+    "VerlDeviceError", "check_verl_device", "DEVICE_ENV", "ignored_device_warning",
 ]
 
 
@@ -164,6 +167,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, FileNotFoundError, ConfigError) as exc:
         print(f"kit.pipeline: {exc}", file=sys.stderr)
         return 2
+    warning = ignored_device_warning(runtime)
+    if warning:  # once, before anything runs (the notebooks' kernels do not read the variable)
+        print(f"kit.pipeline: {warning}", file=sys.stderr)
     if args.dry_run:
         print(dry_run_text(series, layout, overrides))
         return 0

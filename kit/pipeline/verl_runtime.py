@@ -4,6 +4,7 @@
   (``KIT_VERL_DEVICE``, chosen by :func:`kit.bridge.verl_cpu.runner.default_launcher`) is checked
   before the first notebook runs, so a machine that cannot launch them stops at once with one
   message saying what to set, not at notebook 03 after minutes of SFT.
+* :func:`ignored_device_warning`: ``KIT_VERL_DEVICE`` set with ``runtime=local`` is said once.
 * :func:`run_in_verl_cpu_session`: with ``runtime=verl`` and ``KIT_VERL_DEVICE=cpu`` the whole
   command runs inside one kit session with one Ray head; ``reports/<profile>/<run>/verl_session/``
   then holds its log and ``session.json``.
@@ -24,6 +25,9 @@ from typing import Any
 from kit.config import load
 from kit.runs import Layout
 
+#: the environment variable that picks VERL's device (``kit.bridge.verl_cpu.runner.DEVICE_ENV``,
+#: named here too so that a local run reads it without importing kit.bridge; a test keeps them equal)
+DEVICE_ENV = "KIT_VERL_DEVICE"
 #: the notebooks that launch VERL under ``runtime=verl``: :func:`kit.runtime.verl.run_stage` (03-05)
 #: and :func:`kit.runtime.verl.run_ablation` (06) start stages through :mod:`kit.bridge.stages`,
 #: whose launcher :func:`kit.bridge.verl_cpu.runner.default_launcher` picks from ``KIT_VERL_DEVICE``
@@ -62,6 +66,29 @@ def check_verl_device(runtime: str, notebooks: Sequence[str], env: Mapping[str, 
         raise VerlDeviceError(msg) from exc
 
 
+def ignored_device_warning(runtime: str, env: Mapping[str, str] | None = None) -> str:
+    """The one-line warning for ``KIT_VERL_DEVICE`` set with ``runtime=local``, or ``""``.
+
+    A warning, not a refusal: ``KIT_VERL_DEVICE`` is an environment variable, often exported for a
+    whole shell or CI job (the VERL tests, ``make test-verl``), while the runtime is chosen per run
+    by the profile or ``--set runtime=...``; the local runtime launches no VERL, so the variable
+    changes nothing there, and refusing would stop every tiny or smoke run in such a shell. But a
+    user who sets it most likely meant VERL's trainer, so the runner says once, before the first
+    notebook, that it is ignored and how to get VERL (``--set runtime=verl``).
+
+    Args:
+        runtime: ``cfg.runtime`` of the run.
+        env: the environment (default ``os.environ``).
+    """
+    env = os.environ if env is None else env
+    value = env.get(DEVICE_ENV, "").strip()
+    if runtime != "local" or not value:
+        return ""
+    return (f"warning: {DEVICE_ENV}={value} is ignored with runtime=local: the notebooks train with the kit's own "
+            f"engine in this process, not with VERL; add --set runtime=verl to train with VERL's trainer "
+            f"({DEVICE_ENV}=cpu: on this CPU), or unset {DEVICE_ENV}")
+
+
 #: the session folder of a chain run on VERL's CPU runtime, under the run folder (session.json, chain.log)
 VERL_SESSION_DIR = "verl_session"
 
@@ -86,7 +113,7 @@ def run_in_verl_cpu_session(argv: Sequence[str], layout: Layout, overrides: dict
         here: a CUDA machine, a VERL version outside the pin, no plugin; the message says what to do).
     """
     cfg = load(layout.profile, overrides, write=False)
-    if cfg.runtime != "verl" or os.environ.get("KIT_VERL_DEVICE", "").strip().lower() != "cpu":
+    if cfg.runtime != "verl" or os.environ.get(DEVICE_ENV, "").strip().lower() != "cpu":
         return None
     from kit.bridge.verl_cpu import runner  # kit.bridge (VERL, Ray): only for runtime=verl on this CPU
 

@@ -1,5 +1,6 @@
 """With ``runtime=verl`` the device the VERL stages launch on is checked before the first notebook
-(it failed only at 03, after minutes of SFT). Fast: CUDA is faked with ``torch.cuda.is_available``, the series and the session are stubs."""
+(it failed only at 03, after minutes of SFT); ``KIT_VERL_DEVICE`` with ``runtime=local`` is said once.
+Fast: CUDA is faked with ``torch.cuda.is_available``, the series and the session are stubs."""
 
 from __future__ import annotations
 
@@ -76,3 +77,26 @@ def test_the_check_is_the_launchers_own_choice(ran):
         pipeline.check_verl_device("verl", pipeline.SERIES, {})
     assert str(stage.value) in str(series.value)  # one message, the stage's own
     pipeline.check_verl_device("verl", pipeline.SERIES, {runner.DEVICE_ENV: "cpu"})
+
+
+LOCAL = ["run", "--profile", "smoke", "--run", "l", "--no-report"]
+
+
+def test_kit_verl_device_with_the_local_runtime_is_said_once_and_the_run_goes_on(ran, monkeypatch, tmp_path, capsys):
+    monkeypatch.setenv(runner.DEVICE_ENV, "cpu")
+    assert pipeline.main([*LOCAL, "--reports-root", str(tmp_path)]) == 0 and ran == ["series"]
+    err = capsys.readouterr().err
+    said = [line for line in err.splitlines() if "KIT_VERL_DEVICE" in line]
+    assert len(said) == 1 and said[0].startswith("kit.pipeline: warning: KIT_VERL_DEVICE=cpu is ignored with runtime=local")
+    assert "--set runtime=verl" in said[0]
+    assert pipeline.main([*LOCAL, "--dry-run", "--reports-root", str(tmp_path)]) == 0
+    assert "is ignored with runtime=local" in capsys.readouterr().err  # the dry run says it too
+
+
+def test_no_warning_without_the_variable_or_with_runtime_verl(ran, monkeypatch, tmp_path, capsys):
+    assert pipeline.main([*LOCAL, "--reports-root", str(tmp_path)]) == 0
+    assert "KIT_VERL_DEVICE" not in capsys.readouterr().err
+    assert pipeline.ignored_device_warning("verl", {runner.DEVICE_ENV: "cpu"}) == ""
+    assert pipeline.ignored_device_warning("local", {runner.DEVICE_ENV: " "}) == ""
+    assert "KIT_VERL_DEVICE=gpu is ignored" in pipeline.ignored_device_warning("local", {runner.DEVICE_ENV: "gpu"})
+    assert pipeline.DEVICE_ENV == runner.DEVICE_ENV  # the name the runtime reads

@@ -83,8 +83,9 @@ def saved_steps(root: str | os.PathLike) -> list[int]:
     return sorted(int(m.group(1)) for p in root.iterdir() if p.is_dir() and (m := STEP_DIR.match(p.name)))
 
 
-def latest_checkpoint(root: str | os.PathLike, subdir: str = "actor") -> Checkpoint:
-    """The checkpoint VERL would resume from: the tracker's step, else the highest folder.
+def latest_verl_checkpoint(root: str | os.PathLike, subdir: str = "actor") -> Checkpoint:
+    """The checkpoint VERL would resume from: the tracker's step, else the highest folder
+    (not :func:`kit.train.common.latest_checkpoint`, the kit engine's own ``step_<N>`` folders).
 
     Args:
         root: ``trainer.default_local_dir`` (``<run_dir>/checkpoints``).
@@ -179,7 +180,7 @@ def merge_to_policy(
     if dry_run:
         cmd = merge_command(Path(checkpoints) / "global_step_<latest>" / subdir, policy, python)
         return {"step": None, "checkpoint": None, "policy_dir": str(policy), "command": cmd, "merged": False}
-    ckpt = latest_checkpoint(checkpoints, subdir)
+    ckpt = latest_verl_checkpoint(checkpoints, subdir)
     out = {"step": ckpt.step, "checkpoint": str(ckpt.step_dir), "policy_dir": str(policy)}
     partial = policy.with_name(policy.name + ".partial")
     cmd = merge_command(ckpt.model_dir, partial, python)

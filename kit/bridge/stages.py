@@ -56,7 +56,7 @@ from kit import jsonio
 from kit.bridge import launch
 from kit.bridge.checkpoints import (
     CheckpointError,
-    latest_checkpoint,
+    latest_verl_checkpoint,
     merge_command,
     merge_to_policy,
     saved_steps,
@@ -163,7 +163,7 @@ def plan_stage(cfg: KitConfig, stage: str, run_dir: str | os.PathLike, init_dir:
     if stage == "stage1":
         start = 0
     elif check:
-        up = latest_checkpoint(init / "checkpoints")
+        up = latest_verl_checkpoint(init / "checkpoints")
         start, resume = up.step, str(up.step_dir)
     else:
         start = stage_step_offset(cfg, stage)

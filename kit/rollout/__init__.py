@@ -19,10 +19,10 @@ from kit.rollout.loop import (
     run_trajectory,
 )
 from kit.rollout.protocol import ERROR_KINDS, ParsedCall, parse_tool_calls, render_result, truncate_tokens
-from kit.rollout.view import legend_html, show, trajectory_html
+from kit.rollout.view import legend_html, show_trajectory, trajectory_html
 
 __all__ = [
     "AuditReport", "audit_trajectory", "Backend", "Generation", "HFBackend", "OpenAIBackend", "ScriptedBackend",
     "CallRecord", "Executor", "Trajectory", "rollout_batch", "run_group", "run_coroutine", "run_trajectory",
-    "ERROR_KINDS", "ParsedCall", "parse_tool_calls", "render_result", "truncate_tokens", "legend_html", "show", "trajectory_html",
+    "ERROR_KINDS", "ParsedCall", "parse_tool_calls", "render_result", "truncate_tokens", "legend_html", "show_trajectory", "trajectory_html",
 ]

@@ -18,6 +18,11 @@ shell::
 
     python -m kit.rollout.serve --policy runs/smoke/04_rl_stage2/policy --port 30000
 
+Limits: a body over ``--max-body-bytes`` (:data:`MAX_BODY_BYTES`) gets HTTP 413 before it is read
+(a ``Content-Length`` over it at once, a chunked body as soon as it passes it); a ``prompt`` that
+leaves no room for one new token in the policy's context (``max_position_embeddings``) gets 400
+naming ``prompt`` and the limit, before anything is queued.
+
 Listens on loopback only. Not an SGLang replacement: one model forward at a time, CPU float32,
 ``n = 1``, no string prompts, no stop strings, no streaming.
 """
@@ -28,6 +33,7 @@ import argparse
 import asyncio
 import contextlib
 import ipaddress
+import json
 import math
 import os
 import signal
@@ -51,9 +57,18 @@ from fastapi import FastAPI, HTTPException, Request
 from kit.models import load_policy
 from kit.rollout.engine import ContinuousBatchingEngine
 
+#: default request-body limit, bytes: a prompt of the longest context the kit serves (Qwen3's 40,960
+#: positions) as JSON ids takes at most 8 bytes a token (6 digits, a separator), 0.3 MiB; 8 MiB leaves
+#: 20x room for the other fields and bounds what one request can make the server hold
+MAX_BODY_BYTES = 8 * 2**20
+
 
 class BadRequest(ValueError):
     """A request field the server cannot serve (answered with HTTP 400 naming the field)."""
+
+
+class BodyTooLarge(ValueError):
+    """A request body over the server's limit (answered with HTTP 413)."""
 
 
 def _is_loopback(host: str) -> bool:
@@ -82,7 +97,8 @@ def _number(body: dict[str, Any], name: str, default: float) -> float:
     return float(value)
 
 
-def parse_completion_request(body: Any, *, model_name: str, vocab_size: int, eos_id: int | None) -> dict[str, Any]:
+def parse_completion_request(body: Any, *, model_name: str, vocab_size: int, eos_id: int | None,
+                             max_context: int | None = None) -> dict[str, Any]:
     """Check a ``/v1/completions`` body and return the engine's arguments.
 
     Args:
@@ -90,12 +106,16 @@ def parse_completion_request(body: Any, *, model_name: str, vocab_size: int, eos
         model_name: the served name (``model`` must equal it).
         vocab_size: V; every prompt id must lie in [0, V).
         eos_id: added to the stop ids unless ``ignore_eos`` (as vLLM and SGLang do).
+        max_context: the served policy's context, tokens (prompt + new tokens); a prompt must
+            leave room for one new token, so it may hold at most ``max_context - 1`` tokens.
+            None: no limit here (the engine still checks).
     Returns:
         ``{"prompt_ids", "max_new_tokens", "temperature", "top_p", "stop_ids", "logprobs",
         "return_token_ids", "token_id_strings", "skip_special_tokens"}``.
     Raises:
         BadRequest: naming the field: not an object, unknown ``model``, a ``prompt`` that is not
-            a non-empty list of ids in the vocabulary, ``max_tokens`` < 0, sampling values out of
+            a non-empty list of ids in the vocabulary or that does not fit ``max_context`` (the
+            message gives the limit), ``max_tokens`` < 0, sampling values out of
             range or not finite (JSON's ``NaN`` / ``Infinity``), ``n`` != 1, ``stop`` strings, ``stream``/``echo``.
     """
     if not isinstance(body, dict):
@@ -106,6 +126,9 @@ def parse_completion_request(body: Any, *, model_name: str, vocab_size: int, eos
     prompt = _int_list(body.get("prompt"), "prompt")
     if not prompt:
         raise BadRequest("prompt: empty")
+    if max_context is not None and len(prompt) >= max_context:
+        raise BadRequest(f"prompt: {len(prompt)} tokens do not fit the served policy's context of {max_context} "
+                         f"tokens (at most {max_context - 1} prompt tokens, leaving room for one new token)")
     bad = [t for t in prompt if not 0 <= t < vocab_size]
     if bad:
         raise BadRequest(f"prompt: token ids outside the vocabulary [0, {vocab_size}): {bad[:5]}")
@@ -140,6 +163,30 @@ def parse_completion_request(body: Any, *, model_name: str, vocab_size: int, eos
 DISCONNECT_POLL_S = 0.05
 
 
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, read only while it stays within ``limit`` bytes.
+
+    Raises:
+        BodyTooLarge: a ``Content-Length`` over ``limit`` (refused before any of the body is
+            read), or a body without one (chunked) that passes ``limit`` while it streams in.
+        BadRequest: a ``Content-Length`` that is not a non-negative integer.
+    """
+    declared = request.headers.get("content-length")
+    if declared is not None:
+        if not declared.strip().isdigit():
+            raise BadRequest(f"Content-Length: expected a number of bytes, got {declared[:40]!r}")
+        if int(declared) > limit:
+            raise BodyTooLarge(f"body: {int(declared)} bytes is over this server's limit of {limit} bytes "
+                               "(--max-body-bytes)")
+    chunks, size = [], 0
+    async for chunk in request.stream():
+        size += len(chunk)
+        if size > limit:
+            raise BodyTooLarge(f"body: over this server's limit of {limit} bytes (--max-body-bytes)")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
 async def _unless_disconnected(request: Request, work: Any) -> Any:
     """Await ``work`` (a generation); if the client disconnects first, cancel it (the engine frees
     its row at the next decode step instead of decoding up to ``max_tokens`` for nobody) and answer
@@ -154,9 +201,11 @@ async def _unless_disconnected(request: Request, work: Any) -> Any:
             raise HTTPException(499, "client disconnected")
 
 
-def build_app(model: Any, tokenizer: Any, *, model_name: str, slots: int = 64, seed: int = 0) -> FastAPI:
+def build_app(model: Any, tokenizer: Any, *, model_name: str, slots: int = 64, seed: int = 0,
+              max_body_bytes: int = MAX_BODY_BYTES) -> FastAPI:
     """The FastAPI app serving ``model`` with one :class:`ContinuousBatchingEngine` (``slots`` rows,
-    base seed ``seed``: the same requests in the same order give the engine's own tokens)."""
+    base seed ``seed``: the same requests in the same order give the engine's own tokens). A body
+    over ``max_body_bytes`` gets 413; a prompt the engine's context cannot hold gets 400."""
     engine = ContinuousBatchingEngine(model, tokenizer, slots=slots, seed=seed)
     vocab = int(model.get_input_embeddings().num_embeddings)
     app = FastAPI(title="kit policy server", docs_url=None, redoc_url=None, openapi_url=None)
@@ -174,12 +223,18 @@ def build_app(model: Any, tokenizer: Any, *, model_name: str, slots: int = 64, s
     @app.post("/v1/completions")
     async def completions(request: Request) -> dict[str, Any]:
         try:
-            body = await request.json()
+            raw = await read_body(request, max_body_bytes)
+        except BodyTooLarge as exc:
+            raise HTTPException(413, str(exc)) from exc
+        except BadRequest as exc:
+            raise HTTPException(400, str(exc)) from exc
+        try:
+            body = json.loads(raw)
         except (ValueError, RecursionError) as exc:  # RecursionError: arrays nested too deep to decode
             raise HTTPException(400, f"body: not JSON ({type(exc).__name__}: {exc})") from exc
         try:
             req = parse_completion_request(body, model_name=model_name, vocab_size=vocab,
-                                           eos_id=tokenizer.eos_token_id)
+                                           eos_id=tokenizer.eos_token_id, max_context=engine.max_context)
             gen = await _unless_disconnected(request, engine.generate(
                 req["prompt_ids"], req["max_new_tokens"], req["temperature"], req["top_p"], req["stop_ids"]))
         except ValueError as exc:  # BadRequest, or the engine's check (e.g. a prompt filling the context)
@@ -213,7 +268,7 @@ def _watch_parent(parent_pid: int) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """``python -m kit.rollout.serve --policy DIR [--port N] [--threads T] [--slots S] [--seed K]``.
+    """``python -m kit.rollout.serve --policy DIR [--port N] [--threads T] [--slots S] [--seed K] [--max-body-bytes B]``.
 
     ``--port 0`` lets the OS pick a free port; the real one is printed (``serving <url>``) and,
     with ``--port-file``, written there once the socket is bound.
@@ -226,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--slots", type=int, default=64, help="rows decoded together")
     ap.add_argument("--seed", type=int, default=0, help="base sampling seed")
     ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    ap.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES,
+                    help=f"larger request bodies get HTTP 413 (default {MAX_BODY_BYTES})")
     ap.add_argument("--port-file", default="", help=argparse.SUPPRESS)
     ap.add_argument("--parent-pid", type=int, default=0, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
@@ -235,6 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--port {args.port}: expected 0 (any free port) to 65535")
     if args.slots < 1:
         ap.error(f"--slots {args.slots}: expected >= 1")
+    if args.max_body_bytes < 1:
+        ap.error(f"--max-body-bytes {args.max_body_bytes}: expected >= 1")
     if args.threads > 0:
         torch.set_num_threads(args.threads)
     if args.parent_pid:
@@ -247,7 +306,8 @@ def main(argv: list[str] | None = None) -> int:
         model, tok = load_policy(policy)
     except (OSError, ValueError) as exc:  # e.g. a model folder without its tokenizer files
         ap.error(f"--policy {policy}: cannot load it ({what}): {type(exc).__name__}: {str(exc).strip()[:300]}")
-    app = build_app(model, tok, model_name=args.model_name or str(policy), slots=args.slots, seed=args.seed)
+    app = build_app(model, tok, model_name=args.model_name or str(policy), slots=args.slots, seed=args.seed,
+                    max_body_bytes=args.max_body_bytes)
     family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
@@ -290,7 +350,7 @@ def stop_process(proc: subprocess.Popen, grace_s: float = 10.0) -> None:
 @contextlib.contextmanager
 def serve_policy(policy_dir: str | os.PathLike, *, slots: int = 64, seed: int = 0, threads: int = 0,
                  host: str = "127.0.0.1", port: int = 0, model_name: str = "",
-                 startup_timeout_s: float = 300.0) -> Iterator[str]:
+                 startup_timeout_s: float = 300.0, max_body_bytes: int = MAX_BODY_BYTES) -> Iterator[str]:
     """Serve ``policy_dir`` in a child process for the ``with`` body; yields its base URL
     (``http://127.0.0.1:<port>/v1``, the port the OS picked when ``port=0``) for
     :class:`kit.rollout.backends.OpenAIBackend`, whose model name is ``model_name`` (default
@@ -304,6 +364,7 @@ def serve_policy(policy_dir: str | os.PathLike, *, slots: int = 64, seed: int = 
         host: a loopback address.
         port: 0 = any free port.
         startup_timeout_s: seconds to wait for the model to load and ``/health`` to answer.
+        max_body_bytes: request bodies over this many bytes get HTTP 413.
     Raises:
         ValueError: ``host`` is not a loopback address.
         FileNotFoundError: ``policy_dir`` does not exist.
@@ -317,7 +378,8 @@ def serve_policy(policy_dir: str | os.PathLike, *, slots: int = 64, seed: int = 
     with tempfile.TemporaryDirectory(prefix="kit_serve_") as tmp:
         port_file, log_path = Path(tmp) / "port", Path(tmp) / "server.log"
         cmd = [sys.executable, "-m", "kit.rollout.serve", "--policy", str(policy), "--host", host, "--port", str(port),
-               "--slots", str(slots), "--seed", str(seed), "--threads", str(threads), "--model-name",
+               "--slots", str(slots), "--seed", str(seed), "--threads", str(threads),
+               "--max-body-bytes", str(max_body_bytes), "--model-name",
                model_name or str(policy), "--port-file", str(port_file), "--parent-pid", str(os.getpid())]
         with open(log_path, "w") as log:
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)

@@ -100,6 +100,6 @@ def trajectory_html(tr: Any, tokenizer: Any, *, show_prompt: bool = False, token
             f"{''.join(body)}</pre></div>")
 
 
-def show(tr: Any, tokenizer: Any, **kwargs: Any) -> Any:
+def show_trajectory(tr: Any, tokenizer: Any, **kwargs: Any) -> Any:
     """``IPython.display.HTML`` of :func:`legend_html` and :func:`trajectory_html`."""
     return HTML(legend_html(bool(kwargs.get("show_prompt"))) + trajectory_html(tr, tokenizer, **kwargs))

@@ -39,25 +39,25 @@ def test_tracker_names_the_latest_step(tmp_path):
     fake_checkpoint(tmp_path, 50)
     fake_checkpoint(tmp_path, 100)
     (tmp_path / ck.TRACKER).write_text("50\n")  # VERL resumes from the tracker, not the highest folder
-    c = ck.latest_checkpoint(tmp_path)
+    c = ck.latest_verl_checkpoint(tmp_path)
     assert c.step == 50 and c.model_dir == tmp_path / "global_step_50" / "actor"
 
 
 def test_without_tracker_the_highest_folder_wins(tmp_path):
     fake_checkpoint(tmp_path, 9, tracker=False)
     fake_checkpoint(tmp_path, 10, tracker=False)
-    assert ck.latest_checkpoint(tmp_path).step == 10 and ck.saved_steps(tmp_path) == [9, 10]
+    assert ck.latest_verl_checkpoint(tmp_path).step == 10 and ck.saved_steps(tmp_path) == [9, 10]
 
 
 def test_missing_and_bad_checkpoints_name_the_path(tmp_path):
     with pytest.raises(ck.CheckpointError, match=f"no VERL checkpoint under {tmp_path}"):
-        ck.latest_checkpoint(tmp_path)
+        ck.latest_verl_checkpoint(tmp_path)
     (tmp_path / ck.TRACKER).write_text("abc")
     with pytest.raises(ck.CheckpointError, match="latest_checkpointed_iteration.txt: expected the step number"):
-        ck.latest_checkpoint(tmp_path)
+        ck.latest_verl_checkpoint(tmp_path)
     (tmp_path / ck.TRACKER).write_text("7")
     with pytest.raises(ck.CheckpointError, match="global_step_7/actor does not exist"):
-        ck.latest_checkpoint(tmp_path)
+        ck.latest_verl_checkpoint(tmp_path)
 
 
 def test_incomplete_checkpoint_lists_what_is_missing(tmp_path):

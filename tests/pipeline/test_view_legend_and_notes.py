@@ -10,7 +10,7 @@ import pandas as pd
 from kit import chain
 from kit.chain.anatomy import RocAnatomy
 from kit.config import load
-from kit.rollout import legend_html, show
+from kit.rollout import legend_html, show_trajectory
 from kit.rollout.loop import Trajectory
 from kit.rollout.view import LEGEND
 
@@ -43,10 +43,10 @@ def test_trajectory_view_has_a_legend_for_every_colour():
 
 
 def test_a_view_with_its_prompt_names_the_prompt_s_grey():
-    with_prompt = show(_traj(True), CharTokenizer(), show_prompt=True).data
+    with_prompt = show_trajectory(_traj(True), CharTokenizer(), show_prompt=True).data
     legend, body = with_prompt.split("</div>", 1)
     assert 'data-kind="prompt"' in legend and 'data-kind="prompt" style="color:#888"' in body
-    assert 'data-kind="prompt"' not in show(_traj(True), CharTokenizer()).data  # no prompt shown, none named
+    assert 'data-kind="prompt"' not in show_trajectory(_traj(True), CharTokenizer()).data  # no prompt shown, none named
 
 
 def test_too_small_profile_says_so_beside_its_results():

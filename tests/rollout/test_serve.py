@@ -18,7 +18,7 @@ from kit import prompts
 from kit.models import load_policy, save_policy
 from kit.rollout.backends import OpenAIBackend
 from kit.rollout.engine import ContinuousBatchingEngine
-from kit.rollout.serve import BadRequest, parse_completion_request, serve_policy
+from kit.rollout.serve import MAX_BODY_BYTES, BadRequest, parse_completion_request, serve_policy
 from kit.rollout.serve import main as serve_main
 
 
@@ -140,6 +140,7 @@ def test_the_command_line_names_a_bad_policy_folder_port_or_slots_before_serving
         for argv, says in [(["--policy", str(tmp_path)], f"--policy {tmp_path}: not a policy folder (no config.json"),
                            (["--policy", str(policy_dir), "--port", "70000"], "--port 70000: expected 0"),
                            (["--policy", str(policy_dir), "--slots", "0"], "--slots 0: expected >= 1"),
+                           (["--policy", str(policy_dir), "--max-body-bytes", "0"], "--max-body-bytes 0: expected >= 1"),
                            (["--policy", str(policy_dir), "--port", str(taken.getsockname()[1])],
                             "cannot listen there (Address already in use)")]:
             with pytest.raises(SystemExit) as exit_:
@@ -178,6 +179,77 @@ def test_a_prompt_filling_the_context_is_a_400_and_the_server_keeps_serving(serv
     assert code == 400 and "context" in reply["detail"]
     code, _ = _post(server, {"model": str(policy_dir), "prompt": _prompts(product_tok, 1)[0], "max_tokens": 2})
     assert code == 200
+
+
+def _context(url):
+    with urllib.request.urlopen(url + "/models", timeout=10) as resp:
+        return json.loads(resp.read())["data"][0]["max_model_len"]
+
+
+def test_a_prompt_the_context_cannot_hold_is_a_400_naming_prompt_and_the_limit(server, policy_dir):
+    ctx = _context(server)
+    code, reply = _post(server, {"model": str(policy_dir), "prompt": [5] * ctx, "max_tokens": 2})
+    assert code == 400 and reply["detail"].startswith(f"prompt: {ctx} tokens")
+    assert f"context of {ctx} tokens (at most {ctx - 1} prompt tokens" in reply["detail"]
+    code, fits = _post(server, {"model": str(policy_dir), "prompt": [5] * (ctx - 1), "max_tokens": 2,
+                                "return_token_ids": True})
+    assert code == 200 and len(fits["choices"][0]["token_ids"]) == 1  # the one token the context leaves
+
+
+def test_parse_checks_the_prompt_against_the_context():
+    body = {"model": "m", "prompt": [1, 2, 3]}
+    assert parse_completion_request(body, model_name="m", vocab_size=10, eos_id=None, max_context=4)["prompt_ids"] \
+        == [1, 2, 3]
+    with pytest.raises(BadRequest, match=r"^prompt: 3 tokens do not fit .* context of 3 tokens \(at most 2 prompt"):
+        parse_completion_request(body, model_name="m", vocab_size=10, eos_id=None, max_context=3)
+
+
+def _raw(port, data):
+    """Send ``data`` (a whole HTTP/1.1 request, or only its head) and return ``(status, JSON body)``."""
+    with socket.create_connection(("127.0.0.1", port), timeout=60) as s:
+        s.sendall(data)
+        got = b""
+        while b"\r\n\r\n" not in got:
+            chunk = s.recv(65536)
+            assert chunk, got
+            got += chunk
+        head, rest = got.split(b"\r\n\r\n", 1)
+        length = int(next(ln.split(b":", 1)[1] for ln in head.split(b"\r\n") if ln.lower().startswith(b"content-length")))
+        while len(rest) < length:
+            chunk = s.recv(65536)
+            assert chunk, rest
+            rest += chunk
+    return int(head.split(b" ", 2)[1]), json.loads(rest[:length])
+
+
+def _head(n_bytes=None, chunked=False):
+    size = b"Transfer-Encoding: chunked\r\n" if chunked else b"Content-Length: %d\r\n" % n_bytes
+    return b"POST /v1/completions HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n" + size + b"\r\n"
+
+
+def test_a_body_declared_over_the_default_limit_is_a_413_before_it_is_sent(server):
+    code, reply = _raw(urlparse(server).port, _head(MAX_BODY_BYTES + 1))  # the head only: nothing else comes
+    assert code == 413 and reply["detail"].startswith(f"body: {MAX_BODY_BYTES + 1} bytes")
+    assert f"limit of {MAX_BODY_BYTES} bytes" in reply["detail"]
+
+
+def test_bodies_over_the_limit_are_413_sent_whole_or_chunked_and_the_server_keeps_serving(policy_dir):
+    limit = 2048
+    ok = {"model": str(policy_dir), "prompt": [1, 2, 3], "max_tokens": 1}
+    big = json.dumps({**ok, "stop_token_ids": [7] * 1000}).encode()  # valid JSON and valid fields, only too long
+    assert len(big) > limit
+    with serve_policy(policy_dir, threads=1, max_body_bytes=limit) as url:
+        port = urlparse(url).port
+        code, reply = _post(url, json.loads(big))
+        assert code == 413 and reply["detail"] == f"body: {len(big)} bytes is over this server's limit of " \
+            f"{limit} bytes (--max-body-bytes)"
+        code, reply = _raw(port, _head(chunked=True) + b"%x\r\n" % len(big) + big + b"\r\n0\r\n\r\n")
+        assert code == 413 and f"limit of {limit} bytes" in reply["detail"]
+        code, reply = _raw(port, _head(len(json.dumps(ok))) + json.dumps(ok).encode())
+        assert code == 200 and reply["usage"]["prompt_tokens"] == 3
+        small = json.dumps({**ok, "stop_token_ids": [7] * 10}).encode()
+        code, _ = _raw(port, _head(chunked=True) + b"%x\r\n" % len(small) + small + b"\r\n0\r\n\r\n")
+        assert code == 200
 
 
 def test_parse_adds_eos_to_the_stop_ids_unless_ignore_eos():

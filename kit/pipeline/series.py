@@ -1,59 +1,33 @@
-"""The notebook pipeline: run the ordered notebook series through papermill (``make reproduce``).
+"""The notebook series runner: each notebook of :data:`kit.runs.SERIES` executed in order with
+papermill, resumable through ``pipeline_state.json`` (see :mod:`kit.pipeline` for the run layout);
+on the local runtime 06's training runs as a background job beside 03-05, 07 and 08 (:mod:`kit.overlap`).
 
-One run of the series lives in ``reports/<profile>/<run>/``::
-
-    notebooks/NN_*.ipynb   the executed notebooks (with outputs; the sources in notebooks/ stay clean)
-    data/ sft/ stage1/ stage2/ stage3/ ablation/ analysis/ eval/
-                           one run directory per notebook; notebooks share state only through them
-    figures/ tables/       written by 09_figures_and_tables
-    report.pdf             built by :mod:`kit.report` after the last notebook
-    pipeline_state.json    which notebooks finished, with their parameters and wall time
-
-The runner executes the notebooks in order, shows a progress bar per notebook (one tick per cell),
-stops at the first failure naming the notebook and the cell, and is resumable: a notebook that
-already finished with the same parameters and the same source is skipped, unless ``--force`` is
-given or an earlier notebook was run again in this invocation (its inputs may have changed).
-
-Command line (what ``python -m kit reproduce`` calls)::
-
-    python -m kit.pipeline run --profile tiny --run main [--force] [--log-output]
-
-With ``runtime=verl`` and ``KIT_VERL_DEVICE=cpu`` (VERL's own trainer on this CPU, the smoke
-profile) the whole command runs inside one kit session with one Ray head
-(:func:`run_in_verl_cpu_session`); ``reports/<profile>/<run>/verl_session/`` then holds its log
-and ``session.json``.
-
-On the local runtime the RoC ablation's training (06) runs as a background job beside 03-05, 07
-and 08, which are latency-bound and leave a core idle; notebook 06 itself executes just before 09
-and finds its arms trained (:mod:`kit.overlap`; ``--no-overlap`` runs strictly in order). No other
-notebooks run in parallel. It does not track data files outside the run directory; delete the
-run folder or pass ``--force`` after changing ``../shared/data``.
+:func:`standard_series` gives the ordered notebooks with their parameters; :func:`run_series`
+runs them, skipping a notebook that already finished with the same parameters and source and
+stopping at the first failure (:class:`kit.pipeline.failures.PipelineError`, naming the notebook
+and the cell); :func:`times_table` prints their wall and CPU seconds.
 """
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import logging
 import os
-import re
 import resource
 import shutil
 import sys
-import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from nbclient.exceptions import CellTimeoutError
-
-from kit import OPENMP_SPINCOUNT, overlap, report
-from kit.config import ConfigError, available_profiles, load
+from kit import OPENMP_SPINCOUNT, overlap
+from kit.config import load
 from kit.paths import REPO_ROOT
-from kit.runs import SERIES, Layout, series_parameters
+from kit.pipeline.failures import describe_failure, failed_cell, mark_not_run
+from kit.runs import Layout, series_parameters
 from kit.train.ablation import ablation_budget
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
@@ -80,16 +54,6 @@ OTHER_PROFILE_CELL_TIMEOUT_S = 86400
 def default_cell_timeout(profile: str) -> int:
     """The per-cell time limit of ``profile`` in seconds (:data:`CELL_TIMEOUT_S`)."""
     return CELL_TIMEOUT_S.get(profile, OTHER_PROFILE_CELL_TIMEOUT_S)
-
-
-class PipelineError(RuntimeError):
-    """A notebook of the series failed; the message names the notebook and the cell."""
-
-    def __init__(self, message: str, notebook: str, cell_index: int | None = None, error: str = ""):
-        super().__init__(message)
-        self.notebook = notebook
-        self.cell_index = cell_index
-        self.error = error  # "<ExceptionName>: <message>", as saved in the executed notebook
 
 
 @dataclass(frozen=True)
@@ -204,100 +168,6 @@ def _is_finished(entry: dict[str, Any] | None, nb: NotebookRun, out: Path) -> tu
     if entry.get("source_sha") != _sha(nb.source):
         return False, "notebook source changed"
     return True, ""
-
-
-# --------------------------------------------------------------------------- failures
-
-
-def _failed_cell(output: Path) -> tuple[int | None, str]:
-    """Index and first source line of the cell where execution stopped.
-
-    That is the cell papermill marked ``failed`` or left ``running``; else (a timeout interrupts
-    the kernel and papermill marks the cell ``completed``) the last cell with an error output;
-    else the last cell that started.
-    """
-    try:
-        nb = json.loads(output.read_text())
-    except (OSError, json.JSONDecodeError):
-        return None, ""
-    cells = nb.get("cells", [])
-
-    def first_line(cell) -> str:
-        lines = [ln for ln in "".join(cell.get("source", "")).splitlines() if ln.strip()]
-        return lines[0] if lines else ""
-
-    meta = [c.get("metadata", {}).get("papermill", {}) for c in cells]
-    stopped = [i for i, m in enumerate(meta) if m.get("status") in ("failed", "running")]
-    errored = [i for i, c in enumerate(cells) if any(o.get("output_type") == "error" for o in c.get("outputs", []))]
-    started = [i for i, m in enumerate(meta) if m.get("start_time") is not None]
-    i = stopped[0] if stopped else (errored or started or [None])[-1]
-    return (i, first_line(cells[i])) if i is not None else (None, "")
-
-
-def _describe_failure(nb: NotebookRun, output: Path, exc: BaseException) -> PipelineError:
-    from papermill.exceptions import PapermillExecutionError  # papermill: the notebook runner
-
-    if isinstance(exc, CellTimeoutError):
-        index, first = _failed_cell(output)
-        limit = re.search(r"after (\d+) seconds", str(exc))
-        error = f"CellTimeoutError: the cell ran longer than {limit.group(1) if limit else 'the limit of'} s " \
-                "and was stopped (--cell-timeout)"
-        count = ""
-    elif isinstance(exc, PapermillExecutionError):
-        index, error = exc.cell_index, f"{exc.ename}: {exc.evalue}"
-        lines = [ln for ln in (exc.source or "").splitlines() if ln.strip()]
-        first = lines[0] if lines else ""
-        count = f", In [{exc.exec_count}]" if exc.exec_count is not None else ""
-    else:
-        index, first = _failed_cell(output)
-        error = f"{type(exc).__name__}: {exc}"
-        count = ""
-    where = f"cell {index}{count}" if index is not None else "before any cell ran (kernel start)"
-    snippet = f" `{first.strip()[:80]}`" if first else ""
-    msg = (f"notebook {nb.name} failed in {where}{snippet}: {error}\n"
-           f"  executed notebook with the traceback: {output}")
-    return PipelineError(msg, nb.name, index, error)
-
-
-def mark_not_run(output: Path, index: int | None, error: str) -> None:
-    """Record in the executed notebook where execution stopped, so no reader takes it as finished.
-
-    papermill leaves the cell a dead kernel was running, and every cell after it, marked
-    ``completed``. Here the stopped cell gets papermill status ``failed`` and, when it has no error
-    output, one saying it did not finish; every later code cell gets status ``pending``, no
-    execution count and no outputs (not run). The notebook's metadata gets
-    ``kit_pipeline = {"status": "failed", "failed_cell": index, "error": error}``, which
-    :mod:`kit.report` shows. A missing or unreadable file is left alone.
-
-    Args:
-        output: the executed notebook.
-        index: the cell where execution stopped (None: before any cell; every cell is not run).
-        error: one line naming the error.
-    """
-    try:
-        nb = json.loads(output.read_text())
-    except (OSError, json.JSONDecodeError):
-        return
-    cells = nb.get("cells", [])
-    start = index if index is not None else 0
-    for i, cell in enumerate(cells[start:], start):
-        meta = cell.setdefault("metadata", {}).setdefault("papermill", {})
-        if i == index:
-            meta["status"] = "failed"
-            if cell.get("cell_type") == "code" and not any(o.get("output_type") == "error" for o in cell.get("outputs", [])):
-                ename, _, evalue = error.partition(": ")
-                evalue = f"{evalue} (this cell did not finish)"
-                # nbconvert prints the traceback, not ename / evalue: without one the report shows an empty box
-                cell.setdefault("outputs", []).append({"output_type": "error", "ename": ename or "Error",
-                                                       "evalue": evalue, "traceback": [f"{ename or 'Error'}: {evalue}"]})
-        else:
-            meta["status"] = "pending"
-            if cell.get("cell_type") == "code":
-                cell["execution_count"], cell["outputs"] = None, []
-    nb.setdefault("metadata", {})["kit_pipeline"] = {"status": "failed", "failed_cell": index, "error": error}
-    tmp = output.with_suffix(".tmp")
-    tmp.write_text(json.dumps(nb, indent=1, ensure_ascii=False) + "\n")
-    tmp.replace(output)
 
 
 # --------------------------------------------------------------------------- running
@@ -479,11 +349,11 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
                 )
             except Exception as exc:  # noqa: BLE001 - every failure is reported with the notebook named
                 seconds = time.perf_counter() - t0
-                err = _describe_failure(nb, out, exc)
+                err = describe_failure(nb.name, out, exc)
                 # the executed file's own index: papermill inserts markdown cells into a notebook that
                 # raised (a banner first, an anchor before the failing cell), so err.cell_index, the
                 # index papermill reports, is not that cell's index in the file
-                mark_not_run(out, _failed_cell(out)[0], err.error)
+                mark_not_run(out, failed_cell(out)[0], err.error)
                 state[nb.name] = {"status": "failed", "parameters": nb.parameters, "seconds": seconds,
                                   "error": str(err)}
                 _write_state(layout, state)
@@ -504,197 +374,3 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
         for job in jobs.values():
             job.stop()
     return records
-
-
-def _parse_sets(items: Sequence[str]) -> dict[str, Any]:
-    """``["a.b=1", "c=x,y"]`` -> ``{"a.b": 1, "c": "x,y"}``; values are JSON when they parse as JSON.
-
-    Raises:
-        ValueError: an item without ``=``.
-    """
-    out: dict[str, Any] = {}
-    for item in items:
-        if "=" not in item:
-            raise ValueError(f"--set {item!r} is not of the form key=value")
-        key, value = item.split("=", 1)
-        try:
-            out[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key.strip()] = value
-    return out
-
-
-def dry_run_text(series: Sequence[NotebookRun], layout: Layout, overrides: dict[str, Any] | None = None) -> str:
-    """What ``run`` would do, as text: each notebook with its parameters; on the paper profiles
-    also the cluster chain (:func:`kit.bridge.stages.describe_chain`: VERL commands, merges,
-    folders). Nothing runs and nothing is written."""
-    cfg = load(layout.profile, overrides or {}, write=False)
-    lines = [f"kit.pipeline (dry run): profile {layout.profile} -> {layout.root}", ""]
-    for i, nb in enumerate(series, 1):
-        params = {k: v for k, v in nb.parameters.items() if k not in ("profile", "seed", "overrides")}
-        lines.append(f"[{i}/{len(series)}] {nb.name}: " + ", ".join(f"{k}={v}" for k, v in params.items()))
-    if cfg.runtime == "verl":
-        from kit.bridge.stages import describe_chain  # kit.bridge (VERL): only for a paper profile's dry run
-
-        dirs = {k: layout.dir(k) for k in ("data", "sft", "stage1", "stage2", "stage3", "ablation")}
-        lines += ["", describe_chain(cfg, dirs, notebooks=[nb.name for nb in series])]
-    return "\n".join(lines)
-
-
-#: the session folder of a chain run on VERL's CPU runtime, under the run folder (session.json, chain.log)
-VERL_SESSION_DIR = "verl_session"
-
-
-def run_in_verl_cpu_session(argv: Sequence[str], layout: Layout, overrides: dict[str, Any], *,
-                            session_timeout_s: float) -> int | None:
-    """Run this whole ``kit.pipeline`` command inside ONE kit session when its notebooks train with
-    VERL's trainer on this CPU (``runtime=verl`` and ``KIT_VERL_DEVICE=cpu``), and return its exit code.
-
-    The session (:func:`kit.bridge.verl_cpu.runner.run_session`) is a private network and PID
-    namespace with one Ray head the kit starts and stops; the notebook kernels inherit its
-    environment, so every VERL stage of 03-06 runs on that head (``runner.shared_ray_address``)
-    instead of starting a Ray of its own: one Ray start for the whole chain (Ray's and VERL's
-    start-up are most of a smoke stage's cost). The command's output is streamed from
-    ``<run>/verl_session/chain.log`` while it runs; nothing is left running after it (orphans are
-    killed and named).
-
-    Returns:
-        ``None`` when no session is needed (another runtime or device, or already inside one);
-        else the exit code of the command in the session (1 when the session itself failed:
-        Ray did not start, timeout; the message names the log; 2 when the runtime cannot run
-        here: a CUDA machine, a VERL version outside the pin, no plugin; the message says what to do).
-    """
-    cfg = load(layout.profile, overrides, write=False)
-    if cfg.runtime != "verl" or os.environ.get("KIT_VERL_DEVICE", "").strip().lower() != "cpu":
-        return None
-    from kit.bridge.verl_cpu import runner  # kit.bridge (VERL, Ray): only for runtime=verl on this CPU
-
-    if runner.shared_ray_address():  # this is the command inside the session
-        return None
-    try:
-        runner.require_cpu_machine()
-        runner.check_verl_version()
-        runner.plugin_route()
-    except runner.VerlCpuError as exc:
-        print(f"kit.pipeline: {exc}", file=sys.stderr)
-        return 2
-    out = layout.root / VERL_SESSION_DIR
-    out.mkdir(parents=True, exist_ok=True)
-    log = out / "chain.log"
-    log.write_text("")
-    print(f"kit.pipeline: runtime=verl on this CPU: the whole series runs in one kit session (one Ray head, "
-          f"private network namespace); output also in {log}", flush=True)
-    launch = runner.Launch("chain", [sys.executable, "-m", "kit.pipeline", *argv], str(log))
-    done = threading.Event()
-    tail = threading.Thread(target=_follow, args=(log, done), daemon=True)
-    tail.start()
-    try:
-        res = runner.run_session([launch], out, timeout_s=session_timeout_s)
-    finally:
-        done.set()
-        tail.join()
-    if res.orphans:
-        print(f"kit.pipeline: {len(res.orphans)} processes were still running after the session and were killed: "
-              f"{res.orphans}", file=sys.stderr)
-    if res.error and "chain" not in res.codes:
-        print(f"kit.pipeline: the VERL CPU session failed: {res.error}", file=sys.stderr)
-        return 1
-    print(f"kit.pipeline: session {res.timings.get('session_s', 0.0):.0f} s (Ray start "
-          f"{res.timings.get('ray_start_s', float('nan')):.0f} s), peak PSS {res.peak_pss_bytes / 2**30:.1f} GiB, "
-          f"sandbox workers steady {res.sandbox_workers_steady}; {out / 'session.json'}")
-    return res.codes.get("chain", 1)
-
-
-def _follow(path: Path, done: threading.Event, period_s: float = 1.0) -> None:
-    """Copy what is appended to ``path`` to stdout until ``done`` is set (then the rest)."""
-    with open(path, errors="replace") as fh:
-        while True:
-            stop = done.wait(period_s)
-            chunk = fh.read()
-            if chunk:
-                sys.stdout.write(chunk)
-                sys.stdout.flush()
-            if stop:
-                return
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``run --profile P --run R [--force] [--until NN] [--set KEY=VALUE ...] [--cell-timeout S] [--log-output] [--no-report] [--no-overlap] [--dry-run]``.
-
-    Runs :data:`SERIES` into ``reports/<P>/<R>/`` and then builds ``report.pdf`` with
-    :mod:`kit.report`. Returns the exit code: 0 on success, 1 when a notebook failed (the message
-    names it), 2 on bad arguments (unknown profile, bad ``--set`` key, ...).
-    """
-    parser = argparse.ArgumentParser(prog="kit.pipeline", description="Run the notebook series with papermill.")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run", help="execute the series into reports/<profile>/<run>/")
-    r.add_argument("--profile", default="tiny")
-    r.add_argument("--run", default="main")
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="config override for every notebook, e.g. --set rollout.max_response_tokens=64 (repeatable)")
-    r.add_argument("--force", action="store_true", help="rerun notebooks that already finished")
-    r.add_argument("--log-output", action="store_true", help="stream cell outputs to the terminal")
-    r.add_argument("--cell-timeout", type=int, default=None, metavar="SECONDS",
-                   help="stop a cell that runs longer than this and fail its notebook naming the cell "
-                        f"(default per profile: {', '.join(f'{k} {v} s' for k, v in CELL_TIMEOUT_S.items())}; "
-                        "0 = no limit)")
-    r.add_argument("--until", default=None, metavar="NN",
-                   help="stop after the notebook whose name starts with NN (e.g. 03); no report then")
-    r.add_argument("--no-report", action="store_true", help="do not build report.pdf at the end")
-    r.add_argument("--no-overlap", action="store_true",
-                   help="run strictly in order: 06's training does not run in the background beside 03-08")
-    r.add_argument("--dry-run", action="store_true",
-                   help="print each notebook's parameters (and, on paper profiles, the VERL and merge commands "
-                        "with the folders each stage reads and writes) without running anything")
-    r.add_argument("--reports-root", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-
-    if args.profile not in available_profiles():
-        print(f"kit.pipeline: unknown profile {args.profile!r}; available: {', '.join(available_profiles())}",
-              file=sys.stderr)
-        return 2
-    try:
-        if args.cell_timeout is not None and args.cell_timeout < 0:  # nbclient reads < 0 as "no limit"
-            raise ValueError(f"--cell-timeout must be 0 (no limit) or a number of seconds, got {args.cell_timeout}")
-        layout = Layout.for_run(args.profile, args.run, args.reports_root)
-        overrides = _parse_sets(args.set)
-        series = standard_series(layout, seed=args.seed, overrides=overrides, overlap_jobs=not args.no_overlap)
-        if args.until:
-            last = next((i for i, nb in enumerate(series) if nb.name.startswith(args.until)), None)
-            if last is None:
-                raise ValueError(f"--until {args.until!r} matches no notebook of {', '.join(SERIES)}")
-            series = series[:last + 1]
-    except (ValueError, FileNotFoundError, ConfigError) as exc:
-        print(f"kit.pipeline: {exc}", file=sys.stderr)
-        return 2
-    if args.dry_run:
-        print(dry_run_text(series, layout, overrides))
-        return 0
-    timeout = default_cell_timeout(args.profile) if args.cell_timeout is None else args.cell_timeout
-    wrapped = run_in_verl_cpu_session(list(argv if argv is not None else sys.argv[1:]), layout, overrides,
-                                      session_timeout_s=(timeout or 7 * 86400) * len(series) + 600)
-    if wrapped is not None:
-        return wrapped
-    print(f"kit.pipeline: profile {args.profile}, run {args.run} -> {layout.root}")
-    t0 = time.perf_counter()
-    try:
-        records = run_series(series, layout, force=args.force, log_output=args.log_output, cell_timeout_s=timeout)
-    except PipelineError as exc:
-        print(f"\nkit.pipeline: STOPPED. {exc}\n  Fix it and rerun; finished notebooks are skipped.",
-              file=sys.stderr)
-        return 1
-    if not args.no_report and not args.until:
-        try:
-            pdf = report.build_report(layout)
-        except report.ReportError as exc:
-            print(f"kit.pipeline: no report: {exc}", file=sys.stderr)
-            return 1
-        print(f"kit.pipeline: report {pdf}")
-    print(times_table(records))
-    print(f"kit.pipeline: all {len(series)} notebooks finished in {time.perf_counter() - t0:.0f} s")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -1,0 +1,207 @@
+"""The notebook pipeline: run the ordered notebook series through papermill (``make reproduce``).
+
+One run of the series lives in ``reports/<profile>/<run>/``::
+
+    notebooks/NN_*.ipynb   the executed notebooks (with outputs; the sources in notebooks/ stay clean)
+    data/ sft/ stage1/ stage2/ stage3/ ablation/ analysis/ eval/
+                           one run directory per notebook; notebooks share state only through them
+    figures/ tables/       written by 09_figures_and_tables
+    report.pdf             built by :mod:`kit.report` after the last notebook
+    pipeline_state.json    which notebooks finished, with their parameters and wall time
+
+The runner executes the notebooks in order, shows a progress bar per notebook (one tick per cell),
+stops at the first failure naming the notebook and the cell, and is resumable: a notebook that
+already finished with the same parameters and the same source is skipped, unless ``--force`` is
+given or an earlier notebook was run again in this invocation (its inputs may have changed).
+
+Command line (what ``python -m kit reproduce`` calls)::
+
+    python -m kit.pipeline run --profile tiny --run main [--force] [--log-output]
+
+With ``runtime=verl`` the device its VERL stages launch on (``KIT_VERL_DEVICE``) is checked before
+the first notebook runs (exit 2 with what to set); with ``KIT_VERL_DEVICE=cpu`` (VERL's own trainer
+on this CPU, the smoke profile) the whole command runs inside one kit session with one Ray head
+(:func:`run_in_verl_cpu_session`); ``reports/<profile>/<run>/verl_session/`` then holds its log
+and ``session.json``. ``KIT_VERL_DEVICE`` set with ``runtime=local`` is ignored, and said so once
+(:func:`ignored_device_warning`).
+
+On the local runtime the RoC ablation's training (06) runs as a background job beside 03-05, 07
+and 08, which are latency-bound and leave a core idle; notebook 06 itself executes just before 09
+and finds its arms trained (:mod:`kit.overlap`; ``--no-overlap`` runs strictly in order). No other
+notebooks run in parallel. It does not track data files outside the run directory; delete the
+run folder or pass ``--force`` after changing ``../shared/data``.
+
+Modules: :mod:`kit.pipeline.series` (the series and its runner, ``pipeline_state.json``),
+:mod:`kit.pipeline.failures` (the error naming notebook and cell; the executed notebook marked),
+:mod:`kit.pipeline.verl_runtime` (the device check and the one VERL CPU session); this module holds
+the command line (:func:`main`: arguments, the series, the report at the end) and exports every
+public name of the three, so ``kit.pipeline.run_series`` & co. are what :func:`main` calls.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from kit import report
+from kit.config import ConfigError, available_profiles, load
+from kit.pipeline.failures import PipelineError, mark_not_run
+from kit.pipeline.series import (
+    CELL_TIMEOUT_S,
+    KERNEL_ENV,
+    NOTEBOOK_DIR,
+    OTHER_PROFILE_CELL_TIMEOUT_S,
+    NotebookRun,
+    children_cpu_s,
+    default_cell_timeout,
+    read_state,
+    run_series,
+    standard_series,
+    times_table,
+)
+from kit.pipeline.verl_runtime import (
+    DEVICE_ENV,
+    LAUNCHES_VERL,
+    VERL_SESSION_DIR,
+    VerlDeviceError,
+    check_verl_device,
+    ignored_device_warning,
+    run_in_verl_cpu_session,
+)
+from kit.runs import SERIES, Layout, series_parameters
+
+__all__ = [
+    "CELL_TIMEOUT_S", "KERNEL_ENV", "LAUNCHES_VERL", "NOTEBOOK_DIR", "OTHER_PROFILE_CELL_TIMEOUT_S", "SERIES",
+    "VERL_SESSION_DIR", "ConfigError", "Layout", "NotebookRun", "PipelineError", "available_profiles",
+    "children_cpu_s", "default_cell_timeout", "dry_run_text", "load", "main", "mark_not_run", "read_state",
+    "run_in_verl_cpu_session", "run_series", "series_parameters", "standard_series", "times_table",
+    "VerlDeviceError", "check_verl_device", "DEVICE_ENV", "ignored_device_warning",
+]
+
+
+def _parse_sets(items: Sequence[str]) -> dict[str, Any]:
+    """``["a.b=1", "c=x,y"]`` -> ``{"a.b": 1, "c": "x,y"}``; values are JSON when they parse as JSON.
+
+    Raises:
+        ValueError: an item without ``=``.
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--set {item!r} is not of the form key=value")
+        key, value = item.split("=", 1)
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
+
+
+def dry_run_text(series: Sequence[NotebookRun], layout: Layout, overrides: dict[str, Any] | None = None) -> str:
+    """What ``run`` would do, as text: each notebook with its parameters; on the paper profiles
+    also the cluster chain (:func:`kit.bridge.stages.describe_chain`: VERL commands, merges,
+    folders). Nothing runs and nothing is written."""
+    cfg = load(layout.profile, overrides or {}, write=False)
+    lines = [f"kit.pipeline (dry run): profile {layout.profile} -> {layout.root}", ""]
+    for i, nb in enumerate(series, 1):
+        params = {k: v for k, v in nb.parameters.items() if k not in ("profile", "seed", "overrides")}
+        lines.append(f"[{i}/{len(series)}] {nb.name}: " + ", ".join(f"{k}={v}" for k, v in params.items()))
+    if cfg.runtime == "verl":
+        from kit.bridge.stages import describe_chain  # kit.bridge (VERL): only for a paper profile's dry run
+
+        dirs = {k: layout.dir(k) for k in ("data", "sft", "stage1", "stage2", "stage3", "ablation")}
+        lines += ["", describe_chain(cfg, dirs, notebooks=[nb.name for nb in series])]
+    return "\n".join(lines)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """``run --profile P --run R [--force] [--until NN] [--set KEY=VALUE ...] [--cell-timeout S] [--log-output] [--no-report] [--no-overlap] [--dry-run]``.
+
+    Runs :data:`SERIES` into ``reports/<P>/<R>/`` and then builds ``report.pdf`` with
+    :mod:`kit.report`. Returns the exit code: 0 on success, 1 when a notebook failed (the message
+    names it), 2 on bad arguments (unknown profile, bad ``--set`` key, ...) or, before anything
+    runs, when ``runtime=verl`` cannot launch its stages here (:func:`check_verl_device`: no CUDA
+    and no ``KIT_VERL_DEVICE=cpu``, ...; the message says what to set).
+    """
+    parser = argparse.ArgumentParser(prog="kit.pipeline", description="Run the notebook series with papermill.")
+    sub = parser.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="execute the series into reports/<profile>/<run>/")
+    r.add_argument("--profile", default="tiny")
+    r.add_argument("--run", default="main")
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="config override for every notebook, e.g. --set rollout.max_response_tokens=64 (repeatable)")
+    r.add_argument("--force", action="store_true", help="rerun notebooks that already finished")
+    r.add_argument("--log-output", action="store_true", help="stream cell outputs to the terminal")
+    r.add_argument("--cell-timeout", type=int, default=None, metavar="SECONDS",
+                   help="stop a cell that runs longer than this and fail its notebook naming the cell "
+                        f"(default per profile: {', '.join(f'{k} {v} s' for k, v in CELL_TIMEOUT_S.items())}; "
+                        "0 = no limit)")
+    r.add_argument("--until", default=None, metavar="NN",
+                   help="stop after the notebook whose name starts with NN (e.g. 03); no report then")
+    r.add_argument("--no-report", action="store_true", help="do not build report.pdf at the end")
+    r.add_argument("--no-overlap", action="store_true",
+                   help="run strictly in order: 06's training does not run in the background beside 03-08")
+    r.add_argument("--dry-run", action="store_true",
+                   help="print each notebook's parameters (and, on paper profiles, the VERL and merge commands "
+                        "with the folders each stage reads and writes) without running anything")
+    r.add_argument("--reports-root", default=None, help=argparse.SUPPRESS)
+    args = parser.parse_args(argv)
+
+    if args.profile not in available_profiles():
+        print(f"kit.pipeline: unknown profile {args.profile!r}; available: {', '.join(available_profiles())}",
+              file=sys.stderr)
+        return 2
+    try:
+        if args.cell_timeout is not None and args.cell_timeout < 0:  # nbclient reads < 0 as "no limit"
+            raise ValueError(f"--cell-timeout must be 0 (no limit) or a number of seconds, got {args.cell_timeout}")
+        layout = Layout.for_run(args.profile, args.run, args.reports_root)
+        overrides = _parse_sets(args.set)
+        series = standard_series(layout, seed=args.seed, overrides=overrides, overlap_jobs=not args.no_overlap)
+        if args.until:
+            last = next((i for i, nb in enumerate(series) if nb.name.startswith(args.until)), None)
+            if last is None:
+                raise ValueError(f"--until {args.until!r} matches no notebook of {', '.join(SERIES)}")
+            series = series[:last + 1]
+        runtime = load(args.profile, overrides, write=False).runtime
+    except (ValueError, FileNotFoundError, ConfigError) as exc:
+        print(f"kit.pipeline: {exc}", file=sys.stderr)
+        return 2
+    warning = ignored_device_warning(runtime)
+    if warning:  # once, before anything runs (the notebooks' kernels do not read the variable)
+        print(f"kit.pipeline: {warning}", file=sys.stderr)
+    if args.dry_run:
+        print(dry_run_text(series, layout, overrides))
+        return 0
+    try:  # before the first notebook, not at 03 after minutes of SFT
+        check_verl_device(runtime, [nb.name for nb in series])
+    except VerlDeviceError as exc:
+        print(f"kit.pipeline: {exc}. Nothing was run.", file=sys.stderr)
+        return 2
+    timeout = default_cell_timeout(args.profile) if args.cell_timeout is None else args.cell_timeout
+    wrapped = run_in_verl_cpu_session(list(argv if argv is not None else sys.argv[1:]), layout, overrides,
+                                      session_timeout_s=(timeout or 7 * 86400) * len(series) + 600)
+    if wrapped is not None:
+        return wrapped
+    print(f"kit.pipeline: profile {args.profile}, run {args.run} -> {layout.root}")
+    t0 = time.perf_counter()
+    try:
+        records = run_series(series, layout, force=args.force, log_output=args.log_output, cell_timeout_s=timeout)
+    except PipelineError as exc:
+        print(f"\nkit.pipeline: STOPPED. {exc}\n  Fix it and rerun; finished notebooks are skipped.",
+              file=sys.stderr)
+        return 1
+    if not args.no_report and not args.until:
+        try:
+            pdf = report.build_report(layout)
+        except report.ReportError as exc:
+            print(f"kit.pipeline: no report: {exc}", file=sys.stderr)
+            return 1
+        print(f"kit.pipeline: report {pdf}")
+    print(times_table(records))
+    print(f"kit.pipeline: all {len(series)} notebooks finished in {time.perf_counter() - t0:.0f} s")
+    return 0

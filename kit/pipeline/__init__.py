@@ -110,6 +110,11 @@ def dry_run_text(series: Sequence[NotebookRun], layout: Layout, overrides: dict[
     for i, nb in enumerate(series, 1):
         params = {k: v for k, v in nb.parameters.items() if k not in ("profile", "seed", "overrides")}
         lines.append(f"[{i}/{len(series)}] {nb.name}: " + ", ".join(f"{k}={v}" for k, v in params.items()))
+    for nb in series:
+        if nb.background is not None and nb.background.after in {n.name for n in series}:
+            lines.append(f"    {nb.name}: its training starts as a background job once {nb.background.after} is done, "
+                         "beside the notebooks after it; the notebook runs before the first one that reads its "
+                         "folder (--no-overlap: in order)")
     if cfg.runtime == "verl":
         from kit.bridge.stages import describe_chain  # kit.bridge (VERL): only for a paper profile's dry run
 

@@ -124,6 +124,9 @@ def test_standard_series_gives_06_its_job_only_where_it_cannot_change_a_result(t
     same = {"stages.stage1.max_response_tokens": 384, "stages.stage1.steps": 40}
     assert not any(nb.background for nb in pipeline.standard_series(lay, overrides=same))
     assert not any(nb.background for nb in pipeline.standard_series(lay, overrides={"runtime": "verl"}))
+    text = pipeline.dry_run_text(pipeline.standard_series(lay), lay)
+    assert "06_roc_ablation: its training starts as a background job once 02_cold_start_sft is done" in text
+    assert "background" not in pipeline.dry_run_text(pipeline.standard_series(lay, overlap_jobs=False), lay)
 
 
 def test_the_ablation_job_refuses_bad_parameters(capsys):

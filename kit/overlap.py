@@ -12,8 +12,11 @@ training it) and draws its figures. If the job failed or was stopped, the notebo
 is missing itself, resuming from the arms' checkpoints; a job is never the only place work happens.
 
 The job runs exactly the notebook's training cell with the notebook's own papermill parameters
-(:mod:`kit.chain.ablation_job`), writes its output to ``notebooks/<name>.background.log`` in the
-run folder and is stopped (its whole process group) when the runner stops for any reason.
+(:mod:`kit.chain.ablation_job`), in the notebook's folder, and appends its output to
+``notebooks/<name>.background.log`` in the run folder. It is stopped (its whole process group)
+when the runner stops: on a failure or Ctrl-C by the runner itself, and when the runner is killed
+(SIGTERM, SIGHUP, SIGKILL) by Linux (``PR_SET_PDEATHSIG``). The runner waits for it at most the
+profile's cell time limit, counted from when it starts waiting, as it would for the notebook's cell.
 
 Only the local runtime overlaps (VERL on a CPU runs the series inside one kit session and one Ray
 head; see :mod:`kit.pipeline`). ``python -m kit reproduce --no-overlap`` runs the series strictly
@@ -28,15 +31,20 @@ import shutil
 import signal
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-#: ``nice`` increment of a background job: the latency-bound notebooks in the foreground keep
-#: their share of the cores, and the job takes what they leave idle
-BACKGROUND_NICE = 5
+from kit.train.ablation import die_with_parent
+
+#: ``nice`` increment of a background job: 19, so the latency-bound notebooks in the foreground keep
+#: the cores they use (a nice-19 process gets ~1.5% of a core beside a nice-0 one; with nice 5 the
+#: five arm processes outweighed stage 1's two threads, which then ran 1.4x slower, 273 s instead of
+#: 190 s) and the job takes what they leave idle
+BACKGROUND_NICE = 19
 #: seconds a stopped job gets to exit after SIGTERM before its process group is killed
 STOP_GRACE_S = 10.0
 
@@ -90,45 +98,50 @@ def execution_order(names: Sequence[str], parameters: Sequence[dict[str, Any]],
 
 
 class BackgroundRun:
-    """A started background job (:func:`start`)."""
+    """A started background job (:func:`start`). A waiter thread reaps it as soon as it exits, so
+    ``seconds`` is its run time, not the time until the runner came to it."""
 
     def __init__(self, name: str, proc: subprocess.Popen, log: Path):
         self.name, self.proc, self.log = name, proc, log
         self.started = time.perf_counter()
         self.seconds: float | None = None
         self.returncode: int | None = None
+        self._waiter = threading.Thread(target=self._wait, name=f"job-{name}", daemon=True)
+        self._waiter.start()
 
-    def join(self) -> int:
-        """Wait for the job and reap it (its CPU seconds then count in ``RUSAGE_CHILDREN``).
+    def _wait(self) -> None:
+        code = self.proc.wait()
+        self.seconds = time.perf_counter() - self.started
+        self.returncode = code
+
+    def join(self, timeout_s: float | None = None) -> int | None:
+        """Wait for the job (at most ``timeout_s`` seconds; None: no limit); once it has exited
+        its CPU seconds count in ``RUSAGE_CHILDREN``.
 
         Returns:
-            Its exit code (negative: killed by that signal).
+            Its exit code (negative: killed by that signal), or None when it is still running.
         """
-        if self.returncode is None:
-            self.returncode = self.proc.wait()
-            self.seconds = time.perf_counter() - self.started
+        self._waiter.join(timeout_s)
         return self.returncode
 
     def stop(self) -> None:
         """SIGTERM to the job's process group, SIGKILL after :data:`STOP_GRACE_S`; then reap it."""
-        if self.returncode is not None:
-            return
         for sig, wait_s in ((signal.SIGTERM, STOP_GRACE_S), (signal.SIGKILL, None)):
+            if self.returncode is not None:
+                return
             try:
                 os.killpg(self.proc.pid, sig)
             except ProcessLookupError:
                 break
-            try:
-                self.proc.wait(timeout=wait_s)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        self.join()
+            self._waiter.join(wait_s)
+        self._waiter.join()
 
 
-def start(name: str, job: Background, parameters: dict[str, Any], log: Path) -> BackgroundRun:
+def start(name: str, job: Background, parameters: dict[str, Any], log: Path, cwd: Path | None = None) -> BackgroundRun:
     """Start ``job`` for notebook ``name`` with its papermill ``parameters``, in a new session and
-    process group, ``nice`` :data:`BACKGROUND_NICE`, stdout and stderr to ``log``.
+    process group, ``nice`` :data:`BACKGROUND_NICE`, in ``cwd`` (the notebook's folder, where its
+    kernel runs: relative paths mean the same), killed by Linux if the runner dies; stdout and
+    stderr appended to ``log`` (a resumed job keeps the earlier attempt's output).
 
     Raises:
         OSError: the command cannot be started.
@@ -136,7 +149,10 @@ def start(name: str, job: Background, parameters: dict[str, Any], log: Path) -> 
     log.parent.mkdir(parents=True, exist_ok=True)
     nice = shutil.which("nice")  # coreutils; without it the job runs at the runner's priority
     prefix = [nice, "-n", str(BACKGROUND_NICE)] if nice else []
-    with open(log, "w") as out:
+    with open(log, "a") as out:
+        out.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {name}: background job started\n")
+        out.flush()
         proc = subprocess.Popen([*prefix, *job.argv, json.dumps(parameters)], stdin=subprocess.DEVNULL, stdout=out,
-                                stderr=subprocess.STDOUT, start_new_session=True)
+                                stderr=subprocess.STDOUT, start_new_session=True, cwd=cwd,
+                                preexec_fn=die_with_parent)  # noqa: PLW1509 - one prctl, no locks
     return BackgroundRun(name, proc, log)

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kit.chain.training import ablation_config, train_ablation
+from kit.config import ConfigError
 from kit.runs import require_upstream
 
 
@@ -26,12 +27,17 @@ def run(parameters: dict[str, Any]) -> dict[str, Any]:
         The ablation summary (``ablation.json``).
     Raises:
         KeyError: a required parameter is missing (named).
+        TypeError: a parameter has the wrong type (named).
         kit.runs.UpstreamMissing: the SFT policy or the curated data are not there yet.
     """
     p = {"overrides": {}, "steps": 0, "reuse_dirs": [], **parameters}
     missing = [k for k in ("profile", "seed", "run_dir", "init_dir", "data_dir") if k not in p]
     if missing:
         raise KeyError(f"ablation job: missing parameter(s) {missing}")
+    kinds = {"overrides": dict, "steps": int, "reuse_dirs": list, "seed": int, "profile": str}
+    wrong = [f"{k} ({type(p[k]).__name__}, expected {t.__name__})" for k, t in kinds.items() if not isinstance(p[k], t)]
+    if wrong:
+        raise TypeError(f"ablation job: parameter(s) of the wrong type: {', '.join(wrong)}")
     require_upstream("06_roc_ablation", profile=p["profile"], init_dir=p["init_dir"], data_dir=p["data_dir"])
     cfg = ablation_config(p["profile"], p["overrides"], p["steps"], p["run_dir"], p["seed"])
     return train_ablation(cfg, p["run_dir"], p["init_dir"], p["data_dir"], reuse=p["reuse_dirs"])
@@ -47,7 +53,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not isinstance(params, dict):
         print("usage: python -m kit.chain.ablation_job '<notebook 06 parameters as a JSON object>'", file=sys.stderr)
         return 2
-    summary = run(params)
+    try:
+        summary = run(params)
+    except (KeyError, TypeError, ConfigError) as exc:  # bad parameters: nothing trained
+        print(f"ablation job: bad parameters: {exc}", file=sys.stderr)
+        return 2
     print(f"ablation job: {len(summary.get('runs', {}))} arms finished in {summary.get('seconds', 0.0):.0f} s", flush=True)
     return 0
 

@@ -26,7 +26,7 @@ from typing import Any
 from kit import OPENMP_SPINCOUNT, overlap
 from kit.config import load
 from kit.paths import REPO_ROOT
-from kit.pipeline.failures import describe_failure, failed_cell, mark_not_run
+from kit.pipeline.failures import PipelineError, describe_failure, failed_cell, mark_not_run
 from kit.runs import Layout, series_parameters
 from kit.train.ablation import ablation_budget
 
@@ -279,18 +279,25 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
     import papermill as pm  # papermill: the notebook kernels' runner, only when notebooks run
 
     state = read_state(layout)
-    rerun_downstream = False
+    ran: list[int] = []  # series positions of the notebooks run in this invocation
     records = []
     total = len(notebooks)
     names = [nb.name for nb in notebooks]
     deferred = [nb.name for nb in notebooks if nb.background is not None and nb.background.after in names]
     jobs: dict[str, overlap.BackgroundRun] = {}
 
+    def upstream_rerun(idx: int) -> bool:
+        """Whether a notebook before position ``idx`` *in the series* ran in this invocation (its inputs
+        may have changed). By series position, not execution order: 07 and 08, executed before the
+        deferred 06, are after it in the series and never make it rerun."""
+        return any(j < idx for j in ran)
+
     def start_jobs_after(name: str) -> None:
         """Start the background job of each deferred notebook that waits for ``name`` and will run."""
-        for nb in notebooks:
+        for idx, nb in enumerate(notebooks):
             if nb.name not in deferred or nb.background.after != name:
                 continue
+            rerun_downstream = upstream_rerun(idx)
             done, _ = _is_finished(state.get(nb.name), nb, layout.executed / nb.source.name)
             if done and not force and not rerun_downstream:
                 continue  # finished earlier: the loop skips it too
@@ -301,7 +308,8 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
             state[nb.name] = {"status": "running", "parameters": nb.parameters}
             _write_state(layout, state)
             log = layout.executed / f"{nb.name}.background.log"
-            jobs[nb.name] = overlap.start(nb.name, nb.background, nb.parameters, log)
+            jobs[nb.name] = overlap.start(nb.name, nb.background, nb.parameters, log, cwd=nb.source.parent)
+            ran.append(idx)  # it reruns from now on: the notebooks after it in the series rerun too
             echo(f"[bg] {nb.name}: its training runs in the background from now on (nice {overlap.BACKGROUND_NICE}; "
                  f"log {log}); the notebook itself runs before the first notebook that reads its folder")
 
@@ -311,6 +319,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
             nb = notebooks[idx]
             out = layout.executed / nb.source.name
             done, why = _is_finished(state.get(nb.name), nb, out)
+            rerun_downstream = upstream_rerun(idx)
             if done and not force and not rerun_downstream:
                 echo(f"[{i}/{total}] {nb.name}: finished earlier ({state[nb.name]['seconds']:.0f} s), "
                      "skipped (--force reruns it)")
@@ -325,7 +334,17 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
             echo(f"[{i}/{total}] {nb.name}: running ({reason})")
             t0, c0 = time.perf_counter(), children_cpu_s()  # a job's CPU counts once it is reaped below
             if job is not None:  # its outputs are the job's work: never cleared here
-                code = job.join()
+                if job.returncode is None:
+                    echo(f"    waiting for its background job (log {job.log})")
+                code = job.join(cell_timeout_s or None)  # the cell's limit, as the notebook's cell would have
+                if code is None:
+                    job.stop()
+                    state[nb.name] = {"status": "failed", "parameters": nb.parameters,
+                                      "seconds": time.perf_counter() - t0, "error": "background job timed out"}
+                    _write_state(layout, state)
+                    raise PipelineError(f"notebook {nb.name}: its background job was still running {cell_timeout_s} s "
+                                        f"after the runner began waiting for it (the cell limit) and was stopped; "
+                                        f"see {job.log}. Rerun to resume its arms from their checkpoints.", nb.name)
                 echo(f"    background job: exit {code} after {job.seconds:.0f} s" + (
                     "" if code == 0 else f" (see {job.log}); the notebook trains what is missing itself"))
             else:
@@ -368,7 +387,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
             echo(f"[{i}/{total}] {nb.name}: done in {seconds:.0f} s ({cpu:.0f} CPU s; load average {load_avg:.1f})")
             records.append({"notebook": nb.name, "status": "done", "seconds": seconds, "cpu_seconds": cpu,
                             "load_avg": load_avg, **extra})
-            rerun_downstream = True
+            ran.append(idx)
             start_jobs_after(nb.name)
     finally:  # a failure, an interrupt: no job outlives the runner
         for job in jobs.values():

@@ -99,9 +99,10 @@ def _arm_cli(argv: Sequence[str]) -> None:
               max_response_tokens=ablation_budget(cfg, stage_name))
 
 
-def _die_with_parent() -> None:
-    """In a worker, before exec: ask Linux to SIGKILL it when the parent dies (even by SIGKILL),
-    so no orphan keeps writing into an arm folder that a rerun resumes. No-op elsewhere."""
+def die_with_parent() -> None:
+    """In a child, before exec (``preexec_fn``): ask Linux to SIGKILL it when the parent dies (even by
+    SIGKILL), so no orphan keeps writing into an arm folder that a rerun resumes (ablation workers,
+    the pipeline's background job). No-op elsewhere."""
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, int(signal.SIGKILL))  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
@@ -147,7 +148,7 @@ def _run_arms(cfg: KitConfig, stage_name: str, policy_dir: Path, jobs: list[tupl
                 save(wcfg, rd)
                 log = (rd / "worker.log").open("w")
                 proc = subprocess.Popen([sys.executable, "-c", code, str(rd), stage_name, str(policy_dir), alg, str(seed),
-                                         str(steps)], stdout=log, stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+                                         str(steps)], stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
                 running.append((proc, log, alg, seed, rd))
             time.sleep(1.0)
             relay()
@@ -214,7 +215,10 @@ def run_ablation(cfg: KitConfig, policy_dir: str | Path, run_dir: str | Path, se
             expect = {"stage": stage_name, "algorithm": alg, "seed": seed, "steps": steps, "init_dir": str(policy_dir)}
             if budget is not None:  # the arms run at another budget than the stage's (ablation_budget)
                 expect["max_response_tokens"] = budget
-            if common.finished_summary(rd, expect) is not None:
+            if common.finished_summary(rd, expect) is not None:  # e.g. trained by the pipeline's background job
+                if progress is not None:  # shown as trained: the live curves and the bar get its rows
+                    for row in common.metric_rows(rd):
+                        progress(row)
                 continue
             source = next((Path(c) for c in reuse if reusable_run(cfg, c, expect)), None)
             if source is not None:

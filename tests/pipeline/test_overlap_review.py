@@ -1,6 +1,5 @@
 """Review of issue #16's background job (kit.overlap, kit.chain.ablation_job): defects found, each
-pinned by a test marked ``xfail(strict=True)`` until fixed (a fix turns it into an XPASS failure:
-then drop the marker).
+each pinned by a test that failed before its fix (all five fixed since).
 
 1. kit/overlap.py promises the job "is stopped (its whole process group) when the runner stops
    for any reason", but the job runs in a new session and the runner stops it only in a
@@ -77,9 +76,6 @@ def _wait_for(path: Path, timeout_s: float) -> bool:
     return True
 
 
-@pytest.mark.xfail(strict=True, reason="review rv16 #1: the job (own session, no PDEATHSIG) outlives a runner "
-                                       "ended by SIGTERM/SIGHUP; fix: PR_SET_PDEATHSIG in the job, or SIGTERM/SIGHUP "
-                                       "handlers in run_series that raise so the finally stops it")
 @pytest.mark.slow  # two kernel starts and a stop: ~25 s each while it fails
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_a_runner_ended_by_a_signal_leaves_no_background_job(tmp_path, sig):
@@ -125,9 +121,6 @@ def test_a_runner_ended_by_a_signal_leaves_no_background_job(tmp_path, sig):
                 pass
 
 
-@pytest.mark.xfail(strict=True, reason="review rv16 #2: job.join() has no limit, so --cell-timeout no longer "
-                                       "bounds 06's training; fix: join with the cell limit (from the job's start), "
-                                       "then stop the job and fail 06 naming the job's log")
 @pytest.mark.slow  # waits 45 s for the runner while it fails
 def test_a_hanging_background_job_is_bounded_by_the_cell_timeout(tmp_path):
     runs, lay = _series(tmp_path, c_sleep=0)
@@ -152,8 +145,6 @@ def test_a_hanging_background_job_is_bounded_by_the_cell_timeout(tmp_path):
     assert isinstance(result.get("error"), PipelineError)
 
 
-@pytest.mark.xfail(strict=True, reason="review rv16 #3: a missing parameter exits 1 with a KeyError traceback, "
-                                       "not 2 as documented; fix: catch KeyError/TypeError in main and return 2")
 def test_the_ablation_job_exits_2_on_a_missing_parameter(capsys):
     from kit.chain import ablation_job
 
@@ -167,10 +158,6 @@ DONE_JOB = ("import json, sys\nfrom pathlib import Path\np = json.loads(sys.argv
             "Path(p['run_dir'], 'product.txt').write_text('trained by the job')\n")
 
 
-@pytest.mark.xfail(strict=True, reason="review rv16 #4: rerun_downstream follows the execution order, in which c now "
-                                       "comes before b: rerunning c (07/08 in the standard series) clears and retrains b "
-                                       "(06, the ablation) in the foreground; in series order c is after b and never "
-                                       "reran it. Fix: decide 'an upstream notebook was rerun' by series position")
 @pytest.mark.slow  # two invocations of a four-notebook series (~7 kernel starts)
 def test_rerunning_a_notebook_after_it_in_the_series_does_not_rerun_the_deferred_notebook(tmp_path):
     src, lay = tmp_path / "src", Layout(root=tmp_path / "out", profile="tiny")
@@ -191,9 +178,6 @@ def test_rerunning_a_notebook_after_it_in_the_series_does_not_rerun_the_deferred
     assert (lay.root / "b" / "product.txt").read_text() == "trained by the job"
 
 
-@pytest.mark.xfail(strict=True, reason="review rv16 #5: BackgroundRun.seconds is measured when the runner reaps the "
-                                       "job (at 06's turn), not when it exited, so times_table's 'its training ran N s' "
-                                       "includes the idle wait; fix: record the exit time (a waiter thread or poll)")
 def test_the_job_seconds_are_its_run_time_not_the_time_until_it_was_joined(tmp_path):
     job = overlap.start("b", overlap.Background((sys.executable, "-c", "pass"), after="a"), {}, tmp_path / "b.log")
     time.sleep(3.0)  # the job exits at once; the runner is busy with other notebooks

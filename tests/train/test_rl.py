@@ -184,6 +184,13 @@ def test_ablation_reports_both_algorithms_over_seeds(policy, tmp_path, parity_gr
     grpo_rows = common.metric_rows(tmp_path / "grpo_seed0")
     assert all(r["sampled"] == r["kept"] == 2 * 4 for r in grpo_rows)
     assert json.loads((tmp_path / "ablation.json").read_text())["seeds"] == [0, 1]
+    # run again (notebook 06 after the pipeline's background job): nothing trains, and every finished
+    # arm's rows still reach the progress display, so the notebook shows them as trained
+    seen = []
+    again = ablation.run_ablation(cfg, policy, tmp_path, seeds=(0, 1), progress=seen.append)
+    rows = [r for r in seen if "step" in r]
+    assert len(rows) == 4 * cfg.ablation.steps and again["runs"].keys() == s["runs"].keys()
+    assert {(r["algorithm"], r["seed"]) for r in rows} == {(a, k) for a in ("grpo", "grpo_roc") for k in (0, 1)}
 
 
 def test_ablation_reuses_a_matching_stage_run_and_only_that(policy, tmp_path, parity_grader):

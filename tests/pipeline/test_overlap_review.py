@@ -85,8 +85,9 @@ def test_a_runner_ended_by_a_signal_leaves_no_background_job(tmp_path, sig):
         {"source": str(nb.source), "parameters": nb.parameters, "outputs": list(nb.outputs),
          "job": list(nb.background.argv) if nb.background else None} for nb in runs]}))
     runner = textwrap.dedent("""
-        import json, sys
+        import json, signal, sys
         from pathlib import Path
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as in a terminal: under nohup (CI) it arrives ignored
         from kit import overlap
         from kit.pipeline import Layout, NotebookRun, run_series
         s = json.loads(Path(sys.argv[1]).read_text())

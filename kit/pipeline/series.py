@@ -275,6 +275,14 @@ def times_table(records: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def _resumable(entry: dict[str, Any] | None, nb: NotebookRun) -> bool:
+    """Whether ``nb`` failed or was interrupted last time with the same parameters: it then resumes
+    into its output folders (trainers continue from their last checkpoint) instead of starting afresh."""
+    entry = entry or {}
+    return (entry.get("status") in ("failed", "running")
+            and entry.get("parameters") == json.loads(json.dumps(nb.parameters)))
+
+
 def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout_s, echo) -> list[dict[str, Any]]:
     import papermill as pm  # papermill: the notebook kernels' runner, only when notebooks run
 
@@ -301,9 +309,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
             done, _ = _is_finished(state.get(nb.name), nb, layout.executed / nb.source.name)
             if done and not force and not rerun_downstream:
                 continue  # finished earlier: the loop skips it too
-            entry = state.get(nb.name) or {}
-            if not (entry.get("status") in ("failed", "running") and not force and not rerun_downstream
-                    and entry.get("parameters") == json.loads(json.dumps(nb.parameters))):
+            if not (not force and not rerun_downstream and _resumable(state.get(nb.name), nb)):
                 _clear_outputs(nb, layout, echo)
             state[nb.name] = {"status": "running", "parameters": nb.parameters}
             _write_state(layout, state)
@@ -350,10 +356,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
             else:
                 # an interrupted notebook with unchanged inputs resumes (trainers continue from their last
                 # checkpoint); any other rerun starts from empty output folders
-                entry = state.get(nb.name) or {}
-                resumable = (entry.get("status") in ("failed", "running") and not force and not rerun_downstream
-                             and entry.get("parameters") == json.loads(json.dumps(nb.parameters)))
-                if not resumable:
+                if not (not force and not rerun_downstream and _resumable(state.get(nb.name), nb)):
                     _clear_outputs(nb, layout, echo)
             state[nb.name] = {"status": "running", "parameters": nb.parameters}
             _write_state(layout, state)

@@ -339,7 +339,11 @@ class LiveCurves:
     Args:
         keys: metrics keys to plot, one axes each (e.g. ``("loss",)`` or ``("accuracy", "response_len_mean")``).
         total: planned number of steps (for the title and the x range), or None.
-        every: redraw period in rows (drawing costs ~0.1 s).
+        every: redraw period in rows (drawing costs ~0.1 s, more as the rows grow).
+        min_interval_s: and at least this many seconds (wall) since the last redraw, so a burst
+            of rows does not redraw once per row (notebook 06 replaying 400 finished ablation rows
+            at ``every=1`` spent 90 s drawing, issue #16). A row at ``x == total`` (a run's last
+            step) and a summary row always redraw.
         x: the step key.
         title: prefix of the figure title.
         group: keys whose values split the rows into separate lines (e.g. ``("algorithm", "seed")``
@@ -347,7 +351,7 @@ class LiveCurves:
     """
 
     def __init__(self, keys: Sequence[str], total: int | None = None, every: int = 10, x: str = "step",
-                 title: str = "", group: Sequence[str] = ()):
+                 title: str = "", group: Sequence[str] = (), min_interval_s: float = 2.0):
         if not keys:
             raise ValueError("LiveCurves needs at least one metrics key")
         self.keys, self.total, self.every, self.x, self.title = tuple(keys), total, max(1, every), x, title
@@ -356,6 +360,9 @@ class LiveCurves:
         self.summary: dict | None = None
         self._handle = None
         self._t0 = time.perf_counter()
+        self.min_interval_s = min_interval_s
+        self._last_draw = float("-inf")
+        self.draws = 0  # redraws so far (a count, for tests and benchmarks)
 
     def __call__(self, row: dict) -> None:
         if "summary" in row:
@@ -363,7 +370,9 @@ class LiveCurves:
             self.draw()
             return
         self.rows.append(row)
-        if len(self.rows) % self.every == 0 or (self.total is not None and row.get(self.x) == self.total):
+        last = self.total is not None and row.get(self.x) == self.total
+        due = len(self.rows) % self.every == 0 and time.perf_counter() - self._last_draw >= self.min_interval_s
+        if last or due:
             self.draw()
 
     def status(self) -> str:
@@ -399,6 +408,7 @@ class LiveCurves:
 
     def draw(self) -> None:
         """Redraw into the notebook output (no-op outside IPython)."""
+        self._last_draw, self.draws = time.perf_counter(), self.draws + 1
         if get_ipython() is None:
             return
         fig = self.figure()

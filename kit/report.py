@@ -38,7 +38,7 @@ from matplotlib.backends.backend_pdf import PdfPages
 from matplotlib.figure import Figure
 
 from kit import latex_pdf
-from kit.runs import SERIES, Layout
+from kit.runs import SERIES, Layout, read_state
 from kit.summary import prepend_summary
 
 # control characters xelatex rejects ("Text line contains an invalid character"); \t \n \r and ESC
@@ -79,19 +79,16 @@ def failed_notebooks(layout: Layout) -> dict[str, str]:
         ReportError: ``pipeline_state.json`` exists but is not a JSON object (names the file).
     """
     found: dict[str, str] = {}
-    if layout.state_path.exists():
-        try:
-            state = json.loads(layout.state_path.read_text())
-        except json.JSONDecodeError as exc:
-            raise ReportError(f"{layout.state_path}: not valid JSON ({exc})") from exc
-        if not isinstance(state, dict):
-            raise ReportError(f"{layout.state_path}: expected a JSON object, got {type(state).__name__}")
-        for name, entry in state.items():
-            status = entry.get("status") if isinstance(entry, dict) else None
-            if status != "done":
-                error = entry.get("error", "") if isinstance(entry, dict) else ""
-                found[name] = (error.splitlines()[0] if error else
-                               f"status {status!r} (the run was interrupted while it ran)")
+    try:
+        state = read_state(layout)
+    except ValueError as exc:
+        raise ReportError(str(exc)) from exc
+    for name, entry in state.items():
+        status = entry.get("status") if isinstance(entry, dict) else None
+        if status != "done":
+            error = entry.get("error", "") if isinstance(entry, dict) else ""
+            found[name] = (error.splitlines()[0] if error else
+                           f"status {status!r} (the run was interrupted while it ran)")
     for p in _executed_notebooks(layout):
         try:
             meta = json.loads(p.read_text()).get("metadata", {}).get("kit_pipeline", {})

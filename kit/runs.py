@@ -11,6 +11,7 @@ imports neither.
 
 from __future__ import annotations
 
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,24 @@ class Layout:
     @property
     def report_pdf(self) -> Path:
         return self.root / "report.pdf"
+
+
+def read_state(layout: Layout) -> dict[str, Any]:
+    """The run's ``pipeline_state.json``: ``{notebook: entry}`` (empty dict when absent). The one
+    reader of the state file, for the runner (:mod:`kit.pipeline.series`) and the report (:mod:`kit.report`).
+
+    Raises:
+        ValueError: the file exists but is not a JSON object (the message names the file).
+    """
+    if not layout.state_path.exists():
+        return {}
+    try:
+        state = json.loads(layout.state_path.read_text())
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{layout.state_path}: not valid JSON ({exc}); delete it to rerun everything") from exc
+    if not isinstance(state, dict):
+        raise ValueError(f"{layout.state_path}: expected a JSON object, got {type(state).__name__}")
+    return state
 
 
 # The series and the parameters each notebook receives. Upstream run directories are passed

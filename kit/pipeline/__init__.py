@@ -57,6 +57,7 @@ from kit.pipeline.series import (
     OTHER_PROFILE_CELL_TIMEOUT_S,
     NotebookRun,
     children_cpu_s,
+    cores_busy_line,
     default_cell_timeout,
     read_state,
     run_series,
@@ -78,7 +79,7 @@ __all__ = [
     "CELL_TIMEOUT_S", "KERNEL_ENV", "LAUNCHES_VERL", "NOTEBOOK_DIR", "OTHER_PROFILE_CELL_TIMEOUT_S", "SERIES",
     "VERL_SESSION_DIR", "ConfigError", "Layout", "NotebookRun", "PipelineError", "available_profiles",
     "children_cpu_s", "default_cell_timeout", "dry_run_text", "load", "main", "mark_not_run", "read_state",
-    "run_in_verl_cpu_session", "run_series", "series_parameters", "standard_series", "times_table",
+    "cores_busy_line", "run_in_verl_cpu_session", "run_series", "series_parameters", "standard_series", "times_table",
     "VerlDeviceError", "check_verl_device", "DEVICE_ENV", "ignored_device_warning",
 ]
 
@@ -207,6 +208,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"kit.pipeline: no report: {exc}", file=sys.stderr)
             return 1
         print(f"kit.pipeline: report {pdf}")
+    wall = time.perf_counter() - t0
     print(times_table(records))
-    print(f"kit.pipeline: all {len(series)} notebooks finished in {time.perf_counter() - t0:.0f} s")
+    print(cores_busy_line(records, wall))
+    print(f"kit.pipeline: all {len(series)} notebooks finished in {wall:.0f} s")
     return 0

@@ -27,7 +27,7 @@ from kit import OPENMP_SPINCOUNT, overlap
 from kit.config import load
 from kit.paths import REPO_ROOT
 from kit.pipeline.failures import PipelineError, describe_failure, failed_cell, mark_not_run
-from kit.runs import Layout, series_parameters
+from kit.runs import Layout, read_state, series_parameters
 from kit.train.ablation import ablation_budget
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
@@ -118,23 +118,6 @@ def _sha(path: Path) -> str:
     nb = json.loads(path.read_text())
     text = json.dumps([(c.get("cell_type"), "".join(c.get("source", ""))) for c in nb.get("cells", [])])
     return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def read_state(layout: Layout) -> dict[str, Any]:
-    """The run's ``pipeline_state.json`` (empty dict when absent).
-
-    Raises:
-        ValueError: the file exists but is not a JSON object (the message names the file).
-    """
-    if not layout.state_path.exists():
-        return {}
-    try:
-        state = json.loads(layout.state_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ValueError(f"{layout.state_path}: not valid JSON ({exc}); delete it to rerun everything") from exc
-    if not isinstance(state, dict):
-        raise ValueError(f"{layout.state_path}: expected a JSON object, got {type(state).__name__}")
-    return state
 
 
 def _write_state(layout: Layout, state: dict[str, Any]) -> None:
@@ -250,6 +233,24 @@ def children_cpu_s() -> float:
     Unlike wall time it hardly moves when other work shares the cores."""
     ch = resource.getrusage(resource.RUSAGE_CHILDREN)
     return ch.ru_utime + ch.ru_stime
+
+
+def cores_busy_line(records: Sequence[dict[str, Any]], wall_s: float, cores: int | None = None) -> str:
+    """How busy the run kept the machine: the CPU seconds of the notebooks run now (kernels, their
+    children, the background job) over ``cores`` x ``wall_s``, and the wall time those CPU seconds
+    need at the least (CPU s / cores, every core busy all the time). Issue #16: the series' CPU
+    seconds, not its order, set how far the wall time can fall on 2 cores.
+
+    Args:
+        records: :func:`run_series` records.
+        wall_s: the whole invocation's wall seconds.
+        cores: default the cores this process may run on (``os.sched_getaffinity``).
+    """
+    cores = cores or len(os.sched_getaffinity(0))
+    cpu = sum(r.get("cpu_seconds", 0.0) for r in records if r["status"] == "done")
+    busy = cpu / (cores * wall_s) if wall_s > 0 else float("nan")
+    return (f"  {cpu:.0f} CPU s in {wall_s:.0f} s on {cores} cores: busy {busy:.0%} of the time; at these CPU "
+            f"seconds no order or overlap can finish under {cpu / cores:.0f} s")
 
 
 def times_table(records: Sequence[dict[str, Any]]) -> str:

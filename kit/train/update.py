@@ -81,7 +81,8 @@ def policy_update(cfg: KitConfig, model, optimizer, trajectories: Sequence[Any],
         skip_zero_advantage: ``False`` runs every row (the same step; for checks and
             ``benchmarks/rl_step_profile.py``'s before/after).
     Returns:
-        ``loss``, ``grad_norm``, ``clipfrac``, ``entropy`` proxy (``-mean logp`` of kept tokens),
+        ``loss`` and ``clipfrac`` (means over the ``ppo_epochs`` passes; ``grad_norm`` is the last
+        pass's), ``entropy`` proxy (``-mean logp`` of kept tokens),
         ``update_tokens`` (every kept row's response-mask tokens), ``update_rows_skipped`` (rows
         with advantage 0, not run).
     Raises:
@@ -127,7 +128,9 @@ def policy_update(cfg: KitConfig, model, optimizer, trajectories: Sequence[Any],
                 p.grad = torch.zeros_like(p)
         gn = float(torch.nn.utils.clip_grad_norm_(model.parameters(), a.grad_clip))
         optimizer.step()
-    return {"loss": stats["loss"], "grad_norm": gn, "clipfrac": stats["clipfrac"], "neg_logp": stats["neg_logp"],
+    epochs = max(1, a.ppo_epochs)  # loss and clipfrac: means over the epochs (VERL averages its per-mini-batch metrics)
+    return {"loss": stats["loss"] / epochs, "grad_norm": gn, "clipfrac": stats["clipfrac"] / epochs,
+            "neg_logp": stats["neg_logp"],
             "update_tokens": n_tok, "update_rows_skipped": float(len(skipped))}
 
 

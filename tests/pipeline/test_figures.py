@@ -127,6 +127,24 @@ def test_live_curves_keep_rows_and_title_latest_values():
         figures.LiveCurves(())
 
 
+def test_live_curves_redraw_a_burst_of_rows_at_most_every_min_interval_but_always_each_runs_last_step():
+    """Issue #16: notebook 06 replays the background job's 400 finished rows at every=1 and spent
+    90 s redrawing once per row; now a burst redraws at most every min_interval_s, plus each run's
+    last step (x == total) and the summary."""
+    live = figures.LiveCurves(("accuracy",), total=40, every=1, group=("algorithm", "seed"), min_interval_s=60.0)
+    for seed in range(10):
+        for s in range(1, 41):
+            live({"step": s, "accuracy": 0.5, "algorithm": "grpo", "seed": seed})
+    assert len(live.rows) == 400
+    assert live.draws == 1 + 10  # the first row (none drawn yet), then each run's step 40
+    live({"summary": {}})
+    assert live.draws == 12
+    eager = figures.LiveCurves(("accuracy",), total=40, every=1, min_interval_s=0.0)
+    for s in range(1, 6):
+        eager({"step": s, "accuracy": 0.5})
+    assert eager.draws == 5  # with no interval every row redraws, as before
+
+
 def test_live_curves_split_groups_into_lines():
     live = figures.LiveCurves(("accuracy",), group=("algorithm", "seed"))
     for alg in ("grpo", "grpo_roc"):

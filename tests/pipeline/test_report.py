@@ -243,6 +243,18 @@ def test_a_long_code_line_wraps_inside_the_page(tmp_path):
 
 
 @needs_poppler
+def test_a_corrupt_state_file_is_a_report_error_naming_it(tmp_path):
+    """The report reads pipeline_state.json through the runner's one reader (kit.runs.read_state)
+    and turns its error into a ReportError that names the file."""
+    lay = _failed_run(tmp_path)
+    lay.state_path.write_text("{not json")
+    with pytest.raises(report.ReportError, match="pipeline_state.json: not valid JSON"):
+        report.failed_notebooks(lay)
+    lay.state_path.write_text("[1, 2]")
+    with pytest.raises(report.ReportError, match="expected a JSON object, got list"):
+        report.failed_notebooks(lay)
+
+
 def test_the_figures_only_fallback_also_lists_failed_notebooks(tmp_path, monkeypatch, rl_metrics):
     lay = _failed_run(tmp_path)
     m = rl_metrics(tmp_path / "m" / "metrics.jsonl", stage="ablation", algorithm="grpo", seed=0, steps=3)

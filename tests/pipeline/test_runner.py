@@ -257,6 +257,17 @@ def test_each_notebook_gets_its_cpu_seconds_and_the_run_a_times_table(tmp_path, 
     assert table2.count("earlier") == 2 and f"{by['busy']['cpu_seconds']:.0f}" in table2.splitlines()[1]
 
 
+def test_cores_busy_line_gives_the_share_of_the_cores_used_and_the_wall_time_floor():
+    """Issue #16: the end of a run says how busy it kept the cores and the least wall time its
+    CPU seconds allow, so a slow run is read as "too much work" or "cores left idle"."""
+    recs = [{"notebook": "a", "status": "done", "seconds": 300.0, "cpu_seconds": 500.0},
+            {"notebook": "b", "status": "done", "seconds": 900.0, "cpu_seconds": 1300.0},
+            {"notebook": "c", "status": "skipped", "earlier_seconds": 50.0, "earlier_cpu_seconds": 99.0}]
+    line = pipeline.cores_busy_line(recs, 1200.0, cores=2)
+    assert "1800 CPU s in 1200 s on 2 cores" in line and "busy 75%" in line and "under 900 s" in line
+    assert "on 1 cores: busy 150%" in pipeline.cores_busy_line(recs, 1200.0, cores=1)
+
+
 def test_log_output_streams_what_the_cells_print(tmp_path, make_notebook, capfd):
     # --log-output: papermill logs a cell's stdout at INFO, which Python drops without a handler, so
     # before the fix a papermill log showed no cell output and no progress bar at all

@@ -42,3 +42,20 @@ def test_skipping_zero_advantage_rows_is_the_full_update_in_every_mode(policy, m
         assert outs[0][key] == pytest.approx(outs[1][key], rel=1e-5, abs=1e-6), key
     for p, q in zip(*params, strict=True):  # tolerance as in test_rl_update: AdamW turns rounding into ~1e-5 moves
         torch.testing.assert_close(p, q, rtol=0, atol=1e-4)
+
+
+def test_loss_and_clipfrac_are_means_over_ppo_epochs_not_sums(policy):
+    """With a learning rate of 0 every epoch sees the same weights, so a 3-epoch update reports the
+    1-epoch loss and clipfrac (VERL averages its per-mini-batch metrics; a sum read 3x the loss)."""
+    trajs = [traj(resp=(10, 11, 12, 13)), traj(resp=(20, 21, 22)), traj(resp=(30, 31, 32, 33, 34))]
+    adv = torch.tensor([0.7, -0.4, -0.3])
+    outs = {}
+    for epochs in (1, 3):
+        model, tok = load_policy(policy)
+        model.train()
+        opt = common.make_optimizer(model, 0.0)
+        outs[epochs] = update.policy_update(rl_cfg(**{"algorithm.ppo_epochs": epochs}), model, opt, trajs, adv,
+                                            tok.pad_token_id, 0.0)
+    assert outs[1]["loss"] != 0.0
+    for key in ("loss", "clipfrac", "neg_logp", "update_tokens"):
+        assert outs[3][key] == pytest.approx(outs[1][key], rel=1e-6, abs=1e-9), key

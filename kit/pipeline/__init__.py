@@ -59,6 +59,7 @@ from kit.pipeline.series import (
     children_cpu_s,
     cores_busy_line,
     default_cell_timeout,
+    machine_busy_cpu_s,
     read_state,
     run_series,
     standard_series,
@@ -78,7 +79,7 @@ from kit.runs import SERIES, Layout, series_parameters
 __all__ = [
     "CELL_TIMEOUT_S", "KERNEL_ENV", "LAUNCHES_VERL", "NOTEBOOK_DIR", "OTHER_PROFILE_CELL_TIMEOUT_S", "SERIES",
     "VERL_SESSION_DIR", "ConfigError", "Layout", "NotebookRun", "PipelineError", "available_profiles",
-    "children_cpu_s", "default_cell_timeout", "dry_run_text", "load", "main", "mark_not_run", "read_state",
+    "children_cpu_s", "default_cell_timeout", "dry_run_text", "load", "machine_busy_cpu_s", "main", "mark_not_run", "read_state",
     "cores_busy_line", "run_in_verl_cpu_session", "run_series", "series_parameters", "standard_series", "times_table",
     "VerlDeviceError", "check_verl_device", "DEVICE_ENV", "ignored_device_warning",
 ]
@@ -194,7 +195,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     if wrapped is not None:
         return wrapped
     print(f"kit.pipeline: profile {args.profile}, run {args.run} -> {layout.root}")
-    t0 = time.perf_counter()
+    t0, busy0 = time.perf_counter(), machine_busy_cpu_s()
     try:
         records = run_series(series, layout, force=args.force, log_output=args.log_output, cell_timeout_s=timeout)
     except PipelineError as exc:
@@ -208,8 +209,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"kit.pipeline: no report: {exc}", file=sys.stderr)
             return 1
         print(f"kit.pipeline: report {pdf}")
-    wall = time.perf_counter() - t0
+    wall, busy1 = time.perf_counter() - t0, machine_busy_cpu_s()
     print(times_table(records))
-    print(cores_busy_line(records, wall))
+    print(cores_busy_line(records, wall, machine_busy_s=None if busy0 is None or busy1 is None else busy1 - busy0))
     print(f"kit.pipeline: all {len(series)} notebooks finished in {wall:.0f} s")
     return 0

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import time
 
 import nbformat
 import pytest
@@ -257,15 +258,26 @@ def test_each_notebook_gets_its_cpu_seconds_and_the_run_a_times_table(tmp_path, 
     assert table2.count("earlier") == 2 and f"{by['busy']['cpu_seconds']:.0f}" in table2.splitlines()[1]
 
 
-def test_cores_busy_line_gives_the_share_of_the_cores_used_and_the_wall_time_floor():
-    """Issue #16: the end of a run says how busy it kept the cores and the least wall time its
-    CPU seconds allow, so a slow run is read as "too much work" or "cores left idle"."""
+def test_cores_busy_line_gives_the_counted_cpu_the_machines_busy_share_and_the_wall_time_floor():
+    """Issue #16: the end of a run says how much CPU it counted, how busy the machine's cores were
+    (every process: the count misses the sandbox's per-call children) and the least wall time
+    that much work allows, so a slow run reads as "too much work" or as "cores left idle"."""
     recs = [{"notebook": "a", "status": "done", "seconds": 300.0, "cpu_seconds": 500.0},
             {"notebook": "b", "status": "done", "seconds": 900.0, "cpu_seconds": 1300.0},
             {"notebook": "c", "status": "skipped", "earlier_seconds": 50.0, "earlier_cpu_seconds": 99.0}]
-    line = pipeline.cores_busy_line(recs, 1200.0, cores=2)
-    assert "1800 CPU s in 1200 s on 2 cores" in line and "busy 75%" in line and "under 900 s" in line
-    assert "on 1 cores: busy 150%" in pipeline.cores_busy_line(recs, 1200.0, cores=1)
+    line = pipeline.cores_busy_line(recs, 1200.0, cores=2, machine_busy_s=2160.0)
+    assert "1800 CPU s counted" in line and "busy 2160 CPU s" in line and "= 90% of 1200 s" in line
+    assert "cannot finish under 1080 s on 2 cores" in line
+    assert pipeline.cores_busy_line(recs, 1200.0, cores=2).endswith("the background job)")  # not measured
+
+
+def test_machine_busy_cpu_s_counts_this_process_spinning():
+    before = pipeline.machine_busy_cpu_s()
+    t = time.process_time()
+    while time.process_time() - t < 0.5:
+        pass
+    after = pipeline.machine_busy_cpu_s()
+    assert before is not None and after - before >= 0.4
 
 
 def test_log_output_streams_what_the_cells_print(tmp_path, make_notebook, capfd):

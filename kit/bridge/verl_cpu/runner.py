@@ -33,7 +33,7 @@ from kit.bridge.verl_cpu import ray_local
 PLUGIN_MODULE = "kit.bridge.verl_cpu.plugin"
 ENTRY_POINT = "kit_cpu"
 VERL_PIN = "0.9.1"
-#: seconds between the RoC replay buffer's checks for finished trajectories on the CPU runtime
+#: seconds between the kit replay buffers' checks for finished trajectories on the CPU runtime (GRPO and RoC)
 CPU_POLL_INTERVAL_S = 0.1
 FALLBACK_ENV = "KIT_VERL_PLUGIN_FALLBACK"
 

@@ -31,8 +31,8 @@ import transfer_queue as tq
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
-#: The kit's one metric prefix (== ``kit.bridge.tracking.KIT_PREFIX``, checked by the tests).
-KIT_PREFIX = "rstar2/"
+from kit.bridge.tracking import KIT_PREFIX
+
 #: extra_fields keys (written by ``kit.bridge.agent_loop.trajectory_to_output``) the tool metrics read.
 TOOL_KEYS = ("tool_calls", "infra_errors", "tool_wall_s")
 

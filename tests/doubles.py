@@ -1,8 +1,10 @@
-"""Test doubles shared across test folders: tool-call text, a tiny tokenizer corpus, a fake sandbox
-(importable from every test module: tests/conftest.py puts this folder on the path)."""
+"""Test doubles shared across test folders: tool-call text, a tiny tokenizer corpus, a fake sandbox,
+an in-memory TransferQueue (importable from every test module: tests/conftest.py puts this folder
+on the path)."""
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import socket
@@ -74,3 +76,49 @@ def load_benchmark(name: str) -> ModuleType:
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     return mod
+
+
+#: Modules that call TransferQueue through a module-level ``tq`` (VERL's v1 replay buffer, the kit's buffers).
+TQ_USERS = ("verl.trainer.ppo.v1.replay_buffer", "kit.bridge.sampler", "kit.bridge.roc_hook")
+
+
+class FakeTQ:
+    """In-memory stand-in for the TransferQueue calls the v1 replay buffers make (kv_list, kv_batch_get,
+    kv_clear), returning VERL's real container types; TransferQueue itself needs a Ray cluster (and
+    hangs on 2-CPU nodes, verl #7656)."""
+
+    def __init__(self):
+        self.tags: dict[str, dict] = {"train": {}, "val": {}}
+        self.values: dict[str, dict] = {"train": {}, "val": {}}
+        self.refills = 0
+
+    def install(self, monkeypatch) -> FakeTQ:
+        """Serve the ``tq`` calls of every module in :data:`TQ_USERS`; returns self."""
+        for name in TQ_USERS:
+            monkeypatch.setattr(importlib.import_module(name), "tq", self)
+        return self
+
+    def add_group(self, rows, step=0, partition="train"):
+        """One finished prompt group: ``rows`` of dicts with ``uid``, ``session``, ``score``, ``extra``,
+        ``responses`` and optionally ``index`` (the output's number within its session)."""
+        uid = rows[0]["uid"]
+        self.tags[partition][uid] = {"is_prompt": True, "status": "finished", "global_steps": step}
+        for r in rows:
+            key = f"{uid}_{r['session']}_{r.get('index', 0)}"
+            self.tags[partition][key] = {"status": "success", "seq_len": 10, "global_steps": step}
+            self.values[partition][key] = {"rm_scores": r["score"], "extra_fields": r["extra"],
+                                           "responses": r["responses"]}
+
+    def kv_list(self, partition_id=None):
+        return {p: dict(t) for p, t in self.tags.items() if partition_id in (None, p)}
+
+    def kv_batch_get(self, keys, partition_id, select_fields=None):
+        # VERL's container builder: only the tests that drive a v1 buffer (and so have VERL) get here
+        from verl.utils.tensordict_utils import list_of_dict_to_tensordict
+
+        return list_of_dict_to_tensordict([{f: self.values[partition_id][k][f] for f in select_fields} for k in keys])
+
+    def kv_clear(self, keys, partition_id):
+        for k in keys:
+            self.tags[partition_id].pop(k, None)
+            self.values[partition_id].pop(k, None)

@@ -25,7 +25,7 @@ LOCAL_RL_KEYS = ("stage", "step", "global_step", "reward_mean", "accuracy", "res
                  "algorithm", "seed")
 #: the keys of a VERL RL row of every algorithm (VERL's own step metrics, kit.bridge.stages.METRIC_MAP)
 VERL_RL_KEYS = ("stage", "step", "global_step", "reward_mean", "accuracy", "response_len_mean", "truncation_ratio",
-                "time_generate_s", "time_update_s", "algorithm", "seed")
+                "tool_calls_per_traj", "time_generate_s", "time_tool_s", "time_update_s", "algorithm", "seed")
 STAGES = ("stage1", "stage2", "stage3")
 
 

@@ -4,7 +4,8 @@
 (rStar2-Agent §4.3; values from ``kit.config`` and the profile): SGLang async multi-turn rollout
 through the kit's agent loop (``kit.bridge.agent_loop``, registered as ``rstar2_kit``),
 ``rollout.n = G`` with 2G oversampling and RoC in the v1 trainer's custom sampler
-(``kit.bridge.roc_hook``; why there is written in that module), the kit reward function
+(``kit.bridge.roc_hook``; why there is written in that module; plain GRPO gets its base class,
+``kit.bridge.sampler.KitReplayBuffer``, so both log the step's tool metrics), the kit reward function
 (``kit.bridge.reward_fn``), GRPO advantage, Clip-Higher 0.2/0.28 with VERL's dual clip c = 3,
 token-mean loss, no KL and no entropy term, lr 1e-6, one optimizer step per RL step, and the
 stage's response length, turn limit, step count and checkpoint resumption, and (``rollout.balancer =
@@ -42,6 +43,8 @@ from kit.bridge.tracking import tracking_env
 STAGES = ("stage1", "stage2", "stage3")
 AGENT_NAME = "rstar2_kit"  # kit.bridge.agent_loop.AGENT_NAME (kept literal: that module imports verl)
 ROC_SAMPLER = ("pkg://kit.bridge.roc_hook", "RocReplayBuffer")
+#: GRPO's v1 sampler: VERL's sync buffer plus the step's tool metrics (``kit.bridge.sampler``)
+GRPO_SAMPLER = ("pkg://kit.bridge.sampler", "KitReplayBuffer")
 ROC_MANAGER = "kit.bridge.roc_hook.RocAgentLoopManager"
 REWARD_FN = ("pkg://kit.bridge.reward_fn", "compute_score")
 
@@ -280,6 +283,12 @@ def to_hydra_overrides(
             out.append(("+trainer.v1.sampler.sampler_kwargs.tokenizer_path", model_path or config.model.name_or_path))
         if a.drop_equal_reward_groups:
             out.append(("data.gen_batch_size", 1))  # exact refill of dropped groups, one prompt at a time
+    else:  # VERL's own buffer for these settings, plus the tool metrics of the step's rows
+        out += [
+            ("trainer.v1.sampler.custom_sampler.path", GRPO_SAMPLER[0]),
+            ("trainer.v1.sampler.custom_sampler.name", GRPO_SAMPLER[1]),
+            ("+trainer.v1.sampler.sampler_kwargs.train_batch_size", P),
+        ]
     return [f"{k}={_fmt(v)}" for k, v in out]
 
 

@@ -16,7 +16,9 @@ from Hydra overrides on the stock entry point (no forked ``main`` or TaskRunner)
   ``.name=RocReplayBuffer``, settings in ``trainer.v1.sampler.sampler_kwargs``): reads
   ``rm_scores`` and the agent loop's ``extra_fields`` counters of the 2G trajectories of each
   prompt from TransferQueue, runs :func:`kit.algo.roc.roc_step`, clears the rejected keys and
-  returns the kept ones. Equal-reward groups are dropped through the base class's DAPO filter
+  returns the kept ones. It is a :class:`kit.bridge.sampler.KitReplayBuffer` (GRPO's buffer),
+  so its step metrics carry the tool metrics of all 2G sessions too (``rstar2/tool_calls_per_traj``,
+  ``rstar2/time_tool_s``). Equal-reward groups are dropped through the base class's DAPO filter
   (evicted *and refilled*, so the batch keeps ``train_batch_size`` prompts; the release shrinks
   the batch instead).
 * :class:`RocAgentLoopManager` (``+actor_rollout_ref.rollout.agent.agent_loop_manager_class=
@@ -47,7 +49,6 @@ stand-in for the TransferQueue calls it makes (``kv_batch_get``, ``kv_clear``).
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -59,10 +60,10 @@ from transfer_queue import KVBatchMeta
 from transformers import AutoTokenizer
 from verl import DataProto
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ
-from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from verl.utils import tensordict_utils as tu
 
 from kit.algo.roc import RocParams, counters, release_p_err, release_p_format, roc_step
+from kit.bridge.sampler import KitReplayBuffer, poll_interval_from_kwargs
 from kit.config import AlgorithmConfig
 
 #: extra_fields keys the agent loop (kit.bridge.agent_loop) writes and RoC reads.
@@ -121,15 +122,8 @@ def roc_params_from_kwargs(kw: Mapping[str, Any]) -> tuple[RocParams, dict[str, 
         "train_batch_size": int(need("train_batch_size")),
         "max_inflight_gen_batches": int(kw.get("max_inflight_gen_batches", 1)),
         "tokenizer_path": kw.get("tokenizer_path"),
-        "poll_interval_s": kw.get("poll_interval_s", 2.0),
+        "poll_interval_s": poll_interval_from_kwargs(kw),
     }
-    try:
-        extra["poll_interval_s"] = float(extra["poll_interval_s"])
-    except (TypeError, ValueError):
-        extra["poll_interval_s"] = float("nan")
-    if not (math.isfinite(extra["poll_interval_s"]) and extra["poll_interval_s"] > 0):
-        raise ValueError(f"sampler_kwargs.poll_interval_s must be a positive number of seconds, "
-                         f"got {kw.get('poll_interval_s')!r}")
     if extra["reading"] not in ("counters", "text"):
         raise ValueError(f"sampler_kwargs.reading must be 'counters' or 'text', got {extra['reading']!r}")
     if extra["oversample"] < params.group_size:
@@ -222,12 +216,14 @@ def apply_roc(
     return data[kept], metrics
 
 
-class RocReplayBuffer(ReplayBuffer):
+class RocReplayBuffer(KitReplayBuffer):
     """VERL v1 replay buffer that applies GRPO-RoC to each sampled training batch.
 
     Constructed by ``PPOTrainer._build_replay_buffer`` with the keyword arguments every custom
     sampler gets; the RoC settings come from ``sampler_kwargs`` (see
-    :func:`roc_params_from_kwargs`). Validation batches pass through untouched.
+    :func:`roc_params_from_kwargs`). Validation batches pass through untouched. Its step metrics
+    are the base class's tool metrics over all 2G sessions per prompt
+    (:func:`kit.bridge.sampler.tool_metrics`) plus RoC's ``rstar2/roc/...``.
     """
 
     def __init__(self, trainer_mode: str, trainer_config: Any, max_off_policy_threshold: int | None,
@@ -236,23 +232,16 @@ class RocReplayBuffer(ReplayBuffer):
         if trainer_mode != "sync":
             raise ValueError(f"RocReplayBuffer supports trainer.v1.trainer_mode=sync only, got {trainer_mode!r}")
         self.roc_params, self.roc_extra = roc_params_from_kwargs(dict(sampler_kwargs or {}))
-        drop = self.roc_params.drop_equal_reward_groups
-        super().__init__(
-            trainer_mode=trainer_mode,
-            trainer_config=trainer_config,
-            max_off_policy_threshold=max_off_policy_threshold,
-            max_off_policy_strategy=max_off_policy_strategy,
-            sampler_kwargs=sampler_kwargs,
-            poll_interval=self.roc_extra["poll_interval_s"] if "poll_interval_s" in (sampler_kwargs or {}) else poll_interval,
-            refill_fn=refill_fn,
-            filter_groups_metric="reward" if drop else None,
-            train_batch_size=self.roc_extra["train_batch_size"],
-            gen_batch_size=1 if drop else None,
-            max_inflight_gen_batches=self.roc_extra["max_inflight_gen_batches"],
-        )
-        self._global_steps = 0
-        self._roc_metrics: dict[str, float] = {}
+        super().__init__(trainer_mode, trainer_config, max_off_policy_threshold, max_off_policy_strategy,
+                         sampler_kwargs, poll_interval=poll_interval, refill_fn=refill_fn)
         self._tokenizer = None
+
+    def _buffer_kwargs(self, kw: Mapping[str, Any]) -> dict[str, Any]:
+        drop = self.roc_params.drop_equal_reward_groups
+        return {"filter_groups_metric": "reward" if drop else None,
+                "train_batch_size": self.roc_extra["train_batch_size"],
+                "gen_batch_size": 1 if drop else None,
+                "max_inflight_gen_batches": self.roc_extra["max_inflight_gen_batches"]}
 
     def _text_tokenizer(self) -> Any:
         if self._tokenizer is None:
@@ -262,38 +251,17 @@ class RocReplayBuffer(ReplayBuffer):
             self._tokenizer = AutoTokenizer.from_pretrained(path)
         return self._tokenizer
 
-    def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
-        """As ``ReplayBuffer.sample``, plus RoC on the materialised training batch and its metrics."""
-        self._global_steps = int(global_steps)
-        self._roc_metrics = {}
-        batch, metrics = super().sample(global_steps, partition_id, batch_size)
-        metrics = dict(metrics)
-        metrics.update(self._roc_metrics)
-        return batch, metrics
+    def _session_fields(self) -> list[str]:
+        return ["rm_scores", "extra_fields"] + (["responses"] if self.roc_extra["reading"] == "text" else [])
 
-    def _materialize_batch(self, partition_id: str, selected_prompt_uids: list[str],
-                           partition_snapshot: dict[str, dict]) -> KVBatchMeta:
-        meta = super()._materialize_batch(partition_id, selected_prompt_uids, partition_snapshot)
-        if partition_id == "val" or not meta.keys:
-            return meta
-        # RoC chooses sessions ({uid}_{session}); a session's last output ({..}_{index}) stands for it,
-        # as in VERL's GRPO advantage (compute_advantage_for_multi_trajectories).
-        final: dict[str, tuple[int, int]] = {}
-        for i, key in enumerate(meta.keys):
-            uid, session, index = key.rsplit("_", 2)
-            if f"{uid}_{session}" not in final or final[f"{uid}_{session}"][0] < int(index):
-                final[f"{uid}_{session}"] = (int(index), i)
-        # sorted by (uid, session id): arrival order (TransferQueue listing) must not change the draw, and
-        # rank-mode ties fall to the lower session id (rollout order, as released)
-        sessions = sorted(final, key=lambda s: (s.rsplit("_", 1)[0], int(s.rsplit("_", 1)[1])))
-        rows = [final[s][1] for s in sessions]
-        text = self.roc_extra["reading"] == "text"
-        fields = ["rm_scores", "extra_fields"] + (["responses"] if text else [])
-        data = tq.kv_batch_get(keys=[meta.keys[i] for i in rows], partition_id=partition_id, select_fields=fields)
+    def _select_sessions(self, meta: KVBatchMeta, sessions: list[str], data: Any,
+                         extras: list[Mapping[str, Any]]) -> KVBatchMeta:
+        # RoC chooses sessions ({uid}_{session}, sorted by uid and session number: arrival order must not
+        # change the draw, and rank-mode ties fall to the lower session id, rollout order as released);
+        # a session's last output stands for it and all its outputs are kept or dropped together
         scores = [float(v.sum().item()) for v in data["rm_scores"]]
-        extras = [getattr(v, "data", v) for v in data["extra_fields"]]
         texts = None
-        if text:
+        if self.roc_extra["reading"] == "text":
             tok = self._text_tokenizer()
             texts = [tok.decode(list(map(int, r)), skip_special_tokens=False) for r in data["responses"]]
         uids = [s.rsplit("_", 1)[0] for s in sessions]
@@ -303,9 +271,9 @@ class RocReplayBuffer(ReplayBuffer):
         keep = [i for i, key in enumerate(meta.keys) if key.rsplit("_", 1)[0] in kept_sessions]
         rejected = [key for key in meta.keys if key.rsplit("_", 1)[0] not in kept_sessions]
         if rejected:
-            tq.kv_clear(keys=rejected, partition_id=partition_id)
-        self._roc_metrics = metrics
-        return KVBatchMeta(partition_id=partition_id, keys=[meta.keys[i] for i in keep],
+            tq.kv_clear(keys=rejected, partition_id=meta.partition_id)
+        self._step_metrics.update(metrics)
+        return KVBatchMeta(partition_id=meta.partition_id, keys=[meta.keys[i] for i in keep],
                            tags=[meta.tags[i] for i in keep])
 
 

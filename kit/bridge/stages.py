@@ -82,10 +82,20 @@ def _roc(key: str) -> tuple[str, str]:
 #: ``reward_mean`` are over every sampled rollout, as the local trainer's rows are
 #: (``kit.train.rollouts.batch_stats``): RoC's ``accuracy_before`` (the reward is the 0/1 answer
 #: reward, so its mean is the accuracy); VERL's ``critic/score/mean`` is over the rows it trains on
-#: (RoC's kept G of 2G), so it is only the fallback (GRPO, where sampled = trained). Every VERL name here is one VERL 0.9.1's v1 trainer logs
+#: (RoC's kept G of 2G), so it is only the fallback (GRPO, where sampled = trained).
+#: ``tool_calls_per_traj`` and ``time_tool_s`` come from the kit's replay buffer on both algorithms
+#: (``kit.bridge.sampler.tool_metrics``, logged as ``rstar2/<key>``, the local tracker's names): answered
+#: calls per sampled trajectory and summed sandbox seconds of every call, as the local rows count them.
+#: On both runtimes "sampled" is every rollout of the step's prompts before RoC keeps G of 2G, except
+#: that VERL's buffer evicts and refills equal-reward groups before the kit sees the batch (with
+#: ``drop_equal_reward_groups``), so those groups count in no VERL row key, while the local rows count them.
+#: Every VERL name here is one VERL 0.9.1's v1 trainer or the kit's buffers log
 #: (``tests/bridge/golden/verl_step_metrics.txt``). ``time_verify_s`` has none: the kit's reward is
 #: graded in VERL's reward-loop workers during generation (inside ``timing_s/gen``); the v1 trainer
 #: logs ``timing_s/reward`` only when it scores with a colocated reward model, so VERL rows leave it out.
+#: Of the row keys DEVELOPERS.md documents, VERL rows never carry ``time_verify_s`` and ``bstar_balance``,
+#: and GRPO rows lack the RoC ones too (``tool_error_ratio_correct_*``, ``p_format_mean``, ``kept``);
+#: ``turns_mean`` (VERL's ``num_turns`` count) is in VERL rows only.
 METRIC_MAP: dict[str, tuple[str, ...]] = {
     "reward_mean": (*_roc("accuracy_before"), "critic/score/mean", "critic/rewards/mean"),
     "accuracy": (*_roc("accuracy_before"), "critic/score/mean"),
@@ -96,6 +106,8 @@ METRIC_MAP: dict[str, tuple[str, ...]] = {
     "p_format_mean": _roc("p_format_mean"),
     "kept": _roc("kept"),
     "turns_mean": ("num_turns/mean",),
+    "tool_calls_per_traj": ("rstar2/tool_calls_per_traj",),
+    "time_tool_s": ("rstar2/time_tool_s",),
     "time_generate_s": ("timing_s/gen",),
     "time_update_s": ("timing_s/update_actor",),
     "time_step_s": ("timing_s/step",),

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kit.bridge.overrides import RecipePaths, command, stage_step_offset, to_hydra_overrides
+from kit.bridge.overrides import GRPO_SAMPLER, RecipePaths, command, stage_step_offset, to_hydra_overrides
 from kit.config import load
 
 GOLDEN = Path(__file__).parent / "golden"
@@ -82,11 +82,19 @@ def test_verl_accepts_the_config_objects(composed):
     assert rollout.agent.agent_loop_manager_class.endswith("RocAgentLoopManager")
 
 
-def test_plain_grpo_ablation_has_no_roc_pieces():
+def test_plain_grpo_ablation_has_no_roc_pieces_but_the_kit_s_tool_metrics_buffer():
+    from hydra import compose, initialize_config_module
+
     cfg = load("paper-14b", write=False, overrides={"algorithm.name": "grpo"})
     ov = to_hydra_overrides(cfg, "stage1")
-    assert not any("roc_hook" in o or "sampler_kwargs" in o for o in ov)
+    assert not any("roc_hook" in o or "oversample" in o for o in ov)
     assert "actor_rollout_ref.rollout.n=16" in ov
+    # GRPO's step rows carry tool_calls_per_traj and time_tool_s too: VERL's buffer with the kit's metrics
+    with initialize_config_module("verl.trainer.config", version_base=None):
+        c = compose(config_name="ppo_trainer", overrides=ov)
+    sampler = c.trainer.v1.sampler
+    assert (sampler.custom_sampler.path, sampler.custom_sampler.name) == GRPO_SAMPLER
+    assert dict(sampler.sampler_kwargs) == {"train_batch_size": 512} and c.data.train_batch_size == 512
 
 
 def test_release_text_reading_passes_the_tokenizer():

@@ -2,13 +2,14 @@
 
 The v1 sampler runs VERL's own ``ReplayBuffer.sample`` loop (equal-reward eviction and refill
 included); only the three TransferQueue calls it makes are served by an in-memory store that
-returns VERL's real container types (``list_of_dict_to_tensordict``), because TransferQueue
+returns VERL's real container types (``doubles.FakeTQ``), because TransferQueue
 needs a Ray cluster (and hangs on 2-CPU nodes, verl #7656).
 """
 
 import numpy as np
 import pytest
 import torch
+from doubles import FakeTQ
 from omegaconf import OmegaConf
 
 from kit.algo.roc import RocParams, allocate
@@ -30,7 +31,8 @@ def _group_rows(uid, rewards, calls, fails, tags, turns, T=6):
         scores = torch.zeros(T)
         scores[T - 1] = r
         rows.append(dict(uid=uid, session=s, score=scores, responses=torch.arange(T) + 10 * s,
-                         extra={"tool_calls": c, "tool_errors": f, "infra_errors": 0, "answer_tags": a, "turns": t}))
+                         extra={"tool_calls": c, "tool_errors": f, "infra_errors": 0, "answer_tags": a, "turns": t,
+                                "tool_wall_s": 0.25 * c}))
     return rows
 
 
@@ -97,45 +99,9 @@ def test_apply_roc_reads_tool_extra_fields_and_reports_missing_counters(hook):
         hook.apply_roc(broken, params)
 
 
-class FakeTQ:
-    """In-memory stand-in for the TransferQueue calls ReplayBuffer makes (kv_list, kv_batch_get, kv_clear)."""
-
-    def __init__(self):
-        self.tags: dict[str, dict] = {"train": {}, "val": {}}
-        self.values: dict[str, dict] = {"train": {}, "val": {}}
-        self.refills = 0
-
-    def add_group(self, rows, step=0, partition="train"):
-        uid = rows[0]["uid"]
-        self.tags[partition][uid] = {"is_prompt": True, "status": "finished", "global_steps": step}
-        for r in rows:
-            key = f"{uid}_{r['session']}_{r.get('index', 0)}"
-            self.tags[partition][key] = {"status": "success", "seq_len": 10, "global_steps": step}
-            self.values[partition][key] = {"rm_scores": r["score"], "extra_fields": r["extra"],
-                                           "responses": r["responses"]}
-
-    def kv_list(self, partition_id=None):
-        return {p: dict(t) for p, t in self.tags.items() if partition_id in (None, p)}
-
-    def kv_batch_get(self, keys, partition_id, select_fields=None):
-        from verl.utils.tensordict_utils import list_of_dict_to_tensordict
-
-        return list_of_dict_to_tensordict([{f: self.values[partition_id][k][f] for f in select_fields} for k in keys])
-
-    def kv_clear(self, keys, partition_id):
-        for k in keys:
-            self.tags[partition_id].pop(k, None)
-            self.values[partition_id].pop(k, None)
-
-
 @pytest.fixture()
 def fake_tq(hook, monkeypatch):
-    import verl.trainer.ppo.v1.replay_buffer as rb
-
-    store = FakeTQ()
-    monkeypatch.setattr(rb, "tq", store)
-    monkeypatch.setattr(hook, "tq", store)
-    return store
+    return FakeTQ().install(monkeypatch)
 
 
 def _sampler_kwargs(**over):
@@ -174,23 +140,18 @@ def test_v1_sampler_evicts_refills_and_keeps_G_of_2G(hook, fake_tq):
 
 
 def test_v1_sampler_is_seeded_per_step_and_leaves_validation_alone(hook, fake_tq, monkeypatch):
-    import verl.trainer.ppo.v1.replay_buffer as rb
-
     rows = _synthetic_batch()
     kw = _sampler_kwargs(mode="sample", drop_equal_reward_groups=False, train_batch_size=1)
 
     def run(step):
-        store = FakeTQ()
+        store = FakeTQ().install(monkeypatch)
         store.add_group([r for r in rows if r["uid"] == "C"])
-        monkeypatch.setattr(rb, "tq", store)
-        monkeypatch.setattr(hook, "tq", store)
         buf = hook.RocReplayBuffer("sync", OmegaConf.create({}), 8, "drop", kw, poll_interval=0.0)
         return buf.sample(global_steps=step, partition_id="train", batch_size=1)[0].keys
 
     assert run(5) == run(5)
     assert len({tuple(run(s)) for s in range(6)}) > 1
-    monkeypatch.setattr(rb, "tq", fake_tq)
-    monkeypatch.setattr(hook, "tq", fake_tq)
+    fake_tq.install(monkeypatch)
     fake_tq.add_group([r for r in rows if r["uid"] == "A"], partition="val")
     buf = hook.RocReplayBuffer("sync", OmegaConf.create({}), 8, "drop", kw, poll_interval=0.0)
     snapshot = {k: t for k, t in fake_tq.tags["val"].items() if not t.get("is_prompt")}  # as _sync_metadata builds it
@@ -315,18 +276,14 @@ def test_text_reading_option_decodes_responses_like_the_release(hook):
 
 def test_v1_sampler_draw_does_not_depend_on_arrival_order(hook, monkeypatch):
     """Trajectories reach TransferQueue in completion order; the same seed and step must keep the same ones."""
-    import verl.trainer.ppo.v1.replay_buffer as rb
-
     rows = [r for r in _synthetic_batch() if r["uid"] in ("A", "C")]
     kw = _sampler_kwargs(mode="sample", drop_equal_reward_groups=False, train_batch_size=2)
 
     def run(order):
-        store = FakeTQ()
+        store = FakeTQ().install(monkeypatch)
         for uid in ("A", "C"):
             group = [r for r in rows if r["uid"] == uid]
             store.add_group(group if order == "forward" else group[::-1])
-        monkeypatch.setattr(rb, "tq", store)
-        monkeypatch.setattr(hook, "tq", store)
         buf = hook.RocReplayBuffer("sync", OmegaConf.create({}), 8, "drop", kw, poll_interval=0.0)
         return sorted(buf.sample(global_steps=3, partition_id="train", batch_size=2)[0].keys)
 

@@ -81,6 +81,22 @@ def test_metrics_converted_for_the_notebooks(run):
     assert all(r["engine"] == "verl" and 0 <= r["reward_mean"] <= 1 for r in rows)
 
 
+def test_rows_carry_the_local_trainers_tool_metrics(run):
+    """A review found VERL rows without ``tool_calls_per_traj`` and ``time_tool_s``; the kit's replay
+    buffer (kit.bridge.sampler) logs them over all 2G rollouts of each step, as the local rows count."""
+    cfg, rows = run["cfg"], [r for r in run["rows"] if "step" in r]
+    # skipped calls (over the per-turn limit) count too; the tiny policy writes one call per turn
+    most = cfg.stages.stage1.max_turns * cfg.rollout.max_calls_per_turn
+    for r in rows:
+        m = run["metrics"][r["global_step"]]
+        assert r["tool_calls_per_traj"] == m["rstar2/tool_calls_per_traj"] and r["time_tool_s"] == m["rstar2/time_tool_s"]
+        assert 0 <= r["tool_calls_per_traj"] <= most and r["time_tool_s"] >= 0
+        assert r["time_tool_s"] == 0 or r["tool_calls_per_traj"] > 0
+    print("tool metrics per step:", [(r["step"], r["tool_calls_per_traj"], r["time_tool_s"]) for r in rows])
+    # the policy calls the tool (multi-turn trajectories: the router's sticky count), and calls take time
+    assert any(r["tool_calls_per_traj"] > 0 and r["time_tool_s"] > 0 for r in rows)
+
+
 def test_roc_logged_and_a_real_policy_gradient_step(run):
     m = run["metrics"]
     assert sorted(m) == [1, 2]

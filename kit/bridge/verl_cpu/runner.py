@@ -33,7 +33,7 @@ from kit.bridge.verl_cpu import ray_local
 PLUGIN_MODULE = "kit.bridge.verl_cpu.plugin"
 ENTRY_POINT = "kit_cpu"
 VERL_PIN = "0.9.1"
-#: seconds between the RoC replay buffer's checks for finished trajectories on the CPU runtime
+#: seconds between the kit replay buffers' checks for finished trajectories on the CPU runtime (GRPO and RoC)
 CPU_POLL_INTERVAL_S = 0.1
 FALLBACK_ENV = "KIT_VERL_PLUGIN_FALLBACK"
 
@@ -119,8 +119,8 @@ def cpu_overrides(address: str, *, test_freq: int = -1) -> list[str]:
         "reward.num_workers=1",
         "data.dataloader_num_workers=0",
         "transfer_queue.backend.SimpleStorage.num_data_storage_units=1",
-        # RoC's replay buffer (kit.bridge.roc_hook) checks for finished trajectories every 0.1 s, not
-        # VERL's 2 s: a tiny CPU step generates in ~1 s, so 2 s polls doubled it (GRPO keeps VERL's buffer)
+        # the kit's replay buffers (kit.bridge.sampler, GRPO; kit.bridge.roc_hook, RoC) check for finished
+        # trajectories every 0.1 s, not VERL's 2 s: a tiny CPU step generates in ~1 s, so 2 s polls doubled it
         f"+trainer.v1.sampler.sampler_kwargs.poll_interval_s={CPU_POLL_INTERVAL_S}",
         "ray_kwargs.ray_init.num_cpus=null",
         f"+ray_kwargs.ray_init.address={address}",

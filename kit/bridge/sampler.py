@@ -1,0 +1,199 @@
+"""The kit's VERL v1 replay buffer: every training step's tool metrics, on GRPO and GRPO-RoC alike.
+
+VERL 0.9.1's v1 trainer logs nothing about tools, and its agent-loop timings
+(``AgentLoopMetrics``) do not reach the step metrics. The kit's agent loop
+(:mod:`kit.bridge.agent_loop`) writes per-trajectory counters into ``extra_fields``; the one place
+the stock trainer hands the sampled trajectories of a step to kit code, on the stock entry point,
+is the replay buffer's ``sample()`` (``trainer.v1.sampler.custom_sampler``). So both algorithms
+run a kit buffer: :class:`KitReplayBuffer` (GRPO; otherwise VERL's ``ReplayBuffer`` as the
+trainer builds it for the kit's settings: no group filter, ``gen_batch_size = train_batch_size``)
+and its subclass :class:`kit.bridge.roc_hook.RocReplayBuffer` (GRPO-RoC, which also selects).
+
+Both add to VERL's step metrics (:func:`tool_metrics`), under the names the local trainer's
+tracker gives the same row keys (``kit.bridge.tracking.tracker_metrics``: ``rstar2/<key>``), so a
+dashboard shows one curve per quantity for both runtimes, and ``kit.bridge.stages.METRIC_MAP``
+turns them back into the kit keys ``tool_calls_per_traj`` and ``time_tool_s``.
+
+Which trajectories count: the final output of every session of the P prompts the step trains on,
+before RoC keeps G of 2G (as the local trainer's ``kit.train.rollouts.batch_stats`` counts every
+sampled rollout). One difference remains, from VERL's refill: groups the equal-reward (DAPO)
+filter evicts and replaces are not in the sampled batch, so they are counted neither here nor in
+``rstar2/roc/accuracy_before``, while the local trainer counts every group it sampled.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import transfer_queue as tq
+from transfer_queue import KVBatchMeta
+from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
+
+from kit.bridge.tracking import KIT_PREFIX
+
+#: extra_fields keys (written by ``kit.bridge.agent_loop.trajectory_to_output``) the tool metrics read.
+TOOL_KEYS = ("tool_calls", "infra_errors", "tool_wall_s")
+
+
+def tool_metrics(extra_fields: Sequence[Mapping[str, Any]]) -> dict[str, float]:
+    """The step's tool metrics from its N sampled trajectories' ``extra_fields``.
+
+    The same quantities as the local trainer's row (``kit.train.rollouts.batch_stats`` and
+    ``kit.train.rollouts.collect``):
+
+    * ``rstar2/tool_calls_per_traj``: mean over the N trajectories of the answered tool calls
+      (``tool_calls`` - ``infra_errors``: malformed and over-the-limit calls count, calls the
+      sandbox service failed do not); calls per trajectory.
+    * ``rstar2/time_tool_s``: sum over the N trajectories of every call's sandbox wall seconds
+      (``tool_wall_s``, :attr:`kit.rollout.loop.CallRecord.wall_s` summed). Calls run concurrently
+      with each other and with generation, so this is tool work, not added step time.
+
+    Args:
+        extra_fields: (N,) dicts holding :data:`TOOL_KEYS`.
+    Returns:
+        The two floats; ``{}`` when N = 0.
+    Raises:
+        KeyError: a trajectory lacks a key (names the row and the key: an agent loop other than
+            the kit's ``rstar2_kit`` wrote it).
+        ValueError: a value is not a finite number >= 0 (names the row and the key).
+    """
+    calls, wall = 0.0, 0.0
+    for i, extra in enumerate(extra_fields):
+        values = {}
+        for key in TOOL_KEYS:
+            if key not in extra:
+                raise KeyError(f"trajectory {i} has no {key!r} in extra_fields (have {sorted(extra)}); "
+                               "the kit's agent loop (rstar2_kit) writes it")
+            try:
+                values[key] = float(extra[key])
+            except (TypeError, ValueError):
+                values[key] = float("nan")
+            if not (math.isfinite(values[key]) and values[key] >= 0):
+                raise ValueError(f"trajectory {i}: extra_fields[{key!r}] = {extra[key]!r} is not a number >= 0")
+        calls += values["tool_calls"] - values["infra_errors"]
+        wall += values["tool_wall_s"]
+    n = len(extra_fields)
+    if n == 0:
+        return {}
+    return {KIT_PREFIX + "tool_calls_per_traj": calls / n, KIT_PREFIX + "time_tool_s": wall}
+
+
+def final_outputs(keys: Sequence[str]) -> tuple[list[str], list[int]]:
+    """Sessions of a sampled batch and the row of each one's last output.
+
+    TransferQueue keys are ``{uid}_{session}_{index}``; an agent loop may emit several outputs per
+    session, and the last one stands for the session (its reward and counters, as in VERL's GRPO
+    advantage, ``compute_advantage_for_multi_trajectories``).
+
+    Returns:
+        ``(sessions, rows)``: the ``{uid}_{session}`` names sorted by (uid, session number), so the
+        order never depends on arrival order (TransferQueue lists keys as they finish), and the
+        index into ``keys`` of each session's highest ``index``.
+    """
+    final: dict[str, tuple[int, int]] = {}
+    for i, key in enumerate(keys):
+        uid, session, index = key.rsplit("_", 2)
+        name = f"{uid}_{session}"
+        if name not in final or final[name][0] < int(index):
+            final[name] = (int(index), i)
+    sessions = sorted(final, key=lambda s: (s.rsplit("_", 1)[0], int(s.rsplit("_", 1)[1])))
+    return sessions, [final[s][1] for s in sessions]
+
+
+def poll_interval_from_kwargs(kw: Mapping[str, Any], default: float = 2.0) -> float:
+    """``sampler_kwargs.poll_interval_s``: seconds between the buffer's checks for finished
+    trajectories (VERL's default 2.0; the CPU runtime shortens it, ``kit.bridge.verl_cpu.runner``).
+
+    Raises:
+        ValueError: not a positive finite number (names the key).
+    """
+    raw = kw.get("poll_interval_s", default)
+    try:
+        value = float(raw)
+    except (TypeError, ValueError):
+        value = float("nan")
+    if not (math.isfinite(value) and value > 0):
+        raise ValueError(f"sampler_kwargs.poll_interval_s must be a positive number of seconds, got {raw!r}")
+    return value
+
+
+class KitReplayBuffer(ReplayBuffer):
+    """VERL's sync v1 replay buffer plus the step's tool metrics (see the module docstring).
+
+    Constructed by ``PPOTrainer._build_replay_buffer`` with the keyword arguments every custom
+    sampler gets; reads ``sampler_kwargs.train_batch_size`` (P, required) and
+    ``sampler_kwargs.poll_interval_s`` (optional). Validation batches pass through untouched.
+    Subclasses change what reaches the trainer through :meth:`_buffer_kwargs`,
+    :meth:`_session_fields` and :meth:`_select_sessions`, and add step metrics to
+    ``self._step_metrics``.
+
+    Raises:
+        ValueError: ``trainer_mode`` is not ``sync``, or a bad ``poll_interval_s``.
+        KeyError: ``sampler_kwargs.train_batch_size`` is missing.
+    """
+
+    def __init__(self, trainer_mode: str, trainer_config: Any, max_off_policy_threshold: int | None,
+                 max_off_policy_strategy: str, sampler_kwargs: Mapping[str, Any], poll_interval: float = 2.0,
+                 refill_fn: Any = None, **_: Any):
+        if trainer_mode != "sync":
+            raise ValueError(f"{type(self).__name__} supports trainer.v1.trainer_mode=sync only, got {trainer_mode!r}")
+        kw = dict(sampler_kwargs or {})
+        if "train_batch_size" not in kw:
+            raise KeyError(f"trainer.v1.sampler.sampler_kwargs.train_batch_size is required by {type(self).__name__}")
+        super().__init__(
+            trainer_mode=trainer_mode,
+            trainer_config=trainer_config,
+            max_off_policy_threshold=max_off_policy_threshold,
+            max_off_policy_strategy=max_off_policy_strategy,
+            sampler_kwargs=sampler_kwargs,
+            poll_interval=poll_interval_from_kwargs(kw) if "poll_interval_s" in kw else poll_interval,
+            refill_fn=refill_fn,
+            **self._buffer_kwargs(kw),
+        )
+        self._global_steps = 0
+        self._step_metrics: dict[str, float] = {}
+
+    def _buffer_kwargs(self, kw: Mapping[str, Any]) -> dict[str, Any]:
+        """``ReplayBuffer`` settings: those the trainer gives its own buffer for the kit's GRPO."""
+        p = int(kw["train_batch_size"])
+        return {"filter_groups_metric": None, "train_batch_size": p, "gen_batch_size": p,
+                "max_inflight_gen_batches": 1}
+
+    def _session_fields(self) -> list[str]:
+        """TransferQueue fields read for each session's final output."""
+        return ["extra_fields"]
+
+    def _select_sessions(self, meta: KVBatchMeta, sessions: list[str], data: Any,
+                         extras: list[Mapping[str, Any]]) -> KVBatchMeta:
+        """The batch the trainer gets, from the sampled one (all of it here).
+
+        Args:
+            meta: the sampled batch (every output of every session).
+            sessions: (S,) ``{uid}_{session}`` names (:func:`final_outputs`).
+            data: the :meth:`_session_fields` of each session's final output, in ``sessions`` order.
+            extras: (S,) their ``extra_fields`` dicts.
+        """
+        return meta
+
+    def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
+        """As ``ReplayBuffer.sample``, plus this step's kit metrics (:func:`tool_metrics`, ...)."""
+        self._global_steps = int(global_steps)
+        self._step_metrics = {}
+        batch, metrics = super().sample(global_steps, partition_id, batch_size)
+        metrics = dict(metrics)
+        metrics.update(self._step_metrics)
+        return batch, metrics
+
+    def _materialize_batch(self, partition_id: str, selected_prompt_uids: list[str],
+                           partition_snapshot: dict[str, dict]) -> KVBatchMeta:
+        meta = super()._materialize_batch(partition_id, selected_prompt_uids, partition_snapshot)
+        if partition_id == "val" or not meta.keys:
+            return meta
+        sessions, rows = final_outputs(meta.keys)
+        data = tq.kv_batch_get(keys=[meta.keys[i] for i in rows], partition_id=partition_id,
+                               select_fields=self._session_fields())
+        extras = [getattr(v, "data", v) for v in data["extra_fields"]]
+        self._step_metrics.update(tool_metrics(extras))
+        return self._select_sessions(meta, sessions, data, extras)

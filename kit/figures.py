@@ -363,6 +363,7 @@ class LiveCurves:
         self.min_interval_s = min_interval_s
         self._last_draw = float("-inf")
         self.draws = 0  # redraws so far (a count, for tests and benchmarks)
+        self._drawn_rows = 0
 
     def __call__(self, row: dict) -> None:
         if "summary" in row:
@@ -373,6 +374,13 @@ class LiveCurves:
         last = self.total is not None and row.get(self.x) == self.total
         due = len(self.rows) % self.every == 0 and time.perf_counter() - self._last_draw >= self.min_interval_s
         if last or due:
+            self.draw()
+
+    def flush(self) -> None:
+        """Redraw if rows came in since the last redraw (a run that stopped between the
+        throttled redraws: an exception, an interrupted cell). :class:`kit.progress.StepBar`
+        calls it when its ``with`` block ends."""
+        if self.rows and self._drawn_rows != len(self.rows):
             self.draw()
 
     def status(self) -> str:
@@ -408,7 +416,7 @@ class LiveCurves:
 
     def draw(self) -> None:
         """Redraw into the notebook output (no-op outside IPython)."""
-        self._last_draw, self.draws = time.perf_counter(), self.draws + 1
+        self._last_draw, self.draws, self._drawn_rows = time.perf_counter(), self.draws + 1, len(self.rows)
         if get_ipython() is None:
             return
         fig = self.figure()

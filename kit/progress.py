@@ -78,8 +78,12 @@ class StepBar:
             self.inner(row)
 
     def close(self) -> None:
-        """Draw the final state and stop (idempotent)."""
+        """Draw the final state and stop (idempotent): the bar, and the inner callback's
+        figure where it has a ``flush`` (``LiveCurves`` redraws rows its throttle held back)."""
         self.bar.close()
+        flush = getattr(self.inner, "flush", None)
+        if callable(flush):
+            flush()
 
     def __enter__(self) -> StepBar:
         return self

@@ -56,15 +56,12 @@ from kit.pipeline.series import (
     NOTEBOOK_DIR,
     OTHER_PROFILE_CELL_TIMEOUT_S,
     NotebookRun,
-    children_cpu_s,
-    cores_busy_line,
     default_cell_timeout,
-    machine_busy_cpu_s,
     read_state,
     run_series,
     standard_series,
-    times_table,
 )
+from kit.pipeline.timing import children_cpu_s, cores_busy_line, machine_busy_cpu_s, times_table
 from kit.pipeline.verl_runtime import (
     DEVICE_ENV,
     LAUNCHES_VERL,

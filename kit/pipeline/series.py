@@ -5,7 +5,7 @@ on the local runtime 06's training runs as a background job beside 03-05, 07 and
 :func:`standard_series` gives the ordered notebooks with their parameters; :func:`run_series`
 runs them, skipping a notebook that already finished with the same parameters and source and
 stopping at the first failure (:class:`kit.pipeline.failures.PipelineError`, naming the notebook
-and the cell); :func:`times_table` prints their wall and CPU seconds.
+and the cell); :func:`kit.pipeline.timing.times_table` prints their wall and CPU seconds.
 """
 
 from __future__ import annotations
@@ -14,7 +14,6 @@ import hashlib
 import json
 import logging
 import os
-import resource
 import shutil
 import sys
 import time
@@ -27,6 +26,7 @@ from kit import OPENMP_SPINCOUNT, overlap
 from kit.config import load
 from kit.paths import REPO_ROOT
 from kit.pipeline.failures import PipelineError, describe_failure, failed_cell, mark_not_run
+from kit.pipeline.timing import children_cpu_s
 from kit.runs import Layout, read_state, series_parameters
 from kit.train.ablation import ablation_budget
 
@@ -225,77 +225,6 @@ def run_series(
                 os.environ.pop(k, None)
             else:
                 os.environ[k] = v
-
-
-def children_cpu_s() -> float:
-    """CPU seconds (user + system) of this process's finished children and their waited-for
-    descendants: a notebook's kernel, its sandbox workers and ablation workers once reaped.
-    Unlike wall time it hardly moves when other work shares the cores."""
-    ch = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return ch.ru_utime + ch.ru_stime
-
-
-def machine_busy_cpu_s() -> float | None:
-    """CPU seconds the whole machine has been busy since boot (``/proc/stat``'s first line: user,
-    nice, system, irq, softirq and steal ticks over ``SC_CLK_TCK``; every process, not only this
-    run's), or None where there is no ``/proc/stat``. Two readings bracket a run."""
-    try:
-        fields = Path("/proc/stat").read_text().splitlines()[0].split()
-    except (OSError, IndexError):
-        return None
-    if fields[0] != "cpu" or len(fields) < 9:
-        return None
-    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[1:9])
-    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
-
-
-def cores_busy_line(records: Sequence[dict[str, Any]], wall_s: float, cores: int | None = None,
-                    machine_busy_s: float | None = None) -> str:
-    """How much work the run was and how busy it kept the cores (printed at the end of a run).
-
-    The runner's count (the notebooks' kernels, their children, the background job) misses CPU
-    that is not reaped into it: the sandbox's per-call children and the kernel's own work for
-    them. ``machine_busy_s`` (two :func:`machine_busy_cpu_s` readings) is every process's, so on
-    a quiet machine it is the run's whole cost, and ``machine_busy_s / cores`` the least wall time
-    that much work allows in any order (issue #16: on 2 cores the 20-minute target is a CPU budget).
-
-    Args:
-        records: :func:`run_series` records.
-        wall_s: the whole invocation's wall seconds.
-        cores: default the cores this process may run on (``os.sched_getaffinity``).
-        machine_busy_s: busy CPU seconds of the machine over the run, or None (not measured).
-    """
-    cores = cores or len(os.sched_getaffinity(0))
-    cpu = sum(r.get("cpu_seconds", 0.0) for r in records if r["status"] == "done")
-    line = f"  {cpu:.0f} CPU s counted for the notebooks (kernels, their children, the background job)"
-    if machine_busy_s is None or wall_s <= 0:
-        return line
-    return (f"{line}; the machine's {cores} cores were busy {machine_busy_s:.0f} CPU s (/proc/stat, every process: "
-            f"also the sandbox calls the count misses, and any other work) = {machine_busy_s / (cores * wall_s):.0%} "
-            f"of {wall_s:.0f} s; that much work cannot finish under {machine_busy_s / cores:.0f} s on {cores} cores")
-
-
-def times_table(records: Sequence[dict[str, Any]]) -> str:
-    """Per-notebook times of :func:`run_series` as printed at the end of a run: wall seconds, CPU
-    seconds of the kernel and its children, and the 1-minute load average when it finished
-    (wall time is an upper bound on a shared machine; CPU seconds are the work)."""
-    lines = [f"{'notebook':<30} {'status':<8} {'wall s':>8} {'cpu s':>8} {'load':>6}"]
-    for r in records:
-        if r["status"] == "skipped":  # finished in an earlier invocation: its times then
-            lines.append(f"{r['notebook']:<30} {'earlier':<8} {r.get('earlier_seconds', 0.0):>8.0f} "
-                         f"{r.get('earlier_cpu_seconds', float('nan')):>8.0f} {'':>6}")
-            continue
-        lines.append(f"{r['notebook']:<30} {r['status']:<8} {r['seconds']:>8.0f} {r.get('cpu_seconds', 0.0):>8.0f} "
-                     f"{r.get('load_avg', float('nan')):>6.1f}")
-    done = [r for r in records if r["status"] == "done"]
-    lines.append(f"{'total (run now)':<30} {'':<8} {sum(r['seconds'] for r in done):>8.0f} "
-                 f"{sum(r.get('cpu_seconds', 0.0) for r in done):>8.0f}")
-    for r in done:
-        if r.get("background_seconds") is not None:
-            lines.append(f"  {r['notebook']}: its training ran {r['background_seconds']:.0f} s as a background job beside "
-                         "the notebooks before it (its wall s: the wait for that job plus the notebook; its CPU s "
-                         "include the job)")
-    return "\n".join(lines)
 
 
 def _resumable(entry: dict[str, Any] | None, nb: NotebookRun) -> bool:

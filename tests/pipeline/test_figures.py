@@ -10,6 +10,7 @@ import pytest
 
 from kit import figures
 from kit.figures import MetricsError
+from kit.progress import StepBar
 
 
 def _ablation(tmp_path, rl_metrics, seeds=(0, 1)):
@@ -139,6 +140,14 @@ def test_live_curves_redraw_a_burst_of_rows_at_most_every_min_interval_but_alway
     assert live.draws == 1 + 10  # the first row (none drawn yet), then each run's step 40
     live({"summary": {}})
     assert live.draws == 12
+    cut = figures.LiveCurves(("accuracy",), total=40, every=1, min_interval_s=60.0)  # a run stopped at step 7
+    with StepBar(40, "stage", cut):
+        for s in range(1, 8):
+            cut({"step": s, "accuracy": 0.5})
+        assert cut.draws == 1
+    assert cut.draws == 2  # the with block's end redrew the rows the throttle held back
+    cut.flush()
+    assert cut.draws == 2  # nothing new: no redraw
     eager = figures.LiveCurves(("accuracy",), total=40, every=1, min_interval_s=0.0)
     for s in range(1, 6):
         eager({"step": s, "accuracy": 0.5})

@@ -242,7 +242,6 @@ def test_a_long_code_line_wraps_inside_the_page(tmp_path):
     assert flat.count(token) == 1  # nothing lost: the printed line, whole (the code input is omitted)
 
 
-@needs_poppler
 def test_a_corrupt_state_file_is_a_report_error_naming_it(tmp_path):
     """The report reads pipeline_state.json through the runner's one reader (kit.runs.read_state)
     and turns its error into a ReportError that names the file."""
@@ -255,6 +254,7 @@ def test_a_corrupt_state_file_is_a_report_error_naming_it(tmp_path):
         report.failed_notebooks(lay)
 
 
+@needs_poppler
 def test_the_figures_only_fallback_also_lists_failed_notebooks(tmp_path, monkeypatch, rl_metrics):
     lay = _failed_run(tmp_path)
     m = rl_metrics(tmp_path / "m" / "metrics.jsonl", stage="ablation", algorithm="grpo", seed=0, steps=3)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from pathlib import Path
 
 import nbformat
 import pytest
@@ -266,12 +267,14 @@ def test_cores_busy_line_gives_the_counted_cpu_the_machines_busy_share_and_the_w
             {"notebook": "b", "status": "done", "seconds": 900.0, "cpu_seconds": 1300.0},
             {"notebook": "c", "status": "skipped", "earlier_seconds": 50.0, "earlier_cpu_seconds": 99.0}]
     line = pipeline.cores_busy_line(recs, 1200.0, cores=2, machine_busy_s=2160.0)
-    assert "1800 CPU s counted" in line and "busy 2160 CPU s" in line and "= 90% of 1200 s" in line
-    assert "cannot finish under 1080 s on 2 cores" in line
+    assert "1800 CPU s counted" in line and "the 2 cores were busy 2160 CPU s" in line and "= 90% of 1200 s" in line
+    assert "if all of it was this run's, no order finishes it under 1080 s on 2 cores" in line
     assert pipeline.cores_busy_line(recs, 1200.0, cores=2).endswith("the background job)")  # not measured
 
 
-def test_machine_busy_cpu_s_counts_this_process_spinning():
+@pytest.mark.skipif(not Path("/proc/stat").exists(), reason="no /proc/stat (not Linux)")
+def test_machine_busy_cpu_s_counts_this_process_spinning_on_its_own_cpus_only():
+    assert pipeline.machine_busy_cpu_s(cpus=[]) is None and pipeline.machine_busy_cpu_s(cpus=[10**6]) is None
     before = pipeline.machine_busy_cpu_s()
     t = time.process_time()
     while time.process_time() - t < 0.5:

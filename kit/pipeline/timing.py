@@ -1,0 +1,108 @@
+"""How long a run took and how much work it was (issue #16): per-notebook wall and CPU seconds, and
+the machine's busy CPU seconds over the run, printed by ``python -m kit reproduce`` at its end.
+
+Wall time on a shared machine is an upper bound; the runner's CPU count (:func:`children_cpu_s`)
+is the notebooks' work but misses processes it never reaps (the sandbox's per-call children);
+:func:`machine_busy_cpu_s` counts everything on the CPUs the run may use.
+"""
+
+from __future__ import annotations
+
+import os
+import resource
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+
+def children_cpu_s() -> float:
+    """CPU seconds (user + system) of this process's finished children and their waited-for
+    descendants: a notebook's kernel, its sandbox workers and ablation workers once reaped.
+    Unlike wall time it hardly moves when other work shares the cores."""
+    ch = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return ch.ru_utime + ch.ru_stime
+
+
+def usable_cpus() -> list[int]:
+    """The CPU numbers this process may run on (``os.sched_getaffinity``; every CPU of
+    ``os.cpu_count`` where the call does not exist)."""
+    try:
+        return sorted(os.sched_getaffinity(0))
+    except AttributeError:
+        return list(range(os.cpu_count() or 1))
+
+
+def machine_busy_cpu_s(cpus: Sequence[int] | None = None) -> float | None:
+    """Busy CPU seconds since boot of the CPUs ``cpus`` (default :func:`usable_cpus`), from their
+    ``cpuN`` lines in ``/proc/stat``: user, nice, system, irq and softirq ticks over
+    ``SC_CLK_TCK`` (guest time is already inside user and nice; idle, iowait and steal, the time
+    the hypervisor gave other guests, are not work here). Every process on those CPUs counts, not
+    only this run's; two readings bracket a run. None where ``/proc/stat`` is missing or lists
+    none of the CPUs. Under a container CPU quota on a bigger host the figure covers the host's
+    other tenants too, so read it only on a machine of your own.
+    """
+    want = {f"cpu{n}" for n in (usable_cpus() if cpus is None else cpus)}
+    try:
+        lines = Path("/proc/stat").read_text().splitlines()
+    except OSError:
+        return None
+    ticks = 0
+    found = False
+    for line in lines:
+        fields = line.split()
+        if len(fields) >= 8 and fields[0] in want:
+            user, nice, system, _idle, _iowait, irq, softirq = (int(v) for v in fields[1:8])
+            ticks += user + nice + system + irq + softirq
+            found = True
+    return ticks / os.sysconf("SC_CLK_TCK") if found else None
+
+
+def cores_busy_line(records: Sequence[dict[str, Any]], wall_s: float, cores: int | None = None,
+                    machine_busy_s: float | None = None) -> str:
+    """How much work the run was and how busy it kept the cores (printed at the end of a run).
+
+    The runner's count (the notebooks' kernels, their children, the background job) misses CPU
+    that is not reaped into it: the sandbox's per-call children and the kernel's own work for
+    them. ``machine_busy_s`` (two :func:`machine_busy_cpu_s` readings) is every process's on the
+    run's CPUs, so on a quiet machine it is the run's whole cost, and ``machine_busy_s / cores``
+    the least wall time that much work allows in any order (issue #16: on 2 cores the 20-minute
+    target is a CPU budget).
+
+    Args:
+        records: :func:`kit.pipeline.run_series` records.
+        wall_s: the whole invocation's wall seconds.
+        cores: default ``len(usable_cpus())``, the CPUs :func:`machine_busy_cpu_s` reads.
+        machine_busy_s: busy CPU seconds of those CPUs over the run, or None (not measured).
+    """
+    cores = cores or len(usable_cpus())
+    cpu = sum(r.get("cpu_seconds", 0.0) for r in records if r["status"] == "done")
+    line = f"  {cpu:.0f} CPU s counted for the notebooks (kernels, their children, the background job)"
+    if machine_busy_s is None or wall_s <= 0:
+        return line
+    return (f"{line}; the {cores} cores were busy {machine_busy_s:.0f} CPU s (/proc/stat, every process: also the "
+            f"sandbox calls the count misses, and any other work) = {machine_busy_s / (cores * wall_s):.0%} of "
+            f"{wall_s:.0f} s; if all of it was this run's, no order finishes it under {machine_busy_s / cores:.0f} s "
+            f"on {cores} cores")
+
+
+def times_table(records: Sequence[dict[str, Any]]) -> str:
+    """Per-notebook times of :func:`run_series` as printed at the end of a run: wall seconds, CPU
+    seconds of the kernel and its children, and the 1-minute load average when it finished
+    (wall time is an upper bound on a shared machine; CPU seconds are the work)."""
+    lines = [f"{'notebook':<30} {'status':<8} {'wall s':>8} {'cpu s':>8} {'load':>6}"]
+    for r in records:
+        if r["status"] == "skipped":  # finished in an earlier invocation: its times then
+            lines.append(f"{r['notebook']:<30} {'earlier':<8} {r.get('earlier_seconds', 0.0):>8.0f} "
+                         f"{r.get('earlier_cpu_seconds', float('nan')):>8.0f} {'':>6}")
+            continue
+        lines.append(f"{r['notebook']:<30} {r['status']:<8} {r['seconds']:>8.0f} {r.get('cpu_seconds', 0.0):>8.0f} "
+                     f"{r.get('load_avg', float('nan')):>6.1f}")
+    done = [r for r in records if r["status"] == "done"]
+    lines.append(f"{'total (run now)':<30} {'':<8} {sum(r['seconds'] for r in done):>8.0f} "
+                 f"{sum(r.get('cpu_seconds', 0.0) for r in done):>8.0f}")
+    for r in done:
+        if r.get("background_seconds") is not None:
+            lines.append(f"  {r['notebook']}: its training ran {r['background_seconds']:.0f} s as a background job beside "
+                         "the notebooks before it (its wall s: the wait for that job plus the notebook; its CPU s "
+                         "include the job)")
+    return "\n".join(lines)

@@ -229,8 +229,6 @@ class RocReplayBuffer(KitReplayBuffer):
     def __init__(self, trainer_mode: str, trainer_config: Any, max_off_policy_threshold: int | None,
                  max_off_policy_strategy: str, sampler_kwargs: Mapping[str, Any], poll_interval: float = 2.0,
                  refill_fn: Any = None, **_: Any):
-        if trainer_mode != "sync":
-            raise ValueError(f"RocReplayBuffer supports trainer.v1.trainer_mode=sync only, got {trainer_mode!r}")
         self.roc_params, self.roc_extra = roc_params_from_kwargs(dict(sampler_kwargs or {}))
         super().__init__(trainer_mode, trainer_config, max_off_policy_threshold, max_off_policy_strategy,
                          sampler_kwargs, poll_interval=poll_interval, refill_fn=refill_fn)

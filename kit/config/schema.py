@@ -74,6 +74,9 @@ class SandboxConfig:
     batch_size: int = 64  # calls per send-worker batch (report §3.1)
     send_workers: int = 32  # report §3.1
     backend: Literal["local", "ray"] = "local"
+    # modules every worker imports once beyond the standard library, shared copy-on-write by the
+    # calls; each costs every call fork + exit time (kit.sandbox.worker.SCIENCE_PREIMPORTS)
+    preimport: tuple[str, ...] = ("numpy", "scipy", "scipy.special", "scipy.linalg", "sympy")
 
 
 @dataclass(frozen=True)

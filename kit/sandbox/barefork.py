@@ -1,6 +1,7 @@
 """The machine's limit for a warm-fork executor: a bare fork server with nothing around it (issue #18).
 
-A bare parent imports the same modules as a sandbox worker (:data:`kit.sandbox.worker.PREIMPORTS`)
+A bare parent imports the same modules as a sandbox worker (by default those of the default config,
+:data:`kit.sandbox.worker.PREIMPORTS`)
 and, per call, forks a child that runs the cell with the same IPython-style runner and returns
 its output through one pipe. No bubblewrap, no rlimits, no uid switch, no process-group kill,
 no sweep, no output cap, no timeout: only fork, run, pipe, reap. The benchmark and the
@@ -30,7 +31,7 @@ from kit.sandbox import runner
 from kit.sandbox.hugepages import collapse_heap
 from kit.sandbox.isolation import python_argv, worker_env
 from kit.sandbox.wire import HEADER, MAX_FRAME, read_frame, write_frame
-from kit.sandbox.worker import PREIMPORTS
+from kit.sandbox.worker import SCIENCE_PREIMPORTS, STDLIB_PREIMPORTS
 
 START_TIMEOUT_S = 120.0
 
@@ -78,7 +79,7 @@ def main() -> None:
         os.environ[name] = "1"
     proto_in, proto_out = os.dup(0), os.dup(1)
     opts = json.loads(sys.argv[1] if len(sys.argv) > 1 else "{}")
-    for mod in (*PREIMPORTS, *opts.get("preload", ())):
+    for mod in (*STDLIB_PREIMPORTS, *opts.get("preload", SCIENCE_PREIMPORTS)):
         importlib.import_module(mod)
     gc.collect()
     gc.freeze()  # the worker does the same: keep both parents equally copy-on-write friendly
@@ -93,14 +94,17 @@ class BareForkPool:
 
     Args:
         n: parents (one per core matches the sandbox pool's default).
-        preload: modules to import beyond the worker's :data:`PREIMPORTS`.
+        preload: modules to import beyond the standard library's
+            (:data:`kit.sandbox.worker.STDLIB_PREIMPORTS`); the default is what a worker imports
+            under the default config. Pass the pool's ``cfg.preimport`` (plus its extras) to
+            compare like with like.
         huge: put the parents' heaps on huge pages as the workers do
             (:mod:`kit.sandbox.hugepages`); off by default: the plain limit.
     Raises:
         RuntimeError: a parent did not start within :data:`START_TIMEOUT_S` seconds.
     """
 
-    def __init__(self, n: int, preload: tuple[str, ...] = (), huge: bool = False):
+    def __init__(self, n: int, preload: tuple[str, ...] = SCIENCE_PREIMPORTS, huge: bool = False):
         self.n, self.preload, self.huge = max(1, n), tuple(preload), huge
         self._procs: list[asyncio.subprocess.Process] = []
         self._idle: asyncio.Queue[asyncio.subprocess.Process] = asyncio.Queue()

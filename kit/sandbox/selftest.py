@@ -131,7 +131,7 @@ async def measure(pool: SandboxPool, n: int, conc: int) -> Measured:
     bare_lat: list[float] = []
     rs: list[ToolResult] = []
     kit_wall = bare_wall = 0.0
-    async with BareForkPool(conc) as bare:
+    async with BareForkPool(conc, preload=(*pool.cfg.preimport, *pool.preload)) as bare:
         await asyncio.gather(*(bare.run("1") for _ in range(2 * conc)))
 
         async def kit_client(it) -> None:

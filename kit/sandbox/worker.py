@@ -45,15 +45,20 @@ from kit.sandbox.wire import HEADER, Capture, read_raw, write_frame
 FSIZE_BYTES = 64 << 20  # largest file a call may write
 NOFILE = 256
 OUTPUT_KILL_FACTOR = 16  # kill a call once it printed this many times max_output_chars (>= 1 MiB)
-PREIMPORTS = ("math", "cmath", "fractions", "decimal", "itertools", "functools", "collections",
-              "heapq", "bisect", "random", "re", "json", "string", "statistics", "numpy", "scipy",
-              "scipy.special", "scipy.linalg", "sympy")
-"""Imported once by the worker, shared copy-on-write by every call. Each costs every call fork
-and exit time in proportion to the memory it adds (``sandbox_bench.py --preload-costs``, 2 cores:
-the standard-library modules ~0; numpy +19 MB, scipy.special + scipy.linalg +30 MB, sympy +32 MB,
-each ~0.5-1 ms of fork + exit on 4 KiB pages and ~0.2-0.5 ms once the heap is on huge pages) but
-saves every call that uses it far more (importing scipy.special or scipy.linalg in a warm child
-takes 300-400 ms, sympy more), so all of them pay for themselves and stay."""
+STDLIB_PREIMPORTS = ("math", "cmath", "fractions", "decimal", "itertools", "functools", "collections",
+                     "heapq", "bisect", "random", "re", "json", "string", "statistics")
+"""Imported once by every worker, shared copy-on-write by every call; they add ~0 to a fork."""
+SCIENCE_PREIMPORTS = ("numpy", "scipy", "scipy.special", "scipy.linalg", "sympy")
+"""The default of ``SandboxConfig.preimport``: what a worker imports beyond
+:data:`STDLIB_PREIMPORTS`. Each costs every call fork and exit time in proportion to the memory it
+adds (``sandbox_bench.py --preload-costs``, 2 cores: numpy +19 MB, scipy.special + scipy.linalg
++30 MB, sympy +32 MB, each ~0.5-1 ms of fork + exit on 4 KiB pages and ~0.2-0.5 ms once the heap
+is on huge pages) but saves every call that uses it far more (importing scipy.special or
+scipy.linalg in a warm child takes 300-400 ms, sympy more): for a model that writes scientific
+Python (the paper's), all of them pay for themselves. A policy whose calls use none of them (the
+tiny profile's arithmetic) sets ``preimport = []`` and saves their fork cost on every call."""
+PREIMPORTS = (*STDLIB_PREIMPORTS, *SCIENCE_PREIMPORTS)
+"""What a worker imports under the default config (the bare-fork baseline's parent too)."""
 RECOLLAPSE_EVERY = 100  # calls between two huge-page collapses of the worker's heap
 CHILD_RESET_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGALRM, signal.SIGPIPE)
 
@@ -352,7 +357,7 @@ def main() -> None:
     sys.stdout = sys.stderr
     import importlib
 
-    for mod in (*PREIMPORTS, *opts.get("preload", ())):
+    for mod in (*STDLIB_PREIMPORTS, *opts.get("preload", ())):  # the config's preimport, then extras
         try:
             importlib.import_module(mod)
         except Exception as exc:  # noqa: BLE001

@@ -50,7 +50,7 @@ class WorkerProc:
         return {"timeout_s": c.timeout_s, "cpu_s": c.cpu_s, "memory_mb": c.memory_mb,
                 "max_output_chars": c.max_output_chars, "max_procs": c.max_procs,
                 "uid": isolation.worker_uid(self.index % 128 + 128 * (self.generation % 2), c.isolation), "isolation": c.isolation,
-                "preload": list(self.preload)}
+                "preload": list(dict.fromkeys((*c.preimport, *self.preload)))}
 
     async def start(self) -> None:
         argv = isolation.worker_argv(self.cfg, self.opts())

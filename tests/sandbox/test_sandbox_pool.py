@@ -5,6 +5,7 @@ import warnings
 
 import pytest
 
+from kit.config import SandboxConfig, load
 from kit.sandbox import SandboxPool, SandboxUnavailable, ToolCall, isolation, run_sync
 
 
@@ -139,3 +140,24 @@ async def test_calls_abandoned_while_queued_are_not_executed(make_cfg):
         t0 = asyncio.get_running_loop().time()
         assert (await pool.run("6 * 7")).value == "42"
         assert asyncio.get_running_loop().time() - t0 < 2.5
+
+
+async def test_preimport_sets_what_the_workers_import(make_cfg):
+    """``SandboxConfig.preimport``: the default workers hold numpy/scipy/sympy warm; the tiny
+    profile's ``preimport = []`` leaves them out (cheaper forks), and a call that imports one
+    still works, paying the import."""
+    probe = "import sys\nprint(sorted(m for m in ('numpy', 'scipy', 'sympy') if m in sys.modules))"
+    async with SandboxPool(make_cfg(num_workers=1)) as pool:
+        r = await pool.run(probe)
+        assert r.stdout == "['numpy', 'scipy', 'sympy']\n"
+    async with SandboxPool(make_cfg(num_workers=1, preimport=()), preload=("fractions", "numpy")) as pool:
+        r = await pool.run(probe)
+        assert r.stdout == "['numpy']\n"  # the pool's own extras still load
+    async with SandboxPool(make_cfg(num_workers=1, preimport=())) as pool:
+        rs = await pool.run_batch([probe, "import math\nprint(math.gcd(12, 18))", "import sympy\nprint(sympy.factorint(12))"])
+        assert [x.stdout for x in rs] == ["[]\n", "6\n", "{2: 2, 3: 1}\n"]
+
+
+def test_tiny_profile_preimports_nothing_the_paper_profiles_keep_the_default():
+    assert load("tiny", write=False).sandbox.preimport == ()
+    assert load("paper-14b", write=False).sandbox.preimport == SandboxConfig().preimport

@@ -2,6 +2,8 @@
 
 import json
 import re
+import subprocess
+import sys
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -181,6 +183,41 @@ def test_tensorboard_and_file_backends_write_verl_names_under_the_run_folder(tmp
     assert sc["rstar2/tool_calls_per_traj"] == [(3, 1.5)] and sc["rstar2/tokens"] == [(1, 100.0), (2, 100.0)]
     lines = [json.loads(ln) for ln in (tmp_path / "tracking" / "verl_metrics.jsonl").read_text().splitlines()]
     assert [ln["step"] for ln in lines] == [1, 2, 3] and lines[0]["data"]["train/lr"] == 1e-3
+
+
+FRESH_TRACKER = """
+import json, sys
+{pre}
+from kit.config import load
+from kit.train.tracking import open_tracker
+cfg = load("tiny", {{"logging.backends": ["tensorboard", "file"]}}, write=False)
+t = open_tracker(cfg, sys.argv[1], "stage1")
+t.log_rl({{"stage": "stage1", "step": 1, "global_step": 1, "loss": 0.5}}, {{}})
+t.finish()
+print(json.dumps({{"verl": "verl" in sys.modules, "ray": "ray" in sys.modules,
+                  "module": type(t.tracking).__module__, "file": sys.modules[type(t.tracking).__module__].__file__}}))
+"""
+
+
+@pytest.mark.parametrize("verl_first", [False, True])
+def test_a_local_run_process_gets_verl_s_tracker_without_importing_verl_and_ray(tmp_path, verl_first):
+    """A fresh local-run process (a stage kernel, an ablation arm) loads VERL's own tracker file
+    without VERL's package (which imports Ray: ~3-5 CPU s per process); where VERL is already
+    loaded (the VERL runtime) it is VERL's module. Both write the same TensorBoard and file logs."""
+    pre = "import verl.utils.tracking" if verl_first else ""
+    out = subprocess.run([sys.executable, "-c", FRESH_TRACKER.format(pre=pre), str(tmp_path)], capture_output=True,
+                         text=True, timeout=120, check=True)
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    import verl.utils.tracking as verl_tracking  # the file VERL's trainer uses
+
+    assert got["file"] == verl_tracking.__file__
+    if verl_first:
+        assert got["module"] == "verl.utils.tracking"
+    else:
+        assert got == {"verl": False, "ray": False, "module": tracking.STANDALONE_TRACKING, "file": verl_tracking.__file__}
+    assert scalars(tmp_path / "tracking" / "tensorboard")["actor/pg_loss"] == [(1, 0.5)]
+    lines = (tmp_path / "tracking" / "verl_metrics.jsonl").read_text().splitlines()
+    assert [json.loads(ln)["data"]["actor/pg_loss"] for ln in lines] == [0.5]
 
 
 def test_no_backend_opens_no_tracker(tmp_path):

@@ -37,7 +37,9 @@ def check(cfg: KitConfig) -> KitConfig:
         ConfigError: ``runtime = "local"`` with a rollout engine other than ``"hf"`` (the local
             runtime samples with the tiny engine of ``kit.train``; SGLang runs under VERL);
             RoC minimums that do not fit in G (:func:`check_minimums`); a tracker listed twice in
-            ``logging.backends``.
+            ``logging.backends``; an entry of ``sandbox.preimport`` that is not a dotted module
+            name (``""``, ``"[]"``, ``"numpy scipy"``), caught here before a run; a well-formed
+            name that does not import fails when the sandbox starts (:mod:`kit.sandbox.workers`).
     """
     if cfg.runtime == "local" and cfg.rollout.engine != "hf":
         raise ConfigError(f"runtime: 'local' trains with the kit's own engine and needs rollout.engine='hf', "
@@ -50,4 +52,8 @@ def check(cfg: KitConfig) -> KitConfig:
     twice = sorted({b for b in cfg.logging.backends if cfg.logging.backends.count(b) > 1})
     if twice:
         raise ConfigError(f"logging.backends: {twice[0]!r} is listed twice in {list(cfg.logging.backends)}")
+    for i, name in enumerate(cfg.sandbox.preimport):
+        if not (isinstance(name, str) and all(part.isidentifier() for part in name.split("."))):
+            raise ConfigError(f"sandbox.preimport[{i}]: {name!r} is not a module name (e.g. \"numpy\", \"scipy.special\"); "
+                              "an empty list is written [] in a profile and sandbox.preimport= on a command line")
     return cfg

@@ -59,6 +59,10 @@ class SandboxPool:
         executor: an object with ``start()``, ``run(req) -> dict``, optional
             ``run_batch(reqs) -> list[dict]``, ``close()``, ``stats()``; default from
             ``cfg.backend``.
+    Raises (from ``start`` / ``async with``):
+        kit.config.ConfigError: a module of ``cfg.preimport`` does not import in a worker (names
+            it); an extra of ``preload`` that fails is only logged by the worker.
+        kit.sandbox.SandboxUnavailable: the workers could not start here (e.g. no namespaces).
     """
 
     def __init__(self, cfg: SandboxConfig | None = None, *, preload: Sequence[str] = (), executor: Any = None):

@@ -1,4 +1,4 @@
-"""A warm fork-server worker: imports numpy/scipy/sympy once, forks one child per call.
+"""A warm fork-server worker: imports ``SandboxConfig.preimport`` once, forks one child per call.
 
 Runs as ``python -I`` with :func:`main` and its JSON options
 (:func:`kit.sandbox.isolation.python_argv`), normally as pid 2 of its own bubblewrap sandbox
@@ -357,10 +357,12 @@ def main() -> None:
     sys.stdout = sys.stderr
     import importlib
 
+    failed: dict[str, str] = {}  # module -> why it did not import; sent with "ready" (the host decides)
     for mod in (*STDLIB_PREIMPORTS, *opts.get("preload", ())):  # the config's preimport, then extras
         try:
             importlib.import_module(mod)
         except Exception as exc:  # noqa: BLE001
+            failed[mod] = f"{type(exc).__name__}: {exc}"[:300]
             print(f"kit.sandbox.worker: cannot preload {mod}: {exc}", file=sys.stderr)
     import gc
 
@@ -378,7 +380,7 @@ def main() -> None:
     try:
         write_frame(proto_out, {"ready": True, "pid": os.getpid(), "rss_mb": rss_mb(),
                                 "uid": opts.get("uid"), "pid_ns": worker.in_pid_ns,
-                                "huge_mb": huge >> 20})
+                                "huge_mb": huge >> 20, "preload_failed": failed})
         while True:
             raw = read_raw(proto_in)
             t_recv = time.monotonic()

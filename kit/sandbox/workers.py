@@ -18,7 +18,7 @@ import os
 import time
 from typing import Any
 
-from kit.config import SandboxConfig
+from kit.config import ConfigError, SandboxConfig
 from kit.sandbox import isolation
 from kit.sandbox.wire import HEADER, MAX_FRAME
 
@@ -64,6 +64,12 @@ class WorkerProc:
         except (TimeoutError, WorkerDied) as exc:
             await self.kill()
             raise WorkerDied(f"worker {self.index} did not start: {exc}; log: {self.tail_log()}") from None
+        bad = {m: why for m, why in self.info.get("preload_failed", {}).items() if m in self.cfg.preimport}
+        if bad:  # a typo would otherwise cost every call that uses the module its import, silently
+            await self.kill()
+            m = next(iter(bad))
+            raise ConfigError(f"sandbox.preimport: {m!r} does not import in a sandbox worker ({bad[m]}); "
+                              f"fix or remove it (the list: {list(self.cfg.preimport)})")
         self.base_rss = self.rss = float(self.info.get("rss_mb", 0.0))
 
     async def _read_log(self) -> None:
@@ -163,6 +169,8 @@ class LocalExecutor:
         errors = [r for r in results if isinstance(r, BaseException)]
         if errors:
             await asyncio.gather(*(w.kill() for w in ws))
+            if bad_config := [e for e in errors if isinstance(e, ConfigError)]:
+                raise bad_config[0]  # the config, not the machine: no isolation hint
             hint = (" (bubblewrap could not build the sandbox here: containers often forbid namespaces; "
                     "run on a host or VM, or set sandbox.isolation='none' explicitly)") if self.cfg.isolation == "bwrap" else ""
             raise isolation.SandboxUnavailable(f"sandbox workers failed to start: {errors[0]}{hint}")

@@ -5,7 +5,7 @@ import warnings
 
 import pytest
 
-from kit.config import SandboxConfig, load
+from kit.config import ConfigError, SandboxConfig, load
 from kit.sandbox import SandboxPool, SandboxUnavailable, ToolCall, isolation, run_sync
 
 
@@ -161,3 +161,25 @@ async def test_preimport_sets_what_the_workers_import(make_cfg):
 def test_tiny_profile_preimports_nothing_the_paper_profiles_keep_the_default():
     assert load("tiny", write=False).sandbox.preimport == ()
     assert load("paper-14b", write=False).sandbox.preimport == SandboxConfig().preimport
+
+
+@pytest.mark.parametrize("override", [{"sandbox.preimport": ["numpy", ""]}, ["sandbox.preimport=numpy,[]"],
+                                      {"sandbox.preimport": ["numpy scipy"]}, {"sandbox.preimport": ["scipy."]}])
+def test_a_malformed_preimport_name_fails_at_load_naming_the_entry(override):
+    """``""``, ``"[]"`` (TOML's empty list typed on a command line) or two names in one string used
+    to load fine and only print a line in each worker's unread log."""
+    with pytest.raises(ConfigError, match=r"sandbox\.preimport\[\d\]: .* is not a module name"):
+        load("tiny", override, write=False)
+    assert load("tiny", ["sandbox.preimport="], write=False).sandbox.preimport == ()  # the CLI's empty list
+
+
+@pytest.mark.parametrize("name", ["nump", "numpy.nolinalg", "nump.linalg"])
+async def test_a_preimport_that_does_not_import_stops_the_pool_naming_the_key(make_cfg, name):
+    """A typo in ``sandbox.preimport`` used to start the pool anyway (the worker logged it where
+    nobody reads): every call using the module then paid its import. The pool's own extras
+    (``preload``) stay best-effort, as before."""
+    with pytest.raises(ConfigError, match=rf"sandbox\.preimport: '{name}' does not import.*ModuleNotFoundError"):
+        async with SandboxPool(make_cfg(num_workers=1, preimport=("math", name))):
+            pass
+    async with SandboxPool(make_cfg(num_workers=1, preimport=()), preload=(name,)) as pool:
+        assert (await pool.run("6 * 7")).value == "42"

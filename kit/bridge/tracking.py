@@ -34,6 +34,7 @@ import contextlib
 import importlib.util
 import os
 import sys
+import threading
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -197,6 +198,7 @@ def _environ(env: Mapping[str, str]) -> Iterator[None]:
 
 #: private module name of VERL's tracking module loaded without its package (:func:`verl_tracking_class`)
 STANDALONE_TRACKING = "kit_bridge_verl_tracking"
+_STANDALONE_LOCK = threading.Lock()  # one load: a second thread must not get the module half-executed
 
 
 def verl_tracking_class() -> type:
@@ -211,28 +213,29 @@ def verl_tracking_class() -> type:
     the package as usual). Where VERL is already imported (the VERL runtime), its own module.
 
     Raises:
-        ImportError: VERL is not installed.
+        ImportError: VERL is not installed, or its install has no ``utils/tracking.py`` (names the path).
     """
     if "verl" in sys.modules:
         from verl.utils.tracking import Tracking  # lazy: VERL is already loaded here
 
         return Tracking
-    mod = sys.modules.get(STANDALONE_TRACKING)
-    if mod is None:
-        spec = importlib.util.find_spec("verl")  # locates the package; runs none of it
-        if spec is None or spec.origin is None:
-            raise ImportError("VERL is not installed: its tracker (verl.utils.tracking) is the kit's (make setup)")
-        path = Path(spec.origin).parent / "utils" / "tracking.py"
-        file_spec = importlib.util.spec_from_file_location(STANDALONE_TRACKING, path)
-        if file_spec is None or file_spec.loader is None:
-            raise ImportError(f"cannot load VERL's tracker from {path}")
-        mod = importlib.util.module_from_spec(file_spec)
-        sys.modules[STANDALONE_TRACKING] = mod  # dataclasses and pickling look classes up by module
-        try:
-            file_spec.loader.exec_module(mod)
-        except BaseException:
-            del sys.modules[STANDALONE_TRACKING]
-            raise
+    with _STANDALONE_LOCK:
+        mod = sys.modules.get(STANDALONE_TRACKING)
+        if mod is None:
+            spec = importlib.util.find_spec("verl")  # locates the package; runs none of it
+            if spec is None or spec.origin is None:
+                raise ImportError("VERL is not installed: its tracker (verl.utils.tracking) is the kit's (make setup)")
+            path = Path(spec.origin).parent / "utils" / "tracking.py"
+            file_spec = importlib.util.spec_from_file_location(STANDALONE_TRACKING, path)
+            if not path.is_file() or file_spec is None or file_spec.loader is None:
+                raise ImportError(f"cannot load VERL's tracker from {path} (is VERL 0.9.1 installed? make setup)")
+            mod = importlib.util.module_from_spec(file_spec)
+            sys.modules[STANDALONE_TRACKING] = mod  # dataclasses and pickling look classes up by module
+            try:
+                file_spec.loader.exec_module(mod)
+            except BaseException:
+                del sys.modules[STANDALONE_TRACKING]
+                raise
     return mod.Tracking
 
 

@@ -50,7 +50,7 @@ def open_tracker(cfg: KitConfig, run_dir: str | os.PathLike, stage: str, *, algo
     """
     if not cfg.logging.backends:
         return NullTracker()
-    # kit.bridge.tracking wraps VERL's tracker (VERL and Ray load with it): only when a backend is configured
+    # kit.bridge.tracking wraps VERL's tracker (its file, ~0.1 s; VERL and Ray too under console): only when a backend is configured
     from kit.bridge.tracking import LocalTracker
 
     return LocalTracker(cfg.logging, run_dir, experiment_name(cfg, stage, algorithm, seed), cfg.to_dict())

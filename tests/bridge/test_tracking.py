@@ -1,9 +1,11 @@
 """Experiment tracking (issue #20 item 1): the [logging] setting, VERL's names, offline defaults, backends."""
 
+import importlib.util
 import json
 import re
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -218,6 +220,72 @@ def test_a_local_run_process_gets_verl_s_tracker_without_importing_verl_and_ray(
     assert scalars(tmp_path / "tracking" / "tensorboard")["actor/pg_loss"] == [(1, 0.5)]
     lines = (tmp_path / "tracking" / "verl_metrics.jsonl").read_text().splitlines()
     assert [json.loads(ln)["data"]["actor/pg_loss"] for ln in lines] == [0.5]
+
+
+@pytest.fixture
+def without_verl(monkeypatch):
+    """This process as a fresh local run sees it: VERL not imported, its tracker file not loaded
+    (both restored afterwards)."""
+    monkeypatch.delitem(sys.modules, "verl", raising=False)
+    monkeypatch.delitem(sys.modules, tracking.STANDALONE_TRACKING, raising=False)
+    yield
+    sys.modules.pop(tracking.STANDALONE_TRACKING, None)
+
+
+def test_a_verl_install_without_its_tracker_file_is_an_import_error_naming_the_path(tmp_path, monkeypatch,
+                                                                                     without_verl):
+    """Was a bare FileNotFoundError, outside LocalTracker's and open_tracker's documented ImportError."""
+    (tmp_path / "verl").mkdir()
+    (tmp_path / "verl" / "__init__.py").write_text("")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(ImportError, match=re.escape(str(tmp_path / "verl" / "utils" / "tracking.py"))):
+        tracking.verl_tracking_class()
+    assert tracking.STANDALONE_TRACKING not in sys.modules
+
+
+def test_two_threads_loading_the_tracker_file_get_the_same_complete_class(monkeypatch, without_verl):
+    """The file is registered in sys.modules before it runs (dataclasses need that); a second
+    thread used to take that half-run module and fail with AttributeError: no 'Tracking'."""
+    entered, release = threading.Event(), threading.Event()
+    real = importlib.util.spec_from_file_location
+
+    class HeldLoader:  # runs the real loader once the test lets it
+        def __init__(self, inner):
+            self.inner = inner
+
+        def create_module(self, spec):
+            return None
+
+        def exec_module(self, module):
+            entered.set()
+            release.wait(30)
+            self.inner.exec_module(module)
+
+    def held_spec(name, path, *args, **kwargs):
+        spec = real(name, path, *args, **kwargs)
+        spec.loader = HeldLoader(spec.loader)
+        return spec
+
+    monkeypatch.setattr(importlib.util, "spec_from_file_location", held_spec)
+    got: dict[str, object] = {}
+
+    def call(key):
+        try:
+            got[key] = tracking.verl_tracking_class()
+        except Exception as exc:  # noqa: BLE001 - recorded for the assertion
+            got[key] = exc
+
+    first = threading.Thread(target=call, args=("first",))
+    first.start()
+    assert entered.wait(30)
+    second = threading.Thread(target=call, args=("second",))
+    second.start()
+    second.join(0.5)  # before the fix it had already failed by now
+    release.set()
+    first.join(30)
+    second.join(30)
+    assert isinstance(got["first"], type) and got["first"].__name__ == "Tracking"
+    assert got["second"] is got["first"]
 
 
 def test_no_backend_opens_no_tracker(tmp_path):

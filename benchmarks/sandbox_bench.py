@@ -21,6 +21,11 @@ over_bare_fork <= 1.3, throughput_vs_bare >= 0.8.
 ``--preload-costs`` prints instead what each preloaded module costs a warm parent in resident
 memory and in fork + exit + reap time (the price every call pays for a preload).
 
+``--preimport-ab`` runs instead the trivial snippets through two pools in alternating blocks, one
+with the default ``SandboxConfig.preimport`` (numpy, scipy, sympy) and one with ``preimport=()``
+(the tiny profile's), and prints each one's CPU per call (host + workers + their children), last
+``preimport_none_over_default=<x>`` (issue #16: the tiny run makes ~38,000 tool calls).
+
 Usage: ``python benchmarks/sandbox_bench.py [--n 1000] [--seed 0] [--block 100] [--skip-released]``
 """
 
@@ -29,6 +34,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import dataclasses
 import os
 import random
 import resource
@@ -187,6 +193,32 @@ async def kit_and_bare(work: list[tuple[str, ToolCall]], cfg: SandboxConfig, con
         return walls, res, cpus, pool.stats(), stamps
 
 
+async def preimport_ab(work: list[tuple[str, ToolCall]], conc: int, block: int) -> dict[str, tuple[float, int, int]]:
+    """CPU per call with the default ``SandboxConfig.preimport`` and with none, same calls, blocks of
+    ``block`` alternating (a busy machine slows both alike).
+
+    Returns:
+        ``{"default" | "none": (CPU s of host + workers + children, calls, calls ok)}``.
+    """
+    base = SandboxConfig(isolation="bwrap", num_workers=conc, recycle_after=10**6)  # no recycling: roots stay
+    cfgs = {"default": base, "none": dataclasses.replace(base, preimport=())}
+    out = {k: [0.0, 0, 0] for k in cfgs}
+    async with contextlib.AsyncExitStack() as stack:
+        pools = {k: await stack.enter_async_context(SandboxPool(c)) for k, c in cfgs.items()}
+        for pool in pools.values():
+            await pool.run_batch([ToolCall("1")] * (4 * conc))  # warm before timing
+        sides = list(pools)
+        for b, start in enumerate(range(0, len(work), block)):
+            for side in sides[b % 2:] + sides[:b % 2]:
+                roots = [w.proc.pid for w in pools[side]._executor.workers.values()]
+                c0 = tree_cpu(roots) + time.process_time()
+                rs = await pools[side].run_batch([call for _, call in work[start:start + block]])
+                out[side][0] += tree_cpu(roots) + time.process_time() - c0
+                out[side][1] += len(rs)
+                out[side][2] += sum(r.status == "ok" for r in rs)
+    return {k: (v[0], v[1], v[2]) for k, v in out.items()}
+
+
 def breakdown(stamps: list) -> None:
     """Print the kit call's per-phase p50 and mean (ms); see kit.sandbox.timings.PHASES."""
     summ = summarize(stamps)
@@ -260,6 +292,8 @@ def main() -> None:
     ap.add_argument("--block", type=int, default=100, help="calls per alternating kit/bare block")
     ap.add_argument("--skip-released", action="store_true", help="no released-design run (speedup=nan)")
     ap.add_argument("--preload-costs", action="store_true", help="only print what each preload costs")
+    ap.add_argument("--preimport-ab", action="store_true",
+                    help="only compare CPU per call with the default preimport and with none (trivial calls)")
     ap.add_argument("--bare-huge", action="store_true",
                     help="also run bare forks whose heap is on huge pages, as the kit's workers' is")
     args = ap.parse_args()
@@ -267,6 +301,16 @@ def main() -> None:
         preload_costs()
         return
     conc = os.cpu_count() or 1
+    if args.preimport_ab:
+        trivial = [w for w in snippets(args.n * len(KINDS) // len(TRIVIAL) + len(KINDS), args.seed) if w[0] in TRIVIAL][:args.n]
+        got = asyncio.run(preimport_ab(trivial, conc, args.block))
+        for side, (cpu, n, ok) in got.items():
+            print(f"preimport {side:8s} calls={n} ok={ok} CPU per call {1000 * cpu / n:.2f} ms")
+        per = {side: cpu / n for side, (cpu, n, _) in got.items()}
+        print(f"load average {os.getloadavg()[0]:.1f}")
+        print(f"preimport_none_over_default={per['none'] / per['default']:.2f} "
+              f"none_cpu_ms={1000 * per['none']:.2f} default_cpu_ms={1000 * per['default']:.2f}")
+        return
     cfg = SandboxConfig(isolation="bwrap", num_workers=conc)
     work = snippets(args.n, args.seed)
     print(f"machine: {conc} cores; {args.n} snippets; isolation={cfg.isolation}; concurrency={conc}; "

@@ -2,10 +2,13 @@
 three of issue #18 first; the absolute calls/s beside them are tokens too. The line used to end
 in a parenthesis of prose ("(kit 93.5 calls/s, bare fork ...)") that a key=value reader chokes on."""
 
+import asyncio
 import math
 
 import pytest
 from doubles import load_benchmark
+
+from kit.sandbox import isolation
 
 
 def _bench():
@@ -34,3 +37,15 @@ def test_last_line_is_name_value_tokens_with_the_three_targets_first():
 def test_without_the_released_run_speedup_is_nan_but_the_line_still_parses():
     toks = _tokens(_bench().summary_line({"kit": 90.0, "bare": 80.0}, {"kit": 0.01, "bare": 0.01}, float("nan")))
     assert math.isnan(toks["speedup"]) and toks["throughput_vs_bare"] == pytest.approx(1.125, abs=0.005)
+
+
+def test_the_preimport_comparison_runs_the_same_calls_through_both_pools():
+    """``--preimport-ab``: every trivial call runs once per pool, and each side's CPU is counted."""
+    if isolation.bwrap_path() is None:
+        pytest.skip("bubblewrap is not installed (make setup installs it)")
+    b = _bench()
+    work = [w for w in b.snippets(20, 0) if w[0] in b.TRIVIAL]
+    got = asyncio.run(b.preimport_ab(work, 2, 4))
+    assert set(got) == {"default", "none"}
+    for cpu, n, ok in got.values():
+        assert n == ok == len(work) == 12 and cpu > 0

@@ -7,6 +7,7 @@ import pytest
 
 from kit.config import ConfigError, SandboxConfig, load
 from kit.sandbox import SandboxPool, SandboxUnavailable, ToolCall, isolation, run_sync
+from kit.sandbox.worker import SCIENCE_PREIMPORTS
 
 
 async def test_worker_death_is_retried_then_infra_error(make_cfg):
@@ -161,6 +162,12 @@ async def test_preimport_sets_what_the_workers_import(make_cfg):
 def test_tiny_profile_preimports_nothing_the_paper_profiles_keep_the_default():
     assert load("tiny", write=False).sandbox.preimport == ()
     assert load("paper-14b", write=False).sandbox.preimport == SandboxConfig().preimport
+
+
+def test_the_config_default_is_the_worker_s_documented_science_list():
+    """``SandboxConfig.preimport``'s default and ``kit.sandbox.worker.SCIENCE_PREIMPORTS`` (what the
+    bare-fork baseline imports by default and the docs price) are written twice: they must agree."""
+    assert SandboxConfig().preimport == SCIENCE_PREIMPORTS
 
 
 @pytest.mark.parametrize("override", [{"sandbox.preimport": ["numpy", ""]}, ["sandbox.preimport=numpy,[]"],

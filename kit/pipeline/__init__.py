@@ -61,7 +61,13 @@ from kit.pipeline.series import (
     run_series,
     standard_series,
 )
-from kit.pipeline.timing import children_cpu_s, cores_busy_line, machine_busy_cpu_s, times_table
+from kit.pipeline.timing import (
+    children_cpu_s,
+    cores_busy_line,
+    host_speed_line,
+    machine_busy_cpu_s,
+    times_table,
+)
 from kit.pipeline.verl_runtime import (
     DEVICE_ENV,
     LAUNCHES_VERL,
@@ -77,7 +83,7 @@ __all__ = [
     "CELL_TIMEOUT_S", "KERNEL_ENV", "LAUNCHES_VERL", "NOTEBOOK_DIR", "OTHER_PROFILE_CELL_TIMEOUT_S", "SERIES",
     "VERL_SESSION_DIR", "ConfigError", "Layout", "NotebookRun", "PipelineError", "available_profiles",
     "children_cpu_s", "default_cell_timeout", "dry_run_text", "load", "machine_busy_cpu_s", "main", "mark_not_run", "read_state",
-    "cores_busy_line", "run_in_verl_cpu_session", "run_series", "series_parameters", "standard_series", "times_table",
+    "cores_busy_line", "host_speed_line", "run_in_verl_cpu_session", "run_series", "series_parameters", "standard_series", "times_table",
     "VerlDeviceError", "check_verl_device", "DEVICE_ENV", "ignored_device_warning",
 ]
 
@@ -209,5 +215,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     wall, busy1 = time.perf_counter() - t0, machine_busy_cpu_s()
     print(times_table(records))
     print(cores_busy_line(records, wall, machine_busy_s=None if busy0 is None or busy1 is None else busy1 - busy0))
+    try:  # the run is done: a damaged metrics file only loses this line
+        speed = host_speed_line(layout.root / "sft" / "metrics.jsonl", args.profile)
+    except ValueError as exc:
+        speed = f"  host speed: not read ({exc})"
+    if speed:
+        print(speed)
     print(f"kit.pipeline: all {len(series)} notebooks finished in {wall:.0f} s")
     return 0

@@ -8,8 +8,10 @@ is the notebooks' work but misses processes it never reaps (the sandbox's per-ca
 
 from __future__ import annotations
 
+import json
 import os
 import resource
+import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -106,3 +108,49 @@ def times_table(records: Sequence[dict[str, Any]]) -> str:
                          "the notebooks before it (its wall s: the wait for that job plus the notebook; its CPU s "
                          "include the job)")
     return "\n".join(lines)
+
+
+SFT_STEP_REFERENCE_S = {"tiny": (0.380, "run rb: 2292ecf, seed 0, 2 quiet cores, 2026-12-02")}
+"""Median tiny-profile SFT step (seconds) of the run whose wall time the README quotes, and where it was
+measured. The cold start is the same work in every tiny run of a seed (600 steps of 48 rows), so its
+median step is the run's own speed probe of the host."""
+
+
+def host_speed_line(sft_metrics: str | os.PathLike, profile: str) -> str | None:
+    """The host's speed as this run measured it, printed at the end of a run (issue #16: a wall-time
+    target needs the host speed beside it; on one 2-core VM the same SFT took 298 s to 391 s).
+
+    Reads the cold start's per-step ``time_s`` (seconds, wall) from ``sft_metrics`` (the local trainer's
+    ``sft/metrics.jsonl``) and compares their median with :data:`SFT_STEP_REFERENCE_S` for ``profile``.
+
+    Returns:
+        One line, or None where the file is missing or has no timed step (a linked or VERL cold start,
+        an earlier invocation's SFT is still read).
+    Raises:
+        ValueError: a line of ``sft_metrics`` is not JSON (names the file and line).
+    """
+    path = Path(sft_metrics)
+    if not path.is_file():
+        return None
+    times, threads = [], []
+    for n, line in enumerate(path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{n}: not JSON ({exc.msg})") from None
+        if isinstance(row.get("time_s"), int | float):
+            times.append(float(row["time_s"]))
+            threads.append(row.get("threads"))
+    if not times:
+        return None
+    med = statistics.median(times)
+    two = sum(t == 2 for t in threads)
+    line = (f"  host speed: median cold-start step {med:.3f} s over {len(times)} steps "
+            f"({two} of them at 2 threads)")
+    ref = SFT_STEP_REFERENCE_S.get(profile)
+    if ref is None:
+        return line
+    return (f"{line}; the README's timed run had {ref[0]:.3f} s ({ref[1]}): the same work ran "
+            f"x{med / ref[0]:.2f} as long here, so compare wall times with that factor beside them")

@@ -1,11 +1,16 @@
-"""Helpers for the pipeline tests: small throwaway notebooks written with nbformat."""
+"""Helpers for the pipeline tests: small throwaway notebooks written with nbformat, and the smoke run
+that the smoke-chain and browser tests share."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import nbformat
 import pytest
+
+from kit import pipeline
+from kit.config import load
 
 
 def write_notebook(path: Path, parameters: str, *cells: str) -> Path:
@@ -51,3 +56,18 @@ def write_rl_metrics(path: Path, *, stage: str, algorithm: str, seed: int, steps
 @pytest.fixture
 def rl_metrics():
     return write_rl_metrics
+
+
+@pytest.fixture(scope="session")
+def smoke_run(tmp_path_factory):
+    """The whole notebook series 00-09 with the smoke profile, run once per session by the runner
+    `make reproduce` uses: ``(Layout, KitConfig)``. tests/pipeline/test_smoke_chain.py asserts it; the
+    browser test copies its 01/02 products (data, cold-start policy) instead of training them again
+    (~95 s of the suite). Nobody writes into it after it is built."""
+    root = tmp_path_factory.mktemp("reports")
+    t0 = time.perf_counter()
+    # a cell that hangs fails the test with the notebook and cell named instead of blocking the suite
+    code = pipeline.main(["run", "--profile", "smoke", "--run", "t", "--reports-root", str(root), "--cell-timeout", "600"])
+    print(f"smoke chain: {time.perf_counter() - t0:.0f} s")
+    assert code == 0, "the smoke chain failed; see the STOPPED message above"
+    return pipeline.Layout.for_run("smoke", "t", root), load("smoke", write=False)

@@ -1,5 +1,5 @@
 """Notebook 03 opened as a new user would (issue #20): JupyterLab on loopback, headless Chromium,
-Run All, with the smoke profile; its upstream (01, 02) built first by the kit's pipeline.
+Run All, with the smoke profile; its upstream (01, 02) is the session's smoke run's, copied.
 
 Asserted from the page: every cell ran without an error; the live curves were redrawn in place
 (several images seen in the training cell's one output); the kit's progress bar is a working widget
@@ -43,11 +43,14 @@ RUN_ALL_TIMEOUT_S = 240
 
 
 @pytest.fixture(scope="module")
-def upstream(tmp_path_factory):
-    """Notebooks 01 and 02 of a smoke run, executed by the kit's pipeline (00 is no one's upstream)."""
+def upstream(smoke_run, tmp_path_factory):
+    """A smoke run folder holding what notebook 03 reads: the data (01) and the cold-start policy
+    (02) of the session's smoke run (tests/pipeline/conftest.py), copied, so 03 writes its stage1
+    folder here and never into the run the smoke-chain tests read."""
+    src = smoke_run[0]
     lay = Layout.for_run("smoke", "b", tmp_path_factory.mktemp("reports"))
-    series = [r for r in pipeline.standard_series(lay) if r.name in ("01_data_curation", "02_cold_start_sft")]
-    pipeline.run_series(series, lay, progress_bar=False, echo=lambda line: None)
+    for name in ("data", "sft"):
+        shutil.copytree(src.dir(name), lay.dir(name), symlinks=True)
     assert (Path(lay.dir("sft")) / "policy").is_dir()
     return lay
 

@@ -272,6 +272,25 @@ def test_cores_busy_line_gives_the_counted_cpu_the_machines_busy_share_and_the_w
     assert pipeline.cores_busy_line(recs, 1200.0, cores=2).endswith("the background job)")  # not measured
 
 
+def test_host_speed_line_compares_the_cold_start_step_with_the_readme_s_timed_run(tmp_path):
+    """Issue #16: the same tiny SFT took 298-391 s on one VM in one day, so a run's wall time is
+    printed with the host's speed beside it (the cold start's median step against the README's run)."""
+    path = tmp_path / "metrics.jsonl"
+    assert pipeline.host_speed_line(path, "tiny") is None  # no cold start here (linked, or VERL's)
+    rows = [{"step": i, "loss": 1.0, "time_s": t, "threads": 2} for i, t in enumerate([0.50, 0.57, 9.0], 1)]
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows) + "\n")
+    line = pipeline.host_speed_line(path, "tiny")
+    ref = pipeline.timing.SFT_STEP_REFERENCE_S["tiny"][0]
+    assert "median cold-start step 0.570 s over 3 steps (3 of them at 2 threads)" in line
+    assert f"x{0.57 / ref:.2f} as long here" in line
+    assert pipeline.host_speed_line(path, "smoke").endswith("at 2 threads)")  # no reference for smoke
+    path.write_text(json.dumps(rows[0]) + "\n{not json\n")
+    with pytest.raises(ValueError, match=r"metrics.jsonl:2: not JSON"):
+        pipeline.host_speed_line(path, "tiny")
+    path.write_text(json.dumps({"step": 1, "loss": 1.0}) + "\n")
+    assert pipeline.host_speed_line(path, "tiny") is None  # no timed step
+
+
 @pytest.mark.skipif(not Path("/proc/stat").exists(), reason="no /proc/stat (not Linux)")
 def test_machine_busy_cpu_s_counts_this_process_spinning_on_its_own_cpus_only():
     assert pipeline.machine_busy_cpu_s(cpus=[]) is None and pipeline.machine_busy_cpu_s(cpus=[10**6]) is None

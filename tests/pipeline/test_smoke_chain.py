@@ -7,27 +7,10 @@ assertions are shared with the same chain through VERL's trainer (tests/smoke_ch
 
 from __future__ import annotations
 
-import time
-
 import pytest
 import smoke_checks as checks
 
-from kit import pipeline
-from kit.config import load
-
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def smoke_run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("reports")
-    t0 = time.perf_counter()
-    # a cell that hangs fails the test with the notebook and cell named instead of blocking the suite
-    code = pipeline.main(["run", "--profile", "smoke", "--run", "t", "--reports-root", str(root), "--cell-timeout", "600"])
-    seconds = time.perf_counter() - t0
-    print(f"smoke chain: {seconds:.0f} s")
-    assert code == 0, "the smoke chain failed; see the STOPPED message above"
-    return pipeline.Layout.for_run("smoke", "t", root), load("smoke", write=False)
 
 
 def test_every_notebook_executed_and_recorded(smoke_run):

@@ -46,6 +46,9 @@ CPU_LIMITS = (
     "benchmarks/scheduler_sim.py, not run; nothing here ran on a GPU.",
     "One-seed claims (stages, pass@k, cold start, entropy) carry intervals over problems, steps or "
     "trajectories of that seed, which leave out the spread between seeds.",
+    "Reflection on tool feedback (§5.4): the text after a tool response is mostly a template copying the "
+    "printed number, so RL has little reflection to add; 'more reflection than SFT' was inconclusive on "
+    "the untuned seeds 7 and 11 (+0.006, -0.001).",
 )
 SMOKE_NOTE = "Profile 'smoke': too short to reproduce anything; its verdicts are inconclusive by construction."
 

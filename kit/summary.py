@@ -48,7 +48,7 @@ CPU_LIMITS = (
     "trajectories of that seed, which leave out the spread between seeds.",
     "Reflection on tool feedback (§5.4): the text after a tool response is mostly a template copying the "
     "printed number, so RL has little reflection to add; 'more reflection than SFT' was inconclusive on "
-    "the untuned seeds 7 and 11 (+0.006, -0.001).",
+    "the untuned seeds 7, 11 and 21 (+0.006, -0.001, -0.010).",
 )
 SMOKE_NOTE = "Profile 'smoke': too short to reproduce anything; its verdicts are inconclusive by construction."
 

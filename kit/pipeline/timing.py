@@ -117,9 +117,9 @@ of the run whose times the README compares against, and which run that was. The 
 in every tiny run of a seed (600 steps of 48 rows), so its median step at those threads is the run's own
 probe of the host's speed."""
 
-#: ``--set`` keys that change an SFT step's work (rows, their length and mix, the model), so that no reference
-#: applies; any ``model.`` key but ``model.torch_threads`` (threads: the comparison already separates them)
-WORK_KEYS = ("sft.batch_size", "sft.max_seq_tokens", "sft.function_calling_sets", "sft.task_demo_fraction", "model.")
+#: ``--set`` keys that change an SFT step's work (its rows, their length and mix), so that no reference applies;
+#: so does any ``model.`` key but ``model.torch_threads`` (threads: the comparison already separates them)
+WORK_KEYS = ("sft.batch_size", "sft.max_seq_tokens", "sft.function_calling_sets", "sft.task_demo_fraction")
 
 
 def host_speed_line(sft_metrics: str | os.PathLike, profile: str, *, earlier: bool = False,
@@ -138,10 +138,12 @@ def host_speed_line(sft_metrics: str | os.PathLike, profile: str, *, earlier: bo
         sft_metrics: path of ``sft/metrics.jsonl``.
         profile: the run's profile; one without a reference gets the median alone.
         earlier: the cold start ran in an earlier invocation (02 skipped now); the line says so.
-        overrides: the run's ``--set`` keys; one of :data:`WORK_KEYS` changes a step's work, so there is
-            no comparison then.
+        overrides: the run's ``--set`` keys; one of :data:`WORK_KEYS` or a ``model.`` key changes a step's
+            work, so there is no comparison then.
     Returns:
-        One line, or None where the file is missing or has no timed step (a linked or VERL cold start).
+        One line: the median step (seconds) over all timed steps and, where a reference applies, the median
+        at its thread count and their ratio (the same steps took that many times as long here); or None
+        where the file is missing or has no timed step (a linked or VERL cold start).
     Raises:
         ValueError: the file cannot be read as text, or a line is not a JSON object (names the file
             and line).
@@ -176,7 +178,7 @@ def host_speed_line(sft_metrics: str | os.PathLike, profile: str, *, earlier: bo
     if ref is None:
         return line
     ref_s, ref_threads, ref_where = ref
-    work = [k for k in overrides if (k in WORK_KEYS or k.startswith("model.")) and k != "model.torch_threads"]
+    work = [k for k in overrides if k in WORK_KEYS or (k.startswith("model.") and k != "model.torch_threads")]
     if work:
         return f"{line}; not compared with {ref_where}: --set {', '.join(work)} changes a step's work"
     at = times.get(ref_threads, [])

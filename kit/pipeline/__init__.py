@@ -215,9 +215,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     wall, busy1 = time.perf_counter() - t0, machine_busy_cpu_s()
     print(times_table(records))
     print(cores_busy_line(records, wall, machine_busy_s=None if busy0 is None or busy1 is None else busy1 - busy0))
+    sft_now = any(r["notebook"] == "02_cold_start_sft" and r["status"] == "done" for r in records)
     try:  # the run is done: a damaged metrics file only loses this line
-        speed = host_speed_line(layout.root / "sft" / "metrics.jsonl", args.profile)
-    except ValueError as exc:
+        speed = host_speed_line(layout.root / "sft" / "metrics.jsonl", args.profile, earlier=not sft_now,
+                                overrides=list(overrides))
+    except (OSError, ValueError) as exc:
         speed = f"  host speed: not read ({exc})"
     if speed:
         print(speed)

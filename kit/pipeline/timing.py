@@ -9,6 +9,7 @@ is the notebooks' work but misses processes it never reaps (the sandbox's per-ca
 from __future__ import annotations
 
 import json
+import math
 import os
 import resource
 import statistics
@@ -110,47 +111,83 @@ def times_table(records: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-SFT_STEP_REFERENCE_S = {"tiny": (0.380, "run rb: 2292ecf, seed 0, 2 quiet cores, 2026-12-02")}
-"""Median tiny-profile SFT step (seconds) of the run whose wall time the README quotes, and where it was
-measured. The cold start is the same work in every tiny run of a seed (600 steps of 48 rows), so its
-median step is the run's own speed probe of the host."""
+SFT_STEP_REFERENCE_S = {"tiny": (0.380, 2, "the README's run rb (2292ecf, seed 0, 2 quiet cores, 2026-12-02)")}
+"""Per profile: ``(seconds, threads, where)``, the median SFT step (wall seconds) at ``threads`` torch threads
+of the run whose times the README compares against, and which run that was. The cold start is the same work
+in every tiny run of a seed (600 steps of 48 rows), so its median step at those threads is the run's own
+probe of the host's speed."""
+
+#: ``--set`` keys that change an SFT step's work (its rows, their length and mix), so that no reference applies;
+#: so does any ``model.`` key but ``model.torch_threads`` (threads: the comparison already separates them)
+WORK_KEYS = ("sft.batch_size", "sft.max_seq_tokens", "sft.function_calling_sets", "sft.task_demo_fraction")
 
 
-def host_speed_line(sft_metrics: str | os.PathLike, profile: str) -> str | None:
-    """The host's speed as this run measured it, printed at the end of a run (issue #16: a wall-time
-    target needs the host speed beside it; on one 2-core VM the same SFT took 298 s to 391 s).
+def host_speed_line(sft_metrics: str | os.PathLike, profile: str, *, earlier: bool = False,
+                    overrides: Sequence[str] = ()) -> str | None:
+    """The host's speed as the run's cold start measured it, printed at the end of a run (issue #16: a
+    wall-time target needs the host's speed beside it; on one 2-core VM the same SFT took 298 s to 391 s).
 
-    Reads the cold start's per-step ``time_s`` (seconds, wall) from ``sft_metrics`` (the local trainer's
-    ``sft/metrics.jsonl``) and compares their median with :data:`SFT_STEP_REFERENCE_S` for ``profile``.
+    Reads each step's ``time_s`` (wall seconds) and ``threads`` (torch threads) from ``sft_metrics``
+    (the local trainer's ``sft/metrics.jsonl``, one JSON object per line, rows without a finite
+    ``time_s >= 0`` skipped). The median over the steps at the reference's thread count is compared with
+    :data:`SFT_STEP_REFERENCE_S` for ``profile``; steps at other thread counts are counted apart, since
+    the adaptive thread policy runs steps at fewer threads when other processes hold cores (load, not
+    the host's speed).
 
+    Args:
+        sft_metrics: path of ``sft/metrics.jsonl``.
+        profile: the run's profile; one without a reference gets the median alone.
+        earlier: the cold start ran in an earlier invocation (02 skipped now); the line says so.
+        overrides: the run's ``--set`` keys; one of :data:`WORK_KEYS` or a ``model.`` key changes a step's
+            work, so there is no comparison then.
     Returns:
-        One line, or None where the file is missing or has no timed step (a linked or VERL cold start,
-        an earlier invocation's SFT is still read).
+        One line: the median step (seconds) over all timed steps and, where a reference applies, the median
+        at its thread count and their ratio (the same steps took that many times as long here); or None
+        where the file is missing or has no timed step (a linked or VERL cold start).
     Raises:
-        ValueError: a line of ``sft_metrics`` is not JSON (names the file and line).
+        ValueError: the file cannot be read as text, or a line is not a JSON object (names the file
+            and line).
     """
     path = Path(sft_metrics)
     if not path.is_file():
         return None
-    times, threads = [], []
-    for n, line in enumerate(path.read_text().splitlines(), 1):
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"{path}: cannot be read ({exc})") from None
+    times: dict[int | None, list[float]] = {}
+    for n, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:
             row = json.loads(line)
         except json.JSONDecodeError as exc:
             raise ValueError(f"{path}:{n}: not JSON ({exc.msg})") from None
-        if isinstance(row.get("time_s"), int | float):
-            times.append(float(row["time_s"]))
-            threads.append(row.get("threads"))
+        if not isinstance(row, dict):
+            raise ValueError(f"{path}:{n}: not a metrics row (a JSON object), got {type(row).__name__}")
+        t, th = row.get("time_s"), row.get("threads")
+        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t < 0:
+            continue
+        times.setdefault(th if isinstance(th, int) and not isinstance(th, bool) else None, []).append(float(t))
     if not times:
         return None
-    med = statistics.median(times)
-    two = sum(t == 2 for t in threads)
-    line = (f"  host speed: median cold-start step {med:.3f} s over {len(times)} steps "
-            f"({two} of them at 2 threads)")
+    every = [t for ts in times.values() for t in ts]
+    where = "an earlier invocation's cold start" if earlier else "cold start"
+    line = f"  host speed ({where}): median step {statistics.median(every):.3f} s over {len(every)} steps"
     ref = SFT_STEP_REFERENCE_S.get(profile)
     if ref is None:
         return line
-    return (f"{line}; the README's timed run had {ref[0]:.3f} s ({ref[1]}): the same work ran "
-            f"x{med / ref[0]:.2f} as long here, so compare wall times with that factor beside them")
+    ref_s, ref_threads, ref_where = ref
+    work = [k for k in overrides if k in WORK_KEYS or (k.startswith("model.") and k != "model.torch_threads")]
+    if work:
+        return f"{line}; not compared with {ref_where}: --set {', '.join(work)} changes a step's work"
+    at = times.get(ref_threads, [])
+    if not at:
+        return f"{line}, none at {ref_threads} threads, so not compared with {ref_where} ({ref_s:.3f} s at {ref_threads})"
+    med = statistics.median(at)
+    fewer = len(every) - len(at)
+    load = (f"; {fewer} steps at other thread counts left out (the thread policy takes fewer while other "
+            "processes hold cores: load, not the host's speed)" if fewer else "")
+    return (f"{line}, {len(at)} at {ref_threads} threads: median {med:.3f} s against {ref_s:.3f} s in {ref_where}: "
+            f"{med / ref_s:.2f} times as long for the same steps{load}. Read this run's wall times with that "
+            "factor beside them")

@@ -58,16 +58,43 @@ def rl_metrics():
     return write_rl_metrics
 
 
+def smoke_run_selected(items) -> bool:
+    """Whether a test of the session's selection (``session.items``) asserts the smoke run: then the
+    browser test copies its 01/02 products; run alone (``-m browser``, ``-m "not slow"``, its file) it
+    runs 01 and 02 itself instead of the whole chain."""
+    return any("smoke_run" in getattr(item, "fixturenames", ()) for item in items)
+
+
 @pytest.fixture(scope="session")
-def smoke_run(tmp_path_factory):
-    """The whole notebook series 00-09 with the smoke profile, run once per session by the runner
-    `make reproduce` uses: ``(Layout, KitConfig)``. tests/pipeline/test_smoke_chain.py asserts it; the
-    browser test copies its 01/02 products (data, cold-start policy) instead of training them again
-    (~95 s of the suite). Nobody writes into it after it is built."""
-    root = tmp_path_factory.mktemp("reports")
+def smoke_run_wanted():
+    """:func:`smoke_run_selected`, for the browser test's module-scoped fixture and its own test."""
+    return smoke_run_selected
+
+
+def run_smoke_chain(root: Path, until: str | None = None) -> tuple[pipeline.Layout, int]:
+    """The notebook series with the smoke profile into ``root/smoke/t`` by the runner `make reproduce`
+    uses (all of it, or ``--until`` a notebook, without the report then): ``(Layout, exit code)``."""
     t0 = time.perf_counter()
     # a cell that hangs fails the test with the notebook and cell named instead of blocking the suite
-    code = pipeline.main(["run", "--profile", "smoke", "--run", "t", "--reports-root", str(root), "--cell-timeout", "600"])
-    print(f"smoke chain: {time.perf_counter() - t0:.0f} s")
+    argv = ["run", "--profile", "smoke", "--run", "t", "--reports-root", str(root), "--cell-timeout", "600"]
+    code = pipeline.main(argv + (["--until", until] if until else []))
+    print(f"smoke chain{f' until {until}' if until else ''}: {time.perf_counter() - t0:.0f} s")
+    return pipeline.Layout.for_run("smoke", "t", root), code
+
+
+@pytest.fixture(scope="session")
+def smoke_chain(tmp_path_factory):
+    """The whole notebook series 00-09 with the smoke profile, run once per session:
+    ``(Layout, exit code)``, not asserted (:func:`smoke_run` asserts it; the browser test needs only
+    its 01 and 02 to have finished). Nobody writes into it after it is built."""
+    return run_smoke_chain(tmp_path_factory.mktemp("reports"))
+
+
+@pytest.fixture(scope="session")
+def smoke_run(smoke_chain):
+    """The session's smoke chain, finished: ``(Layout, KitConfig)``. tests/pipeline/test_smoke_chain.py
+    asserts it; the browser test copies its 01/02 products (data, cold-start policy) instead of training
+    them again (~95 s of the suite)."""
+    lay, code = smoke_chain
     assert code == 0, "the smoke chain failed; see the STOPPED message above"
-    return pipeline.Layout.for_run("smoke", "t", root), load("smoke", write=False)
+    return lay, load("smoke", write=False)

@@ -1,5 +1,6 @@
 """Notebook 03 opened as a new user would (issue #20): JupyterLab on loopback, headless Chromium,
-Run All, with the smoke profile; its upstream (01, 02) is the session's smoke run's, copied.
+Run All, with the smoke profile; its upstream (01, 02) is the session's smoke run's, copied, or, when
+no selected test asserts that run, built first by the kit's pipeline.
 
 Asserted from the page: every cell ran without an error; the live curves were redrawn in place
 (several images seen in the training cell's one output); the kit's progress bar is a working widget
@@ -42,17 +43,32 @@ NOTEBOOK = "03_rl_stage1"
 RUN_ALL_TIMEOUT_S = 240
 
 
+def _files(root: Path) -> dict[str, tuple[int, int]]:
+    return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*") if p.is_file()}
+
+
 @pytest.fixture(scope="module")
-def upstream(smoke_run, tmp_path_factory):
-    """A smoke run folder holding what notebook 03 reads: the data (01) and the cold-start policy
-    (02) of the session's smoke run (tests/pipeline/conftest.py), copied, so 03 writes its stage1
-    folder here and never into the run the smoke-chain tests read."""
-    src = smoke_run[0]
+def upstream(request, smoke_run_wanted, tmp_path_factory):
+    """A smoke run folder holding what notebook 03 reads: the data (01) and the cold-start policy (02).
+    Where the session also asserts the whole smoke chain (tests/pipeline/conftest.py), they are that
+    run's, copied (~95 s of the suite), so 03 writes its stage1 folder here and never into that run;
+    selected alone (``-m browser``), 01 and 02 run here, not the whole chain. Yields ``(Layout, source)``:
+    the copied run's folder and its files' sizes and times before 03 ran, or None."""
     lay = Layout.for_run("smoke", "b", tmp_path_factory.mktemp("reports"))
-    for name in ("data", "sft"):
-        shutil.copytree(src.dir(name), lay.dir(name), symlinks=True)
+    source = None
+    if smoke_run_wanted(request.session.items):
+        src, _ = request.getfixturevalue("smoke_chain")
+        state = pipeline.read_state(src)
+        for nb in ("01_data_curation", "02_cold_start_sft"):  # a later notebook's failure is the chain tests' to report
+            assert state.get(nb, {}).get("status") == "done", f"the session's smoke chain did not finish {nb}: {state.get(nb)}"
+        for name in ("data", "sft"):
+            shutil.copytree(src.dir(name), lay.dir(name), symlinks=True)
+        source = src.root, _files(src.root)
+    else:
+        series = [r for r in pipeline.standard_series(lay) if r.name in ("01_data_curation", "02_cold_start_sft")]
+        pipeline.run_series(series, lay, progress_bar=False, echo=lambda line: None)
     assert (Path(lay.dir("sft")) / "policy").is_dir()
-    return lay
+    return lay, source
 
 
 def _free_port() -> int:
@@ -90,7 +106,7 @@ def lab(upstream, tmp_path):
     served = tmp_path / "served"
     served.mkdir()
     nb = load_notebook_node(str(pipeline.NOTEBOOK_DIR / f"{NOTEBOOK}.ipynb"))
-    params = next(r.parameters for r in pipeline.standard_series(upstream) if r.name == NOTEBOOK)
+    params = next(r.parameters for r in pipeline.standard_series(upstream[0]) if r.name == NOTEBOOK)
     nbformat.write(parameterize_notebook(nb, params), served / f"{NOTEBOOK}.ipynb")
     cfg_dir = tmp_path / "jupyter_config"
     cfg_dir.mkdir()
@@ -180,7 +196,7 @@ def _cell_index(nb: nbformat.NotebookNode, needle: str) -> int:
 
 
 def test_notebook_03_runs_all_in_jupyterlab(lab, browser):
-    url, lay, path = lab
+    url, (lay, source), path = lab
     served = nbformat.read(path, as_version=4)
     train, anatomy = _cell_index(served, "LiveCurves("), _cell_index(served, "roc_step_anatomy(")
     browser.get(url)
@@ -213,6 +229,10 @@ def test_notebook_03_runs_all_in_jupyterlab(lab, browser):
         page = browser.find_element("tag name", "body").text
         for noise in ("Error displaying widget", "Unknown child process", "Writing model shards", "Loading weights"):
             assert noise not in page
+        if source is not None:  # 03 wrote here only, and nothing it wrote leads back to the copied run
+            assert _files(source[0]) == source[1], "notebook 03 changed the smoke run it was copied from"
+            written = [p for p in (lay.root / "stage1").rglob("*.json*") if str(source[0]) in p.read_text()]
+            assert not written, f"stage1 files name the copied run's folder {source[0]}: {written}"
     finally:
         browser.execute_script(CELL, train)
         browser.save_screenshot(str(shots / f"{NOTEBOOK}_curves.png"))

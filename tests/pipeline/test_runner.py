@@ -281,14 +281,73 @@ def test_host_speed_line_compares_the_cold_start_step_with_the_readme_s_timed_ru
     path.write_text("".join(json.dumps(r) + "\n" for r in rows) + "\n")
     line = pipeline.host_speed_line(path, "tiny")
     ref = pipeline.timing.SFT_STEP_REFERENCE_S["tiny"][0]
-    assert "median cold-start step 0.570 s over 3 steps (3 of them at 2 threads)" in line
-    assert f"x{0.57 / ref:.2f} as long here" in line
-    assert pipeline.host_speed_line(path, "smoke").endswith("at 2 threads)")  # no reference for smoke
+    assert "host speed (cold start): median step 0.570 s over 3 steps, 3 at 2 threads: median 0.570 s" in line
+    assert f"{0.57 / ref:.2f} times as long for the same steps" in line and "left out" not in line
+    assert pipeline.host_speed_line(path, "smoke").endswith("over 3 steps")  # no reference for smoke
+    assert "an earlier invocation's cold start" in pipeline.host_speed_line(path, "tiny", earlier=True)
     path.write_text(json.dumps(rows[0]) + "\n{not json\n")
     with pytest.raises(ValueError, match=r"metrics.jsonl:2: not JSON"):
         pipeline.host_speed_line(path, "tiny")
     path.write_text(json.dumps({"step": 1, "loss": 1.0}) + "\n")
     assert pipeline.host_speed_line(path, "tiny") is None  # no timed step
+
+
+def test_host_speed_line_compares_steps_at_the_reference_threads_only(tmp_path):
+    """A step the thread policy ran at one thread (another process held a core) measures load, not the
+    host: run s7 here had 333 of 600 such steps, median 0.686 s over all, 0.480 s at 2 threads."""
+    path = tmp_path / "metrics.jsonl"
+    ref = pipeline.timing.SFT_STEP_REFERENCE_S["tiny"][0]
+    rows = [{"time_s": 0.5, "threads": 2}] * 3 + [{"time_s": 0.9, "threads": 1}] * 4
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    line = pipeline.host_speed_line(path, "tiny")
+    assert "median step 0.900 s over 7 steps, 3 at 2 threads: median 0.500 s" in line
+    assert f"{0.5 / ref:.2f} times as long" in line and "4 steps at other thread counts left out" in line
+    path.write_text(json.dumps({"time_s": 0.9, "threads": 1}) + "\n")
+    assert "none at 2 threads, so not compared" in pipeline.host_speed_line(path, "tiny")
+    path.write_text(json.dumps({"time_s": 0.5, "threads": 2}) + "\n")
+    line = pipeline.host_speed_line(path, "tiny", overrides=["sft.batch_size", "algorithm.lr", "model.hidden_size"])
+    assert line.endswith("--set sft.batch_size, model.hidden_size changes a step's work")
+    for same_work in ("model.torch_threads", "sft.steps", "sft.lr"):
+        assert "times as long" in pipeline.host_speed_line(path, "tiny", overrides=[same_work])
+
+
+@pytest.mark.parametrize("body", [b"[1, 2]\n", b"3\n", b"null\n", b"\xff\xfe{}\n"])
+def test_host_speed_line_names_the_file_for_rows_that_are_not_objects(tmp_path, body):
+    path = tmp_path / "metrics.jsonl"
+    path.write_bytes(body)
+    with pytest.raises(ValueError, match=r"metrics.jsonl"):
+        pipeline.host_speed_line(path, "tiny")
+
+
+def test_host_speed_line_skips_times_that_are_not_finite_seconds(tmp_path):
+    path = tmp_path / "metrics.jsonl"
+    odd = ['{"time_s": true, "threads": 2}', '{"time_s": "0.5", "threads": 2}', '{"time_s": NaN, "threads": 2}',
+           '{"time_s": Infinity, "threads": 2}', '{"time_s": -1, "threads": 2}', '{"time_s": 0.4, "threads": [2]}']
+    path.write_text("\n".join(odd[:-1]) + "\n")
+    assert pipeline.host_speed_line(path, "tiny") is None
+    path.write_text("\n".join(odd) + "\n")  # the one good time, at an unreadable thread count
+    assert "median step 0.400 s over 1 steps, none at 2 threads" in pipeline.host_speed_line(path, "tiny")
+
+
+def test_a_damaged_sft_metrics_file_costs_only_the_host_speed_line(monkeypatch, tmp_path, capsys):
+    """The line is printed after the run finished: whatever is in sft/metrics.jsonl, the run still ends
+    with its summary line and exit code 0."""
+    monkeypatch.setattr(pipeline, "run_series", lambda *a, **kw: [
+        {"notebook": "02_cold_start_sft", "status": "done", "seconds": 1.0, "cpu_seconds": 1.0}])
+    sft = tmp_path / "tiny" / "t" / "sft"
+    sft.mkdir(parents=True)
+    (sft / "metrics.jsonl").write_text('{"time_s": 0.4, "threads": 2}\n[0.4]\n')
+    argv = ["run", "--profile", "tiny", "--run", "t", "--reports-root", str(tmp_path), "--no-report"]
+    assert pipeline.main(argv) == 0
+    out = capsys.readouterr().out
+    assert "host speed: not read (" in out and "metrics.jsonl:2: not a metrics row" in out
+    assert out.rstrip().splitlines()[-1].startswith("kit.pipeline: all ")
+    (sft / "metrics.jsonl").write_text('{"time_s": 0.4, "threads": 2}\n')
+    monkeypatch.setattr(pipeline, "run_series", lambda *a, **kw: [
+        {"notebook": "02_cold_start_sft", "status": "skipped", "seconds": 0.0}])
+    assert pipeline.main(argv + ["--set", "sft.batch_size=8"]) == 0  # resumed: 02 ran in an earlier invocation
+    out = capsys.readouterr().out
+    assert "host speed (an earlier invocation's cold start)" in out and "--set sft.batch_size changes" in out
 
 
 @pytest.mark.skipif(not Path("/proc/stat").exists(), reason="no /proc/stat (not Linux)")

@@ -8,7 +8,6 @@ is the notebooks' work but misses processes it never reaps (the sandbox's per-ca
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import resource
@@ -16,6 +15,8 @@ import statistics
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
+
+from kit.figures import read_metrics
 
 
 def children_cpu_s() -> float:
@@ -145,30 +146,22 @@ def host_speed_line(sft_metrics: str | os.PathLike, profile: str, *, earlier: bo
         at its thread count and their ratio (the same steps took that many times as long here); or None
         where the file is missing or has no timed step (a linked or VERL cold start).
     Raises:
-        ValueError: the file cannot be read as text, or a line is not a JSON object (names the file
-            and line).
+        ValueError: the file cannot be decoded as UTF-8, or a line is not a JSON object
+            (:class:`kit.figures.MetricsError`, naming the file and line).
     """
     path = Path(sft_metrics)
     if not path.is_file():
         return None
     try:
-        text = path.read_text()
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ValueError(f"{path}: cannot be read ({exc})") from None
+        rows = read_metrics(path)  # MetricsError (a ValueError) names the file and the line of a row that is not an object
+    except UnicodeDecodeError as exc:
+        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     times: dict[int | None, list[float]] = {}
-    for n, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{path}:{n}: not JSON ({exc.msg})") from None
-        if not isinstance(row, dict):
-            raise ValueError(f"{path}:{n}: not a metrics row (a JSON object), got {type(row).__name__}")
-        t, th = row.get("time_s"), row.get("threads")
+    for t, th in zip(rows.get("time_s", ()), rows.get("threads", [None] * len(rows)), strict=False):
         if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t < 0:
             continue
-        times.setdefault(th if isinstance(th, int) and not isinstance(th, bool) else None, []).append(float(t))
+        th = int(th) if isinstance(th, int | float) and not isinstance(th, bool) and math.isfinite(th) else None
+        times.setdefault(th, []).append(float(t))
     if not times:
         return None
     every = [t for ts in times.values() for t in ts]

@@ -286,7 +286,7 @@ def test_host_speed_line_compares_the_cold_start_step_with_the_readme_s_timed_ru
     assert pipeline.host_speed_line(path, "smoke").endswith("over 3 steps")  # no reference for smoke
     assert "an earlier invocation's cold start" in pipeline.host_speed_line(path, "tiny", earlier=True)
     path.write_text(json.dumps(rows[0]) + "\n{not json\n")
-    with pytest.raises(ValueError, match=r"metrics.jsonl:2: not JSON"):
+    with pytest.raises(ValueError, match=r"metrics.jsonl:2: not valid JSON"):
         pipeline.host_speed_line(path, "tiny")
     path.write_text(json.dumps({"step": 1, "loss": 1.0}) + "\n")
     assert pipeline.host_speed_line(path, "tiny") is None  # no timed step
@@ -340,7 +340,7 @@ def test_a_damaged_sft_metrics_file_costs_only_the_host_speed_line(monkeypatch, 
     argv = ["run", "--profile", "tiny", "--run", "t", "--reports-root", str(tmp_path), "--no-report"]
     assert pipeline.main(argv) == 0
     out = capsys.readouterr().out
-    assert "host speed: not read (" in out and "metrics.jsonl:2: not a metrics row" in out
+    assert "host speed: not read (" in out and "metrics.jsonl:2: expected a JSON object" in out
     assert out.rstrip().splitlines()[-1].startswith("kit.pipeline: all ")
     (sft / "metrics.jsonl").write_text('{"time_s": 0.4, "threads": 2}\n')
     monkeypatch.setattr(pipeline, "run_series", lambda *a, **kw: [

@@ -71,23 +71,17 @@ def smoke_run_wanted():
     return smoke_run_selected
 
 
-def run_smoke_chain(root: Path, until: str | None = None) -> tuple[pipeline.Layout, int]:
-    """The notebook series with the smoke profile into ``root/smoke/t`` by the runner `make reproduce`
-    uses (all of it, or ``--until`` a notebook, without the report then): ``(Layout, exit code)``."""
-    t0 = time.perf_counter()
-    # a cell that hangs fails the test with the notebook and cell named instead of blocking the suite
-    argv = ["run", "--profile", "smoke", "--run", "t", "--reports-root", str(root), "--cell-timeout", "600"]
-    code = pipeline.main(argv + (["--until", until] if until else []))
-    print(f"smoke chain{f' until {until}' if until else ''}: {time.perf_counter() - t0:.0f} s")
-    return pipeline.Layout.for_run("smoke", "t", root), code
-
-
 @pytest.fixture(scope="session")
 def smoke_chain(tmp_path_factory):
-    """The whole notebook series 00-09 with the smoke profile, run once per session:
-    ``(Layout, exit code)``, not asserted (:func:`smoke_run` asserts it; the browser test needs only
-    its 01 and 02 to have finished). Nobody writes into it after it is built."""
-    return run_smoke_chain(tmp_path_factory.mktemp("reports"))
+    """The whole notebook series 00-09 with the smoke profile, run once per session by the runner
+    `make reproduce` uses: ``(Layout, exit code)``, not asserted (:func:`smoke_run` asserts it; the
+    browser test needs only its 01 and 02 to have finished). Nobody writes into it after it is built."""
+    root = tmp_path_factory.mktemp("reports")
+    t0 = time.perf_counter()
+    # a cell that hangs fails the test with the notebook and cell named instead of blocking the suite
+    code = pipeline.main(["run", "--profile", "smoke", "--run", "t", "--reports-root", str(root), "--cell-timeout", "600"])
+    print(f"smoke chain: {time.perf_counter() - t0:.0f} s")
+    return pipeline.Layout.for_run("smoke", "t", root), code
 
 
 @pytest.fixture(scope="session")

@@ -76,14 +76,18 @@ def read_metrics(path: str | os.PathLike) -> pd.DataFrame:
     Returns:
         One row per line, columns as in the file, plus ``source`` (the file path).
     Raises:
-        MetricsError: the file is missing or empty, or a line is not a JSON object (the message
-            names the file and the line number).
+        MetricsError: the file is missing, empty or not UTF-8 text, or a line is not a JSON object
+            (the message names the file and the line number).
     """
     path = Path(path)
     if not path.exists():
         raise MetricsError(f"metrics file not found: {path}")
+    try:
+        text = path.read_text()
+    except UnicodeDecodeError as exc:
+        raise MetricsError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
     rows = []
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+    for lineno, line in enumerate(text.splitlines(), 1):
         if not line.strip():
             continue
         try:

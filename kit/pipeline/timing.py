@@ -152,10 +152,7 @@ def host_speed_line(sft_metrics: str | os.PathLike, profile: str, *, earlier: bo
     path = Path(sft_metrics)
     if not path.is_file():
         return None
-    try:
-        rows = read_metrics(path)  # MetricsError (a ValueError) names the file and the line of a row that is not an object
-    except UnicodeDecodeError as exc:
-        raise ValueError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
+    rows = read_metrics(path)  # MetricsError (a ValueError) names the file, and the line of a bad row
     times: dict[int | None, list[float]] = {}
     for t, th in zip(rows.get("time_s", ()), rows.get("threads", [None] * len(rows)), strict=False):
         if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t < 0:

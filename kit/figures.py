@@ -19,7 +19,6 @@ seeds of one algorithm are drawn as their mean with a min-max band.
 from __future__ import annotations
 
 import io
-import json
 import math
 import os
 import textwrap
@@ -33,6 +32,8 @@ from IPython import get_ipython
 from IPython.display import display
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
+
+from kit.metrics import MetricsError, read_rows  # noqa: F401 - MetricsError: kit.figures.MetricsError, raised here
 
 ALGO_LABEL = {"grpo": "GRPO", "grpo_roc": "GRPO-RoC"}
 ALGO_COLOR = {"grpo": "#d62728", "grpo_roc": "#1f77b4"}
@@ -61,10 +62,6 @@ def _register_notebook_display() -> None:
 _register_notebook_display()
 
 
-class MetricsError(ValueError):
-    """A metrics file is missing, malformed, or lacks a key a figure or table needs."""
-
-
 # --------------------------------------------------------------------------- reading
 
 
@@ -72,7 +69,8 @@ def read_metrics(path: str | os.PathLike) -> pd.DataFrame:
     """Read one ``metrics.jsonl`` (one JSON object per step) into a DataFrame.
 
     Args:
-        path: the file. Blank lines are ignored; JSON ``null`` becomes NaN.
+        path: the file, read by :func:`kit.metrics.read_rows`. Blank lines are ignored; JSON
+            ``null`` becomes NaN.
     Returns:
         One row per line, columns as in the file, plus ``source`` (the file path).
     Raises:
@@ -80,23 +78,7 @@ def read_metrics(path: str | os.PathLike) -> pd.DataFrame:
             (the message names the file and the line number).
     """
     path = Path(path)
-    if not path.exists():
-        raise MetricsError(f"metrics file not found: {path}")
-    try:
-        text = path.read_text()
-    except UnicodeDecodeError as exc:
-        raise MetricsError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from None
-    rows = []
-    for lineno, line in enumerate(text.splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise MetricsError(f"{path}:{lineno}: not valid JSON ({exc.msg})") from exc
-        if not isinstance(row, dict):
-            raise MetricsError(f"{path}:{lineno}: expected a JSON object, got {type(row).__name__}")
-        rows.append(row)
+    rows = read_rows(path)  # the one reader (kit.metrics): MetricsError names the file and the line
     if not rows:
         raise MetricsError(f"{path}: no metrics rows")
     df = pd.DataFrame(rows)

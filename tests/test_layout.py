@@ -33,8 +33,7 @@ PRIVATE_PENDING = {("kit.bridge.ray_sandbox", "kit.sandbox.workers", "_infra"): 
                    ("kit.bridge.verl_cpu.tiny_run", "kit.bridge.launch", "_task_rows"): "#15 (tiny_run's parquet rows)"}
 #: the only modules that may import kit.bridge (the rest of the kit runs without VERL)
 #: (kit.pipeline: the paper profiles' dry run; kit.pipeline.verl_runtime: the device check, the VERL CPU session)
-BRIDGE_IMPORTERS = {"kit.runtime.verl", "kit.recipe", "kit.pipeline", "kit.pipeline.verl_runtime",
-                    "kit.train.tracking"}  # tracking: VERL's tracker class
+BRIDGE_IMPORTERS = {"kit.runtime.verl", "kit.recipe", "kit.pipeline", "kit.pipeline.verl_runtime"}
 
 
 @cache

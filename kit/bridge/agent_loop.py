@@ -177,6 +177,8 @@ def trajectory_to_output(tr: Trajectory, response_length: int, steps: GlobalStep
         "infra_errors": tr.infra_errors,
         "answer_tags": tr.answer_tags,
         "truncated": tr.truncated,
+        # the stored response's tokens (feedback included): the sampled-population length (kit.bridge.sampler)
+        "response_tokens": min(len(tr.response_ids), int(response_length)),
         "finish_reason": tr.finish_reason,
         "turns": tr.turns,
         "tool_wall_s": float(sum(c.wall_s for c in tr.calls)),

@@ -43,12 +43,12 @@ from kit.bridge.overrides import (
     stage_step_offset,
     to_hydra_overrides,
 )
-from kit.bridge.tracking import check_backends
 from kit.config import KitConfig, save
 from kit.data.curate import CurationResult, curate_from_config, write_curated
 from kit.data.tasks import make_split
 from kit.eval.benchmarks import load_benchmark
 from kit.models import build_tiny_model, save_policy, train_tokenizer
+from kit.train.tracking import check_backends
 
 RAY_CLUSTER_FILE = Path("/tmp/ray/ray_current_cluster")
 VAL_BENCHMARKS = ("aime24", "aime25")

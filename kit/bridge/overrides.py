@@ -38,7 +38,7 @@ from pathlib import PurePosixPath
 from typing import Any
 
 from kit.algo.roc import check_minimums
-from kit.bridge.tracking import tracking_env
+from kit.train.tracking import tracking_env
 
 STAGES = ("stage1", "stage2", "stage3")
 AGENT_NAME = "rstar2_kit"  # kit.bridge.agent_loop.AGENT_NAME (kept literal: that module imports verl)
@@ -149,7 +149,7 @@ def to_hydra_overrides(
             of a stage is always saved).
         logger: VERL loggers (``console``, ``wandb``, ...); default ``config.logging.backends``. Each
             tracker writes under ``<run_dir>/tracking`` and stays offline (environment of
-            :func:`kit.bridge.tracking.tracking_env`, passed to the Ray workers), whatever is listed.
+            :func:`kit.train.tracking.tracking_env`, passed to the Ray workers), whatever is listed.
         start_step: global step at which this stage starts (default: the sum of the earlier
             stages' ``steps``); the stage ends at ``start_step + steps``. Pass the step of the
             checkpoint it starts from when earlier stages ran a different number of steps.

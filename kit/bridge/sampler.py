@@ -9,10 +9,13 @@ run a kit buffer: :class:`KitReplayBuffer` (GRPO; otherwise VERL's ``ReplayBuffe
 trainer builds it for the kit's settings: no group filter, ``gen_batch_size = train_batch_size``)
 and its subclass :class:`kit.bridge.roc_hook.RocReplayBuffer` (GRPO-RoC, which also selects).
 
-Both add to VERL's step metrics (:func:`tool_metrics`), under the names the local trainer's
-tracker gives the same row keys (``kit.bridge.tracking.tracker_metrics``: ``rstar2/<key>``), so a
-dashboard shows one curve per quantity for both runtimes, and ``kit.bridge.stages.METRIC_MAP``
-turns them back into the kit keys ``tool_calls_per_traj`` and ``time_tool_s``.
+Both add to VERL's step metrics (:func:`tool_metrics`, :func:`sampled_metrics`), under the names
+the local trainer's tracker gives the same row keys (``kit.train.tracking.tracker_metrics``:
+``rstar2/<key>``), so a dashboard shows one curve per quantity for both runtimes, and
+``kit.bridge.metric_map.METRIC_MAP`` turns them back into the kit keys ``tool_calls_per_traj``,
+``time_tool_s``, ``reward_mean``, ``accuracy``, ``response_len_mean`` and ``truncation_ratio``:
+the keys :mod:`kit.metrics` declares over the sampled population, which VERL's own data metrics
+(over the rows it trains on: RoC's kept G) cannot fill.
 
 Which trajectories count: the final output of every session of the P prompts the step trains on,
 before RoC keeps G of 2G (as the local trainer's ``kit.train.rollouts.batch_stats`` counts every
@@ -31,10 +34,13 @@ import transfer_queue as tq
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
-from kit.bridge.tracking import KIT_PREFIX
+from kit.metrics import KIT_PREFIX
 
 #: extra_fields keys (written by ``kit.bridge.agent_loop.trajectory_to_output``) the tool metrics read.
 TOOL_KEYS = ("tool_calls", "infra_errors", "tool_wall_s")
+#: extra_fields keys :func:`sampled_metrics` reads (``response_tokens``: the response's token count,
+#: tool feedback included, as VERL stores it; ``truncated``: the token or turn budget ran out).
+SAMPLED_KEYS = ("response_tokens", "truncated")
 
 
 def tool_metrics(extra_fields: Sequence[Mapping[str, Any]]) -> dict[str, float]:
@@ -78,6 +84,48 @@ def tool_metrics(extra_fields: Sequence[Mapping[str, Any]]) -> dict[str, float]:
     if n == 0:
         return {}
     return {KIT_PREFIX + "tool_calls_per_traj": calls / n, KIT_PREFIX + "time_tool_s": wall}
+
+
+def sampled_metrics(extra_fields: Sequence[Mapping[str, Any]], scores: Sequence[float]) -> dict[str, float]:
+    """The step's sampled-population means from its N sampled trajectories (before RoC selects).
+
+    The same quantities as the local row's ``kit.train.rollouts.batch_stats`` (``kit.metrics``
+    declares them ``sampled``): ``rstar2/reward_mean`` (mean reward), ``rstar2/accuracy`` (share
+    with reward > 0), ``rstar2/response_len_mean`` (tokens per trajectory, tool feedback included)
+    and ``rstar2/truncation_ratio`` (share whose budget ran out).
+
+    Args:
+        extra_fields: (N,) dicts holding :data:`SAMPLED_KEYS` (the kit's agent loop writes them).
+        scores: (N,) each trajectory's summed reward (``rm_scores.sum()``).
+    Returns:
+        The four floats; ``{}`` when N = 0.
+    Raises:
+        KeyError: a trajectory lacks a key (names the row and the key).
+        ValueError: N differs between the two arguments, or a length is not a number >= 0 (names the row).
+    """
+    n = len(extra_fields)
+    if len(scores) != n:
+        raise ValueError(f"sampled_metrics: {n} trajectories but {len(scores)} scores")
+    if n == 0:
+        return {}
+    lengths, truncated = [], []
+    for i, extra in enumerate(extra_fields):
+        for key in SAMPLED_KEYS:
+            if key not in extra:
+                raise KeyError(f"trajectory {i} has no {key!r} in extra_fields (have {sorted(extra)}); "
+                               "the kit's agent loop (rstar2_kit) writes it")
+        try:
+            length = float(extra["response_tokens"])
+        except (TypeError, ValueError):
+            length = float("nan")
+        if not (math.isfinite(length) and length >= 0):
+            raise ValueError(f"trajectory {i}: extra_fields['response_tokens'] = {extra['response_tokens']!r} "
+                             "is not a number >= 0")
+        lengths.append(length)
+        truncated.append(bool(extra["truncated"]))
+    r = [float(x) for x in scores]
+    return {KIT_PREFIX + "reward_mean": sum(r) / n, KIT_PREFIX + "accuracy": sum(x > 0 for x in r) / n,
+            KIT_PREFIX + "response_len_mean": sum(lengths) / n, KIT_PREFIX + "truncation_ratio": sum(truncated) / n}
 
 
 def final_outputs(keys: Sequence[str]) -> tuple[list[str], list[int]]:
@@ -163,7 +211,7 @@ class KitReplayBuffer(ReplayBuffer):
 
     def _session_fields(self) -> list[str]:
         """TransferQueue fields read for each session's final output."""
-        return ["extra_fields"]
+        return ["rm_scores", "extra_fields"]
 
     def _select_sessions(self, meta: KVBatchMeta, sessions: list[str], data: Any,
                          extras: list[Mapping[str, Any]]) -> KVBatchMeta:
@@ -178,7 +226,8 @@ class KitReplayBuffer(ReplayBuffer):
         return meta
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
-        """As ``ReplayBuffer.sample``, plus this step's kit metrics (:func:`tool_metrics`, ...)."""
+        """As ``ReplayBuffer.sample``, plus this step's kit metrics (:func:`tool_metrics`,
+        :func:`sampled_metrics`, and a subclass's)."""
         self._global_steps = int(global_steps)
         self._step_metrics = {}
         batch, metrics = super().sample(global_steps, partition_id, batch_size)
@@ -196,4 +245,5 @@ class KitReplayBuffer(ReplayBuffer):
                                select_fields=self._session_fields())
         extras = [getattr(v, "data", v) for v in data["extra_fields"]]
         self._step_metrics.update(tool_metrics(extras))
+        self._step_metrics.update(sampled_metrics(extras, [float(v.sum().item()) for v in data["rm_scores"]]))
         return self._select_sessions(meta, sessions, data, extras)

@@ -25,7 +25,7 @@ from typing import Any
 
 from kit import jsonio
 from kit.bridge.checkpoints import merge_to_policy, saved_steps
-from kit.bridge.tracking import tracking_env
+from kit.train.tracking import tracking_env
 
 
 def sft_command(cfg: Any, train_files: str, run_dir: str | os.PathLike, *, gpus_per_node: int = 8,

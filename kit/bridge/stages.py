@@ -61,6 +61,7 @@ from kit.bridge.checkpoints import (
     merge_to_policy,
     saved_steps,
 )
+from kit.bridge.metric_map import METRIC_MAP, is_training_row
 from kit.bridge.overrides import STAGES, stage_step_offset
 from kit.bridge.sft import sft_command
 from kit.config import KitConfig, save
@@ -69,49 +70,6 @@ from kit.train.ablation import arm_seeds
 #: VERL's own per-step log (its file logger), beside the kit's ``metrics.jsonl``: not named like it, since
 #: every reader of a run folder tree takes each ``metrics.jsonl`` below it (``kit.figures.collect_metrics``)
 METRICS_FILE = "verl/step_metrics.jsonl"
-
-
-def _roc(key: str) -> tuple[str, str]:
-    """A RoC metric's names in VERL's log: ``rstar2/roc/<key>`` (``kit.bridge.roc_hook``), then ``roc/<key>``."""
-    return f"rstar2/roc/{key}", f"roc/{key}"
-
-
-#: kit ``metrics.jsonl`` key <- VERL step-metric key (first present wins); the ``rstar2/roc/`` keys come
-#: from ``kit.bridge.roc_hook`` (``roc/``: its name before the kit's metrics moved under one prefix,
-#: read so a stage resumed across that change converts its earlier lines too). ``accuracy`` and
-#: ``reward_mean`` are over every sampled rollout, as the local trainer's rows are
-#: (``kit.train.rollouts.batch_stats``): RoC's ``accuracy_before`` (the reward is the 0/1 answer
-#: reward, so its mean is the accuracy); VERL's ``critic/score/mean`` is over the rows it trains on
-#: (RoC's kept G of 2G), so it is only the fallback (GRPO, where sampled = trained).
-#: ``tool_calls_per_traj`` and ``time_tool_s`` come from the kit's replay buffer on both algorithms
-#: (``kit.bridge.sampler.tool_metrics``, logged as ``rstar2/<key>``, the local tracker's names): answered
-#: calls per sampled trajectory and summed sandbox seconds of every call, as the local rows count them.
-#: On both runtimes "sampled" is every rollout of the step's prompts before RoC keeps G of 2G, except
-#: that VERL's buffer evicts and refills equal-reward groups before the kit sees the batch (with
-#: ``drop_equal_reward_groups``), so those groups count in no VERL row key, while the local rows count them.
-#: Every VERL name here is one VERL 0.9.1's v1 trainer or the kit's buffers log
-#: (``tests/bridge/golden/verl_step_metrics.txt``). ``time_verify_s`` has none: the kit's reward is
-#: graded in VERL's reward-loop workers during generation (inside ``timing_s/gen``); the v1 trainer
-#: logs ``timing_s/reward`` only when it scores with a colocated reward model, so VERL rows leave it out.
-#: Of the row keys DEVELOPERS.md documents, VERL rows never carry ``time_verify_s`` and ``bstar_balance``,
-#: and GRPO rows lack the RoC ones too (``tool_error_ratio_correct_*``, ``p_format_mean``, ``kept``);
-#: ``turns_mean`` (VERL's ``num_turns`` count) is in VERL rows only.
-METRIC_MAP: dict[str, tuple[str, ...]] = {
-    "reward_mean": (*_roc("accuracy_before"), "critic/score/mean", "critic/rewards/mean"),
-    "accuracy": (*_roc("accuracy_before"), "critic/score/mean"),
-    "response_len_mean": ("response_length/mean",),
-    "truncation_ratio": ("response_length/clip_ratio",),
-    "tool_error_ratio_correct_before": _roc("tool_error_ratio_correct_before"),
-    "tool_error_ratio_correct_after": _roc("tool_error_ratio_correct_after"),
-    "p_format_mean": _roc("p_format_mean"),
-    "kept": _roc("kept"),
-    "turns_mean": ("num_turns/mean",),
-    "tool_calls_per_traj": ("rstar2/tool_calls_per_traj",),
-    "time_tool_s": ("rstar2/time_tool_s",),
-    "time_generate_s": ("timing_s/gen",),
-    "time_update_s": ("timing_s/update_actor",),
-    "time_step_s": ("timing_s/step",),
-}
 
 
 @dataclass(frozen=True)
@@ -236,7 +194,7 @@ def convert_metrics(verl_file: str | os.PathLike, out_file: str | os.PathLike, *
     with out.open("w") as fh:
         for step in sorted(rows):
             row = rows[step]
-            if "reward_mean" not in row and "response_len_mean" not in row:
+            if not is_training_row(row):
                 continue
             fh.write(jsonio.dumps({"stage": stage, "step": step - start_step, "global_step": step, **row,
                                  "algorithm": algorithm, "seed": seed, "engine": "verl"}) + "\n")

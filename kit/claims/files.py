@@ -10,6 +10,8 @@ import os
 from pathlib import Path
 from typing import Any
 
+from kit.metrics import MetricsError, read_rows
+
 
 class Missing(Exception):
     """A file or key a test needs is not in the run folder: the test is inconclusive."""
@@ -65,12 +67,10 @@ def _json(path: Path) -> Any:
 def _jsonl(path: Path) -> list[dict[str, Any]]:
     if not path.exists():
         raise Missing(f"{path} not found")
-    rows = []
-    for line in path.read_text().splitlines():
-        try:
-            rows.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue  # a partial last line of a killed run
+    try:
+        rows = read_rows(path, partial_ok=True)  # a partial last line of a killed run is skipped
+    except MetricsError as exc:  # not UTF-8 text
+        raise Missing(str(exc)) from exc
     if not rows:
         raise Missing(f"{path} holds no rows")
     return rows

@@ -221,7 +221,7 @@ LOG_BACKENDS: tuple[str, ...] = typing.get_args(LogBackend)
 
 @dataclass(frozen=True)
 class LoggingConfig:
-    """Experiment tracking through VERL's tracker, on both runtimes (``kit.bridge.tracking``).
+    """Experiment tracking through VERL's tracker, on both runtimes (``kit.train.tracking``).
 
     ``backends`` becomes VERL's ``trainer.logger`` on the VERL runtime; the local trainer logs
     the same metric names through the same tracker class. Every backend writes under the run

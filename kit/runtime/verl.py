@@ -18,7 +18,6 @@ Environment stand-ins for the notebook parameters (``kit reproduce``): ``KIT_SFT
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -26,6 +25,7 @@ from typing import Any
 
 from kit.config import KitConfig
 from kit.data.curate import CurationResult, write_curated
+from kit.metrics import read_rows
 from kit.runtime.folders import upstream_run
 
 Progress = Callable[[dict], None] | None
@@ -34,10 +34,7 @@ PathLike = str | os.PathLike
 
 def _rows(run_dir: PathLike) -> list[dict[str, Any]]:
     """Rows of ``run_dir/metrics.jsonl`` (none when VERL logged nothing)."""
-    path = Path(run_dir) / "metrics.jsonl"
-    if not path.exists():
-        return []
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return read_rows(Path(run_dir) / "metrics.jsonl", missing_ok=True)
 
 
 def _replay(run_dir: PathLike, stage: str, summary: dict[str, Any], progress: Progress) -> dict[str, Any]:

@@ -31,6 +31,7 @@ import torch
 
 from kit import jsonio
 from kit.data.tasks import hash_text
+from kit.metrics import read_rows
 from kit.models import save_policy
 
 
@@ -196,16 +197,9 @@ class MetricsWriter:
             fh.write(jsonio.dumps(row) + "\n")
 
     def rows(self) -> list[dict[str, Any]]:
-        """All rows written so far (a partial last line from a killed run is skipped)."""
-        if not self.path.exists():
-            return []
-        out = []
-        for line in self.path.read_text().splitlines():
-            try:
-                out.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-        return out
+        """All rows written so far (a partial last line from a killed run is skipped;
+        :func:`kit.metrics.read_rows`)."""
+        return read_rows(self.path, missing_ok=True, partial_ok=True)
 
     def truncate(self, keep: Callable[[dict[str, Any]], bool]) -> None:
         """Rewrite the file keeping only rows for which ``keep(row)`` is true."""
@@ -224,7 +218,8 @@ def nanmean(values: Sequence[float]) -> float:
 
 def metric_rows(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
     """The rows of ``run_dir/metrics.jsonl`` as dicts (empty list if absent; an undefined value is
-    None, written as null). :func:`kit.figures.read_metrics` reads the same file as a DataFrame."""
+    None, written as null; a partial last line is skipped): :func:`kit.metrics.read_rows`, the one
+    reader; :func:`kit.figures.read_metrics` reads the same file as a DataFrame (NaN for null)."""
     return MetricsWriter(run_dir).rows()
 
 

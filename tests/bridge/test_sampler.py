@@ -15,13 +15,13 @@ from doubles import FakeExecutor, FakeTQ, Res, call
 from omegaconf import OmegaConf
 
 from kit import prompts
-from kit.bridge import stages, tracking
+from kit.bridge import stages
 from kit.config import load
 from kit.data.tasks import TaskProblem
 from kit.models import train_tokenizer
 from kit.reward.verdict import Verdict
 from kit.rollout import ScriptedBackend
-from kit.train import rollouts
+from kit.train import rollouts, tracking
 
 pytest.importorskip("verl")
 
@@ -66,9 +66,14 @@ async def test_verl_extra_fields_give_the_local_rows_tool_numbers_on_the_same_tr
     assert [t.infra_errors for t in flat] == [0, 0, 0, 0, 1, 1] and [t.tool_calls for t in flat] == [1, 1, 3, 3, 1, 1]
     # answered calls per trajectory (1, 1, 3, 3, 0, 0); sandbox seconds 2 x 0.5 + 2 x (0.25 + 0.125)
     assert local["tool_calls_per_traj"] == pytest.approx(8 / 6) and batch.time_tool_s == pytest.approx(1.75)
-    verl = sampler.tool_metrics([trajectory_to_output(t, 400).extra_fields for t in flat])
+    extras = [trajectory_to_output(t, 400).extra_fields for t in flat]
+    verl = sampler.tool_metrics(extras)
     assert verl == {"rstar2/tool_calls_per_traj": pytest.approx(local["tool_calls_per_traj"]),
                     "rstar2/time_tool_s": pytest.approx(batch.time_tool_s)}
+    # the sampled-population keys (kit.metrics) from the same extra_fields and rewards as the local row's
+    sampled = sampler.sampled_metrics(extras, batch.rewards.reshape(-1).tolist())
+    assert sampled == {f"rstar2/{k}": pytest.approx(local[k])
+                       for k in ("reward_mean", "accuracy", "response_len_mean", "truncation_ratio")}
 
 
 def test_tool_metrics_bad_input_names_the_trajectory_and_the_key():
@@ -82,14 +87,15 @@ def test_tool_metrics_bad_input_names_the_trajectory_and_the_key():
         sampler.tool_metrics([good, {**good, "tool_calls": None}])
 
 
-def _group(uid, calls, infra, wall, rewards, index=0):
+def _group(uid, calls, infra, wall, rewards, index=0, lengths=None):
     T = 4
     rows = []
-    for s, (c, i, w, r) in enumerate(zip(calls, infra, wall, rewards, strict=True)):
+    lengths = lengths or [10 * (c + 1) for c in calls]  # a call lengthens the response by its feedback
+    for s, (c, i, w, r, n) in enumerate(zip(calls, infra, wall, rewards, lengths, strict=True)):
         score = torch.zeros(T)
         score[-1] = r
         extra = {"tool_calls": c, "tool_errors": 0, "infra_errors": i, "answer_tags": 1, "turns": c + 1,
-                 "tool_wall_s": w}
+                 "tool_wall_s": w, "response_tokens": n, "truncated": n >= 40}
         rows.append(dict(uid=uid, session=s, index=index, score=score, responses=torch.arange(T), extra=extra))
     return rows
 
@@ -109,7 +115,11 @@ def test_grpo_buffer_logs_every_sampled_session_and_trains_on_all_of_them(monkey
     meta, metrics = buf.sample(global_steps=1, partition_id="train", batch_size=2)
     assert len(meta.keys) == 9 and sorted(meta.keys) == sorted(set(store.values["train"]))  # nothing dropped
     # answered calls (1, 1, 0, 3 | 2, 4, 1, 0) over 8 sessions; seconds 1.75 + 0.75 + 2.0 + 0.5
-    assert metrics == {"rstar2/tool_calls_per_traj": pytest.approx(12 / 8), "rstar2/time_tool_s": pytest.approx(5.0)}
+    # lengths 20 30 10 40 | 10 50 20 20 (B_0's last output keeps its first's length), truncated at 40 tokens: 2 of 8;
+    # rewards 1 0 0 1 | 0 1 1 0
+    assert metrics == {"rstar2/tool_calls_per_traj": pytest.approx(12 / 8), "rstar2/time_tool_s": pytest.approx(5.0),
+                       "rstar2/reward_mean": 0.5, "rstar2/accuracy": 0.5,
+                       "rstar2/response_len_mean": pytest.approx(200 / 8), "rstar2/truncation_ratio": 0.25}
     store.add_group(_group("V", [1], [0], [9.0], [1]), partition="val")
     buf._step_metrics = {}
     val = buf._materialize_batch("val", ["V"], {k: t for k, t in store.tags["val"].items() if not t.get("is_prompt")})
@@ -142,6 +152,22 @@ def test_roc_buffer_logs_the_tool_metrics_of_all_2g_before_it_keeps_g(monkeypatc
     # over the 8 sampled, as the local row's batch_stats: the kept 4 alone would give 2.0 calls and 2 s
     assert metrics["rstar2/tool_calls_per_traj"] == pytest.approx(16 / 8)
     assert metrics["rstar2/time_tool_s"] == pytest.approx(4.0)
+    # the sampled-population keys over the 8 too: the kept 4 (2 correct with 4 calls, 2 wrong with none)
+    # would give 30 tokens, 0.5 truncated; RoC's own accuracy_before is the same sampled accuracy
+    assert metrics["rstar2/response_len_mean"] == pytest.approx((4 * 50 + 4 * 10) / 8)
+    assert metrics["rstar2/truncation_ratio"] == 0.5
+    assert metrics["rstar2/accuracy"] == metrics["rstar2/roc/accuracy_before"] == 0.5
+
+
+def test_sampled_metrics_bad_input_names_the_trajectory_and_the_key():
+    good = {"response_tokens": 12, "truncated": False}
+    assert sampler.sampled_metrics([], []) == {}
+    with pytest.raises(KeyError, match="trajectory 1 has no 'truncated'.*rstar2_kit"):
+        sampler.sampled_metrics([good, {"response_tokens": 3}], [1.0, 0.0])
+    with pytest.raises(ValueError, match=r"trajectory 0: extra_fields\['response_tokens'\] = -1"):
+        sampler.sampled_metrics([{**good, "response_tokens": -1}], [1.0])
+    with pytest.raises(ValueError, match="2 trajectories but 1 scores"):
+        sampler.sampled_metrics([good, good], [1.0])
 
 
 def test_verl_rows_carry_both_keys_under_the_local_trackers_names(tmp_path):

@@ -31,7 +31,7 @@ def fake_verl(log):
         fake_checkpoint(Path(cfg.run_dir) / "checkpoints", end)
         m = Path(kw["metrics_file"])
         m.parent.mkdir(parents=True, exist_ok=True)
-        m.write_text("".join(json.dumps({"step": s, "data": {"critic/score/mean": 0.5, "response_length/mean": 100.0,
+        m.write_text("".join(json.dumps({"step": s, "data": {"rstar2/reward_mean": 0.5, "response_length/mean": 100.0,
                                                              "rstar2/roc/tool_error_ratio_correct_before": 0.1}}) + "\n"
                              for s in range(kw["start_step"] + 1, end + 1))
                      + json.dumps({"step": end, "data": {"val-core/aime24/acc/mean@16": 0.2}}) + "\n")
@@ -190,7 +190,7 @@ def test_converted_metrics_are_strict_json_and_a_killed_runs_partial_line_is_ski
     # mid-write leaves a partial line, after which the resumed run appends its own lines
     src = tmp_path / "verl" / "metrics.jsonl"
     src.parent.mkdir()
-    good = [{"step": s, "data": {"critic/score/mean": 0.5, "roc/tool_error_ratio_correct_before": float("nan")}}
+    good = [{"step": s, "data": {"rstar2/reward_mean": 0.5, "roc/tool_error_ratio_correct_before": float("nan")}}
             for s in (11, 12)]
     src.write_text(json.dumps(good[0]) + "\n" + '{"step": 12, "data": {"critic/sco' + "\n" + json.dumps(good[1]) + "\n")
     out = tmp_path / "metrics.jsonl"
@@ -248,14 +248,17 @@ def test_the_metric_map_reads_names_verl_s_v1_trainer_and_the_roc_hook_really_lo
     src.parent.mkdir()
     src.write_text(json.dumps({"step": 1, "data": {"critic/score/mean": 0.5, "roc/kept": 4.0, "roc/accuracy_before": 0.75}})
                    + "\n" + json.dumps({"step": 2, "data": {"critic/score/mean": 0.25, "rstar2/roc/kept": 8.0,
+                                                                "response_length/mean": 30.0,
+                                                                "rstar2/response_len_mean": 40.0,
                                                                 "rstar2/roc/accuracy_before": 0.5,
                                                                 "rstar2/roc/tool_error_ratio_correct_before": 0.2}})
                    + "\n" + json.dumps({"step": 3, "data": {"critic/score/mean": 0.25}}) + "\n")
     out = tmp_path / "metrics.jsonl"
-    assert stages.convert_metrics(src, out, stage="stage1", start_step=0, algorithm="grpo_roc", seed=0) == 3
+    assert stages.convert_metrics(src, out, stage="stage1", start_step=0, algorithm="grpo_roc", seed=0) == 2
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     # accuracy and reward_mean over every sampled rollout (RoC's "before"), as the local rows are;
-    # VERL's critic/score/mean (the kept rows) only where the hook logged nothing (GRPO)
-    assert [(r.get("kept"), r["accuracy"], r["reward_mean"]) for r in rows] == [(4.0, 0.75, 0.75), (8.0, 0.5, 0.5),
-                                                                                (None, 0.25, 0.25)]
+    # VERL's critic/score/mean and response_length/mean (the kept rows) fill no key of the sampled
+    # population (kit.metrics), so step 3, which has only them, gives no row
+    assert [(r.get("kept"), r["accuracy"], r["reward_mean"]) for r in rows] == [(4.0, 0.75, 0.75), (8.0, 0.5, 0.5)]
+    assert "response_len_mean" not in rows[0] and rows[1]["response_len_mean"] == 40.0
     assert rows[1]["tool_error_ratio_correct_before"] == 0.2 and "time_verify_s" not in rows[1]

@@ -15,9 +15,9 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from kit.algo import RocParams, roc_step
-from kit.bridge import tracking
 from kit.bridge.overrides import RecipePaths, to_hydra_overrides
 from kit.config import LOG_BACKENDS, ConfigError, available_profiles, load
+from kit.train import tracking
 from kit.train.tracking import NullTracker, open_tracker
 
 GOLDEN = Path(__file__).parent / "golden" / "verl_step_metrics.txt"

@@ -146,11 +146,11 @@ def test_sandbox_workers_equal_the_configured_pool(run):
 
 
 def test_verl_logs_every_name_the_local_trainer_uses_and_tensorboard_reads_the_run(run):
-    """Issue #20: the local trainer's table (kit.bridge.tracking.RL_NAMES) names only what VERL logs here,
+    """Issue #20: the local trainer's table (kit.metrics.RL_NAMES) names only what VERL logs here,
     and the smoke profile's tensorboard backend wrote VERL's step metrics under the run folder."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from kit.bridge.tracking import RL_NAMES
+    from kit.metrics import RL_NAMES
 
     emitted = set().union(*(set(m) for m in run["metrics"].values()))
     named = {n for names in RL_NAMES.values() for n in names}

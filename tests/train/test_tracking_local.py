@@ -13,9 +13,9 @@ from types import SimpleNamespace
 import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-from kit.bridge.tracking import RL_NAMES
 from kit.config import load
 from kit.data import tasks
+from kit.metrics import RL_NAMES
 from kit.models import build_tiny_model, save_policy, train_tokenizer
 from kit.train import common, rl, rollouts
 

@@ -80,7 +80,10 @@ def claim_rows(doc: Mapping[str, Any]) -> list[list[str]]:
         run = f"{c['statistic']}: {stat}" + (f"\n{c['interval']}" if c.get("interval") else "")
         if c["verdict"] != "reproduced":
             run += f"\n{why}"
-        rows.append([textwrap.fill(f"{c['source'].split(' (')[0]}: {c['claim']}", 52),
+        claim = textwrap.fill(f"{c['source'].split(' (')[0]}: {c['claim']}", 52)
+        if c.get("note"):  # the claims file's note: what the verdict means at this scale
+            claim += "\n" + textwrap.fill(f"Note: {c['note']}", 52)
+        rows.append([claim,
                      textwrap.fill(c["paper"], 38), "\n".join(textwrap.fill(p, 50) for p in run.splitlines()),
                      c["verdict"]])
     return rows

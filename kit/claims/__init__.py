@@ -44,12 +44,16 @@ import pandas as pd
 import yaml
 
 from kit import jsonio
+from kit.metrics import DECLARED
 from kit.claims.files import Missing, RunDirs
 from kit.claims.kinds import KINDS
 from kit.claims.results import VERDICTS, ClaimResult, TestResult
 
 CLAIMS_FILE = Path(__file__).resolve().parent.parent / "reference" / "claims.yaml"
-SCHEMA_VERSION = 1
+#: 2: each claim and each test carries its ``note`` (the claims file's ``note:``, "" without one)
+SCHEMA_VERSION = 2
+#: test fields that name a metrics key: each must be declared in :mod:`kit.metrics` (``DECLARED``)
+KEY_FIELDS = ("key", "n_key")
 TEST_KEYS = ("name", "kind", "statistic", "interval", "comparison", "threshold")
 CLAIM_KEYS = ("id", "source", "claim", "paper", "tests")
 
@@ -66,7 +70,8 @@ def load_claims(path: str | os.PathLike | None = None) -> list[dict[str, Any]]:
 
     Raises:
         ClaimsError: a claim or test lacks a required key, an id repeats, a comparison is not
-            ``>``/``<``, or a test kind is unknown (the message names the claim).
+            ``>``/``<``, a test kind is unknown, or a test's ``key`` / ``n_key`` is not a key
+            :mod:`kit.metrics` declares (the message names the claim and the key).
     """
     p = Path(path) if path is not None else CLAIMS_FILE
     if not p.exists():
@@ -96,6 +101,10 @@ def load_claims(path: str | os.PathLike | None = None) -> list[dict[str, Any]]:
                 raise ClaimsError(f"{where}, test {t['name']!r}: comparison must be '>' or '<', got {t['comparison']!r}")
             if t["kind"] not in KINDS:
                 raise ClaimsError(f"{where}, test {t['name']!r}: unknown kind {t['kind']!r}; known: {sorted(KINDS)}")
+            for field in KEY_FIELDS:
+                if field in t and t[field] not in DECLARED:
+                    raise ClaimsError(f"{where}, test {t['name']!r}: {field} {t[field]!r} is not a key kit.metrics "
+                                      "declares (RL_KEYS, SFT_KEYS, SUMMARY_KEYS); declare it there with its population")
     return claims
 
 
@@ -117,20 +126,27 @@ def evaluate_claims(dirs: RunDirs, claims: Sequence[Mapping[str, Any]] | None = 
     for c in claims:
         tests = []
         for spec in c["tests"]:
-            res = TestResult(spec["name"], spec["kind"], spec["statistic"], spec["comparison"], float(spec["threshold"]))
+            res = TestResult(spec["name"], spec["kind"], spec["statistic"], spec["comparison"], float(spec["threshold"]),
+                             note=_note(spec))
             try:
                 res = KINDS[spec["kind"]](dirs, spec, res)
             except Missing as exc:
                 res.verdict, res.reason = "inconclusive", f"not enough data: {exc}"
             tests.append(res)
-        out.append(ClaimResult(c["id"], c["source"], c["claim"], c["paper"], tests))
+        out.append(ClaimResult(c["id"], c["source"], c["claim"], c["paper"], tests, note=_note(c)))
     return out
+
+
+def _note(spec: Mapping[str, Any]) -> str:
+    """A claim's or test's ``note:`` from the claims file, whitespace folded; "" without one."""
+    return " ".join(str(spec.get("note") or "").split())
 
 
 def write_claims(results: Sequence[ClaimResult], path: str | os.PathLike, *, profile: str = "",
                  run: str = "", claims_file: str | os.PathLike | None = None) -> Path:
     """Write ``claims.json``: ``schema_version, profile, run, created_utc, claims_file,
-    claims_sha256, counts {verdict: n}, claims [ClaimResult.to_dict()]``; returns the path."""
+    claims_sha256, counts {verdict: n}, claims [ClaimResult.to_dict()]`` (each claim's ``note``: what
+    the claims file notes about it, for the reader of a verdict); returns the path."""
     src = Path(claims_file) if claims_file is not None else CLAIMS_FILE
     counts = {v: sum(r.verdict == v for r in results) for v in VERDICTS}
     doc = {"schema_version": SCHEMA_VERSION, "profile": profile, "run": run,
@@ -147,7 +163,8 @@ def read_claims(path: str | os.PathLike) -> dict[str, Any]:
     """A ``claims.json`` written by :func:`write_claims`, checked against its schema.
 
     Raises:
-        ClaimsError: a missing key or a verdict that is not one of :data:`VERDICTS` (names the claim).
+        ClaimsError: a missing key (``note`` from schema version 2) or a verdict that is not one of
+            :data:`VERDICTS` (names the claim).
     """
     p = Path(path)
     if not p.exists():
@@ -156,8 +173,11 @@ def read_claims(path: str | os.PathLike) -> dict[str, Any]:
     for k in ("schema_version", "profile", "counts", "claims"):
         if k not in doc:
             raise ClaimsError(f"{p}: missing key {k!r}")
+    need = ("id", "source", "claim", "paper", "verdict", "value", "ci95", "interval", "tests")
+    if doc["schema_version"] >= 2:
+        need += ("note",)
     for c in doc["claims"]:
-        for k in ("id", "source", "claim", "paper", "verdict", "value", "ci95", "interval", "tests"):
+        for k in need:
             if k not in c:
                 raise ClaimsError(f"{p}: claim {c.get('id', '?')}: missing key {k!r}")
         if c["verdict"] not in VERDICTS:

@@ -23,6 +23,7 @@ class TestResult:
         n: the number of units behind the interval (seeds, problems, trajectories, steps).
         reason: why the verdict is what it is, in words.
         detail: per-seed or per-stage numbers behind the statistic.
+        note: the claims file's ``note:`` of the test ("" without one).
     """
 
     name: str
@@ -37,6 +38,7 @@ class TestResult:
     verdict: str = "inconclusive"
     reason: str = ""
     detail: dict[str, Any] = dataclasses.field(default_factory=dict)
+    note: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         d = dataclasses.asdict(self)
@@ -48,13 +50,26 @@ class TestResult:
 
 @dataclasses.dataclass
 class ClaimResult:
-    """A claim with its tests and the combined verdict (see the module docstring)."""
+    """A claim with its tests and the combined verdict (see the module docstring).
+
+    ``note``: the claims file's ``note:`` of the claim itself ("" without one); :attr:`notes` adds
+    its tests' notes.
+    """
 
     id: str
     source: str
     claim: str
     paper: str
     tests: list[TestResult]
+    note: str = ""
+
+    @property
+    def notes(self) -> str:
+        """The claim's note and each test's (``<test name>: <note>`` when the claim has several tests)."""
+        parts = [self.note] if self.note else []
+        several = len(self.tests) > 1
+        parts += [f"{t.name}: {t.note}" if several else t.note for t in self.tests if t.note]
+        return " ".join(parts)
 
     @property
     def verdict(self) -> str:
@@ -70,7 +85,7 @@ class ClaimResult:
         return {"id": self.id, "source": self.source, "claim": self.claim, "paper": self.paper,
                 "verdict": self.verdict, "statistic": head.name, "value": _finite(head.value),
                 "ci95": [_finite(head.ci95[0]), _finite(head.ci95[1])], "interval": head.interval,
-                "tests": [t.to_dict() for t in self.tests]}
+                "note": self.notes, "tests": [t.to_dict() for t in self.tests]}
 
 
 def _finite(x: Any) -> Any:

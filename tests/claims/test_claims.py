@@ -324,3 +324,37 @@ def test_load_claims_names_the_claim_and_key(tmp_path):
     bad.write_text("claims:\n  - id: y\n    source: s\n    claim: c\n    tests: []\n")
     with pytest.raises(ClaimsError, match="claim y: missing key 'paper'"):
         load_claims(bad)
+
+
+def test_every_claimed_key_is_a_declared_key_and_an_undeclared_one_is_refused_naming_claim_and_key(tmp_path):
+    from kit.metrics import DECLARED
+
+    claimed = {t[f] for c in CLAIMS.values() for t in c["tests"] for f in ("key", "n_key") if f in t}
+    assert claimed and claimed <= DECLARED
+    bad = tmp_path / "c.yaml"
+    bad.write_text("claims:\n  - id: z\n    source: s\n    claim: c\n    paper: p\n    tests:\n      - name: t\n"
+                   "        kind: ablation_drop\n        key: response_length_mean\n        statistic: s\n"
+                   "        interval: t_seeds\n        comparison: '>'\n        threshold: 0\n")
+    with pytest.raises(ClaimsError, match="claim z, test 't': key 'response_length_mean' is not a key kit.metrics"):
+        load_claims(bad)
+
+
+def test_each_claims_note_reaches_claims_json_and_the_summary_page(tmp_path):
+    from kit import summary
+
+    path = write_claims(evaluate_claims(RunDirs.under(tmp_path / "nothing")), tmp_path / "claims.json")
+    doc = read_claims(path)
+    assert doc["schema_version"] == 2
+    notes = {c["id"]: c["note"] for c in doc["claims"]}
+    # the reflection claim stays as registered (inconclusive on every untuned seed): its note says what that means
+    assert "not shown at the tiny scale" in notes["entropy_more_reflection_than_sft"]
+    assert notes["fig9_roc_accuracy_not_below"].startswith("training accuracy on the tiny task family")
+    assert notes["fig4_roc_tool_errors_fall"] == ""
+    row = next(r for r, c in zip(summary.claim_rows(doc), doc["claims"], strict=True)
+               if c["id"] == "entropy_more_reflection_than_sft")
+    assert "Note: Added 2026-12-02" in row[0] and "refuted" in row[0]
+    old = json.loads(path.read_text())
+    del old["claims"][0]["note"]
+    path.write_text(json.dumps(old))
+    with pytest.raises(ClaimsError, match="fig4_roc_tool_errors_fall: missing key 'note'"):
+        read_claims(path)

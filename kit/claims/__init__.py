@@ -44,10 +44,10 @@ import pandas as pd
 import yaml
 
 from kit import jsonio
-from kit.metrics import DECLARED
 from kit.claims.files import Missing, RunDirs
 from kit.claims.kinds import KINDS
 from kit.claims.results import VERDICTS, ClaimResult, TestResult
+from kit.metrics import DECLARED
 
 CLAIMS_FILE = Path(__file__).resolve().parent.parent / "reference" / "claims.yaml"
 #: 2: each claim and each test carries its ``note`` (the claims file's ``note:``, "" without one)

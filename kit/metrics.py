@@ -152,6 +152,22 @@ SUMMARY_KEYS: dict[str, Metric] = {
     "heldout_n": Metric("count", "step", "held-out problems scored"),
 }
 
+#: The population of each VERL step-metric name a key may be filled from (and of VERL's own data
+#: metrics, which no sampled key may read): a key's sources must all have its population
+#: (``tests/test_metrics.py``; the VERL CPU chain checks its rows against them).
+VERL_POPULATION: dict[str, str] = {
+    **{KIT_PREFIX + k: "sampled" for k in ("reward_mean", "accuracy", "response_len_mean", "truncation_ratio",
+                                            "tool_calls_per_traj", "time_tool_s")},
+    **{p + k: "sampled" for p in (ROC_PREFIX, "roc/")
+       for k in ("accuracy_before", "tool_error_ratio_correct_before", "p_format_mean_before")},
+    **{p + k: "kept" for p in (ROC_PREFIX, "roc/") for k in ("tool_error_ratio_correct_after", "p_format_mean")},
+    **{p + k: "step" for p in (ROC_PREFIX, "roc/") for k in ("kept", "sampled")},
+    # VERL's data metrics: over the batch it trains on (after RoC, the kept rows)
+    **{n: "kept" for n in ("critic/score/mean", "critic/rewards/mean", "response_length/mean",
+                           "response_length/clip_ratio", "num_turns/mean", "prompt_length/mean")},
+    **{n: "step" for n in ("timing_s/gen", "timing_s/update_actor", "timing_s/step")},
+}
+
 #: Every declared key (what ``kit/reference/claims.yaml`` may name).
 DECLARED: frozenset[str] = frozenset(RL_KEYS) | frozenset(SFT_KEYS) | frozenset(SUMMARY_KEYS)
 

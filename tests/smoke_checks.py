@@ -33,6 +33,31 @@ def rows(path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def claimed_keys_have_their_declared_population(run_dir) -> int:
+    """Issue #29: on a VERL run folder, every claimed ``metrics.jsonl`` key of every row is filled from a
+    VERL step metric of the population kit.metrics declares (VERL's ``verl/step_metrics.jsonl``, the
+    same step): e.g. ``response_len_mean`` from the kit buffer's sampled ``rstar2/response_len_mean``,
+    never from VERL's ``response_length/mean`` over RoC's kept rows. Returns the values checked."""
+    from kit.metrics import RL_KEYS, VERL_POPULATION
+
+    keys = {t["key"] for c in claims.load_claims() for t in c["tests"] if t.get("key") in RL_KEYS}
+    verl = {}
+    for line in rows(run_dir / "verl" / "step_metrics.jsonl"):
+        verl.setdefault(int(line["step"]), {}).update(line.get("data", {}))
+    n = 0
+    for row in rows(run_dir / "metrics.jsonl"):
+        data = verl[row["global_step"]]
+        for key in sorted(keys):
+            if key not in row or row[key] is None:
+                assert RL_KEYS[key].population != "sampled" or key.startswith("tool_error"), (run_dir, key)
+                continue
+            sources = [s for s in RL_KEYS[key].verl if s in data]
+            assert sources and data[sources[0]] == pytest.approx(row[key]), (run_dir, key, row[key], sources)
+            assert VERL_POPULATION[sources[0]] == RL_KEYS[key].population, (run_dir, key, sources[0])
+            n += 1
+    return n
+
+
 def every_notebook_executed_and_recorded(lay) -> None:
     state = pipeline.read_state(lay)
     assert [n for n in pipeline.SERIES if state.get(n, {}).get("status") == "done"] == list(pipeline.SERIES)

@@ -227,6 +227,7 @@ def without_verl(monkeypatch):
     """This process as a fresh local run sees it: VERL not imported, its tracker file not loaded
     (both restored afterwards)."""
     monkeypatch.delitem(sys.modules, "verl", raising=False)
+    monkeypatch.delitem(sys.modules, "verl.utils.tracking", raising=False)
     monkeypatch.delitem(sys.modules, tracking.STANDALONE_TRACKING, raising=False)
     yield
     sys.modules.pop(tracking.STANDALONE_TRACKING, None)

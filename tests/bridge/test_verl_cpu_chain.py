@@ -80,6 +80,8 @@ def test_rl_metrics_through_verl(chain):
     lay, cfg = chain["lay"], chain["cfg"]
     checks.rl_metrics_have_keys_and_step_counts(lay, cfg, checks.VERL_RL_KEYS)
     assert all(r["engine"] == "verl" for s in checks.STAGES for r in checks.rows(lay.root / s / "metrics.jsonl"))
+    # every claimed key filled with the population kit.metrics declares (issue #29)
+    assert all(checks.claimed_keys_have_their_declared_population(lay.root / s) > 0 for s in checks.STAGES)
     sft = json.loads((lay.root / "sft" / "summary.json").read_text())  # the linked route trains nothing here
     assert sft["engine"] == "linked" and not (lay.root / "sft" / "metrics.jsonl").exists()
     assert (lay.root / "sft" / "policy").resolve() == chain["sft_policy"].resolve()
@@ -88,6 +90,7 @@ def test_rl_metrics_through_verl(chain):
 def test_ablation_both_arms_through_verl(chain):
     lay, cfg = chain["lay"], chain["cfg"]
     checks.ablation_runs_both_algorithms_for_every_seed(lay, cfg, checks.VERL_RL_KEYS)
+    assert all(checks.claimed_keys_have_their_declared_population(lay.root / "ablation" / arm) > 0 for arm in ARMS)
     for arm in ARMS:
         s = json.loads((lay.root / "ablation" / arm / "summary.json").read_text())
         assert s["engine"] == "verl" and s["launched"] and s["merged"] and s["end_step"] == cfg.ablation.steps

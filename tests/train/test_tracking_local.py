@@ -43,7 +43,10 @@ def stage(policy, tmp_path_factory):
     d = tmp_path_factory.mktemp("tracking_local")
     mp = pytest.MonkeyPatch()
 
+    graded = []  # every graded response, in order: the step's 2G sampled rollouts per prompt
+
     async def grade(pairs):
+        graded.extend(text for _, text in pairs)
         return [SimpleNamespace(correct=len(text) % 2 == 0, reason="test-double") for _, text in pairs]
 
     mp.setattr(rollouts, "grade", grade)
@@ -51,7 +54,32 @@ def stage(policy, tmp_path_factory):
         rl.run_stage(_cfg(), "stage1", policy, d / "run", evaluate=False)
     finally:
         mp.undo()
+    (d / "run" / "graded.json").write_text(json.dumps(graded))
     return d / "run"
+
+
+def test_local_rows_fill_the_claimed_keys_with_the_sampled_population(stage):
+    """Issue #29: a claimed key means the population kit.metrics declares on both runtimes; locally
+    ``accuracy`` is over all 2G sampled rollouts (16 a step here), not RoC's kept 8, whose accuracy
+    the tracker logs apart (``rstar2/roc/accuracy_after``, VERL's ``critic/score/mean``)."""
+    from kit.metrics import RL_KEYS
+
+    rows = common.metric_rows(stage)
+    graded = json.loads((stage / "graded.json").read_text())
+    assert [r["sampled"] for r in rows] == [16, 16] and len(graded) == 32
+    for i, row in enumerate(rows):
+        correct = [len(t) % 2 == 0 for t in graded[16 * i: 16 * (i + 1)]]
+        assert RL_KEYS["accuracy"].population == "sampled" and row["accuracy"] == pytest.approx(sum(correct) / 16)
+    verl = [json.loads(ln)["data"] for ln in (stage / "tracking" / "verl_metrics.jsonl").read_text().splitlines()]
+    for row, data in zip(rows, verl, strict=True):
+        # the local tracker's name of each claimed key is the one the VERL runtime fills it from
+        for key in ("accuracy", "response_len_mean", "tool_error_ratio_correct_before"):
+            name = RL_KEYS[key].verl[0]
+            if row[key] is None:  # undefined this step (no correct rollout called the tool): logged nowhere
+                assert name not in data, (key, name)
+            else:
+                assert data[name] == pytest.approx(row[key]), (key, name)
+        assert data["critic/score/mean"] == pytest.approx(data["rstar2/roc/accuracy_after"])  # the kept 8
 
 
 def test_a_local_stage_writes_tensorboard_events_with_verl_s_names_and_the_kit_s(stage):

@@ -18,12 +18,12 @@ import pytest
 
 from kit import claims, pipeline
 
-#: the documented keys of a local RL row (DEVELOPERS.md "metrics.jsonl")
+#: keys every local RL row must have (each declared in kit.metrics.RL_KEYS: tests/test_metrics.py)
 LOCAL_RL_KEYS = ("stage", "step", "global_step", "reward_mean", "accuracy", "response_len_mean", "truncation_ratio",
                  "tool_calls_per_traj", "tool_error_ratio_correct_before", "tool_error_ratio_correct_after",
                  "p_format_mean", "kept", "time_generate_s", "time_tool_s", "time_verify_s", "time_update_s",
                  "algorithm", "seed")
-#: the keys of a VERL RL row of every algorithm (VERL's own step metrics, kit.bridge.stages.METRIC_MAP)
+#: the keys of a VERL RL row of every algorithm (kit.bridge.metric_map.METRIC_MAP, from kit.metrics)
 VERL_RL_KEYS = ("stage", "step", "global_step", "reward_mean", "accuracy", "response_len_mean", "truncation_ratio",
                 "tool_calls_per_traj", "time_generate_s", "time_tool_s", "time_update_s", "algorithm", "seed")
 STAGES = ("stage1", "stage2", "stage3")

@@ -18,6 +18,7 @@ from kit import prompts
 from kit.bridge import stages
 from kit.config import load
 from kit.data.tasks import TaskProblem
+from kit.metrics import RL_KEYS
 from kit.models import train_tokenizer
 from kit.reward.verdict import Verdict
 from kit.rollout import ScriptedBackend
@@ -189,3 +190,4 @@ def test_the_keys_every_verl_row_must_have_are_local_keys_the_metric_map_writes(
     # writes, and both tool metrics stay in it
     assert {"tool_calls_per_traj", "time_tool_s"} <= set(checks.VERL_RL_KEYS) <= set(checks.LOCAL_RL_KEYS)
     assert set(checks.VERL_RL_KEYS) - tracking.IDENTIFIERS <= set(stages.METRIC_MAP)
+    assert set(checks.LOCAL_RL_KEYS) <= set(RL_KEYS)  # every required key declared in the one schema

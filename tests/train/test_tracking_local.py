@@ -67,6 +67,7 @@ def test_local_rows_fill_the_claimed_keys_with_the_sampled_population(stage):
     rows = common.metric_rows(stage)
     graded = json.loads((stage / "graded.json").read_text())
     assert [r["sampled"] for r in rows] == [16, 16] and len(graded) == 32
+    assert all(set(r) <= set(RL_KEYS) for r in rows), {k for r in rows for k in r} - set(RL_KEYS)  # all declared
     for i, row in enumerate(rows):
         correct = [len(t) % 2 == 0 for t in graded[16 * i: 16 * (i + 1)]]
         assert RL_KEYS["accuracy"].population == "sampled" and row["accuracy"] == pytest.approx(sum(correct) / 16)

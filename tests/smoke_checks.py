@@ -3,7 +3,7 @@ the local chain (tests/pipeline/test_smoke_chain.py) and the chain through VERL'
 (tests/bridge/test_verl_cpu_chain.py). Each check takes the run's ``Layout`` and the config the
 chain trained with (importable from every test module: tests/conftest.py puts this folder on the path).
 
-The two runtimes differ in the RL rows' keys (VERL logs a subset: ``kit.bridge.stages.METRIC_MAP``),
+The two runtimes differ in the RL rows' keys (VERL logs a subset: ``kit.bridge.metric_map.METRIC_MAP``, from ``kit.metrics``),
 in the cold start (the local SFT logs its steps; VERL's smoke chain links a checkpoint), and in
 how many RL steps the chain trains; everything else is asserted the same way.
 """

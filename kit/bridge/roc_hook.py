@@ -17,8 +17,9 @@ from Hydra overrides on the stock entry point (no forked ``main`` or TaskRunner)
   ``rm_scores`` and the agent loop's ``extra_fields`` counters of the 2G trajectories of each
   prompt from TransferQueue, runs :func:`kit.algo.roc.roc_step`, clears the rejected keys and
   returns the kept ones. It is a :class:`kit.bridge.sampler.KitReplayBuffer` (GRPO's buffer),
-  so its step metrics carry the tool metrics of all 2G sessions too (``rstar2/tool_calls_per_traj``,
-  ``rstar2/time_tool_s``). Equal-reward groups are dropped through the base class's DAPO filter
+  so its step metrics carry the sampled-population metrics of all 2G sessions too
+  (``rstar2/tool_calls_per_traj``, ``rstar2/time_tool_s``, ``rstar2/reward_mean``, ``rstar2/accuracy``,
+  ``rstar2/response_len_mean``, ``rstar2/truncation_ratio``: ``kit.metrics``). Equal-reward groups are dropped through the base class's DAPO filter
   (evicted *and refilled*, so the batch keeps ``train_batch_size`` prompts; the release shrinks
   the batch instead).
 * :class:`RocAgentLoopManager` (``+actor_rollout_ref.rollout.agent.agent_loop_manager_class=
@@ -222,8 +223,9 @@ class RocReplayBuffer(KitReplayBuffer):
     Constructed by ``PPOTrainer._build_replay_buffer`` with the keyword arguments every custom
     sampler gets; the RoC settings come from ``sampler_kwargs`` (see
     :func:`roc_params_from_kwargs`). Validation batches pass through untouched. Its step metrics
-    are the base class's tool metrics over all 2G sessions per prompt
-    (:func:`kit.bridge.sampler.tool_metrics`) plus RoC's ``rstar2/roc/...``.
+    are the base class's metrics over all 2G sessions per prompt
+    (:func:`kit.bridge.sampler.tool_metrics`, :func:`kit.bridge.sampler.sampled_metrics`) plus RoC's
+    ``rstar2/roc/...``.
     """
 
     def __init__(self, trainer_mode: str, trainer_config: Any, max_off_policy_threshold: int | None,

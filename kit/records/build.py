@@ -173,19 +173,49 @@ def _extra_rows(batch: Mapping[str, Any], n: int) -> list[dict[str, Any]]:
     return rows
 
 
+def _token_rows(batch: Mapping[str, Any]) -> tuple[list, list, list, list | None, np.ndarray]:
+    """Per row: prompt ids, response ids, response mask, log-probs (or None), and the (N,) rewards,
+    from padded 2-D arrays with ``attention_mask`` (v0) or per-row 1-D sequences (v1)."""
+    for key in ("responses", "response_mask", "prompts"):
+        if key not in batch:
+            raise KeyError(f"records_from_verl: the batch has no {key!r} (have {sorted(batch)})")
+    lps_in = batch.get("rollout_log_probs")
+    score_key = next((k for k in ("scores", "token_level_scores", "rm_scores") if k in batch), None)
+    if score_key is None:
+        raise KeyError("records_from_verl: the batch has neither 'scores', 'rm_scores' nor 'token_level_scores'")
+    if "attention_mask" in batch:  # v0 DataProto: left-padded prompts, right-padded responses
+        resp, rmask, att, prom = (_np(batch[k]) for k in ("responses", "response_mask", "attention_mask", "prompts"))
+        tp = prom.shape[1]
+        lens = att[:, tp:].sum(-1).astype(int)
+        prompts = [prom[i][att[i, :tp].astype(bool)] for i in range(len(resp))]
+        responses = [resp[i, :t] for i, t in enumerate(lens)]
+        masks = [rmask[i, :t] for i, t in enumerate(lens)]
+        lps = None if lps_in is None else [_np(lps_in)[i, :t] for i, t in enumerate(lens)]
+    else:  # v1 TransferQueue: one unpadded tensor per session
+        prompts, responses, masks = ([_np(x) for x in batch[k]] for k in ("prompts", "responses", "response_mask"))
+        lps = None if lps_in is None else [_np(x) for x in lps_in]
+    scores = batch[score_key]
+    if score_key == "scores":
+        r = _np(scores).astype(np.float64).reshape(-1)
+    else:
+        r = np.asarray([float(_np(v).astype(np.float64).sum()) for v in scores])
+    return prompts, responses, masks, lps, r
+
+
 def records_from_verl(batch: Mapping[str, Any], *, stage: str, step: int, algorithm: str, kept: Any = None,
                       advantages: Any = None, **kw: Any) -> list[dict[str, Any]]:
     """Records of one VERL step from the sampled batch as the replay buffer / RoC hook sees it.
 
     Args:
-        batch: N rows as arrays or tensors: ``uid`` (N,) group labels; ``responses`` (N, Tr)
-            right-padded ids; ``response_mask`` (N, Tr) (1 = model, 0 = tool feedback and padding);
-            ``attention_mask`` (N, Tp + Tr) (its last Tr columns give each response's length, its
-            first Tp the prompt's); ``prompts`` (N, Tp) left-padded ids; ``rm_scores`` or
-            ``token_level_scores`` (N, Tr) summed to the reward, or ``scores`` (N,); optional
-            ``rollout_log_probs`` (N, Tr), ``index`` (N,) problem ids; and the agent loop's
-            counters, either ``extra_fields`` (N dicts, ``kit.bridge.agent_loop.trajectory_to_output``)
-            or per-key columns (VERL v0 spreads them: ``tool_calls``, ``tool_error_<kind>``, ...).
+        batch: N rows, in either of VERL's two layouts. Always ``uid`` (N,) group labels and the
+            agent loop's counters: ``extra_fields`` (N dicts, ``kit.bridge.agent_loop.trajectory_to_output``)
+            or per-key columns (VERL v0 spreads them: ``tool_calls``, ``tool_error_<kind>``, ...);
+            optional ``index`` (N,) problem ids. v1 (TransferQueue, ``RocReplayBuffer``): per row
+            1-D ``prompts`` (Tp_i,), ``responses`` / ``response_mask`` / ``rm_scores`` /
+            ``rollout_log_probs`` (T_i,). v0 (``DataProto``): ``prompts`` (N, Tp) left-padded,
+            ``responses`` / ``response_mask`` / ``rm_scores`` or ``token_level_scores`` /
+            ``rollout_log_probs`` (N, Tr) right-padded, ``attention_mask`` (N, Tp + Tr) giving the
+            lengths. ``scores`` (N,) may replace the token-level rewards.
         kept: kept row indices (``kit.bridge.roc_hook.select_trajectories``'s first value), or None.
         advantages: (N,) / (K,) advantages, or None (the kit's GRPO advantage over the kept rows).
         kw: :func:`assemble`'s other keywords (``arm``, ``seed``, ``global_step``, ``roc``).
@@ -194,37 +224,23 @@ def records_from_verl(batch: Mapping[str, Any], *, stage: str, step: int, algori
     Raises:
         KeyError: a required array is missing (named).
     """
-    for key in ("uid", "responses", "response_mask", "attention_mask", "prompts"):
-        if key not in batch:
-            raise KeyError(f"records_from_verl: the batch has no {key!r} (have {sorted(batch)})")
-    resp, rmask, att, prom = (_np(batch[k]) for k in ("responses", "response_mask", "attention_mask", "prompts"))
-    n, tr = resp.shape
-    tp = prom.shape[1]
-    resp_len = att[:, tp:].sum(-1).astype(int)
-    prompt_att = att[:, :tp].astype(bool)
-    if "scores" in batch:
-        scores = _np(batch["scores"]).astype(np.float64).reshape(-1)
-    else:
-        key = "token_level_scores" if "token_level_scores" in batch else "rm_scores"
-        if key not in batch:
-            raise KeyError("records_from_verl: the batch has neither 'scores', 'rm_scores' nor 'token_level_scores'")
-        scores = _np(batch[key]).astype(np.float64).sum(-1)
-    lps = _np(batch["rollout_log_probs"]) if batch.get("rollout_log_probs") is not None else None
+    if "uid" not in batch:
+        raise KeyError(f"records_from_verl: the batch has no 'uid' (have {sorted(batch)})")
+    prompts, responses, masks, lps, scores = _token_rows(batch)
+    n = len(responses)
     extras = _extra_rows(batch, n)
     rows = []
     for i in range(n):
-        e, t = extras[i], int(resp_len[i])
-        mask = rmask[i, :t].astype(int)
+        e, mask = extras[i], masks[i].astype(int)
         rows.append({
-            "prompt_ids": prom[i][prompt_att[i]].tolist(), "response_ids": resp[i, :t].tolist(),
-            "response_mask": mask.tolist(),
-            "logprobs": None if lps is None else np.where(mask > 0, lps[i, :t], 0.0).tolist(), "entropy": None,
+            "prompt_ids": prompts[i].tolist(), "response_ids": responses[i].tolist(), "response_mask": mask.tolist(),
+            "logprobs": None if lps is None else np.where(mask > 0, lps[i], 0.0).tolist(), "entropy": None,
             "tool_calls": e["tool_calls"], "infra_errors": e.get("infra_errors", 0),
             "tool_errors": {k: int(e.get(f"tool_error_{k}", 0) or 0) for k in ERROR_KINDS},
             "answer_tags": e["answer_tags"], "turns": e["turns"], "truncated": bool(e.get("truncated", False)),
             "finish_reason": e.get("finish_reason"), "verdict": None,
             "call_turn": None, "call_status": None, "call_error_kind": None, "call_shown": None})
-    uids = [str(u) for u in _np(batch["uid"]).tolist()]
+    uids = [str(u) for u in list(batch["uid"])]
     ids = {} if "index" not in batch else {u: v for u, v in zip(uids, _np(batch["index"]).tolist(), strict=True)}
     return assemble(rows, rewards=scores, group_ids=uids, runtime="verl", stage=stage, step=step, algorithm=algorithm,
                     kept=kept, advantages=advantages, prompt_ids_of_group=ids, **kw)

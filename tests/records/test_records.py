@@ -128,12 +128,25 @@ def _verl_batch(trs, rewards, gids, pad=0):
             "rollout_log_probs": torch.tensor(lps), "rm_scores": torch.tensor(scores), "extra_fields": extra}
 
 
-@pytest.mark.parametrize("layout", ["extra_fields", "columns"])
+def _verl_v1(trs, rewards, gids):
+    """The step as the v1 replay buffer reads it from TransferQueue: one unpadded tensor per session."""
+    b = _verl_batch(trs, rewards, gids)
+    scores = [torch.zeros(len(t.response_ids)) for t in trs]
+    for s, r in zip(scores, rewards, strict=True):
+        s[-1] = r
+    return {"uid": gids, "prompts": [torch.tensor(t.prompt_ids) for t in trs],
+            "responses": [torch.tensor(t.response_ids) for t in trs],
+            "response_mask": [torch.tensor(t.response_mask) for t in trs],
+            "rollout_log_probs": [torch.tensor(t.logprobs) for t in trs], "rm_scores": scores,
+            "extra_fields": b["extra_fields"]}
+
+
+@pytest.mark.parametrize("layout", ["v1", "v0_extra_fields", "v0_columns"])
 def test_verl_rows_give_the_local_records_through_the_same_reader(tmp_path, step, layout):
     trs, rewards, gids, _ = step
     local, sel, adv = _local(step)
-    batch = _verl_batch(trs, rewards, gids)
-    if layout == "columns":  # VERL v0 spreads extra_fields into one column per key
+    batch = _verl_v1(trs, rewards, gids) if layout == "v1" else _verl_batch(trs, rewards, gids)
+    if layout == "v0_columns":  # VERL v0 spreads extra_fields into one column per key
         extra = batch.pop("extra_fields")
         batch.update({k: np.array([e[k] for e in extra], dtype=object) for k in extra[0]})
     verl = records_from_verl(batch, stage="stage1", step=1, algorithm="grpo_roc", kept=sel.kept, roc=PARAMS)

@@ -54,7 +54,7 @@ def render_columns() -> list[str]:
 def group_section_html(group: Sequence[dict[str, Any]], tokenizer: Any = None, color: str = "entropy") -> str:
     """One group: header, table, then each trajectory (the first one open)."""
     parts = [f"<section class='kit-x' data-group='{html.escape(group[0]['group_id'])}'>",
-             render.group_header_html(group), render.group_table_html(group)]
+             render.group_header_html(group), render.prompt_html(group[0], tokenizer), render.group_table_html(group)]
     for k, rec in enumerate(group):
         summary = (f"#{rec['traj_index']} reward {rec['reward']:.0f} · {'kept' if rec['kept'] else 'dropped'} · "
                    f"{rec['finish_reason']}")

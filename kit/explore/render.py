@@ -197,6 +197,14 @@ def group_header_html(group: Sequence[Mapping[str, Any]]) -> str:
             f"reward std {_fmt(r['group_reward_std'], 3)} {zero}</div>")
 
 
+def prompt_html(rec: Mapping[str, Any], tokenizer: Any = None) -> str:
+    """The group's prompt (system and user turn), decoded, folded in a ``<details>`` block."""
+    text = "".join(piece_texts(rec["prompt_ids"], None)) if tokenizer is None else tokenizer.decode(
+        list(rec["prompt_ids"]), skip_special_tokens=False)
+    return (f"<details class='kit-prompt'><summary>prompt ({len(rec['prompt_ids'])} tokens)</summary>"
+            f"<pre style='{SPAN_STYLE['prompt']}'>{html.escape(text)}</pre></details>")
+
+
 def group_table_html(group: Sequence[Mapping[str, Any]], selected: int | None = None) -> str:
     """The group's n trajectories as a table: reward, p_err, p_format, p_total, kept, advantage,
     calls, tool errors, finish reason, tokens; one ``<tr data-traj=i data-kept=0|1>`` each."""

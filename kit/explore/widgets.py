@@ -140,6 +140,7 @@ class Explorer:
             self.group.value, self.trajectory.value = "<i>no group matches</i>", ""
             return
         self.group.value = (render.page_css() + "<div class='kit-x'>" + render.group_header_html(group)
+                            + render.prompt_html(group[0], self.tokenizer)
                             + render.group_table_html(group, self.traj.value) + "</div>")
         rec = next(r for r in group if r["traj_index"] == self.traj.value)
         self.trajectory.value = render.trajectory_view_html(rec, self.tokenizer, self.color.value)

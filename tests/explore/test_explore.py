@@ -70,6 +70,7 @@ def test_export_of_fixed_records_is_one_self_contained_page(tmp_path, step, tok)
     assert page.count('data-kind="tool" data-call-status') == 3
     assert "rgba(255,140,0,0.88)" in page and "coloured by entropy" in page
     assert "&lt;tool_call&gt;" in page and 'data-kind="call"' in page
+    assert page.count("What is 6 * 7?") == 2  # each group's prompt, decoded
     assert "\\boxed{42}" in re.sub(r"<[^>]+>", "", page)  # decoded text (one span per token), not ids
 
 

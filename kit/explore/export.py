@@ -17,7 +17,9 @@ from typing import Any
 from kit.explore import query, render
 from kit.records import read_step, scan
 
-GroupKey = tuple[str, str, int, int]  # (stage, arm, step, prompt_index)
+#: (stage, arm, step, prompt_index), or (folder, stage, arm, step, prompt_index) when several run folders
+#: below the root record the same stage and arm (ablation seeds); folder as in ``kit.records.RunKey``
+GroupKey = tuple
 
 
 def pick_groups(root: str | os.PathLike, limit: int = 4) -> list[GroupKey]:
@@ -31,7 +33,7 @@ def pick_groups(root: str | os.PathLike, limit: int = 4) -> list[GroupKey]:
         for flt in list(wanted):
             hit = query.matching_groups(recs, [flt])
             if hit:
-                key = (f.stage, f.arm, f.step, hit[0])
+                key = (*_short(index, f.run), f.step, hit[0])
                 if key not in picked:
                     picked.append(key)
                 wanted.remove(flt)
@@ -39,10 +41,16 @@ def pick_groups(root: str | os.PathLike, limit: int = 4) -> list[GroupKey]:
             break
     if index.files:
         last = index.files[-1]
-        key = (last.stage, last.arm, last.step, 0)
+        key = (*_short(index, last.run), last.step, 0)
         if key not in picked:
             picked.append(key)
     return picked[:limit]
+
+
+def _short(index, run) -> tuple:
+    """(stage, arm) when that names one run below the root, else (folder, stage, arm)."""
+    same = [r for r in index.runs() if (r.stage, r.arm) == (run.stage, run.arm)]
+    return (run.stage, run.arm) if len(same) == 1 else tuple(run)
 
 
 def render_columns() -> list[str]:
@@ -70,14 +78,15 @@ def export_html(run_dir: str | os.PathLike, groups: Sequence[GroupKey] | None = 
 
     Args:
         run_dir: a run folder (or pipeline run folder) with rollout records.
-        groups: ``(stage, arm, step, prompt_index)`` keys; default :func:`pick_groups` (``limit``).
+        groups: ``(stage, arm, step, prompt_index)`` keys (``(folder, stage, arm, ...)`` when several run
+            folders record that stage and arm); default :func:`pick_groups` (``limit``).
         out: the file; default ``run_dir/explorer.html``.
         tokenizer: decodes ids; default the run's (:func:`kit.explore.query.find_tokenizer_dir`).
         color: the colouring of every trajectory (:data:`kit.explore.render.COLORS`).
     Returns:
         The file's path.
     Raises:
-        KeyError: a requested group has no records (names it and the steps that exist).
+        KeyError: a requested group has no records, or its key names several runs (names them).
         FileNotFoundError: no records below ``run_dir``.
     """
     root = Path(run_dir)
@@ -88,10 +97,12 @@ def export_html(run_dir: str | os.PathLike, groups: Sequence[GroupKey] | None = 
     if tokenizer is None:
         tokenizer = query.load_tokenizer(query.find_tokenizer_dir(index, index.files[0]))
     sections = []
-    for stage, arm, step, prompt in keys:
-        recs = query.groups(read_step(index.file(stage, arm, step)))
+    for key in keys:
+        *names, step, prompt = key
+        run = index.run(*names[1:], folder=names[0]) if len(names) == 3 else index.run(*names)
+        recs = query.groups(read_step(index.file(run, step)))
         if prompt not in recs:
-            raise KeyError(f"export_html: {stage}/{arm} step {step} has no prompt {prompt} (has {sorted(recs)})")
+            raise KeyError(f"export_html: {run.label()} step {step} has no prompt {prompt} (has {sorted(recs)})")
         sections.append(group_section_html(recs[prompt], tokenizer, color))
     title = f"Rollouts of {root.name}"
     page = ("<!doctype html><html><head><meta charset='utf-8'>"

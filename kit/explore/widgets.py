@@ -70,7 +70,7 @@ class Explorer:
         """Re-scan the folder: new runs and steps appear; the current choice is kept when it still exists."""
         self.index = scan(self.root)
         runs = self.index.runs()
-        labels = [(f"{s} / {a}", (s, a)) for s, a in runs]
+        labels = [(r.label(), r) for r in runs]
         keep = self.run.value
         self._busy = True
         self.run.options = labels
@@ -84,7 +84,7 @@ class Explorer:
     def _on_run(self, keep_step: bool = False) -> None:
         if self._busy or self.run.value is None:
             return
-        steps = self.index.steps(*self.run.value) or [0]
+        steps = self.index.steps(self.run.value) or [0]
         old = self.step.value
         self._busy = True
         self.step.options = steps
@@ -95,7 +95,7 @@ class Explorer:
         self._on_step(keep_prompt=keep_step)
 
     def _file(self):
-        return self.index.file(*self.run.value, self.step.value)
+        return self.index.file(self.run.value, self.step.value)
 
     def _on_step(self, keep_prompt: bool = False) -> None:
         if self._busy or self.run.value is None:

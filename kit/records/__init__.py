@@ -15,6 +15,7 @@ from kit.records.schema import COLUMNS, SCHEMA, SCHEMA_VERSION, SUMMARY_COLUMNS,
 from kit.records.store import (
     RecordIndex,
     RolloutRecorder,
+    RunKey,
     StepFile,
     read_records,
     read_step,
@@ -24,7 +25,7 @@ from kit.records.store import (
 )
 
 __all__ = [
-    "COLUMNS", "SCHEMA", "SCHEMA_VERSION", "SUMMARY_COLUMNS", "RecordIndex", "RolloutRecorder", "StepFile", "assemble",
+    "COLUMNS", "SCHEMA", "SCHEMA_VERSION", "SUMMARY_COLUMNS", "RecordIndex", "RolloutRecorder", "RunKey", "StepFile", "assemble",
     "check_record", "read_records", "read_step", "records_from_trajectories", "records_from_verl", "scan", "step_path",
     "trajectory_row", "write_records",
 ]

@@ -23,7 +23,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -133,36 +133,66 @@ class RolloutRecorder:
 # ------------------------------------------------------------------ reading
 
 
+class RunKey(NamedTuple):
+    """One recorded run: its folder (relative to the scanned root, ``.`` for the root), stage and arm."""
+
+    folder: str
+    stage: str
+    arm: str
+
+    def label(self) -> str:
+        return f"{self.stage} / {self.arm}" + ("" if self.folder == "." else f"  ({self.folder})")
+
+
 @dataclass(frozen=True)
 class StepFile:
     """One recorded step's file."""
 
-    stage: str
-    arm: str
+    run: RunKey
     step: int
     path: Path
+
+    @property
+    def stage(self) -> str:
+        return self.run.stage
+
+    @property
+    def arm(self) -> str:
+        return self.run.arm
 
 
 @dataclass
 class RecordIndex:
-    """What :func:`scan` found: files by (stage, arm), sorted by step; files that could not be read."""
+    """What :func:`scan` found: files by run, sorted by step; files that could not be read."""
 
     root: Path
     files: list[StepFile] = field(default_factory=list)
     unreadable: list[Path] = field(default_factory=list)
 
-    def runs(self) -> list[tuple[str, str]]:
-        """The (stage, arm) pairs, in order of first file."""
-        return list(dict.fromkeys((f.stage, f.arm) for f in self.files))
+    def runs(self) -> list[RunKey]:
+        """The recorded runs, in order of first file."""
+        return list(dict.fromkeys(f.run for f in self.files))
 
-    def steps(self, stage: str, arm: str) -> list[int]:
-        return [f.step for f in self.files if f.stage == stage and f.arm == arm]
+    def run(self, stage: str, arm: str, folder: str | None = None) -> RunKey:
+        """The run of ``stage``/``arm`` (``folder`` needed only when several run folders hold one).
 
-    def file(self, stage: str, arm: str, step: int) -> StepFile:
+        Raises:
+            KeyError: none, or several without ``folder`` (names them).
+        """
+        hits = [r for r in self.runs() if (r.stage, r.arm) == (stage, arm) and folder in (None, r.folder)]
+        if len(hits) != 1:
+            raise KeyError(f"{len(hits)} recorded runs of {stage}/{arm}" + (f" in {folder}" if folder else "")
+                           + f" under {self.root}: {[r.folder for r in hits] or [r.label() for r in self.runs()]}")
+        return hits[0]
+
+    def steps(self, run: RunKey) -> list[int]:
+        return [f.step for f in self.files if f.run == run]
+
+    def file(self, run: RunKey, step: int) -> StepFile:
         for f in self.files:
-            if (f.stage, f.arm, f.step) == (stage, arm, step):
+            if f.run == run and f.step == step:
                 return f
-        raise KeyError(f"no records of {stage}/{arm} step {step} under {self.root} (steps: {self.steps(stage, arm)})")
+        raise KeyError(f"no records of {run.label()} step {step} under {self.root} (steps: {self.steps(run)})")
 
     def meta(self, f: StepFile) -> dict[str, Any]:
         """The ``meta.json`` of the run folder holding ``f`` ({} when absent)."""
@@ -172,14 +202,16 @@ class RecordIndex:
 
 def scan(root: str | os.PathLike) -> RecordIndex:
     """Every ``rollouts/<stage>/<arm>/step_<n>.parquet`` below ``root`` (a run folder or a pipeline
-    run folder); temporary files are ignored. Cheap: reads no file (call again to see new steps)."""
+    run folder: each ablation arm's folder is its own run); temporary files are ignored. Cheap:
+    reads no file (call again to see new steps)."""
     root = Path(root)
     found = []
     for p in sorted(root.rglob(f"{FOLDER}/*/*/step_*.parquet")):
         m = _STEP_FILE.match(p.name)
         if m:
-            found.append(StepFile(p.parent.parent.name, p.parent.name, int(m.group(1)), p))
-    found.sort(key=lambda f: (str(f.path.parents[3]), f.stage, f.arm, f.step))
+            folder = p.parents[3].relative_to(root).as_posix()
+            found.append(StepFile(RunKey(folder, p.parent.parent.name, p.parent.name), int(m.group(1)), p))
+    found.sort(key=lambda f: (f.run, f.step))
     return RecordIndex(root, found)
 
 

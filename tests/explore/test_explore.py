@@ -89,7 +89,7 @@ def test_the_trajectory_view_falls_back_and_uses_the_rollout_view(tmp_path, step
 def test_the_explorer_follows_step_prompt_filters_colour_and_new_steps(tmp_path, step, tok):
     _write(tmp_path, step, steps=(1, 2), flip=(2,))
     x = Explorer(tmp_path, tokenizer=tok)
-    assert list(x.step.options) == [1, 2] and x.run.value == ("stage1", "grpo_roc")
+    assert list(x.step.options) == [1, 2] and x.run.value == (".", "stage1", "grpo_roc")
     x.step.value = 1
     assert x.prompt.value == 0 and "step 1" in x.group.value and x.group.value.count("<tr data-traj") == 4
     x.prompt.value = 1
@@ -110,3 +110,18 @@ def test_the_explorer_follows_step_prompt_filters_colour_and_new_steps(tmp_path,
     _write(tmp_path, step, steps=(3,))  # the run goes on writing
     x.refresh()
     assert list(x.step.options) == [1, 2, 3] and x.step.value == 1 and x.prompt.value == 0
+
+
+def test_two_seeds_of_one_arm_are_two_runs(tmp_path, step, tok):
+    """An ablation writes one folder per arm and seed, all stage1/grpo_roc: each is its own run."""
+    _write(tmp_path / "grpo_roc_seed0", step)
+    _write(tmp_path / "grpo_roc_seed1", step, steps=(1, 2))
+    x = Explorer(tmp_path, tokenizer=tok)
+    assert [r.folder for _, r in x.run.options] == ["grpo_roc_seed0", "grpo_roc_seed1"]
+    x.run.value = x.run.options[1][1]
+    assert list(x.step.options) == [1, 2]
+    with pytest.raises(KeyError, match="2 recorded runs of stage1/grpo_roc"):
+        export_html(tmp_path, groups=[("stage1", "grpo_roc", 1, 0)], tokenizer=tok)
+    page = export_html(tmp_path, groups=[("grpo_roc_seed1", "stage1", "grpo_roc", 2, 0)], tokenizer=tok).read_text()
+    assert "step 2 · prompt 0" in page
+    assert pick_groups(tmp_path)[0] == ("grpo_roc_seed0", "stage1", "grpo_roc", 1, 1)

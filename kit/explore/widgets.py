@@ -6,7 +6,8 @@
 Controls: stage/arm, a step slider over the recorded steps, the prompt (groups matching the
 filters), the trajectory, the colouring (:data:`kit.explore.render.COLORS`), three filters
 (zero reward spread, correct with tool errors, truncated) and *refresh*, which re-scans the
-folder (a run still writing: new steps appear, the slider grows). The views are the pure HTML
+folder (a run still writing: new steps appear, the slider grows). It opens at the latest
+recorded step of the first run. The views are the pure HTML
 of :mod:`kit.explore.render`; this module only wires widgets to them. Each view is one
 ``ipywidgets.HTML`` (``.group``, ``.trajectory``), which tests and the browser test read.
 """
@@ -37,6 +38,7 @@ class Explorer:
         self.root = Path(run_dir)
         self.tokenizer = tokenizer
         self._tok_given = tokenizer is not None
+        self._tokenizers: dict[Any, Any] = {}  # tokenizer folder -> tokenizer, loaded once
         self.index: RecordIndex = scan(self.root)
         self.records: list[dict[str, Any]] = []
         self._busy = False
@@ -74,11 +76,12 @@ class Explorer:
         keep = self.run.value
         self._busy = True
         self.run.options = labels
+        if runs:
+            self.run.value = keep if keep in runs else runs[0]
         self._busy = False
         if not runs:
             self.status.value = f"<i>no rollout records under {self.root} yet</i>"
             return
-        self.run.value = keep if keep in runs else runs[0]
         self._on_run(keep_step=True)
 
     def _on_run(self, keep_step: bool = False) -> None:
@@ -91,7 +94,10 @@ class Explorer:
         self.step.value = old if keep_step and old in steps else steps[-1 if keep_step and old not in steps else 0]
         self._busy = False
         if not self._tok_given:
-            self.tokenizer = query.load_tokenizer(query.find_tokenizer_dir(self.index, self._file()))
+            where = query.find_tokenizer_dir(self.index, self._file())
+            if where not in self._tokenizers:
+                self._tokenizers[where] = query.load_tokenizer(where)
+            self.tokenizer = self._tokenizers[where]
         self._on_step(keep_prompt=keep_step)
 
     def _file(self):

@@ -89,7 +89,7 @@ def test_the_trajectory_view_falls_back_and_uses_the_rollout_view(tmp_path, step
 def test_the_explorer_follows_step_prompt_filters_colour_and_new_steps(tmp_path, step, tok):
     _write(tmp_path, step, steps=(1, 2), flip=(2,))
     x = Explorer(tmp_path, tokenizer=tok)
-    assert list(x.step.options) == [1, 2] and x.run.value == (".", "stage1", "grpo_roc")
+    assert list(x.step.options) == [1, 2] and x.run.value == (".", "stage1", "grpo_roc") and x.step.value == 2
     x.step.value = 1
     assert x.prompt.value == 0 and "step 1" in x.group.value and x.group.value.count("<tr data-traj") == 4
     x.prompt.value = 1

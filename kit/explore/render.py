@@ -151,8 +151,8 @@ def tokens_html(pieces: Sequence[str], mask: Sequence[int], values: Sequence[flo
             badge = (f'<span class="badge" data-kind="tool-error" style="background:#d62728">'
                      f'{html.escape("⚠ " + ", ".join(bad))}</span>') if bad else ""
             text = html.escape("".join(pieces[t:e]))
-            out.append(f'<span data-kind="tool"{attr} style="{SPAN_STYLE["tool"]};opacity:{FEEDBACK_OPACITY}{rule}">'
-                       f'{badge}{text}</span>')
+            out.append(f'{badge}<span data-kind="tool"{attr} style="{SPAN_STYLE["tool"]};opacity:{FEEDBACK_OPACITY}'
+                       f'{rule}">{text}</span>')  # the badge outside: not dimmed
             block += 1
         else:
             for j in range(t, e):

@@ -122,3 +122,26 @@ class FakeTQ:
         for k in keys:
             self.tags[partition_id].pop(k, None)
             self.values[partition_id].pop(k, None)
+
+
+async def scripted_step(tok):
+    """One small RL step's rollouts for the record and explorer tests: 2 prompts x 4 trajectories.
+
+    Group 0: correct with an ok call, correct after a failing call (``1/0``), wrong without a
+    call, truncated (budget 12 tokens); group 1: four wrong answers (zero reward spread).
+    Returns ``(trajectories (8,), rewards (8,), group ids (8,), problem ids (8,))``.
+    """
+    # imported here, not at the top: most tests that import doubles need no rollout
+    from kit.config import RolloutConfig
+    from kit.rollout import ScriptedBackend, run_trajectory
+
+    ex = FakeExecutor(lambda code, stdin: Res("error", stderr="ZeroDivisionError: division by zero", exit_code=1)
+                      if code == "1/0" else Res("ok", stdout="42\n"))
+    cfg = RolloutConfig(max_prompt_tokens=256, max_response_tokens=400, max_turns=4)
+    right, wrong = "so</reason> <answer> \\boxed{42} </answer>", "so</reason> <answer> \\boxed{41} </answer>"
+    scripts = [(["compute " + call("print(6*7)"), right], 400), ([call("1/0"), call("print(6*7)"), right], 400),
+               ([wrong], 400), (["compute it, " * 30], 12)] + [([wrong], 400)] * 4
+    trs = [await run_trajectory(ScriptedBackend(tok, s), tok, "What is 6 * 7?", ex, cfg, call_factory=pair,
+                                max_response_tokens=b) for s, b in scripts]
+    rewards = [1.0, 1.0, 0.0, 0.0] + [0.0] * 4
+    return trs, rewards, ["g0"] * 4 + ["g1"] * 4, ["p0"] * 4 + ["p1"] * 4

@@ -24,11 +24,15 @@ _STYLE = {
     "call": "background:#fff3bf",
     "answer": "background:#c8f0c8;font-weight:bold",
 }
+#: the style of each ``data-kind`` (public: ``kit.explore`` colours single tokens in the same scheme)
+SPAN_STYLE = _STYLE
 _HILITE = re.compile(
     f"({re.escape(prompts.TOOL_CALL_OPEN)}.*?(?:{re.escape(prompts.TOOL_CALL_CLOSE)}|$)"
     f"|{re.escape(prompts.ANSWER_OPEN)}.*?(?:{re.escape(prompts.ANSWER_CLOSE)}|$))",
     re.S,
 )
+#: the ``<tool_call>`` and ``<answer>`` blocks of model text the view marks (public, as SPAN_STYLE)
+MARKS = _HILITE
 
 
 #: what each colour of the view means, in the order a trajectory shows them (``data-kind`` of the spans)

@@ -238,6 +238,8 @@ def _resumable(entry: dict[str, Any] | None, nb: NotebookRun) -> bool:
 def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout_s, echo) -> list[dict[str, Any]]:
     import papermill as pm  # papermill: the notebook kernels' runner, only when notebooks run
 
+    from kit.pipeline.kernels import QuietKernelManager  # jupyter_client: only when notebooks run
+
     state = read_state(layout)
     ran: list[int] = []  # series positions of the notebooks run in this invocation
     records = []
@@ -319,7 +321,8 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
             try:
                 pm.execute_notebook(
                     str(nb.source), str(out), parameters=nb.parameters, kernel_name="python3",
-                    progress_bar=progress_bar, log_output=log_output, cwd=str(nb.source.parent), **kwargs,
+                    progress_bar=progress_bar, log_output=log_output, cwd=str(nb.source.parent),
+                    kernel_manager_class=QuietKernelManager, **kwargs,
                 )
             except Exception as exc:  # noqa: BLE001 - every failure is reported with the notebook named
                 seconds = time.perf_counter() - t0

@@ -43,7 +43,7 @@ NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 KERNEL_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "GOMP_SPINCOUNT": OPENMP_SPINCOUNT, "KIT_PROGRESS": "text"}
 #: Default per-cell limit of each profile, seconds (``--cell-timeout`` overrides it; 0 = no limit),
 #: so that one endless cell cannot hang ``make reproduce`` forever. tiny: the slowest cell
-#: measured is the SFT cell, 245-350 s on a shared 2-core machine (README), so 1800 s is about 5x
+#: measured is the SFT cell, 245-350 s on a shared 2-core machine (reports/LOG.md), so 1800 s is about 5x
 #: the slowest run seen; smoke runs seconds per notebook. Paper profiles: one cell drives a whole
 #: VERL stage; the report's full 510-step recipe took about a week on 64 GPUs, so one stage on its
 #: own gets 7 days. Other profiles: 1 day.

@@ -260,7 +260,7 @@ class LocalTracker:
         self.backends = tuple(backends)
         self.dir = tracking_dir(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
-        # W&B's console lines (run start, history, sync hint: the README has it) would fill a training
+        # W&B's console lines (run start, history, the `wandb sync` hint the README gives) would fill a training
         # cell's output as red stderr boxes in JupyterLab; its files are unchanged. WANDB_SILENT=false shows them.
         self.env = {**tracking_env(logging_cfg, Path(run_dir).resolve()),
                     "WANDB_SILENT": os.environ.get("WANDB_SILENT", "true")}

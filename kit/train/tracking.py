@@ -1,4 +1,4 @@
-"""The local trainer's door to experiment tracking (``[logging] backends``, README "Experiment tracking").
+"""The local trainer's door to experiment tracking (``[logging] backends``, README "Profiles and data").
 
 :func:`open_tracker` returns VERL's tracker wrapped by :class:`kit.bridge.tracking.LocalTracker`
 when the config lists a backend, else a tracker that does nothing (and VERL is not imported).

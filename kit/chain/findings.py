@@ -68,6 +68,10 @@ def _number(d: dict[str, Any], key: str) -> float:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else math.nan
 
 
+def _n(k: int, word: str) -> str:
+    return f"{k} {word}" if k == 1 else f"{k} {word}s"
+
+
 def _bullets(title: str, lines: list[str | None]) -> str:
     return "\n".join([f"**{title}**", "", *(f"- {line}." for line in lines if line)])
 
@@ -85,7 +89,7 @@ def sft_findings(run_dir: str | os.PathLike) -> str:
     first, last, k = _windows(df)
     s = _summary(run_dir)
     acc, sampled, tool = (_number(s, key) for key in ("heldout_accuracy", "heldout_sampled_reward", "heldout_tool_rate"))
-    return _bullets(f"What this run showed ({len(df)} SFT steps; first and last {k} steps)", [
+    return _bullets(f"What this run showed ({_n(len(df), 'SFT step')}; first and last {_n(k, 'step')})", [
         _change("The training loss", _mean(first, "loss"), _mean(last, "loss")),
         None if math.isnan(acc) else (f"On held-out task problems the policy answers {acc:.1%} correctly greedily "
                                       f"(tool allowed) and {sampled:.1%} when sampled at T = 1, the reward RL starts from"),
@@ -127,7 +131,7 @@ def stage_findings(run_dir: str | os.PathLike) -> str:
     sampled = _number(s, "heldout_sampled_reward")
     if not math.isnan(sampled):
         lines.append(f"At the stage's end the held-out sampled reward (T = 1, the RL objective) is {sampled:.3f}")
-    title = f"What this run showed ({len(df)} steps; first and last {k} steps)"
+    title = f"What this run showed ({_n(len(df), 'step')}; first and last {_n(k, 'step')})"
     if len(df) < 3:
         title += ": too few steps to read a trend"
     return _bullets(title, lines)
@@ -154,7 +158,7 @@ def ablation_findings(run_dir: str | os.PathLike) -> str:
     lines: list[str | None] = []
     for alg in sorted(ends):
         arms = pd.DataFrame(ends[alg]).T
-        lines.append(f"`{alg}` ({len(arms)} seeds, last third of each arm's steps): tool-error ratio among correct "
+        lines.append(f"`{alg}` ({_n(len(arms), 'seed')}, last third of each arm's steps): tool-error ratio among correct "
                      f"trajectories {_fmt(arms['tool_error_ratio_correct_before'].mean())}, accuracy "
                      f"{_fmt(arms['accuracy'].mean())}, response length {_fmt(arms['response_len_mean'].mean(), 1)} tokens")
     if {"grpo", "grpo_roc"} <= ends.keys():

@@ -26,6 +26,7 @@ from kit import OPENMP_SPINCOUNT, overlap
 from kit.config import load
 from kit.paths import REPO_ROOT
 from kit.pipeline.failures import PipelineError, describe_failure, failed_cell, mark_not_run
+from kit.pipeline.kernels import QuietKernelManager
 from kit.pipeline.timing import children_cpu_s
 from kit.runs import Layout, read_state, series_parameters
 from kit.train.ablation import ablation_budget
@@ -237,8 +238,6 @@ def _resumable(entry: dict[str, Any] | None, nb: NotebookRun) -> bool:
 
 def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout_s, echo) -> list[dict[str, Any]]:
     import papermill as pm  # papermill: the notebook kernels' runner, only when notebooks run
-
-    from kit.pipeline.kernels import QuietKernelManager  # jupyter_client: only when notebooks run
 
     state = read_state(layout)
     ran: list[int] = []  # series positions of the notebooks run in this invocation

@@ -10,6 +10,9 @@ APT_PACKAGES := bubblewrap iproute2 texlive-xetex texlive-fonts-recommended texl
                 librsvg2-bin fonts-dejavu-core fonts-wqy-microhei chromium chromium-driver
 STAMP := $(VENV)/.kit-installed
 APT_STAMP := $(VENV)/.kit-apt
+# pip's "[notice] A new release of pip is available" banner (a WARNING, so -q keeps it) after every
+# install: the venv's pip is the one `make setup` chose, so the notice names nothing to act on here.
+export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
 .PHONY: setup test test-verl reproduce report lint clean selftest
 

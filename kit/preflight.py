@@ -66,7 +66,7 @@ def preflight(data_dir: str = "") -> list[dict[str, str]]:
     for rel in REQUIRED_DATA:
         p = base / rel
         rows.append({"check": f"data: {rel}", "status": "ok" if p.exists() else "missing",
-                     "detail": str(p) if p.exists() else f"not found in {base} (set KIT_DATA_DIR; see README, Data)"})
+                     "detail": str(p) if p.exists() else f"not found in {base} (set KIT_DATA_DIR; see README, Profiles and data)"})
     return rows
 
 

@@ -39,7 +39,7 @@ def run(parameters: dict[str, Any]) -> dict[str, Any]:
     if wrong:
         raise TypeError(f"ablation job: parameter(s) of the wrong type: {', '.join(wrong)}")
     require_upstream("06_roc_ablation", profile=p["profile"], init_dir=p["init_dir"], data_dir=p["data_dir"])
-    cfg = ablation_config(p["profile"], p["overrides"], p["steps"], p["run_dir"], p["seed"])
+    cfg = ablation_config(p["profile"], p["overrides"], p["run_dir"], p["seed"], steps=p["steps"])
     return train_ablation(cfg, p["run_dir"], p["init_dir"], p["data_dir"], reuse=p["reuse_dirs"])
 
 

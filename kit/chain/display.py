@@ -15,7 +15,7 @@ from kit.rollout import legend_html, trajectory_html
 from kit.tables import LATEX_SPECIALS
 
 #: fewer cold-start steps than this and the tiny model has not learned the task format yet (it learns
-#: to copy numbers around step 200: README, "What the tiny profile reproduces"; the smoke profile runs 40)
+#: to copy numbers around step 200: reports/LOG.md, 2026-11-29; the smoke profile runs 40)
 MIN_LEARNING_SFT_STEPS = 200
 LATEX_LEGEND = r"black: model tokens (mask 1, trained on); \textcolor{gray}{grey: tool response (mask 0, no loss)}"
 

@@ -73,9 +73,9 @@ def train_stage(cfg: KitConfig, stage: str, run_dir, init_dir, data_dir, progres
         return rt.run_stage(cfg, stage, run_dir=run_dir, init_dir=init_dir, data_dir=data_dir, progress=bar)
 
 
-def ablation_config(profile: str, overrides: Mapping[str, Any] | None, steps: int, run_dir, seed: int) -> KitConfig:
-    """Notebook 06's config: ``profile`` with ``overrides`` and, when ``steps`` is non-zero,
-    ``ablation.steps = steps``; writes ``run_dir/config.json``. The notebook and the pipeline's
+def ablation_config(profile: str, overrides: Mapping[str, Any] | None, run_dir, seed: int, steps: int = 0) -> KitConfig:
+    """Notebook 06's config: ``profile`` with ``overrides`` (``ablation.steps`` among them sets the arms'
+    steps) and, when ``steps`` is non-zero, ``ablation.steps = steps``; writes ``run_dir/config.json``. The notebook and the pipeline's
     background job (:mod:`kit.chain.ablation_job`) both build it here, so they train the same arms.
 
     Raises:

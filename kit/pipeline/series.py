@@ -26,6 +26,7 @@ from kit import OPENMP_SPINCOUNT, overlap
 from kit.config import load
 from kit.paths import REPO_ROOT
 from kit.pipeline.failures import PipelineError, describe_failure, failed_cell, mark_not_run
+from kit.pipeline.kernels import QuietKernelManager
 from kit.pipeline.timing import children_cpu_s
 from kit.runs import Layout, read_state, series_parameters
 from kit.train.ablation import ablation_budget
@@ -43,7 +44,7 @@ NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 KERNEL_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "GOMP_SPINCOUNT": OPENMP_SPINCOUNT, "KIT_PROGRESS": "text"}
 #: Default per-cell limit of each profile, seconds (``--cell-timeout`` overrides it; 0 = no limit),
 #: so that one endless cell cannot hang ``make reproduce`` forever. tiny: the slowest cell
-#: measured is the SFT cell, 245-350 s on a shared 2-core machine (README), so 1800 s is about 5x
+#: measured is the SFT cell, 245-350 s on a shared 2-core machine (reports/LOG.md), so 1800 s is about 5x
 #: the slowest run seen; smoke runs seconds per notebook. Paper profiles: one cell drives a whole
 #: VERL stage; the report's full 510-step recipe took about a week on 64 GPUs, so one stage on its
 #: own gets 7 days. Other profiles: 1 day.
@@ -319,7 +320,8 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
             try:
                 pm.execute_notebook(
                     str(nb.source), str(out), parameters=nb.parameters, kernel_name="python3",
-                    progress_bar=progress_bar, log_output=log_output, cwd=str(nb.source.parent), **kwargs,
+                    progress_bar=progress_bar, log_output=log_output, cwd=str(nb.source.parent),
+                    kernel_manager_class=QuietKernelManager, **kwargs,
                 )
             except Exception as exc:  # noqa: BLE001 - every failure is reported with the notebook named
                 seconds = time.perf_counter() - t0

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import yaml
+
 from kit.figures import read_metrics
 
 
@@ -112,11 +114,37 @@ def times_table(records: Sequence[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
-SFT_STEP_REFERENCE_S = {"tiny": (0.380, 2, "the README's run rb (2292ecf, seed 0, 2 quiet cores, 2026-12-02)")}
-"""Per profile: ``(seconds, threads, where)``, the median SFT step (wall seconds) at ``threads`` torch threads
-of the run whose times the README compares against, and which run that was. The cold start is the same work
-in every tiny run of a seed (600 steps of 48 rows), so its median step at those threads is the run's own
-probe of the host's speed."""
+#: the shipped reference of :func:`host_speed_line` (a YAML file, per profile: ``step_s``, ``threads``, ``where``)
+HOST_SPEED_FILE = Path(__file__).resolve().parents[1] / "reference" / "host_speed.yaml"
+
+
+def load_step_reference(path: str | os.PathLike = HOST_SPEED_FILE) -> dict[str, tuple[float, int, str]]:
+    """Per profile ``(seconds, threads, where)`` from ``path``: the median SFT step (wall seconds) at
+    ``threads`` torch threads of a run on a reference host, and where that run is described. The cold start
+    is the same work in every tiny run of a seed (600 steps of 48 rows), so a run's median step at those
+    threads against it probes the host's speed.
+
+    Raises:
+        ValueError: ``path`` is not a mapping of profiles to ``step_s`` > 0, ``threads`` >= 1 and ``where``
+            (the message names the file and the profile).
+    """
+    data = yaml.safe_load(Path(path).read_text()) or {}
+    if not isinstance(data, dict):
+        raise ValueError(f"{path}: expected a mapping of profile names to step_s, threads, where")
+    out = {}
+    for profile, ref in data.items():
+        try:
+            s, th, where = float(ref["step_s"]), int(ref["threads"]), str(ref["where"])
+        except (TypeError, KeyError, ValueError) as exc:
+            raise ValueError(f"{path}: profile {profile!r} needs step_s, threads and where ({exc})") from exc
+        if not (math.isfinite(s) and s > 0 and th >= 1):
+            raise ValueError(f"{path}: profile {profile!r}: step_s must be > 0 and threads >= 1")
+        out[str(profile)] = (s, th, where)
+    return out
+
+
+SFT_STEP_REFERENCE_S = load_step_reference()
+"""Per profile: ``(seconds, threads, where)`` of :data:`HOST_SPEED_FILE` (see :func:`load_step_reference`)."""
 
 #: ``--set`` keys that change an SFT step's work (its rows, their length and mix), so that no reference applies;
 #: so does any ``model.`` key but ``model.torch_threads`` (threads: the comparison already separates them)

@@ -272,9 +272,10 @@ def test_cores_busy_line_gives_the_counted_cpu_the_machines_busy_share_and_the_w
     assert pipeline.cores_busy_line(recs, 1200.0, cores=2).endswith("the background job)")  # not measured
 
 
-def test_host_speed_line_compares_the_cold_start_step_with_the_readme_s_timed_run(tmp_path):
+def test_host_speed_line_compares_the_cold_start_step_with_the_shipped_reference(tmp_path):
     """Issue #16: the same tiny SFT took 298-391 s on one VM in one day, so a run's wall time is
-    printed with the host's speed beside it (the cold start's median step against the README's run)."""
+    printed with the host's speed beside it (the cold start's median step against the reference host's,
+    kit/reference/host_speed.yaml)."""
     path = tmp_path / "metrics.jsonl"
     assert pipeline.host_speed_line(path, "tiny") is None  # no cold start here (linked, or VERL's)
     rows = [{"step": i, "loss": 1.0, "time_s": t, "threads": 2} for i, t in enumerate([0.50, 0.57, 9.0], 1)]
@@ -294,7 +295,7 @@ def test_host_speed_line_compares_the_cold_start_step_with_the_readme_s_timed_ru
 
 def test_host_speed_line_compares_steps_at_the_reference_threads_only(tmp_path):
     """A step the thread policy ran at one thread (another process held a core) measures load, not the
-    host: run s7 here had 333 of 600 such steps, median 0.686 s over all, 0.480 s at 2 threads."""
+    host: one tiny run had 333 of 600 such steps, median 0.686 s over all, 0.480 s at 2 threads."""
     path = tmp_path / "metrics.jsonl"
     ref = pipeline.timing.SFT_STEP_REFERENCE_S["tiny"][0]
     rows = [{"time_s": 0.5, "threads": 2}] * 3 + [{"time_s": 0.9, "threads": 1}] * 4
@@ -377,3 +378,15 @@ def test_log_output_streams_what_the_cells_print(tmp_path, make_notebook, capfd)
     assert (logger.level, logger.handlers, logger.propagate) == (level, handlers, True)  # restored
     run_series(runs, lay, progress_bar=False, force=True, echo=lambda s: None)
     assert "cell says hello" not in capfd.readouterr().out  # without --log-output: the executed notebook only
+
+
+def test_step_reference_comes_from_the_shipped_file_and_bad_files_are_named(tmp_path):
+    ref = pipeline.timing.load_step_reference()
+    assert ref["tiny"][:2] == (0.380, 2) and ref == pipeline.timing.SFT_STEP_REFERENCE_S
+    bad = tmp_path / "host.yaml"
+    bad.write_text("tiny:\n  step_s: 0\n  threads: 2\n  where: x\n")
+    with pytest.raises(ValueError, match=r"host.yaml: profile 'tiny': step_s must be > 0"):
+        pipeline.timing.load_step_reference(bad)
+    bad.write_text("tiny:\n  threads: 2\n")
+    with pytest.raises(ValueError, match=r"host.yaml: profile 'tiny' needs step_s, threads and where"):
+        pipeline.timing.load_step_reference(bad)

@@ -1,20 +1,14 @@
-"""Review of issue #16's background job (kit.overlap, kit.chain.ablation_job): defects found, each
-each pinned by a test that failed before its fix (all five fixed since).
+"""The bounds of notebook 06's background job (kit.overlap, kit.chain.ablation_job), property by property:
 
-1. kit/overlap.py promises the job "is stopped (its whole process group) when the runner stops
-   for any reason", but the job runs in a new session and the runner stops it only in a
-   ``finally``: a runner ended by SIGTERM (``timeout``, a CI cancel, ``kill``) or SIGHUP (the
-   JupyterLab terminal closed) leaves it training into the ablation folder, where the next
-   invocation starts a second job on the same arms.
-2. The runner waits for the job without any limit: ``--cell-timeout`` (whose purpose is that one
-   endless cell cannot hang ``make reproduce``) no longer bounds notebook 06's training cell.
-3. ``python -m kit.chain.ablation_job`` documents exit code 2 on bad parameters, but a missing key
-   ends in a KeyError traceback with exit code 1.
-4. "An earlier notebook was rerun" now follows the execution order, where 06 runs after 07 and 08:
-   editing or rerunning 07 or 08 clears the finished ablation and retrains it in the foreground
-   (in series order 07 and 08 come after 06 and never reran it).
-5. ``BackgroundRun.seconds`` (times_table's "its training ran N s") is the time until the runner
-   reaped the job at 06's turn, not the job's run time.
+- it never outlives the runner: a runner ended by SIGTERM (``timeout``, a CI cancel, ``kill``) or SIGHUP
+  (the terminal closed) stops the job's whole process group, so no later invocation finds a second job
+  training the same arms;
+- the cell limit bounds it: ``--cell-timeout`` limits the runner's wait for the job, as it limits a cell;
+- bad parameters exit 2 with the missing key named, as ``python -m kit.chain.ablation_job`` documents;
+- reruns follow the series order: a notebook after 06 in the series (07, 08) rerun does not retrain the
+  ablation, though 06 executes after them;
+- its seconds are its run time (``BackgroundRun.seconds``, times_table's "its training ran N s"), not the
+  time until the runner reaped it.
 """
 
 from __future__ import annotations
@@ -76,6 +70,9 @@ def _wait_for(path: Path, timeout_s: float) -> bool:
     return True
 
 
+# ------------------------------------------------ it never outlives the runner
+
+
 @pytest.mark.slow  # two kernel starts and a stop: ~25 s each while it fails
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGHUP])
 def test_a_runner_ended_by_a_signal_leaves_no_background_job(tmp_path, sig):
@@ -122,6 +119,9 @@ def test_a_runner_ended_by_a_signal_leaves_no_background_job(tmp_path, sig):
                 pass
 
 
+# ------------------------------------------------ the cell limit bounds it
+
+
 @pytest.mark.slow  # waits 45 s for the runner while it fails
 def test_a_hanging_background_job_is_bounded_by_the_cell_timeout(tmp_path):
     runs, lay = _series(tmp_path, c_sleep=0)
@@ -146,12 +146,17 @@ def test_a_hanging_background_job_is_bounded_by_the_cell_timeout(tmp_path):
     assert isinstance(result.get("error"), PipelineError)
 
 
+# ------------------------------------------------ bad parameters exit 2
+
+
 def test_the_ablation_job_exits_2_on_a_missing_parameter(capsys):
     from kit.chain import ablation_job
 
     assert ablation_job.main(["{}"]) == 2
     assert "profile" in capsys.readouterr().err
 
+
+# ------------------------------------------------ reruns follow the series order
 
 #: a job that writes its notebook's product and exits 0
 DONE_JOB = ("import json, sys\nfrom pathlib import Path\np = json.loads(sys.argv[-1])\n"
@@ -177,6 +182,9 @@ def test_rerunning_a_notebook_after_it_in_the_series_does_not_rerun_the_deferred
     again = {r["notebook"]: r["status"] for r in run_series(runs, lay, progress_bar=False, echo=lambda s: None)}
     assert again["c"] == "done" and again["b"] == "skipped", again
     assert (lay.root / "b" / "product.txt").read_text() == "trained by the job"
+
+
+# ------------------------------------------------ its seconds are its run time
 
 
 def test_the_job_seconds_are_its_run_time_not_the_time_until_it_was_joined(tmp_path):

@@ -242,11 +242,14 @@ class SyncSandboxPool:
         >>> pool.run("sum(range(10))").value
         '45'
         >>> pool.close()
+
+    ``close()`` stops the workers, then the loop, and closes the loop (its selector and
+    self-pipe: three file descriptors a pool would otherwise hold until garbage collection).
     """
 
     def __init__(self, cfg: SandboxConfig | None = None, *, preload: Sequence[str] = ()):
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="kit-sandbox-loop", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name="kit-sandbox-loop", daemon=True)
         self._thread.start()
         self.pool = SandboxPool(cfg, preload=preload)
         try:
@@ -254,6 +257,15 @@ class SyncSandboxPool:
         except BaseException:
             self._stop_loop()
             raise
+
+    def _serve(self) -> None:
+        """The loop thread: run until stopped, then close the loop here, where it ran."""
+        try:
+            self._loop.run_forever()
+        finally:
+            with contextlib.suppress(Exception):
+                self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+            self._loop.close()
 
     def _call(self, coro) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()

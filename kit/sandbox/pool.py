@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from kit.config import SandboxConfig
+from kit.config import SandboxConfig, check_limits
 from kit.sandbox.types import FunctionCall, ToolCall, ToolResult
 from kit.sandbox.workers import LocalExecutor
 
@@ -59,6 +59,9 @@ class SandboxPool:
         executor: an object with ``start()``, ``run(req) -> dict``, optional
             ``run_batch(reqs) -> list[dict]``, ``close()``, ``stats()``; default from
             ``cfg.backend``.
+    Raises:
+        kit.config.ConfigError: at construction, a limit of ``cfg`` that is not > 0 (names the
+            key, :func:`kit.config.check_limits`).
     Raises (from ``start`` / ``async with``):
         kit.config.ConfigError: a module of ``cfg.preimport`` does not import in a worker (names
             it); an extra of ``preload`` that fails is only logged by the worker.
@@ -67,6 +70,7 @@ class SandboxPool:
 
     def __init__(self, cfg: SandboxConfig | None = None, *, preload: Sequence[str] = (), executor: Any = None):
         self.cfg = cfg or SandboxConfig()
+        check_limits(self.cfg)
         self.preload = tuple(preload)
         self._executor = executor
         self._queue: asyncio.Queue | None = None

@@ -93,7 +93,7 @@ class Verifier:
 
     Raises:
         ValueError: ``workers``, ``recycle_after`` or ``max_start_failures`` below 1,
-            ``memory_mb`` below 0, ``soft_fraction`` outside (0, 1], ``timeout_s`` not > 0
+            ``memory_mb`` below 0, ``soft_fraction`` or ``timeout_s`` not a finite number > 0
             (the message names the argument).
 
     Example:
@@ -111,8 +111,8 @@ class Verifier:
                                    ("max_start_failures", max_start_failures, 1)):
             if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
                 raise ValueError(f"Verifier: {name} must be an integer >= {least}, got {value!r}")
-        if not (isinstance(soft_fraction, numbers.Real) and 0 < soft_fraction <= 1):
-            raise ValueError(f"Verifier: soft_fraction must be in (0, 1], got {soft_fraction!r}")
+        if not (isinstance(soft_fraction, numbers.Real) and math.isfinite(soft_fraction) and soft_fraction > 0):
+            raise ValueError(f"Verifier: soft_fraction must be a finite number > 0, got {soft_fraction!r}")
         self.workers = workers or os.cpu_count() or 1
         self.timeout_s = float(timeout_s)
         self.memory_mb = int(memory_mb)

@@ -120,7 +120,7 @@ def test_constructor_rejects_an_infinite_timeout():
 
 @pytest.mark.parametrize("kw,name", [({"memory_mb": -1}, "memory_mb"), ({"recycle_after": 0}, "recycle_after"),
                                      ({"max_start_failures": 0}, "max_start_failures"),
-                                     ({"soft_fraction": 0.0}, "soft_fraction"), ({"soft_fraction": 1.5}, "soft_fraction"),
+                                     ({"soft_fraction": 0.0}, "soft_fraction"), ({"soft_fraction": float("nan")}, "soft_fraction"),
                                      ({"timeout_s": 0}, "timeout_s")])
 def test_verifier_limits_must_be_positive_naming_the_argument(kw, name):
     """Issue #30: every verifier limit is refused at construction when it is not > 0."""

@@ -86,6 +86,8 @@ numbers via math_verify               a "match" must also hold to a *relative* 1
 huge numbers                          an answer over 10,000 digits (``7^{7^{7^{7^7}}}``) is
                                       wrong without evaluation unless the gold is that big.
 malformed LaTeX (``5\sqrt(3)``)       ``parse_error`` (score 0), never a partial parse.
+matrix row spacing ``\\[3pt]``       dropped (layout, not value): ``\\[3pt]``, ``\\[-0.5em]``
+                                      grade like ``\\``; any TeX unit.
 abandoned final box (issue #30):      ``no_answer`` (score 0; RoC's ``p_format`` is 1): the
 ``\boxed{7}`` then ``\boxed{9``       last box decides alone, so one left open (a response
 (unclosed), ``\boxed{}`` (empty),     cut off inside it), empty, or cut off right after

@@ -127,7 +127,7 @@ def test_closing_a_sync_pool_closes_its_loop_and_frees_its_descriptors(make_cfg)
 
     gc.collect()
     before, pools = fds(), []
-    for _ in range(3):
+    for _ in range(2):
         with SyncSandboxPool(make_cfg(num_workers=1)) as p:
             assert p.run("print(1)").stdout == "1\n"
         pools.append(p)  # kept alive: garbage collection must not be what frees them

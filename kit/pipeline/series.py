@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import nbformat
+
 from kit import OPENMP_SPINCOUNT, overlap
 from kit.config import load
 from kit.paths import REPO_ROOT
@@ -247,8 +249,6 @@ def check_parameters_cell(nb: NotebookRun) -> None:
         PipelineError: naming the notebook, its file and what to add (the tag, on the cell that
             sets the parameters the series passes).
     """
-    import nbformat  # papermill's notebook format (papermill's dependency): only when notebooks run
-
     book = nbformat.read(str(nb.source), as_version=4)
     # the first tagged cell, as papermill.utils.find_first_tagged_cell_index finds it
     idx = next((i for i, c in enumerate(book.cells) if "parameters" in c.metadata.get("tags", [])), -1)

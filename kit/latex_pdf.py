@@ -12,6 +12,8 @@ string literal) runs off the page. This module:
   (box drawing, arrows, Greek) and a CJK font switched in for CJK characters by XeTeX
   character classes (:data:`CJK_FONT`, Debian ``fonts-wqy-microhei``);
 * warns naming the characters the chosen fonts still lack (:func:`missing_glyphs`);
+* reads Markdown with :data:`MARKDOWN_FROM` (no raw TeX), so TeX outside math delimiters is
+  printed as text instead of breaking the document;
 * lets runs of more than :data:`WRAP_RUN` letters and digits in code and text outputs break at
   the page edge, the continuation marked with nbconvert's arrow (nbconvert itself breaks lines
   only at spaces and punctuation, so a long string literal ran off the page).
@@ -46,6 +48,15 @@ BREAK_EVERY = 16
 #: break that starts the next line with nbconvert's red continuation arrow.
 BREAK = "\u200b"
 
+#: pandoc's reader for Markdown cells and Markdown outputs: nbconvert's own
+#: (``markdown+tex_math_double_backslash``) without ``raw_tex`` (issue #30). With it, TeX outside
+#: math delimiters (``ratio \\frac{a}{b} here``) went into the document as raw LaTeX in text mode and
+#: stopped xelatex ("Missing $ inserted"); without it pandoc sets such TeX as the literal text the
+#: reader saw in JupyterLab (MathJax typesets only what is inside ``$...$``, ``$$...$$``, ``\\(...\\)``).
+#: Math inside the delimiters is pandoc's Math element and still typeset; bare LaTeX environments
+#: (``\\begin{align}`` outside ``$$``) are printed as text, not typeset.
+MARKDOWN_FROM = "markdown+tex_math_double_backslash-raw_tex"
+
 _RANGES_TEX = "".join(f'\\kitcjkrange{{"{a:04X}}}{{"{b:04X}}}' for a, b in CJK_RANGES)
 #: nbconvert's LaTeX template (``latex/index.tex.j2``) with the fonts set after fontspec loads.
 TEMPLATE = r"""((*- extends 'index.tex.j2' -*))
@@ -77,7 +88,13 @@ TEMPLATE = r"""((*- extends 'index.tex.j2' -*))
     \XeTeXinterchartoks 4095 \kitbreakclass = {\kitbreak}
     \fi
 ((* endblock packages *))
-""".replace("@MAIN@", MAIN_FONT).replace("@SANS@", SANS_FONT).replace("@MONO@", MONO_FONT) \
+((* block markdowncell scoped *))
+    ((( cell.source | citation2latex | strip_files_prefix | convert_pandoc('@MARKDOWN@', 'json',extra_args=[]) | resolve_references | convert_explicitly_relative_paths | convert_pandoc('json','latex'))))
+((* endblock markdowncell *))
+((* block data_markdown -*))
+    ((( output.data['text/markdown'] | citation2latex | strip_files_prefix | convert_pandoc('@MARKDOWN@', 'latex'))))
+((* endblock data_markdown *))
+""".replace("@MARKDOWN@", MARKDOWN_FROM).replace("@MAIN@", MAIN_FONT).replace("@SANS@", SANS_FONT).replace("@MONO@", MONO_FONT) \
    .replace("@CJK@", CJK_FONT).replace("@RANGES@", _RANGES_TEX)
 
 _LONG_RUN = re.compile(r"[A-Za-z0-9]{" + str(WRAP_RUN + 1) + ",}")

@@ -130,6 +130,12 @@ def figures_tables_and_report(lay) -> None:
     pages = int(next(ln.split()[-1] for ln in info.splitlines() if ln.startswith("Pages:")))
     images = len(subprocess.run(["pdfimages", "-list", str(pdf)], capture_output=True, text=True).stdout.splitlines()) - 2
     assert pages >= 10 and images >= 3
+    # issue #30: every executed notebook of the run went through the LaTeX route (its part heading is in
+    # the PDF), not the figures-and-tables fallback, which has no notebook in it
+    text = "".join(subprocess.run(["pdftotext", str(pdf), "-"], capture_output=True, text=True, check=True).stdout.split())
+    executed = sorted(p.stem for p in lay.executed.glob("*.ipynb"))
+    assert executed and "figuresandtablesonly" not in text
+    assert [name for name in executed if f"Notebook{name}" not in text] == [], "notebooks missing from the LaTeX report"
 
 
 def claims_file_and_summary_page(lay) -> None:

@@ -9,8 +9,9 @@ and a cleaner answer format:
   structured status: an exception, a timeout, a memory or output limit, a malformed call.
   Failures of the execution service itself (``infra_errors``) are not the model's fault and are
   excluded from both counts.
-* ``p_format = 1`` without an ``<answer>`` tag, else ``min(1, (answer_tags - 1) / turns)``,
-  where ``turns`` counts every assistant turn, the first one included.
+* ``p_format = 1`` without an ``<answer>`` tag or without an extractable final answer (its
+  final box unclosed, empty or cut off), else ``min(1, (answer_tags - 1) / turns)``, where
+  ``turns`` counts every assistant turn, the first one included.
 * ``p_total = p_err + p_format``; positives are drawn without replacement with probability
   proportional to ``1 / p_total`` (mode ``"sample"``, the report) or the lowest ``p_total`` first
   (mode ``"rank"``, the public release). Negatives are drawn uniformly at random
@@ -237,7 +238,7 @@ def roc_step(
     """
     infra = counts.get("infra_errors")
     pe_struct = p_err(counts["tool_calls"], counts["tool_failures"], infra)
-    pf_struct = p_format(counts["answer_tags"], counts["turns"])
+    pf_struct = p_format(counts["answer_tags"], counts["turns"], counts.get("answered"))
     pe, pf = penalties if penalties is not None else (pe_struct, pf_struct)
     pt = p_total(pe, pf, params.use_error_ratio, params.use_answer_format)
     sel = roc_select(

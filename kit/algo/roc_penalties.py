@@ -4,7 +4,9 @@
   "failed" is the sandbox's structured status (:data:`FAILURE_KINDS`), and failures of the
   execution service itself (:data:`INFRA_KINDS`) count in neither the numerator nor the
   denominator.
-* ``p_format = 1`` without an ``<answer>`` tag, else ``min(1, (answer_tags - 1) / turns)``.
+* ``p_format = 1`` without an ``<answer>`` tag or without an extractable final answer (a final
+  box that is unclosed, empty or cut off, :func:`kit.reward.extract_final_answer`), else
+  ``min(1, (answer_tags - 1) / turns)``.
 * ``p_total = p_err + p_format``, either term switchable; RoC keeps positives with a low
   ``p_total`` (:mod:`kit.algo.roc_selection`).
 
@@ -87,15 +89,20 @@ def p_err(
     return out
 
 
-def p_format(answer_tags: Sequence[int] | np.ndarray, turns: Sequence[int] | np.ndarray) -> np.ndarray:
+def p_format(answer_tags: Sequence[int] | np.ndarray, turns: Sequence[int] | np.ndarray,
+             answered: Sequence[bool] | np.ndarray | None = None) -> np.ndarray:
     """Answer-format penalty of each trajectory (rStar2-Agent §2.2.3, "p_format").
 
-    1 when the model wrote no ``<answer>`` tag, else ``min(1, (answer_tags - 1) / turns)``: one
-    answer costs nothing, repeated answers cost in proportion to the turns they are spread over.
+    1 when the model wrote no ``<answer>`` tag or gave no extractable final answer, else
+    ``min(1, (answer_tags - 1) / turns)``: one answer costs nothing, repeated answers cost in
+    proportion to the turns they are spread over.
 
     Args:
         answer_tags: (N,) ``<answer>`` tags in the model's own text (tool feedback excluded).
         turns: (N,) assistant turns, the first one counted (>= 1 whenever there is an answer).
+        answered: (N,) optional bools, False where the response has no extractable final
+            answer (strict ``kit.reward.extract_final_answer``: e.g. its final box is unclosed,
+            empty or cut off; issue #30); those rows get 1 whatever their tags. None: all True.
     Returns:
         (N,) float64 array in [0, 1].
     Raises:
@@ -110,6 +117,11 @@ def p_format(answer_tags: Sequence[int] | np.ndarray, turns: Sequence[int] | np.
         raise ValueError(f"p_format: row {int(bad[0])} has {tags[bad[0]]} answer tags but 0 turns")
     out = np.ones(tags.shape, dtype=np.float64)
     has = tags > 0
+    if answered is not None:
+        ans = np.asarray(answered, dtype=bool)
+        if ans.shape != tags.shape:
+            raise ValueError(f"p_format: lengths differ: answer_tags {tags.shape}, answered {ans.shape}")
+        has &= ans
     out[has] = np.minimum(1.0, (tags[has] - 1) / t[has])
     return out
 
@@ -204,16 +216,18 @@ def counters(items: Iterable[Any]) -> dict[str, np.ndarray]:
     """Per-trajectory RoC counters from ``Trajectory`` objects or mappings (VERL extra_fields).
 
     Reads ``tool_calls``, ``tool_errors`` (dict kind -> count, or int), ``infra_errors``,
-    ``answer_tags`` and ``turns`` from attributes or keys; a missing ``infra_errors`` or
-    ``tool_errors`` is 0, the others are required.
+    ``answer_tags``, ``answered`` and ``turns`` from attributes or keys; a missing
+    ``infra_errors`` or ``tool_errors`` is 0, a missing or None ``answered`` is True (not
+    known: the tags decide), the others are required.
 
     Returns:
         dict of (N,) int64 arrays: ``tool_calls``, ``tool_failures``, ``infra_errors``,
-        ``answer_tags``, ``turns``.
+        ``answer_tags``, ``turns``, and (N,) bool ``answered``.
     Raises:
         KeyError: a required counter is missing; the message names the row and the key.
     """
     cols: dict[str, list[int]] = {k: [] for k in ("tool_calls", "tool_failures", "infra_errors", "answer_tags", "turns")}
+    answered: list[bool] = []
     for row, item in enumerate(items):
         def get(key: str, required: bool, _item: Any = item, _row: int = row) -> Any:
             if isinstance(_item, Mapping):
@@ -230,7 +244,11 @@ def counters(items: Iterable[Any]) -> dict[str, np.ndarray]:
         cols["infra_errors"].append(int(get("infra_errors", False) or 0))
         cols["answer_tags"].append(int(get("answer_tags", True)))
         cols["turns"].append(int(get("turns", True)))
-    return {k: np.asarray(v, dtype=np.int64) for k, v in cols.items()}
+        a = get("answered", False)
+        answered.append(True if a is None else bool(a))
+    out = {k: np.asarray(v, dtype=np.int64) for k, v in cols.items()}
+    out["answered"] = np.asarray(answered, dtype=bool)
+    return out
 
 
 def _keys(item: Any) -> list[str]:

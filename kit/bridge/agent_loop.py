@@ -28,7 +28,8 @@ Outputs: ``AgentLoopOutput`` with ``response_mask`` 1 for sampled tokens and 0 f
 ``response_logprobs`` when the server returned log-probs, and in ``extra_fields`` (per
 trajectory, visible to the reward function and the RoC selection): ``tool_calls``,
 ``tool_error_<kind>`` for each kind, ``tool_errors`` (their sum), ``infra_errors``,
-``answer_tags``, ``truncated``, ``finish_reason``, ``turns``, ``tool_wall_s`` (seconds: every
+``answer_tags``, ``answered`` (an extractable final answer: RoC's ``p_format``), ``truncated``,
+``finish_reason``, ``turns``, ``tool_wall_s`` (seconds: every
 call's sandbox wall time summed, what the local trainer's ``time_tool_s`` sums; read by
 ``kit.bridge.sampler.tool_metrics``), and VERL's ``min_global_steps`` /
 ``max_global_steps`` (the weight versions the turns were sampled with; VERL's v1 trainer needs them).
@@ -176,6 +177,7 @@ def trajectory_to_output(tr: Trajectory, response_length: int, steps: GlobalStep
         "tool_errors": tr.n_tool_errors,
         "infra_errors": tr.infra_errors,
         "answer_tags": tr.answer_tags,
+        "answered": tr.answered,
         "truncated": tr.truncated,
         # the stored response's tokens (feedback included): the sampled-population length (kit.bridge.sampler)
         "response_tokens": min(len(tr.response_ids), int(response_length)),

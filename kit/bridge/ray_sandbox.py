@@ -14,6 +14,12 @@ Sizing: ``cfg.num_workers`` is the total number of warm workers across the clust
 per CPU Ray reports), packed ``workers_per_actor`` to an actor (default: 8), each actor
 reserving that many CPUs and spread over nodes (``SPREAD``).
 
+Which Ray: the caller's session when Ray is already initialised; else the cluster at
+``ray_init["address"]`` when one is given; else a Ray instance of its own
+(``ray.init(address="local")``), never one that ``RAY_ADDRESS`` or ``/tmp/ray`` names (a bare
+``ray.init()`` joins whatever cluster was last recorded on the machine, someone else's
+included; issue #30). It says which on stderr and in ``stats()["ray"]``.
+
 Example:
     >>> ray.init(address="auto")              # or a local ray.init(num_cpus=...)
     >>> cfg = dataclasses.replace(cfg.sandbox, backend="ray", num_workers=256)
@@ -27,6 +33,7 @@ import asyncio
 import collections
 import dataclasses
 import math
+import sys
 from typing import Any
 
 import ray
@@ -77,8 +84,7 @@ class RayExecutor:
         self.nodes: set[str] = set()
 
     async def start(self) -> None:
-        if not ray.is_initialized():
-            ray.init(**self.ray_init)
+        self.ray = init_ray(self.ray_init)
         total = self.cfg.num_workers or int(ray.cluster_resources().get("CPU", 1))
         n_actors = max(1, math.ceil(total / self.workers_per_actor))
         per = max(1, math.ceil(total / n_actors))
@@ -135,7 +141,31 @@ class RayExecutor:
         self.actors = []
 
     def stats(self) -> dict[str, Any]:
-        return {"backend": "ray", "actors": len(self.actors), "nodes": len(self.nodes), **self.counters}
+        return {"backend": "ray", "ray": getattr(self, "ray", ""), "actors": len(self.actors), "nodes": len(self.nodes),
+                **self.counters}
+
+
+def init_ray(ray_init: dict[str, Any]) -> str:
+    """Make sure Ray is running for the sandbox actors, joining only an address that was given.
+
+    Args:
+        ray_init: keyword arguments of ``ray.init``; its ``address`` (if any) is the only cluster
+            joined. Without one a local instance is started (``address="local"``), whatever
+            ``RAY_ADDRESS`` or the last cluster recorded on this machine say.
+    Returns:
+        What was used, in words (also printed to stderr): the caller's session, the cluster joined,
+        or the instance started.
+    """
+    if ray.is_initialized():
+        how = f"the Ray session this process already had ({ray.get_runtime_context().gcs_address})"
+    elif ray_init.get("address"):
+        ctx = ray.init(**ray_init)
+        how = f"joined the Ray cluster at {ray_init['address']!r} ({ctx.address_info.get('gcs_address', '?')})"
+    else:
+        ctx = ray.init(**{**ray_init, "address": "local"})
+        how = f"started a local Ray instance of its own ({ctx.address_info.get('gcs_address', '?')})"
+    print(f"kit.sandbox (ray backend): {how}", file=sys.stderr)
+    return how
 
 
 register_executor("ray", RayExecutor)  # SandboxPool(backend="ray") finds it from now on

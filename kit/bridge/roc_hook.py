@@ -68,7 +68,7 @@ from kit.bridge.sampler import KitReplayBuffer, poll_interval_from_kwargs
 from kit.config import AlgorithmConfig
 
 #: extra_fields keys the agent loop (kit.bridge.agent_loop) writes and RoC reads.
-COUNTER_KEYS = ("tool_calls", "tool_errors", "infra_errors", "answer_tags", "turns")
+COUNTER_KEYS = ("tool_calls", "tool_errors", "infra_errors", "answer_tags", "answered", "turns")
 #: Prefix of the metrics this hook adds to VERL's step metrics: under the kit's one prefix ``rstar2/``
 #: (``kit.metrics.KIT_PREFIX``), so a dashboard tells the kit's numbers from VERL's own.
 METRIC_PREFIX = "rstar2/roc/"

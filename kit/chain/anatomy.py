@@ -136,7 +136,7 @@ def roc_step_anatomy(cfg: KitConfig, init_dir: str | os.PathLike, *, stage_name:
     rows = np.arange(group * n, (group + 1) * n)
     rewards = batch.rewards.reshape(-1)
     pe = p_err(cnt["tool_calls"], cnt["tool_failures"], cnt["infra_errors"])
-    pf = p_format(cnt["answer_tags"], cnt["turns"])
+    pf = p_format(cnt["answer_tags"], cnt["turns"], cnt["answered"])
     params = RocParams.from_config(a)
     pt = p_total(pe, pf, params.use_error_ratio, params.use_answer_format)
     gids = np.repeat(np.arange(P), n)

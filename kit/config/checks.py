@@ -8,7 +8,17 @@ release's ``min_non_zero_reward_trace_num + min_zero_reward_trace_num <= n``), a
 
 from __future__ import annotations
 
-from kit.config.schema import KitConfig
+import math
+
+from kit.config.schema import KitConfig, SandboxConfig
+
+#: Limits that must be finite and > 0 (issue #30: ``sandbox.timeout_s = 0`` turned every tool call
+#: into a timeout counted against the model). ``sandbox.num_workers`` may be 0 (one per core).
+POSITIVE_LIMITS: tuple[str, ...] = (
+    "sandbox.timeout_s", "sandbox.cpu_s", "sandbox.memory_mb", "sandbox.max_output_chars", "sandbox.max_procs",
+    "sandbox.recycle_after", "sandbox.batch_size", "sandbox.send_workers",
+    "data.max_answer_digits",  # the verifier's size limit on curated answers (report §4.2)
+)
 
 
 class ConfigError(ValueError):
@@ -30,6 +40,30 @@ def check_minimums(group_size: int, min_positive: int, min_negative: int) -> Non
         )
 
 
+def check_limits(cfg: KitConfig | SandboxConfig) -> None:
+    """Every limit of :data:`POSITIVE_LIMITS` is a finite number > 0 and ``sandbox.num_workers >= 0``.
+
+    Takes the whole config (:func:`check` applies it) or a bare :class:`SandboxConfig`
+    (``kit.sandbox.SandboxPool`` applies it to what it is given, so a config built in code is
+    held to the same rule).
+
+    Raises:
+        ConfigError: naming the first bad key and its value, e.g. ``sandbox.timeout_s: must be a
+            finite number > 0, got 0.0``.
+    """
+    sections = {"sandbox": cfg} if isinstance(cfg, SandboxConfig) else {"sandbox": cfg.sandbox, "data": cfg.data}
+    for key in POSITIVE_LIMITS:
+        section, name = key.split(".")
+        if section not in sections:
+            continue
+        value = getattr(sections[section], name)
+        if isinstance(value, bool) or not (math.isfinite(value) and value > 0):
+            raise ConfigError(f"{key}: must be a finite number > 0, got {value!r}")
+    workers = sections["sandbox"].num_workers
+    if workers < 0:
+        raise ConfigError(f"sandbox.num_workers: must be >= 0 (0 = one per core), got {workers!r}")
+
+
 def check(cfg: KitConfig) -> KitConfig:
     """Rules between keys that one key's type cannot say; returns ``cfg`` unchanged.
 
@@ -39,8 +73,11 @@ def check(cfg: KitConfig) -> KitConfig:
             RoC minimums that do not fit in G (:func:`check_minimums`); a tracker listed twice in
             ``logging.backends``; an entry of ``sandbox.preimport`` that is not a dotted module
             name (``""``, ``"[]"``, ``"numpy scipy"``), caught here before a run; a well-formed
-            name that does not import fails when the sandbox starts (:mod:`kit.sandbox.workers`).
+            name that does not import fails when the sandbox starts (:mod:`kit.sandbox.workers`);
+            a limit of :data:`POSITIVE_LIMITS` that is not a finite number > 0, or a negative
+            ``sandbox.num_workers`` (the message names the key and the value).
     """
+    check_limits(cfg)
     if cfg.runtime == "local" and cfg.rollout.engine != "hf":
         raise ConfigError(f"runtime: 'local' trains with the kit's own engine and needs rollout.engine='hf', "
                           f"got rollout.engine={cfg.rollout.engine!r}; set runtime='verl' to train in VERL")

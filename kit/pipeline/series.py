@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import nbformat
+
 from kit import OPENMP_SPINCOUNT, overlap
 from kit.config import load
 from kit.paths import REPO_ROOT
@@ -200,7 +202,8 @@ def run_series(
     Returns:
         One record per notebook: ``{"notebook", "status" ("done" | "skipped"), "seconds"}``.
     Raises:
-        PipelineError: the first notebook that fails; the message names the notebook, the
+        PipelineError: before anything runs, a notebook without a ``parameters`` cell
+            (:func:`check_parameters_cell`); else the first notebook that fails; the message names the notebook, the
             cell index (as in the executed notebook, injected-parameters cell included), its first
             source line and the error. Later notebooks are not run.
     """
@@ -236,9 +239,36 @@ def _resumable(entry: dict[str, Any] | None, nb: NotebookRun) -> bool:
             and entry.get("parameters") == json.loads(json.dumps(nb.parameters)))
 
 
+def check_parameters_cell(nb: NotebookRun) -> None:
+    """Refuse a notebook without a code cell tagged ``parameters`` (issue #30), before it runs.
+
+    Papermill injects the series' parameters right after that cell; without it papermill only
+    warns and injects them at the top, where the notebook's own defaults then overwrite them: the
+    notebook runs its defaults (another profile, another run folder) and would be recorded as done.
+
+    Raises:
+        PipelineError: naming the notebook, its file and what to add (the tag, on the cell that
+            sets the parameters the series passes).
+    """
+    book = nbformat.read(str(nb.source), as_version=4)
+    # the first tagged cell, as papermill.utils.find_first_tagged_cell_index finds it
+    idx = next((i for i, c in enumerate(book.cells) if "parameters" in c.metadata.get("tags", [])), -1)
+    if idx >= 0 and book.cells[idx].cell_type == "code":
+        return
+    keys = ", ".join(sorted(nb.parameters)) or "its parameters"
+    found = "" if idx < 0 else f" (cell {idx} has the tag but is a {book.cells[idx].cell_type} cell)"
+    raise PipelineError(
+        f"notebook {nb.name} ({nb.source}) has no code cell tagged 'parameters'{found}: papermill would run its "
+        f"own defaults instead of this run's parameters ({keys}). Add the tag 'parameters' to the code cell that "
+        'sets them (JupyterLab: Property Inspector > Cell Tags; in the .ipynb: "metadata": {"tags": ["parameters"]}) '
+        "and run again.", nb.name)
+
+
 def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout_s, echo) -> list[dict[str, Any]]:
     import papermill as pm  # papermill: the notebook kernels' runner, only when notebooks run
 
+    for nb in notebooks:  # every notebook of the series, before the first one runs
+        check_parameters_cell(nb)
     state = read_state(layout)
     ran: list[int] = []  # series positions of the notebooks run in this invocation
     records = []

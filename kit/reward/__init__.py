@@ -4,8 +4,8 @@ The reward is 1 when the model's final answer matches the reference, else 0. Eve
 verdict is a training bug, so grading is split in three:
 
 1. :func:`extract_final_answer` (``extract.py``): the last ``\boxed{}`` of the final
-   ``<answer>`` block, else of the model's own text; tool responses and tool-call code are
-   removed first. Strict by default; ``fallback=True`` for other models.
+   ``<answer>`` block, else of the model's own text (none when that last box is unclosed,
+   empty or cut off); tool responses and tool-call code are removed first. Strict by default; ``fallback=True`` for other models.
 2. Exact rules in the caller's process (``rules.py``): integers (the whole RL data), decimals,
    scientific notation, choice letters, equations offered for a value. No sympy, cannot hang.
 3. math_verify with guards (``mathcheck.py``), in warm worker processes with a soft alarm, a
@@ -86,6 +86,15 @@ numbers via math_verify               a "match" must also hold to a *relative* 1
 huge numbers                          an answer over 10,000 digits (``7^{7^{7^{7^7}}}``) is
                                       wrong without evaluation unless the gold is that big.
 malformed LaTeX (``5\sqrt(3)``)       ``parse_error`` (score 0), never a partial parse.
+matrix row spacing ``\\[3pt]``       dropped (layout, not value): ``\\[3pt]``, ``\\[-0.5em]``
+                                      grade like ``\\``; any TeX unit.
+abandoned final box (issue #30):      ``no_answer`` (score 0; RoC's ``p_format`` is 1): the
+``\boxed{7}`` then ``\boxed{9``       last box decides alone, so one left open (a response
+(unclosed), ``\boxed{}`` (empty),     cut off inside it), empty, or cut off right after
+a response ending in ``\boxed``       ``\boxed`` means no answer; an earlier box never stands
+                                      in for it, in strict and fallback mode alike. ``\fbox``
+                                      and ``\boxed {`` are boxes too; boxes in tool output
+                                      do not count either way (excluded by tag).
 ====================================  ====================================================
 
 Departure from the release: it graded the whole response, tool output included

@@ -95,14 +95,18 @@ def _brace_matches(text: str) -> dict[int, int]:
     return out
 
 
-def boxed_contents(text: str) -> list[str]:
-    """Contents of every complete ``\\boxed{...}`` (or ``\\fbox{...}``) in ``text``, in order.
+def box_entries(text: str) -> list[str | None]:
+    """Every ``\\boxed`` (or ``\\fbox``) the text starts, in order: its contents, or None
+    when that box is abandoned.
 
-    Nested braces are matched (``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``); the TeX form
-    without braces, ``\\boxed 5``, gives its single token. An unbalanced box (a truncated
-    response) and an empty box are skipped: neither is a complete answer.
+    Nested braces are matched (``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``); spaces may stand
+    between the command and its brace (``\\boxed {5}``); the TeX form without braces,
+    ``\\boxed 5``, gives its single token. A box is *abandoned* (None) when its brace is never
+    closed (a response cut off inside it, or a box left open and written again), when it is
+    empty (``\\boxed{}``, ``\\boxed{ }``), or when the text ends right after the command.
+    ``\\boxed5`` (no brace, no space) is not read as a box at all.
     """
-    found: list[str] = []
+    found: list[str | None] = []
     matches: dict[int, int] | None = None
     for m in re.finditer(r"\\(?:boxed|fbox)(?![A-Za-z])", text):
         i = m.end()
@@ -112,17 +116,22 @@ def boxed_contents(text: str) -> list[str]:
             if matches is None:
                 matches = _brace_matches(text)
             end = matches.get(i, -1)
-            if end < 0:
-                continue
-            inner = text[i + 1 : end - 1].strip()
-        else:
-            tok = _TOKEN.match(text, i)  # \boxed 5 : one TeX token
-            if not tok or m.end() == i:  # "\boxed5" is not TeX; require the space
-                continue
-            inner = tok.group(0)
-        if inner:
-            found.append(inner)
+            found.append((text[i + 1 : end - 1].strip() or None) if end >= 0 else None)
+            continue
+        tok = _TOKEN.match(text, i)  # \boxed 5 : one TeX token
+        if tok and m.end() < i:
+            found.append(tok.group(0))
+        elif not text[i:].strip():  # cut off right after the command
+            found.append(None)
+        # "\boxed5" is not TeX's box with a brace or a space: not a box
     return found
+
+
+def boxed_contents(text: str) -> list[str]:
+    """Contents of every complete, non-empty box in ``text``, in order (:func:`box_entries`
+    without the abandoned ones). Not the answer rule: an abandoned *final* box means no answer
+    (:func:`extract_final_answer`), which this list cannot show."""
+    return [b for b in box_entries(text) if b is not None]
 
 
 def _last_answer_block(text: str) -> str | None:
@@ -150,18 +159,21 @@ def extract_final_answer(response: str, fallback: bool = False) -> str | None:
 
     1. ``<tool_response>`` and ``<tool_call>`` blocks are removed first: tool output and code
        are never the model's answer.
-    2. If the final ``<answer>`` block holds a complete box, its *last* box is the answer.
-    3. Else the last complete box anywhere in the model's own text is the answer (an earlier,
-       abandoned box never counts).
-    4. Strict mode (default): no box means no answer (``None``).
-    5. ``fallback=True`` (for grading models that were not trained on this format): the body
-       of the final ``<answer>`` block when it has no box, else the last
-       "final answer is X" / "answer: X" phrase, else the last ``**X**`` bold span.
+    2. If the final ``<answer>`` block starts a box, its *last* box is the answer.
+    3. Else the last box anywhere in the model's own text is the answer.
+    4. The last box decides alone: when it is abandoned (unclosed, empty, or cut off, see
+       :func:`box_entries`) there is no answer (``None``), in both modes; an earlier, complete
+       box never stands in for it (that would reward a response that took its answer back,
+       or one cut off while writing a new one).
+    5. Strict mode (default): no box means no answer (``None``).
+    6. ``fallback=True`` (for grading models that were not trained on this format), only when
+       the model's text starts no box at all: the body of the final ``<answer>`` block, else
+       the last "final answer is X" / "answer: X" phrase, else the last ``**X**`` bold span.
 
     Args:
         response: decoded response text (all turns), with the tags of :mod:`kit.prompts`
             still in it (decode without dropping them, or tool output cannot be told apart).
-        fallback: enable rule 5.
+        fallback: enable rule 6.
     Returns:
         The answer text (stripped), or None when there is none.
     Raises:
@@ -172,10 +184,10 @@ def extract_final_answer(response: str, fallback: bool = False) -> str | None:
     text = model_text(response)
     block = _last_answer_block(text)
     if block is not None:
-        boxes = boxed_contents(block)
+        boxes = box_entries(block)
         if boxes:
             return boxes[-1]
-    boxes = boxed_contents(text)
+    boxes = box_entries(text)
     if boxes:
         return boxes[-1]
     if not fallback:

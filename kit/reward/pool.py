@@ -91,6 +91,11 @@ class Verifier:
         recycle_after: a worker is replaced after this many items (bounds sympy's caches).
         max_start_failures: consecutive workers dying before "ready" that mark the pool broken.
 
+    Raises:
+        ValueError: ``workers``, ``recycle_after`` or ``max_start_failures`` below 1,
+            ``memory_mb`` below 0, ``soft_fraction`` or ``timeout_s`` not a finite number > 0
+            (the message names the argument).
+
     Example:
         >>> with Verifier(workers=2) as v:
         ...     v.verify("\\\\frac{1}{2}", "<answer>\\\\boxed{0.5}</answer>").correct
@@ -102,6 +107,12 @@ class Verifier:
         if workers is not None and workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         _check_timeout(timeout_s)
+        for name, value, least in (("memory_mb", memory_mb, 0), ("recycle_after", recycle_after, 1),
+                                   ("max_start_failures", max_start_failures, 1)):
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < least:
+                raise ValueError(f"Verifier: {name} must be an integer >= {least}, got {value!r}")
+        if not (isinstance(soft_fraction, numbers.Real) and math.isfinite(soft_fraction) and soft_fraction > 0):
+            raise ValueError(f"Verifier: soft_fraction must be a finite number > 0, got {soft_fraction!r}")
         self.workers = workers or os.cpu_count() or 1
         self.timeout_s = float(timeout_s)
         self.memory_mb = int(memory_mb)

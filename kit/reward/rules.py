@@ -20,6 +20,8 @@ _WRAP = r"\\(?:text|textbf|textrm|mathrm|mbox|mathbf|textup|operatorname)"
 _WHOLE_WRAP = re.compile(r"^" + _WRAP + r"\s*\{([^{}]*)\}$")
 _TRAILING_UNIT = re.compile(r"^(?P<head>.*?\S)\s*" + _WRAP + r"\s*\{\s*[^{}\d]*\}\s*(?:\^\s*\{?[23]\}?)?$")
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree")
+#: a row break's spacing argument, a TeX dimension: \\[3pt], \\[1ex], \\[-2mm], \\[0.5em]
+_ROW_SPACING = re.compile(r"\\\\\s*\[\s*[+-]?(?:\d+\.?\d*|\.\d+)\s*(?:pt|em|ex|mm|cm|in|bp|pc|mu|sp|dd|cc)\s*\]")
 _THIN_SPACE = re.compile(r"(?<!\\)\\[!,;: ]|~")
 _SCI_E = re.compile(r"(?<![\w.])(\d+(?:\.\d*)?|\.\d+)[eE]([+-]?\d+)(?![\w.])")
 _NUMBER = re.compile(
@@ -88,7 +90,7 @@ def _strip_outer_braces(s: str) -> str:
 def normalize(s: str) -> str:
     """Canonical text of one answer (gold or extracted), following the policy table.
 
-    Drops math-mode delimiters, ``\\left``/``\\right``, thin spaces, dollar signs, a trailing
+    Drops math-mode delimiters, row-spacing arguments (``\\\\[3pt]``), ``\\left``/``\\right``, thin spaces, dollar signs, a trailing
     percent sign, degree marks and a trailing unit in ``\\text{}``; unwraps an answer that is
     wholly ``\\text{...}`` or one brace group ``{...}``; maps ``\\dfrac``/``\\tfrac`` to ``\\frac``; removes thousands
     separators from a plain number (``1,000``, ``10,\\!080``); rewrites ``4.2e3`` as
@@ -100,6 +102,9 @@ def normalize(s: str) -> str:
         The normalized text (may be empty).
     """
     s = s.strip()
+    # a row break's spacing argument (``\\\\[3pt]`` in a matrix) is layout, not value; dropped before the
+    # display-math delimiters below, which read its ``\\[`` as one (issue #30: parse_error)
+    s = _ROW_SPACING.sub(r"\\\\", s)
     for a, b in (("\\(", ""), ("\\)", ""), ("\\[", ""), ("\\]", ""), ("\\displaystyle", ""),
                  ("\\left", ""), ("\\right", ""), ("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"),
                  ("{,}", ","), ("\\$", ""), ("$", "")):

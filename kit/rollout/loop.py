@@ -43,6 +43,7 @@ from typing import Any, Protocol
 from kit import prompts
 from kit.config import RolloutConfig
 from kit.models import stop_token_ids
+from kit.reward import extract_final_answer
 from kit.rollout import protocol
 from kit.rollout.backends import Backend, Generation
 from kit.sandbox import ToolCall
@@ -81,7 +82,9 @@ class Trajectory:
     ``logprobs[t]`` is the sampling log-prob for mask-1 tokens and 0.0 elsewhere, or the whole
     list is ``None`` when the backend gave none. ``tool_errors`` has every kind of
     :data:`kit.rollout.protocol.ERROR_KINDS`; ``infra_errors`` counts sandbox failures (not the
-    model's fault). ``answer_tags`` counts ``<answer>`` in the model's own text.
+    model's fault). ``answer_tags`` counts ``<answer>`` in the model's own text; ``answered`` says
+    whether the response has an extractable final answer (strict :func:`kit.reward.extract_final_answer`:
+    a final box that is unclosed, empty or cut off is none), which RoC's ``p_format`` reads.
     ``response_text`` decodes the response with special tokens (feedback included), like the
     release's ``response_text``.
     """
@@ -97,6 +100,7 @@ class Trajectory:
     tool_errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(protocol.ERROR_KINDS, 0))
     infra_errors: int = 0
     answer_tags: int = 0
+    answered: bool | None = None  # an extractable final answer (kit.reward); None: not known
     truncated: bool = False
     finish_reason: str = ""
     response_text: str = ""
@@ -249,6 +253,7 @@ async def run_trajectory(
             lps += [0.0] * len(fb_ids)
     tr.logprobs = lps
     tr.response_text = tokenizer.decode(tr.response_ids, skip_special_tokens=False)
+    tr.answered = extract_final_answer(tr.response_text) is not None  # RoC's p_format: no answer is a format failure
     return tr
 
 

@@ -23,7 +23,9 @@ follow the released template (report §3.4): the last top-level expression's ``r
 What the sandbox does:
     * bubblewrap per worker: no network (empty net namespace), an allowlisted read-only file
       system (system dirs, the Python install, the venv, the kit checkout), a private
-      size-capped tmpfs ``/tmp``, a PID namespace, its own IPC/UTS namespaces, an environment
+      size-capped tmpfs ``/tmp`` and one on ``/dev/shm`` (64 MiB: POSIX semaphores and shared
+      memory, so ``multiprocessing.Pool`` and ``ProcessPoolExecutor`` work in a call, their
+      processes under the call's limits), a PID namespace, its own IPC/UTS namespaces, an environment
       scrubbed to a fixed list (no inherited variables, tokens or secrets).
     * per call: a new session/process group, RLIMIT_AS (``memory_mb``), RLIMIT_CPU (``cpu_s``),
       RLIMIT_FSIZE (64 MiB), RLIMIT_NOFILE (256), RLIMIT_CORE=0, ``OPENBLAS_NUM_THREADS=1``;
@@ -47,7 +49,7 @@ What the sandbox does NOT protect against (read before exposing it to untrusted 
       of one call may each use ``memory_mb`` (no memory cgroup). Memory that is not mapped is
       not counted at all: ``memfd_create`` files written with ``write``/``fallocate`` hold up to
       64 MiB (RLIMIT_FSIZE) per descriptor, 256 descriptors per process, for as long as the call
-      runs (1 GiB held under ``memory_mb=768`` was measured), plus up to 256 MiB in ``/tmp``.
+      runs (1 GiB held under ``memory_mb=768`` was measured), plus up to 256 MiB in ``/tmp`` and 64 MiB in ``/dev/shm``.
       Size ``max_procs`` and ``memory_mb`` for your RAM, or run workers inside a memory-capped
       container (a memory cgroup is the only real bound).
     * CPU starvation of the host by ``num_workers`` busy calls (no cpu cgroup) and disk I/O

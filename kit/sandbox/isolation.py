@@ -3,6 +3,8 @@
 The sandbox view of the file system is an allowlist, not the host's root: system directories
 (``/usr``, ``/bin``, ``/lib*``, ``/etc``) plus the Python installation and the directories on
 ``sys.path`` (the venv, the kit), all read-only; a private tmpfs on ``/tmp``; a minimal ``/dev``
+with a private, size-capped, writable tmpfs on ``/dev/shm`` (issue #30: read-only before, so
+``multiprocessing`` could not make a semaphore)
 and a ``/proc`` of the worker's own PID namespace. Home directories, ``/root`` (except the
 Python installation when it lives there), ``/run`` (docker.sock), data directories and the
 host's ``/tmp`` are simply absent.
@@ -21,6 +23,9 @@ from kit.config import SandboxConfig
 
 SYSTEM_DIRS = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
 TMPFS_BYTES = 256 << 20
+#: the private ``/dev/shm`` (POSIX semaphores and shared memory: ``multiprocessing.Lock``, ``Pool``,
+#: ``ProcessPoolExecutor``, ``shared_memory``); emptied after each call like ``/tmp`` (kit.sandbox.cleanup)
+SHM_BYTES = 64 << 20
 CLEAN_ENV = {
     "PATH": "/usr/local/bin:/usr/bin:/bin",
     "HOME": "/tmp",
@@ -116,6 +121,7 @@ def worker_argv(cfg: SandboxConfig, opts: dict) -> list[str]:
     # the private /tmp first: a checkout or venv that lives under /tmp (CI clones do) is then
     # bind-mounted on top of it instead of being hidden by it
     argv += ["--dev", "/dev", "--mqueue", "/dev/mqueue", "--proc", "/proc",
+             "--size", str(SHM_BYTES), "--perms", "1777", "--tmpfs", "/dev/shm",
              "--size", str(TMPFS_BYTES), "--perms", "1777", "--tmpfs", "/tmp"]
     made: set[str] = set()
     for root in _python_roots():

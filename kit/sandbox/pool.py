@@ -26,7 +26,7 @@ import time
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
-from kit.config import SandboxConfig
+from kit.config import SandboxConfig, check_limits
 from kit.sandbox.types import FunctionCall, ToolCall, ToolResult
 from kit.sandbox.workers import LocalExecutor
 
@@ -59,6 +59,9 @@ class SandboxPool:
         executor: an object with ``start()``, ``run(req) -> dict``, optional
             ``run_batch(reqs) -> list[dict]``, ``close()``, ``stats()``; default from
             ``cfg.backend``.
+    Raises:
+        kit.config.ConfigError: at construction, a limit of ``cfg`` that is not > 0 (names the
+            key, :func:`kit.config.check_limits`).
     Raises (from ``start`` / ``async with``):
         kit.config.ConfigError: a module of ``cfg.preimport`` does not import in a worker (names
             it); an extra of ``preload`` that fails is only logged by the worker.
@@ -67,6 +70,7 @@ class SandboxPool:
 
     def __init__(self, cfg: SandboxConfig | None = None, *, preload: Sequence[str] = (), executor: Any = None):
         self.cfg = cfg or SandboxConfig()
+        check_limits(self.cfg)
         self.preload = tuple(preload)
         self._executor = executor
         self._queue: asyncio.Queue | None = None
@@ -242,11 +246,14 @@ class SyncSandboxPool:
         >>> pool.run("sum(range(10))").value
         '45'
         >>> pool.close()
+
+    ``close()`` stops the workers, then the loop, and closes the loop (its selector and
+    self-pipe: three file descriptors a pool would otherwise hold until garbage collection).
     """
 
     def __init__(self, cfg: SandboxConfig | None = None, *, preload: Sequence[str] = ()):
         self._loop = asyncio.new_event_loop()
-        self._thread = threading.Thread(target=self._loop.run_forever, name="kit-sandbox-loop", daemon=True)
+        self._thread = threading.Thread(target=self._serve, name="kit-sandbox-loop", daemon=True)
         self._thread.start()
         self.pool = SandboxPool(cfg, preload=preload)
         try:
@@ -254,6 +261,15 @@ class SyncSandboxPool:
         except BaseException:
             self._stop_loop()
             raise
+
+    def _serve(self) -> None:
+        """The loop thread: run until stopped, then close the loop here, where it ran."""
+        try:
+            self._loop.run_forever()
+        finally:
+            with contextlib.suppress(Exception):
+                self._loop.run_until_complete(self._loop.shutdown_asyncgens())
+            self._loop.close()
 
     def _call(self, coro) -> Any:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result()

@@ -19,6 +19,7 @@ import json
 import linecache
 import sys
 import traceback
+import types
 from typing import Any
 
 CELL = "<cell>"
@@ -53,14 +54,29 @@ def _exit_code(exc: SystemExit) -> int:
     return 1
 
 
+def main_namespace() -> dict[str, Any]:
+    """A fresh ``__main__`` module, installed as ``sys.modules["__main__"]``, whose dict is the
+    cell's namespace (as IPython does): a function the cell defines is then found by name in
+    ``__main__``, so ``multiprocessing.Pool`` and ``concurrent.futures.ProcessPoolExecutor`` can
+    pickle it to their (forked) processes. Call it only in the call's own process."""
+    main = types.ModuleType("__main__")
+    main.__dict__["__builtins__"] = __builtins__
+    sys.modules["__main__"] = main
+    return main.__dict__
+
+
 def execute(code: str, namespace: dict | None = None) -> dict[str, Any]:
     """Run one cell. Stdout/stderr go wherever ``sys.stdout``/``sys.stderr`` point.
 
+    Args:
+        code: the cell's source.
+        namespace: the globals to run it in; default :func:`main_namespace` (the call's process
+            gets a ``__main__`` of its own).
     Returns:
         ``{"value": repr or None, "error": traceback or None, "etype": exception class name or
         None, "memory": bool, "exit": int}``.
     """
-    ns = namespace if namespace is not None else {"__name__": "__main__", "__builtins__": __builtins__}
+    ns = namespace if namespace is not None else main_namespace()
     linecache.cache[CELL] = (len(code), None, code.splitlines(True), CELL)
     rec: dict[str, Any] = {"value": None, "error": None, "etype": None, "memory": False, "exit": 0}
     try:

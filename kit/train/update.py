@@ -179,6 +179,6 @@ def select(cfg: KitConfig, batch: Batch, algorithm: str, seed: int) -> tuple[np.
     if algorithm != "grpo":
         raise ValueError(f"unknown algorithm {algorithm!r}; expected one of {ALGORITHMS}")
     kept = np.arange(rewards.size)
-    pf = p_format(cnt["answer_tags"], cnt["turns"])
+    pf = p_format(cnt["answer_tags"], cnt["turns"], cnt["answered"])
     m = roc_metrics(rewards, kept, cnt["tool_calls"] - cnt["infra_errors"], cnt["tool_failures"], pf, cnt["answer_tags"])
     return kept, m

@@ -103,6 +103,22 @@ def test_counters_from_trajectory_objects_and_extra_fields():
     assert tool_failure_count({"malformed": 2, "memory": 1, "output": 1, "infra": 4}) == 4
 
 
+def test_no_extractable_answer_is_a_format_failure():
+    """Issue #30: one <answer> tag whose final box is abandoned (``answered`` False) gets p_format 1;
+    rows that do not say (``answered`` missing or None) are read from their tags as before."""
+    rows = [{"tool_calls": 1, "answer_tags": 1, "turns": 2, "answered": False},
+            {"tool_calls": 1, "answer_tags": 1, "turns": 2, "answered": True},
+            {"tool_calls": 1, "answer_tags": 1, "turns": 2, "answered": None},
+            {"tool_calls": 1, "answer_tags": 1, "turns": 2}]
+    c = counters(rows)
+    assert c["answered"].tolist() == [False, True, True, True]
+    assert p_format(c["answer_tags"], c["turns"], c["answered"]).tolist() == [1.0, 0.0, 0.0, 0.0]
+    _, m = roc_step([1.0, 1.0, 0.0, 0.0], [0, 0, 0, 0], c, RocParams(group_size=2, min_positive=1, min_negative=1))
+    assert m["p_format_mean_before"] == 0.25  # roc_step reads ``answered`` from the counters
+    with pytest.raises(ValueError, match="answered"):
+        p_format([1, 1], [1, 1], [True])
+
+
 # ------------------------------------------------------------------ allocation
 
 

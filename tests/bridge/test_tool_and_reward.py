@@ -53,6 +53,10 @@ async def test_reward_fn_through_verls_naive_reward_manager(tokenizer):
     # a boxed value printed by the tool is not the model's answer
     decoy = "<tool_call>{}</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\n\\boxed{42}\n</tool_response>"
     assert (await manager.run_single(_item(tokenizer, decoy, "42")))["reward_score"] == 0.0
+    # issue #30: a final box left open does not let an earlier box count
+    taken_back = right.replace("\\boxed{42}</answer>", "\\boxed{42}. No, \\boxed{41")
+    out = await manager.run_single(_item(tokenizer, taken_back, "42"))
+    assert out["reward_score"] == 0.0 and out["reward_extra_info"]["reason"] == "no_answer"
 
 
 def test_count_into_matches_the_rollout_counters():

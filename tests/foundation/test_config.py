@@ -120,3 +120,25 @@ def test_stages_take_rollouts_budget_unless_they_set_their_own():
     assert [getattr(paper.stages, s).max_response_tokens for s in ("stage1", "stage2", "stage3")] == [8192, 12288, 12288]
     assert config.KitConfig().stages == load("paper-14b", write=False).stages  # built without load: resolved too
 
+
+
+@pytest.mark.parametrize("key,value", [
+    ("sandbox.timeout_s", 0), ("sandbox.timeout_s", -1.0), ("sandbox.cpu_s", 0), ("sandbox.memory_mb", 0),
+    ("sandbox.max_output_chars", -5), ("sandbox.max_procs", 0), ("sandbox.recycle_after", 0),
+    ("sandbox.batch_size", 0), ("sandbox.send_workers", 0), ("data.max_answer_digits", 0),
+])
+def test_a_sandbox_or_verifier_limit_that_is_not_positive_is_refused_naming_the_key(key, value, tmp_path):
+    """Issue #30: ``sandbox.timeout_s = 0`` was accepted and made every tool call a timeout."""
+    with pytest.raises(ConfigError, match=rf"{key}: must be a finite number > 0, got {value}"):
+        load("smoke", {key: value, "run_dir": str(tmp_path)})
+    assert not (tmp_path / "config.json").exists()
+
+
+def test_positive_limits_hold_for_a_sandbox_config_built_in_code_too():
+    from kit.sandbox import SandboxPool
+
+    with pytest.raises(ConfigError, match=r"sandbox\.timeout_s: must be a finite number > 0, got 0"):
+        SandboxPool(config.SandboxConfig(timeout_s=0))
+    with pytest.raises(ConfigError, match=r"sandbox\.num_workers: must be >= 0"):
+        config.check_limits(config.SandboxConfig(num_workers=-1))
+    assert load("smoke", {"sandbox.num_workers": 0}, write=False).sandbox.num_workers == 0  # 0: one per core

@@ -71,8 +71,21 @@ def test_latex_route_merges_notebooks_with_figures(tmp_path):
     _executed(lay, "01_data_curation", with_image=False)
     _executed(lay, "09_figures_and_tables", with_image=True)
     _executed(lay, "00_setup_and_sandbox_check", with_image=False)
+    # issue #30: TeX outside math delimiters, in a Markdown cell and in a Markdown output, stopped xelatex
+    # ("Missing $ inserted"); it is printed as the text the reader saw, math inside $...$ still typeset
+    path = lay.executed / "01_data_curation.ipynb"
+    nb = nbformat.read(path, as_version=4)
+    nb.cells.append(nbformat.v4.new_markdown_cell(r"ratio \frac{a}{b} here, x^2_1 and \alpha; typeset $\frac{7}{9}$"))
+    md = nbformat.v4.new_code_cell("display(Markdown(s))", execution_count=5)
+    md.outputs = [nbformat.v4.new_output("display_data", data={"text/markdown": r"an output with \sqrt{2} too",
+                                                                "text/plain": "md"})]
+    nb.cells.append(md)
+    nbformat.write(nb, path)
     pdf = report.build_report(lay, echo=pytest.fail)  # any notice would mean the fallback ran
     assert pdf == lay.report_pdf and pdf.read_bytes().startswith(b"%PDF")
+    text = " ".join(_pdftext(pdf).split())
+    assert r"ratio \frac{a}{b} here, x^2_1 and \alpha; typeset" in text and r"an output with \sqrt{2} too" in text
+    assert r"\frac{7}{9}" not in text  # inside $...$: typeset
     assert _pages(pdf) >= 2
     assert _images(pdf) >= 1
     assert _first_page_ink(pdf, tmp_path) > 0.002

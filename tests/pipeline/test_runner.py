@@ -118,6 +118,24 @@ def test_outputs_outside_the_run_folder_are_never_cleared(tmp_path, make_noteboo
     assert a.exists()
 
 
+@pytest.mark.parametrize("untag", ["drop", "markdown"])
+def test_a_notebook_without_a_parameters_cell_is_refused_before_anything_runs(tmp_path, make_notebook, untag):
+    """Issue #30: papermill only warns and injects the parameters at the top, where the notebook's own
+    defaults overwrite them; the runner recorded such a notebook as done with the series' profile."""
+    runs, lay = _series(tmp_path, make_notebook, fail_second=False)
+    nb = nbformat.read(runs[1].source, as_version=4)
+    if untag == "drop":
+        nb.cells[1].metadata["tags"] = []
+    else:  # the tag moved to a Markdown cell: papermill would inject after it, the defaults still win
+        nb.cells[1].metadata["tags"], nb.cells[0].metadata["tags"] = [], ["parameters"]
+    nbformat.write(nb, runs[1].source)
+    with pytest.raises(PipelineError, match=r"notebook b \(.*b\.ipynb\) has no code cell tagged 'parameters'.*"
+                                            r"\(run_dir, upstream\)\. Add the tag 'parameters'") as info:
+        run_series(runs, lay, progress_bar=False, echo=lambda s: None)
+    assert info.value.notebook == "b"
+    assert not (lay.executed / "a.ipynb").exists() and not Path(lay.dir("a"), "a.txt").exists()  # nothing ran
+
+
 def test_corrupt_state_file_is_named(tmp_path):
     lay = Layout(root=tmp_path, profile="tiny")
     lay.state_path.write_text("{not json")

@@ -60,3 +60,38 @@ def test_many_unclosed_boxes_are_linear_time():
     assert extract_final_answer("\\boxed{" * 8000 + "\\boxed{5}") == "5"
     assert time.perf_counter() - t < 1.0
     assert boxed_contents(r"\boxed{ \boxed{5}") == ["5"]  # an unclosed outer box, a closed inner one
+
+
+# issue #30: the final box decides alone; an abandoned one (unclosed, empty, cut off) is no answer
+@pytest.mark.parametrize("text", [
+    r"... so \boxed{7}. On reflection the answer is \boxed{9",        # the issue's unclosed final box
+    r"so \boxed{7}. Let me redo it: \boxed{\frac{9}{",                  # cut off inside nested braces
+    r"so \boxed{7}. Hence \boxed{}",                                    # empty final box
+    r"so \boxed{7}. Hence \boxed{  }",                                  # blank final box
+    r"so \boxed{7}. Hence \boxed {",                                    # spaced command, unclosed
+    r"so \fbox{7}. Hence \fbox{9",                                      # \fbox like \boxed
+    r"so \boxed{7}. Hence the answer is \boxed",                        # cut off right after the command
+    f"{ANSWER_OPEN} \\boxed{{7}} then \\boxed{{9 ",                     # truncated inside the answer block
+    f"\\boxed{{7}} {ANSWER_OPEN} \\boxed{{}} {ANSWER_CLOSE}",           # the answer block's box is empty
+])
+def test_abandoned_final_box_is_no_answer(text):
+    assert extract_final_answer(text) is None
+    assert extract_final_answer(text, fallback=True) is None
+
+
+@pytest.mark.parametrize("text,expected", [
+    (r"\boxed{9 so \boxed{7}", "7"),                           # a final box closing after an abandoned one
+    (r"\boxed{} wait \boxed {\frac{1}{2}}", r"\frac{1}{2}"),    # spaced command, nested braces
+    (r"\boxed{\frac{1}{2}} no: \fbox{3}", "3"),
+    # a box in tool output is excluded by tag: neither its completeness nor its value counts
+    ("so \\boxed{7} " + render_tool_responses(["\\boxed{9"])[:-1], "7"),
+    ("so \\boxed{7}" + render_tool_responses(["\\boxed{9}"]), "7"),
+])
+def test_complete_final_box_still_counts(text, expected):
+    assert extract_final_answer(text) == expected
+
+
+def test_abandoned_box_in_tool_output_does_not_hide_the_models_box():
+    # the model's final box is abandoned, and a complete box in the tool output does not rescue it
+    r = "so \\boxed{7} then \\boxed{8" + render_tool_responses(["\\boxed{8}"])
+    assert extract_final_answer(r) is None

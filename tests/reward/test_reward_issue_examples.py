@@ -121,3 +121,16 @@ def test_compute_score_batch_matches_single_calls():
     assert [d["score"] for d in batch] == [compute_score("dapo", s, g)["score"] for s, g in zip(sols, golds, strict=True)]
     with pytest.raises(ValueError, match="lengths differ"):
         compute_score_batch(["dapo"], sols, golds)
+
+
+@pytest.mark.parametrize("response", [
+    r"... so \boxed{7}. On reflection the answer is \boxed{9",
+    r"<answer>the answer is \boxed{7}. No wait, \boxed{",   # cut off in its final box
+    r"... so \boxed{7}. Finally \boxed{}",
+])
+def test_abandoned_final_box_earns_no_reward(response):
+    """Issue #30: an earlier box must not stand in for an abandoned final one (reward 0, no_answer)."""
+    v = verify("7", response)
+    assert (v.correct, v.reason, v.extracted) == (False, "no_answer", None)
+    s = compute_score("dapo", response, 7)
+    assert (s["score"], s["reason"], s["extracted"]) == (0.0, "no_answer", "")

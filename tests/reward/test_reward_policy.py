@@ -197,3 +197,13 @@ def test_percent_words_grade_like_the_percent_sign(gold, answer, expected):
 ])
 def test_expressions_under_other_names_are_not_dropped_to_their_values(gold, answer, expected):
     assert ok(gold, answer) is expected
+
+
+@pytest.mark.parametrize("gold,answer,expected", [
+    # issue #30: the row spacing's "\[" was read as a display-math delimiter and removed: parse_error
+    (r"\begin{pmatrix}1&0\\0&1\end{pmatrix}", r"\begin{pmatrix}1&0\\[3pt]0&1\end{pmatrix}", True),
+    (r"\begin{pmatrix}1&2\\3&4\end{pmatrix}", r"\begin{bmatrix}1&2\\[-0.5em]3&4\end{bmatrix}", True),
+    (r"\begin{pmatrix}1&0\\0&1\end{pmatrix}", r"\begin{pmatrix}1&0\\ [2mm] 0&2\end{pmatrix}", False),
+])
+def test_matrix_row_spacing_is_layout(gold, answer, expected):
+    assert ok(gold, answer) is expected

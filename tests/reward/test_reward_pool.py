@@ -116,3 +116,13 @@ def test_a_bad_per_call_timeout_is_rejected_and_the_pool_survives(pool, bad):
 def test_constructor_rejects_an_infinite_timeout():
     with pytest.raises(ValueError, match="timeout_s"):
         Verifier(1, timeout_s=float("inf"))
+
+
+@pytest.mark.parametrize("kw,name", [({"memory_mb": -1}, "memory_mb"), ({"recycle_after": 0}, "recycle_after"),
+                                     ({"max_start_failures": 0}, "max_start_failures"),
+                                     ({"soft_fraction": 0.0}, "soft_fraction"), ({"soft_fraction": float("nan")}, "soft_fraction"),
+                                     ({"timeout_s": 0}, "timeout_s")])
+def test_verifier_limits_must_be_positive_naming_the_argument(kw, name):
+    """Issue #30: every verifier limit is refused at construction when it is not > 0."""
+    with pytest.raises(ValueError, match=name):
+        Verifier(1, **kw)

@@ -185,6 +185,14 @@ async def test_answer_tags_count_only_model_text(tok):
     assert tr.answer_tags == 2  # one per model turn; the tool's echo is not counted
 
 
+async def test_abandoned_final_box_is_no_answer_for_roc(tok):
+    """Issue #30: an <answer> whose final box is left open is no answer (RoC's p_format reads it)."""
+    tr, _ = await roll(tok, ["so</reason> <answer> \\boxed{42}. No: \\boxed{41 </answer>"])
+    assert tr.answer_tags == 1 and tr.answered is False
+    done, _ = await roll(tok, [ANSWER])
+    assert done.answered is True
+
+
 async def test_budget_is_shared_across_turns(tok):
     be = ScriptedBackend(tok, [call("A"), ANSWER])
     tr = await run_trajectory(be, tok, "q", FakeExecutor(), CFG, call_factory=pair, max_response_tokens=300)

@@ -91,6 +91,7 @@ async def test_output_matches_the_kit_loop_and_carries_counters(tok):
     ef = out.extra_fields
     assert (ef["tool_calls"], ef["tool_error_exception"], ef["tool_error_malformed"], ef["tool_errors"]) == (3, 1, 1, 2)
     assert (ef["infra_errors"], ef["answer_tags"], ef["truncated"], ef["finish_reason"]) == (0, 1, False, "answer")
+    assert ef["answered"] is True  # RoC's p_format reads it (issue #30)
 
     # every turn of the trajectory went to one request id, with the shared budget and the stop ids
     rids = {r[0] for r in server.requests}

@@ -6,7 +6,7 @@ import warnings
 import pytest
 
 from kit.config import ConfigError, SandboxConfig, load
-from kit.sandbox import SandboxPool, SandboxUnavailable, ToolCall, isolation, run_sync
+from kit.sandbox import SandboxPool, SandboxUnavailable, SyncSandboxPool, ToolCall, isolation, run_sync
 from kit.sandbox.worker import SCIENCE_PREIMPORTS
 
 
@@ -114,6 +114,26 @@ def test_nothing_survives_the_pool(make_cfg):
     rs = run_sync([daemon, ToolCall("import time\ntime.sleep(300)", timeout_s=0.5)], make_cfg(num_workers=1))
     assert [r.status for r in rs] == ["ok", "timeout"]
     assert _our_sandbox_uids_alive() == []
+
+
+def test_closing_a_sync_pool_closes_its_loop_and_frees_its_descriptors(make_cfg):
+    """Issue #30: ``SyncSandboxPool.close()`` left its private loop open (3 descriptors each until
+    garbage collection; many short-lived pools ran out of descriptors)."""
+    import gc
+    import os
+
+    def fds() -> int:
+        return len(os.listdir("/proc/self/fd"))
+
+    gc.collect()
+    before, pools = fds(), []
+    for _ in range(2):
+        with SyncSandboxPool(make_cfg(num_workers=1)) as p:
+            assert p.run("print(1)").stdout == "1\n"
+        pools.append(p)  # kept alive: garbage collection must not be what frees them
+    assert all(p._loop.is_closed() for p in pools)
+    assert fds() <= before
+    pools[0].close()  # a second close is a no-op
 
 
 def test_missing_bwrap_is_a_clear_error(make_cfg, monkeypatch):

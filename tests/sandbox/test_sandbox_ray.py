@@ -55,3 +55,27 @@ async def test_ray_backend_same_api_and_actor_loss(make_cfg):
     finally:
         if started_here:
             ray.shutdown()
+
+
+def test_ray_is_joined_only_at_a_given_address_else_started_locally(monkeypatch, capsys):
+    """Issue #30: a bare ``ray.init()`` joined whatever cluster RAY_ADDRESS or /tmp/ray recorded
+    (someone else's); the kit joins only the address it was given, else starts its own, and says which."""
+    from types import SimpleNamespace
+
+    from kit.bridge import ray_sandbox
+
+    calls = []
+
+    def fake_init(**kw):
+        calls.append(kw)
+        return SimpleNamespace(address_info={"gcs_address": "10.0.0.9:6379" if kw["address"] != "local" else "127.0.0.1:1"})
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", fake_init)
+    monkeypatch.setenv("RAY_ADDRESS", "10.0.0.9:6379")  # someone else's cluster, recorded for this machine
+    how = ray_sandbox.init_ray({"num_cpus": 4})
+    assert calls == [{"num_cpus": 4, "address": "local"}] and how.startswith("started a local Ray instance")
+    how = ray_sandbox.init_ray({"address": "10.0.0.9:6379"})
+    assert calls[-1] == {"address": "10.0.0.9:6379"} and how.startswith("joined the Ray cluster at '10.0.0.9:6379'")
+    err = capsys.readouterr().err
+    assert "kit.sandbox (ray backend): started a local Ray instance" in err and "joined the Ray cluster" in err

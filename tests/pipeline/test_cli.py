@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
+import re
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -113,6 +114,11 @@ def test_the_older_command_lines_are_gone():
     assert not guards & {"recipe.py", "report.py", "rollout/serve.py", "pipeline/__init__.py", "config/keyhelp.py"}
     makefile = (KIT.parent / "Makefile").read_text()
     assert "-m kit.sandbox" not in makefile and "-m kit selftest" in makefile
+    old = re.compile(r"-m kit\.(pipeline|recipe|sandbox|report|rollout\.serve)\b")
+    docs = [KIT.parent / p for p in ("README.md", "DEVELOPERS.md", "Makefile")]
+    docs += [*(KIT.parent / "scripts").glob("*.sh"), *(KIT.parent / "notebooks").glob("*.ipynb")]
+    stale = [f"{p.name}:{i}" for p in docs for i, line in enumerate(p.read_text().splitlines(), 1) if old.search(line)]
+    assert stale == [], "use `python -m kit <verb>`"
 
 
 # ---- python -m kit config ------------------------------------------------------------------------------

@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -251,3 +252,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (ValueError, ConfigError, FileNotFoundError) as exc:
         print(f"kit {args.verb}: {exc}", file=sys.stderr)
         return 2
+    except BrokenPipeError:  # `python -m kit config | head`: the reader left; Python's documented way out
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141

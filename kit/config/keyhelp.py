@@ -153,7 +153,8 @@ def _children(value: Any) -> list[tuple[str, Any, type | None]] | None:
 def config_rows(cfg: Any, profile: str, key: str = "") -> list[KeyRow]:
     """The rows of ``kit config``: every table and leaf key of the resolved config ``cfg`` (a
     :class:`kit.config.KitConfig`, or any dataclass tree) under ``key`` ("" = all; a table such as
-    ``stages`` or a leaf such as ``algorithm.clip_ratio_high``), in field order, with its help.
+    ``stages`` or a leaf such as ``algorithm.clip_ratio_high``; an element of a list of tables by
+    its index or its ``name``: ``stages.0`` or ``stages.stage1``), in field order, with its help.
 
     Raises:
         ConfigError: ``key`` names no key of the config (the message names it and the keys at
@@ -164,11 +165,12 @@ def config_rows(cfg: Any, profile: str, key: str = "") -> list[KeyRow]:
     for i, part in enumerate(parts):
         kids = _children(node)
         names = [name for name, _, _ in kids or []]
-        if part not in names:
+        match = next((k for k in kids or [] if part in (k[0], k[2] is None and getattr(k[1], "name", None))), None)
+        if match is None:
             where = ".".join(parts[:i]) or "the config"
             raise ConfigError(f"unknown config key {key!r}: {where} has " + (
                 f"no key {part!r}; its keys: {', '.join(names)}" if kids else "no keys under it (it is a value)"))
-        _, node, owner = next(k for k in kids or [] if k[0] == part)
+        parts[i], node, owner = match
     notes = [(p.name, profile_notes(p)) for p in _profile_chain(profile)]
     rows: list[KeyRow] = []
 

@@ -201,6 +201,8 @@ def test_the_walk_reads_lists_of_tables_and_their_profile_comments(tmp_path):
                           "stages.1.steps"]
     assert rows["stages.1.steps"].value == 5 and rows["stages.1.steps"].help == "RL steps of the stage"
     assert rows["stages.0.name"].help == "the stage's name" and rows["stages"].table
+    by_name = config_rows(_Root(), "no-such-profile", "stages.b.steps")  # an element by its name
+    assert [(r.key, r.value, r.help) for r in by_name] == [("stages.1.steps", 5, "RL steps of the stage")]
 
 
 def test_config_and_help_load_neither_torch_nor_papermill():

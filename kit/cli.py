@@ -189,8 +189,9 @@ def build_parser() -> argparse.ArgumentParser:
     _profile(p, "paper-14b")
     p.add_argument("--stage", default="stage1", help="the RL stage to launch (stage1, stage2, stage3)")
     p.add_argument("--run-dir", default=None,
-                   help="the run's folder (default: the profile's run_dir; --smoke: runs/gpu-smoke)")
-    p.add_argument("--model-path", default=None, help="the policy the stage starts from (default: the previous stage's)")
+                   help="the run's folder (default: the profile's run_dir, else runs/<profile>; --smoke: runs/gpu-smoke)")
+    p.add_argument("--model-path", default=None, help="stage 1's starting policy, the SFT checkpoint (default: the profile's model.name_or_path; "
+                        "later stages resume from the previous stage's checkpoint in run_dir)")
     p.add_argument("--train-files", default=None, help="training parquet (default: run_dir/data/curated.parquet)")
     p.add_argument("--val-files", default=None, help="validation parquet (default: run_dir/data/val.parquet)")
     p.add_argument("--n-gpus-per-node", type=int, default=None, help="GPUs per node (default 8; --smoke: 1)")
@@ -208,7 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
              "Curate the profile's training pools (report §4.2) into run_dir/data/curated.parquet and write "
              "run_dir/data/val.parquet; also writes run_dir/config.json.")
     _profile(p, "paper-14b")
-    p.add_argument("--run-dir", default=None, help="the run's folder (default: the profile's run_dir)")
+    p.add_argument("--run-dir", default=None, help="the run's folder (default: the profile's run_dir, else runs/<profile>)")
 
     p = verb("serve", _serve, "serve a policy folder on loopback as an OpenAI-compatible /v1/completions",
              "The kit's continuous-batching engine behind FastAPI + uvicorn on this machine's CPU (kit.rollout.serve); "
@@ -227,7 +228,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = verb("selftest", _selftest, "check the code sandbox: isolation, limits, semantics, throughput (PASS/FAIL)")
     p.add_argument("--isolation", choices=["bwrap", "none"], default="bwrap",
-                   help="bwrap: the namespaces of bubblewrap (default); none: no isolation checks can pass")
+                   help="bwrap: each call in bubblewrap namespaces (default); none: no isolation, for a machine without bubblewrap")
     p.add_argument("--workers", type=int, default=0, help="warm workers (0: one per core)")
 
     p = verb("config", _config, "print a profile's resolved config with each key's help text",

@@ -50,7 +50,7 @@ class KeyRow:
 @functools.cache
 def field_help(cls: type) -> dict[str, str]:
     """Field name -> help text of a dataclass ``cls``, from the comments in its source: the comment
-    block directly above the field and the comment at the end of its line. Fields without either
+    block directly above the field and the comment at the end of its line (joined by "; "). Fields without either
     are absent. Raises ``OSError``/``TypeError`` when the source cannot be read."""
     path = Path(inspect.getsourcefile(cls) or "")
     source = path.read_text()
@@ -69,7 +69,7 @@ def field_help(cls: type) -> dict[str, str]:
             above.insert(0, comments[n])
             n -= 1
         trailing = [comments[i] for i in range(stmt.lineno, (stmt.end_lineno or stmt.lineno) + 1) if i in comments]
-        text = " ".join(part for part in (*above, *trailing) if part)
+        text = "; ".join(part for part in (" ".join(above), " ".join(trailing)) if part)
         if text:
             out[stmt.target.id] = text
     return out

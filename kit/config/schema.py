@@ -53,7 +53,7 @@ class DataConfig:
     consistency_samples: int = 16  # report §4.2: keep when >= 2 of 16 answers match the label
     consistency_min_matches: int = 2  # of consistency_samples answers, at least this many must match the label
     # tiny task family (kit.data.tasks): generated integer-answer problems that need the tool
-    task_train_size: int = 4000
+    task_train_size: int = 4000  # training problems generated (SFT demos and the RL stages' pools)
     task_heldout_size: int = 128  # held-out tiny tasks (rewards at each stage's end, pass@k curves)
     # tiny task generators drawn from (kit.data.tasks)
     task_families: tuple[str, ...] = ("product", "digit_sum_factorial", "divisor_count", "mod_pow",

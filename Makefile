@@ -60,7 +60,7 @@ report: setup
 	$(PY) -m kit report --profile $(PROFILE) --run $(RUN)
 
 selftest: setup
-	$(PY) -m kit.sandbox selftest
+	$(PY) -m kit selftest
 
 lint: setup
 	$(VENV)/bin/ruff check kit tests benchmarks

@@ -1,48 +1,258 @@
-"""Command line: ``python -m kit <command>`` (what the Makefile calls)."""
+"""The kit's one command line: ``python -m kit <verb>`` (what the Makefile and the README call).
+
+Verbs (``python -m kit <verb> --help`` explains each option)::
+
+    reproduce     run the notebook series into reports/<profile>/<run>/, then build its report.pdf
+    report        build the report PDF of a run
+    launch        print and run the VERL command of one stage on a Ray cluster (paper scale)
+    prepare-data  write a paper run's training and validation parquet files
+    serve         serve a policy folder on loopback as an OpenAI-compatible /v1/completions
+    selftest      check the code sandbox: isolation, limits, semantics, throughput
+    config        print a profile's resolved config with each key's help text
+
+Examples::
+
+    python -m kit reproduce --profile tiny --run main
+    python -m kit reproduce --profile paper-14b --dry-run
+    python -m kit prepare-data --profile paper-14b
+    python -m kit launch --profile paper-14b --stage stage1
+    python -m kit config --profile tiny stages
+
+Each verb's options are declared once, here; the work is done by the functions of
+:mod:`kit.pipeline` (:func:`kit.pipeline.reproduce`), :mod:`kit.report`, :mod:`kit.recipe`,
+:mod:`kit.rollout.serve`, :mod:`kit.sandbox.selftest` and :mod:`kit.config.keyhelp`, imported only
+when their verb runs (``--help`` and ``config`` load neither torch nor papermill). Exit codes: 0 ok,
+1 the work failed (a notebook, the report), 2 bad arguments (the message names the option, key or
+file).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
+import sys
+from collections.abc import Sequence
+from typing import Any
 
-from kit import pipeline, report
-
-
-def _reproduce(args: argparse.Namespace) -> int:
-    argv = ["run", "--profile", args.profile, "--run", args.run, "--seed", str(args.seed),
-            *(["--force"] if args.force else []), *(["--no-overlap"] if args.no_overlap else [])]
-    argv += [*(["--until", args.until] if args.until else []), *[f"--set={s}" for s in args.set]]
-    argv += ["--dry-run"] if args.dry_run else []
-    argv += ["--cell-timeout", str(args.cell_timeout)] if args.cell_timeout is not None else []
-    return pipeline.main(argv)
+from kit.config import ConfigError, SandboxConfig, available_profiles, load
+from kit.config.keyhelp import config_rows, format_rows
 
 
-def _report(args: argparse.Namespace) -> int:
-    return report.main(["--profile", args.profile, "--run", args.run, *(["--allow-failed"] if args.allow_failed else [])])
+def parse_sets(items: Sequence[str]) -> dict[str, Any]:
+    """``["a.b=1", "c=x,y"]`` -> ``{"a.b": 1, "c": "x,y"}``: the ``--set`` overrides; values are JSON
+    when they parse as JSON, else strings.
+
+    Raises:
+        ValueError: an item without ``=`` (the message quotes it).
+    """
+    out: dict[str, Any] = {}
+    for item in items:
+        if "=" not in item:
+            raise ValueError(f"--set {item!r} is not of the form key=value")
+        key, value = item.split("=", 1)
+        try:
+            out[key.strip()] = json.loads(value)
+        except json.JSONDecodeError:
+            out[key.strip()] = value
+    return out
 
 
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="kit", description=__doc__)
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("reproduce", help="run the notebook series through papermill")
-    p.add_argument("--profile", default="tiny")
-    p.add_argument("--run", default="main")
+# ---- the verbs: each imports what it runs -------------------------------------------------------------
+
+
+def _reproduce(a: argparse.Namespace, argv: list[str]) -> int:
+    from kit import pipeline  # papermill, nbclient and the notebooks' kernels: only for this verb
+
+    return pipeline.reproduce(a.profile, a.run, seed=a.seed, overrides=parse_sets(a.set), force=a.force,
+                              log_output=a.log_output, cell_timeout=a.cell_timeout, until=a.until,
+                              with_report=not a.no_report, overlap=not a.no_overlap, dry_run=a.dry_run,
+                              reports_root=a.reports_root, command=argv)
+
+
+def _report(a: argparse.Namespace, argv: list[str]) -> int:
+    from kit import report  # nbconvert, matplotlib: only for this verb
+
+    try:
+        pdf = report.build_report(report.Layout.for_run(a.profile, a.run, a.reports_root), allow_failed=a.allow_failed)
+    except report.ReportError as exc:
+        print(f"kit report: {exc}", file=sys.stderr)
+        return 1
+    print(f"kit report: wrote {pdf}")
+    return 0
+
+
+def _launch(a: argparse.Namespace, argv: list[str]) -> int:
+    from kit import recipe  # kit.bridge (VERL, Hydra): only for the paper-scale verbs
+
+    if a.smoke:
+        return recipe.smoke(a.run_dir or recipe.SMOKE_RUN_DIR, a.n_gpus_per_node or 1, a.dry_run)
+    return recipe.launch(a.profile, a.stage, run_dir=a.run_dir, model_path=a.model_path, train_files=a.train_files,
+                         val_files=a.val_files, n_gpus_per_node=a.n_gpus_per_node or 8, nnodes=a.nnodes,
+                         rollout_tp=a.rollout_tp, extra_overrides=a.overrides, dry_run=a.dry_run,
+                         allow_local_ray=a.allow_local_ray)
+
+
+def _prepare_data(a: argparse.Namespace, argv: list[str]) -> int:
+    from kit import recipe  # kit.bridge (VERL, Hydra): only for the paper-scale verbs
+
+    for name, path in recipe.prepare_data(a.profile, a.run_dir).items():
+        print(f"{name}: {path}")
+    return 0
+
+
+def _serve(a: argparse.Namespace, argv: list[str]) -> int:
+    from kit.rollout import serve  # torch, FastAPI, uvicorn: only for this verb
+
+    body = serve.MAX_BODY_BYTES if a.max_body_bytes is None else a.max_body_bytes
+    return serve.run_server(a.policy, host=a.host, port=a.port, model_name=a.model_name, slots=a.slots, seed=a.seed,
+                            threads=a.threads, max_body_bytes=body,
+                            port_file=a.port_file, parent_pid=a.parent_pid)
+
+
+def _selftest(a: argparse.Namespace, argv: list[str]) -> int:
+    from kit.sandbox.selftest import main as selftest  # the sandbox's pool and workers: only for this verb
+
+    return selftest(SandboxConfig(isolation=a.isolation, num_workers=a.workers))
+
+
+def _config(a: argparse.Namespace, argv: list[str]) -> int:
+    cfg = load(a.profile, parse_sets(a.set), write=False)
+    print(format_rows(config_rows(cfg, a.profile, a.key or "")))
+    return 0
+
+
+# ---- the parser ---------------------------------------------------------------------------------------
+
+
+def _profile(p: argparse.ArgumentParser, default: str) -> None:
+    p.add_argument("--profile", default=default,
+                   help=f"a profile of kit/profiles/ ({', '.join(available_profiles())}; default {default})")
+
+
+def _run(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--run", default="main", help="the run's name: its folder is reports/<profile>/<run>/ (default main)")
+    p.add_argument("--reports-root", default=None, help=argparse.SUPPRESS)  # tests: another folder than reports/
+
+
+def _sets(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                   help="config override, e.g. --set rollout.max_response_tokens=64 (repeatable; values are JSON "
+                        "when they parse as JSON; `python -m kit config` lists the keys)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser of ``python -m kit``: one sub-parser per verb, each option declared once."""
+    parser = argparse.ArgumentParser(prog="python -m kit",
+                                     description="The rStar2-Agent reproducibility kit: one verb per job.",
+                                     epilog="`python -m kit <verb> --help` explains the verb's options.")
+    sub = parser.add_subparsers(dest="verb", required=True, metavar="<verb>", title="verbs")
+
+    def verb(name: str, fn: Any, summary: str, description: str = "") -> argparse.ArgumentParser:
+        p = sub.add_parser(name, help=summary, description=description or summary)
+        p.set_defaults(fn=fn)
+        return p
+
+    p = verb("reproduce", _reproduce, "run the notebook series into reports/<profile>/<run>/, then build report.pdf",
+             "Execute notebooks/NN_*.ipynb in order with papermill (finished notebooks with the same parameters and "
+             "source are skipped), then build the report PDF. Exit 1 when a notebook failed (named with its "
+             "cell), 2 on bad arguments or when runtime=verl cannot launch here.")
+    _profile(p, "tiny")
+    _run(p)
     p.add_argument("--seed", type=int, default=0,
-                   help="the run's seed (every notebook; the ablation's seeds are offsets from it)")
-    p.add_argument("--force", action="store_true", help="re-run notebooks that already finished")
-    p.add_argument("--no-overlap", action="store_true",
-                   help="run strictly in order (06's training does not run in the background beside 03-08)")
-    p.add_argument("--until", default=None, metavar="NN", help="stop after the notebook whose name starts with NN")
-    p.add_argument("--set", action="append", default=[], metavar="KEY=VALUE", help="config override (repeatable)")
+                   help="the run's seed, for every notebook (the ablation's seeds are offsets from it)")
+    _sets(p)
+    p.add_argument("--force", action="store_true", help="rerun notebooks that already finished")
+    p.add_argument("--until", default=None, metavar="NN",
+                   help="stop after the notebook whose name starts with NN (e.g. 03); no report then")
     p.add_argument("--cell-timeout", type=int, default=None, metavar="SECONDS",
-                   help="stop a cell that runs longer than this (default: the profile's limit; 0 = none)")
+                   help="stop a cell that runs longer than this and fail its notebook naming the cell "
+                        "(default: the profile's limit, kit.pipeline.CELL_TIMEOUT_S; 0 = no limit)")
+    p.add_argument("--no-overlap", action="store_true",
+                   help="run strictly in order: 06's training does not run in the background beside 03-08")
+    p.add_argument("--no-report", action="store_true", help="do not build report.pdf at the end")
+    p.add_argument("--log-output", action="store_true", help="stream the cells' outputs to the terminal")
     p.add_argument("--dry-run", action="store_true",
-                   help="print what would run (paper profiles: the exact VERL and merge commands), run nothing")
-    p.set_defaults(fn=_reproduce)
-    r = sub.add_parser("report", help="build the report PDF of a run")
-    r.add_argument("--profile", default="tiny")
-    r.add_argument("--run", default="main")
-    r.add_argument("--allow-failed", action="store_true",
+                   help="print each notebook's parameters (paper profiles: also the VERL and merge commands with the "
+                        "folders each stage reads and writes) and run nothing")
+
+    p = verb("report", _report, "build the report PDF of a run (reports/<profile>/<run>/report.pdf)")
+    _profile(p, "tiny")
+    _run(p)
+    p.add_argument("--allow-failed", action="store_true",
                    help="build the report of a run with failed notebooks; its first page lists them")
-    r.set_defaults(fn=_report)
-    args = parser.parse_args(argv)
-    return args.fn(args)
+
+    p = verb("launch", _launch, "print and run the VERL command of one RL stage on the Ray cluster (paper scale)",
+             "Write run_dir/config.json and the agent-loop YAML, check the stage's parquet files, print the VERL "
+             "command and run it on the Ray cluster it finds. Arguments after `--` are passed to VERL as Hydra "
+             "overrides. With --smoke: two GRPO-RoC steps of the tiny model with SGLang on this machine's GPUs.")
+    _profile(p, "paper-14b")
+    p.add_argument("--stage", default="stage1", help="the RL stage to launch (stage1, stage2, stage3)")
+    p.add_argument("--run-dir", default=None,
+                   help="the run's folder (default: the profile's run_dir, else runs/<profile>; --smoke: runs/gpu-smoke)")
+    p.add_argument("--model-path", default=None, help="stage 1's starting policy, the SFT checkpoint (default: the profile's model.name_or_path; "
+                        "later stages resume from the previous stage's checkpoint in run_dir)")
+    p.add_argument("--train-files", default=None, help="training parquet (default: run_dir/data/curated.parquet)")
+    p.add_argument("--val-files", default=None, help="validation parquet (default: run_dir/data/val.parquet)")
+    p.add_argument("--n-gpus-per-node", type=int, default=None, help="GPUs per node (default 8; --smoke: 1)")
+    p.add_argument("--nnodes", type=int, default=1, help="nodes of the Ray cluster")
+    p.add_argument("--rollout-tp", type=int, default=4, help="SGLang tensor-parallel size of the rollout")
+    p.add_argument("--dry-run", action="store_true", help="print the command, run nothing, write nothing")
+    p.add_argument("--allow-local-ray", action="store_true",
+                   help="start a Ray of its own on this machine when no cluster is found")
+    p.add_argument("--smoke", action="store_true",
+                   help="the GPU smoke run: the smoke profile on offline inputs, two steps, SGLang (--profile and "
+                        "--stage are ignored)")
+    p.add_argument("overrides", nargs="*", metavar="-- KEY=VALUE", help="Hydra overrides passed to VERL as they are")
+
+    p = verb("prepare-data", _prepare_data, "write a paper run's run_dir/data/{curated,val}.parquet",
+             "Curate the profile's training pools (report §4.2) into run_dir/data/curated.parquet and write "
+             "run_dir/data/val.parquet; also writes run_dir/config.json.")
+    _profile(p, "paper-14b")
+    p.add_argument("--run-dir", default=None, help="the run's folder (default: the profile's run_dir, else runs/<profile>)")
+
+    p = verb("serve", _serve, "serve a policy folder on loopback as an OpenAI-compatible /v1/completions",
+             "The kit's continuous-batching engine behind FastAPI + uvicorn on this machine's CPU (kit.rollout.serve); "
+             "prints `serving <url>` once the socket is bound. Also GET /v1/models and /health.")
+    p.add_argument("--policy", required=True, help="a policy folder (kit.models.load_policy)")
+    p.add_argument("--host", default="127.0.0.1", help="a loopback address (default 127.0.0.1)")
+    p.add_argument("--port", type=int, default=0, help="0: the OS picks a free one (printed)")
+    p.add_argument("--model-name", default="", help="the served model name (default: the policy's resolved path)")
+    p.add_argument("--slots", type=int, default=64, help="rows decoded together (default 64)")
+    p.add_argument("--seed", type=int, default=0, help="base sampling seed")
+    p.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
+    p.add_argument("--max-body-bytes", type=int, default=None,
+                   help="larger request bodies get HTTP 413 (default kit.rollout.serve.MAX_BODY_BYTES, 8 MiB)")
+    p.add_argument("--port-file", default="", help=argparse.SUPPRESS)  # serve_policy: the bound port is written here
+    p.add_argument("--parent-pid", type=int, default=0, help=argparse.SUPPRESS)  # serve_policy: exit when it dies
+
+    p = verb("selftest", _selftest, "check the code sandbox: isolation, limits, semantics, throughput (PASS/FAIL)")
+    p.add_argument("--isolation", choices=["bwrap", "none"], default="bwrap",
+                   help="bwrap: each call in bubblewrap namespaces (default); none: no isolation, for a machine without bubblewrap")
+    p.add_argument("--workers", type=int, default=0, help="warm workers (0: one per core)")
+
+    p = verb("config", _config, "print a profile's resolved config with each key's help text",
+             "Print every key of the resolved config as `key = value`, with its help (the comments beside the "
+             "fields of kit/config/schema.py) and the profile's note (the comment beside it in "
+             "kit/profiles/<profile>.toml and the profiles it inherits from).")
+    _profile(p, "tiny")
+    _sets(p)
+    p.add_argument("key", nargs="?", default="",
+                   help="only this table or key, e.g. stages or algorithm.clip_ratio_high (default: all)")
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run ``python -m kit <verb> [options]`` with ``argv`` (default ``sys.argv[1:]``) and return the
+    exit code (see the module docstring). Bad options exit through argparse (``SystemExit(2)``,
+    the message names the option or the verb)."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    args = build_parser().parse_args(argv)
+    try:
+        return args.fn(args, argv)
+    except (ValueError, ConfigError, FileNotFoundError) as exc:
+        print(f"kit {args.verb}: {exc}", file=sys.stderr)
+        return 2
+    except BrokenPipeError:  # `python -m kit config | head`: the reader left; Python's documented way out
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 141

@@ -100,7 +100,7 @@ PERFORMANCE_CHECKS = ("throughput", "latency", "pool start")
 
 
 def sandbox_selftest(sandbox_cfg) -> Any:
-    """Run ``python -m kit.sandbox selftest`` in-process and return its checks as a DataFrame.
+    """Run ``python -m kit selftest`` in-process and return its checks as a DataFrame.
 
     Columns ``check, result (PASS/FAIL), detail``. Runs in a helper thread (the selftest owns an
     event loop; a notebook's is already running).

@@ -1,18 +1,19 @@
-"""Command line of the paper-scale launch: ``python -m kit.recipe launch --profile paper-14b --stage stage1``.
+"""The paper-scale launch: ``python -m kit launch --profile paper-14b --stage stage1`` and
+``python -m kit prepare-data --profile paper-14b`` (:mod:`kit.cli` declares their options).
 
 The one module besides the notebooks that resolves a profile (:func:`kit.config.load`); the
 launch logic it calls lives in :mod:`kit.bridge.launch` and takes the resolved ``KitConfig``.
 
 Commands::
 
-    python -m kit.recipe prepare-data --profile paper-14b [--run-dir runs/paper-14b]
-    python -m kit.recipe launch --profile paper-14b --stage stage1 [--model-path SFT_DIR] \\
+    python -m kit prepare-data --profile paper-14b [--run-dir runs/paper-14b]
+    python -m kit launch --profile paper-14b --stage stage1 [--model-path SFT_DIR] \\
         [--n-gpus-per-node 8 --nnodes 8 --rollout-tp 4] [--dry-run] [--allow-local-ray] [-- extra.hydra=overrides]
-    python -m kit.recipe smoke [--run-dir runs/gpu-smoke] [--n-gpus 1] [--dry-run]
+    python -m kit launch --smoke [--run-dir runs/gpu-smoke] [--n-gpus-per-node 1] [--dry-run]
 
-``launch`` writes ``run_dir/config.json`` and the agent-loop YAML, checks the stage's parquet
+:func:`launch` writes ``run_dir/config.json`` and the agent-loop YAML, checks the stage's parquet
 files, prints the VERL command and runs it on the Ray cluster it finds (:func:`kit.bridge.launch.launch`).
-``prepare-data`` writes ``run_dir/data/{curated,val}.parquet``. ``smoke`` runs two GRPO-RoC
+:func:`prepare_data` writes ``run_dir/data/{curated,val}.parquet``. :func:`smoke` runs two GRPO-RoC
 steps of the tiny model with SGLang on this machine's GPUs (``scripts/gpu_smoke.sh``).
 
 What it does not do: install SGLang (see README), or start or size a Ray cluster. Chaining the
@@ -21,26 +22,30 @@ stages across the notebooks' run directories is :mod:`kit.bridge.stages` (``kit.
 
 from __future__ import annotations
 
-import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
 from kit.bridge import launch as bridge_launch
 from kit.bridge.overrides import STAGES
-from kit.config import KitConfig, load
+from kit.config import ConfigError, KitConfig, load
 
 #: kit config overrides of the GPU smoke run: the ``smoke`` profile (P = 8 prompts, 16 rollouts ->
 #: 8 kept, 256-token responses) trained by VERL, with equal-reward dropping off (a random model
 #: scores 0 everywhere, and dropping every group would refill forever)
 SMOKE_CONFIG = {"runtime": "verl", "algorithm.drop_equal_reward_groups": False}
 
+#: the GPU smoke run's folder unless ``--run-dir`` names another
+SMOKE_RUN_DIR = "runs/gpu-smoke"
 
-def smoke_config(run_dir: str = "runs/gpu-smoke") -> KitConfig:
+
+def smoke_config(run_dir: str = SMOKE_RUN_DIR) -> KitConfig:
     """The resolved config of the GPU smoke run in ``run_dir``."""
     return load("smoke", {**SMOKE_CONFIG, "run_dir": run_dir}, write=False)
 
 
-def smoke(run_dir: str = "runs/gpu-smoke", n_gpus: int = 1, dry_run: bool = False, python: str = sys.executable) -> int:
+def smoke(run_dir: str = SMOKE_RUN_DIR, n_gpus: int = 1, dry_run: bool = False, python: str = sys.executable) -> int:
     """Two GRPO-RoC steps of the tiny model with SGLang on this machine's GPUs: offline inputs
     (:func:`kit.bridge.launch.prepare_smoke`) and one stage-1 launch with
     :data:`kit.bridge.launch.SMOKE_OVERRIDES`. Returns the VERL exit status."""
@@ -52,52 +57,27 @@ def smoke(run_dir: str = "runs/gpu-smoke", n_gpus: int = 1, dry_run: bool = Fals
                                 python=python)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line (see module docstring). Returns the exit status (2: a missing file or cluster)."""
-    argv = list(sys.argv[1:] if argv is None else argv)
-    extra: list[str] = []
-    if "--" in argv:
-        i = argv.index("--")
-        argv, extra = argv[:i], argv[i + 1:]
-    parser = argparse.ArgumentParser(prog="python -m kit.recipe", description=__doc__.split("\n")[0])
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("launch", help="print and run the VERL command of one stage")
-    p.add_argument("--profile", default="paper-14b")
-    p.add_argument("--stage", default="stage1", choices=STAGES)
-    p.add_argument("--run-dir")
-    p.add_argument("--model-path")
-    p.add_argument("--train-files")
-    p.add_argument("--val-files")
-    p.add_argument("--n-gpus-per-node", type=int, default=8)
-    p.add_argument("--nnodes", type=int, default=1)
-    p.add_argument("--rollout-tp", type=int, default=4)
-    p.add_argument("--dry-run", action="store_true")
-    p.add_argument("--allow-local-ray", action="store_true")
-    d = sub.add_parser("prepare-data", help="write run_dir/data/{curated,val}.parquet")
-    d.add_argument("--profile", default="paper-14b")
-    d.add_argument("--run-dir")
-    s = sub.add_parser("smoke", help="two training steps of the tiny model with SGLang (GPU)")
-    s.add_argument("--run-dir", default="runs/gpu-smoke")
-    s.add_argument("--n-gpus", type=int, default=1)
-    s.add_argument("--dry-run", action="store_true")
-    a = parser.parse_args(argv)
-    if a.cmd == "smoke":
-        return smoke(a.run_dir, a.n_gpus, a.dry_run)
-    # prepare-data writes run_dir/config.json now; launch writes it when it runs (not on --dry-run)
-    cfg = load(a.profile, {"run_dir": a.run_dir} if a.run_dir else {}, write=a.cmd == "prepare-data")
-    if a.cmd == "prepare-data":
-        for name, path in bridge_launch.prepare_data(cfg).items():
-            print(f"{name}: {path}")
-        return 0
+def prepare_data(profile: str = "paper-14b", run_dir: str | None = None) -> dict[str, Path]:
+    """Resolve ``profile`` (``run_dir`` replacing its own; ``run_dir/config.json`` is written) and
+    write its training and validation parquet files (:func:`kit.bridge.launch.prepare_data`, report
+    §4.2). Returns name -> path. Raises :class:`kit.config.ConfigError` on an unknown profile."""
+    cfg = load(profile, {"run_dir": run_dir} if run_dir else {}, write=True)
+    return bridge_launch.prepare_data(cfg)
+
+
+def launch(profile: str = "paper-14b", stage: str = "stage1", *, run_dir: str | None = None,
+           extra_overrides: Sequence[str] = (), **kwargs: Any) -> int:
+    """Resolve ``profile`` and launch one RL ``stage`` on VERL (:func:`kit.bridge.launch.launch`,
+    which takes ``model_path``, ``train_files``, ``val_files``, ``n_gpus_per_node``, ``nnodes``,
+    ``rollout_tp``, ``dry_run``, ``allow_local_ray`` as ``kwargs``; ``extra_overrides`` are Hydra
+    overrides passed to VERL as they are). ``run_dir/config.json`` is written when it runs, not on a
+    dry run. Returns the VERL exit status; 2 when a file or the cluster is missing (the message
+    says which). Raises :class:`kit.config.ConfigError` on an unknown profile or stage."""
+    if stage not in STAGES:
+        raise ConfigError(f"--stage {stage!r}: expected one of {', '.join(STAGES)}")
+    cfg = load(profile, {"run_dir": run_dir} if run_dir else {}, write=False)
     try:
-        return bridge_launch.launch(cfg, a.stage, model_path=a.model_path, train_files=a.train_files,
-                                    val_files=a.val_files, n_gpus_per_node=a.n_gpus_per_node, nnodes=a.nnodes,
-                                    rollout_tp=a.rollout_tp, extra_overrides=extra, dry_run=a.dry_run,
-                                    allow_local_ray=a.allow_local_ray)
+        return bridge_launch.launch(cfg, stage, extra_overrides=list(extra_overrides), **kwargs)
     except (FileNotFoundError, RuntimeError) as exc:
-        print(f"kit.recipe: {exc}", file=sys.stderr)
+        print(f"kit launch: {exc}", file=sys.stderr)
         return 2
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

@@ -18,16 +18,14 @@ by :func:`kit.pipeline.mark_not_run`) records a notebook that did not finish is 
 
 Command line::
 
-    python -m kit report --profile tiny --run main [--allow-failed]   # or: python -m kit.report ...
+    python -m kit report --profile tiny --run main [--allow-failed]
 """
 
 from __future__ import annotations
 
-import argparse
 import json
 import re
 import shutil
-import sys
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 
@@ -272,27 +270,3 @@ def _with_summary(layout: Layout, pdf: Path, title: str, echo, failed: Mapping[s
     """Open ``pdf`` with the one-page summary of :mod:`kit.summary` (claims, figures, tables); a
     failed run's summary page opens with the failed notebooks."""
     return prepend_summary(layout.root, pdf, title=title, echo=echo, failed=failed)
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``--profile P --run R [--allow-failed]``: build ``reports/P/R/report.pdf``; returns the exit code
-    (0 ok, 1 error: nothing to report, or a failed run without ``--allow-failed``)."""
-    parser = argparse.ArgumentParser(prog="kit.report", description="Build the report PDF of a pipeline run.")
-    parser.add_argument("--profile", default="tiny")
-    parser.add_argument("--run", default="main")
-    parser.add_argument("--allow-failed", action="store_true",
-                        help="build the report even when a notebook failed; its first page lists them")
-    parser.add_argument("--reports-root", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    try:
-        layout = Layout.for_run(args.profile, args.run, args.reports_root)
-        pdf = build_report(layout, allow_failed=args.allow_failed)
-    except (ValueError, ReportError) as exc:
-        print(f"kit.report: {exc}", file=sys.stderr)
-        return 1
-    print(f"kit.report: wrote {pdf}")
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

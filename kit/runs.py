@@ -156,7 +156,7 @@ def pipeline_command(folder: str | os.PathLike, until: str) -> str:
     path = Path(folder).resolve()
     run, profile, base = path.parent.name, path.parent.parent.name, path.parent.parent.parent
     root = "" if base == REPORTS_ROOT.resolve() else f" --reports-root {base}"
-    return f"python -m kit.pipeline run --profile {profile} --run {run} --until {until}{root}"
+    return f"python -m kit reproduce --profile {profile} --run {run} --until {until}{root}"
 
 
 def _pipeline_run(missing: list[tuple[str, Path, str, str]]) -> Path | None:
@@ -210,7 +210,7 @@ def require_upstream(notebook: str, *, profile: str | None = None, **dirs: str |
     root = _pipeline_run(missing)
     if root is None:
         how = ("point its parameters at folders of a pipeline run (`<reports>/<profile>/<run>/`), which "
-               "`python -m kit.pipeline run --until NN` writes")
+               "`python -m kit reproduce --until NN` writes")
     elif profile is None or root.parent.name == profile:
         how = f"`{pipeline_command(last_folder, last[:2])}`"
     else:  # the folders are another profile's run: its command would train that profile

@@ -22,7 +22,7 @@ nvidia-smi -L
 rm -rf "$RUN"
 mkdir -p "$(dirname "$RUN")"
 start=$(date +%s)
-"$PY" -m kit.recipe smoke --run-dir "$RUN" --n-gpus "$N_GPUS" 2>&1 | tee "$RUN.log"
+"$PY" -m kit launch --smoke --run-dir "$RUN" --n-gpus-per-node "$N_GPUS" 2>&1 | tee "$RUN.log"
 end=$(date +%s)
 ckpt="$RUN/checkpoints/global_step_2"
 if [ -d "$ckpt" ]; then

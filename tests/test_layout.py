@@ -18,6 +18,8 @@ HEAVY = {"verl", "ray", "sglang"}
 #: optional dependencies a function may import where it needs them (with a comment saying why):
 #: VERL, Ray, SGLang, papermill kernels, nbconvert's LaTeX export, and kit.bridge (which imports VERL)
 LAZY_ALLOWED = ("verl", "ray", "sglang", "papermill", "nbconvert", "kit.bridge")
+#: files that import each of their verbs' modules when that verb runs (with a comment each)
+LAZY_DISPATCH = {"kit/cli.py": "`python -m kit --help` and `config` load neither torch nor papermill"}
 #: files whose function-level imports are still to be hoisted, with who edits them now (#14 left
 #: them so as not to collide): remove an entry once the file follows the rule
 LAZY_PENDING = {
@@ -109,7 +111,7 @@ def test_imports_are_at_the_top_except_heavy_optional_ones_with_a_comment():
             if not nested or _is_type_checking(m, node):
                 continue
             near = lines[node.lineno - 1] + (lines[node.lineno - 2] if node.lineno > 1 else "")
-            if not _is(mod, LAZY_ALLOWED):
+            if not _is(mod, LAZY_ALLOWED) and rel not in LAZY_DISPATCH:
                 offenders.append(f"{rel}:{node.lineno} imports {mod} inside a block (move it to the top)")
             elif "#" not in near:
                 offenders.append(f"{rel}:{node.lineno} imports {mod} lazily without a comment saying why")

@@ -14,7 +14,7 @@ same VERL row schema). Stage 3's ``hard.parquet`` needs solve counts of the stag
 
 Config flows one way: every function takes the ``KitConfig`` it is given and never reloads a
 profile; ``cfg.run_dir`` (``runs/<profile>`` when empty) is the run folder. The command line
-that resolves a profile is :mod:`kit.recipe`; the chain across notebook run folders is
+that resolves a profile is :mod:`kit.recipe` (``python -m kit launch``); the chain across notebook run folders is
 :mod:`kit.bridge.stages`. What it does not do: install SGLang (see README), or start or size a
 Ray cluster.
 """
@@ -266,7 +266,7 @@ def launch(
         n_gpus_per_node=n_gpus_per_node, nnodes=nnodes, rollout_tp=rollout_tp, extra_overrides=extra_overrides,
         start_step=start_step, resume_from=resume_from, metrics_file=metrics_file, python=python)
     if stage == "stage1" and model_path is None:
-        print(f"kit.recipe: note: stage 1 starts from {cfg.model.name_or_path} (no --model-path); the report "
+        print(f"kit launch: note: stage 1 starts from {cfg.model.name_or_path} (no --model-path); the report "
               "starts RL from the non-reasoning SFT checkpoint", file=sys.stderr, flush=True)
     print(shlex.join(cmd), flush=True)
     if dry_run:
@@ -280,7 +280,7 @@ def launch(
         if not Path(f).exists():
             how = ("build it from stage-2 solve counts (kit.data.curate.build_hard_subset) and pass --train-files"
                    if stage == "stage3" and f == paths.train_files
-                   else f"run: python -m kit.recipe prepare-data --profile {cfg.profile} --run-dir {paths.run_dir}")
+                   else f"run: python -m kit prepare-data --profile {cfg.profile} --run-dir {paths.run_dir}")
             raise FileNotFoundError(f"{f} does not exist; {how}")
     resume_overridden = any(o.startswith(("trainer.resume_from_path=", "trainer.resume_mode=")) for o in extra_overrides)
     if resume_from is not None and not Path(resume_from).is_dir():
@@ -299,7 +299,7 @@ def launch(
     address = find_ray_cluster()
     if address:
         env["RAY_ADDRESS"] = address
-        print(f"kit.recipe: using the Ray cluster at {address}", flush=True)
+        print(f"kit launch: using the Ray cluster at {address}", flush=True)
     elif not allow_local_ray:
         raise RuntimeError("no Ray cluster found (RAY_ADDRESS unset, no /tmp/ray/ray_current_cluster): "
                            "run `ray start --head` on this node or join your cluster, or pass --allow-local-ray")

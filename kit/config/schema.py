@@ -26,15 +26,15 @@ class ModelConfig:
     ``from_pretrained`` (the tiny path never downloads).
     """
 
-    name_or_path: str = "Qwen/Qwen3-14B-Base"
-    hidden_size: int = 128
-    num_layers: int = 2
-    num_heads: int = 4
-    num_kv_heads: int = 2
-    intermediate_size: int = 384
-    max_position_embeddings: int = 2048
+    name_or_path: str = "Qwen/Qwen3-14B-Base"  # "tiny" (built from scratch) or a local path / hub id
+    hidden_size: int = 128  # tiny model only, like the sizes below: width of the residual stream
+    num_layers: int = 2  # decoder layers
+    num_heads: int = 4  # attention (query) heads
+    num_kv_heads: int = 2  # key/value heads (grouped-query attention)
+    intermediate_size: int = 384  # MLP hidden width
+    max_position_embeddings: int = 2048  # context length, tokens (prompt + response + tool output)
     tokenizer_vocab_size: int = 1024  # tiny tokenizer target; the trained vocab may be smaller
-    tie_word_embeddings: bool = True
+    tie_word_embeddings: bool = True  # share the input embedding and the output head
     dtype: str = "bfloat16"  # tiny: float32 (CPU)
     torch_threads: int = 0  # 0 = torch default; n > 0 fixed; -n adaptive up to n (kit.train.common.set_threads)
 
@@ -44,15 +44,18 @@ class DataConfig:
     """Data directory, curation filters and the tiny task family (report §4.2)."""
 
     data_dir: str = ""  # empty: KIT_DATA_DIR, else ../shared/data beside the checkout
+    # report §4.2 training pools (kit.data.pools), read from data_dir
     train_pools: tuple[str, ...] = ("dapo", "openmathreasoning", "project_euler", "aime_history", "gsm8k")
     max_answer_digits: int = 18  # report §4.2 drops answers too large for the verifier (6.5e27330467)
     decontam_ngram: int = 8  # drop training problems sharing an 8-gram with a benchmark
+    # benchmarks the 8-gram decontamination checks against
     decontam_benchmarks: tuple[str, ...] = ("aime24", "aime25", "math500", "hmmt25")
     consistency_samples: int = 16  # report §4.2: keep when >= 2 of 16 answers match the label
-    consistency_min_matches: int = 2
+    consistency_min_matches: int = 2  # of consistency_samples answers, at least this many must match the label
     # tiny task family (kit.data.tasks): generated integer-answer problems that need the tool
-    task_train_size: int = 4000
-    task_heldout_size: int = 128
+    task_train_size: int = 4000  # training problems generated (SFT demos and the RL stages' pools)
+    task_heldout_size: int = 128  # held-out tiny tasks (rewards at each stage's end, pass@k curves)
+    # tiny task generators drawn from (kit.data.tasks)
     task_families: tuple[str, ...] = ("product", "digit_sum_factorial", "divisor_count", "mod_pow",
                                       "gcd_lcm", "prime_count", "range_sum")
     demo_error_fraction: float = 0.25  # SFT demos whose first tool call fails and is then fixed
@@ -73,6 +76,7 @@ class SandboxConfig:
     recycle_after: int = 500  # calls before a worker is replaced
     batch_size: int = 64  # calls per send-worker batch (report §3.1)
     send_workers: int = 32  # report §3.1
+    # who runs the pool: "local" processes on this machine, or Ray actors
     backend: Literal["local", "ray"] = "local"
     # modules every worker imports once beyond the standard library, shared copy-on-write by the
     # calls; each costs every call fork + exit time (kit.sandbox.worker.SCIENCE_PREIMPORTS)
@@ -83,17 +87,19 @@ class SandboxConfig:
 class RolloutConfig:
     """Multi-turn agent rollout (report §2, §2.1)."""
 
+    # "hf": the kit's own engine (runtime=local); "sglang": SGLang through VERL
     engine: Literal["hf", "sglang"] = "sglang"
-    max_prompt_tokens: int = 2048
+    max_prompt_tokens: int = 2048  # longest prompt a rollout accepts, tokens (a longer one raises)
     # the training budget shared across turns (tool tokens included) and the turn limit: the one
     # source of every RL stage that does not set its own (stages.<s>.max_response_tokens /
     # max_turns override it explicitly); evaluation always uses eval.max_tokens / max_turns
     max_response_tokens: int = 8192
-    max_turns: int = 10
+    max_turns: int = 10  # assistant turns per trajectory
     temperature: float = 1.0  # report §4.3: training temperature 1.0
-    top_p: float = 1.0
-    max_calls_per_turn: int = 4
+    top_p: float = 1.0  # nucleus sampling during training (1.0 = off)
+    max_calls_per_turn: int = 4  # tool calls run per assistant turn; later ones get an error message
     tool_response_max_tokens: int = 1024  # truncation of tool feedback, by tokens, with a marker
+    # the Python tool's function name in the chat template (report §2.1)
     tool_name: str = "execute_python_code_with_standard_io"
     batch_size: int = 64  # tiny engine: concurrent rows (continuous batching slots)
     scheduler: Literal["dynamic", "static"] = "dynamic"  # report §3.2 load balancing
@@ -108,46 +114,49 @@ class RolloutConfig:
 class AlgorithmConfig:
     """GRPO-RoC (report §2.2) and the optimizer (report §4.3)."""
 
+    # advantage estimator: "grpo_roc" (RoC down-sampling, report §2.2) or plain "grpo"
     name: Literal["grpo_roc", "grpo"] = "grpo_roc"
     group_size: int = 16  # G, trajectories kept per prompt
     oversample: int = 32  # 2G trajectories sampled per prompt when RoC is on
     prompts_per_step: int = 512  # P
     roc_mode: Literal["sample", "rank"] = "sample"  # report: sample by 1/p_total; release: rank
-    roc_use_error_ratio: bool = True
-    roc_use_answer_format: bool = True
+    roc_use_error_ratio: bool = True  # RoC: score positives by p_err, their tool-error ratio
+    roc_use_answer_format: bool = True  # RoC: score positives by p_format, their answer-format violations
     roc_reading: Literal["counters", "text"] = "counters"  # text: the release's decoded-text p_err/p_format
     roc_negative_order: Literal["random", "rollout"] = "random"  # release (PR #50): first k negatives in rollout order
     min_positive: int = 2  # release: min_non_zero_reward_trace_num
     min_negative: int = 2  # release: min_zero_reward_trace_num
     drop_equal_reward_groups: bool = True  # DAPO-style, as released
-    adv_eps: float = 1e-6
+    adv_eps: float = 1e-6  # epsilon in the group advantage (r - mean) / (std + eps)
     clip_ratio_low: float = 0.2  # Clip-Higher (report §2.2.1)
-    clip_ratio_high: float = 0.28
+    clip_ratio_high: float = 0.28  # Clip-Higher upper bound: ratios above 1 + this are clipped
     clip_ratio_c: float = 3.0  # VERL's dual clip on negative advantages (kept on by default)
+    # how token losses average into the batch loss (report: token-mean)
     loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
     kl_coef: float = 0.0  # no KL term (report §2.2.1)
     entropy_coef: float = 0.0  # no entropy term
-    lr: float = 1e-6
-    weight_decay: float = 0.01
-    grad_clip: float = 1.0
-    warmup_steps: int = 20
-    ppo_epochs: int = 1
+    lr: float = 1e-6  # policy learning rate (AdamW)
+    weight_decay: float = 0.01  # AdamW weight decay
+    grad_clip: float = 1.0  # gradient norm clip
+    warmup_steps: int = 20  # linear learning-rate warm-up, RL steps
+    ppo_epochs: int = 1  # passes of the policy update over each step's batch
 
 
 @dataclass(frozen=True)
 class SFTConfig:
     """Non-reasoning cold-start SFT (report §4.1)."""
 
-    lr: float = 5e-6
-    batch_size: int = 128
+    lr: float = 5e-6  # peak learning rate
+    batch_size: int = 128  # rows per optimizer step
     steps: int = 0  # 0: derive from epochs
-    epochs: int = 3
-    warmup_ratio: float = 0.04
-    schedule: Literal["cosine", "constant"] = "cosine"
-    max_seq_tokens: int = 8192
+    epochs: int = 3  # passes over the SFT data when steps = 0
+    warmup_ratio: float = 0.04  # share of the steps with a linear warm-up
+    schedule: Literal["cosine", "constant"] = "cosine"  # learning-rate schedule after the warm-up
+    max_seq_tokens: int = 8192  # longer rows are cut here, tokens
+    # the function-calling datasets of the cold-start mix (report §4.1)
     function_calling_sets: tuple[str, ...] = ("glaive", "toolace", "xlam", "reason_tool_use")
     task_demo_fraction: float = 0.8  # share of SFT rows that are task tool-use demonstrations
-    min_lr_ratio: float = 0.1
+    min_lr_ratio: float = 0.1  # cosine floor, as a share of lr
     checkpoint_every: int = 100  # steps between checkpoints (0 = only the final policy)
 
 
@@ -158,10 +167,11 @@ class StageConfig:
 
     max_response_tokens: int = 0  # 0: rollout.max_response_tokens
     max_turns: int = 0  # 0: rollout.max_turns
-    steps: int = 300
+    steps: int = 300  # RL steps of this stage
+    # "all": the curated pool; "hard": only the problems the previous policy does not solve every time
     problems: Literal["all", "hard"] = "all"
     difficulty: int = 1  # tiny task level for this stage
-    reset_optimizer: bool = False
+    reset_optimizer: bool = False  # start the stage with a fresh optimizer (report §4.3, stage 3)
     hard_filter_samples: int = 8  # stage 3: drop problems solved 8/8 by the latest policy
     checkpoint_every: int = 10  # steps between checkpoints (0 = none); resume starts at the last one
 
@@ -180,8 +190,8 @@ class StagesConfig:
 class AblationConfig:
     """The RoC ablation (report §5.3, Figure 9): GRPO against GRPO-RoC, same seed and steps."""
 
-    steps: int = 300
-    seeds: tuple[int, ...] = (0,)
+    steps: int = 300  # RL steps of each arm
+    seeds: tuple[int, ...] = (0,)  # one GRPO and one GRPO-RoC arm per seed
     # local engine: arms trained at once in separate processes, each with
     # model.torch_threads // workers threads (a step is latency-bound, so 2 on 2 cores ~1.5x)
     workers: int = 1
@@ -191,15 +201,16 @@ class AblationConfig:
 class EvalConfig:
     """Evaluation protocol (report §5: avg@16, temperature 0.6, up to 30K tokens and 30 turns)."""
 
+    # math benchmarks evaluated (read from the data dir)
     benchmarks: tuple[str, ...] = ("aime24", "aime25", "math500", "hmmt25")
-    n_samples: int = 16
-    temperature: float = 0.6
-    top_p: float = 0.95
-    max_tokens: int = 30000
-    max_turns: int = 30
+    n_samples: int = 16  # samples per problem (avg@n)
+    temperature: float = 0.6  # sampling temperature
+    top_p: float = 0.95  # nucleus sampling
+    max_tokens: int = 30000  # response budget per sample, tokens
+    max_turns: int = 30  # assistant turns per sample
     max_problems: int = 0  # 0 = all problems of each benchmark
     gpqa_path: str = ""  # GPQA-Diamond is user-supplied (its licence forbids redistribution)
-    bootstrap_samples: int = 1000
+    bootstrap_samples: int = 1000  # resamples of the bootstrap confidence intervals
     # report §4.2 consistency filter (keep a problem when >= data.consistency_min_matches of
     # data.consistency_samples answers match its label), run in 08_evaluation with the profile's
     # policy on a sample of the curated pool; 0 = the whole pool, as the report (~42K problems x 16
@@ -209,7 +220,7 @@ class EvalConfig:
     # problems (0 = all of the source: the first benchmark on paper profiles, held-out tasks on CPU
     # ones) and samples per problem (k = 1..passk_n; the report's n = 16)
     passk_problems: int = 0
-    passk_n: int = 16
+    passk_n: int = 16  # samples per problem of the pass@k curves
 
 
 #: Experiment trackers the kit passes to VERL's ``verl.utils.tracking.Tracking`` (VERL 0.9.1 also knows
@@ -230,6 +241,7 @@ class LoggingConfig:
     unless ``mlflow_tracking_uri`` names a server. ``metrics.jsonl`` is written whatever this says.
     """
 
+    # VERL tracker backends (trainer.logger): console, file, tensorboard, wandb, mlflow, trackio
     backends: tuple[LogBackend, ...] = ("console", "file", "tensorboard")
     wandb_mode: Literal["offline", "online", "disabled"] = "offline"  # "online" syncs to your W&B account
     mlflow_tracking_uri: str = ""  # empty: file:<run_dir>/tracking/mlruns; a server URI sends metrics there
@@ -243,10 +255,10 @@ class KitConfig:
     ``runtime = "local"`` samples with the kit's own engine, so it needs ``rollout.engine = "hf"``.
     """
 
-    profile: str = "paper-14b"
-    run_dir: str = ""
-    seed: int = 0
-    device: str = "cuda"
+    profile: str = "paper-14b"  # the profile file this config was resolved from (kit/profiles/<name>.toml)
+    run_dir: str = ""  # where a run writes config.json, checkpoints and metrics
+    seed: int = 0  # the run's seed (sampling, initialisation, data order)
+    device: str = "cuda"  # "cpu" or "cuda"
     # who trains (kit.runtime): "local" = the CPU engine of kit.train in this process (tiny,
     # smoke); "verl" = VERL through kit.bridge (paper profiles). The one switch between them.
     runtime: Literal["local", "verl"] = "verl"

@@ -14,9 +14,8 @@ stops at the first failure naming the notebook and the cell, and is resumable: a
 already finished with the same parameters and the same source is skipped, unless ``--force`` is
 given or an earlier notebook was run again in this invocation (its inputs may have changed).
 
-Command line (what ``python -m kit reproduce`` calls)::
-
-    python -m kit.pipeline run --profile tiny --run main [--force] [--log-output]
+Command line: ``python -m kit reproduce --profile tiny --run main [--force] [--until NN] ...``
+(:mod:`kit.cli` declares the options; :func:`reproduce` does the work).
 
 With ``runtime=verl`` the device its VERL stages launch on (``KIT_VERL_DEVICE``) is checked before
 the first notebook runs (exit 2 with what to set); with ``KIT_VERL_DEVICE=cpu`` (VERL's own trainer
@@ -34,14 +33,12 @@ run folder or pass ``--force`` after changing ``../shared/data``.
 Modules: :mod:`kit.pipeline.series` (the series and its runner, ``pipeline_state.json``),
 :mod:`kit.pipeline.failures` (the error naming notebook and cell; the executed notebook marked),
 :mod:`kit.pipeline.verl_runtime` (the device check and the one VERL CPU session); this module holds
-the command line (:func:`main`: arguments, the series, the report at the end) and exports every
-public name of the three, so ``kit.pipeline.run_series`` & co. are what :func:`main` calls.
+:func:`reproduce` (the series, the report at the end) and exports every public name of the three,
+so ``kit.pipeline.run_series`` & co. are what :func:`reproduce` calls.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
 import time
 from collections.abc import Sequence
@@ -82,28 +79,11 @@ from kit.runs import SERIES, Layout, series_parameters
 __all__ = [
     "CELL_TIMEOUT_S", "KERNEL_ENV", "LAUNCHES_VERL", "NOTEBOOK_DIR", "OTHER_PROFILE_CELL_TIMEOUT_S", "SERIES",
     "VERL_SESSION_DIR", "ConfigError", "Layout", "NotebookRun", "PipelineError", "available_profiles",
-    "children_cpu_s", "default_cell_timeout", "dry_run_text", "load", "machine_busy_cpu_s", "main", "mark_not_run", "read_state",
+    "children_cpu_s", "default_cell_timeout", "dry_run_text", "load", "machine_busy_cpu_s", "mark_not_run", "read_state",
+    "reproduce",
     "cores_busy_line", "host_speed_line", "run_in_verl_cpu_session", "run_series", "series_parameters", "standard_series", "times_table",
     "VerlDeviceError", "check_verl_device", "DEVICE_ENV", "ignored_device_warning",
 ]
-
-
-def _parse_sets(items: Sequence[str]) -> dict[str, Any]:
-    """``["a.b=1", "c=x,y"]`` -> ``{"a.b": 1, "c": "x,y"}``; values are JSON when they parse as JSON.
-
-    Raises:
-        ValueError: an item without ``=``.
-    """
-    out: dict[str, Any] = {}
-    for item in items:
-        if "=" not in item:
-            raise ValueError(f"--set {item!r} is not of the form key=value")
-        key, value = item.split("=", 1)
-        try:
-            out[key.strip()] = json.loads(value)
-        except json.JSONDecodeError:
-            out[key.strip()] = value
-    return out
 
 
 def dry_run_text(series: Sequence[NotebookRun], layout: Layout, overrides: dict[str, Any] | None = None) -> str:
@@ -128,63 +108,52 @@ def dry_run_text(series: Sequence[NotebookRun], layout: Layout, overrides: dict[
     return "\n".join(lines)
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """``run --profile P --run R [--force] [--until NN] [--set KEY=VALUE ...] [--cell-timeout S] [--log-output] [--no-report] [--no-overlap] [--dry-run]``.
+def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overrides: dict[str, Any] | None = None,
+              force: bool = False, log_output: bool = False, cell_timeout: int | None = None, until: str | None = None,
+              with_report: bool = True, overlap: bool = True, dry_run: bool = False, reports_root: str | None = None,
+              command: Sequence[str] = ()) -> int:
+    """Run :data:`SERIES` into ``reports/<profile>/<run>/`` and then build ``report.pdf`` with
+    :mod:`kit.report` (``python -m kit reproduce``; :mod:`kit.cli` documents each option).
 
-    Runs :data:`SERIES` into ``reports/<P>/<R>/`` and then builds ``report.pdf`` with
-    :mod:`kit.report`. Returns the exit code: 0 on success, 1 when a notebook failed (the message
-    names it), 2 on bad arguments (unknown profile, bad ``--set`` key, ...) or, before anything
-    runs, when ``runtime=verl`` cannot launch its stages here (:func:`check_verl_device`: no CUDA
-    and no ``KIT_VERL_DEVICE=cpu``, ...; the message says what to set).
+    Args:
+        overrides: ``--set`` config overrides for every notebook (dotted key -> value).
+        cell_timeout: seconds per cell (None: :func:`default_cell_timeout` of the profile; 0: no limit).
+        until: stop after the notebook whose name starts with it (no report then).
+        overlap: False runs strictly in order (06's training not in the background).
+        dry_run: print :func:`dry_run_text` and run nothing.
+        reports_root: another folder than ``reports/`` (tests).
+        command: the ``python -m kit`` arguments of this call; re-run as they are inside the one
+            VERL CPU session (:func:`run_in_verl_cpu_session`).
+
+    Returns:
+        The exit code: 0 on success, 1 when a notebook failed (the message names it), 2 on bad
+        arguments (unknown profile, bad ``--set`` key, ...) or, before anything runs, when
+        ``runtime=verl`` cannot launch its stages here (:func:`check_verl_device`: no CUDA and no
+        ``KIT_VERL_DEVICE=cpu``, ...; the message says what to set).
     """
-    parser = argparse.ArgumentParser(prog="kit.pipeline", description="Run the notebook series with papermill.")
-    sub = parser.add_subparsers(dest="cmd", required=True)
-    r = sub.add_parser("run", help="execute the series into reports/<profile>/<run>/")
-    r.add_argument("--profile", default="tiny")
-    r.add_argument("--run", default="main")
-    r.add_argument("--seed", type=int, default=0)
-    r.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                   help="config override for every notebook, e.g. --set rollout.max_response_tokens=64 (repeatable)")
-    r.add_argument("--force", action="store_true", help="rerun notebooks that already finished")
-    r.add_argument("--log-output", action="store_true", help="stream cell outputs to the terminal")
-    r.add_argument("--cell-timeout", type=int, default=None, metavar="SECONDS",
-                   help="stop a cell that runs longer than this and fail its notebook naming the cell "
-                        f"(default per profile: {', '.join(f'{k} {v} s' for k, v in CELL_TIMEOUT_S.items())}; "
-                        "0 = no limit)")
-    r.add_argument("--until", default=None, metavar="NN",
-                   help="stop after the notebook whose name starts with NN (e.g. 03); no report then")
-    r.add_argument("--no-report", action="store_true", help="do not build report.pdf at the end")
-    r.add_argument("--no-overlap", action="store_true",
-                   help="run strictly in order: 06's training does not run in the background beside 03-08")
-    r.add_argument("--dry-run", action="store_true",
-                   help="print each notebook's parameters (and, on paper profiles, the VERL and merge commands "
-                        "with the folders each stage reads and writes) without running anything")
-    r.add_argument("--reports-root", default=None, help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-
-    if args.profile not in available_profiles():
-        print(f"kit.pipeline: unknown profile {args.profile!r}; available: {', '.join(available_profiles())}",
+    if profile not in available_profiles():
+        print(f"kit.pipeline: unknown profile {profile!r}; available: {', '.join(available_profiles())}",
               file=sys.stderr)
         return 2
+    overrides = dict(overrides or {})
     try:
-        if args.cell_timeout is not None and args.cell_timeout < 0:  # nbclient reads < 0 as "no limit"
-            raise ValueError(f"--cell-timeout must be 0 (no limit) or a number of seconds, got {args.cell_timeout}")
-        layout = Layout.for_run(args.profile, args.run, args.reports_root)
-        overrides = _parse_sets(args.set)
-        series = standard_series(layout, seed=args.seed, overrides=overrides, overlap_jobs=not args.no_overlap)
-        if args.until:
-            last = next((i for i, nb in enumerate(series) if nb.name.startswith(args.until)), None)
+        if cell_timeout is not None and cell_timeout < 0:  # nbclient reads < 0 as "no limit"
+            raise ValueError(f"--cell-timeout must be 0 (no limit) or a number of seconds, got {cell_timeout}")
+        layout = Layout.for_run(profile, run, reports_root)
+        series = standard_series(layout, seed=seed, overrides=overrides, overlap_jobs=overlap)
+        if until:
+            last = next((i for i, nb in enumerate(series) if nb.name.startswith(until)), None)
             if last is None:
-                raise ValueError(f"--until {args.until!r} matches no notebook of {', '.join(SERIES)}")
+                raise ValueError(f"--until {until!r} matches no notebook of {', '.join(SERIES)}")
             series = series[:last + 1]
-        runtime = load(args.profile, overrides, write=False).runtime
+        runtime = load(profile, overrides, write=False).runtime
     except (ValueError, FileNotFoundError, ConfigError) as exc:
         print(f"kit.pipeline: {exc}", file=sys.stderr)
         return 2
     warning = ignored_device_warning(runtime)
     if warning:  # once, before anything runs (the notebooks' kernels do not read the variable)
         print(f"kit.pipeline: {warning}", file=sys.stderr)
-    if args.dry_run:
+    if dry_run:
         print(dry_run_text(series, layout, overrides))
         return 0
     try:  # before the first notebook, not at 03 after minutes of SFT
@@ -192,20 +161,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     except VerlDeviceError as exc:
         print(f"kit.pipeline: {exc}. Nothing was run.", file=sys.stderr)
         return 2
-    timeout = default_cell_timeout(args.profile) if args.cell_timeout is None else args.cell_timeout
-    wrapped = run_in_verl_cpu_session(list(argv if argv is not None else sys.argv[1:]), layout, overrides,
+    timeout = default_cell_timeout(profile) if cell_timeout is None else cell_timeout
+    wrapped = run_in_verl_cpu_session(list(command), layout, overrides,
                                       session_timeout_s=(timeout or 7 * 86400) * len(series) + 600)
     if wrapped is not None:
         return wrapped
-    print(f"kit.pipeline: profile {args.profile}, run {args.run} -> {layout.root}")
+    print(f"kit.pipeline: profile {profile}, run {run} -> {layout.root}")
     t0, busy0 = time.perf_counter(), machine_busy_cpu_s()
     try:
-        records = run_series(series, layout, force=args.force, log_output=args.log_output, cell_timeout_s=timeout)
+        records = run_series(series, layout, force=force, log_output=log_output, cell_timeout_s=timeout)
     except PipelineError as exc:
         print(f"\nkit.pipeline: STOPPED. {exc}\n  Fix it and rerun; finished notebooks are skipped.",
               file=sys.stderr)
         return 1
-    if not args.no_report and not args.until:
+    if with_report and not until:
         try:
             pdf = report.build_report(layout)
         except report.ReportError as exc:
@@ -217,7 +186,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     print(cores_busy_line(records, wall, machine_busy_s=None if busy0 is None or busy1 is None else busy1 - busy0))
     sft_now = any(r["notebook"] == "02_cold_start_sft" and r["status"] == "done" for r in records)
     try:  # the run is done: a damaged metrics file only loses this line
-        speed = host_speed_line(layout.root / "sft" / "metrics.jsonl", args.profile, earlier=not sft_now,
+        speed = host_speed_line(layout.root / "sft" / "metrics.jsonl", profile, earlier=not sft_now,
                                 overrides=list(overrides))
     except (OSError, ValueError) as exc:
         speed = f"  host speed: not read ({exc})"

@@ -95,7 +95,7 @@ VERL_SESSION_DIR = "verl_session"
 
 def run_in_verl_cpu_session(argv: Sequence[str], layout: Layout, overrides: dict[str, Any], *,
                             session_timeout_s: float) -> int | None:
-    """Run this whole ``kit.pipeline`` command inside ONE kit session when its notebooks train with
+    """Run this whole ``python -m kit`` command (``argv``: its arguments) inside ONE kit session when its notebooks train with
     VERL's trainer on this CPU (``runtime=verl`` and ``KIT_VERL_DEVICE=cpu``), and return its exit code.
 
     The session (:func:`kit.bridge.verl_cpu.runner.run_session`) is a private network and PID
@@ -132,7 +132,7 @@ def run_in_verl_cpu_session(argv: Sequence[str], layout: Layout, overrides: dict
     log.write_text("")
     print(f"kit.pipeline: runtime=verl on this CPU: the whole series runs in one kit session (one Ray head, "
           f"private network namespace); output also in {log}", flush=True)
-    launch = runner.Launch("chain", [sys.executable, "-m", "kit.pipeline", *argv], str(log))
+    launch = runner.Launch("chain", [sys.executable, "-m", "kit", *argv], str(log))
     done = threading.Event()
     tail = threading.Thread(target=_follow, args=(log, done), daemon=True)
     tail.start()

@@ -16,7 +16,7 @@ Used where a route needs a served policy and no GPU server exists: stage 3's har
 :func:`serve_policy` (a child process, stopped on exit even when the body raises) or from a
 shell::
 
-    python -m kit.rollout.serve --policy runs/smoke/04_rl_stage2/policy --port 30000
+    python -m kit serve --policy runs/smoke/04_rl_stage2/policy --port 30000
 
 Limits: a body over ``--max-body-bytes`` (:data:`MAX_BODY_BYTES`) gets HTTP 413 before it is read
 (a ``Content-Length`` over it at once, a chunked body as soon as it passes it); a ``prompt`` that
@@ -29,7 +29,6 @@ Listens on loopback only. Not an SGLang replacement: one model forward at a time
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import contextlib
 import ipaddress
@@ -267,62 +266,59 @@ def _watch_parent(parent_pid: int) -> None:
             os._exit(0)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """``python -m kit.rollout.serve --policy DIR [--port N] [--threads T] [--slots S] [--seed K] [--max-body-bytes B]``.
+def run_server(policy_dir: str | os.PathLike, *, host: str = "127.0.0.1", port: int = 0, model_name: str = "",
+               slots: int = 64, seed: int = 0, threads: int = 0, max_body_bytes: int = MAX_BODY_BYTES,
+               port_file: str = "", parent_pid: int = 0) -> int:
+    """Serve ``policy_dir`` in this process until it is stopped (``python -m kit serve``, whose
+    ``--help`` explains each argument); returns 0 after a clean shutdown.
 
-    ``--port 0`` lets the OS pick a free port; the real one is printed (``serving <url>``) and,
-    with ``--port-file``, written there once the socket is bound.
+    ``port=0`` lets the OS pick a free port; the real one is printed (``serving <url>``) and, with
+    ``port_file``, written there once the socket is bound. With ``parent_pid`` the server exits
+    when that process does (:func:`serve_policy`).
+
+    Raises:
+        ValueError: before serving, a bad argument (named as its ``--option``): a host that is not
+            loopback, a port outside 0-65535, ``slots`` or ``max_body_bytes`` < 1, a folder that is
+            not a loadable policy, a port that is taken.
     """
-    ap = argparse.ArgumentParser(description="Serve a kit policy folder as an OpenAI-compatible /v1/completions")
-    ap.add_argument("--policy", required=True, help="a policy folder (kit.models.load_policy)")
-    ap.add_argument("--host", default="127.0.0.1", help="a loopback address (default 127.0.0.1)")
-    ap.add_argument("--port", type=int, default=0, help="0: the OS picks (printed)")
-    ap.add_argument("--model-name", default="", help="the served model name (default: the policy's resolved path)")
-    ap.add_argument("--slots", type=int, default=64, help="rows decoded together")
-    ap.add_argument("--seed", type=int, default=0, help="base sampling seed")
-    ap.add_argument("--threads", type=int, default=0, help="torch CPU threads (0: torch's default)")
-    ap.add_argument("--max-body-bytes", type=int, default=MAX_BODY_BYTES,
-                    help=f"larger request bodies get HTTP 413 (default {MAX_BODY_BYTES})")
-    ap.add_argument("--port-file", default="", help=argparse.SUPPRESS)
-    ap.add_argument("--parent-pid", type=int, default=0, help=argparse.SUPPRESS)
-    args = ap.parse_args(argv)
-    if not _is_loopback(args.host):
-        ap.error(f"--host {args.host}: the server listens on loopback only (127.0.0.1 or ::1)")
-    if not 0 <= args.port <= 65535:
-        ap.error(f"--port {args.port}: expected 0 (any free port) to 65535")
-    if args.slots < 1:
-        ap.error(f"--slots {args.slots}: expected >= 1")
-    if args.max_body_bytes < 1:
-        ap.error(f"--max-body-bytes {args.max_body_bytes}: expected >= 1")
-    if args.threads > 0:
-        torch.set_num_threads(args.threads)
-    if args.parent_pid:
-        threading.Thread(target=_watch_parent, args=(args.parent_pid,), daemon=True).start()
-    policy = Path(args.policy).resolve()
+    if not _is_loopback(host):
+        raise ValueError(f"--host {host}: the server listens on loopback only (127.0.0.1 or ::1)")
+    if not 0 <= port <= 65535:
+        raise ValueError(f"--port {port}: expected 0 (any free port) to 65535")
+    if slots < 1:
+        raise ValueError(f"--slots {slots}: expected >= 1")
+    if max_body_bytes < 1:
+        raise ValueError(f"--max-body-bytes {max_body_bytes}: expected >= 1")
+    if threads > 0:
+        torch.set_num_threads(threads)
+    if parent_pid:
+        threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+    policy = Path(policy_dir).resolve()
     what = "expected a model and tokenizer written by kit.models.save_policy or a Hugging Face checkpoint"
     if not (policy / "config.json").is_file():
-        ap.error(f"--policy {policy}: not a policy folder (no config.json; {what})")
+        raise ValueError(f"--policy {policy}: not a policy folder (no config.json; {what})")
     try:
         model, tok = load_policy(policy)
     except (OSError, ValueError) as exc:  # e.g. a model folder without its tokenizer files
-        ap.error(f"--policy {policy}: cannot load it ({what}): {type(exc).__name__}: {str(exc).strip()[:300]}")
-    app = build_app(model, tok, model_name=args.model_name or str(policy), slots=args.slots, seed=args.seed,
-                    max_body_bytes=args.max_body_bytes)
-    family = socket.AF_INET6 if ":" in args.host else socket.AF_INET
+        raise ValueError(f"--policy {policy}: cannot load it ({what}): {type(exc).__name__}: "
+                         f"{str(exc).strip()[:300]}") from exc
+    app = build_app(model, tok, model_name=model_name or str(policy), slots=slots, seed=seed,
+                    max_body_bytes=max_body_bytes)
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
     sock = socket.socket(family, socket.SOCK_STREAM)
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     try:
-        sock.bind((args.host, args.port))
+        sock.bind((host, port))
     except OSError as exc:  # the port is taken, or the address is not on this machine
         sock.close()
-        ap.error(f"--host {args.host} --port {args.port}: cannot listen there ({exc.strerror or exc})")
+        raise ValueError(f"--host {host} --port {port}: cannot listen there ({exc.strerror or exc})") from exc
     port = sock.getsockname()[1]
-    url = f"http://{args.host if family == socket.AF_INET else f'[{args.host}]'}:{port}/v1"
-    print(f"serving {url} model={args.model_name or policy}", flush=True)
-    if args.port_file:
-        tmp = Path(args.port_file + ".tmp")
+    url = f"http://{host if family == socket.AF_INET else f'[{host}]'}:{port}/v1"
+    print(f"serving {url} model={model_name or policy}", flush=True)
+    if port_file:
+        tmp = Path(port_file + ".tmp")
         tmp.write_text(str(port))
-        os.replace(tmp, args.port_file)
+        os.replace(tmp, port_file)
     server = uvicorn.Server(uvicorn.Config(app, log_level="warning", access_log=False, lifespan="off"))
     server.run(sockets=[sock])
     return 0
@@ -377,7 +373,7 @@ def serve_policy(policy_dir: str | os.PathLike, *, slots: int = 64, seed: int = 
         raise FileNotFoundError(f"serve_policy: policy folder not found: {policy}")
     with tempfile.TemporaryDirectory(prefix="kit_serve_") as tmp:
         port_file, log_path = Path(tmp) / "port", Path(tmp) / "server.log"
-        cmd = [sys.executable, "-m", "kit.rollout.serve", "--policy", str(policy), "--host", host, "--port", str(port),
+        cmd = [sys.executable, "-m", "kit", "serve", "--policy", str(policy), "--host", host, "--port", str(port),
                "--slots", str(slots), "--seed", str(seed), "--threads", str(threads),
                "--max-body-bytes", str(max_body_bytes), "--model-name",
                model_name or str(policy), "--port-file", str(port_file), "--parent-pid", str(os.getpid())]
@@ -402,7 +398,3 @@ def serve_policy(policy_dir: str | os.PathLike, *, slots: int = 64, seed: int = 
             yield url
         finally:
             stop_process(proc)
-
-
-if __name__ == "__main__":
-    sys.exit(main())

@@ -1,4 +1,4 @@
-"""``python -m kit.sandbox selftest``: isolation, limits, semantics, throughput; PASS/FAIL each.
+"""``python -m kit selftest``: isolation, limits, semantics, throughput; PASS/FAIL each.
 
 Exit status 0 when every check passes. Takes about 15 s on 2 cores.
 
@@ -192,6 +192,9 @@ def latency_verdict(lat: list[float], bare_lat: list[float]) -> tuple[bool, str]
 
 
 def main(cfg: SandboxConfig | None = None) -> int:
+    """Run every check with ``cfg`` (``python -m kit selftest``; default :class:`SandboxConfig`;
+    ``num_workers = 0``: one per core; call timeouts capped at 5 s), print PASS/FAIL per check and
+    overall; returns 0 when all pass, else 1."""
     cfg = cfg or SandboxConfig()
     cfg = replace(cfg, num_workers=cfg.num_workers or (os.cpu_count() or 1), timeout_s=min(cfg.timeout_s, 5.0))
     os.environ[CANARY] = "secret"

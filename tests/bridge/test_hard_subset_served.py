@@ -60,7 +60,7 @@ def test_on_cpu_the_stage2_policy_is_served_on_loopback_sampled_and_stopped(fold
     assert list(hard["problem"]) == [q for q, _ in PROBLEMS] and info["n"] == 4 and info["out"] == len(PROBLEMS)
     assert port_refused(url.port)  # the server is gone
     left = [p.cmdline() for p in psutil.Process().children(recursive=True) if p.pid not in before]
-    assert not [c for c in left if "kit.rollout.serve" in c]  # (kit.reward keeps its verifier workers for reuse)
+    assert not [c for c in left if c[1:4] == ["-m", "kit", "serve"]]  # (kit.reward keeps its verifier workers for reuse)
     # a second call keeps the parquet and its record
     assert verl_runtime.prepare_hard_subset(_cfg(run), "stage3", run_dir=run, init_dir=folders / "s2",
                                             data_dir=folders / "data") == info

@@ -1,4 +1,4 @@
-"""kit.recipe (the command line) and kit.bridge.launch: prints the VERL command, writes what it points
+"""kit.recipe (`python -m kit launch`) and kit.bridge.launch: prints the VERL command, writes what it points
 at, finds the Ray cluster, runs it."""
 
 import json
@@ -8,7 +8,7 @@ import sys
 
 import pytest
 
-from kit import recipe
+from kit import cli, recipe
 from kit.bridge import launch
 from kit.config import load
 
@@ -18,8 +18,8 @@ def _paper(run_dir=None, **over):
 
 
 def test_dry_run_prints_the_verl_command(capsys, tmp_path):
-    rc = recipe.main(["launch", "--profile", "paper-14b", "--stage", "stage2", "--run-dir", str(tmp_path / "r"),
-                      "--dry-run", "--", "trainer.nnodes=8"])
+    rc = cli.main(["launch", "--profile", "paper-14b", "--stage", "stage2", "--run-dir", str(tmp_path / "r"),
+                   "--dry-run", "--", "trainer.nnodes=8"])
     out = capsys.readouterr().out
     assert rc == 0 and "-m verl.trainer.main_ppo" in out
     assert f"trainer.resume_from_path={tmp_path}/r/checkpoints/global_step_300" in out
@@ -138,8 +138,8 @@ def test_later_stages_need_the_previous_stage_checkpoint(tmp_path, monkeypatch):
 
 
 def test_stage1_without_model_path_says_it_starts_from_the_base_model(capsys, tmp_path):
-    assert recipe.main(["launch", "--profile", "paper-14b", "--run-dir", str(tmp_path), "--dry-run"]) == 0
+    assert cli.main(["launch", "--profile", "paper-14b", "--run-dir", str(tmp_path), "--dry-run"]) == 0
     assert "stage 1 starts from Qwen/Qwen3-14B-Base (no --model-path)" in capsys.readouterr().err
-    assert recipe.main(["launch", "--profile", "paper-14b", "--run-dir", str(tmp_path), "--dry-run",
-                        "--model-path", "/sft"]) == 0
+    assert cli.main(["launch", "--profile", "paper-14b", "--run-dir", str(tmp_path), "--dry-run",
+                     "--model-path", "/sft"]) == 0
     assert "no --model-path" not in capsys.readouterr().err

@@ -1,6 +1,6 @@
 """The whole `smoke` notebook chain 00-09 with ``runtime=verl`` through VERL's own trainer on CPU (issue #15).
 
-``kit.pipeline run --profile smoke --set runtime=verl`` with ``KIT_VERL_DEVICE=cpu`` (what
+``python -m kit reproduce --profile smoke --set runtime=verl`` with ``KIT_VERL_DEVICE=cpu`` (what
 ``kit reproduce`` runs): the runner wraps the whole papermill series in ONE kit session (private
 network and PID namespace, one Ray head; ``kit.pipeline.run_in_verl_cpu_session``), so 03-06 launch
 VERL on that head. 02 takes the linked-checkpoint route (``KIT_SFT_CHECKPOINT`` = the shared tiny SFT
@@ -27,7 +27,7 @@ import torch
 
 pytest.importorskip("verl")
 
-from kit import pipeline  # noqa: E402
+from kit import cli, pipeline  # noqa: E402
 from kit.bridge.hard_subset import source_id  # noqa: E402
 from kit.bridge.verl_cpu import runner, tiny_run  # noqa: E402
 from kit.config import from_json  # noqa: E402
@@ -51,7 +51,7 @@ def adam_steps(run, step: int) -> set[int]:
 def chain(tiny_verl_root, tmp_path_factory):
     root = tmp_path_factory.mktemp("verl_reports")
     sets = {**tiny_run.SMOKE_CHAIN, **tiny_run.sandbox_overrides(), "runtime": "verl"}
-    argv = ["run", "--profile", "smoke", "--run", RUN, "--reports-root", str(root), "--cell-timeout", "900",
+    argv = ["reproduce", "--profile", "smoke", "--run", RUN, "--reports-root", str(root), "--cell-timeout", "900",
             *[f"--set={k}={json.dumps(v)}" for k, v in sets.items()]]
     lay = pipeline.Layout.for_run("smoke", RUN, root)
     t0 = time.perf_counter()
@@ -60,7 +60,7 @@ def chain(tiny_verl_root, tmp_path_factory):
         for name in ("KIT_HARD_COUNTS", "KIT_SAMPLER_URL", "RAY_ADDRESS"):  # stage 3 serves its stage-2 policy
             mp.delenv(name, raising=False)
         mp.setenv(runner.DEVICE_ENV, "cpu")
-        code = pipeline.main(argv)
+        code = cli.main(argv)
     seconds = time.perf_counter() - t0
     session = json.loads((lay.root / pipeline.VERL_SESSION_DIR / "session.json").read_text())
     print(f"verl_cpu smoke chain 00-09: {seconds:.0f} s; session {session['timings']}; peak PSS "

@@ -9,7 +9,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from kit import pipeline
+from kit import cli, pipeline
 from kit.config import load
 
 
@@ -79,7 +79,7 @@ def smoke_chain(tmp_path_factory):
     root = tmp_path_factory.mktemp("reports")
     t0 = time.perf_counter()
     # a cell that hangs fails the test with the notebook and cell named instead of blocking the suite
-    code = pipeline.main(["run", "--profile", "smoke", "--run", "t", "--reports-root", str(root), "--cell-timeout", "600"])
+    code = cli.main(["reproduce", "--profile", "smoke", "--run", "t", "--reports-root", str(root), "--cell-timeout", "600"])
     print(f"smoke chain: {time.perf_counter() - t0:.0f} s")
     return pipeline.Layout.for_run("smoke", "t", root), code
 

@@ -56,7 +56,7 @@ def test_missing_upstream_is_one_line_naming_the_notebook_and_the_command(tmp_pa
     msg = str(err.value)
     assert "\n" not in msg
     assert f"{lay.dir('sft')}/policy" in msg and "02_cold_start_sft writes" in msg
-    assert (f"python -m kit.pipeline run --profile smoke --run t --until 02 --reports-root {tmp_path.resolve()}"
+    assert (f"python -m kit reproduce --profile smoke --run t --until 02 --reports-root {tmp_path.resolve()}"
             in msg)
     # both missing: the earliest is named, and the command runs up to the latest
     with pytest.raises(UpstreamMissing, match="01_data_curation writes: run 01_data_curation to 02_cold_start_sft "
@@ -70,7 +70,7 @@ def test_missing_upstream_is_one_line_naming_the_notebook_and_the_command(tmp_pa
     with pytest.raises(KeyError, match="no upstream parameter 'init_dir'"):
         require_upstream("07_behavior_analysis", init_dir=lay.dir("sft"))
     assert runs.pipeline_command(runs.REPORTS_ROOT / "tiny" / "lab" / "sft", "02") == \
-        "python -m kit.pipeline run --profile tiny --run lab --until 02"
+        "python -m kit reproduce --profile tiny --run lab --until 02"
 
 
 def test_notebook_03_alone_fails_in_one_line_and_writes_nothing(tmp_path):
@@ -104,7 +104,7 @@ def test_no_pipeline_command_is_offered_for_folders_no_pipeline_run_writes(tmp_p
         require_upstream("04_rl_stage2", init_dir=a.dir("stage1"), data_dir=b.dir("data"))
     assert "--profile" not in str(err.value)
     # the layout's own folders still get the command
-    with pytest.raises(UpstreamMissing, match=r"`python -m kit.pipeline run --profile smoke --run a --until 04 "):
+    with pytest.raises(UpstreamMissing, match=r"`python -m kit reproduce --profile smoke --run a --until 04 "):
         require_upstream("05_rl_stage3", init_dir=a.dir("stage2"), data_dir=a.dir("data"))
     with pytest.raises(ValueError, match=r"stage_dirs takes 3 folders, one per notebook \(03_rl_stage1, "):
         require_upstream("09_figures_and_tables", stage_dirs=[a.dir("stage1")])
@@ -119,7 +119,7 @@ def test_folders_of_another_profile_get_this_profile_s_command(tmp_path):
     msg = str(err.value)
     smoke_root = tmp_path.resolve() / "smoke" / "lab"
     assert "\n" not in msg and "--profile tiny" not in msg
-    assert f"`python -m kit.pipeline run --profile smoke --run lab --until 02 --reports-root {tmp_path.resolve()}`" in msg
+    assert f"`python -m kit reproduce --profile smoke --run lab --until 02 --reports-root {tmp_path.resolve()}`" in msg
     assert f"point data_dir, init_dir into {smoke_root}/" in msg
     with pytest.raises(UpstreamMissing, match="--profile tiny --run lab --until 02"):  # same profile: its own folders
         require_upstream("03_rl_stage1", profile="tiny", init_dir=tiny.dir("sft"), data_dir=tiny.dir("data"))

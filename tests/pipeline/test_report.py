@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from kit import figures, report, tables
+from kit import cli, figures, report, tables
 from kit.pipeline import Layout
 
 needs_poppler = pytest.mark.skipif(shutil.which("pdftoppm") is None or shutil.which("pdfimages") is None,
@@ -113,7 +113,7 @@ def test_fallback_without_tex_prints_notice_and_keeps_figures(tmp_path, monkeypa
 
 
 def test_nothing_to_report_is_an_error(tmp_path, capsys):
-    assert report.main(["--profile", "smoke", "--run", "empty", "--reports-root", str(tmp_path)]) == 1
+    assert cli.main(["report", "--profile", "smoke", "--run", "empty", "--reports-root", str(tmp_path)]) == 1
     assert "make reproduce" in capsys.readouterr().err
 
 
@@ -149,8 +149,8 @@ def test_a_failed_run_is_refused_unless_asked(tmp_path, capsys):
     lay = _failed_run(tmp_path)
     assert report.failed_notebooks(lay) == {"02_cold_start_sft": "notebook 02_cold_start_sft failed in cell 1 "
                                                                  "`print('hello')`: DeadKernelError: Kernel died"}
-    argv = ["--profile", "smoke", "--run", "r1", "--reports-root", str(tmp_path)]
-    assert report.main(argv) == 1
+    argv = ["report", "--profile", "smoke", "--run", "r1", "--reports-root", str(tmp_path)]
+    assert cli.main(argv) == 1
     err = capsys.readouterr().err
     assert "did not finish" in err and "02_cold_start_sft" in err and "--allow-failed" in err
     assert not lay.report_pdf.exists()

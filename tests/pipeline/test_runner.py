@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from kit import pipeline
+from kit import cli, pipeline
 from kit.pipeline import Layout, NotebookRun, PipelineError, run_series
 
 WRITE = "from pathlib import Path\nPath(run_dir).mkdir(parents=True, exist_ok=True)\n"
@@ -100,11 +100,11 @@ def test_standard_series_passes_upstream_run_dirs(tmp_path):
     assert all(str(tmp_path) in p["run_dir"] for p in by.values())
 
 
-@pytest.mark.parametrize("argv", [["run", "--profile", "nope"], ["run", "--run", "../x"], ["run", "--run", ""],
+@pytest.mark.parametrize("argv", [["reproduce", "--profile", "nope"], ["reproduce", "--run", "../x"], ["reproduce", "--run", ""],
                                   # review r17: nbclient reads a negative timeout as "no limit"
-                                  ["run", "--profile", "smoke", "--cell-timeout", "-5"]])
+                                  ["reproduce", "--profile", "smoke", "--cell-timeout", "-5"]])
 def test_main_rejects_bad_arguments_without_running(argv, tmp_path, capsys):
-    assert pipeline.main([*argv, "--reports-root", str(tmp_path)]) == 2
+    assert cli.main([*argv, "--reports-root", str(tmp_path)]) == 2
     assert "kit.pipeline:" in capsys.readouterr().err
     assert not any(tmp_path.iterdir())
 
@@ -145,18 +145,18 @@ def test_corrupt_state_file_is_named(tmp_path):
 
 def test_set_overrides_reach_every_notebook_and_bad_keys_stop_early(tmp_path, capsys):
     lay = Layout.for_run("smoke", "t", reports_root=tmp_path)
-    series = pipeline.standard_series(lay, overrides=pipeline._parse_sets(["rollout.max_response_tokens=64",
+    series = pipeline.standard_series(lay, overrides=cli.parse_sets(["rollout.max_response_tokens=64",
                                                                            "data.train_pools=dapo,gsm8k"]))
     # every notebook that resolves a config; 09 reads the config.json the stages trained with (#20: no unused parameters)
     assert all(r.parameters["overrides"] == {"rollout.max_response_tokens": 64, "data.train_pools": "dapo,gsm8k"}
                for r in series if r.name != "09_figures_and_tables")
     assert "overrides" not in series[-1].parameters and series[-1].name == "09_figures_and_tables"
     assert "overrides" not in pipeline.standard_series(lay)[0].parameters
-    assert pipeline.main(["run", "--profile", "smoke", "--set", "rollout.no_such_key=1",
+    assert cli.main(["reproduce", "--profile", "smoke", "--set", "rollout.no_such_key=1",
                           "--reports-root", str(tmp_path)]) == 2
     assert "rollout.no_such_key" in capsys.readouterr().err
     with pytest.raises(ValueError, match="key=value"):
-        pipeline._parse_sets(["novalue"])
+        cli.parse_sets(["novalue"])
 
 
 def test_kernels_get_the_kernel_env_without_overriding_the_user(tmp_path, make_notebook, monkeypatch):
@@ -242,10 +242,10 @@ def test_an_exception_keeps_its_traceback_and_marks_the_right_cell(tmp_path, mak
 def test_the_command_line_applies_the_profile_cell_timeout(monkeypatch, tmp_path):
     seen: list = []
     monkeypatch.setattr(pipeline, "run_series", lambda *a, **kw: seen.append(kw["cell_timeout_s"]) or [])
-    base = ["run", "--profile", "tiny", "--run", "t", "--reports-root", str(tmp_path), "--no-report"]
-    assert pipeline.main(base) == 0 and seen[-1] == pipeline.default_cell_timeout("tiny") == 1800
-    assert pipeline.main(base + ["--cell-timeout", "45"]) == 0 and seen[-1] == 45
-    assert pipeline.main(base + ["--cell-timeout", "0"]) == 0 and seen[-1] == 0  # no limit
+    base = ["reproduce", "--profile", "tiny", "--run", "t", "--reports-root", str(tmp_path), "--no-report"]
+    assert cli.main(base) == 0 and seen[-1] == pipeline.default_cell_timeout("tiny") == 1800
+    assert cli.main(base + ["--cell-timeout", "45"]) == 0 and seen[-1] == 45
+    assert cli.main(base + ["--cell-timeout", "0"]) == 0 and seen[-1] == 0  # no limit
     assert pipeline.default_cell_timeout("paper-14b") >= 86400
     assert pipeline.default_cell_timeout("smoke") < pipeline.default_cell_timeout("tiny")
 
@@ -356,15 +356,15 @@ def test_a_damaged_sft_metrics_file_costs_only_the_host_speed_line(monkeypatch, 
     sft = tmp_path / "tiny" / "t" / "sft"
     sft.mkdir(parents=True)
     (sft / "metrics.jsonl").write_text('{"time_s": 0.4, "threads": 2}\n[0.4]\n')
-    argv = ["run", "--profile", "tiny", "--run", "t", "--reports-root", str(tmp_path), "--no-report"]
-    assert pipeline.main(argv) == 0
+    argv = ["reproduce", "--profile", "tiny", "--run", "t", "--reports-root", str(tmp_path), "--no-report"]
+    assert cli.main(argv) == 0
     out = capsys.readouterr().out
     assert "host speed: not read (" in out and "metrics.jsonl:2: expected a JSON object" in out
     assert out.rstrip().splitlines()[-1].startswith("kit.pipeline: all ")
     (sft / "metrics.jsonl").write_text('{"time_s": 0.4, "threads": 2}\n')
     monkeypatch.setattr(pipeline, "run_series", lambda *a, **kw: [
         {"notebook": "02_cold_start_sft", "status": "skipped", "seconds": 0.0}])
-    assert pipeline.main(argv + ["--set", "sft.batch_size=8"]) == 0  # resumed: 02 ran in an earlier invocation
+    assert cli.main(argv + ["--set", "sft.batch_size=8"]) == 0  # resumed: 02 ran in an earlier invocation
     out = capsys.readouterr().out
     assert "host speed (an earlier invocation's cold start)" in out and "--set sft.batch_size changes" in out
 

@@ -11,10 +11,10 @@ import sys
 
 import pytest
 
-from kit import pipeline
+from kit import cli, pipeline
 from kit.bridge.verl_cpu import runner
 
-ARGV = ["run", "--profile", "smoke", "--run", "v", "--set", "runtime=verl"]
+ARGV = ["reproduce", "--profile", "smoke", "--run", "v", "--set", "runtime=verl"]
 
 
 @pytest.fixture
@@ -41,10 +41,10 @@ def fake_session(monkeypatch):
 
 
 def test_the_whole_series_is_one_launch_in_one_session(fake_session, tmp_path):
-    assert pipeline.main([*ARGV, "--reports-root", str(tmp_path)]) == 0
+    assert cli.main([*ARGV, "--reports-root", str(tmp_path)]) == 0
     assert len(fake_session) == 1
     (launch,), out, kw = fake_session[0]
-    assert launch.name == "chain" and launch.argv[:3] == [sys.executable, "-m", "kit.pipeline"]
+    assert launch.name == "chain" and launch.argv[:3] == [sys.executable, "-m", "kit"]
     assert launch.argv[3:] == [*ARGV, "--reports-root", str(tmp_path)]  # the same command, run inside
     assert out == tmp_path / "smoke" / "v" / pipeline.VERL_SESSION_DIR and kw["timeout_s"] > 10 * 900
 
@@ -56,7 +56,7 @@ def test_a_failed_session_is_exit_1(fake_session, monkeypatch, tmp_path):
                                     log_dir=str(out_dir), error="Ray did not start")
 
     monkeypatch.setattr(runner, "run_session", broken)
-    assert pipeline.main([*ARGV, "--reports-root", str(tmp_path)]) == 1
+    assert cli.main([*ARGV, "--reports-root", str(tmp_path)]) == 1
 
 
 def test_no_session_for_the_local_runtime_the_gpu_device_or_inside_a_session(fake_session, monkeypatch, tmp_path):
@@ -75,5 +75,5 @@ def test_a_machine_that_cannot_run_it_is_exit_2_naming_what_to_do(fake_session, 
         raise runner.VerlCpuError("installed verl 0.10.0; install verl==0.9.1")
 
     monkeypatch.setattr(runner, "check_verl_version", wrong_version)
-    assert pipeline.main([*ARGV, "--reports-root", str(tmp_path)]) == 2
+    assert cli.main([*ARGV, "--reports-root", str(tmp_path)]) == 2
     assert "verl==0.9.1" in capsys.readouterr().err and fake_session == []

@@ -7,10 +7,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from kit import pipeline
+from kit import cli, pipeline
 from kit.bridge.verl_cpu import runner
 
-VERL = ["run", "--profile", "smoke", "--run", "d", "--set", "runtime=verl", "--no-report"]
+VERL = ["reproduce", "--profile", "smoke", "--run", "d", "--set", "runtime=verl", "--no-report"]
 
 
 @pytest.fixture
@@ -36,7 +36,7 @@ def ran(monkeypatch):
 
 
 def test_runtime_verl_on_a_cpu_machine_without_the_selection_stops_before_the_first_notebook(ran, tmp_path, capsys):
-    assert pipeline.main([*VERL, "--reports-root", str(tmp_path)]) == 2
+    assert cli.main([*VERL, "--reports-root", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("kit.pipeline:") == 1 and "Nothing was run" in err
     assert "03_rl_stage1, 04_rl_stage2, 05_rl_stage3, 06_roc_ablation launch VERL" in err
@@ -51,21 +51,21 @@ def test_a_device_the_machine_cannot_give_is_refused_before_anything_runs(ran, m
                                                                           device, cuda, says):
     monkeypatch.setenv(runner.DEVICE_ENV, device)
     monkeypatch.setattr(torch.cuda, "is_available", lambda: cuda)
-    assert pipeline.main([*VERL, "--reports-root", str(tmp_path)]) == 2
+    assert cli.main([*VERL, "--reports-root", str(tmp_path)]) == 2
     assert says in capsys.readouterr().err and ran == []
 
 
 def test_a_machine_that_can_launch_them_runs(ran, monkeypatch, tmp_path):
     monkeypatch.setenv(runner.DEVICE_ENV, "cpu")  # a CPU machine that chose the CPU runtime: one session
-    assert pipeline.main([*VERL, "--reports-root", str(tmp_path)]) == 0 and ran == ["session"]
+    assert cli.main([*VERL, "--reports-root", str(tmp_path)]) == 0 and ran == ["session"]
     monkeypatch.setenv(runner.DEVICE_ENV, "gpu")  # a CUDA machine: the series runs, its stages on SGLang
     monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
-    assert pipeline.main([*VERL, "--reports-root", str(tmp_path)]) == 0 and ran == ["session", "series"]
+    assert cli.main([*VERL, "--reports-root", str(tmp_path)]) == 0 and ran == ["session", "series"]
 
 
 def test_a_series_that_launches_no_verl_stage_is_not_checked(ran, tmp_path):
     # --until 02: data and the cold start only (the SFT link), nothing a VERL launcher starts
-    assert pipeline.main([*VERL, "--until", "02", "--reports-root", str(tmp_path)]) == 0 and ran == ["series"]
+    assert cli.main([*VERL, "--until", "02", "--reports-root", str(tmp_path)]) == 0 and ran == ["series"]
     pipeline.check_verl_device("local", pipeline.SERIES, {})  # the local runtime launches no VERL
 
 
@@ -79,22 +79,22 @@ def test_the_check_is_the_launchers_own_choice(ran):
     pipeline.check_verl_device("verl", pipeline.SERIES, {runner.DEVICE_ENV: "cpu"})
 
 
-LOCAL = ["run", "--profile", "smoke", "--run", "l", "--no-report"]
+LOCAL = ["reproduce", "--profile", "smoke", "--run", "l", "--no-report"]
 
 
 def test_kit_verl_device_with_the_local_runtime_is_said_once_and_the_run_goes_on(ran, monkeypatch, tmp_path, capsys):
     monkeypatch.setenv(runner.DEVICE_ENV, "cpu")
-    assert pipeline.main([*LOCAL, "--reports-root", str(tmp_path)]) == 0 and ran == ["series"]
+    assert cli.main([*LOCAL, "--reports-root", str(tmp_path)]) == 0 and ran == ["series"]
     err = capsys.readouterr().err
     said = [line for line in err.splitlines() if "KIT_VERL_DEVICE" in line]
     assert len(said) == 1 and said[0].startswith("kit.pipeline: warning: KIT_VERL_DEVICE=cpu is ignored with runtime=local")
     assert "--set runtime=verl" in said[0]
-    assert pipeline.main([*LOCAL, "--dry-run", "--reports-root", str(tmp_path)]) == 0
+    assert cli.main([*LOCAL, "--dry-run", "--reports-root", str(tmp_path)]) == 0
     assert "is ignored with runtime=local" in capsys.readouterr().err  # the dry run says it too
 
 
 def test_no_warning_without_the_variable_or_with_runtime_verl(ran, monkeypatch, tmp_path, capsys):
-    assert pipeline.main([*LOCAL, "--reports-root", str(tmp_path)]) == 0
+    assert cli.main([*LOCAL, "--reports-root", str(tmp_path)]) == 0
     assert "KIT_VERL_DEVICE" not in capsys.readouterr().err
     assert pipeline.ignored_device_warning("verl", {runner.DEVICE_ENV: "cpu"}) == ""
     assert pipeline.ignored_device_warning("local", {runner.DEVICE_ENV: " "}) == ""

@@ -14,12 +14,11 @@ import psutil
 import pytest
 from doubles import port_refused
 
-from kit import prompts
+from kit import cli, prompts
 from kit.models import load_policy, save_policy
 from kit.rollout.backends import OpenAIBackend
 from kit.rollout.engine import ContinuousBatchingEngine
 from kit.rollout.serve import MAX_BODY_BYTES, BadRequest, parse_completion_request, serve_policy
-from kit.rollout.serve import main as serve_main
 
 
 @pytest.fixture(scope="module")
@@ -143,9 +142,9 @@ def test_the_command_line_names_a_bad_policy_folder_port_or_slots_before_serving
                            (["--policy", str(policy_dir), "--max-body-bytes", "0"], "--max-body-bytes 0: expected >= 1"),
                            (["--policy", str(policy_dir), "--port", str(taken.getsockname()[1])],
                             "cannot listen there (Address already in use)")]:
-            with pytest.raises(SystemExit) as exit_:
-                serve_main(argv)
-            assert exit_.value.code == 2 and says in capsys.readouterr().err
+            assert cli.main(["serve", *argv]) == 2
+            err = capsys.readouterr().err
+            assert err.startswith("kit serve: --") and says in err
     finally:
         taken.close()
 

@@ -48,7 +48,7 @@ def require_cpu_machine() -> None:
 
     if torch.cuda.is_available():
         raise VerlCpuError("runtime=verl on this machine would use the kit's CPU runtime, but a CUDA GPU is visible "
-                           f"({torch.cuda.get_device_name(0)}): run VERL with SGLang instead (python -m kit.recipe "
+                           f"({torch.cuda.get_device_name(0)}): run VERL with SGLang instead (python -m kit "
                            "launch ..., see README 'Paper scale'), or hide the GPU (CUDA_VISIBLE_DEVICES=) to test the "
                            "CPU path on purpose")
 

@@ -33,7 +33,7 @@ from IPython.display import display
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from kit.metrics import MetricsError, read_rows  # noqa: F401 - MetricsError: kit.figures.MetricsError, raised here
+from kit.metrics import MetricsError, read_rows
 
 ALGO_LABEL = {"grpo": "GRPO", "grpo_roc": "GRPO-RoC"}
 ALGO_COLOR = {"grpo": "#d62728", "grpo_roc": "#1f77b4"}

@@ -82,7 +82,7 @@ def sft_findings(run_dir: str | os.PathLike) -> str:
     Reads ``metrics.jsonl`` (``loss`` per step) and, where present, ``summary.json``
     (``heldout_accuracy``: greedy, tool allowed; ``heldout_sampled_reward``: T = 1; ``heldout_tool_rate``).
     Raises:
-        kit.figures.MetricsError: ``metrics.jsonl`` is missing or malformed (names the file and line).
+        kit.metrics.MetricsError: ``metrics.jsonl`` is missing or malformed (names the file and line).
     """
     run_dir = Path(run_dir)
     df = read_metrics(run_dir / "metrics.jsonl")
@@ -104,7 +104,7 @@ def stage_findings(run_dir: str | os.PathLike) -> str:
     selection, and the held-out sampled reward at the stage's end.
 
     Raises:
-        kit.figures.MetricsError: ``metrics.jsonl`` is missing or malformed (names the file and line).
+        kit.metrics.MetricsError: ``metrics.jsonl`` is missing or malformed (names the file and line).
     """
     run_dir = Path(run_dir)
     df = read_metrics(run_dir / "metrics.jsonl")
@@ -144,7 +144,7 @@ def ablation_findings(run_dir: str | os.PathLike) -> str:
     tool-error ratio ended below GRPO's.
 
     Raises:
-        kit.figures.MetricsError: no ``metrics.jsonl`` under ``run_dir``, or a malformed one.
+        kit.metrics.MetricsError: no ``metrics.jsonl`` under ``run_dir``, or a malformed one.
         ValueError: the metrics lack ``algorithm`` or ``seed`` columns.
     """
     df = collect_metrics(run_dir)

@@ -175,7 +175,7 @@ def host_speed_line(sft_metrics: str | os.PathLike, profile: str, *, earlier: bo
         where the file is missing or has no timed step (a linked or VERL cold start).
     Raises:
         ValueError: the file cannot be decoded as UTF-8, or a line is not a JSON object
-            (:class:`kit.figures.MetricsError`, naming the file and line).
+            (:class:`kit.metrics.MetricsError`, naming the file and line).
     """
     path = Path(sft_metrics)
     if not path.is_file():

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from kit import figures
-from kit.figures import MetricsError
+from kit.metrics import MetricsError
 from kit.progress import StepBar
 
 

@@ -5,15 +5,14 @@ from __future__ import annotations
 import json
 
 import pytest
-from conftest import write_rl_metrics
 
 from kit.chain.findings import ablation_findings, sft_findings, stage_findings
-from kit.figures import MetricsError
+from kit.metrics import MetricsError
 
 
-def test_stage_findings_reads_the_trend_and_roc_from_metrics(tmp_path):
+def test_stage_findings_reads_the_trend_and_roc_from_metrics(tmp_path, rl_metrics):
     run = tmp_path / "stage1"
-    write_rl_metrics(run / "metrics.jsonl", stage="stage1", algorithm="grpo_roc", seed=0, steps=9,
+    rl_metrics(run / "metrics.jsonl", stage="stage1", algorithm="grpo_roc", seed=0, steps=9,
                      acc0=0.3, acc_slope=0.02, err0=0.3, err_slope=-0.01)
     (run / "summary.json").write_text(json.dumps({"heldout_sampled_reward": 0.8125}))
     md = stage_findings(run)
@@ -26,9 +25,9 @@ def test_stage_findings_reads_the_trend_and_roc_from_metrics(tmp_path):
     assert "held-out sampled reward (T = 1, the RL objective) is 0.812" in md
 
 
-def test_stage_findings_says_what_is_missing_and_when_steps_are_too_few(tmp_path):
+def test_stage_findings_says_what_is_missing_and_when_steps_are_too_few(tmp_path, rl_metrics):
     run = tmp_path / "s"
-    write_rl_metrics(run / "metrics.jsonl", stage="stage1", algorithm="grpo", seed=0, steps=2)
+    rl_metrics(run / "metrics.jsonl", stage="stage1", algorithm="grpo", seed=0, steps=2)
     rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     for r in rows:
         r["tool_error_ratio_correct_before"] = r["tool_error_ratio_correct_after"] = None
@@ -50,11 +49,11 @@ def test_sft_findings_reports_loss_and_heldout_scores(tmp_path):
     assert "91.4% correctly greedily (tool allowed) and 71.1% when sampled" in md and "on 100% of held-out" in md
 
 
-def test_ablation_findings_compares_the_arms_per_seed(tmp_path):
+def test_ablation_findings_compares_the_arms_per_seed(tmp_path, rl_metrics):
     for seed, roc_err in ((0, 0.1), (1, 0.3)):
-        write_rl_metrics(tmp_path / f"grpo_seed{seed}" / "metrics.jsonl", stage="stage1", algorithm="grpo", seed=seed,
+        rl_metrics(tmp_path / f"grpo_seed{seed}" / "metrics.jsonl", stage="stage1", algorithm="grpo", seed=seed,
                          steps=6, err0=0.2, err_slope=0.0)
-        write_rl_metrics(tmp_path / f"grpo_roc_seed{seed}" / "metrics.jsonl", stage="stage1", algorithm="grpo_roc",
+        rl_metrics(tmp_path / f"grpo_roc_seed{seed}" / "metrics.jsonl", stage="stage1", algorithm="grpo_roc",
                          seed=seed, steps=6, err0=roc_err, err_slope=0.0)
     md = ablation_findings(tmp_path)
     assert "`grpo` (2 seeds" in md and "tool-error ratio among correct trajectories 0.200" in md

@@ -34,16 +34,11 @@ def check(cfg: KitConfig) -> KitConfig:
     """Rules between keys that one key's type cannot say; returns ``cfg`` unchanged.
 
     Raises:
-        ConfigError: ``runtime = "local"`` with a rollout engine other than ``"hf"`` (the local
-            runtime samples with the tiny engine of ``kit.train``; SGLang runs under VERL);
-            RoC minimums that do not fit in G (:func:`check_minimums`); a tracker listed twice in
+        ConfigError: RoC minimums that do not fit in G (:func:`check_minimums`); a tracker listed twice in
             ``logging.backends``; an entry of ``sandbox.preimport`` that is not a dotted module
             name (``""``, ``"[]"``, ``"numpy scipy"``), caught here before a run; a well-formed
             name that does not import fails when the sandbox starts (:mod:`kit.sandbox.workers`).
     """
-    if cfg.runtime == "local" and cfg.rollout.engine != "hf":
-        raise ConfigError(f"runtime: 'local' trains with the kit's own engine and needs rollout.engine='hf', "
-                          f"got rollout.engine={cfg.rollout.engine!r}; set runtime='verl' to train in VERL")
     a = cfg.algorithm
     try:
         check_minimums(a.group_size, a.min_positive, a.min_negative)

@@ -83,7 +83,6 @@ class SandboxConfig:
 class RolloutConfig:
     """Multi-turn agent rollout (report §2, §2.1)."""
 
-    engine: Literal["hf", "sglang"] = "sglang"
     max_prompt_tokens: int = 2048
     # the training budget shared across turns (tool tokens included) and the turn limit: the one
     # source of every RL stage that does not set its own (stages.<s>.max_response_tokens /
@@ -237,11 +236,8 @@ class LoggingConfig:
 
 @dataclass(frozen=True)
 class KitConfig:
-    """The whole resolved configuration of one run.
-
-    Cross-field rules (checked by :func:`load` and :func:`from_json`, see :func:`check`):
-    ``runtime = "local"`` samples with the kit's own engine, so it needs ``rollout.engine = "hf"``.
-    """
+    """The whole resolved configuration of one run; :func:`load` and :func:`from_json` check the rules
+    between its keys (:func:`kit.config.check`)."""
 
     profile: str = "paper-14b"
     run_dir: str = ""

@@ -46,16 +46,17 @@ def test_profiles_choose_their_runtime_and_the_rules_between_keys_hold(tmp_path)
         ["local", "local", "verl", "verl"]
     with pytest.raises(ConfigError, match="runtime: 'cluster' is not one of"):
         load("smoke", {"runtime": "cluster"}, write=False)
-    with pytest.raises(ConfigError, match="needs rollout.engine='hf'"):
-        load("smoke", {"rollout.engine": "sglang"}, write=False)
     assert load("smoke", {"runtime": "verl"}, write=False).runtime == "verl"  # e.g. VERL on the CPU
-    # a config.json written before the key existed reads back with the runtime its engine implied
-    for profile, expected in (("smoke", "local"), ("paper-14b", "verl")):
-        path = save(load(profile, write=False), tmp_path / profile)
-        data = json.loads(path.read_text())
-        del data["runtime"]
-        path.write_text(json.dumps(data))
-        assert from_json(path).runtime == expected
+    # rollout.engine was a knob nothing read (runtime says who samples): gone, so a profile, an override or
+    # an old config.json that still sets it is an unknown key
+    with pytest.raises(ConfigError, match="rollout.engine"):
+        load("smoke", {"rollout.engine": "hf"}, write=False)
+    path = save(load("smoke", write=False), tmp_path / "old")
+    data = json.loads(path.read_text())
+    data["rollout"]["engine"] = "hf"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="rollout.engine"):
+        from_json(path)
 
 
 class Recorder:

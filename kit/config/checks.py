@@ -18,7 +18,7 @@ class ConfigError(ValueError):
 def check_minimums(group_size: int, min_positive: int, min_negative: int) -> None:
     """The one check that G rows can hold both RoC minimum counts (release:
     ``min_non_zero_reward_trace_num + min_zero_reward_trace_num <= n``); :func:`check` applies it
-    to ``[algorithm]``, ``kit.algo.roc`` (which re-exports it) and ``kit.bridge.overrides`` to what
+    to ``[algorithm]``, ``kit.algo.roc.RocParams`` and ``kit.bridge.overrides`` to what
     they are given.
 
     Raises:

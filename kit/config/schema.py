@@ -119,6 +119,9 @@ class AlgorithmConfig:
     min_positive: int = 2  # release: min_non_zero_reward_trace_num
     min_negative: int = 2  # release: min_zero_reward_trace_num
     drop_equal_reward_groups: bool = True  # DAPO-style, as released
+    # advantage estimator, by VERL's algorithm.adv_estimator name (kit.algo.advantage.ADV_ESTIMATORS;
+    # report §2.2.1: "grpo"); an unregistered name fails where a trainer reads it, listing the registered ones
+    adv_estimator: str = "grpo"
     adv_eps: float = 1e-6
     clip_ratio_low: float = 0.2  # Clip-Higher (report §2.2.1)
     clip_ratio_high: float = 0.28

@@ -16,7 +16,7 @@ the kit's shared pieces only:
     3. binary reward (:func:`kit.reward.verify_batch`);
     4. ``grpo_roc``: :func:`kit.algo.roc_step` keeps G per group (RoC, report §2.2.2);
        ``grpo``: all G are kept (the ablation's baseline, report §5.3);
-    5. :func:`kit.algo.group_advantage` over the kept rows, :func:`kit.algo.policy_loss`
+    5. the advantage over the kept rows (``algorithm.adv_estimator``, :func:`kit.train.update.advantages`), :func:`kit.algo.policy_loss`
        (Clip-Higher, token-mean, response mask), one optimizer step (``ppo_epochs`` passes over
        the batch; old log-probs recomputed by the policy before the update, as VERL does).
 
@@ -50,7 +50,6 @@ import numpy as np
 import torch
 
 from kit import jsonio
-from kit.algo import group_advantage
 from kit.analysis.bstar import balance_score_step
 from kit.config import KitConfig, StageConfig, save
 from kit.data.curate import build_hard_subset
@@ -60,7 +59,7 @@ from kit.rollout import run_coroutine
 from kit.sandbox import SandboxPool
 from kit.train import common, tracking
 from kit.train.rollouts import Batch, batch_stats, collect, evaluate_policy
-from kit.train.update import ALGORITHMS, MICRO_TOKENS, policy_update, select, token_logprobs
+from kit.train.update import ALGORITHMS, MICRO_TOKENS, advantages, policy_update, select, token_logprobs
 
 __all__ = [
     "ALGORITHMS", "MICRO_TOKENS", "RL_STATE", "SAMPLES_PER_STEP", "STAGES", "STAGE_GREEDY_PROBLEMS",
@@ -214,9 +213,7 @@ async def _run_stage(cfg, stage_name, policy_dir, run_dir, progress, algorithm, 
                                      "update_rows_skipped": 0.0}
             if kept.size:
                 flat = batch.flat()
-                r = batch.rewards.reshape(-1)
-                gids = np.repeat(np.arange(len(problems)), n)
-                adv = group_advantage(torch.tensor(r[kept]), gids[kept].tolist(), a.adv_eps)
+                adv = advantages(cfg, batch, kept)  # the estimator algorithm.adv_estimator names
                 model.train()
                 lr = common.lr_at(step, a.lr, a.warmup_steps, steps, "constant")
                 upd = policy_update(cfg, model, opt, [flat[i] for i in kept], adv, tok.pad_token_id, lr)

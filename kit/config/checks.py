@@ -34,11 +34,15 @@ def check(cfg: KitConfig) -> KitConfig:
     """Rules between keys that one key's type cannot say; returns ``cfg`` unchanged.
 
     Raises:
-        ConfigError: RoC minimums that do not fit in G (:func:`check_minimums`); a tracker listed twice in
+        ConfigError: ``data.source = "tasks"`` with ``runtime = "verl"`` (VERL reads the curated
+            parquet, :mod:`kit.data.pool`); RoC minimums that do not fit in G (:func:`check_minimums`); a tracker listed twice in
             ``logging.backends``; an entry of ``sandbox.preimport`` that is not a dotted module
             name (``""``, ``"[]"``, ``"numpy scipy"``), caught here before a run; a well-formed
             name that does not import fails when the sandbox starts (:mod:`kit.sandbox.workers`).
     """
+    if cfg.runtime == "verl" and cfg.data.source == "tasks":
+        raise ConfigError("data.source: 'tasks' (the generated task family) is the local runtime's pool; VERL trains on "
+                          "<01 run>/data/curated.parquet: set data.source='curated' (or 'auto'), or runtime='local'")
     a = cfg.algorithm
     try:
         check_minimums(a.group_size, a.min_positive, a.min_negative)

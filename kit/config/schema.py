@@ -44,6 +44,10 @@ class DataConfig:
     """Data directory, curation filters and the tiny task family (report §4.2)."""
 
     data_dir: str = ""  # empty: KIT_DATA_DIR, else ../shared/data beside the checkout
+    # the RL stages' pool (kit.data.pool): "curated" = <01 run>/data/curated.parquet (both runtimes),
+    # "tasks" = the generated task family at each stage's difficulty (local runtime only),
+    # "auto" = "tasks" on the local runtime, "curated" on VERL
+    source: Literal["auto", "tasks", "curated"] = "auto"
     train_pools: tuple[str, ...] = ("dapo", "openmathreasoning", "project_euler", "aime_history", "gsm8k")
     max_answer_digits: int = 18  # report §4.2 drops answers too large for the verifier (6.5e27330467)
     decontam_ngram: int = 8  # drop training problems sharing an 8-gram with a benchmark

@@ -115,17 +115,23 @@ def test_a_zero_step_hard_stage_builds_no_subset(monkeypatch, tmp_path):
 
 def test_the_local_runtime_passes_the_upstream_policy_folder_to_the_engine(monkeypatch, tmp_path):
     seen = {}
-    monkeypatch.setattr(local.rl, "run_stage", lambda cfg, stage, init, run, progress: seen.update(stage=init))
-    monkeypatch.setattr(local.rl, "prepare_hard_subset", lambda cfg, stage, init, run: seen.update(hard=init))
+    monkeypatch.setattr(local.rl, "run_stage",
+                        lambda cfg, stage, init, run, progress, data_dir: seen.update(stage=init, data=data_dir))
+    monkeypatch.setattr(local.rl, "prepare_hard_subset",
+                        lambda cfg, stage, init, run, data_dir: seen.update(hard=init, hard_data=data_dir))
     monkeypatch.setattr(local.ablation, "run_ablation", lambda cfg, init, run, **kw: seen.update(abl=init, **kw))
     cfg = load("smoke", write=False)
     for run in ("s1", "s2", "sft"):
         (tmp_path / run / "policy").mkdir(parents=True)
-    local.run_stage(cfg, "stage2", run_dir=tmp_path / "s2", init_dir=tmp_path / "s1", data_dir=None)
-    local.prepare_hard_subset(cfg, "stage3", run_dir=tmp_path / "s3", init_dir=tmp_path / "s2")
+    local.run_stage(cfg, "stage2", run_dir=tmp_path / "s2", init_dir=tmp_path / "s1", data_dir=tmp_path / "d")
+    local.prepare_hard_subset(cfg, "stage3", run_dir=tmp_path / "s3", init_dir=tmp_path / "s2", data_dir=tmp_path / "d")
     local.run_ablation(cfg, run_dir=tmp_path / "a", init_dir=tmp_path / "sft", reuse=(tmp_path / "s1",))
-    assert seen == {"stage": tmp_path / "s1" / "policy", "hard": tmp_path / "s2" / "policy",
+    assert seen == {"stage": tmp_path / "s1" / "policy", "hard": tmp_path / "s2" / "policy",  # data_dir reaches the pool
+                    "data": tmp_path / "d", "hard_data": tmp_path / "d",
                     "abl": tmp_path / "sft" / "policy", "progress": None, "reuse": [tmp_path / "s1"]}
+    with pytest.raises(ValueError, match="ablation arms train on the task family"):
+        local.run_ablation(load("smoke", {"data.source": "curated"}, write=False), run_dir=tmp_path / "a",
+                           init_dir=tmp_path / "sft")
 
 
 def test_each_runtime_refuses_the_others_inputs(tmp_path):

@@ -63,8 +63,3 @@ def data_file(relative: str, *, override: str | os.PathLike | None = None, how_t
             f"the folder that holds '{relative}').{hint}"
         )
     return path
-
-
-def runs_root() -> Path:
-    """Default parent folder of run directories: ``<repo>/runs`` (ignored by git)."""
-    return REPO_ROOT / "runs"

@@ -1,4 +1,4 @@
-"""VERL 0.9.1's own trainer on a CPU-only machine (issue #15; ../shared/research/verl_on_cpu.md).
+"""VERL 0.9.1's own trainer on a CPU-only machine (issue #15).
 
 Pieces, each in its module:
 

@@ -25,7 +25,7 @@ resumes its step counter from the checkpoint folder name. Every override is chec
 VERL's composed config by ``tests/bridge/test_overrides.py`` and pinned by golden files in
 ``tests/bridge/golden/``. Keys VERL's YAML lacks carry a ``+``.
 
-What it does not do: write the files it names (``kit.recipe`` writes the agent-loop YAML and
+What it does not do: write the files it names (:mod:`kit.bridge.launch` writes the agent-loop YAML and
 the parquet files), choose a cluster layout for you (``n_gpus_per_node``, ``nnodes``,
 ``rollout_tp`` are arguments), or set VERL's chat template (the kit agent loop renders prompts
 from ``kit.prompts`` itself).
@@ -183,7 +183,7 @@ def to_hydra_overrides(
     if metrics_file and "file" not in logger:
         logger = (*logger, "file")
     out: list[tuple[str, Any]] = [
-        # data (report §4.2 pools, written to parquet by kit.recipe)
+        # data (report §4.2 pools, written to parquet by kit.bridge.launch.prepare_data; kit.data.pool)
         ("data.train_files", paths.train_files),
         ("data.val_files", paths.val_files),
         ("data.train_batch_size", P),

@@ -16,9 +16,10 @@ the kit's shared pieces only:
     3. binary reward (:func:`kit.reward.verify_batch`);
     4. ``grpo_roc``: :func:`kit.algo.roc_step` keeps G per group (RoC, report §2.2.2);
        ``grpo``: all G are kept (the ablation's baseline, report §5.3);
-    5. the advantage over the kept rows (``algorithm.adv_estimator``, :func:`kit.train.update.advantages`), :func:`kit.algo.policy_loss`
-       (Clip-Higher, token-mean, response mask), one optimizer step (``ppo_epochs`` passes over
-       the batch; old log-probs recomputed by the policy before the update, as VERL does).
+    5. the advantage of the kept rows (:func:`kit.train.update.advantages`, ``algorithm.adv_estimator``),
+       :func:`kit.algo.policy_loss` (Clip-Higher, token-mean, response mask), one optimizer step
+       (``ppo_epochs`` passes over the batch; old log-probs recomputed by the policy before the
+       update, as VERL does).
 
 Stages (``cfg.stages.stage1..3``): response budget, turn limit, task level and step count
 from the profile. A stage starts from ``policy_dir`` (the latest policy); its reference policy is
@@ -87,7 +88,7 @@ def stage_config(cfg: KitConfig, stage_name: str) -> StageConfig:
     return getattr(cfg.stages, stage_name)
 
 
-def stage_pool(cfg: KitConfig, stage: StageConfig, data_dir: str | Path | None = None) -> list[TaskProblem]:
+def stage_pool(cfg: KitConfig, stage: StageConfig, data_dir: str | Path | None = None) -> list[data_pool.Problem]:
     """The stage's problems from ``data.source`` (:func:`kit.data.pool.pool`; ``data_dir`` for ``curated``)."""
     return data_pool.pool(cfg, stage, data_dir)
 

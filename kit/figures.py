@@ -19,7 +19,6 @@ seeds of one algorithm are drawn as their mean with a min-max band.
 from __future__ import annotations
 
 import io
-import math
 import os
 import textwrap
 import time
@@ -423,12 +422,3 @@ def save_figure(fig: Figure, out_dir: str | os.PathLike, name: str, formats: Seq
         fig.savefig(p, dpi=dpi)
         paths.append(p)
     return paths
-
-
-def finite_or_none(x) -> float | None:
-    """``float(x)`` when finite, else None (for JSON and tables: absent stays absent)."""
-    try:
-        v = float(x)
-    except (TypeError, ValueError):
-        return None
-    return v if math.isfinite(v) else None

@@ -62,10 +62,3 @@ def write_json(path: str | os.PathLike, obj: Any) -> Path:
         Path(tmp).unlink(missing_ok=True)
         raise
     return path
-
-
-def append_jsonl(path: str | os.PathLike, rows: Any) -> None:
-    """Append each of ``rows`` (dicts) to the JSON-lines file ``path`` as one line (NaN as null)."""
-    with Path(path).open("a") as fh:
-        for row in rows:
-            fh.write(dumps(row) + "\n")

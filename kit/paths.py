@@ -57,14 +57,9 @@ def data_file(relative: str, *, override: str | os.PathLike | None = None, how_t
             "KIT_DATA_DIR" if os.environ.get("KIT_DATA_DIR") else
             "the default ../shared/data beside the checkout"
         )
-        hint = f" {how_to_get}" if how_to_get else " See ../shared/data/SOURCES.md for its origin."
+        hint = f" {how_to_get}" if how_to_get else " SOURCES.md in the data directory says where each file comes from."
         raise DataFileMissing(
             f"data file not found: {path} (data directory from {source}; set KIT_DATA_DIR to "
             f"the folder that holds '{relative}').{hint}"
         )
     return path
-
-
-def runs_root() -> Path:
-    """Default parent folder of run directories: ``<repo>/runs`` (ignored by git)."""
-    return REPO_ROOT / "runs"

@@ -41,7 +41,7 @@ def preflight(data_dir: str = "") -> list[dict[str, str]]:
     """Check what the chain needs before the expensive steps run.
 
     Args:
-        data_dir: ``DataConfig.data_dir`` (empty: ``KIT_DATA_DIR`` or ``../shared/data``).
+        data_dir: ``DataConfig.data_dir`` (empty: ``KIT_DATA_DIR`` or :func:`kit.paths.data_dir`'s default).
     Returns:
         Rows ``{"check", "status" ("ok" | "missing" | "warning"), "detail"}``: Python packages
         (versions from their metadata, nothing heavy is imported), bubblewrap, xelatex, the

@@ -8,8 +8,7 @@ or not published) stay NaN in the DataFrame, an empty cell in CSV and an em dash
 HTML: never zero.
 
 Published numbers come from ``paper_values.yaml`` (rStar2-Agent report, arXiv 2508.20722):
-``../shared/reference/paper_values.yaml`` beside the checkout when present (or ``KIT_REFERENCE_FILE``),
-else the copy shipped in ``kit/reference/`` (a test keeps the two equal).
+the copy shipped in ``kit/reference/``, or the file ``KIT_REFERENCE_FILE`` names.
 
 Reproduced values come from the evaluation run directory as a mapping
 ``{benchmark: {"accuracy": fraction in [0, 1], "response_len_mean": tokens, "n_samples": int}}``
@@ -29,10 +28,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from kit.paths import REPO_ROOT
-
 BUNDLED_REFERENCE = Path(__file__).resolve().parent / "reference" / "paper_values.yaml"
-SHARED_REFERENCE = REPO_ROOT.parent / "shared" / "reference" / "paper_values.yaml"
 ABSENT = "\u2014"  # em dash, how an absent value is shown
 
 BENCH_LABEL = {"math500": "MATH-500", "aime24": "AIME24", "aime25": "AIME25", "hmmt25": "HMMT25",
@@ -85,11 +81,9 @@ class RunInfo:
 
 
 def reference_path() -> Path:
-    """The paper-values file used: ``KIT_REFERENCE_FILE``, else the shared one, else the bundled copy."""
+    """The paper-values file used: ``KIT_REFERENCE_FILE``, else the bundled copy."""
     env = os.environ.get("KIT_REFERENCE_FILE")
-    if env:
-        return Path(env)
-    return SHARED_REFERENCE if SHARED_REFERENCE.exists() else BUNDLED_REFERENCE
+    return Path(env) if env else BUNDLED_REFERENCE
 
 
 def paper_values(path: str | os.PathLike | None = None) -> dict[str, Any]:

@@ -6,6 +6,7 @@ module-level ones: a lazy import is still a dependency.
 
 import ast
 import json
+import re
 from collections import defaultdict
 from functools import cache
 from pathlib import Path
@@ -225,3 +226,32 @@ def test_required_layout_exists():
     for p in ["kit", "notebooks", "reports", "tests", "benchmarks", "environment.yml", "Makefile",
               "pyproject.toml", "README.md", ".ci/run"]:
         assert (ROOT / p).exists(), p
+
+
+#: a path beside or above the checkout: the shared folders (``../shared/...``, ``shared/data`` ...), an
+#: absolute path of this workplace, or code that climbs above the repository root
+OUTSIDE = re.compile(r"\.\./shared\b|(?<![\w/])shared/(?:data|research|reference|tools|hooks|STYLE)|/work/"
+                     r"|REPO_ROOT\.parent|ROOT\.parent")
+#: where a path outside the repository is the point: the data directory's default (a run-time setting,
+#: ``KIT_DATA_DIR``) and its test; this file holds the rule's own examples
+OUTSIDE_ALLOWED = {"kit/paths.py", "tests/foundation/test_paths.py", "tests/test_layout.py"}
+
+
+def _named_outside(text: str) -> list[str]:
+    return [m.group(0) for m in OUTSIDE.finditer(text)]
+
+
+def test_nothing_in_the_repository_points_outside_it():
+    """Docs, code and notebooks name files in the repository only (the style guide ships as STYLE.md);
+    the data directory is a run-time setting, so only its default may name a folder beside the checkout."""
+    files = [p for d in ("kit", "tests", "notebooks", "benchmarks") for p in (ROOT / d).rglob("*")
+             if p.suffix in (".py", ".ipynb", ".toml", ".yaml", ".md", ".txt", ".sh") and "__pycache__" not in p.parts]
+    files += [ROOT / "DEVELOPERS.md", ROOT / "STYLE.md", ROOT / "Makefile"]
+    bad = {str(p.relative_to(ROOT)): hits for p in files
+           if str(p.relative_to(ROOT)) not in OUTSIDE_ALLOWED and (hits := _named_outside(p.read_text()))}
+    assert not bad, f"paths outside the repository (put the fact inline or name a file in the repo): {bad}"
+    assert (ROOT / "STYLE.md").is_file()
+    # the rule sees what it is for, and a path inside the repository passes
+    assert _named_outside("see ../shared/research/verl_on_cpu.md and /work/x; REPO_ROOT.parent / 'shared'") == \
+        ["../shared", "/work/", "REPO_ROOT.parent"]
+    assert _named_outside("see STYLE.md, kit/reference/paper_values.yaml, ../reports/tiny/lab/data") == []

@@ -1,22 +1,14 @@
-"""GRPO-RoC as pure functions (rStar2-Agent §2.2): advantage and loss in ``grpo``, Resample-on-Correct in ``roc``."""
+"""GRPO-RoC as pure functions (rStar2-Agent §2.2): advantage and loss in ``grpo``, the advantage estimators
+by name in ``advantage`` (``algorithm.adv_estimator``), Resample-on-Correct in ``roc``."""
 
+from kit.algo.advantage import ADV_ESTIMATORS, adv_estimator, compute_advantage, register_adv_estimator
 from kit.algo.grpo import aggregate_loss, group_advantage, policy_loss
-from kit.algo.roc import (
-    RocParams,
-    RocSelection,
-    allocate,
-    counters,
-    p_err,
-    p_format,
-    p_total,
-    release_p_err,
-    release_p_format,
-    roc_metrics,
-    roc_select,
-    roc_step,
-)
+from kit.algo.roc import RocParams, roc_metrics, roc_step
+from kit.algo.roc_penalties import counters, p_err, p_format, p_total, release_p_err, release_p_format
+from kit.algo.roc_selection import RocSelection, allocate, roc_select
 
 __all__ = [
+    "ADV_ESTIMATORS", "adv_estimator", "compute_advantage", "register_adv_estimator",
     "RocParams", "RocSelection", "aggregate_loss", "allocate", "counters", "group_advantage", "p_err",
     "p_format", "p_total", "policy_loss", "release_p_err", "release_p_format", "roc_metrics", "roc_select",
     "roc_step",

@@ -27,7 +27,7 @@ Everything here is a pure function on per-trajectory arrays (``N = P * 2G`` rows
 selection), so the local CPU trainer and the VERL hook (``kit.bridge.roc_hook``) share it. The
 penalties and their counters are :mod:`kit.algo.roc_penalties`, the selection
 :mod:`kit.algo.roc_selection`; this module holds the trainers' one call (:class:`RocParams`,
-:func:`roc_step`) and the step metrics (:func:`roc_metrics`), and re-exports every name of both.
+:func:`roc_step`) and the step metrics (:func:`roc_metrics`); :mod:`kit.algo` exports the names of all three.
 
 Differences from the public release (microsoft/rStar ``rstar2_agent/down_sample/roc.py``) and
 how to get the release's behaviour here:
@@ -78,32 +78,19 @@ from typing import Any
 import numpy as np
 
 from kit.algo.roc_penalties import (
-    FAILURE_KINDS,
-    INFRA_KINDS,
-    NO_CALL_P_ERR,
-    counters,
     p_err,
     p_format,
     p_total,
-    release_p_err,
-    release_p_format,
-    tool_failure_count,
 )
 from kit.algo.roc_selection import (
     NegativeOrder,
     RocMode,
     RocSelection,
-    allocate,
     roc_select,
-    select_positives,
 )
 from kit.config import AlgorithmConfig, check_minimums  # the one minimums check lives beside the config
 
-__all__ = [
-    "FAILURE_KINDS", "INFRA_KINDS", "NO_CALL_P_ERR", "NegativeOrder", "RocMode", "RocParams", "RocSelection",
-    "allocate", "check_minimums", "counters", "p_err", "p_format", "p_total", "release_p_err", "release_p_format",
-    "roc_metrics", "roc_select", "roc_step", "select_positives", "tool_failure_count",
-]
+__all__ = ["RocParams", "roc_metrics", "roc_step"]
 
 
 def roc_metrics(

@@ -14,7 +14,7 @@
 way the public release (microsoft/rStar ``rstar2_agent/down_sample/roc.py``) does, for
 comparison; :mod:`kit.algo.roc` tabulates the differences. :func:`counters` collects the
 per-trajectory counts from ``Trajectory`` objects or VERL ``extra_fields``. Pure functions on
-(N,) arrays, ``N = P * 2G`` rows before selection. :mod:`kit.algo.roc` re-exports every name.
+(N,) arrays, ``N = P * 2G`` rows before selection. :mod:`kit.algo` exports the trainers' names.
 """
 
 from __future__ import annotations

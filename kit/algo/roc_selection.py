@@ -7,7 +7,7 @@ with probability proportional to ``1 / p_total`` (``mode="sample"``, the report)
 first (``"rank"``, the release); negatives are drawn uniformly at random or taken in rollout
 order. :func:`roc_select` applies it to a whole oversampled batch and returns a
 :class:`RocSelection`. Differences from the public release are tabulated in :mod:`kit.algo.roc`,
-which re-exports every name. Pure functions on (N,) arrays, ``N = P * 2G``; all randomness comes
+exported by :mod:`kit.algo`. Pure functions on (N,) arrays, ``N = P * 2G``; all randomness comes
 from one numpy Generator.
 """
 

@@ -39,6 +39,7 @@ from transformers import AutoTokenizer
 
 from kit import jsonio
 from kit.data.curate import build_hard_subset
+from kit.data.pool import curated_file
 from kit.reward import verify_batch
 from kit.rollout import run_coroutine
 from kit.rollout.backends import OpenAIBackend
@@ -167,7 +168,7 @@ def prepare_stage3_data(cfg: Any, run_dir: str | os.PathLike, data_dir: str | os
         info = {"parquet": str(out), "route": {"kind": "given"}}
         jsonio.write_json(info_path, info)
         return info
-    curated = Path(data_dir) / "data" / "curated.parquet"
+    curated = curated_file(data_dir)  # kit.data.pool: the file both runtimes train on
     n = cfg.stages.stage3.hard_filter_samples
     policy = str((Path(init_dir) / "policy").resolve())
     if hard_counts:

@@ -25,7 +25,7 @@ resumes its step counter from the checkpoint folder name. Every override is chec
 VERL's composed config by ``tests/bridge/test_overrides.py`` and pinned by golden files in
 ``tests/bridge/golden/``. Keys VERL's YAML lacks carry a ``+``.
 
-What it does not do: write the files it names (``kit.recipe`` writes the agent-loop YAML and
+What it does not do: write the files it names (:mod:`kit.bridge.launch` writes the agent-loop YAML and
 the parquet files), choose a cluster layout for you (``n_gpus_per_node``, ``nnodes``,
 ``rollout_tp`` are arguments), or set VERL's chat template (the kit agent loop renders prompts
 from ``kit.prompts`` itself).
@@ -37,7 +37,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from kit.algo.roc import check_minimums
+from kit.algo import adv_estimator
+from kit.config import check_minimums
 from kit.train.tracking import tracking_env
 
 STAGES = ("stage1", "stage2", "stage3")
@@ -163,7 +164,8 @@ def to_hydra_overrides(
     Returns:
         list of ``key=value`` strings, in a fixed order (golden-file friendly).
     Raises:
-        ValueError: unknown stage, or RoC settings that cannot keep G of 2G.
+        ValueError: unknown stage, RoC settings that cannot keep G of 2G, or an unregistered
+            ``algorithm.adv_estimator``.
     """
     _check_stage(stage)
     a, r, st = config.algorithm, config.rollout, getattr(config.stages, stage)
@@ -173,6 +175,7 @@ def to_hydra_overrides(
         raise ValueError(f"algorithm.oversample ({oversample}) must be >= algorithm.group_size ({G}) for RoC")
     if roc:
         check_minimums(G, a.min_positive, a.min_negative)
+    adv_estimator(a.adv_estimator)  # registered in kit.algo.advantage, else a ValueError naming the key
     paths = paths or RecipePaths.default(config.run_dir or f"runs/{config.profile}", stage)
     max_seq = r.max_prompt_tokens + st.max_response_tokens
     offset = stage_step_offset(config, stage) if start_step is None else int(start_step)
@@ -180,7 +183,7 @@ def to_hydra_overrides(
     if metrics_file and "file" not in logger:
         logger = (*logger, "file")
     out: list[tuple[str, Any]] = [
-        # data (report §4.2 pools, written to parquet by kit.recipe)
+        # data (report §4.2 pools, written to parquet by kit.bridge.launch.prepare_data; kit.data.pool)
         ("data.train_files", paths.train_files),
         ("data.val_files", paths.val_files),
         ("data.train_batch_size", P),
@@ -211,7 +214,7 @@ def to_hydra_overrides(
         ("actor_rollout_ref.actor.use_kl_loss", a.kl_coef > 0),
         ("actor_rollout_ref.actor.kl_loss_coef", float(a.kl_coef)),
         ("actor_rollout_ref.actor.entropy_coeff", float(a.entropy_coef)),
-        ("algorithm.adv_estimator", "grpo"),
+        ("algorithm.adv_estimator", a.adv_estimator),  # VERL's own implementation of the registered name
         ("algorithm.norm_adv_by_std_in_grpo", True),
         ("algorithm.use_kl_in_reward", False),
         # rollout: SGLang, async multi-turn agent loop of the kit (report §2.1, §3)

@@ -63,7 +63,7 @@ from verl import DataProto
 from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ
 from verl.utils import tensordict_utils as tu
 
-from kit.algo.roc import RocParams, counters, release_p_err, release_p_format, roc_step
+from kit.algo import RocParams, counters, release_p_err, release_p_format, roc_step
 from kit.bridge.sampler import KitReplayBuffer, poll_interval_from_kwargs
 from kit.config import AlgorithmConfig
 

@@ -65,6 +65,7 @@ from kit.bridge.metric_map import METRIC_MAP, is_training_row
 from kit.bridge.overrides import STAGES, stage_step_offset
 from kit.bridge.sft import sft_command
 from kit.config import KitConfig, save
+from kit.data.pool import curated_file
 from kit.train.ablation import arm_seeds
 
 #: VERL's own per-step log (its file logger), beside the kit's ``metrics.jsonl``: not named like it, since
@@ -143,7 +144,7 @@ def plan_stage(cfg: KitConfig, stage: str, run_dir: str | os.PathLike, init_dir:
     if own and start < own[-1] < end:
         notes.append(f"resuming this stage from its own step {own[-1]} (interrupted run)")
         resume = str(run / "checkpoints" / f"global_step_{own[-1]}")
-    train = run / "data" / "hard.parquet" if stage == "stage3" else data / "data" / "curated.parquet"
+    train = run / "data" / "hard.parquet" if stage == "stage3" else curated_file(data)  # kit.data.pool: both runtimes
     reads = {"model": str(init / "policy"), "train_files": str(train), "val_files": str(data / "data" / "val.parquet")}
     if resume:
         reads["resume_from"] = resume

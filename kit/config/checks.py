@@ -28,7 +28,7 @@ class ConfigError(ValueError):
 def check_minimums(group_size: int, min_positive: int, min_negative: int) -> None:
     """The one check that G rows can hold both RoC minimum counts (release:
     ``min_non_zero_reward_trace_num + min_zero_reward_trace_num <= n``); :func:`check` applies it
-    to ``[algorithm]``, ``kit.algo.roc`` (which re-exports it) and ``kit.bridge.overrides`` to what
+    to ``[algorithm]``, ``kit.algo.roc.RocParams`` and ``kit.bridge.overrides`` to what
     they are given.
 
     Raises:
@@ -68,9 +68,8 @@ def check(cfg: KitConfig) -> KitConfig:
     """Rules between keys that one key's type cannot say; returns ``cfg`` unchanged.
 
     Raises:
-        ConfigError: ``runtime = "local"`` with a rollout engine other than ``"hf"`` (the local
-            runtime samples with the tiny engine of ``kit.train``; SGLang runs under VERL);
-            RoC minimums that do not fit in G (:func:`check_minimums`); a tracker listed twice in
+        ConfigError: ``data.source = "tasks"`` with ``runtime = "verl"`` (VERL reads the curated
+            parquet, :mod:`kit.data.pool`); RoC minimums that do not fit in G (:func:`check_minimums`); a tracker listed twice in
             ``logging.backends``; an entry of ``sandbox.preimport`` that is not a dotted module
             name (``""``, ``"[]"``, ``"numpy scipy"``), caught here before a run; a well-formed
             name that does not import fails when the sandbox starts (:mod:`kit.sandbox.workers`);
@@ -78,9 +77,9 @@ def check(cfg: KitConfig) -> KitConfig:
             ``sandbox.num_workers`` (the message names the key and the value).
     """
     check_limits(cfg)
-    if cfg.runtime == "local" and cfg.rollout.engine != "hf":
-        raise ConfigError(f"runtime: 'local' trains with the kit's own engine and needs rollout.engine='hf', "
-                          f"got rollout.engine={cfg.rollout.engine!r}; set runtime='verl' to train in VERL")
+    if cfg.runtime == "verl" and cfg.data.source == "tasks":
+        raise ConfigError("data.source: 'tasks' (the generated task family) is the local runtime's pool; VERL trains on "
+                          "<01 run>/data/curated.parquet: set data.source='curated' (or 'auto'), or runtime='local'")
     a = cfg.algorithm
     try:
         check_minimums(a.group_size, a.min_positive, a.min_negative)

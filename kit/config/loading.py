@@ -225,8 +225,6 @@ def from_json(path: str | os.PathLike) -> KitConfig:
             version of the kit); the message names the file and the key.
     """
     data = json.loads(Path(path).read_text())
-    if isinstance(data, dict) and "runtime" not in data:  # written before ``runtime`` existed
-        data["runtime"] = "verl" if data.get("rollout", {}).get("engine") == "sglang" else "local"
     try:
         return check(_build(KitConfig, data, ""))
     except ConfigError as exc:

@@ -43,7 +43,11 @@ class ModelConfig:
 class DataConfig:
     """Data directory, curation filters and the tiny task family (report §4.2)."""
 
-    data_dir: str = ""  # empty: KIT_DATA_DIR, else ../shared/data beside the checkout
+    data_dir: str = ""  # empty: KIT_DATA_DIR, else kit.paths' default beside the checkout
+    # the RL stages' pool (kit.data.pool): "curated" = <01 run>/data/curated.parquet (both runtimes),
+    # "tasks" = the generated task family at each stage's difficulty (local runtime only),
+    # "auto" = "tasks" on the local runtime, "curated" on VERL
+    source: Literal["auto", "tasks", "curated"] = "auto"
     # report §4.2 training pools (kit.data.pools), read from data_dir
     train_pools: tuple[str, ...] = ("dapo", "openmathreasoning", "project_euler", "aime_history", "gsm8k")
     max_answer_digits: int = 18  # report §4.2 drops answers too large for the verifier (6.5e27330467)
@@ -87,8 +91,6 @@ class SandboxConfig:
 class RolloutConfig:
     """Multi-turn agent rollout (report §2, §2.1)."""
 
-    # "hf": the kit's own engine (runtime=local); "sglang": SGLang through VERL
-    engine: Literal["hf", "sglang"] = "sglang"
     max_prompt_tokens: int = 2048  # longest prompt a rollout accepts, tokens (a longer one raises)
     # the training budget shared across turns (tool tokens included) and the turn limit: the one
     # source of every RL stage that does not set its own (stages.<s>.max_response_tokens /
@@ -127,6 +129,9 @@ class AlgorithmConfig:
     min_positive: int = 2  # release: min_non_zero_reward_trace_num
     min_negative: int = 2  # release: min_zero_reward_trace_num
     drop_equal_reward_groups: bool = True  # DAPO-style, as released
+    # advantage estimator, by VERL's algorithm.adv_estimator name (kit.algo.advantage.ADV_ESTIMATORS;
+    # report §2.2.1: "grpo"); an unregistered name fails where a trainer reads it, listing the registered ones
+    adv_estimator: str = "grpo"
     adv_eps: float = 1e-6  # epsilon in the group advantage (r - mean) / (std + eps)
     clip_ratio_low: float = 0.2  # Clip-Higher (report §2.2.1)
     clip_ratio_high: float = 0.28  # Clip-Higher upper bound: ratios above 1 + this are clipped
@@ -249,11 +254,8 @@ class LoggingConfig:
 
 @dataclass(frozen=True)
 class KitConfig:
-    """The whole resolved configuration of one run.
-
-    Cross-field rules (checked by :func:`load` and :func:`from_json`, see :func:`check`):
-    ``runtime = "local"`` samples with the kit's own engine, so it needs ``rollout.engine = "hf"``.
-    """
+    """The whole resolved configuration of one run; :func:`load` and :func:`from_json` check the rules
+    between its keys (:func:`kit.config.check`)."""
 
     profile: str = "paper-14b"  # the profile file this config was resolved from (kit/profiles/<name>.toml)
     run_dir: str = ""  # where a run writes config.json, checkpoints and metrics

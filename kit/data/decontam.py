@@ -131,11 +131,6 @@ class NgramIndex:
         return None
 
 
-def find_contaminated(texts: Sequence[str], index: NgramIndex) -> list[Hit | None]:
-    """``index.match`` for each text; (N,) list aligned with ``texts``."""
-    return [index.match(t) for t in texts]
-
-
 def benchmark_index(benchmarks: Sequence[str], n: int = 8, data_dir: str | None = None,
                     gpqa_path: str = "") -> NgramIndex:
     """Build an :class:`NgramIndex` from benchmark names (``aime24``, ``aime25``, ``math500``,

@@ -7,7 +7,7 @@ data file) are still returned, flagged in ``meta``, so that the funnel in
 :mod:`kit.data.curate` counts every drop. A row that cannot be parsed at all raises
 :class:`PoolFormatError` naming the file and the row.
 
-Files and quirks (see ``../shared/data/SOURCES.md``):
+Files and quirks (see ``<data_dir>/SOURCES.md``):
 
 - ``dapo_math_17k.parquet``: 17,917 rows; problem = ``prompt[0].content``, answer =
   ``reward_model.ground_truth``.

@@ -2,7 +2,7 @@
 
 The report starts RL from a *non-reasoning* SFT that teaches instruction following and the
 tool-call format. This module converts the public function-calling sets in
-``<data_dir>/sft`` (Glaive, ToolACE, xLAM, reason_tool_use; see ../shared/data/SOURCES.md) into
+``<data_dir>/sft`` (Glaive, ToolACE, xLAM, reason_tool_use; see ``<data_dir>/SOURCES.md``) into
 the kit's chat format (:mod:`kit.prompts`), adds tool-use demonstrations of the tiny task family
 (:mod:`kit.data.tasks`), and tokenizes every conversation with a loss mask that is 1 on the
 assistant's own tokens only (not the system prompt, user turns, tool responses or the

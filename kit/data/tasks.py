@@ -18,7 +18,7 @@ kinds:
       are the correct-with-tool-errors trajectories that RoC (§2.2.2) selects away;
     * ``direct``: no tool, the answer written directly (the model has to guess it). These give
       RL something to fix: the SFT policy sometimes skips the tool and is then nearly always
-      wrong (../shared/research/tiny_model_and_notebooks.md §2).
+      wrong (measured: 96-97 % of its tool-using samples at T = 1 are right, its guesses almost never).
 
 This module only generates problems and the *model side* of demonstrations (texts and code).
 Running the code and rendering the tool feedback is done by :mod:`kit.data.sft` through the same
@@ -32,13 +32,12 @@ from __future__ import annotations
 import json
 import math
 import random
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from kit import prompts
 from kit.config import KitConfig
 
-FAMILIES = ("product", "digit_sum_factorial", "divisor_count", "mod_pow", "gcd_lcm", "prime_count", "range_sum")
 LEVELS = (1, 2, 3)
 DEMO_KINDS = ("tool", "tool_error", "direct")
 
@@ -49,7 +48,7 @@ class TaskProblem:
 
     Attributes:
         id: stable id ``<family>-L<level>-<hash of the question>``.
-        family: one of :data:`FAMILIES`.
+        family: a registered family (:func:`register_family`; :data:`FAMILIES`).
         level: difficulty 1..3.
         question: the problem text (what goes after the user prefix).
         answer: the exact integer answer as a decimal string.
@@ -131,49 +130,106 @@ def _divisor_count(n: int) -> int:
     return count
 
 
-def _gen(family: str, level: int, rng: random.Random) -> tuple[str, int, str, str]:
-    """(question, answer, code, stdin) for one problem of ``family`` at ``level``."""
-    if family == "product":
-        a, b = _num(rng, _DIGITS[level]), _num(rng, _DIGITS[level])
-        if rng.random() < 0.5:
-            return f"What is {a} * {b}?", a * b, "a, b = map(int, input().split())\nprint(a * b)", f"{a} {b}"
-        return f"What is {a} * {b}?", a * b, f"print({a} * {b})", ""
-    if family == "digit_sum_factorial":
-        n = rng.randint(*{1: (10, 60), 2: (60, 200), 3: (200, 500)}[level])
-        return (f"What is the sum of the digits of {n}!?", sum(map(int, str(math.factorial(n)))),
-                f"import math\nprint(sum(map(int, str(math.factorial({n})))))", "")
-    if family == "divisor_count":
-        n = _num(rng, {1: (4, 5), 2: (5, 6), 3: (6, 7)}[level])
-        return (f"How many positive divisors does {n} have?", _divisor_count(n),
-                f"n = {n}\nprint(sum(1 for d in range(1, n + 1) if n % d == 0))", "")
-    if family == "mod_pow":
-        a, b = _num(rng, _DIGITS[level]), _num(rng, _DIGITS[level])
-        m = _num(rng, {1: (3, 4), 2: (4, 5), 3: (5, 6)}[level])
-        return f"What is {a}^{b} mod {m}?", pow(a, b, m), f"print(pow({a}, {b}, {m}))", ""
-    if family == "gcd_lcm":
-        g = _num(rng, (2, 3))
-        a, b = g * _num(rng, _DIGITS[level]), g * _num(rng, _DIGITS[level])  # lcm < 10^15
-        if rng.random() < 0.5:
-            return f"What is the gcd of {a} and {b}?", math.gcd(a, b), f"import math\nprint(math.gcd({a}, {b}))", ""
-        return f"What is the lcm of {a} and {b}?", math.lcm(a, b), f"import math\nprint(math.lcm({a}, {b}))", ""
-    if family == "prime_count":
-        n = rng.randint(*{1: (100, 2000), 2: (2000, 20000), 3: (20000, 100000)}[level])
-        code = f"n = {n}\nprint(sum(all(k % d for d in range(2, int(k ** 0.5) + 1)) for k in range(2, n)))"
-        return f"How many primes are there below {n}?", _prime_count_below(n), code, ""
-    if family == "range_sum":
-        p = rng.randint(2, 3)
-        a = rng.randint(1, 10**level)
-        b = a + rng.randint(10**level, 10 ** (level + 1))  # sum of k^3 below 4 * 10^15
-        return (f"What is the sum of k^{p} for k from {a} to {b}?", sum(k**p for k in range(a, b + 1)),
-                f"print(sum(k ** {p} for k in range({a}, {b} + 1)))", "")
-    raise ValueError(f"unknown task family {family!r}; known: {', '.join(FAMILIES)}")
+#: One problem of a family at a level: ``(question, answer, code, stdin)`` from ``rng``.
+Generator = Callable[[int, random.Random], tuple[str, int, str, str]]
+#: The registered task families, in registration order (:func:`register_family`).
+REGISTRY: dict[str, Generator] = {}
 
 
-def make_problem(family: str, level: int, rng: random.Random) -> TaskProblem:
+def register_family(name: str) -> Callable[[Generator], Generator]:
+    """Register ``fn(level, rng) -> (question, answer, code, stdin)`` as the task family ``name``.
+
+    A new family is one decorated function here (or in any module imported before the config
+    names it in ``data.task_families``); its answer must be an integer of at most
+    :data:`MAX_ANSWER_DIGITS` digits that ``code`` prints.
+
+    Raises:
+        ValueError: ``name`` is already registered.
+    """
+    def add(fn: Generator) -> Generator:
+        if name in REGISTRY:
+            raise ValueError(f"task family {name!r} is registered twice")
+        REGISTRY[name] = fn
+        return fn
+    return add
+
+
+def family(name: str) -> Generator:
+    """The generator of the registered family ``name``.
+
+    Raises:
+        ValueError: ``name`` is not registered (the message lists the registered families).
+    """
+    try:
+        return REGISTRY[name]
+    except KeyError:
+        raise ValueError(f"unknown task family {name!r} (config data.task_families); registered: "
+                         f"{', '.join(REGISTRY)}") from None
+
+
+@register_family("product")
+def _product(level: int, rng: random.Random) -> tuple[str, int, str, str]:
+    a, b = _num(rng, _DIGITS[level]), _num(rng, _DIGITS[level])
+    if rng.random() < 0.5:
+        return f"What is {a} * {b}?", a * b, "a, b = map(int, input().split())\nprint(a * b)", f"{a} {b}"
+    return f"What is {a} * {b}?", a * b, f"print({a} * {b})", ""
+
+
+@register_family("digit_sum_factorial")
+def _digit_sum_factorial(level: int, rng: random.Random) -> tuple[str, int, str, str]:
+    n = rng.randint(*{1: (10, 60), 2: (60, 200), 3: (200, 500)}[level])
+    return (f"What is the sum of the digits of {n}!?", sum(map(int, str(math.factorial(n)))),
+            f"import math\nprint(sum(map(int, str(math.factorial({n})))))", "")
+
+
+@register_family("divisor_count")
+def _divisor_count_problem(level: int, rng: random.Random) -> tuple[str, int, str, str]:
+    n = _num(rng, {1: (4, 5), 2: (5, 6), 3: (6, 7)}[level])
+    return (f"How many positive divisors does {n} have?", _divisor_count(n),
+            f"n = {n}\nprint(sum(1 for d in range(1, n + 1) if n % d == 0))", "")
+
+
+@register_family("mod_pow")
+def _mod_pow(level: int, rng: random.Random) -> tuple[str, int, str, str]:
+    a, b = _num(rng, _DIGITS[level]), _num(rng, _DIGITS[level])
+    m = _num(rng, {1: (3, 4), 2: (4, 5), 3: (5, 6)}[level])
+    return f"What is {a}^{b} mod {m}?", pow(a, b, m), f"print(pow({a}, {b}, {m}))", ""
+
+
+@register_family("gcd_lcm")
+def _gcd_lcm(level: int, rng: random.Random) -> tuple[str, int, str, str]:
+    g = _num(rng, (2, 3))
+    a, b = g * _num(rng, _DIGITS[level]), g * _num(rng, _DIGITS[level])  # lcm < 10^15
+    if rng.random() < 0.5:
+        return f"What is the gcd of {a} and {b}?", math.gcd(a, b), f"import math\nprint(math.gcd({a}, {b}))", ""
+    return f"What is the lcm of {a} and {b}?", math.lcm(a, b), f"import math\nprint(math.lcm({a}, {b}))", ""
+
+
+@register_family("prime_count")
+def _prime_count(level: int, rng: random.Random) -> tuple[str, int, str, str]:
+    n = rng.randint(*{1: (100, 2000), 2: (2000, 20000), 3: (20000, 100000)}[level])
+    code = f"n = {n}\nprint(sum(all(k % d for d in range(2, int(k ** 0.5) + 1)) for k in range(2, n)))"
+    return f"How many primes are there below {n}?", _prime_count_below(n), code, ""
+
+
+@register_family("range_sum")
+def _range_sum(level: int, rng: random.Random) -> tuple[str, int, str, str]:
+    p = rng.randint(2, 3)
+    a = rng.randint(1, 10**level)
+    b = a + rng.randint(10**level, 10 ** (level + 1))  # sum of k^3 below 4 * 10^15
+    return (f"What is the sum of k^{p} for k from {a} to {b}?", sum(k**p for k in range(a, b + 1)),
+            f"print(sum(k ** {p} for k in range({a}, {b} + 1)))", "")
+
+
+#: The families registered here, in order (the default of ``DataConfig.task_families``).
+FAMILIES = tuple(REGISTRY)
+
+
+def make_problem(name: str, level: int, rng: random.Random) -> TaskProblem:
     """Draw one problem.
 
     Args:
-        family: one of :data:`FAMILIES`.
+        name: a registered family (:func:`register_family`).
         level: difficulty in :data:`LEVELS`.
         rng: the random source (a ``random.Random``; the draw is deterministic given its state).
     Returns:
@@ -183,9 +239,9 @@ def make_problem(family: str, level: int, rng: random.Random) -> TaskProblem:
     """
     if level not in LEVELS:
         raise ValueError(f"task level {level!r} is not one of {LEVELS}")
-    question, answer, code, stdin = _gen(family, level, rng)
+    question, answer, code, stdin = family(name)(level, rng)
     digest = format(abs(hash_text(question)) % 16**8, "08x")
-    return TaskProblem(f"{family}-L{level}-{digest}", family, level, question, str(answer), code, stdin)
+    return TaskProblem(f"{name}-L{level}-{digest}", name, level, question, str(answer), code, stdin)
 
 
 def hash_text(text: str) -> int:
@@ -215,8 +271,7 @@ def generate(n: int, seed: int, families: Sequence[str] = FAMILIES, levels: Sequ
     if not families or not levels:
         raise ValueError("generate: families and levels must not be empty")
     for f in families:
-        if f not in FAMILIES:
-            raise ValueError(f"unknown task family {f!r} (config data.task_families); known: {', '.join(FAMILIES)}")
+        family(f)  # raises for an unregistered name, listing the registered ones
     rng = random.Random(seed)
     seen, out = set(exclude), []
     tries = 0

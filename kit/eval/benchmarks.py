@@ -1,6 +1,6 @@
 """Evaluation benchmarks of rStar2-Agent Table 3/5: AIME24, AIME25, MATH-500, HMMT25, GPQA-Diamond.
 
-Local copies are read from ``<data_dir>/benchmarks`` (see ``../shared/data/SOURCES.md``):
+Local copies are read from ``<data_dir>/benchmarks`` (see ``<data_dir>/SOURCES.md``):
 
 | name | file | rows | answer |
 |---|---|---|---|

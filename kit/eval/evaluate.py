@@ -14,7 +14,7 @@ Two layers:
 Defaults follow the report (§5: avg@16, temperature 0.6, up to 30K tokens and 30 turns; top_p
 0.95 is the common choice, the report does not state it). Pass ``temperature=0`` explicitly for
 greedy decoding; note that n > 1 greedy samples are near-identical (the release's eval scripts
-do this by accident, ``../shared/research/rstar2_agent_release.md`` §9).
+do this by accident: they decode greedily unless ``val_kwargs`` are set).
 """
 
 from __future__ import annotations

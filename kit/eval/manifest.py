@@ -2,7 +2,7 @@
 
 Every evaluation file under ``run_dir/eval/`` embeds one manifest, so a reported avg@16 can be
 traced to the checkpoint, the sampling settings (the release evaluates greedily unless
-``val_kwargs`` are set, see ``../shared/research/rstar2_agent_release.md`` §9) and the exact
+``val_kwargs`` are set) and the exact
 benchmark file (sha256).
 """
 

@@ -28,7 +28,7 @@ On the local runtime the RoC ablation's training (06) runs as a background job b
 and 08, which are latency-bound and leave a core idle; notebook 06 itself executes just before 09
 and finds its arms trained (:mod:`kit.overlap`; ``--no-overlap`` runs strictly in order). No other
 notebooks run in parallel. It does not track data files outside the run directory; delete the
-run folder or pass ``--force`` after changing ``../shared/data``.
+run folder or pass ``--force`` after changing the data directory (``KIT_DATA_DIR``).
 
 Modules: :mod:`kit.pipeline.series` (the series and its runner, ``pipeline_state.json``),
 :mod:`kit.pipeline.failures` (the error naming notebook and cell; the executed notebook marked),

@@ -200,13 +200,6 @@ def answer_items(s: str) -> list[tuple[str | None, str]] | None:
     return items
 
 
-def assignment_values(s: str) -> str | None:
-    """The value(s) of :func:`answer_items` joined by ``", "`` (``""`` for an inconsistent chain,
-    None for an equation)."""
-    items = answer_items(s)
-    return None if items is None else ", ".join(v for _, v in items)
-
-
 def compare_items(gold: list[tuple[str | None, str]], answer: list[tuple[str | None, str]]) -> tuple[str | None, str, str]:
     """Compare two lists of :func:`answer_items` as sets of values.
 

@@ -26,7 +26,7 @@ logits bitwise without transformers' per-call overhead; 5.2 -> 3.1 CPU ms per de
 rows), prefills too: a stage-1 RoC step of the SFT policy (6 x 16 rollouts, 1 thread,
 benchmarks/rl_step_profile.py) went 1.67 -> 1.33 CPU s of rollout, 2.15 -> 1.80 CPU s and 2.53 ->
 2.12 s wall per step, same trajectories. Row ``r`` samples with its own stream of uniforms seeded
-exactly as :class:`kit.rollout.backends.HFBackend` seeds it (:func:`request_seed`), so both
+exactly as :class:`kit.rollout.backends.HFBackend` seeds it (:func:`kit.rollout.batch_rows.request_seed`), so both
 engines and the HF backend give the same tokens for the same requests. Prefix reuse (continuous
 engine): a finished row's KV is kept (LRU, ``slots`` entries), and a request whose prompt starts
 with kept ids (a trajectory's next turn: context, turn, tool feedback) prefills only its new
@@ -52,13 +52,10 @@ import torch
 from kit.models.decode import Qwen3DecodeStep, supports
 from kit.rollout.backends import Generation, HFBackend, check_request
 from kit.rollout.batch_rows import EngineRequest, RunningRows, request_seed
-from kit.rollout.kv_cache import GQA_ATTENTION, KV_HEADROOM, gqa_sdpa_attention, use_gqa_attention
+from kit.rollout.kv_cache import use_gqa_attention
 from kit.rollout.loop import run_trajectory
 
-__all__ = [
-    "BatchLoopBackend", "ContinuousBatchingEngine", "GQA_ATTENTION", "KV_HEADROOM", "gqa_sdpa_attention",
-    "make_backend", "request_seed", "rollout_plain", "use_gqa_attention",
-]
+__all__ = ["BatchLoopBackend", "ContinuousBatchingEngine", "make_backend", "rollout_plain"]
 
 
 class _BackendBase:

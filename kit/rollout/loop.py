@@ -1,7 +1,7 @@
 """The multi-turn agent loop, engine-agnostic: model turn, tool calls, feedback, repeat.
 
-rStar2-Agent §2 / §2.1 and the released ``RStar2AgentLoop`` (report §3.5 of
-``../shared/research/rstar2_agent_release.md``): the prompt ends with the prefilled
+rStar2-Agent §2 / §2.1 and the released ``RStar2AgentLoop`` (microsoft/rStar ``rstar2_agent``): the
+prompt ends with the prefilled
 ``<|im_start|>assistant\\n<reason>``; each model turn is sampled until ``<|im_end|>`` with a token
 budget **shared by all turns** (model and tool tokens alike); the turn's ``<tool_call>`` blocks
 are parsed and sent to the sandbox asynchronously (other trajectories keep generating); the

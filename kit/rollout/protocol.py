@@ -1,7 +1,7 @@
 """Tool-call protocol: parse the model's ``<tool_call>`` blocks, render sandbox results as feedback.
 
-Format (rStar2-Agent report §2.1; released model card and training code, see
-``../shared/research/rstar2_agent_release.md`` §2-§3): the model writes Hermes-style calls
+Format (rStar2-Agent report §2.1; the released model card and training code, microsoft/rStar
+``rstar2_agent``): the model writes Hermes-style calls
 
     <tool_call>
     {"name": "execute_python_code_with_standard_io", "arguments": {"code": "...", "input": "..."}}

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.config import KitConfig
+from kit.data import pool as data_pool
 from kit.data.curate import CurationResult, write_curated
 from kit.runtime.folders import upstream_run
 from kit.train import ablation, rl, sft
@@ -59,20 +60,22 @@ def run_sft(cfg: KitConfig, *, run_dir: PathLike, init_dir: PathLike | None = No
 
 def run_stage(cfg: KitConfig, stage: str, *, run_dir: PathLike, init_dir: PathLike, data_dir: PathLike | None = None,
               progress: Progress = None) -> dict[str, Any]:
-    """One RL stage from ``init_dir/policy`` (:func:`kit.train.rl.run_stage`); a ``hard`` stage reads
-    the pool :func:`prepare_hard_subset` left in ``run_dir`` (or builds it first).
+    """One RL stage from ``init_dir/policy`` (:func:`kit.train.rl.run_stage`) on the pool
+    :func:`kit.data.pool.pool` gives (``data.source = "curated"``: ``data_dir/data/curated.parquet``);
+    a ``hard`` stage reads the subset :func:`prepare_hard_subset` left in ``run_dir`` (or builds it first).
 
     Raises:
         ValueError, FileNotFoundError: ``init_dir`` is not an upstream run folder with a ``policy/``
-            (:func:`kit.runtime.folders.upstream_run` names the mistake).
+            (:func:`kit.runtime.folders.upstream_run` names the mistake); ``data.source = "curated"``
+            without ``data_dir`` or its ``data/curated.parquet``.
     """
-    return rl.run_stage(cfg, stage, upstream_run(init_dir, "run_stage") / "policy", run_dir, progress)
+    return rl.run_stage(cfg, stage, upstream_run(init_dir, "run_stage") / "policy", run_dir, progress, data_dir=data_dir)
 
 
 def prepare_hard_subset(cfg: KitConfig, stage: str, *, run_dir: PathLike, init_dir: PathLike,
                       data_dir: PathLike | None = None, hard_counts: str = "", sampler_url: str = "") -> dict[str, Any]:
-    """Stage 3's pool: the task problems ``init_dir/policy`` does not solve every time
-    (:func:`kit.train.rl.prepare_hard_subset`; ``run_dir/hard_subset.json``).
+    """Stage 3's pool: the problems of :func:`kit.data.pool.pool` that ``init_dir/policy`` does not
+    solve every time (:func:`kit.train.rl.prepare_hard_subset`; ``run_dir/hard_subset.json``).
 
     Raises:
         ValueError: ``hard_counts`` or ``sampler_url`` given (the local runtime samples itself), or
@@ -80,7 +83,8 @@ def prepare_hard_subset(cfg: KitConfig, stage: str, *, run_dir: PathLike, init_d
         FileNotFoundError: ``init_dir`` or its ``policy/`` does not exist.
     """
     _no_options("prepare_hard_subset", hard_counts=hard_counts, sampler_url=sampler_url)
-    return rl.prepare_hard_subset(cfg, stage, upstream_run(init_dir, "prepare_hard_subset") / "policy", run_dir)
+    return rl.prepare_hard_subset(cfg, stage, upstream_run(init_dir, "prepare_hard_subset") / "policy", run_dir,
+                                  data_dir=data_dir)
 
 
 def run_ablation(cfg: KitConfig, *, run_dir: PathLike, init_dir: PathLike, data_dir: PathLike | None = None,
@@ -89,7 +93,11 @@ def run_ablation(cfg: KitConfig, *, run_dir: PathLike, init_dir: PathLike, data_
     finished stage run folders that may already be an arm.
 
     Raises:
-        ValueError, FileNotFoundError: ``init_dir`` is not an upstream run folder with a ``policy/``.
+        ValueError, FileNotFoundError: ``init_dir`` is not an upstream run folder with a ``policy/``;
+            ``data.source = "curated"`` (the local ablation's arms train on the task family only).
     """
+    if data_pool.source(cfg) == "curated":
+        raise ValueError("run_ablation: the local runtime's ablation arms train on the task family; data.source="
+                         "'curated' reaches run_stage and prepare_hard_subset only (set data.source='tasks' here)")
     policy = upstream_run(init_dir, "run_ablation") / "policy"
     return ablation.run_ablation(cfg, policy, run_dir, progress=progress, reuse=list(reuse))

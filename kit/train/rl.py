@@ -16,9 +16,10 @@ the kit's shared pieces only:
     3. binary reward (:func:`kit.reward.verify_batch`);
     4. ``grpo_roc``: :func:`kit.algo.roc_step` keeps G per group (RoC, report §2.2.2);
        ``grpo``: all G are kept (the ablation's baseline, report §5.3);
-    5. :func:`kit.algo.group_advantage` over the kept rows, :func:`kit.algo.policy_loss`
-       (Clip-Higher, token-mean, response mask), one optimizer step (``ppo_epochs`` passes over
-       the batch; old log-probs recomputed by the policy before the update, as VERL does).
+    5. the advantage of the kept rows (:func:`kit.train.update.advantages`, ``algorithm.adv_estimator``),
+       :func:`kit.algo.policy_loss` (Clip-Higher, token-mean, response mask), one optimizer step
+       (``ppo_epochs`` passes over the batch; old log-probs recomputed by the policy before the
+       update, as VERL does).
 
 Stages (``cfg.stages.stage1..3``): response budget, turn limit, task level and step count
 from the profile. A stage starts from ``policy_dir`` (the latest policy); its reference policy is
@@ -50,9 +51,9 @@ import numpy as np
 import torch
 
 from kit import jsonio
-from kit.algo import group_advantage
 from kit.analysis.bstar import balance_score_step
 from kit.config import KitConfig, StageConfig, save
+from kit.data import pool as data_pool
 from kit.data.curate import build_hard_subset
 from kit.data.tasks import TaskProblem, task_split
 from kit.models import load_policy, save_policy
@@ -60,7 +61,7 @@ from kit.rollout import run_coroutine
 from kit.sandbox import SandboxPool
 from kit.train import common, tracking
 from kit.train.rollouts import Batch, batch_stats, collect, evaluate_policy
-from kit.train.update import ALGORITHMS, MICRO_TOKENS, policy_update, select, token_logprobs
+from kit.train.update import ALGORITHMS, MICRO_TOKENS, advantages, policy_update, select, token_logprobs
 
 __all__ = [
     "ALGORITHMS", "MICRO_TOKENS", "RL_STATE", "SAMPLES_PER_STEP", "STAGES", "STAGE_GREEDY_PROBLEMS",
@@ -87,9 +88,9 @@ def stage_config(cfg: KitConfig, stage_name: str) -> StageConfig:
     return getattr(cfg.stages, stage_name)
 
 
-def stage_pool(cfg: KitConfig, stage: StageConfig) -> list[TaskProblem]:
-    """Train problems of the stage's difficulty level."""
-    return task_split(cfg).level(stage.difficulty)
+def stage_pool(cfg: KitConfig, stage: StageConfig, data_dir: str | Path | None = None) -> list[data_pool.Problem]:
+    """The stage's problems from ``data.source`` (:func:`kit.data.pool.pool`; ``data_dir`` for ``curated``)."""
+    return data_pool.pool(cfg, stage, data_dir)
 
 
 def step_problems(pool: Sequence[TaskProblem], step: int, per_step: int, seed: int) -> list[TaskProblem]:
@@ -112,7 +113,7 @@ def step_problems(pool: Sequence[TaskProblem], step: int, per_step: int, seed: i
 def run_stage(cfg: KitConfig, stage_name: str, policy_dir: str | Path, run_dir: str | Path,
               progress: Callable[[dict], None] | None = None, *, algorithm: str | None = None,
               seed: int | None = None, steps: int | None = None, evaluate: bool = True,
-              max_response_tokens: int | None = None) -> dict[str, Any]:
+              max_response_tokens: int | None = None, data_dir: str | Path | None = None) -> dict[str, Any]:
     """Run one RL stage from the policy in ``policy_dir``; resumable, and a finished run with the
     same stage, algorithm, seed, steps and init returns its ``summary.json`` without running.
 
@@ -128,6 +129,7 @@ def run_stage(cfg: KitConfig, stage_name: str, policy_dir: str | Path, run_dir: 
         evaluate: evaluate the final policy on the held-out problems (greedy and sampled).
         max_response_tokens: the rollouts' budget (tokens); default the stage's. A run with another
             budget than the stage's records it in its summary (``max_response_tokens``).
+        data_dir: the ``01_data_curation`` run folder, read when ``data.source`` is ``curated``.
     Returns:
         Summary: ``stage, algorithm, seed, steps, reward_first, reward_last`` (mean reward over
         the first/last ``min(5, steps)`` steps), ``tool_error_ratio_correct_first/last``,
@@ -138,10 +140,11 @@ def run_stage(cfg: KitConfig, stage_name: str, policy_dir: str | Path, run_dir: 
         ImportError: a tracker of ``logging.backends`` is not installed (names the package).
     """
     return run_coroutine(_run_stage(cfg, stage_name, Path(policy_dir), Path(run_dir), progress, algorithm, seed, steps,
-                               evaluate, max_response_tokens))
+                               evaluate, max_response_tokens, data_dir))
 
 
-async def _run_stage(cfg, stage_name, policy_dir, run_dir, progress, algorithm, seed, steps, evaluate, budget=None):
+async def _run_stage(cfg, stage_name, policy_dir, run_dir, progress, algorithm, seed, steps, evaluate, budget=None,
+                     data_dir=None):
     stage = stage_config(cfg, stage_name)
     if budget is not None and budget != stage.max_response_tokens:
         stage = dataclasses.replace(stage, max_response_tokens=int(budget))
@@ -184,7 +187,7 @@ async def _run_stage(cfg, stage_name, policy_dir, run_dir, progress, algorithm, 
         keep = [ln for ln in samples.read_text().splitlines() if ln and json.loads(ln)["step"] <= start]
         samples.write_text("".join(ln + "\n" for ln in keep))
     n = a.oversample if algorithm == "grpo_roc" else a.group_size
-    pool = stage_pool(cfg, stage)
+    pool = stage_pool(cfg, stage, data_dir)
     offset = json.loads((policy_dir / RL_STATE).read_text())["global_step"] if (policy_dir / RL_STATE).exists() else 0
     summary: dict[str, Any] = {"stage": stage_name, "algorithm": algorithm, "seed": seed, "steps": steps,
                                "reference_dir": str(policy_dir), "init_dir": str(policy_dir), **extra}
@@ -214,9 +217,7 @@ async def _run_stage(cfg, stage_name, policy_dir, run_dir, progress, algorithm, 
                                      "update_rows_skipped": 0.0}
             if kept.size:
                 flat = batch.flat()
-                r = batch.rewards.reshape(-1)
-                gids = np.repeat(np.arange(len(problems)), n)
-                adv = group_advantage(torch.tensor(r[kept]), gids[kept].tolist(), a.adv_eps)
+                adv = advantages(cfg, batch, kept)  # the estimator algorithm.adv_estimator names
                 model.train()
                 lr = common.lr_at(step, a.lr, a.warmup_steps, steps, "constant")
                 upd = policy_update(cfg, model, opt, [flat[i] for i in kept], adv, tok.pad_token_id, lr)
@@ -271,7 +272,7 @@ async def _run_stage(cfg, stage_name, policy_dir, run_dir, progress, algorithm, 
 
 
 def prepare_hard_subset(cfg: KitConfig, stage_name: str, policy_dir: str | Path, run_dir: str | Path, *,
-                      seed: int | None = None) -> dict[str, Any]:
+                      seed: int | None = None, data_dir: str | Path | None = None) -> dict[str, Any]:
     """Stage 3's problem pool, built before the stage trains (report §4.3): the policy in
     ``policy_dir`` samples ``hard_filter_samples`` trajectories per candidate problem of the
     stage's pool and the problems it solves every time are dropped
@@ -285,6 +286,7 @@ def prepare_hard_subset(cfg: KitConfig, stage_name: str, policy_dir: str | Path,
         policy_dir: a ``save_policy`` folder (the previous stage's ``policy/``).
         run_dir: the stage's run directory.
         seed: default ``cfg.seed`` (must equal the one :func:`run_stage` gets).
+        data_dir: as in :func:`run_stage`.
     Returns:
         ``{"candidates", "samples", "solved_all", "kept", "solve_rate", "seconds"}``.
     Raises:
@@ -306,7 +308,7 @@ def prepare_hard_subset(cfg: KitConfig, stage_name: str, policy_dir: str | Path,
 
     async def go():
         async with SandboxPool(cfg.sandbox) as executor:
-            return await _hard_subset_async(cfg, model, tok, stage, stage_pool(cfg, stage), run_dir, seed, executor)
+            return await _hard_subset_async(cfg, model, tok, stage, stage_pool(cfg, stage, data_dir), run_dir, seed, executor)
 
     kept, info = run_coroutine(go())
     if not kept:

@@ -21,7 +21,7 @@ from typing import Any
 
 import numpy as np
 
-from kit.algo.roc import tool_failure_count
+from kit.algo.roc_penalties import tool_failure_count
 from kit.config import KitConfig
 from kit.data.tasks import TaskProblem
 from kit.reward import averify_batch

@@ -11,7 +11,7 @@ and direct-guess demos; their calls run once in the real sandbox and are cached 
 ``cfg.sft.task_demo_fraction`` of each batch are task demos. Loss: token-mean cross-entropy
 over assistant tokens only (mask from :func:`kit.data.sft.encode_conversation`).
 
-Optimizer (measured for the 0.45M model in ../shared/research/tiny_model_and_notebooks.md §2):
+Optimizer (measured for the 0.45M model on 2 CPU cores while the tiny profile was tuned):
 AdamW betas (0.9, 0.98), no weight decay, linear warmup over ``warmup_ratio * steps``, cosine to
 ``min_lr_ratio``, gradient clip 1.0. Batches are split into micro-batches by length (rows sorted
 by length, at most :data:`MICRO_TOKENS` padded tokens each) and the gradients summed, so long

@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from kit.algo import RocParams, counters, p_format, policy_loss, roc_metrics, roc_step
+from kit.algo import RocParams, compute_advantage, counters, p_format, policy_loss, roc_metrics, roc_step
 from kit.config import KitConfig
 from kit.train.batching import micro_batches, pad_rows
 from kit.train.rollouts import Batch
@@ -156,6 +156,18 @@ def skipped_neg_logp(cfg: KitConfig, model, trajectories: Sequence[Any], rows: S
                 ids, att, msk = pad_rows([need[i] for i in c], pad_id)
                 total += float(-(token_logprobs(model, ids, att, msk) * msk).sum())
     return total
+
+
+def advantages(cfg: KitConfig, batch: Batch, kept: np.ndarray) -> torch.Tensor:
+    """(K,) float32 advantages of the kept rows ``kept`` (indices into ``batch.flat()``), grouped by
+    prompt, with the estimator ``cfg.algorithm.adv_estimator`` names (:func:`kit.algo.compute_advantage`).
+
+    Raises:
+        ValueError: an unregistered ``algorithm.adv_estimator`` (names the key, lists the registered ones).
+    """
+    n = batch.rewards.shape[1]
+    gids = np.repeat(np.arange(len(batch.groups)), n)
+    return compute_advantage(cfg.algorithm, torch.tensor(batch.rewards.reshape(-1)[kept]), gids[kept].tolist())
 
 
 def select(cfg: KitConfig, batch: Batch, algorithm: str, seed: int) -> tuple[np.ndarray, dict[str, float]]:

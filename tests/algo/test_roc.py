@@ -14,7 +14,7 @@ from scipy import stats
 import kit.algo.roc as roc_module
 import kit.algo.roc_penalties as roc_penalties_module
 import kit.algo.roc_selection as roc_selection_module
-from kit.algo.roc import (
+from kit.algo import (
     RocParams,
     allocate,
     counters,
@@ -25,9 +25,9 @@ from kit.algo.roc import (
     release_p_format,
     roc_select,
     roc_step,
-    select_positives,
-    tool_failure_count,
 )
+from kit.algo.roc_penalties import tool_failure_count
+from kit.algo.roc_selection import select_positives
 
 # ------------------------------------------------------------------ p_err / p_format
 

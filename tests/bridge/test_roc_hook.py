@@ -12,7 +12,7 @@ import torch
 from doubles import FakeTQ
 from omegaconf import OmegaConf
 
-from kit.algo.roc import RocParams, allocate
+from kit.algo import RocParams, allocate
 from kit.metrics import ROC_PREFIX
 
 G, N2 = 4, 8  # keep G of 2G

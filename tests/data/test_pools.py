@@ -1,4 +1,4 @@
-"""Pool loaders on the real shared files (row counts from ../shared/data/SOURCES.md) and on
+"""Pool loaders on the real shared files (row counts from the data directory's SOURCES.md) and on
 malformed copies (errors name the file and the row)."""
 
 import json

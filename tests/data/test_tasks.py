@@ -1,5 +1,7 @@
-"""The tiny task family: seeded, distinct, held-out disjoint, answers right, demos well formed."""
+"""The tiny task family: seeded, distinct, held-out disjoint, answers right, demos well formed; the
+family registry generates what the old if-chain did."""
 
+import hashlib
 import json
 import random
 import subprocess
@@ -107,3 +109,38 @@ def test_unknown_family_and_level_are_rejected():
         tasks.generate(3, 0, families=("nope",))
     with pytest.raises(ValueError, match="level"):
         tasks.make_problem("product", 7, random.Random(0))
+
+
+#: sha256 (first 16 hex) of the problems' JSON, computed with the if-chain generator of main at 7eeac50
+#: (before the registry): 8 seeds x 12 problems per family, 8 seeds x 40 mixed, one split (30 + 10, seed 3).
+OLD_HASHES = {
+    "product": "6206c67b17fb51e3", "digit_sum_factorial": "277f796420f6d00b", "divisor_count": "b3deff9fd322c4f4",
+    "mod_pow": "c3eeb755a1dcc2f1", "gcd_lcm": "1b66fea224cc608d", "prime_count": "74a38b368743cafe",
+    "range_sum": "9a69c4b1b4d37ac4", "all": "1ed0049df10438c4", "split": "7f1c7e9d44bdd2bf",
+}
+
+
+def _digest(problems) -> str:
+    return hashlib.sha256(json.dumps([p.to_dict() for p in problems], sort_keys=True).encode()).hexdigest()[:16]
+
+
+def test_the_registry_generates_what_the_if_chain_did_bit_for_bit():
+    assert tasks.FAMILIES == tuple(tasks.REGISTRY) == tuple(k for k in OLD_HASHES if k not in ("all", "split"))
+    got = {fam: _digest([p for s in range(8) for p in tasks.generate(12, s, families=(fam,))]) for fam in tasks.FAMILIES}
+    got["all"] = _digest([p for s in range(8) for p in tasks.generate(40, s)])
+    split = tasks.make_split(30, 10, 3)
+    got["split"] = _digest([*split.train, *split.heldout])
+    assert got == OLD_HASHES
+
+
+def test_an_unknown_family_names_the_registered_ones_and_a_new_one_is_one_function(monkeypatch):
+    with pytest.raises(ValueError, match=r"unknown task family 'nope' \(config data.task_families\); registered: "
+                                         r"product, digit_sum_factorial, .*range_sum"):
+        tasks.generate(3, 0, families=("nope",))
+    with pytest.raises(ValueError, match="registered twice"):
+        tasks.register_family("product")(lambda level, rng: ("", 0, "", ""))
+    monkeypatch.setattr(tasks, "REGISTRY", dict(tasks.REGISTRY))
+    tasks.register_family("square")(lambda level, rng: (f"What is {(n := rng.randint(10, 99))}^2?", n * n,
+                                                        f"print({n} ** 2)", ""))
+    ps = tasks.generate(5, 0, families=("square",))
+    assert [p.family for p in ps] == ["square"] * 5 and all(int(p.answer) == int(p.code[6:8]) ** 2 for p in ps)

@@ -12,7 +12,6 @@ def test_tiny_profile_loads_with_tiny_values():
     assert cfg.profile == "tiny"
     assert cfg.model.name_or_path == "tiny"
     assert cfg.model.hidden_size == 128 and cfg.model.num_layers == 2
-    assert cfg.rollout.engine == "hf"
     # paper defaults survive where the profile is silent (report §2.2.1 Clip-Higher)
     assert (cfg.algorithm.clip_ratio_low, cfg.algorithm.clip_ratio_high) == (0.2, 0.28)
     assert cfg.algorithm.oversample == 2 * cfg.algorithm.group_size

@@ -9,7 +9,8 @@ from transformers import DynamicCache
 
 from kit import prompts
 from kit.models.decode import Qwen3DecodeStep, supports
-from kit.rollout.engine import ContinuousBatchingEngine, use_gqa_attention
+from kit.rollout.engine import ContinuousBatchingEngine
+from kit.rollout.kv_cache import use_gqa_attention
 
 
 @pytest.fixture(scope="module", autouse=True)

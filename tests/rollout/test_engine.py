@@ -9,6 +9,7 @@ from kit import prompts
 from kit.config import RolloutConfig
 from kit.rollout.backends import HFBackend
 from kit.rollout.engine import BatchLoopBackend, ContinuousBatchingEngine, make_backend, rollout_plain
+from kit.rollout.kv_cache import GQA_ATTENTION, KV_HEADROOM, gqa_sdpa_attention, use_gqa_attention
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -160,8 +161,6 @@ def test_fresh_row_finished_at_prefill_is_not_overwritten_by_a_cached_row(tok, m
 def test_long_rows_outgrow_the_kv_buffer_and_stay_exact(tok, model):
     # budgets past KV_HEADROOM: the decode buffer is reallocated mid-row, and a row that joins
     # later (slot refill) rebuilds it; greedy tokens still equal uncached generation
-    from kit.rollout.engine import KV_HEADROOM
-
     ps = _prompts(tok, 4)
     budgets = [KV_HEADROOM + 40, 7, KV_HEADROOM * 2 + 5, 20]
     eng = ContinuousBatchingEngine(model, tok, slots=2)
@@ -173,8 +172,6 @@ def test_long_rows_outgrow_the_kv_buffer_and_stay_exact(tok, model):
 
 def test_gqa_attention_equals_repeated_kv_heads():
     from transformers.integrations.sdpa_attention import repeat_kv
-
-    from kit.rollout.engine import gqa_sdpa_attention
 
     g = torch.Generator().manual_seed(0)
     q = torch.randn(3, 4, 5, 8, generator=g)
@@ -199,7 +196,6 @@ def test_gqa_switch_keeps_training_and_saving_and_leaves_other_models_alone(tok,
     from transformers import GPT2Config, GPT2LMHeadModel, Qwen3Config, Qwen3ForCausalLM
 
     from kit.models import save_policy
-    from kit.rollout.engine import GQA_ATTENTION, use_gqa_attention
 
     gqa, plain = copy.deepcopy(model).train(), copy.deepcopy(model).train()
     plain.set_attn_implementation("sdpa")

@@ -2,7 +2,7 @@
 
 VERL's ``AgentLoopWorker`` builds agent loops with ``hydra.utils.instantiate`` from the registry
 and awaits ``run``; here a mock server stands in for the SGLang replica (``generate`` returns
-``TokenOutput``), as in ../shared/research/verl_0.9_api.md §2.
+``TokenOutput``), as VERL 0.9's ``AsyncLLMServerManager`` does.
 """
 
 from __future__ import annotations

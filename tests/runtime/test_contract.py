@@ -46,16 +46,17 @@ def test_profiles_choose_their_runtime_and_the_rules_between_keys_hold(tmp_path)
         ["local", "local", "verl", "verl"]
     with pytest.raises(ConfigError, match="runtime: 'cluster' is not one of"):
         load("smoke", {"runtime": "cluster"}, write=False)
-    with pytest.raises(ConfigError, match="needs rollout.engine='hf'"):
-        load("smoke", {"rollout.engine": "sglang"}, write=False)
     assert load("smoke", {"runtime": "verl"}, write=False).runtime == "verl"  # e.g. VERL on the CPU
-    # a config.json written before the key existed reads back with the runtime its engine implied
-    for profile, expected in (("smoke", "local"), ("paper-14b", "verl")):
-        path = save(load(profile, write=False), tmp_path / profile)
-        data = json.loads(path.read_text())
-        del data["runtime"]
-        path.write_text(json.dumps(data))
-        assert from_json(path).runtime == expected
+    # rollout.engine was a knob nothing read (runtime says who samples): gone, so a profile, an override or
+    # an old config.json that still sets it is an unknown key
+    with pytest.raises(ConfigError, match="rollout.engine"):
+        load("smoke", {"rollout.engine": "hf"}, write=False)
+    path = save(load("smoke", write=False), tmp_path / "old")
+    data = json.loads(path.read_text())
+    data["rollout"]["engine"] = "hf"
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match="rollout.engine"):
+        from_json(path)
 
 
 class Recorder:
@@ -114,17 +115,23 @@ def test_a_zero_step_hard_stage_builds_no_subset(monkeypatch, tmp_path):
 
 def test_the_local_runtime_passes_the_upstream_policy_folder_to_the_engine(monkeypatch, tmp_path):
     seen = {}
-    monkeypatch.setattr(local.rl, "run_stage", lambda cfg, stage, init, run, progress: seen.update(stage=init))
-    monkeypatch.setattr(local.rl, "prepare_hard_subset", lambda cfg, stage, init, run: seen.update(hard=init))
+    monkeypatch.setattr(local.rl, "run_stage",
+                        lambda cfg, stage, init, run, progress, data_dir: seen.update(stage=init, data=data_dir))
+    monkeypatch.setattr(local.rl, "prepare_hard_subset",
+                        lambda cfg, stage, init, run, data_dir: seen.update(hard=init, hard_data=data_dir))
     monkeypatch.setattr(local.ablation, "run_ablation", lambda cfg, init, run, **kw: seen.update(abl=init, **kw))
     cfg = load("smoke", write=False)
     for run in ("s1", "s2", "sft"):
         (tmp_path / run / "policy").mkdir(parents=True)
-    local.run_stage(cfg, "stage2", run_dir=tmp_path / "s2", init_dir=tmp_path / "s1", data_dir=None)
-    local.prepare_hard_subset(cfg, "stage3", run_dir=tmp_path / "s3", init_dir=tmp_path / "s2")
+    local.run_stage(cfg, "stage2", run_dir=tmp_path / "s2", init_dir=tmp_path / "s1", data_dir=tmp_path / "d")
+    local.prepare_hard_subset(cfg, "stage3", run_dir=tmp_path / "s3", init_dir=tmp_path / "s2", data_dir=tmp_path / "d")
     local.run_ablation(cfg, run_dir=tmp_path / "a", init_dir=tmp_path / "sft", reuse=(tmp_path / "s1",))
-    assert seen == {"stage": tmp_path / "s1" / "policy", "hard": tmp_path / "s2" / "policy",
+    assert seen == {"stage": tmp_path / "s1" / "policy", "hard": tmp_path / "s2" / "policy",  # data_dir reaches the pool
+                    "data": tmp_path / "d", "hard_data": tmp_path / "d",
                     "abl": tmp_path / "sft" / "policy", "progress": None, "reuse": [tmp_path / "s1"]}
+    with pytest.raises(ValueError, match="ablation arms train on the task family"):
+        local.run_ablation(load("smoke", {"data.source": "curated"}, write=False), run_dir=tmp_path / "a",
+                           init_dir=tmp_path / "sft")
 
 
 def test_each_runtime_refuses_the_others_inputs(tmp_path):

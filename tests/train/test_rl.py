@@ -315,3 +315,33 @@ def test_masked_logprobs_equal_the_full_ones_where_the_loss_reads_them(policy):
         (lp_fn() * msk).sum().backward()
         grads.append(torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None]))
     assert torch.allclose(grads[0], grads[1], atol=1e-5, rtol=1e-4)
+
+
+def test_the_local_runtime_trains_on_the_curated_parquet_when_data_source_says_so(policy, tmp_path, monkeypatch):
+    """``data.source = "curated"``: the local runtime's stage draws its problems from notebook 01's
+    ``<data_dir>/data/curated.parquet`` (kit.data.pool), not from the task family; smoke keeps the family."""
+    from kit.data.curate import curate, write_curated
+    from kit.data.pools import Problem
+    from kit.runtime import local
+
+    rows = [Problem("gsm8k", "train-17", "Natalia sold clips to 48 of her friends in April, and then she sold half as "
+                    "many clips in May. How many clips did Natalia sell altogether in April and May?", "72"),
+            Problem("dapo", "dapo-3", "Find the number of ordered pairs $(m, n)$ of positive integers with "
+                    "$m^2 n = 20^{20}$.", "231"),
+            Problem("aime_history", "1983_AIME_1", "Let $x$, $y$ and $z$ all exceed $1$ and let $w$ be a positive "
+                    "number such that $\\log_x w = 24$, $\\log_y w = 40$ and $\\log_{xyz} w = 12$. Find $\\log_z w$.", "60")]
+    write_curated(tmp_path / "data_run", curate({p.source: [p] for p in rows}))  # as notebook 01 writes it
+    golds: list[str] = []
+
+    async def grade(pairs):
+        golds.extend(g for g, _ in pairs)
+        return [SimpleNamespace(correct=len(text) % 2 == 0, reason="test-double") for _, text in pairs]
+
+    monkeypatch.setattr(rollouts, "grade", grade)
+    cfg = _cfg(**{"stages.stage1.steps": 1, "data.source": "curated"})
+    local.run_stage(cfg, "stage1", run_dir=tmp_path / "s1", init_dir=policy.parent, data_dir=tmp_path / "data_run")
+    assert golds and set(golds[:16]) <= {"72", "231", "60"}  # the step's 2 prompts x 2G = 8 rollouts each
+    ids = {json.loads(line)["problem_id"] for line in (tmp_path / "s1" / "samples.jsonl").read_text().splitlines()}
+    assert ids <= {"gsm8k/train-17", "dapo/dapo-3", "aime_history/1983_AIME_1"} and ids
+    assert {p.id for p in rl.stage_pool(_cfg(), rl.stage_config(_cfg(), "stage1"))} <= \
+        {p.id for p in tasks.task_split(_cfg()).train}  # data.source "auto" on the local runtime: the task family

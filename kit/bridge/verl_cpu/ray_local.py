@@ -2,8 +2,7 @@
 
 Ray 2.60 started by VERL's own ``ray.init`` on a loaded 2-core machine waits a fixed 30 s for its
 dashboard agent and dies; a ``ray start`` cluster has token auth on; and Ray advertises and binds
-the host's other interfaces even with ``--node-ip-address=127.0.0.1``
-(../shared/research/verl_on_cpu.md, blocker 8). So the kit:
+the host's other interfaces even with ``--node-ip-address=127.0.0.1``. So the kit:
 
 * runs the whole VERL session in a new network namespace that has only ``lo`` and a new PID
   namespace (:func:`namespace_argv`: ``unshare --net --pid --fork --mount-proc``): no traffic can

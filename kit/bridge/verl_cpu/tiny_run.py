@@ -31,7 +31,7 @@ TWO_STEP = {"algorithm.prompts_per_step": 2, "algorithm.group_size": 4, "algorit
 #: the smoke chain through VERL (``kit reproduce --profile smoke --set runtime=verl``, 00-09): one
 #: GRPO-RoC step per stage (stage 3 on its hard subset) and per ablation arm (grpo, grpo_roc; seed 0),
 #: each of :data:`TWO_STEP`'s size; the rest is the smoke profile. The RL pool is the one training
-#: pool with 2 curated problems (``openmathreasoning`` in ../shared/data): stage 3's hard subset
+#: pool with 2 curated problems (``openmathreasoning`` in the data directory): stage 3's hard subset
 #: samples every curated problem ``hard_filter_samples`` = 8 times from the served stage-2 policy,
 #: 16 rollouts here instead of ~188,000 for the 23,470 problems of all five pools
 SMOKE_CHAIN = {**TWO_STEP, "stages.stage1.steps": 1, "stages.stage2.steps": 1, "stages.stage3.steps": 1,

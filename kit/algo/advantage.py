@@ -1,0 +1,84 @@
+"""Advantage estimators by name: the registry ``algorithm.adv_estimator`` picks from.
+
+rStar2-Agent §2.2.1 trains with GRPO's group-relative outcome advantage (``"grpo"``,
+:func:`kit.algo.grpo.group_advantage`). The names are VERL 0.9.1's ``algorithm.adv_estimator``
+values, so the key means the same on both runtimes: the local trainer computes the advantage
+with the registered function (:func:`compute_advantage`, called by :mod:`kit.train.update`), and
+the VERL overrides pass the same name to VERL's own implementation
+(:mod:`kit.bridge.overrides`, after :func:`adv_estimator` checked it is registered here).
+
+A new estimator (e.g. PPO's GAE of the ReTool comparison) is one function decorated with
+``@register_adv_estimator("<VERL name>")`` plus ``algorithm.adv_estimator = "<VERL name>"`` in a
+profile. Its inputs are the step's kept rows: ``rewards`` (B,) float outcome rewards,
+``group_ids`` (B,) prompt labels, ``algo`` the ``AlgorithmConfig``; it returns (B,) float32
+advantages, which :func:`kit.algo.policy_loss` broadcasts over the response tokens. An estimator
+that needs more (a value model's (B, T) values) takes them as keyword arguments of its own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable, Sequence
+from typing import Any
+
+import numpy as np
+import torch
+
+from kit.algo.grpo import group_advantage
+
+#: ``fn(rewards (B,), group_ids (B,), algo: AlgorithmConfig) -> (B,) float32 advantages``.
+AdvEstimator = Callable[..., torch.Tensor]
+#: The registered estimators by VERL name, in registration order.
+ADV_ESTIMATORS: dict[str, AdvEstimator] = {}
+
+
+def register_adv_estimator(name: str) -> Callable[[AdvEstimator], AdvEstimator]:
+    """Register ``fn`` as the advantage estimator ``name`` (a VERL ``algorithm.adv_estimator`` value).
+
+    Raises:
+        ValueError: ``name`` is already registered.
+    """
+    def add(fn: AdvEstimator) -> AdvEstimator:
+        if name in ADV_ESTIMATORS:
+            raise ValueError(f"advantage estimator {name!r} is registered twice")
+        ADV_ESTIMATORS[name] = fn
+        return fn
+    return add
+
+
+def adv_estimator(name: str) -> AdvEstimator:
+    """The registered estimator ``name``.
+
+    Raises:
+        ValueError: ``name`` is not registered; the message names the key ``algorithm.adv_estimator``
+            and lists the registered names.
+    """
+    try:
+        return ADV_ESTIMATORS[name]
+    except KeyError:
+        raise ValueError(f"algorithm.adv_estimator: {name!r} is not a registered advantage estimator; "
+                         f"registered: {', '.join(ADV_ESTIMATORS)} (kit.algo.advantage)") from None
+
+
+def compute_advantage(algo: Any, rewards: torch.Tensor | Sequence[float] | np.ndarray,
+                      group_ids: Sequence[Hashable] | np.ndarray | torch.Tensor, **inputs: Any) -> torch.Tensor:
+    """Advantages of the kept rows with the estimator ``algo.adv_estimator`` names.
+
+    Args:
+        algo: the ``AlgorithmConfig`` (``adv_estimator``, ``adv_eps``, ...).
+        rewards: (B,) outcome rewards of the kept rows.
+        group_ids: (B,) prompt labels of the kept rows.
+        inputs: extra inputs an estimator needs (none for ``grpo``).
+    Returns:
+        (B,) float32 advantages.
+    Raises:
+        ValueError: an unregistered ``algo.adv_estimator`` (see :func:`adv_estimator`).
+    """
+    return adv_estimator(algo.adv_estimator)(rewards, group_ids, algo, **inputs)
+
+
+@register_adv_estimator("grpo")
+def grpo_advantage(rewards: torch.Tensor | Sequence[float] | np.ndarray,
+                   group_ids: Sequence[Hashable] | np.ndarray | torch.Tensor, algo: Any) -> torch.Tensor:
+    """GRPO (report §2.2.1; VERL ``compute_grpo_outcome_advantage`` with ``norm_adv_by_std_in_grpo``):
+    ``(r - mean_g) / (std_g + algo.adv_eps)`` per group (:func:`kit.algo.grpo.group_advantage`)."""
+    return group_advantage(torch.as_tensor(rewards, dtype=torch.float32), group_ids, algo.adv_eps, norm_by_std=True)

@@ -26,7 +26,6 @@ import sys
 from collections.abc import Sequence
 
 from kit.bridge import launch as bridge_launch
-from kit.bridge.overrides import STAGES
 from kit.config import KitConfig, load
 
 #: kit config overrides of the GPU smoke run: the ``smoke`` profile (P = 8 prompts, 16 rollouts ->
@@ -63,7 +62,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="cmd", required=True)
     p = sub.add_parser("launch", help="print and run the VERL command of one stage")
     p.add_argument("--profile", default="paper-14b")
-    p.add_argument("--stage", default="stage1", choices=STAGES)
+    p.add_argument("--stage", default="stage1", help="a stage of the profile's [[stages]] list")
     p.add_argument("--run-dir")
     p.add_argument("--model-path")
     p.add_argument("--train-files")
@@ -89,6 +88,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         for name, path in bridge_launch.prepare_data(cfg).items():
             print(f"{name}: {path}")
         return 0
+    if a.stage not in cfg.stages.names:
+        parser.error(f"--stage {a.stage!r}: profile {a.profile} has the stages {', '.join(cfg.stages.names)}")
     try:
         return bridge_launch.launch(cfg, a.stage, model_path=a.model_path, train_files=a.train_files,
                                     val_files=a.val_files, n_gpus_per_node=a.n_gpus_per_node, nnodes=a.nnodes,

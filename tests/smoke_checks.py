@@ -44,7 +44,7 @@ def rl_metrics_have_keys_and_step_counts(lay, cfg, keys) -> None:
     global steps that continue across the stages."""
     last_global = 0
     for stage in STAGES:
-        steps = getattr(cfg.stages, stage).steps
+        steps = cfg.stages[stage].steps
         got = rows(lay.root / stage / "metrics.jsonl")
         assert len(got) == steps, stage
         assert all(set(keys) <= set(r) for r in got), f"{stage}: missing {set(keys) - set(got[0])}"

@@ -77,7 +77,7 @@ from kit.pipeline.verl_runtime import (
     ignored_device_warning,
     run_in_verl_cpu_session,
 )
-from kit.runs import SERIES, Layout, series_parameters
+from kit.plan import SERIES, Layout, series_parameters
 
 __all__ = [
     "CELL_TIMEOUT_S", "KERNEL_ENV", "LAUNCHES_VERL", "NOTEBOOK_DIR", "OTHER_PROFILE_CELL_TIMEOUT_S", "SERIES",
@@ -123,7 +123,7 @@ def dry_run_text(series: Sequence[NotebookRun], layout: Layout, overrides: dict[
     if cfg.runtime == "verl":
         from kit.bridge.stages import describe_chain  # kit.bridge (VERL): only for a paper profile's dry run
 
-        dirs = {k: layout.dir(k) for k in ("data", "sft", "stage1", "stage2", "stage3", "ablation")}
+        dirs = {k: layout.dir(k) for k in ("data", "sft", *cfg.stages.names, "ablation")}
         lines += ["", describe_chain(cfg, dirs, notebooks=[nb.name for nb in series])]
     return "\n".join(lines)
 

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.config import load
-from kit.runs import Layout
+from kit.plan import Layout
 
 #: the environment variable that picks VERL's device (``kit.bridge.verl_cpu.runner.DEVICE_ENV``,
 #: named here too so that a local run reads it without importing kit.bridge; a test keeps them equal)

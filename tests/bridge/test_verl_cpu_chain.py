@@ -148,7 +148,7 @@ def test_stage3_hard_subset_sampled_from_the_served_stage2_policy(chain):
     """The kit served stage2/policy on loopback and sampled every curated problem n times; hard.parquet
     is the curated pool minus the problems solved n/n."""
     root, cfg = chain["lay"].root.resolve(), chain["cfg"]
-    n = cfg.stages.stage3.hard_filter_samples
+    n = cfg.stages["stage3"].hard_filter_samples
     info = json.loads((root / "stage3" / "hard_subset.json").read_text())
     assert info["route"]["kind"] == "kit_cpu" and info["route"]["url"].startswith("http://127.0.0.1:")
     curated = pd.read_parquet(root / "data" / "data" / "curated.parquet")

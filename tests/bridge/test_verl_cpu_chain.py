@@ -68,7 +68,7 @@ def chain(tiny_verl_root, tmp_path_factory):
     log = lay.root / pipeline.VERL_SESSION_DIR / "chain.log"
     assert code == 0, f"the VERL smoke chain failed; chain log tail:\n{log.read_text()[-3000:]}"
     cfg = from_json(lay.root / "stage3" / "config.json")
-    summaries = {s: json.loads((lay.root / s / "summary.json").read_text()) for s in checks.STAGES}
+    summaries = {s: json.loads((lay.root / s / "summary.json").read_text()) for s in cfg.stages.names}
     return {"lay": lay, "cfg": cfg, "session": session, "s": summaries, "sft_policy": tiny_verl_root / "sft" / "policy"}
 
 
@@ -79,7 +79,7 @@ def test_every_notebook_executed_and_recorded(chain):
 def test_rl_metrics_through_verl(chain):
     lay, cfg = chain["lay"], chain["cfg"]
     checks.rl_metrics_have_keys_and_step_counts(lay, cfg, checks.VERL_RL_KEYS)
-    assert all(r["engine"] == "verl" for s in checks.STAGES for r in checks.rows(lay.root / s / "metrics.jsonl"))
+    assert all(r["engine"] == "verl" for s in cfg.stages.names for r in checks.rows(lay.root / s / "metrics.jsonl"))
     sft = json.loads((lay.root / "sft" / "summary.json").read_text())  # the linked route trains nothing here
     assert sft["engine"] == "linked" and not (lay.root / "sft" / "metrics.jsonl").exists()
     assert (lay.root / "sft" / "policy").resolve() == chain["sft_policy"].resolve()
@@ -114,7 +114,7 @@ def test_one_ray_start_for_the_whole_chain_and_nothing_left_running(chain):
     lay, sess = chain["lay"], chain["session"]
     assert sess["error"] is None and sess["codes"] == {"chain": 0} and "ray_start_s" in sess["timings"]
     assert sess["orphans"] == [] and runner.ray_local.processes_in_namespace(sess["pid_namespace"]) == []
-    runs = [lay.root / s for s in checks.STAGES] + [lay.root / "ablation" / a for a in ARMS]
+    runs = [lay.root / s for s in chain["cfg"].stages.names] + [lay.root / "ablation" / a for a in ARMS]
     for run in runs:  # no stage started a session (and a Ray) of its own; each ran VERL on the shared head
         assert not (run / "verl_session").exists(), run
         assert any(run.glob("verl_stage*.log")), run
@@ -160,6 +160,6 @@ def test_stage3_hard_subset_sampled_from_the_served_stage2_policy(chain):
 
 def test_every_trained_policy_is_merged_and_loads(chain):
     root = chain["lay"].root.resolve()
-    for run in [root / s for s in checks.STAGES] + [root / "ablation" / a for a in ARMS]:
+    for run in [root / s for s in chain["cfg"].stages.names] + [root / "ablation" / a for a in ARMS]:
         model, _ = load_policy(run / "policy")
         assert sum(p.numel() for p in model.parameters()) > 0

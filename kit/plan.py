@@ -200,6 +200,11 @@ def series_parameters(lay: Layout, seed: int, overrides: dict[str, Any] | None =
 SERIES: tuple[str, ...] = tuple(e.name for e in series(StagesConfig().names))
 
 
+def is_stage_entry(name: str) -> bool:
+    """Whether ``name`` is an RL stage's entry of a series (``NN_rl_<stage>``)."""
+    return name[:2].isdigit() and name[2:6] == "_rl_" and len(name) > 6
+
+
 def stage_entry(profile: str | None, stage: str) -> str:
     """The series' name of stage ``stage``'s notebook run for ``profile`` (``"03_rl_stage1"``, ``"05_rl_stage4"``).
 

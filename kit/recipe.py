@@ -45,7 +45,7 @@ def smoke(run_dir: str = "runs/gpu-smoke", n_gpus: int = 1, dry_run: bool = Fals
     :data:`kit.bridge.launch.SMOKE_OVERRIDES`. Returns the VERL exit status."""
     cfg = smoke_config(run_dir)
     paths = bridge_launch.prepare_smoke(cfg)
-    return bridge_launch.launch(cfg, "stage1", model_path=str(paths["model"].resolve()), train_files=str(paths["train"]),
+    return bridge_launch.launch(cfg, cfg.stages[0].name, model_path=str(paths["model"].resolve()), train_files=str(paths["train"]),
                                 val_files=str(paths["val"]), n_gpus_per_node=n_gpus, rollout_tp=1,
                                 extra_overrides=bridge_launch.SMOKE_OVERRIDES, dry_run=dry_run, allow_local_ray=True,
                                 python=python)

@@ -91,14 +91,14 @@ def pick_group(rewards: np.ndarray, failures: np.ndarray) -> int:
     return mixed.index(True) if any(mixed) else 0
 
 
-def roc_step_anatomy(cfg: KitConfig, init_dir: str | os.PathLike, *, stage_name: str = "stage1",
+def roc_step_anatomy(cfg: KitConfig, init_dir: str | os.PathLike, *, stage_name: str | None = None,
                      seed: int | None = None, step: int = 0, group: int | None = None) -> RocAnatomy:
     """Replay step ``step`` of ``stage_name`` from the policy in ``init_dir`` and dissect one prompt.
 
     Args:
         cfg: the stage's config (``algorithm``: P, G, 2G, RoC settings; ``stages.<stage_name>``).
         init_dir: the ``policy/`` folder the stage started from (e.g. the SFT run's).
-        stage_name: which stage's budget, turns and problem pool.
+        stage_name: which stage's budget, turns and problem pool (default the first of ``cfg.stages``).
         seed: the stage's seed (default ``cfg.seed``).
         step: 0-based step to replay (0 = the stage's first step, taken from ``init_dir``'s policy;
             later steps were sampled by a policy that has moved, so they are not reproduced).
@@ -110,6 +110,7 @@ def roc_step_anatomy(cfg: KitConfig, init_dir: str | os.PathLike, *, stage_name:
         ValueError: an unknown stage, or ``group`` outside the step's prompts.
     """
     seed = cfg.seed if seed is None else seed
+    stage_name = stage_name or cfg.stages[0].name
     stage = rl.stage_config(cfg, stage_name)
     a = cfg.algorithm
     # the stage's GRPO-RoC step as the trainer runs it: the same function, config and seeds

@@ -193,8 +193,8 @@ def _build(cls: type, values: Mapping[str, Any], prefix: str) -> Any:
             sub = values.get(f.name, {})
             if not isinstance(sub, Mapping):
                 raise ConfigError(f"{key}: is a section; set its keys as {key}.<name>")
-            # start from the parent's default for this section (e.g. StagesConfig's stage2), as
-            # declared (KitConfig() has already filled its stages' budgets from rollout's)
+            # start from the parent's default for this section, as declared (the stages are
+            # _build_stages': KitConfig() has already filled their budgets from rollout's)
             declared = f.default_factory() if f.default_factory is not dataclasses.MISSING else getattr(default, f.name)
             base = dataclasses.asdict(declared)
             kwargs[f.name] = _build(tp, _deep_merge(_flatten_one(base, tp), sub), f"{key}.")

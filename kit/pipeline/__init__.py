@@ -175,7 +175,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.until:
             last = next((i for i, nb in enumerate(series) if nb.name.startswith(args.until)), None)
             if last is None:
-                raise ValueError(f"--until {args.until!r} matches no notebook of {', '.join(SERIES)}")
+                raise ValueError(f"--until {args.until!r} matches no notebook of {', '.join(nb.name for nb in series)}")
             series = series[:last + 1]
         runtime = load(args.profile, overrides, write=False).runtime
     except (ValueError, FileNotFoundError, ConfigError) as exc:

@@ -27,7 +27,7 @@ from kit.config import load
 from kit.paths import REPO_ROOT
 from kit.pipeline.failures import PipelineError, describe_failure, failed_cell, mark_not_run
 from kit.pipeline.timing import children_cpu_s
-from kit.plan import Layout, read_state, series, series_parameters
+from kit.plan import Layout, ablation_arms, read_state, series, series_parameters
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 #: Environment of the kernels the runner starts, unless the user set these variables already
@@ -97,9 +97,8 @@ def standard_series(layout: Layout, seed: int = 0, notebook_dir: Path = NOTEBOOK
         kit.config.ConfigError: an override names an unknown key or has the wrong type.
     """
     cfg = load(layout.profile, overrides, write=False)  # fail here, not in the fifth notebook
-    first = cfg.stages[0]
-    independent = (first.max_response_tokens != cfg.rollout.max_response_tokens  # the arms' budget (kit.plan.ablation_arms)
-                   or cfg.ablation.steps != first.steps)
+    # the main first-stage run may be one of the arms only if an arm trains exactly its stages
+    independent = all(arm.stages != cfg.stages for arm in ablation_arms(cfg))
     jobs = overlap.STANDARD_JOBS if overlap_jobs and cfg.runtime == "local" and independent else {}
     runs = []
     entries = series(cfg.stages.names)

@@ -69,7 +69,7 @@ async def run_once(kind, model, tok, problems, pool, args, cfg, lean_decode=True
     from kit.rollout import rollout_batch
     from kit.rollout.engine import BatchLoopBackend, ContinuousBatchingEngine, rollout_plain
 
-    kw = dict(max_response_tokens=cfg.stages.stage1.max_response_tokens, max_turns=cfg.stages.stage1.max_turns,
+    kw = dict(max_response_tokens=cfg.stages["stage1"].max_response_tokens, max_turns=cfg.stages["stage1"].max_turns,
               temperature=1.0, top_p=1.0, timeout_s=cfg.sandbox.timeout_s)
     t0 = time.perf_counter()
     if kind == "plain":
@@ -99,7 +99,7 @@ async def main_async(args) -> None:
     split = make_split(cfg.data.task_train_size, cfg.data.task_heldout_size, args.seed, cfg.data.task_families)
     problems = [p.question for p in list(split.heldout)[: args.problems]]
     print(f"{len(problems)} problems x {args.n} samples, batch/slots {args.batch_size}, "
-          f"response budget {cfg.stages.stage1.max_response_tokens} tokens, {cfg.stages.stage1.max_turns} turns, T=1")
+          f"response budget {cfg.stages['stage1'].max_response_tokens} tokens, {cfg.stages['stage1'].max_turns} turns, T=1")
     async with SandboxPool(cfg.sandbox) as pool:
         await run_once("continuous", model, tok, problems[:2], pool, args, cfg)  # warm-up (threads, workers)
         if args.compare_decode:

@@ -1,5 +1,5 @@
 """The tiny training, timed: the SFT step on a quiet and on a busy machine; with ``--full``, the
-whole training of the recipe first (SFT, the three RL stages, the RoC ablation).
+whole training of the recipe first (SFT, the profile's RL stages, the RoC ablation).
 
 Usage::
 
@@ -180,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def full_training(args) -> None:
-    """The whole tiny training (``--full``): SFT, the three stages, the ablation, timed."""
+    """The whole tiny training (``--full``): SFT, the profile's stages, the ablation, timed."""
     root = Path(args.run_dir)
     over = {}
     if args.threads:
@@ -207,7 +207,7 @@ def full_training(args) -> None:
          f"accuracy {s.get('heldout_accuracy', float('nan')):.3f} (tool rate {s.get('heldout_tool_rate', float('nan')):.2f}), "
          f"sampled reward {s.get('heldout_sampled_reward', float('nan')):.3f}")
     init = sft_dir / "policy"
-    for stage in rl.STAGES:
+    for stage in cfg.stages.names:
         t = time.perf_counter()
         st = rl.run_stage(cfg, stage, init, root / stage)
         times[stage] = time.perf_counter() - t

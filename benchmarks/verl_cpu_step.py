@@ -51,7 +51,7 @@ def local_steps(sft_cfg, policy: Path, run_dir: Path) -> list[float]:
         "stages.stage1.difficulty": max(set(levels), key=levels.count)})
     stamps = [time.perf_counter()]
     rl.run_stage(cfg, "stage1", policy, run_dir, progress=lambda row: stamps.append(time.perf_counter())
-                 if "step" in row else None, steps=2, evaluate=False)
+                 if "step" in row else None, evaluate=False)  # TWO_STEP: stages.stage1.steps = 2
     return [b - a for a, b in zip(stamps, stamps[1:], strict=False)][:2]
 
 

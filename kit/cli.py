@@ -187,7 +187,7 @@ def build_parser() -> argparse.ArgumentParser:
              "command and run it on the Ray cluster it finds. Arguments after `--` are passed to VERL as Hydra "
              "overrides. With --smoke: two GRPO-RoC steps of the tiny model with SGLang on this machine's GPUs.")
     _profile(p, "paper-14b")
-    p.add_argument("--stage", default="stage1", help="the RL stage to launch (stage1, stage2, stage3)")
+    p.add_argument("--stage", default="stage1", help="the RL stage to launch: a name of the profile's [[stages]] list (`python -m kit config --profile P stages` lists them)")
     p.add_argument("--run-dir", default=None,
                    help="the run's folder (default: the profile's run_dir, else runs/<profile>; --smoke: runs/gpu-smoke)")
     p.add_argument("--model-path", default=None, help="stage 1's starting policy, the SFT checkpoint (default: the profile's model.name_or_path; "

@@ -36,7 +36,9 @@ from kit.metrics import MetricsError, read_rows
 
 ALGO_LABEL = {"grpo": "GRPO", "grpo_roc": "GRPO-RoC"}
 ALGO_COLOR = {"grpo": "#d62728", "grpo_roc": "#1f77b4"}
-STAGE_COLOR = {"stage1": "#1f77b4", "stage2": "#ff7f0e", "stage3": "#2ca02c"}
+#: the stages' colours in training order (Figure 8): stage k takes entry k of the palette (tab10)
+STAGE_PALETTE = ("#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22",
+                 "#17becf")
 
 FIGURE_KEYS = {
     "figure4": ("step", "algorithm", "seed", "tool_error_ratio_correct_before"),
@@ -252,10 +254,10 @@ def figure8_stages(metrics, *, smooth: int = 1, note: str = "", stage_end_refere
     fig = Figure(figsize=(10, 4.0), layout="constrained")
     ax_acc, ax_len = fig.subplots(1, 2)
     stages = sorted(df["stage"].astype(str).unique(), key=lambda s: df.loc[df["stage"].astype(str) == s, "global_step"].min())
-    for stage in stages:
+    for k, stage in enumerate(stages):
         g = df[df["stage"].astype(str) == stage]
         x = g["global_step"].to_numpy()
-        color = STAGE_COLOR.get(stage)
+        color = STAGE_PALETTE[k % len(STAGE_PALETTE)]
         ax_acc.plot(x, _smooth(g["accuracy"].to_numpy(dtype=float), smooth), "-o", ms=2.5, color=color, label=stage)
         ax_len.plot(x, _smooth(g["response_len_mean"].to_numpy(dtype=float), smooth), "-o", ms=2.5, color=color,
                     label=stage)

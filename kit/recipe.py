@@ -28,7 +28,6 @@ from pathlib import Path
 from typing import Any
 
 from kit.bridge import launch as bridge_launch
-from kit.bridge.overrides import STAGES
 from kit.config import ConfigError, KitConfig, load
 
 #: kit config overrides of the GPU smoke run: the ``smoke`` profile (P = 8 prompts, 16 rollouts ->
@@ -51,7 +50,7 @@ def smoke(run_dir: str = SMOKE_RUN_DIR, n_gpus: int = 1, dry_run: bool = False, 
     :data:`kit.bridge.launch.SMOKE_OVERRIDES`. Returns the VERL exit status."""
     cfg = smoke_config(run_dir)
     paths = bridge_launch.prepare_smoke(cfg)
-    return bridge_launch.launch(cfg, "stage1", model_path=str(paths["model"].resolve()), train_files=str(paths["train"]),
+    return bridge_launch.launch(cfg, cfg.stages[0].name, model_path=str(paths["model"].resolve()), train_files=str(paths["train"]),
                                 val_files=str(paths["val"]), n_gpus_per_node=n_gpus, rollout_tp=1,
                                 extra_overrides=bridge_launch.SMOKE_OVERRIDES, dry_run=dry_run, allow_local_ray=True,
                                 python=python)
@@ -73,9 +72,9 @@ def launch(profile: str = "paper-14b", stage: str = "stage1", *, run_dir: str | 
     overrides passed to VERL as they are). ``run_dir/config.json`` is written when it runs, not on a
     dry run. Returns the VERL exit status; 2 when a file or the cluster is missing (the message
     says which). Raises :class:`kit.config.ConfigError` on an unknown profile or stage."""
-    if stage not in STAGES:
-        raise ConfigError(f"--stage {stage!r}: expected one of {', '.join(STAGES)}")
     cfg = load(profile, {"run_dir": run_dir} if run_dir else {}, write=False)
+    if stage not in cfg.stages.names:
+        raise ConfigError(f"--stage {stage!r}: profile {profile} has the stages {', '.join(cfg.stages.names)}")
     try:
         return bridge_launch.launch(cfg, stage, extra_overrides=list(extra_overrides), **kwargs)
     except (FileNotFoundError, RuntimeError) as exc:

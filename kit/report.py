@@ -36,7 +36,7 @@ from matplotlib.backends.backend_pdf import PdfPages
 from matplotlib.figure import Figure
 
 from kit import latex_pdf
-from kit.runs import SERIES, Layout, read_state
+from kit.plan import SERIES, Layout, read_state
 from kit.summary import prepend_summary
 
 # control characters xelatex rejects ("Text line contains an invalid character"); \t \n \r and ESC

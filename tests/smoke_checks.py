@@ -16,7 +16,7 @@ import subprocess
 import pandas as pd
 import pytest
 
-from kit import claims, pipeline
+from kit import claims, pipeline, plan
 
 #: keys every local RL row must have (each declared in kit.metrics.RL_KEYS: tests/test_metrics.py)
 LOCAL_RL_KEYS = ("stage", "step", "global_step", "reward_mean", "accuracy", "response_len_mean", "truncation_ratio",
@@ -26,7 +26,6 @@ LOCAL_RL_KEYS = ("stage", "step", "global_step", "reward_mean", "accuracy", "res
 #: the keys of a VERL RL row of every algorithm (kit.bridge.metric_map.METRIC_MAP, from kit.metrics)
 VERL_RL_KEYS = ("stage", "step", "global_step", "reward_mean", "accuracy", "response_len_mean", "truncation_ratio",
                 "tool_calls_per_traj", "time_generate_s", "time_tool_s", "time_update_s", "algorithm", "seed")
-STAGES = ("stage1", "stage2", "stage3")
 
 
 def rows(path) -> list[dict]:
@@ -59,17 +58,19 @@ def claimed_keys_have_their_declared_population(run_dir) -> int:
 
 
 def every_notebook_executed_and_recorded(lay) -> None:
+    """Every entry of the profile's series (one per RL stage of its ``[[stages]]`` list) ran and was recorded."""
+    series = [name for name, _ in plan.series_parameters(lay, 0)]
     state = pipeline.read_state(lay)
-    assert [n for n in pipeline.SERIES if state.get(n, {}).get("status") == "done"] == list(pipeline.SERIES)
-    assert all((lay.executed / f"{n}.ipynb").exists() for n in pipeline.SERIES)
+    assert [n for n in series if state.get(n, {}).get("status") == "done"] == series
+    assert all((lay.executed / f"{n}.ipynb").exists() for n in series)
 
 
 def rl_metrics_have_keys_and_step_counts(lay, cfg, keys) -> None:
     """Each stage's ``metrics.jsonl``: ``stages.<stage>.steps`` rows with ``keys``, steps 1..n, and
     global steps that continue across the stages."""
     last_global = 0
-    for stage in STAGES:
-        steps = getattr(cfg.stages, stage).steps
+    for stage in cfg.stages.names:
+        steps = cfg.stages[stage].steps
         got = rows(lay.root / stage / "metrics.jsonl")
         assert len(got) == steps, stage
         assert all(set(keys) <= set(r) for r in got), f"{stage}: missing {set(keys) - set(got[0])}"
@@ -120,7 +121,7 @@ def figures_tables_and_report(lay) -> None:
             assert (lay.root / "figures" / f"{name}.{ext}").stat().st_size > 5000, name
     for name in ("table3_math", "table4_response_tokens", "table5_generalization", "table6_32b"):
         df = pd.read_csv(lay.root / "tables" / f"{name}.csv", index_col=0)
-        assert df.columns[0].startswith("reproduced: smoke, tiny Qwen3")
+        assert df.columns[0].startswith(f"reproduced: {lay.profile}, tiny Qwen3")
         assert any(c.startswith("paper: ") for c in df.columns[1:])
         assert (lay.root / "tables" / f"{name}.tex").exists()
     t3 = pd.read_csv(lay.root / "tables" / "table3_math.csv", index_col=0)
@@ -142,7 +143,7 @@ def claims_file_and_summary_page(lay) -> None:
     """Notebook 09 writes claims.json in its schema; smoke is too short to reproduce anything, so no
     verdict may say it did; the report opens with the one-page summary (issue #16)."""
     doc = claims.read_claims(lay.root / "claims.json")  # raises on a missing key or an unknown verdict
-    assert doc["profile"] == "smoke" and doc["schema_version"] == claims.SCHEMA_VERSION
+    assert doc["profile"] == lay.profile and doc["schema_version"] == claims.SCHEMA_VERSION
     assert [c["id"] for c in doc["claims"]] == [c["id"] for c in claims.load_claims()]
     assert {c["verdict"] for c in doc["claims"]} <= set(claims.VERDICTS)
     assert all(t["verdict"] in claims.VERDICTS for c in doc["claims"] for t in c["tests"])

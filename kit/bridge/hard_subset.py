@@ -102,14 +102,27 @@ def build_hard_parquet(curated: str | os.PathLike, counts: Mapping[str, int], ru
     return info
 
 
+def hard_stage(cfg: Any) -> str:
+    """The name of the first stage of ``cfg`` with ``problems = "hard"`` (``stage3`` on the paper profiles).
+
+    Raises:
+        ValueError: no stage filters its pool.
+    """
+    hard = [st.name for st in cfg.stages if st.problems == "hard"]
+    if not hard:
+        raise ValueError(f"no stage of profile {cfg.profile} has problems = 'hard' (stages: {', '.join(cfg.stages.names)})")
+    return hard[0]
+
+
 def sample_solve_counts(cfg: Any, curated: str | os.PathLike, *, base_url: str = "", model: str = "",
                         tokenizer_path: str = "", n: int = 8, max_concurrency: int = 256,
-                        backend: Any = None, tokenizer: Any = None, executor: Any = None) -> dict[str, int]:
+                        backend: Any = None, tokenizer: Any = None, executor: Any = None,
+                        stage: str | None = None) -> dict[str, int]:
     """Roll out every problem of ``curated`` ``n`` times with the policy behind ``base_url`` and
     count the correct ones (``kit.reward.verify_batch``).
 
     Args:
-        cfg: the stage-3 config (rollout settings, ``stages.stage3`` budgets, sandbox).
+        cfg: the stage's config (rollout settings, the stage's budgets, sandbox).
         curated: the curated parquet.
         base_url, model: the OpenAI-compatible server (``.../v1``) and its model name.
         tokenizer_path: the served policy's folder (its tokenizer).
@@ -117,6 +130,7 @@ def sample_solve_counts(cfg: Any, curated: str | os.PathLike, *, base_url: str =
         max_concurrency: trajectories alive at once.
         backend, tokenizer, executor: injected instead (tests); ``executor`` default a
             ``kit.sandbox.SandboxPool(cfg.sandbox)``.
+        stage: the stage whose budget and turns the sampling uses (default :func:`hard_stage`).
     Returns:
         ``{source_id: solved}``.
     """
@@ -125,7 +139,7 @@ def sample_solve_counts(cfg: Any, curated: str | os.PathLike, *, base_url: str =
         tokenizer = AutoTokenizer.from_pretrained(tokenizer_path)
     if backend is None:
         backend = OpenAIBackend(base_url, model, tokenizer)
-    st = cfg.stages.stage3
+    st = cfg.stages[stage or hard_stage(cfg)]
     kw = dict(max_concurrency=max_concurrency, max_response_tokens=st.max_response_tokens, max_turns=st.max_turns,
               temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
 
@@ -142,7 +156,7 @@ def sample_solve_counts(cfg: Any, curated: str | os.PathLike, *, base_url: str =
 
 def prepare_stage3_data(cfg: Any, run_dir: str | os.PathLike, data_dir: str | os.PathLike, init_dir: str | os.PathLike,
                         *, hard_counts: str = "", sampler_url: str = "", sampler_model: str = "",
-                        serve_locally: bool = False, serve_threads: int = 0) -> dict[str, Any]:
+                        serve_locally: bool = False, serve_threads: int = 0, stage: str | None = None) -> dict[str, Any]:
     """``run_dir/data/hard.parquet`` for stage 3 (kept when it exists), from the first of:
 
     Args:
@@ -154,6 +168,7 @@ def prepare_stage3_data(cfg: Any, run_dir: str | os.PathLike, data_dir: str | os
             (:func:`kit.rollout.serve.serve_policy`, ``cfg.rollout.batch_size`` slots, seed
             ``cfg.seed``, ``serve_threads`` torch threads) and stop it after; route
             ``{"kind": "kit_cpu", "url"}``. For the VERL CPU runtime (no GPU server exists).
+    ``stage``: the hard stage (``problems = "hard"``) this is for (default :func:`hard_stage`).
     A parquet already there is kept (route ``{"kind": "given"}`` when no ``hard_subset.json``
     says how it was built). The route is recorded in ``run_dir/hard_subset.json``.
 
@@ -169,7 +184,8 @@ def prepare_stage3_data(cfg: Any, run_dir: str | os.PathLike, data_dir: str | os
         jsonio.write_json(info_path, info)
         return info
     curated = curated_file(data_dir)  # kit.data.pool: the file both runtimes train on
-    n = cfg.stages.stage3.hard_filter_samples
+    stage = stage or hard_stage(cfg)
+    n = cfg.stages[stage].hard_filter_samples
     policy = str((Path(init_dir) / "policy").resolve())
     if hard_counts:
         counts = read_solve_counts(hard_counts)
@@ -184,7 +200,7 @@ def prepare_stage3_data(cfg: Any, run_dir: str | os.PathLike, data_dir: str | os
                 route = {"kind": "kit_cpu", "url": url}
             counts = sample_solve_counts(cfg, curated, base_url=route["url"],
                                          model=(sampler_model if sampler_url else "") or policy,
-                                         tokenizer_path=policy, n=n)
+                                         tokenizer_path=policy, n=n, stage=stage)
         (Path(run_dir) / "solve_counts.json").write_text(json.dumps(counts) + "\n")
     else:
         raise RuntimeError(

@@ -37,7 +37,6 @@ from kit import prompts
 from kit.bridge.kv_router import ROUTER_CLASS
 from kit.bridge.overrides import (
     AGENT_NAME,
-    STAGES,
     RecipePaths,
     command,
     stage_step_offset,
@@ -105,13 +104,13 @@ def write_agent_loop_config(cfg: KitConfig, path: str | os.PathLike) -> Path:
     return path
 
 
-def write_router_config(cfg: KitConfig, paths: RecipePaths, stage: str = "stage1") -> Path | None:
+def write_router_config(cfg: KitConfig, paths: RecipePaths, stage: str | None = None) -> Path | None:
     """The ``router_config_path`` YAML of ``rollout.balancer = "kv_cache"`` (report §3.2); None
     (nothing written) under ``"verl"``.
 
     Written as JSON (a YAML subset OmegaConf reads): ``router_class`` =
     ``kit.bridge.kv_router.KvCacheRouter`` (VERL builds it as ``cls(servers, this dict)``), the
-    stage's response budget as a request's default ``max_new_tokens`` (tokens) and
+    stage's (default the first stage's) response budget as a request's default ``max_new_tokens`` (tokens) and
     ``status_path`` = ``<verl folder>/router_status.json`` (served requests per engine, moves,
     missed and bad reports).
     """
@@ -119,7 +118,7 @@ def write_router_config(cfg: KitConfig, paths: RecipePaths, stage: str = "stage1
         return None
     path = Path(paths.router_yaml)
     entry = {"router_class": ROUTER_CLASS,
-             "max_new_tokens": getattr(cfg.stages, stage).max_response_tokens,
+             "max_new_tokens": cfg.stages[stage if stage is not None else 0].max_response_tokens,
              "status_path": str(path.with_name("router_status.json"))}
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(entry, indent=2) + "\n")
@@ -211,8 +210,8 @@ def build_launch(
     launcher's working directory).
     """
     absolute = str(Path(run_dir_of(cfg)).resolve())
-    paths = RecipePaths.default(absolute, stage, train_files and str(Path(train_files).resolve()),
-                                val_files and str(Path(val_files).resolve()))
+    paths = RecipePaths.default(absolute, train_files and str(Path(train_files).resolve()),
+                                val_files and str(Path(val_files).resolve()), hard=cfg.stages[stage].problems == "hard")
     args = to_hydra_overrides(cfg, stage, paths=paths, model_path=model_path, n_gpus_per_node=n_gpus_per_node,
                               nnodes=nnodes, rollout_tp=rollout_tp, start_step=start_step,
                               resume_from=resume_from and str(Path(resume_from).resolve()),
@@ -243,8 +242,8 @@ def launch(
     Args:
         cfg: the resolved config; its run folder (:func:`run_dir_of`) holds config, data,
             agent-loop YAML and checkpoints; ``config.json`` is written there unless ``dry_run``.
-        stage: ``stage1`` | ``stage2`` | ``stage3``.
-        model_path: stage-1 starting policy (the SFT checkpoint; default ``cfg.model.name_or_path``).
+        stage: a name of ``cfg.stages`` (``stage1`` | ``stage2`` | ``stage3`` on the paper profiles).
+        model_path: the first stage's starting policy (the SFT checkpoint; default ``cfg.model.name_or_path``).
         train_files, val_files: parquet files (default under ``run_dir/data``).
         n_gpus_per_node, nnodes, rollout_tp: cluster layout (see ``to_hydra_overrides``).
         extra_overrides: more Hydra overrides appended last (they win).
@@ -265,7 +264,8 @@ def launch(
         cfg, stage, model_path=model_path, train_files=train_files, val_files=val_files,
         n_gpus_per_node=n_gpus_per_node, nnodes=nnodes, rollout_tp=rollout_tp, extra_overrides=extra_overrides,
         start_step=start_step, resume_from=resume_from, metrics_file=metrics_file, python=python)
-    if stage == "stage1" and model_path is None:
+    names = cfg.stages.names
+    if stage == names[0] and model_path is None:
         print(f"kit launch: note: stage 1 starts from {cfg.model.name_or_path} (no --model-path); the report "
               "starts RL from the non-reasoning SFT checkpoint", file=sys.stderr, flush=True)
     print(shlex.join(cmd), flush=True)
@@ -279,17 +279,17 @@ def launch(
     for f in (paths.train_files, paths.val_files):
         if not Path(f).exists():
             how = ("build it from stage-2 solve counts (kit.data.curate.build_hard_subset) and pass --train-files"
-                   if stage == "stage3" and f == paths.train_files
+                   if cfg.stages[stage].problems == "hard" and f == paths.train_files
                    else f"run: python -m kit prepare-data --profile {cfg.profile} --run-dir {paths.run_dir}")
             raise FileNotFoundError(f"{f} does not exist; {how}")
     resume_overridden = any(o.startswith(("trainer.resume_from_path=", "trainer.resume_mode=")) for o in extra_overrides)
     if resume_from is not None and not Path(resume_from).is_dir():
         raise FileNotFoundError(f"{resume_from} does not exist; {stage} was asked to resume from it")
-    if stage != "stage1" and resume_from is None and not resume_overridden:
+    if stage != names[0] and resume_from is None and not resume_overridden:
         offset = stage_step_offset(cfg, stage) if start_step is None else start_step
         ckpt = Path(paths.checkpoints) / f"global_step_{offset}"
         if not ckpt.is_dir():
-            previous = STAGES[STAGES.index(stage) - 1]
+            previous = names[names.index(stage) - 1]
             raise FileNotFoundError(f"{ckpt} does not exist; {stage} resumes from the end of {previous}: run "
                                     f"{previous} first with the same --run-dir (or pass -- trainer.resume_from_path=...)")
     env = dict(os.environ)

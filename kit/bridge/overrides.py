@@ -41,7 +41,6 @@ from kit.algo import adv_estimator
 from kit.config import check_minimums
 from kit.train.tracking import tracking_env
 
-STAGES = ("stage1", "stage2", "stage3")
 AGENT_NAME = "rstar2_kit"  # kit.bridge.agent_loop.AGENT_NAME (kept literal: that module imports verl)
 ROC_SAMPLER = ("pkg://kit.bridge.roc_hook", "RocReplayBuffer")
 #: GRPO's v1 sampler: VERL's sync buffer plus the step's tool metrics (``kit.bridge.sampler``)
@@ -62,12 +61,13 @@ class RecipePaths:
     router_config: str = ""  # rollout.balancer = "kv_cache": the router YAML; "" -> beside agent_loop_config
 
     @classmethod
-    def default(cls, run_dir: str, stage: str, train_files: str | None = None,
-                val_files: str | None = None) -> RecipePaths:
-        """Stages 1-2 train on ``run_dir/data/curated.parquet`` (``kit.data.curate.write_curated``),
-        stage 3 on ``run_dir/data/hard.parquet``; validation on ``run_dir/data/val.parquet``."""
+    def default(cls, run_dir: str, train_files: str | None = None, val_files: str | None = None, *,
+                hard: bool = False) -> RecipePaths:
+        """A stage trains on ``run_dir/data/curated.parquet`` (``kit.data.curate.write_curated``), a
+        ``hard`` one (``problems = "hard"``, stage 3) on ``run_dir/data/hard.parquet``; validation on
+        ``run_dir/data/val.parquet``."""
         d = PurePosixPath(run_dir)
-        train = "hard.parquet" if stage == "stage3" else "curated.parquet"
+        train = "hard.parquet" if hard else "curated.parquet"
         return cls(
             run_dir=str(d),
             train_files=train_files or str(d / "data" / train),
@@ -84,9 +84,13 @@ class RecipePaths:
 
 
 def stage_step_offset(config: Any, stage: str) -> int:
-    """Global steps done before ``stage`` (sum of the earlier stages' ``steps``)."""
-    _check_stage(stage)
-    return sum(getattr(config.stages, s).steps for s in STAGES[: STAGES.index(stage)])
+    """Global steps done before ``stage`` (sum of the steps of the stages before it in ``config.stages``).
+
+    Raises:
+        ValueError: ``stage`` is not one of the config's stages.
+    """
+    names = _check_stage(config, stage)
+    return sum(st.steps for st in list(config.stages)[: names.index(stage)])
 
 
 def checkpoint_step(path: str) -> int:
@@ -101,9 +105,12 @@ def checkpoint_step(path: str) -> int:
     return int(name[len("global_step_"):])
 
 
-def _check_stage(stage: str) -> None:
-    if stage not in STAGES:
-        raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
+def _check_stage(config: Any, stage: str) -> tuple[str, ...]:
+    """The config's stage names; ValueError when ``stage`` is not one of them."""
+    names = config.stages.names
+    if stage not in names:
+        raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(names)}")
+    return names
 
 
 def _fmt(v: Any) -> str:
@@ -137,7 +144,7 @@ def to_hydra_overrides(
 
     Args:
         config: a ``kit.config.KitConfig`` (e.g. ``load("paper-14b")``).
-        stage: ``"stage1"``, ``"stage2"`` or ``"stage3"`` (report §4.3).
+        stage: a name of ``config.stages`` (``"stage1"`` ... of report §4.3).
         paths: files of the run; default :meth:`RecipePaths.default` under ``config.run_dir``
             (``runs/<profile>`` when empty).
         model_path: policy to start stage 1 from (the SFT checkpoint); default
@@ -167,8 +174,8 @@ def to_hydra_overrides(
         ValueError: unknown stage, RoC settings that cannot keep G of 2G, or an unregistered
             ``algorithm.adv_estimator``.
     """
-    _check_stage(stage)
-    a, r, st = config.algorithm, config.rollout, getattr(config.stages, stage)
+    _check_stage(config, stage)
+    a, r, st = config.algorithm, config.rollout, config.stages[stage]
     G, oversample, P = a.group_size, a.oversample, a.prompts_per_step
     roc = a.name == "grpo_roc"
     if roc and oversample < G:
@@ -176,7 +183,8 @@ def to_hydra_overrides(
     if roc:
         check_minimums(G, a.min_positive, a.min_negative)
     adv_estimator(a.adv_estimator)  # registered in kit.algo.advantage, else a ValueError naming the key
-    paths = paths or RecipePaths.default(config.run_dir or f"runs/{config.profile}", stage)
+    paths = paths or RecipePaths.default(config.run_dir or f"runs/{config.profile}",
+                                          hard=config.stages[stage].problems == "hard")
     max_seq = r.max_prompt_tokens + st.max_response_tokens
     offset = stage_step_offset(config, stage) if start_step is None else int(start_step)
     logger = tuple(config.logging.backends) if logger is None else tuple(logger)
@@ -252,7 +260,7 @@ def to_hydra_overrides(
         ("trainer.val_before_train", False),
         ("trainer.default_local_dir", paths.checkpoints),
     ]
-    if stage == "stage1" and resume_from is None:
+    if stage == config.stages[0].name and resume_from is None:  # the first stage starts from model_path
         out.append(("trainer.resume_mode", "disable"))
     else:
         resume = resume_from or f"{paths.checkpoints}/global_step_{offset}"

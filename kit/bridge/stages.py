@@ -62,11 +62,11 @@ from kit.bridge.checkpoints import (
     saved_steps,
 )
 from kit.bridge.metric_map import METRIC_MAP, is_training_row
-from kit.bridge.overrides import STAGES, stage_step_offset
+from kit.bridge.overrides import stage_step_offset
 from kit.bridge.sft import sft_command
 from kit.config import KitConfig, save
 from kit.data.pool import curated_file
-from kit.train.ablation import arm_seeds
+from kit.plan import ablation_arms, arm_name, series
 
 #: VERL's own per-step log (its file logger), beside the kit's ``metrics.jsonl``: not named like it, since
 #: every reader of a run folder tree takes each ``metrics.jsonl`` below it (``kit.figures.collect_metrics``)
@@ -113,7 +113,7 @@ def plan_stage(cfg: KitConfig, stage: str, run_dir: str | os.PathLike, init_dir:
     Args:
         cfg: the notebook's resolved ``KitConfig``; the stage launches exactly it, with
             ``run_dir`` set to this stage's (``dataclasses.replace``, never a reload).
-        stage: ``stage1`` | ``stage2`` | ``stage3``.
+        stage: a name of ``cfg.stages`` (``stage1`` | ``stage2`` | ``stage3`` on the paper profiles).
         run_dir, init_dir, data_dir: this stage's, the upstream stage's and the data notebook's
             run directories.
         cluster: layout (default :meth:`Cluster.from_env`).
@@ -122,8 +122,8 @@ def plan_stage(cfg: KitConfig, stage: str, run_dir: str | os.PathLike, init_dir:
     Raises:
         kit.bridge.checkpoints.CheckpointError: ``check`` and stage 2/3 find no upstream checkpoint.
     """
-    if stage not in STAGES:
-        raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(STAGES)}")
+    if stage not in cfg.stages.names:
+        raise ValueError(f"unknown stage {stage!r}; expected one of {', '.join(cfg.stages.names)}")
     cluster = cluster or Cluster.from_env()
     run, init, data = (Path(p).resolve() for p in (run_dir, init_dir, data_dir))
     notes: list[str] = []
@@ -131,7 +131,7 @@ def plan_stage(cfg: KitConfig, stage: str, run_dir: str | os.PathLike, init_dir:
     if check and not (init / "policy").exists():
         raise FileNotFoundError(f"{init / 'policy'} not found: the upstream notebook writes it (the SFT link or "
                                 "the merged policy of the previous stage); run it first")
-    if stage == "stage1":
+    if stage == cfg.stages[0].name:  # the first stage starts from the SFT policy
         start = 0
     elif check:
         up = latest_verl_checkpoint(init / "checkpoints")
@@ -139,12 +139,13 @@ def plan_stage(cfg: KitConfig, stage: str, run_dir: str | os.PathLike, init_dir:
     else:
         start = stage_step_offset(cfg, stage)
         resume = str(init / "checkpoints" / f"global_step_{start}")
-    end = start + getattr(cfg.stages, stage).steps
+    end = start + cfg.stages[stage].steps
     own = saved_steps(run / "checkpoints") if check else []
     if own and start < own[-1] < end:
         notes.append(f"resuming this stage from its own step {own[-1]} (interrupted run)")
         resume = str(run / "checkpoints" / f"global_step_{own[-1]}")
-    train = run / "data" / "hard.parquet" if stage == "stage3" else curated_file(data)  # kit.data.pool: both runtimes
+    hard = cfg.stages[stage].problems == "hard"
+    train = run / "data" / "hard.parquet" if hard else curated_file(data)  # kit.data.pool: both runtimes
     reads = {"model": str(init / "policy"), "train_files": str(train), "val_files": str(data / "data" / "val.parquet")}
     if resume:
         reads["resume_from"] = resume
@@ -287,14 +288,14 @@ def skip_stage(cfg: KitConfig, stage: str, run_dir: str | os.PathLike, init_dir:
 
 def run_ablation(cfg: KitConfig, run_dir: str | os.PathLike, init_dir: str | os.PathLike, data_dir: str | os.PathLike,
                  **kwargs: Any) -> dict[str, Any]:
-    """The RoC ablation on the cluster: one stage-1 VERL run per (algorithm, seed) from the SFT
+    """The RoC ablation on the cluster: one first-stage VERL run per arm of :func:`kit.plan.ablation_arms` from the SFT
     policy, each in ``run_dir/<algorithm>_seed<s>/`` with ``ablation.steps`` steps (as the local
     engine lays it out); writes ``run_dir/ablation.json`` and ``run_dir/summary.json``."""
     runs = {}
     for sub, sub_cfg in ablation_configs(cfg, run_dir):
         sub.mkdir(parents=True, exist_ok=True)
         save(sub_cfg, sub)
-        runs[sub.name] = run_stage(sub_cfg, "stage1", sub, init_dir, data_dir, **kwargs)
+        runs[sub.name] = run_stage(sub_cfg, sub_cfg.stages[0].name, sub, init_dir, data_dir, **kwargs)
     out = {"engine": "verl", "runs": {k: {"run_dir": v["run_dir"], "metrics_file": v["metrics_file"],
                                           "policy_dir": v["policy_dir"], "end_step": v["end_step"]}
                                       for k, v in runs.items()}}
@@ -304,26 +305,17 @@ def run_ablation(cfg: KitConfig, run_dir: str | os.PathLike, init_dir: str | os.
 
 
 def ablation_configs(cfg: KitConfig, run_dir: str | os.PathLike) -> list[tuple[Path, KitConfig]]:
-    """``(arm folder, arm config)`` per (seed, algorithm) of the ablation (seeds from
-    :func:`kit.train.ablation.arm_seeds`): ``cfg`` with that seed,
-    algorithm and ``stages.stage1.steps = ablation.steps``, ``run_dir`` the arm folder
-    (``dataclasses.replace`` of the caller's config; nothing is reloaded)."""
-    out = []
-    for seed in arm_seeds(cfg):  # offsets from the run's seed, as on the local runtime (issue #16)
-        for alg in ("grpo", "grpo_roc"):
-            sub = Path(run_dir) / f"{alg}_seed{seed}"
-            stage1 = dataclasses.replace(cfg.stages.stage1, steps=cfg.ablation.steps)
-            out.append((sub, dataclasses.replace(cfg, run_dir=str(sub), seed=seed,
-                                                 algorithm=dataclasses.replace(cfg.algorithm, name=alg),
-                                                 stages=dataclasses.replace(cfg.stages, stage1=stage1))))
-    return out
+    """``(arm folder, arm config)`` per arm of :func:`kit.plan.ablation_arms` (the arms the local
+    runtime trains: seed, algorithm, the first stage's steps ``ablation.steps`` and budget
+    ``rollout.max_response_tokens``), each arm's ``run_dir`` its folder ``run_dir/<algorithm>_seed<s>``."""
+    return [(Path(run_dir) / arm_name(arm), arm) for arm in ablation_arms(cfg, run_dir)]
 
 
 def describe_chain(cfg: KitConfig, dirs: Mapping[str, str], *, cluster: Cluster | None = None,
                    notebooks: Sequence[str] | None = None) -> str:
     """Text of the whole paper chain: for each notebook's training step, what it reads, what it
     writes and the exact commands (VERL SFT, VERL PPO per stage, merges), without running or
-    checking anything. ``dirs`` maps ``data, sft, stage1, stage2, stage3, ablation`` to run dirs;
+    checking anything. ``dirs`` maps ``data, sft``, each stage's name and ``ablation`` to run dirs;
     ``notebooks`` (names, e.g. the series cut by ``--until``) limits the text to those notebooks."""
     cluster = cluster or Cluster.from_env()
     q = " ".join
@@ -343,20 +335,22 @@ def describe_chain(cfg: KitConfig, dirs: Mapping[str, str], *, cluster: Cluster 
         "   $ " + q(merge_command(sft / "checkpoints" / "global_step_<last>", sft / "policy.partial", cluster.python))
         + "  (then renamed to policy/)", ""]
     previous = dirs["sft"]
-    for stage, nb in zip(STAGES, ("03_rl_stage1", "04_rl_stage2", "05_rl_stage3"), strict=True):
+    notebook = {e.folder: e.name for e in series(cfg.stages.names)}  # each stage's notebook (kit.plan)
+    for stage in cfg.stages.names:
+        nb = notebook[stage]
         plan = plan_stage(cfg, stage, dirs[stage], previous, dirs["data"], cluster=cluster, check=False)
         upstream, previous = previous, dirs[stage]
         if not shown(nb):
             continue
-        if getattr(cfg.stages, stage).steps == 0:  # the profile skips it (paper-32b: stages 1-2 only)
+        if cfg.stages[stage].steps == 0:  # the profile skips it (paper-32b: stages 1-2 only)
             lines += [f"## {nb}  run_dir {plan.run_dir}  (0 steps in profile {cfg.profile}: skipped; "
                       f"policy/ links {Path(upstream).resolve()}/policy)", ""]
             continue
         lines.append(f"## {nb}  run_dir {plan.run_dir}  (global steps {plan.start_step} -> {plan.end_step})")
-        if stage == "stage3":
+        if cfg.stages[stage].problems == "hard":
+            n = cfg.stages[stage].hard_filter_samples
             lines.append(f"   first: {plan.reads['train_files']} = {data}/data/curated.parquet minus the problems "
-                         f"{Path(previous).resolve()}/policy solves {cfg.stages.stage3.hard_filter_samples}/"
-                         f"{cfg.stages.stage3.hard_filter_samples} (sampler_url= an OpenAI server of that policy, "
+                         f"{Path(upstream).resolve()}/policy solves {n}/{n} (sampler_url= an OpenAI server of that policy, "
                          "or hard_counts= a JSON of solve counts; kit.bridge.hard_subset)")
         lines += [f"   reads:  {k} = {v}" for k, v in plan.reads.items()]
         lines += [f"   writes: {k} = {v}" for k, v in plan.writes.items()]
@@ -364,9 +358,10 @@ def describe_chain(cfg: KitConfig, dirs: Mapping[str, str], *, cluster: Cluster 
     if not shown("06_roc_ablation"):
         return "\n".join(lines)
     abl = Path(dirs["ablation"]).resolve()
-    lines.append(f"## 06_roc_ablation  run_dir {abl}  (one stage-1 run per algorithm and seed, from {sft}/policy)")
+    lines.append(f"## 06_roc_ablation  run_dir {abl}  (one {cfg.stages[0].name} run per algorithm and seed, "
+                 f"{cfg.ablation.steps} steps at {cfg.rollout.max_response_tokens} tokens, from {sft}/policy)")
     for sub, sub_cfg in ablation_configs(cfg, abl):
-        plan = plan_stage(sub_cfg, "stage1", sub, dirs["sft"], dirs["data"], cluster=cluster, check=False)
+        plan = plan_stage(sub_cfg, sub_cfg.stages[0].name, sub, dirs["sft"], dirs["data"], cluster=cluster, check=False)
         lines += [f"   {sub.name}: writes {plan.writes['metrics']}, {plan.writes['policy']}",
                   "   $ " + q(plan.launch_command), "   $ " + q(plan.merge_command), ""]
     return "\n".join(lines)

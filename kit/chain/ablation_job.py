@@ -16,7 +16,7 @@ from typing import Any
 
 from kit.chain.training import ablation_config, train_ablation
 from kit.config import ConfigError
-from kit.runs import require_upstream
+from kit.plan import require_upstream
 
 
 def run(parameters: dict[str, Any]) -> dict[str, Any]:
@@ -28,7 +28,7 @@ def run(parameters: dict[str, Any]) -> dict[str, Any]:
     Raises:
         KeyError: a required parameter is missing (named).
         TypeError: a parameter has the wrong type (named).
-        kit.runs.UpstreamMissing: the SFT policy or the curated data are not there yet.
+        kit.plan.UpstreamMissing: the SFT policy or the curated data are not there yet.
     """
     p = {"overrides": {}, "steps": 0, "reuse_dirs": [], **parameters}
     missing = [k for k in ("profile", "seed", "run_dir", "init_dir", "data_dir") if k not in p]

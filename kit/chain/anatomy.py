@@ -1,19 +1,21 @@
 """Anatomy of one GRPO-RoC step on one prompt, for notebook 03 (rStar2-Agent §2.2.2-2.2.3).
 
 :func:`roc_step_anatomy` replays the first step of an RL stage from the policy the stage started
-from, with the stage's own seeds, so the 2G trajectories shown are the ones that step sampled (a
-group's trajectories are reproducible from ``(seed, stage, step)``; see
-:mod:`kit.train.rollouts`). For one prompt of that step it returns every trajectory with its
+from by calling the trainer's own step (:func:`kit.train.step.rl_step`, without its update), so
+the 2G trajectories shown are the ones that step sampled (a group's trajectories are
+reproducible from ``(seed, stage, step)``; see :mod:`kit.train.step`). For one prompt of that step it returns every trajectory with its
 reward, its RoC counters, ``p_err``, ``p_format``, ``p_total``, whether RoC kept it and its GRPO
 advantage among the kept ones. Selection runs over the whole step, as in training, so the kept
 rows are exactly those the stage trained on.
 
-Composes :mod:`kit.train.rl` (pool, problems, selection), :mod:`kit.train.rollouts` (sampling
-through the real sandbox, grading) and :mod:`kit.algo`; nothing here samples or scores by itself.
+Composes :mod:`kit.train.rl` (the stage's pool), :mod:`kit.train.step` (sampling through the
+real sandbox, grading, selection, advantages) and :mod:`kit.algo` (the penalties shown); nothing
+here samples, scores or selects by itself.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,16 +23,15 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-import torch
 
-from kit.algo import RocParams, counters, group_advantage, p_err, p_format, p_total
+from kit.algo import RocParams, counters, p_err, p_format, p_total
 from kit.chain.display import TrajectoryView
 from kit.chain.policies import load_run_policy
 from kit.config import KitConfig
 from kit.rollout import run_coroutine
 from kit.sandbox import SandboxPool
-from kit.train import common, rl
-from kit.train.rollouts import collect
+from kit.train import rl
+from kit.train.step import rl_step
 
 
 @dataclass
@@ -90,14 +91,14 @@ def pick_group(rewards: np.ndarray, failures: np.ndarray) -> int:
     return mixed.index(True) if any(mixed) else 0
 
 
-def roc_step_anatomy(cfg: KitConfig, init_dir: str | os.PathLike, *, stage_name: str = "stage1",
+def roc_step_anatomy(cfg: KitConfig, init_dir: str | os.PathLike, *, stage_name: str | None = None,
                      seed: int | None = None, step: int = 0, group: int | None = None) -> RocAnatomy:
     """Replay step ``step`` of ``stage_name`` from the policy in ``init_dir`` and dissect one prompt.
 
     Args:
         cfg: the stage's config (``algorithm``: P, G, 2G, RoC settings; ``stages.<stage_name>``).
         init_dir: the ``policy/`` folder the stage started from (e.g. the SFT run's).
-        stage_name: which stage's budget, turns and problem pool.
+        stage_name: which stage's budget, turns and problem pool (default the first of ``cfg.stages``).
         seed: the stage's seed (default ``cfg.seed``).
         step: 0-based step to replay (0 = the stage's first step, taken from ``init_dir``'s policy;
             later steps were sampled by a policy that has moved, so they are not reproduced).
@@ -109,25 +110,22 @@ def roc_step_anatomy(cfg: KitConfig, init_dir: str | os.PathLike, *, stage_name:
         ValueError: an unknown stage, or ``group`` outside the step's prompts.
     """
     seed = cfg.seed if seed is None else seed
+    stage_name = stage_name or cfg.stages[0].name
     stage = rl.stage_config(cfg, stage_name)
     a = cfg.algorithm
+    # the stage's GRPO-RoC step as the trainer runs it: the same function, config and seeds
+    data = cfg.data if cfg.data.split_seed >= 0 else dataclasses.replace(cfg.data, split_seed=cfg.seed)  # the run's problems
+    cfg = dataclasses.replace(cfg, seed=seed, algorithm=dataclasses.replace(a, name="grpo_roc"), data=data)
     model, tok = load_run_policy(Path(init_dir))
-    model.eval()
-    problems = rl.step_problems(rl.stage_pool(cfg, stage), step, a.prompts_per_step,
-                                common.step_seed(seed, stage_name, "problems"))
-    n = a.oversample
 
     async def go():
         async with SandboxPool(cfg.sandbox) as pool:
-            return await collect(cfg, model, tok, problems, n, pool, seed=common.step_seed(seed, stage_name, "rollout", step),
-                                 max_response_tokens=stage.max_response_tokens, max_turns=stage.max_turns,
-                                 temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
+            return await rl_step(cfg, stage, model, tok, None, rl.stage_pool(cfg, stage), step, pool, update=False)
 
-    common.seed_everything(common.step_seed(seed, stage_name, "grpo_roc", "torch", step))
-    batch = run_coroutine(go())
+    res = run_coroutine(go())
+    batch, kept, problems, n = res.batch, res.kept, res.problems, a.oversample
     flat = batch.flat()
     cnt = counters(flat)
-    kept, _ = rl.select(cfg, batch, "grpo_roc", common.step_seed(seed, stage_name, "roc", step))
     P = len(problems)
     if group is None:
         group = pick_group(batch.rewards, cnt["tool_failures"].reshape(P, n))
@@ -139,10 +137,9 @@ def roc_step_anatomy(cfg: KitConfig, init_dir: str | os.PathLike, *, stage_name:
     pf = p_format(cnt["answer_tags"], cnt["turns"], cnt["answered"])
     params = RocParams.from_config(a)
     pt = p_total(pe, pf, params.use_error_ratio, params.use_answer_format)
-    gids = np.repeat(np.arange(P), n)
     adv = np.full(rewards.shape, np.nan)
     if kept.size:
-        adv[kept] = group_advantage(torch.tensor(rewards[kept]), gids[kept].tolist(), a.adv_eps).numpy()
+        adv[kept] = res.advantages.numpy()
     kept_mask = np.zeros(rewards.shape, dtype=bool)
     kept_mask[kept] = True
     table = pd.DataFrame({

@@ -22,8 +22,8 @@ from kit import runtime
 from kit.chain.display import learning_note
 from kit.config import KitConfig, load
 from kit.data.curate import CurationResult
+from kit.plan import ablation_arms
 from kit.progress import StepBar
-from kit.train.ablation import ALGORITHMS
 
 
 def prepare_rl_data(cfg: KitConfig, curation: CurationResult, run_dir: str | os.PathLike) -> dict[str, Path]:
@@ -63,7 +63,7 @@ def train_stage(cfg: KitConfig, stage: str, run_dir, init_dir, data_dir, progres
     nothing.
     """
     rt = runtime.get(cfg)
-    st = getattr(cfg.stages, stage)
+    st = cfg.stages[stage]
     with StepBar(st.steps, f"RL {stage}", progress, keys=("accuracy",)) as bar:
         if st.problems == "hard" and st.steps > 0:
             bar.bar.set_description(f"RL {stage} (hard subset)")
@@ -88,12 +88,13 @@ def ablation_config(profile: str, overrides: Mapping[str, Any] | None, run_dir, 
 def train_ablation(cfg: KitConfig, run_dir, init_dir, data_dir, progress=None,
                    reuse: Sequence[str | os.PathLike] = ()) -> dict[str, Any]:
     """The RoC ablation from the upstream run folder ``init_dir`` (``run_ablation`` of the
-    runtime): one stage-1 run per (algorithm, seed) in ``run_dir/<algorithm>_seed<s>/``, each with
+    runtime): one first-stage run per arm of :func:`kit.plan.ablation_arms` (algorithm, seed, steps,
+    budget) in ``run_dir/<algorithm>_seed<s>/``, each with
     ``metrics.jsonl``, ``policy/`` and ``summary.json``, and ``run_dir/ablation.json``.
 
     ``reuse``: finished stage run folders that may already be one of the arms (the stage-1 run is
     the ``grpo_roc`` arm of the main seed when the steps agree); used by the local runtime."""
-    arms = len(ALGORITHMS) * len(cfg.ablation.seeds)
+    arms = len(ablation_arms(cfg))
     with StepBar(cfg.ablation.steps * arms, f"RoC ablation ({arms} runs)", progress, count_rows=True) as bar:
         return runtime.get(cfg).run_ablation(cfg, run_dir=run_dir, init_dir=init_dir, data_dir=data_dir,
                                              progress=bar, reuse=reuse)

@@ -7,9 +7,11 @@ import dataclasses
 import json
 import math
 import os
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from kit.config import StagesConfig
 from kit.metrics import MetricsError, read_rows
 
 
@@ -26,31 +28,49 @@ class RunDirs:
 
     Attributes:
         root: the pipeline run folder ``reports/<profile>/<run>/``.
-        sft, stage1, stage2, stage3, ablation, eval, analysis: notebook run directories.
+        sft, ablation, eval, analysis: notebook run directories.
+        stages: each RL stage's run directory by stage name, in training order.
     """
 
     root: Path
     sft: Path
-    stage1: Path
-    stage2: Path
-    stage3: Path
     ablation: Path
     eval: Path
     analysis: Path
+    stages: Mapping[str, Path] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def under(cls, root: str | os.PathLike, **overrides: str | os.PathLike) -> RunDirs:
-        """The standard folders of a pipeline run (``root/sft``, ``root/stage1``, ...); keyword
-        arguments replace single folders (empty values are ignored)."""
+    def under(cls, root: str | os.PathLike, *, stages: Mapping[str, str | os.PathLike] | Sequence[str] | None = None,
+              **overrides: str | os.PathLike) -> RunDirs:
+        """The standard folders of a pipeline run (``root/sft``, ``root/<stage>``, ...); keyword
+        arguments replace single folders (empty values are ignored).
+
+        Args:
+            root: the pipeline run folder.
+            stages: the RL stages: ``{name: folder}`` (an empty folder: ``root/<name>``) or names
+                (folders ``root/<name>``); default the paper's (``kit.config.StagesConfig().names``).
+            overrides: ``sft``, ``ablation``, ``eval``, ``analysis`` folders.
+        Raises:
+            ValueError: an unknown folder name.
+        """
         root = Path(root)
-        names = [f.name for f in dataclasses.fields(cls) if f.name != "root"]
+        names = [f.name for f in dataclasses.fields(cls) if f.name not in ("root", "stages")]
         unknown = set(overrides) - set(names)
         if unknown:
-            raise ValueError(f"unknown run folder(s) {sorted(unknown)}; expected some of {names}")
-        return cls(root=root, **{n: Path(overrides[n]) if overrides.get(n) else root / n for n in names})
+            raise ValueError(f"unknown run folder(s) {sorted(unknown)}; expected some of {names} (RL stages: stages=)")
+        given = dict(stages) if isinstance(stages, Mapping) else dict.fromkeys(stages or StagesConfig().names, "")
+        return cls(root=root, **{n: Path(overrides[n]) if overrides.get(n) else root / n for n in names},
+                   stages={n: Path(f) if f else root / n for n, f in given.items()})
 
     def folder(self, name: str) -> Path:
-        if name not in {f.name for f in dataclasses.fields(self)}:
+        """The run directory ``name``: a notebook's (``sft``, ...) or an RL stage's (``stage2``).
+
+        Raises:
+            Missing: no such folder.
+        """
+        if name in self.stages:
+            return self.stages[name]
+        if name in ("root", "stages") or name not in {f.name for f in dataclasses.fields(self)}:
             raise Missing(f"no run folder called {name!r}")
         return getattr(self, name)
 

@@ -178,7 +178,9 @@ def stat_stage_length_change(dirs: RunDirs, spec: Mapping[str, Any], res: TestRe
         budgets = {}
         for name in (spec["before"], spec["after"]):
             cfg = _json(dirs.folder(name) / "config.json")
-            budgets[name] = _num(((cfg.get("stages") or {}).get(name) or {}).get("max_response_tokens"))
+            tables = cfg.get("stages") or []  # config.json: a list of [[stages]] tables (a dict before)
+            table = next((t for t in tables if t.get("name") == name), {}) if isinstance(tables, list) else tables.get(name)
+            budgets[name] = _num((table or {}).get("max_response_tokens"))
         res.detail["budgets"] = budgets
         if not budgets[spec["after"]] > budgets[spec["before"]]:
             raise Missing(f"the response budget does not grow from {spec['before']} to {spec['after']}: {budgets}")

@@ -23,18 +23,54 @@ from pathlib import Path
 from typing import Any, Literal
 
 from kit.config.checks import ConfigError, check
-from kit.config.schema import KitConfig
+from kit.config.schema import KitConfig, StageConfig, StagesConfig
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "profiles"
+#: more folders of profile files, searched after ``kit/profiles`` (``os.pathsep``-separated; the
+#: tests' profiles live in ``tests/profiles``); the pipeline's kernels inherit it
+PROFILE_PATH_ENV = "KIT_PROFILE_PATH"
+
+
+def _profile_dirs() -> list[Path]:
+    extra = [Path(p) for p in os.environ.get(PROFILE_PATH_ENV, "").split(os.pathsep) if p]
+    return [PROFILE_DIR, *extra]
 
 
 def available_profiles() -> list[str]:
-    """Names of the profile files shipped in ``kit/profiles``."""
-    return sorted(p.stem for p in PROFILE_DIR.glob("*.toml"))
+    """Names of the profile files in ``kit/profiles`` (and the folders of ``KIT_PROFILE_PATH``)."""
+    return sorted({p.stem for d in _profile_dirs() for p in d.glob("*.toml")})
+
+
+def _profile_file(name: str) -> Path:
+    for d in _profile_dirs():
+        if (d / f"{name}.toml").exists():
+            return d / f"{name}.toml"
+    return PROFILE_DIR / f"{name}.toml"
+
+
+def _stage_tables(tables: Any, where: str) -> dict[str, dict[str, Any]]:
+    """A ``[[stages]]`` list (TOML, ``config.json``) as ``{name: table}`` in order, each table keeping
+    its ``name`` (how :func:`_build_stages` tells a declared stage from an override's typo).
+
+    Raises:
+        ConfigError: an entry is not a table, lacks a ``name`` or repeats one (names ``where``).
+    """
+    if isinstance(tables, Mapping):  # config.json written before the list, or overrides
+        return {str(k): dict(v) if isinstance(v, Mapping) else v for k, v in tables.items()}
+    if not isinstance(tables, list):
+        raise ConfigError(f"{where}: stages must be a list of [[stages]] tables, got {type(tables).__name__}")
+    out: dict[str, dict[str, Any]] = {}
+    for i, table in enumerate(tables):
+        if not isinstance(table, Mapping) or not isinstance(table.get("name"), str) or not table["name"]:
+            raise ConfigError(f"{where}: stages[{i}] needs a name (name = \"stage1\"), got {table!r}")
+        if table["name"] in out:
+            raise ConfigError(f"{where}: two [[stages]] tables are named {table['name']!r}")
+        out[table["name"]] = dict(table)
+    return out
 
 
 def _read_profile(name: str, seen: tuple[str, ...] = ()) -> dict[str, Any]:
-    path = PROFILE_DIR / f"{name}.toml"
+    path = _profile_file(name)
     if not path.exists():
         raise ConfigError(f"unknown profile {name!r}; available: {', '.join(available_profiles())}")
     if name in seen:
@@ -45,6 +81,8 @@ def _read_profile(name: str, seen: tuple[str, ...] = ()) -> dict[str, Any]:
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError(f"{path}: {exc}") from exc
     parent = raw.pop("inherit", None)
+    if "stages" in raw:  # merged by name onto the parent's: a new name adds a stage after its parent's
+        raw["stages"] = _stage_tables(raw["stages"], str(path))
     base = _read_profile(parent, (*seen, name)) if parent else {}
     return _deep_merge(base, raw)
 
@@ -149,18 +187,41 @@ def _build(cls: type, values: Mapping[str, Any], prefix: str) -> Any:
     for f in dataclasses.fields(cls):
         tp = hints[f.name]
         key = f"{prefix}{f.name}"
-        if dataclasses.is_dataclass(tp):
+        if tp is StagesConfig:
+            kwargs[f.name] = _build_stages(values.get(f.name, {}), StagesConfig(), key)  # as declared: unresolved budgets
+        elif dataclasses.is_dataclass(tp):
             sub = values.get(f.name, {})
             if not isinstance(sub, Mapping):
                 raise ConfigError(f"{key}: is a section; set its keys as {key}.<name>")
-            # start from the parent's default for this section (e.g. StagesConfig's stage2), as
-            # declared (KitConfig() has already filled its stages' budgets from rollout's)
+            # start from the parent's default for this section, as declared (the stages are
+            # _build_stages': KitConfig() has already filled their budgets from rollout's)
             declared = f.default_factory() if f.default_factory is not dataclasses.MISSING else getattr(default, f.name)
             base = dataclasses.asdict(declared)
             kwargs[f.name] = _build(tp, _deep_merge(_flatten_one(base, tp), sub), f"{key}.")
         elif f.name in values:
             kwargs[f.name] = _coerce(values[f.name], tp, key)
     return cls(**kwargs)
+
+
+def _build_stages(values: Any, declared: StagesConfig, key: str) -> StagesConfig:
+    """The stages: ``declared`` (the paper's, by name) with ``values`` (``{name: table}``) merged by
+    name; a table of a new name that the profile declared (it carries ``name``) is added after them.
+
+    Raises:
+        ConfigError: ``values`` is not a section, or names a stage no profile declared (the dotted key).
+    """
+    if not isinstance(values, Mapping):
+        raise ConfigError(f"{key}: is a list of [[stages]] tables; set a stage's keys as {key}.<stage>.<name>")
+    tables = {st.name: dataclasses.asdict(st) for st in declared}
+    for name, table in values.items():
+        if not isinstance(table, Mapping):
+            raise ConfigError(f"{key}.{name}: is a section; set its keys as {key}.{name}.<name>")
+        if name not in tables and "name" not in table:
+            raise ConfigError(f"unknown stage '{key}.{name}'; the profile's stages are {', '.join(tables)}")
+        if table.get("name", name) != name:
+            raise ConfigError(f"{key}.{name}.name: a stage's name cannot change (got {table['name']!r})")
+        tables[name] = _deep_merge(tables.get(name, {"name": name}), table)
+    return StagesConfig(tuple(_build(StageConfig, t, f"{key}.{n}.") for n, t in tables.items()))
 
 
 def _flatten_one(base: dict[str, Any], tp: type) -> dict[str, Any]:
@@ -225,6 +286,8 @@ def from_json(path: str | os.PathLike) -> KitConfig:
             version of the kit); the message names the file and the key.
     """
     data = json.loads(Path(path).read_text())
+    if isinstance(data, dict) and "stages" in data:
+        data["stages"] = _stage_tables(data["stages"], str(path))
     try:
         return check(_build(KitConfig, data, ""))
     except ConfigError as exc:

@@ -58,6 +58,9 @@ class DataConfig:
     consistency_min_matches: int = 2  # of consistency_samples answers, at least this many must match the label
     # tiny task family (kit.data.tasks): generated integer-answer problems that need the tool
     task_train_size: int = 4000  # training problems generated (SFT demos and the RL stages' pools)
+    # seed of the tiny task family's train/held-out split; -1: the run's seed. An ablation arm
+    # (kit.plan.ablation_arms) sets its run's, so every arm trains on the run's problems
+    split_seed: int = -1
     task_heldout_size: int = 128  # held-out tiny tasks (rewards at each stage's end, pass@k curves)
     # tiny task generators drawn from (kit.data.tasks)
     task_families: tuple[str, ...] = ("product", "digit_sum_factorial", "divisor_count", "mod_pow",
@@ -167,9 +170,11 @@ class SFTConfig:
 
 @dataclass(frozen=True)
 class StageConfig:
-    """One RL stage (report §4.3). A budget or turn limit of 0 takes ``rollout``'s (resolved when
-    the :class:`KitConfig` is built, so a loaded config holds the number)."""
+    """One RL stage (report §4.3), named in the profile's ``[[stages]]`` list. A budget or turn
+    limit of 0 takes ``rollout``'s (resolved when the :class:`KitConfig` is built, so a loaded
+    config holds the number)."""
 
+    name: str = ""  # the stage's run folder and its key in overrides: stages.<name>.steps
     max_response_tokens: int = 0  # 0: rollout.max_response_tokens
     max_turns: int = 0  # 0: rollout.max_turns
     steps: int = 300  # RL steps of this stage
@@ -177,18 +182,59 @@ class StageConfig:
     problems: Literal["all", "hard"] = "all"
     difficulty: int = 1  # tiny task level for this stage
     reset_optimizer: bool = False  # start the stage with a fresh optimizer (report §4.3, stage 3)
-    hard_filter_samples: int = 8  # stage 3: drop problems solved 8/8 by the latest policy
+    hard_filter_samples: int = 8  # a "hard" stage: drop problems solved 8/8 by the latest policy
     checkpoint_every: int = 10  # steps between checkpoints (0 = none); resume starts at the last one
+
+
+#: the recipe's RL stages (report §4.3; 300 + 85 + 125 = 510 steps; budgets 8K (``rollout``'s),
+#: 12K, 12K tokens; 10, 10, 15 turns); a profile's ``[[stages]]`` table of the same name sets
+#: keys of one of them, a table with a new name adds a stage after them
+PAPER_STAGES: tuple[StageConfig, ...] = (
+    StageConfig("stage1", 0, 0, 300, "all", 1, False),
+    StageConfig("stage2", 12288, 0, 85, "all", 2, False),
+    StageConfig("stage3", 12288, 15, 125, "hard", 3, True),
+)
 
 
 @dataclass(frozen=True)
 class StagesConfig:
-    """The three RL stages of the recipe (report §4.3; 300 + 85 + 125 = 510 steps; budgets 8K
-    (``rollout``'s), 12K, 12K tokens; 10, 10, 15 turns)."""
+    """The RL stages in training order (each a :class:`StageConfig`): a sequence (``for st in
+    cfg.stages``, ``cfg.stages[0]``) with lookup by name (``cfg.stages["stage2"]``)."""
 
-    stage1: StageConfig = field(default_factory=lambda: StageConfig(0, 0, 300, "all", 1, False))
-    stage2: StageConfig = field(default_factory=lambda: StageConfig(12288, 0, 85, "all", 2, False))
-    stage3: StageConfig = field(default_factory=lambda: StageConfig(12288, 15, 125, "hard", 3, True))
+    items: tuple[StageConfig, ...] = PAPER_STAGES
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, key: int | str) -> StageConfig:
+        """The stage at index ``key`` or named ``key``.
+
+        Raises:
+            KeyError: no stage has the name ``key`` (the message lists the names).
+        """
+        if isinstance(key, int):
+            return self.items[key]
+        for st in self.items:
+            if st.name == key:
+                return st
+        raise KeyError(f"unknown stage {key!r}; the profile's stages are {list(self.names)}")
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        """The stages' names in training order."""
+        return tuple(st.name for st in self.items)
+
+    def replace(self, name: str, **changes: Any) -> StagesConfig:
+        """A copy with stage ``name``'s fields changed (``dataclasses.replace``).
+
+        Raises:
+            KeyError: no stage has that name.
+        """
+        self[name]  # noqa: B018 - raises the KeyError naming the stages
+        return StagesConfig(tuple(dataclasses.replace(st, **changes) if st.name == name else st for st in self.items))
 
 
 @dataclass(frozen=True)
@@ -277,15 +323,14 @@ class KitConfig:
 
     def __post_init__(self) -> None:
         # stages without their own budget or turn limit take rollout's (the one source)
-        r, resolved = self.rollout, {}
-        for name in ("stage1", "stage2", "stage3"):
-            st = getattr(self.stages, name)
-            if st.max_response_tokens == 0 or st.max_turns == 0:
-                resolved[name] = dataclasses.replace(st, max_response_tokens=st.max_response_tokens or r.max_response_tokens,
-                                                     max_turns=st.max_turns or r.max_turns)
-        if resolved:
-            object.__setattr__(self, "stages", dataclasses.replace(self.stages, **resolved))
+        r = self.rollout
+        resolved = tuple(dataclasses.replace(st, max_response_tokens=st.max_response_tokens or r.max_response_tokens,
+                                             max_turns=st.max_turns or r.max_turns) for st in self.stages)
+        if resolved != self.stages.items:
+            object.__setattr__(self, "stages", StagesConfig(resolved))
 
     def to_dict(self) -> dict[str, Any]:
-        """Plain nested dict (tuples become lists), as written to ``config.json``."""
-        return json.loads(json.dumps(dataclasses.asdict(self)))
+        """Plain nested dict (tuples become lists; ``stages`` a list of tables), as written to ``config.json``."""
+        out = json.loads(json.dumps(dataclasses.asdict(self)))
+        out["stages"] = out["stages"]["items"]
+        return out

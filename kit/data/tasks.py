@@ -320,8 +320,9 @@ def make_split(train_size: int, heldout_size: int, seed: int, families: Sequence
 
 
 def task_split(cfg: KitConfig) -> TaskSplit:
-    """The run's train/held-out task split (``cfg.data.task_*``, ``cfg.seed``)."""
-    return make_split(cfg.data.task_train_size, cfg.data.task_heldout_size, cfg.seed, cfg.data.task_families)
+    """The run's train/held-out task split (``cfg.data.task_*``; seed ``cfg.data.split_seed``, or ``cfg.seed`` when -1)."""
+    seed = cfg.seed if cfg.data.split_seed < 0 else cfg.data.split_seed
+    return make_split(cfg.data.task_train_size, cfg.data.task_heldout_size, seed, cfg.data.task_families)
 
 
 # --------------------------------------------------------------------------- demonstrations

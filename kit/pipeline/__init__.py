@@ -74,7 +74,7 @@ from kit.pipeline.verl_runtime import (
     ignored_device_warning,
     run_in_verl_cpu_session,
 )
-from kit.runs import SERIES, Layout, series_parameters
+from kit.plan import SERIES, Layout, series_parameters
 
 __all__ = [
     "CELL_TIMEOUT_S", "KERNEL_ENV", "LAUNCHES_VERL", "NOTEBOOK_DIR", "OTHER_PROFILE_CELL_TIMEOUT_S", "SERIES",
@@ -103,7 +103,7 @@ def dry_run_text(series: Sequence[NotebookRun], layout: Layout, overrides: dict[
     if cfg.runtime == "verl":
         from kit.bridge.stages import describe_chain  # kit.bridge (VERL): only for a paper profile's dry run
 
-        dirs = {k: layout.dir(k) for k in ("data", "sft", "stage1", "stage2", "stage3", "ablation")}
+        dirs = {k: layout.dir(k) for k in ("data", "sft", *cfg.stages.names, "ablation")}
         lines += ["", describe_chain(cfg, dirs, notebooks=[nb.name for nb in series])]
     return "\n".join(lines)
 
@@ -144,7 +144,7 @@ def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overri
         if until:
             last = next((i for i, nb in enumerate(series) if nb.name.startswith(until)), None)
             if last is None:
-                raise ValueError(f"--until {until!r} matches no notebook of {', '.join(SERIES)}")
+                raise ValueError(f"--until {until!r} matches no notebook of {', '.join(nb.name for nb in series)}")
             series = series[:last + 1]
         runtime = load(profile, overrides, write=False).runtime
     except (ValueError, FileNotFoundError, ConfigError) as exc:

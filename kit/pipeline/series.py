@@ -1,4 +1,4 @@
-"""The notebook series runner: each notebook of :data:`kit.runs.SERIES` executed in order with
+"""The notebook series runner: each notebook of :data:`kit.plan.SERIES` executed in order with
 papermill, resumable through ``pipeline_state.json`` (see :mod:`kit.pipeline` for the run layout);
 on the local runtime 06's training runs as a background job beside 03-05, 07 and 08 (:mod:`kit.overlap`).
 
@@ -30,8 +30,7 @@ from kit.paths import REPO_ROOT
 from kit.pipeline.failures import PipelineError, describe_failure, failed_cell, mark_not_run
 from kit.pipeline.kernels import QuietKernelManager
 from kit.pipeline.timing import children_cpu_s
-from kit.runs import Layout, read_state, series_parameters
-from kit.train.ablation import ablation_budget
+from kit.plan import Layout, ablation_arms, read_state, series, series_parameters
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 #: Environment of the kernels the runner starts, unless the user set these variables already
@@ -75,10 +74,11 @@ class NotebookRun:
     parameters: dict[str, Any] = field(default_factory=dict)
     outputs: tuple[str, ...] = ()
     background: overlap.Background | None = None
+    label: str = ""  # its name in the series when not the source's (a stage run by kit.plan.STAGE_TEMPLATE)
 
     @property
     def name(self) -> str:
-        return self.source.stem
+        return self.label or self.source.stem
 
 
 def standard_series(layout: Layout, seed: int = 0, notebook_dir: Path = NOTEBOOK_DIR,
@@ -100,16 +100,18 @@ def standard_series(layout: Layout, seed: int = 0, notebook_dir: Path = NOTEBOOK
         kit.config.ConfigError: an override names an unknown key or has the wrong type.
     """
     cfg = load(layout.profile, overrides, write=False)  # fail here, not in the fifth notebook
-    independent = ablation_budget(cfg) is not None or cfg.ablation.steps != cfg.stages.stage1.steps
+    # the main first-stage run may be one of the arms only if an arm trains exactly its stages
+    independent = all(arm.stages != cfg.stages for arm in ablation_arms(cfg))
     jobs = overlap.STANDARD_JOBS if overlap_jobs and cfg.runtime == "local" and independent else {}
     runs = []
-    for name, params in series_parameters(layout, seed, overrides):
-        path = notebook_dir / f"{name}.ipynb"
+    entries = series(cfg.stages.names)
+    for entry, (name, params) in zip(entries, series_parameters(layout, seed, overrides, cfg.stages.names), strict=True):
+        path = notebook_dir / f"{entry.notebook}.ipynb"
         if not path.exists():
             raise FileNotFoundError(f"notebook of the series not found: {path}")
         own = params["run_dir"]
         outputs = (own,) if own != str(layout.root) else (layout.dir("figures"), layout.dir("tables"))
-        runs.append(NotebookRun(path, params, outputs, jobs.get(name)))
+        runs.append(NotebookRun(path, params, outputs, jobs.get(name), "" if name == path.stem else name))
     return runs
 
 
@@ -289,7 +291,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
             if nb.name not in deferred or nb.background.after != name:
                 continue
             rerun_downstream = upstream_rerun(idx)
-            done, _ = _is_finished(state.get(nb.name), nb, layout.executed / nb.source.name)
+            done, _ = _is_finished(state.get(nb.name), nb, layout.executed / f"{nb.name}.ipynb")
             if done and not force and not rerun_downstream:
                 continue  # finished earlier: the loop skips it too
             if not (not force and not rerun_downstream and _resumable(state.get(nb.name), nb)):
@@ -306,7 +308,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
         order = overlap.execution_order(names, [nb.parameters for nb in notebooks], deferred)
         for i, idx in enumerate(order, 1):
             nb = notebooks[idx]
-            out = layout.executed / nb.source.name
+            out = layout.executed / f"{nb.name}.ipynb"
             done, why = _is_finished(state.get(nb.name), nb, out)
             rerun_downstream = upstream_rerun(idx)
             if done and not force and not rerun_downstream:

@@ -23,15 +23,16 @@ from pathlib import Path
 from typing import Any
 
 from kit.config import load
-from kit.runs import Layout
+from kit.plan import SERIES, Layout, is_stage_entry
 
 #: the environment variable that picks VERL's device (``kit.bridge.verl_cpu.runner.DEVICE_ENV``,
 #: named here too so that a local run reads it without importing kit.bridge; a test keeps them equal)
 DEVICE_ENV = "KIT_VERL_DEVICE"
-#: the notebooks that launch VERL under ``runtime=verl``: :func:`kit.runtime.verl.run_stage` (03-05)
-#: and :func:`kit.runtime.verl.run_ablation` (06) start stages through :mod:`kit.bridge.stages`,
+#: the notebooks that launch VERL under ``runtime=verl`` (for the paper's stages; any RL stage's entry,
+#: :func:`kit.plan.is_stage_entry`, does): :func:`kit.runtime.verl.run_stage` (03-05) and
+#: :func:`kit.runtime.verl.run_ablation` (06) start stages through :mod:`kit.bridge.stages`,
 #: whose launcher :func:`kit.bridge.verl_cpu.runner.default_launcher` picks from ``KIT_VERL_DEVICE``
-LAUNCHES_VERL = ("03_rl_stage1", "04_rl_stage2", "05_rl_stage3", "06_roc_ablation")
+LAUNCHES_VERL = (*(n for n in SERIES if is_stage_entry(n)), "06_roc_ablation")
 
 
 class VerlDeviceError(RuntimeError):
@@ -54,7 +55,7 @@ def check_verl_device(runtime: str, notebooks: Sequence[str], env: Mapping[str, 
     Raises:
         VerlDeviceError: naming the notebooks, what is wrong and what to set.
     """
-    launching = [n for n in notebooks if n in LAUNCHES_VERL]
+    launching = [n for n in notebooks if n in LAUNCHES_VERL or is_stage_entry(n)]
     if runtime != "verl" or not launching:
         return
     from kit.bridge.verl_cpu import runner  # kit.bridge (VERL side): only for runtime=verl, which launches it

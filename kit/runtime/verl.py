@@ -106,7 +106,7 @@ def run_stage(cfg: KitConfig, stage: str, *, run_dir: PathLike, init_dir: PathLi
     """
     from kit.bridge import stages  # VERL side (see the module docstring)
 
-    if getattr(cfg.stages, stage).steps == 0:
+    if cfg.stages[stage].steps == 0:
         init_dir = upstream_run(init_dir, "run_stage")
         return _replay(run_dir, stage, stages.skip_stage(cfg, stage, run_dir, init_dir), progress)
     if data_dir is None:
@@ -142,7 +142,7 @@ def prepare_hard_subset(cfg: KitConfig, stage: str, *, run_dir: PathLike, init_d
     if on_cpu and not (hard_counts or sampler_url):
         runner.require_cpu_machine()
     return prepare_stage3_data(cfg, run_dir, data_dir, init_dir, hard_counts=hard_counts, sampler_url=sampler_url,
-                               serve_locally=on_cpu, serve_threads=abs(int(cfg.model.torch_threads or 0)))
+                               serve_locally=on_cpu, serve_threads=abs(int(cfg.model.torch_threads or 0)), stage=stage)
 
 
 def run_ablation(cfg: KitConfig, *, run_dir: PathLike, init_dir: PathLike, data_dir: PathLike | None = None,

@@ -10,9 +10,10 @@ Entry points for notebooks (each writes only under its ``run_dir``; see DEVELOPE
     run_stage(cfg, "stage1", policy_dir, run_dir, progress=None) -> summary
     run_ablation(cfg, policy_dir, run_dir, seeds=None, progress=None) -> summary
 
-Modules: ``sft`` (cold start), ``rl`` (stages, hard subset), ``update`` (one RL step's selection
-and policy update), ``ablation`` (the RoC ablation and
-its worker processes), ``rollouts`` (the agent
+Modules: ``sft`` (cold start), ``rl`` (a stage: the loop over steps, the hard subset), ``step``
+(one RL step, ``rl_step``: sample, verify, select, update), ``update`` (one RL step's selection
+and policy update), ``ablation`` (the RoC ablation's arms, ``kit.plan.ablation_arms``, and
+their worker processes), ``rollouts`` (the agent
 loop, sandbox and verifier behind one ``collect``), ``common`` (seeds, schedule, metrics file,
 checkpoints). The continuous-batching rollout engine is :mod:`kit.rollout.engine`; the cluster
 scheduler simulator is :mod:`kit.sim`.

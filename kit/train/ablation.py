@@ -1,5 +1,6 @@
 """The RoC ablation on the local engine (rStar2-Agent §5.3, Figures 4 and 9): GRPO against GRPO-RoC
-from the same policy, same steps, several seeds, each arm one :func:`kit.train.rl.run_stage`.
+from the same policy, same steps, several seeds, each arm (:func:`kit.plan.ablation_arms`, the
+arms the VERL runtime trains too) one :func:`kit.train.rl.run_stage` of its own config.
 
 The arms train in this process or ``cfg.ablation.workers`` at once in worker processes (the
 process manager :func:`_run_arms`); a finished stage run that is exactly an arm is reused
@@ -24,8 +25,9 @@ import numpy as np
 
 from kit import jsonio
 from kit.config import KitConfig, from_json, save
+from kit.plan import ABLATION_ALGORITHMS, ablation_arms
 from kit.train import common
-from kit.train.rl import ALGORITHMS, run_stage
+from kit.train.rl import run_stage
 
 
 def _nanmean_columns(rows: Sequence[Sequence[float]]) -> list[float]:
@@ -49,34 +51,11 @@ def _spread(values: Sequence[float]) -> dict[str, float]:
 _REUSE_SECTIONS = ("model", "data", "sandbox", "rollout", "algorithm", "stages")
 
 
-def arm_seeds(cfg: KitConfig) -> tuple[int, ...]:
-    """The ablation's seeds for a run: ``cfg.ablation.seeds`` read as offsets from the run's seed
-    (``cfg.seed + s``). Seed 0 gives the listed seeds themselves; ``--seed 7`` gives seeds 7, 8, ...
-    that no tuning saw, so a check of the ablation's claims with another run seed uses other
-    ablation seeds too (issue #16), and the main stage-1 run stays the ``grpo_roc`` arm of the
-    first seed (offset 0)."""
-    return tuple(cfg.seed + s for s in cfg.ablation.seeds)
-
-
-def ablation_budget(cfg: KitConfig, stage_name: str = "stage1") -> int | None:
-    """The ablation arms' response budget (tokens): ``rollout.max_response_tokens``, the recipe's
-    base budget, when ``stage_name`` sets another one; None (the stage's own) when they agree.
-
-    On the paper profiles stage 1 takes rollout's budget (8K), so the arms are stage-1 runs as in
-    the report's §5.3. The tiny profile gives its main stage 1 a tighter budget that binds (for
-    Figure 8's budget step) and keeps the ablation at rollout's 384 tokens, where a failed call and
-    its fix fit and RoC has tool errors among correct trajectories to act on (issue #16).
-    """
-    stage = getattr(cfg.stages, stage_name)
-    base = cfg.rollout.max_response_tokens
-    return None if stage.max_response_tokens == base else base
-
-
 def reusable_run(cfg: KitConfig, candidate: str | Path, expect: dict[str, Any]) -> bool:
     """Whether the finished run in ``candidate`` is exactly the run ``expect`` describes.
 
     True when its ``summary.json`` matches every key of ``expect`` (stage, algorithm, seed,
-    steps, init_dir = the policy folder; see :func:`kit.train.common.finished_summary`) and its ``config.json``
+    steps, budget, init_dir = the policy folder; see :func:`kit.train.common.finished_summary`) and its ``config.json``
     equals ``cfg`` on every section that shapes training (:data:`_REUSE_SECTIONS`). Runs are
     deterministic for a seed (the kill-and-resume test), so such a run is the run.
     """
@@ -87,16 +66,18 @@ def reusable_run(cfg: KitConfig, candidate: str | Path, expect: dict[str, Any]) 
     ours = json.loads(json.dumps(cfg.to_dict()))
     for d in (theirs, ours):
         d.get("model", {}).pop("torch_threads", None)
+        data = d.get("data", {})
+        if data.get("split_seed", -1) < 0:  # -1: the run's seed (kit.plan.ablation_arms sets it)
+            data["split_seed"] = d.get("seed")
     return all(theirs.get(k) == ours.get(k) for k in _REUSE_SECTIONS)
 
 
 def _arm_cli(argv: Sequence[str]) -> None:
-    """Entry of an ablation worker process: ``<run_dir> <stage> <policy_dir> <algorithm> <seed> <steps>``;
-    the config is the run dir's ``config.json`` (written by the parent)."""
-    rd, stage_name, policy_dir, alg, seed, steps = argv
+    """Entry of an ablation worker process: ``<run_dir> <policy_dir>``; the arm's config is the run
+    dir's ``config.json`` (written by the parent), its stage the config's first."""
+    rd, policy_dir = argv
     cfg = from_json(Path(rd) / "config.json")
-    run_stage(cfg, stage_name, policy_dir, rd, algorithm=alg, seed=int(seed), steps=int(steps), evaluate=False,
-              max_response_tokens=ablation_budget(cfg, stage_name))
+    run_stage(cfg, cfg.stages[0].name, policy_dir, rd, evaluate=False)
 
 
 def die_with_parent() -> None:
@@ -109,9 +90,9 @@ def die_with_parent() -> None:
         pass
 
 
-def _run_arms(cfg: KitConfig, stage_name: str, policy_dir: Path, jobs: list[tuple[str, int, Path]], steps: int,
+def _run_arms(cfg: KitConfig, policy_dir: Path, jobs: list[tuple[KitConfig, Path]],
               progress: Callable[[dict], None] | None) -> None:
-    """Train ``jobs`` (algorithm, seed, run dir): in this process, or ``cfg.ablation.workers`` at once.
+    """Train ``jobs`` (arm config, run dir): in this process, or ``cfg.ablation.workers`` at once.
 
     Workers are separate Python processes (``sys.executable``; safe from notebooks and from
     scripts without a ``__main__`` guard) with ``model.torch_threads // workers`` threads each,
@@ -121,13 +102,11 @@ def _run_arms(cfg: KitConfig, stage_name: str, policy_dir: Path, jobs: list[tupl
     """
     workers = min(cfg.ablation.workers, len(jobs))
     if workers <= 1:
-        for alg, seed, rd in jobs:
-            run_stage(cfg, stage_name, policy_dir, rd, progress, algorithm=alg, seed=seed, steps=steps, evaluate=False,
-                      max_response_tokens=ablation_budget(cfg, stage_name))
+        for arm, rd in jobs:
+            run_stage(arm, arm.stages[0].name, policy_dir, rd, progress, evaluate=False)
         return
     threads = max(1, cfg.model.torch_threads // workers)
-    wcfg = dataclasses.replace(cfg, model=dataclasses.replace(cfg.model, torch_threads=threads))
-    seen = {rd: len(common.metric_rows(rd)) for _, _, rd in jobs}
+    seen = {rd: len(common.metric_rows(rd)) for _, rd in jobs}
 
     def relay() -> None:
         for rd in seen:
@@ -138,18 +117,18 @@ def _run_arms(cfg: KitConfig, stage_name: str, policy_dir: Path, jobs: list[tupl
             seen[rd] = len(rows)
 
     # longest first (GRPO-RoC arms sample 2G), so the last wave is a short arm
-    queue, running = sorted(jobs, key=lambda j: j[0] != "grpo_roc"), []
+    queue, running = sorted(jobs, key=lambda j: j[0].algorithm.name != "grpo_roc"), []
     code = "import sys; from kit.train.ablation import _arm_cli; _arm_cli(sys.argv[1:])"
     try:
         while queue or running:
             while queue and len(running) < workers:
-                alg, seed, rd = queue.pop(0)
+                arm, rd = queue.pop(0)
                 rd.mkdir(parents=True, exist_ok=True)
-                save(wcfg, rd)
+                save(dataclasses.replace(arm, model=dataclasses.replace(arm.model, torch_threads=threads)), rd)
                 log = (rd / "worker.log").open("w")
-                proc = subprocess.Popen([sys.executable, "-c", code, str(rd), stage_name, str(policy_dir), alg, str(seed),
-                                         str(steps)], stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
-                running.append((proc, log, alg, seed, rd))
+                proc = subprocess.Popen([sys.executable, "-c", code, str(rd), str(policy_dir)],
+                                        stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
+                running.append((proc, log, arm.algorithm.name, arm.seed, rd))
             time.sleep(1.0)
             relay()
             for item in list(running):
@@ -171,12 +150,13 @@ def _run_arms(cfg: KitConfig, stage_name: str, policy_dir: Path, jobs: list[tupl
 
 
 def run_ablation(cfg: KitConfig, policy_dir: str | Path, run_dir: str | Path, seeds: Sequence[int] | None = None,
-                 progress: Callable[[dict], None] | None = None, stage_name: str = "stage1",
+                 progress: Callable[[dict], None] | None = None,
                  reuse: Sequence[str | Path] = ()) -> dict[str, Any]:
     """GRPO against GRPO-RoC from the same policy, same steps, several seeds (report §5.3, Figures 4, 9).
 
-    Each (algorithm, seed) pair is one :func:`run_stage` with :func:`ablation_budget`, ``stage_name``'s turns and
-    level and ``cfg.ablation.steps`` steps, in ``run_dir/<algorithm>_seed<seed>/``;
+    Each arm of :func:`kit.plan.ablation_arms` (seed, algorithm; the first stage's turns and level,
+    ``cfg.ablation.steps`` steps at ``rollout.max_response_tokens``) is one :func:`run_stage`, in
+    ``run_dir/<algorithm>_seed<seed>/``;
     ``cfg.ablation.workers`` of them train at once in separate processes. ``grpo``
     samples G per prompt and uses all of them; ``grpo_roc`` samples 2G and keeps G.
 
@@ -189,11 +169,10 @@ def run_ablation(cfg: KitConfig, policy_dir: str | Path, run_dir: str | Path, se
         cfg: resolved config (``cfg.ablation.steps``, ``cfg.ablation.seeds``).
         policy_dir: the starting policy (usually the SFT policy).
         run_dir: the ablation's run directory; writes ``ablation.json``.
-        seeds: default :func:`arm_seeds` (``cfg.ablation.seeds`` shifted by ``cfg.seed``).
+        seeds: default :func:`kit.plan.arm_seeds` (``cfg.ablation.seeds`` shifted by ``cfg.seed``).
         progress: called with every metrics row (it carries ``algorithm`` and ``seed``).
-        stage_name: whose stage settings to use.
-        reuse: finished run directories (e.g. the main stage-1 run, which is the ``grpo_roc``
-            arm of seed ``cfg.seed`` when ``ablation.steps`` equals the stage's steps); an arm
+        reuse: finished run directories (e.g. the main first-stage run, which is the ``grpo_roc``
+            arm of seed ``cfg.seed`` when ``ablation.steps`` and the budget equal the stage's); an arm
             whose run one of them already is (:func:`reusable_run`) is copied, not trained
             again, and its entry in ``runs`` names ``reused_from``.
     Returns:
@@ -202,37 +181,38 @@ def run_ablation(cfg: KitConfig, policy_dir: str | Path, run_dir: str | Path, se
         spread dicts}, "curves": {"<algo>": per-step mean over seeds}, "seconds"}``.
     """
     run_dir = Path(run_dir)
-    seeds = tuple(arm_seeds(cfg) if seeds is None else seeds)
+    if seeds is not None:  # the arms of these seeds: offsets from the run's seed, as arm_seeds reads them
+        cfg = dataclasses.replace(cfg, ablation=dataclasses.replace(cfg.ablation, seeds=tuple(s - cfg.seed for s in seeds)))
+    arms = ablation_arms(cfg, run_dir)
+    seeds = tuple(dict.fromkeys(arm.seed for arm in arms))
     steps = cfg.ablation.steps
-    budget = ablation_budget(cfg, stage_name)
+    stage_name = arms[0].stages[0].name if arms else cfg.stages[0].name
     t0 = time.perf_counter()
     runs: dict[str, dict[str, Any]] = {}
-    curves: dict[str, list[list[float]]] = {alg: [] for alg in ALGORITHMS}
+    curves: dict[str, list[list[float]]] = {alg: [] for alg in ABLATION_ALGORITHMS}
     jobs = []
+    for arm in arms:
+        rd = Path(arm.run_dir)
+        expect = {"stage": stage_name, "algorithm": arm.algorithm.name, "seed": arm.seed, "steps": steps,
+                  "init_dir": str(policy_dir), "max_response_tokens": arm.stages[0].max_response_tokens}
+        if common.finished_summary(rd, expect) is not None:  # e.g. trained by the pipeline's background job
+            if progress is not None:  # shown as trained: the live curves and the bar get its rows
+                for row in common.metric_rows(rd):
+                    progress(row)
+            continue
+        source = next((Path(c) for c in reuse if reusable_run(arm, c, expect)), None)
+        if source is not None:
+            shutil.rmtree(rd, ignore_errors=True)
+            shutil.copytree(source, rd, ignore=shutil.ignore_patterns("checkpoints"))
+            (rd / "REUSED_FROM").write_text(f"{source}\n")
+            if progress is not None:
+                for row in common.metric_rows(rd):
+                    progress(row)
+            continue
+        jobs.append((arm, rd))
+    _run_arms(cfg, Path(policy_dir), jobs, progress)
     for seed in seeds:
-        for alg in ALGORITHMS:
-            rd = run_dir / f"{alg}_seed{seed}"
-            expect = {"stage": stage_name, "algorithm": alg, "seed": seed, "steps": steps, "init_dir": str(policy_dir)}
-            if budget is not None:  # the arms run at another budget than the stage's (ablation_budget)
-                expect["max_response_tokens"] = budget
-            if common.finished_summary(rd, expect) is not None:  # e.g. trained by the pipeline's background job
-                if progress is not None:  # shown as trained: the live curves and the bar get its rows
-                    for row in common.metric_rows(rd):
-                        progress(row)
-                continue
-            source = next((Path(c) for c in reuse if reusable_run(cfg, c, expect)), None)
-            if source is not None:
-                shutil.rmtree(rd, ignore_errors=True)
-                shutil.copytree(source, rd, ignore=shutil.ignore_patterns("checkpoints"))
-                (rd / "REUSED_FROM").write_text(f"{source}\n")
-                if progress is not None:
-                    for row in common.metric_rows(rd):
-                        progress(row)
-                continue
-            jobs.append((alg, seed, rd))
-    _run_arms(cfg, stage_name, Path(policy_dir), jobs, steps, progress)
-    for seed in seeds:
-        for alg in ALGORITHMS:
+        for alg in ABLATION_ALGORITHMS:
             rd = run_dir / f"{alg}_seed{seed}"
             rows = [r for r in common.metric_rows(rd) if r.get("stage") == stage_name]
             k = min(5, len(rows))
@@ -250,7 +230,7 @@ def run_ablation(cfg: KitConfig, policy_dir: str | Path, run_dir: str | Path, se
                 runs[f"{alg}_seed{seed}"]["reused_from"] = (rd / "REUSED_FROM").read_text().strip()
             curves[alg].append(err)
     summary: dict[str, Any] = {"steps": steps, "seeds": list(seeds), "stage": stage_name, "runs": runs}
-    for alg in ALGORITHMS:
+    for alg in ABLATION_ALGORITHMS:
         rs = [v for v in runs.values() if v["algorithm"] == alg]
         summary[alg] = {key: _spread([r[key] for r in rs]) for key in
                         ("tool_error_ratio_correct_first", "tool_error_ratio_correct_last", "reward_first", "reward_last")}

@@ -1,13 +1,13 @@
 """RL stages of the recipe on the local CPU engine (rStar2-Agent §4.3); the RoC ablation that runs
 them per arm is :mod:`kit.train.ablation`.
 
-Entry points (notebooks 03-05 call them)::
+Entry points (the stage notebooks call them through :mod:`kit.chain`)::
 
     summary = run_stage(cfg, "stage1", policy_dir=sft_dir / "policy", run_dir=..., progress=print)
     summary = kit.train.ablation.run_ablation(cfg, policy_dir=sft_dir / "policy", run_dir=..., seeds=(0, 1, 2))
 
-One RL step (the loop of :func:`run_stage`; selection and update in :mod:`kit.train.update`), with
-the kit's shared pieces only:
+One RL step (:func:`kit.train.step.rl_step`, the loop body of :func:`run_stage`; selection and
+update in :mod:`kit.train.update`), with the kit's shared pieces only:
     1. P problems of the stage's pool (``cfg.algorithm.prompts_per_step``), a fixed permutation
        per seed walked in order;
     2. rollouts with the agent loop (:mod:`kit.train.rollouts`): n = 2G per problem for
@@ -21,12 +21,12 @@ the kit's shared pieces only:
        (``ppo_epochs`` passes over the batch; old log-probs recomputed by the policy before the
        update, as VERL does).
 
-Stages (``cfg.stages.stage1..3``): response budget, turn limit, task level and step count
-from the profile. A stage starts from ``policy_dir`` (the latest policy); its reference policy is
+Stages (``cfg.stages``, the profile's ``[[stages]]`` list): response budget, turn limit, task
+level and step count from the profile. A stage starts from ``policy_dir`` (the latest policy); its reference policy is
 that same latest policy (recorded in the summary; the report trains without a KL term, so it
 enters no loss, and ``kl_coef > 0`` is rejected). ``reset_optimizer`` starts AdamW afresh;
 otherwise the optimizer state saved with the previous stage's policy (``optimizer.pt``) is
-loaded. ``problems = "hard"`` (stage 3) first samples ``hard_filter_samples`` trajectories per
+loaded. ``problems = "hard"`` (the paper's stage 3) first samples ``hard_filter_samples`` trajectories per
 candidate problem with the latest policy and drops the problems solved every time.
 
 Run directory: ``metrics.jsonl`` (keys in DEVELOPERS.md plus extras), ``samples.jsonl`` (a few
@@ -39,11 +39,9 @@ Does not: train with KL, run several mini-batches per step, or overlap rollout a
 
 from __future__ import annotations
 
-import dataclasses
 import json
-import random
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -51,25 +49,24 @@ import numpy as np
 import torch
 
 from kit import jsonio
-from kit.analysis.bstar import balance_score_step
 from kit.config import KitConfig, StageConfig, save
 from kit.data import pool as data_pool
 from kit.data.curate import build_hard_subset
-from kit.data.tasks import TaskProblem, task_split
+from kit.data.tasks import task_split
 from kit.models import load_policy, save_policy
 from kit.rollout import run_coroutine
 from kit.sandbox import SandboxPool
 from kit.train import common, tracking
-from kit.train.rollouts import Batch, batch_stats, collect, evaluate_policy
-from kit.train.update import ALGORITHMS, MICRO_TOKENS, advantages, policy_update, select, token_logprobs
+from kit.train.rollouts import Batch, collect, evaluate_policy
+from kit.train.step import rl_step, step_problems
+from kit.train.update import ALGORITHMS, MICRO_TOKENS, policy_update, select, token_logprobs
 
 __all__ = [
-    "ALGORITHMS", "MICRO_TOKENS", "RL_STATE", "SAMPLES_PER_STEP", "STAGES", "STAGE_GREEDY_PROBLEMS",
+    "ALGORITHMS", "MICRO_TOKENS", "RL_STATE", "SAMPLES_PER_STEP", "STAGE_GREEDY_PROBLEMS",
     "policy_update", "prepare_hard_subset", "run_stage", "select", "stage_config", "stage_pool", "step_problems",
     "token_logprobs",
 ]
 
-STAGES = ("stage1", "stage2", "stage3")
 SAMPLES_PER_STEP = 4  # trajectories written to samples.jsonl per step
 #: greedy held-out accuracy at a stage's end on this many problems (+-0.1 at 95%): a progress readout
 #: no claim reads; the sampled reward, which the Figure 8 claim compares, uses every held-out problem
@@ -78,14 +75,14 @@ RL_STATE = "rl_state.json"  # in a policy folder: RL steps done so far (global_s
 
 
 def stage_config(cfg: KitConfig, stage_name: str) -> StageConfig:
-    """``cfg.stages.<stage_name>``.
+    """``cfg.stages[stage_name]``.
 
     Raises:
-        ValueError: an unknown stage name.
+        ValueError: an unknown stage name (the message lists the profile's stages).
     """
-    if stage_name not in STAGES:
-        raise ValueError(f"unknown stage {stage_name!r}; expected one of {STAGES}")
-    return getattr(cfg.stages, stage_name)
+    if stage_name not in cfg.stages.names:
+        raise ValueError(f"unknown stage {stage_name!r}; expected one of {cfg.stages.names}")
+    return cfg.stages[stage_name]
 
 
 def stage_pool(cfg: KitConfig, stage: StageConfig, data_dir: str | Path | None = None) -> list[data_pool.Problem]:
@@ -93,104 +90,67 @@ def stage_pool(cfg: KitConfig, stage: StageConfig, data_dir: str | Path | None =
     return data_pool.pool(cfg, stage, data_dir)
 
 
-def step_problems(pool: Sequence[TaskProblem], step: int, per_step: int, seed: int) -> list[TaskProblem]:
-    """The ``per_step`` problems of step ``step``: a seeded permutation of ``pool`` walked in
-    order (a new permutation each pass). Pure function of its arguments."""
-    if not pool:
-        raise ValueError("the stage's problem pool is empty (check data.task_train_size and the stage difficulty)")
-    out = []
-    for k in range(step * per_step, (step + 1) * per_step):
-        epoch, i = divmod(k, len(pool))
-        perm = list(range(len(pool)))
-        random.Random(common.step_seed(seed, "perm", epoch)).shuffle(perm)
-        out.append(pool[perm[i]])
-    return out
-
-
 # --------------------------------------------------------------------------- one stage
 
 
 def run_stage(cfg: KitConfig, stage_name: str, policy_dir: str | Path, run_dir: str | Path,
-              progress: Callable[[dict], None] | None = None, *, algorithm: str | None = None,
-              seed: int | None = None, steps: int | None = None, evaluate: bool = True,
-              max_response_tokens: int | None = None, data_dir: str | Path | None = None) -> dict[str, Any]:
-    """Run one RL stage from the policy in ``policy_dir``; resumable, and a finished run with the
-    same stage, algorithm, seed, steps and init returns its ``summary.json`` without running.
+              progress: Callable[[dict], None] | None = None, *, evaluate: bool = True,
+              data_dir: str | Path | None = None) -> dict[str, Any]:
+    """Run one RL stage of ``cfg`` from the policy in ``policy_dir``; resumable, and a finished run
+    with the same stage, algorithm, seed, steps, budget and init returns its ``summary.json``
+    without running.
 
     Args:
-        cfg: resolved config (``cfg.algorithm``, ``cfg.rollout``, ``cfg.stages.<stage_name>``).
-        stage_name: ``stage1``, ``stage2`` or ``stage3``.
+        cfg: resolved config: ``cfg.seed``, ``cfg.algorithm`` (its ``name``: ``grpo_roc`` or
+            ``grpo``), ``cfg.rollout``, ``cfg.stages[stage_name]`` (steps, budget, turns, level);
+            an ablation arm is such a config (:func:`kit.plan.ablation_arms`).
+        stage_name: a name of ``cfg.stages``.
         policy_dir: a ``save_policy`` folder (SFT's or the previous stage's ``policy/``).
         run_dir: this stage's run directory.
         progress: called with every metrics row and finally with ``{"summary": ...}``.
-        algorithm: ``grpo_roc`` or ``grpo``; default ``cfg.algorithm.name``.
-        seed: default ``cfg.seed``.
-        steps: default the stage's ``steps``.
         evaluate: evaluate the final policy on the held-out problems (greedy and sampled).
-        max_response_tokens: the rollouts' budget (tokens); default the stage's. A run with another
-            budget than the stage's records it in its summary (``max_response_tokens``).
         data_dir: the ``01_data_curation`` run folder, read when ``data.source`` is ``curated``.
     Returns:
-        Summary: ``stage, algorithm, seed, steps, reward_first, reward_last`` (mean reward over
-        the first/last ``min(5, steps)`` steps), ``tool_error_ratio_correct_first/last``,
-        ``hard_subset`` info (stage 3), ``reference_dir``, ``policy_dir``, ``seconds`` and the
+        Summary: ``stage, algorithm, seed, steps, max_response_tokens, reward_first, reward_last``
+        (mean reward over the first/last ``min(5, steps)`` steps), ``tool_error_ratio_correct_first/last``,
+        ``hard_subset`` info (a ``hard`` stage), ``reference_dir``, ``policy_dir``, ``seconds`` and the
         held-out evaluation keys of :func:`kit.train.rollouts.evaluate_policy`.
     Raises:
         ValueError: unknown stage or algorithm, ``kl_coef > 0``, or an empty problem pool.
         ImportError: a tracker of ``logging.backends`` is not installed (names the package).
     """
-    return run_coroutine(_run_stage(cfg, stage_name, Path(policy_dir), Path(run_dir), progress, algorithm, seed, steps,
-                               evaluate, max_response_tokens, data_dir))
+    return run_coroutine(_run_stage(cfg, stage_name, Path(policy_dir), Path(run_dir), progress, evaluate, data_dir))
 
 
-async def _run_stage(cfg, stage_name, policy_dir, run_dir, progress, algorithm, seed, steps, evaluate, budget=None,
-                     data_dir=None):
+async def _run_stage(cfg: KitConfig, stage_name: str, policy_dir: Path, run_dir: Path,
+                     progress: Callable[[dict], None] | None, evaluate: bool,
+                     data_dir: str | Path | None = None) -> dict[str, Any]:
     stage = stage_config(cfg, stage_name)
-    if budget is not None and budget != stage.max_response_tokens:
-        stage = dataclasses.replace(stage, max_response_tokens=int(budget))
-        extra = {"max_response_tokens": int(budget)}  # not the stage's: part of the run's identity
-    else:
-        extra = {}
-    algorithm = algorithm or cfg.algorithm.name
+    algorithm, seed, steps = cfg.algorithm.name, cfg.seed, stage.steps
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}; expected one of {ALGORITHMS}")
     if cfg.algorithm.kl_coef > 0:
         raise ValueError("algorithm.kl_coef > 0 is not supported by the local engine (the report trains without KL)")
-    seed = cfg.seed if seed is None else seed
-    steps = stage.steps if steps is None else steps
-    done = common.finished_summary(run_dir, {"stage": stage_name, "algorithm": algorithm, "seed": seed,
-                                             "steps": steps, "init_dir": str(policy_dir), **extra})
+    identity = {"stage": stage_name, "algorithm": algorithm, "seed": seed, "steps": steps, "init_dir": str(policy_dir),
+                "max_response_tokens": stage.max_response_tokens}
+    done = common.finished_summary(run_dir, identity)
     if done is not None:  # finished before with the same arguments: not run again
         return done
     run_dir.mkdir(parents=True, exist_ok=True)
     save(cfg, run_dir)
     threads = common.set_threads(cfg.model.torch_threads)  # adaptive when torch_threads < 0
     t_start = time.perf_counter()
-    a = cfg.algorithm
-    model, tok = load_policy(policy_dir)
-    opt = common.make_optimizer(model, a.lr, a.weight_decay)
-    if not stage.reset_optimizer and (policy_dir / "optimizer.pt").exists():
-        opt.load_state_dict(torch.load(policy_dir / "optimizer.pt", weights_only=False))
+    model, tok, opt, start = _policy_and_optimizer(cfg, stage, policy_dir, run_dir)
     writer = common.MetricsWriter(run_dir)
-    start = 0
-    ckpt = common.latest_checkpoint(run_dir)
-    if ckpt is not None:
-        model, tok = load_policy(ckpt)
-        opt = common.make_optimizer(model, a.lr, a.weight_decay)
-        st = common.load_trainer_state(ckpt)
-        opt.load_state_dict(st["optimizer"])
-        start = int(st["step"])
     writer.truncate(lambda r: not (r.get("stage") == stage_name and r.get("step", 0) > start))
     tracker = tracking.open_tracker(cfg, run_dir, stage_name, algorithm=algorithm, seed=seed)  # [logging] backends
     samples = run_dir / "samples.jsonl"
     if samples.exists():
         keep = [ln for ln in samples.read_text().splitlines() if ln and json.loads(ln)["step"] <= start]
         samples.write_text("".join(ln + "\n" for ln in keep))
-    n = a.oversample if algorithm == "grpo_roc" else a.group_size
-    pool = stage_pool(cfg, stage, data_dir)
+    pool = stage_pool(cfg, stage, data_dir)  # the stage's problems (data.source): the one call site of the pool
     offset = json.loads((policy_dir / RL_STATE).read_text())["global_step"] if (policy_dir / RL_STATE).exists() else 0
-    summary: dict[str, Any] = {"stage": stage_name, "algorithm": algorithm, "seed": seed, "steps": steps,
-                               "reference_dir": str(policy_dir), "init_dir": str(policy_dir), **extra}
+    summary: dict[str, Any] = {**identity, "reference_dir": str(policy_dir)}
     async with SandboxPool(cfg.sandbox) as executor:
         if stage.problems == "hard":
             model.eval()
@@ -202,63 +162,20 @@ async def _run_stage(cfg, stage_name, policy_dir, run_dir, progress, algorithm, 
         for step in range(start, steps):
             if threads is not None:
                 threads.update()
-            common.seed_everything(common.step_seed(seed, stage_name, algorithm, "torch", step))
-            problems = step_problems(pool, step, a.prompts_per_step, common.step_seed(seed, stage_name, "problems"))
-            model.eval()
-            batch = await collect(cfg, model, tok, problems, n, executor,
-                                  # same seed for both algorithms: at a given policy GRPO's G samples
-                                  # are the first G of GRPO-RoC's 2G (paired ablation)
-                                  seed=common.step_seed(seed, stage_name, "rollout", step),
-                                  max_response_tokens=stage.max_response_tokens, max_turns=stage.max_turns,
-                                  temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
-            kept, sel_m = select(cfg, batch, algorithm, common.step_seed(seed, stage_name, "roc", step))
-            t_up, c_up = time.perf_counter(), time.process_time()
-            upd: dict[str, float] = {"loss": 0.0, "grad_norm": 0.0, "clipfrac": 0.0, "neg_logp": 0.0, "update_tokens": 0.0,
-                                     "update_rows_skipped": 0.0}
-            if kept.size:
-                flat = batch.flat()
-                adv = advantages(cfg, batch, kept)  # the estimator algorithm.adv_estimator names
-                model.train()
-                lr = common.lr_at(step, a.lr, a.warmup_steps, steps, "constant")
-                upd = policy_update(cfg, model, opt, [flat[i] for i in kept], adv, tok.pad_token_id, lr)
-            row = {"stage": stage_name, "step": step + 1, "global_step": offset + step + 1,
-                   **batch_stats(batch),
-                   "tool_error_ratio_correct_before": sel_m["tool_error_ratio_correct_before"],
-                   "tool_error_ratio_correct_after": sel_m["tool_error_ratio_correct_after"],
-                   "p_format_mean": sel_m["p_format_mean"],
-                   # B-STaR exploration/exploitation balance of this step's samples (monitoring only)
-                   "bstar_balance": balance_score_step((batch.rewards > 0).tolist(),
-                                                       [[t.response_text for t in g] for g in batch.groups]), "p_format_mean_before": sel_m["p_format_mean_before"],
-                   "kept": int(kept.size), "sampled": int(batch.rewards.size),
-                   "time_generate_s": batch.time_generate_s, "time_tool_s": batch.time_tool_s,
-                   "time_verify_s": batch.time_verify_s, "time_update_s": time.perf_counter() - t_up,
-                   # load-insensitive profile of the step (time_* and perf_* vary with the machine and
-                   # with tool latency, not with the seed): CPU seconds of this process, engine counts
-                   "time_cpu_generate_s": batch.cpu_generate_s, "time_cpu_update_s": time.process_time() - c_up,
-                   "perf_decode_steps": batch.engine.get("steps", 0.0), "perf_decoded_tokens": batch.engine.get("tokens", 0.0),
-                   "perf_row_steps": batch.engine.get("row_steps", 0.0),
-                   "perf_threads": threads.threads if threads is not None else torch.get_num_threads(),
-                   "tool_calls_total": float(sum(t.tool_calls for t in batch.flat())),
-                   "algorithm": algorithm, "seed": seed, **upd}
-            writer.write(row)
-            tracker.log_rl(row, sel_m, batch.flat(), batch.rewards.reshape(-1), kept)
-            _write_samples(samples, step + 1, batch)
+            res = await rl_step(cfg, stage, model, tok, opt, pool, step, executor, global_offset=offset,
+                                threads=threads.threads if threads is not None else None)
+            writer.write(res.row)
+            tracker.log_rl(res.row, res.selection, res.batch.flat(), res.batch.rewards.reshape(-1), res.kept)
+            _write_samples(samples, step + 1, res.batch)
             if progress is not None:
-                progress(row)
-            done = step + 1
-            if stage.checkpoint_every and done % stage.checkpoint_every == 0 and done < steps:
-                common.save_checkpoint(run_dir, done, model, tok, opt, {"stage": stage_name, "algorithm": algorithm})
+                progress(res.row)
+            if stage.checkpoint_every and (step + 1) % stage.checkpoint_every == 0 and step + 1 < steps:
+                common.save_checkpoint(run_dir, step + 1, model, tok, opt, {"stage": stage_name, "algorithm": algorithm})
     tracker.finish()
     policy_dir = save_policy(model, tok, run_dir / "policy")
     torch.save(opt.state_dict(), policy_dir / "optimizer.pt")
     jsonio.write_json(policy_dir / RL_STATE, {"global_step": offset + steps, "stage": stage_name})
-    rows = [r for r in writer.rows() if r.get("stage") == stage_name]
-    k = min(5, len(rows))
-    summary.update(policy_dir=str(policy_dir),
-                   reward_first=float(np.mean([r["reward_mean"] for r in rows[:k]])) if rows else None,
-                   reward_last=float(np.mean([r["reward_mean"] for r in rows[-k:]])) if rows else None,
-                   tool_error_ratio_correct_first=common.nanmean([r["tool_error_ratio_correct_before"] for r in rows[:k]]) if rows else None,
-                   tool_error_ratio_correct_last=common.nanmean([r["tool_error_ratio_correct_before"] for r in rows[-k:]]) if rows else None)
+    summary.update(policy_dir=str(policy_dir), **_first_last([r for r in writer.rows() if r.get("stage") == stage_name]))
     if evaluate:
         model.eval()
         summary.update(evaluate_policy(cfg, model, tok, list(task_split(cfg).heldout), seed=seed,
@@ -269,6 +186,36 @@ async def _run_stage(cfg, stage_name, policy_dir, run_dir, progress, algorithm, 
     if progress is not None:
         progress({"stage": stage_name, "summary": summary})
     return summary
+
+
+def _policy_and_optimizer(cfg: KitConfig, stage: StageConfig, policy_dir: Path, run_dir: Path):
+    """``(model, tokenizer, optimizer, first step)``: from the run's last checkpoint when there is one,
+    else from ``policy_dir`` (its ``optimizer.pt`` loaded unless the stage resets the optimizer)."""
+    a = cfg.algorithm
+    model, tok = load_policy(policy_dir)
+    opt = common.make_optimizer(model, a.lr, a.weight_decay)
+    if not stage.reset_optimizer and (policy_dir / "optimizer.pt").exists():
+        opt.load_state_dict(torch.load(policy_dir / "optimizer.pt", weights_only=False))
+    ckpt = common.latest_checkpoint(run_dir)
+    if ckpt is None:
+        return model, tok, opt, 0
+    model, tok = load_policy(ckpt)
+    opt = common.make_optimizer(model, a.lr, a.weight_decay)
+    st = common.load_trainer_state(ckpt)
+    opt.load_state_dict(st["optimizer"])
+    return model, tok, opt, int(st["step"])
+
+
+def _first_last(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean reward and tool-error ratio over the first and the last ``min(5, steps)`` rows."""
+    k = min(5, len(rows))
+    if not rows:
+        return dict.fromkeys(("reward_first", "reward_last", "tool_error_ratio_correct_first",
+                              "tool_error_ratio_correct_last"))
+    return {"reward_first": float(np.mean([r["reward_mean"] for r in rows[:k]])),
+            "reward_last": float(np.mean([r["reward_mean"] for r in rows[-k:]])),
+            "tool_error_ratio_correct_first": common.nanmean([r["tool_error_ratio_correct_before"] for r in rows[:k]]),
+            "tool_error_ratio_correct_last": common.nanmean([r["tool_error_ratio_correct_before"] for r in rows[-k:]])}
 
 
 def prepare_hard_subset(cfg: KitConfig, stage_name: str, policy_dir: str | Path, run_dir: str | Path, *,

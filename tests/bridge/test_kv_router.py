@@ -94,7 +94,7 @@ class FakeServer:
 def build(tmp_path, monkeypatch, servers, **yaml_extra):
     """The router VERL builds from the kit's router YAML (Ray's wrapper replaced by a call)."""
     cfg = load("paper-14b", run_dir=str(tmp_path))
-    paths = RecipePaths.default(str(tmp_path), "stage1")
+    paths = RecipePaths.default(str(tmp_path))
     path = launch.write_router_config(cfg, paths)
     if yaml_extra:
         path.write_text(json.dumps({**json.loads(path.read_text()), **yaml_extra}))
@@ -112,7 +112,7 @@ def client(router):
 def test_verl_builds_the_kit_router_from_the_yaml_the_kit_writes(tmp_path, monkeypatch):
     r = build(tmp_path, monkeypatch, [FakeServer("a"), FakeServer("b")])
     assert r.get_all_servers() == ["a", "b"]
-    assert r.max_new_tokens == load("paper-14b").stages.stage1.max_response_tokens
+    assert r.max_new_tokens == load("paper-14b").stages["stage1"].max_response_tokens
     assert r.status_path == str(tmp_path / "verl" / "router_status.json")
     # every method of VERL's router protocol is there
     wanted = {n for n in vars(verl_router.RequestLoadBalancer) if not n.startswith("_")}
@@ -125,7 +125,7 @@ def test_the_switch_selects_the_router_or_leaves_verls(tmp_path):
     assert f"{key}{tmp_path}/verl/router.yaml" in to_hydra_overrides(cfg, "stage1")
     verl_cfg = load("paper-14b", run_dir=str(tmp_path), overrides={"rollout.balancer": "verl"})
     assert not any(o.startswith(key) for o in to_hydra_overrides(verl_cfg, "stage1"))
-    assert launch.write_router_config(verl_cfg, RecipePaths.default(str(tmp_path), "stage1")) is None
+    assert launch.write_router_config(verl_cfg, RecipePaths.default(str(tmp_path))) is None
 
 
 def test_verl_client_routes_by_free_kv_and_keeps_a_trajectory_home(tmp_path, monkeypatch):

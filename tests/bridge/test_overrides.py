@@ -18,7 +18,7 @@ CASES = [("paper-14b", "stage1"), ("paper-14b", "stage2"), ("paper-14b", "stage3
 
 def _overrides(profile, stage):
     cfg = load(profile, write=False)
-    return to_hydra_overrides(cfg, stage, paths=RecipePaths.default("/RUN", stage), model_path="/MODELS/sft")
+    return to_hydra_overrides(cfg, stage, paths=RecipePaths.default("/RUN", hard=cfg.stages[stage].problems == "hard"), model_path="/MODELS/sft")
 
 
 @pytest.mark.parametrize(("profile", "stage"), CASES)

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from test_checkpoints import fake_checkpoint, fake_merger
 
-from kit import figures
+from kit import figures, plan
 from kit.bridge import hard_subset, sft, stages
 from kit.config import load
 
@@ -27,7 +27,7 @@ def fake_verl(log):
     def launch(cfg, stage, **kw):
         kw = {**kw, "run_dir": cfg.run_dir, "config": cfg}
         log.append((stage, kw))
-        end = kw["start_step"] + getattr(cfg.stages, stage).steps
+        end = kw["start_step"] + cfg.stages[stage].steps
         fake_checkpoint(Path(cfg.run_dir) / "checkpoints", end)
         m = Path(kw["metrics_file"])
         m.parent.mkdir(parents=True, exist_ok=True)
@@ -108,11 +108,12 @@ def test_ablation_runs_one_stage1_per_algorithm(tmp_path):
     assert sorted(out["runs"]) == ["grpo_roc_seed0", "grpo_seed0"]
     algs = {json.loads((d["ablation"] / k / "config.json").read_text())["algorithm"]["name"] for k in out["runs"]}
     assert algs == {"grpo", "grpo_roc"} and (d["ablation"] / "ablation.json").exists()
-    # each arm launches the caller's config with only seed, algorithm, steps and run_dir replaced
+    # each arm launches the caller's config with only seed, algorithm, steps, budget, split seed and run_dir replaced
     for stage, kw in log:
         arm = kw["config"]
-        assert stage == "stage1" and arm.stages.stage1.steps == 2 and arm.run_dir.startswith(str(d["ablation"]))
-        assert dataclasses.replace(arm, run_dir="", algorithm=cfg.algorithm, stages=cfg.stages) == cfg
+        assert stage == "stage1" and arm.stages["stage1"].steps == 2 and arm.run_dir.startswith(str(d["ablation"]))
+        assert arm.stages["stage1"].max_response_tokens == cfg.rollout.max_response_tokens
+        assert dataclasses.replace(arm, run_dir="", algorithm=cfg.algorithm, stages=cfg.stages, data=cfg.data) == cfg
     assert (d["ablation"] / "grpo_seed0" / "metrics.jsonl").exists()
     # the readers of an ablation folder (figures 4 and 9, the claims) take every metrics.jsonl below it:
     # only the kit rows, not VERL's raw log beside them (before, verl/metrics.jsonl added rows without
@@ -172,7 +173,7 @@ def test_a_zero_step_stage_links_the_upstream_policy_and_launches_nothing(tmp_pa
     from kit.config import load
 
     cfg = load("paper-32b", write=False)
-    assert cfg.stages.stage3.steps == 0
+    assert cfg.stages["stage3"].steps == 0
     up = tmp_path / "stage2"
     with pytest.raises(CheckpointError, match="holds no model"):
         stages.skip_stage(cfg, "stage3", tmp_path / "stage3", up)
@@ -234,6 +235,21 @@ def test_ablation_arm_seeds_are_offsets_from_the_run_seed_as_on_the_local_runtim
     arms = stages.ablation_configs(cfg, tmp_path)
     assert sorted(p.name for p, _ in arms) == ["grpo_roc_seed7", "grpo_roc_seed9", "grpo_seed7", "grpo_seed9"]
     assert sorted({c.seed for _, c in arms}) == [7, 9]
+
+
+def test_verl_ablation_arms_run_at_the_local_arms_budget_not_stage_1s(tmp_path):
+    """tiny gives its main stage 1 a 256-token budget and its ablation rollout's 384 (issue #16): the
+    VERL arms are kit.plan.ablation_arms, the local runtime's, so they train at 384 too (issue #29)."""
+    cfg = load("tiny", {"runtime": "verl", "rollout.engine": "sglang", "ablation.seeds": [0, 1]}, write=False)
+    assert cfg.stages["stage1"].max_response_tokens == 256 and cfg.rollout.max_response_tokens == 384
+    verl_arms = stages.ablation_configs(cfg, tmp_path)
+    assert [c for _, c in verl_arms] == plan.ablation_arms(cfg, tmp_path)
+    assert {c.stages["stage1"].max_response_tokens for _, c in verl_arms} == {384}
+    assert {c.stages["stage1"].steps for _, c in verl_arms} == {cfg.ablation.steps}
+    assert [(p.name, c.run_dir) for p, c in verl_arms][0] == ("grpo_seed0", str(tmp_path / "grpo_seed0"))
+    plans = [stages.plan_stage(c, "stage1", p, tmp_path / "sft", tmp_path / "data", cluster=CLUSTER, check=False)
+             for p, c in verl_arms]
+    assert all("data.max_response_length=384" in pl.launch_command for pl in plans)
 
 
 def test_the_metric_map_reads_names_verl_s_v1_trainer_and_the_roc_hook_really_log(tmp_path):

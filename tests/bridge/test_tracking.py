@@ -81,7 +81,7 @@ def test_the_environment_defaults_keep_every_tracker_in_the_run_folder_and_offli
 
 def test_the_verl_runtime_gets_the_backends_as_trainer_logger_and_the_offline_environment():
     cfg = load("paper-14b", {"logging.backends": ["wandb", "mlflow"]}, write=False)
-    out = to_hydra_overrides(cfg, "stage1", paths=RecipePaths.default("/RUN", "stage1"), metrics_file="/RUN/verl/m.jsonl")
+    out = to_hydra_overrides(cfg, "stage1", paths=RecipePaths.default("/RUN"), metrics_file="/RUN/verl/m.jsonl")
     assert "trainer.logger=[wandb,mlflow,file]" in out  # file: the metrics file the kit converts
     env = "+ray_kwargs.ray_init.runtime_env.env_vars."
     assert f"{env}WANDB_MODE=offline" in out and f"{env}WANDB_DIR=/RUN/tracking/wandb" in out

@@ -18,7 +18,8 @@ def _bench():
 
 
 def test_local_steps_are_timed_again_in_a_folder_a_previous_run_finished(monkeypatch, tmp_path):
-    def resumable_run_stage(cfg, stage, policy, run_dir, *, progress, steps, evaluate):
+    def resumable_run_stage(cfg, stage, policy, run_dir, *, progress, evaluate):
+        steps = cfg.stages[stage].steps
         summary = Path(run_dir) / "summary.json"
         if summary.exists():  # what kit.train.rl.run_stage does with a finished run in run_dir
             progress({"summary": json.loads(summary.read_text())})

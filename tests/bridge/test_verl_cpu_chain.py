@@ -68,7 +68,7 @@ def chain(tiny_verl_root, tmp_path_factory):
     log = lay.root / pipeline.VERL_SESSION_DIR / "chain.log"
     assert code == 0, f"the VERL smoke chain failed; chain log tail:\n{log.read_text()[-3000:]}"
     cfg = from_json(lay.root / "stage3" / "config.json")
-    summaries = {s: json.loads((lay.root / s / "summary.json").read_text()) for s in checks.STAGES}
+    summaries = {s: json.loads((lay.root / s / "summary.json").read_text()) for s in cfg.stages.names}
     return {"lay": lay, "cfg": cfg, "session": session, "s": summaries, "sft_policy": tiny_verl_root / "sft" / "policy"}
 
 
@@ -79,9 +79,9 @@ def test_every_notebook_executed_and_recorded(chain):
 def test_rl_metrics_through_verl(chain):
     lay, cfg = chain["lay"], chain["cfg"]
     checks.rl_metrics_have_keys_and_step_counts(lay, cfg, checks.VERL_RL_KEYS)
-    assert all(r["engine"] == "verl" for s in checks.STAGES for r in checks.rows(lay.root / s / "metrics.jsonl"))
+    assert all(r["engine"] == "verl" for s in cfg.stages.names for r in checks.rows(lay.root / s / "metrics.jsonl"))
     # every claimed key filled with the population kit.metrics declares (issue #29)
-    assert all(checks.claimed_keys_have_their_declared_population(lay.root / s) > 0 for s in checks.STAGES)
+    assert all(checks.claimed_keys_have_their_declared_population(lay.root / s) > 0 for s in cfg.stages.names)
     sft = json.loads((lay.root / "sft" / "summary.json").read_text())  # the linked route trains nothing here
     assert sft["engine"] == "linked" and not (lay.root / "sft" / "metrics.jsonl").exists()
     assert (lay.root / "sft" / "policy").resolve() == chain["sft_policy"].resolve()
@@ -117,7 +117,7 @@ def test_one_ray_start_for_the_whole_chain_and_nothing_left_running(chain):
     lay, sess = chain["lay"], chain["session"]
     assert sess["error"] is None and sess["codes"] == {"chain": 0} and "ray_start_s" in sess["timings"]
     assert sess["orphans"] == [] and runner.ray_local.processes_in_namespace(sess["pid_namespace"]) == []
-    runs = [lay.root / s for s in checks.STAGES] + [lay.root / "ablation" / a for a in ARMS]
+    runs = [lay.root / s for s in chain["cfg"].stages.names] + [lay.root / "ablation" / a for a in ARMS]
     for run in runs:  # no stage started a session (and a Ray) of its own; each ran VERL on the shared head
         assert not (run / "verl_session").exists(), run
         assert any(run.glob("verl_stage*.log")), run
@@ -151,7 +151,7 @@ def test_stage3_hard_subset_sampled_from_the_served_stage2_policy(chain):
     """The kit served stage2/policy on loopback and sampled every curated problem n times; hard.parquet
     is the curated pool minus the problems solved n/n."""
     root, cfg = chain["lay"].root.resolve(), chain["cfg"]
-    n = cfg.stages.stage3.hard_filter_samples
+    n = cfg.stages["stage3"].hard_filter_samples
     info = json.loads((root / "stage3" / "hard_subset.json").read_text())
     assert info["route"]["kind"] == "kit_cpu" and info["route"]["url"].startswith("http://127.0.0.1:")
     curated = pd.read_parquet(root / "data" / "data" / "curated.parquet")
@@ -163,6 +163,6 @@ def test_stage3_hard_subset_sampled_from_the_served_stage2_policy(chain):
 
 def test_every_trained_policy_is_merged_and_loads(chain):
     root = chain["lay"].root.resolve()
-    for run in [root / s for s in checks.STAGES] + [root / "ablation" / a for a in ARMS]:
+    for run in [root / s for s in chain["cfg"].stages.names] + [root / "ablation" / a for a in ARMS]:
         model, _ = load_policy(run / "policy")
         assert sum(p.numel() for p in model.parameters()) > 0

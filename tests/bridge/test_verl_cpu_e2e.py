@@ -86,7 +86,7 @@ def test_rows_carry_the_local_trainers_tool_metrics(run):
     buffer (kit.bridge.sampler) logs them over all 2G rollouts of each step, as the local rows count."""
     cfg, rows = run["cfg"], [r for r in run["rows"] if "step" in r]
     # skipped calls (over the per-turn limit) count too; the tiny policy writes one call per turn
-    most = cfg.stages.stage1.max_turns * cfg.rollout.max_calls_per_turn
+    most = cfg.stages["stage1"].max_turns * cfg.rollout.max_calls_per_turn
     for r in rows:
         m = run["metrics"][r["global_step"]]
         assert r["tool_calls_per_traj"] == m["rstar2/tool_calls_per_traj"] and r["time_tool_s"] == m["rstar2/time_tool_s"]

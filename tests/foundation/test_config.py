@@ -21,7 +21,7 @@ def test_tiny_profile_loads_with_tiny_values():
 def test_every_profile_loads(name):
     cfg = load(name)
     assert cfg.profile == name
-    assert cfg.stages.stage1.max_response_tokens > 0
+    assert cfg.stages["stage1"].max_response_tokens > 0
 
 
 def test_paper_profile_matches_reference_recipe():
@@ -30,9 +30,9 @@ def test_paper_profile_matches_reference_recipe():
     assert cfg.algorithm.lr == 1e-6 and cfg.algorithm.prompts_per_step == 512
     assert (cfg.algorithm.oversample, cfg.algorithm.group_size) == (32, 16)
     s = cfg.stages
-    assert [s.stage1.max_response_tokens, s.stage2.max_response_tokens, s.stage3.max_response_tokens] == [8192, 12288, 12288]
-    assert [s.stage1.max_turns, s.stage2.max_turns, s.stage3.max_turns] == [10, 10, 15]
-    assert s.stage3.problems == "hard" and s.stage3.reset_optimizer
+    assert [s["stage1"].max_response_tokens, s["stage2"].max_response_tokens, s["stage3"].max_response_tokens] == [8192, 12288, 12288]
+    assert [s["stage1"].max_turns, s["stage2"].max_turns, s["stage3"].max_turns] == [10, 10, 15]
+    assert s["stage3"].problems == "hard" and s["stage3"].reset_optimizer
 
 
 def test_smoke_inherits_tiny_and_shrinks_steps():
@@ -45,10 +45,10 @@ def test_overrides_dotted_double_underscore_and_cli_strings():
     cfg = load("tiny", {"algorithm.lr": 1e-4}, seed=7, sandbox__timeout_s=2)
     assert cfg.algorithm.lr == 1e-4 and cfg.seed == 7 and cfg.sandbox.timeout_s == 2.0
     cfg = load("tiny", ["stages.stage2.steps=3", "rollout.scheduler=static", "ablation.seeds=1,2"])
-    assert cfg.stages.stage2.steps == 3 and cfg.rollout.scheduler == "static"
+    assert cfg.stages["stage2"].steps == 3 and cfg.rollout.scheduler == "static"
     assert cfg.ablation.seeds == (1, 2)
     # other stages keep their profile values
-    assert cfg.stages.stage1.steps == load("tiny").stages.stage1.steps
+    assert cfg.stages["stage1"].steps == load("tiny").stages["stage1"].steps
 
 
 def test_unknown_key_is_named():
@@ -107,16 +107,16 @@ def test_config_is_frozen():
 def test_stages_take_rollouts_budget_unless_they_set_their_own():
     tiny = load("tiny", write=False)
     # tiny stage 1: its own binding budget (issue #16), rollout's turns
-    assert (tiny.stages.stage1.max_response_tokens, tiny.stages.stage1.max_turns) == (256, 4)
+    assert (tiny.stages["stage1"].max_response_tokens, tiny.stages["stage1"].max_turns) == (256, 4)
     short = load("tiny", {"rollout.max_response_tokens": 64, "rollout.max_turns": 2}, write=False)
-    assert (short.stages.stage1.max_response_tokens, short.stages.stage1.max_turns) == (256, 2)
+    assert (short.stages["stage1"].max_response_tokens, short.stages["stage1"].max_turns) == (256, 2)
     bare = load("tiny", {"stages.stage1.max_response_tokens": 0, "rollout.max_response_tokens": 64}, write=False)
-    assert bare.stages.stage1.max_response_tokens == 64  # 0: rollout's
-    assert (short.stages.stage2.max_response_tokens, short.stages.stage2.max_turns) == (576, 2)  # own budget
-    assert (short.stages.stage3.max_response_tokens, short.stages.stage3.max_turns) == (576, 6)  # both its own
+    assert bare.stages["stage1"].max_response_tokens == 64  # 0: rollout's
+    assert (short.stages["stage2"].max_response_tokens, short.stages["stage2"].max_turns) == (576, 2)  # own budget
+    assert (short.stages["stage3"].max_response_tokens, short.stages["stage3"].max_turns) == (576, 6)  # both its own
     paper = load("paper-14b", {"rollout.max_turns": 12}, write=False)
-    assert [getattr(paper.stages, s).max_turns for s in ("stage1", "stage2", "stage3")] == [12, 12, 15]
-    assert [getattr(paper.stages, s).max_response_tokens for s in ("stage1", "stage2", "stage3")] == [8192, 12288, 12288]
+    assert [st.max_turns for st in paper.stages] == [12, 12, 15]
+    assert [st.max_response_tokens for st in paper.stages] == [8192, 12288, 12288]
     assert config.KitConfig().stages == load("paper-14b", write=False).stages  # built without load: resolved too
 
 

@@ -71,17 +71,24 @@ def smoke_run_wanted():
     return smoke_run_selected
 
 
+#: the session's smoke chain profile: smoke with a fourth RL stage (tests/profiles/four_stages.toml)
+SMOKE_PROFILE = "four_stages"
+
+
 @pytest.fixture(scope="session")
 def smoke_chain(tmp_path_factory):
-    """The whole notebook series 00-09 with the smoke profile, run once per session by the runner
-    `make reproduce` uses: ``(Layout, exit code)``, not asserted (:func:`smoke_run` asserts it; the
-    browser test needs only its 01 and 02 to have finished). Nobody writes into it after it is built."""
+    """The whole notebook series 00-09 with :data:`SMOKE_PROFILE` (the smoke profile plus a fourth
+    RL stage of one step, defined only in tests/profiles/four_stages.toml: the recipe's stages are
+    data, issue #29), run once per session by the runner `make reproduce` uses: ``(Layout, exit code)``,
+    not asserted (:func:`smoke_run` asserts it; the browser test needs only its 01 and 02 to have
+    finished). Nobody writes into it after it is built."""
     root = tmp_path_factory.mktemp("reports")
     t0 = time.perf_counter()
     # a cell that hangs fails the test with the notebook and cell named instead of blocking the suite
-    code = cli.main(["reproduce", "--profile", "smoke", "--run", "t", "--reports-root", str(root), "--cell-timeout", "600"])
+    code = cli.main(["reproduce", "--profile", SMOKE_PROFILE, "--run", "t", "--reports-root", str(root),
+                     "--cell-timeout", "600"])
     print(f"smoke chain: {time.perf_counter() - t0:.0f} s")
-    return pipeline.Layout.for_run("smoke", "t", root), code
+    return pipeline.Layout.for_run(SMOKE_PROFILE, "t", root), code
 
 
 @pytest.fixture(scope="session")
@@ -91,4 +98,4 @@ def smoke_run(smoke_chain):
     them again (~95 s of the suite)."""
     lay, code = smoke_chain
     assert code == 0, "the smoke chain failed; see the STOPPED message above"
-    return lay, load("smoke", write=False)
+    return lay, load(SMOKE_PROFILE, write=False)

@@ -34,7 +34,7 @@ from selenium.webdriver.chrome.service import Service
 
 from kit import pipeline
 from kit.paths import REPO_ROOT
-from kit.runs import Layout
+from kit.plan import Layout
 
 pytestmark = pytest.mark.browser
 

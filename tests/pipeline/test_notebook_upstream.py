@@ -11,7 +11,7 @@ import papermill
 import pytest
 
 from kit import pipeline, runs
-from kit.runs import Layout, UpstreamMissing, require_upstream
+from kit.plan import Layout, UpstreamMissing, require_upstream
 
 
 def _code(name: str) -> tuple[nbformat.NotebookNode, list[str]]:

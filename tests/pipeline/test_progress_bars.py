@@ -43,7 +43,7 @@ class _Runtime:
 
     def run_stage(self, cfg, stage, *, run_dir, init_dir, data_dir, progress):
         self.before_first_step = self.capsys.readouterr().out
-        for step in range(1, cfg.stages.stage1.steps + 1):
+        for step in range(1, cfg.stages["stage1"].steps + 1):
             progress({"step": step, "accuracy": 0.5})
         progress({"stage": stage, "summary": {"steps": 2}})
         return {"steps": 2}

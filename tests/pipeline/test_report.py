@@ -256,7 +256,7 @@ def test_a_long_code_line_wraps_inside_the_page(tmp_path):
 
 
 def test_a_corrupt_state_file_is_a_report_error_naming_it(tmp_path):
-    """The report reads pipeline_state.json through the runner's one reader (kit.runs.read_state)
+    """The report reads pipeline_state.json through the runner's one reader (kit.plan.read_state)
     and turns its error into a ReportError that names the file."""
     lay = _failed_run(tmp_path)
     lay.state_path.write_text("{not json")

@@ -1,4 +1,4 @@
-"""The whole notebook series with the `smoke` profile through the same runner as `make reproduce`.
+"""The whole notebook series with the `smoke` profile plus a fourth RL stage (tests/profiles/four_stages.toml) through the same runner as `make reproduce`.
 
 Slow (a few minutes on 2 cores): it trains the tiny model for a few steps, evaluates on the real
 benchmark files and builds the report. It asserts the artifacts, not the (near-zero) scores; the
@@ -7,14 +7,28 @@ assertions are shared with the same chain through VERL's trainer (tests/smoke_ch
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import smoke_checks as checks
+
+from kit import pipeline
 
 pytestmark = pytest.mark.slow
 
 
 def test_every_notebook_executed_and_recorded(smoke_run):
     checks.every_notebook_executed_and_recorded(smoke_run[0])
+
+
+def test_the_fourth_stage_of_the_test_profile_ran_after_stage_3(smoke_run):
+    """The session's chain runs tests/profiles/four_stages.toml: its stage4 (no notebook of its own) ran
+    the stage template from stage 3's policy, and 07/08 read its policy (issue #29)."""
+    lay, cfg = smoke_run
+    assert cfg.stages.names == ("stage1", "stage2", "stage3", "stage4")
+    summary = json.loads((lay.root / "stage4" / "summary.json").read_text())
+    assert summary["init_dir"] == str(lay.root / "stage3" / "policy") and (lay.root / "stage4" / "policy").is_dir()
+    assert pipeline.read_state(lay)["05_rl_stage4"]["parameters"]["stage"] == "stage4"
 
 
 def test_rl_metrics_have_documented_keys_and_step_counts(smoke_run):

@@ -108,7 +108,7 @@ def test_a_zero_step_hard_stage_builds_no_subset(monkeypatch, tmp_path):
     rec = Recorder()
     monkeypatch.setitem(runtime.RUNTIMES, "verl", rec)
     cfg = load("paper-32b", write=False)
-    assert cfg.stages.stage3.steps == 0 and cfg.stages.stage3.problems == "hard"
+    assert cfg.stages["stage3"].steps == 0 and cfg.stages["stage3"].problems == "hard"
     chain.train_stage(cfg, "stage3", tmp_path / "s3", tmp_path / "s2", tmp_path / "data")
     assert [c[0] for c in rec.calls] == ["run_stage"]
 

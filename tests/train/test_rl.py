@@ -17,6 +17,7 @@ from rl_cases import build_policy
 from rl_cases import rl_cfg as _cfg
 from rl_cases import traj as _traj
 
+from kit import plan
 from kit.config import load
 from kit.data import tasks
 from kit.train import ablation, common, rl, rollouts
@@ -208,10 +209,10 @@ def test_ablation_reuses_a_matching_stage_run_and_only_that(policy, tmp_path, pa
     assert rows(tmp_path / "reused" / "grpo_roc_seed0") == rows(tmp_path / "fresh" / "grpo_roc_seed0")
     # a run with any training setting different is not the arm
     other = _cfg(**{"stages.stage1.steps": 2, "algorithm.lr": 5e-4})
-    assert not ablation.reusable_run(other, stage, {"stage": "stage1", "algorithm": "grpo_roc", "seed": 0, "steps": 2,
-                                              "init_dir": str(policy)})
-    assert not ablation.reusable_run(cfg, stage, {"stage": "stage1", "algorithm": "grpo_roc", "seed": 1, "steps": 2,
-                                            "init_dir": str(policy)})
+    assert not ablation.reusable_run(plan.ablation_arms(other)[1], stage, {"stage": "stage1", "algorithm": "grpo_roc",
+                                                                         "seed": 0, "steps": 2, "init_dir": str(policy)})
+    assert not ablation.reusable_run(plan.ablation_arms(cfg)[1], stage, {"stage": "stage1", "algorithm": "grpo_roc",
+                                                                       "seed": 1, "steps": 2, "init_dir": str(policy)})
 
 
 def test_ablation_arms_in_worker_processes(policy, tmp_path):
@@ -267,16 +268,20 @@ def test_stage_end_greedy_readout_on_a_subset_sampled_on_all(policy):
 
 def test_ablation_seeds_follow_the_run_seed():
     """``--seed 7`` checks the ablation on seeds 7, 8, ... (never tuned on), seed 0 on the listed ones."""
-    assert ablation.arm_seeds(_cfg(**{"ablation.seeds": [0, 1, 2]})) == (0, 1, 2)
+    assert plan.arm_seeds(_cfg(**{"ablation.seeds": [0, 1, 2]})) == (0, 1, 2)
     cfg7 = load("smoke", overrides={"ablation.seeds": [0, 1, 2]}, seed=7, write=False)
-    assert ablation.arm_seeds(cfg7) == (7, 8, 9)
+    assert plan.arm_seeds(cfg7) == (7, 8, 9)
+    # every arm trains on the run's problems: the split's seed stays the run's (7), not the arm's
+    arms = plan.ablation_arms(cfg7)
+    assert [a.seed for a in arms] == [7, 7, 8, 8, 9, 9] and {a.data.split_seed for a in arms} == {7}
+    assert {tasks.task_split(a).train[0].id for a in arms} == {tasks.task_split(cfg7).train[0].id}
 
 
 def test_ablation_arms_keep_rollouts_budget_when_stage1_binds_tighter(policy, tmp_path, parity_grader):
     """Tiny's main stage 1 has a tighter budget than rollout's (Figure 8); the ablation arms run at
     rollout's budget, and the stage-1 run is then not one of them (issue #16)."""
     cfg = _cfg(**{"stages.stage1.steps": 2, "stages.stage1.max_response_tokens": 12})
-    assert ablation.ablation_budget(cfg) == 24 and ablation.ablation_budget(_cfg()) is None
+    assert {a.stages["stage1"].max_response_tokens for a in plan.ablation_arms(cfg)} == {24}
     stage = tmp_path / "stage1"
     rl.run_stage(cfg, "stage1", policy, stage, evaluate=False)
     s = ablation.run_ablation(cfg, policy, tmp_path / "abl", seeds=(0,), reuse=[stage])

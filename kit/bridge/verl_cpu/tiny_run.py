@@ -36,7 +36,9 @@ TWO_STEP = {"algorithm.prompts_per_step": 2, "algorithm.group_size": 4, "algorit
 #: 16 rollouts here instead of ~188,000 for the 23,470 problems of all five pools
 SMOKE_CHAIN = {**TWO_STEP, "stages.stage1.steps": 1, "stages.stage2.steps": 1, "stages.stage3.steps": 1,
                "stages.stage2.max_response_tokens": 256, "stages.stage3.max_response_tokens": 256,
-               "ablation.steps": 1, "ablation.seeds": [0], "data.train_pools": ["openmathreasoning"]}
+               "ablation.steps": 1, "ablation.seeds": [0], "data.train_pools": ["openmathreasoning"],
+               # the ablation's arms run at rollout's budget on both runtimes (kit.plan.ablation_arms): 256 as the stages
+               "rollout.max_response_tokens": 256}
 
 
 def sandbox_overrides() -> dict[str, Any]:

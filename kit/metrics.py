@@ -154,7 +154,7 @@ SUMMARY_KEYS: dict[str, Metric] = {
 
 #: The population of each VERL step-metric name a key may be filled from (and of VERL's own data
 #: metrics, which no sampled key may read): a key's sources must all have its population
-#: (``tests/test_metrics.py``; the VERL CPU chain checks its rows against them).
+#: (``tests/test_metrics_schema.py``; the VERL CPU chain checks its rows against them).
 VERL_POPULATION: dict[str, str] = {
     **{KIT_PREFIX + k: "sampled" for k in ("reward_mean", "accuracy", "response_len_mean", "truncation_ratio",
                                             "tool_calls_per_traj", "time_tool_s")},

@@ -18,7 +18,7 @@ import pytest
 
 from kit import claims, pipeline, plan
 
-#: keys every local RL row must have (each declared in kit.metrics.RL_KEYS: tests/test_metrics.py)
+#: keys every local RL row must have (each declared in kit.metrics.RL_KEYS: tests/test_metrics_schema.py)
 LOCAL_RL_KEYS = ("stage", "step", "global_step", "reward_mean", "accuracy", "response_len_mean", "truncation_ratio",
                  "tool_calls_per_traj", "tool_error_ratio_correct_before", "tool_error_ratio_correct_after",
                  "p_format_mean", "kept", "time_generate_s", "time_tool_s", "time_verify_s", "time_update_s",

@@ -81,13 +81,21 @@ def sft_findings(run_dir: str | os.PathLike) -> str:
 
     Reads ``metrics.jsonl`` (``loss`` per step) and, where present, ``summary.json``
     (``heldout_accuracy``: greedy, tool allowed; ``heldout_sampled_reward``: T = 1; ``heldout_tool_rate``).
+    A cold start this run did not train (the VERL runtime's ``sft_checkpoint``: ``summary.json`` with
+    ``engine = "linked"`` and no ``metrics.jsonl``) is said as such, naming the linked policy.
+
     Raises:
-        kit.metrics.MetricsError: ``metrics.jsonl`` is missing or malformed (names the file and line).
+        kit.metrics.MetricsError: ``metrics.jsonl`` is malformed (names the file and line), or it is
+            missing and no ``summary.json`` says the policy was linked.
     """
     run_dir = Path(run_dir)
+    s = _summary(run_dir)
+    if not (run_dir / "metrics.jsonl").exists() and s.get("engine") == "linked":
+        return _bullets("What this run showed", [
+            f"This run trained no cold start: its policy is linked from `{s.get('sft_checkpoint', '?')}` "
+            "(`summary.json`), so there are no SFT steps to read here"])
     df = read_metrics(run_dir / "metrics.jsonl")
     first, last, k = _windows(df)
-    s = _summary(run_dir)
     acc, sampled, tool = (_number(s, key) for key in ("heldout_accuracy", "heldout_sampled_reward", "heldout_tool_rate"))
     return _bullets(f"What this run showed ({_n(len(df), 'SFT step')}; first and last {_n(k, 'step')})", [
         _change("The training loss", _mean(first, "loss"), _mean(last, "loss")),

@@ -240,7 +240,7 @@ def test_ablation_arm_seeds_are_offsets_from_the_run_seed_as_on_the_local_runtim
 def test_verl_ablation_arms_run_at_the_local_arms_budget_not_stage_1s(tmp_path):
     """tiny gives its main stage 1 a 256-token budget and its ablation rollout's 384 (issue #16): the
     VERL arms are kit.plan.ablation_arms, the local runtime's, so they train at 384 too (issue #29)."""
-    cfg = load("tiny", {"runtime": "verl", "rollout.engine": "sglang", "ablation.seeds": [0, 1]}, write=False)
+    cfg = load("tiny", {"runtime": "verl", "ablation.seeds": [0, 1]}, write=False)
     assert cfg.stages["stage1"].max_response_tokens == 256 and cfg.rollout.max_response_tokens == 384
     verl_arms = stages.ablation_configs(cfg, tmp_path)
     assert [c for _, c in verl_arms] == plan.ablation_arms(cfg, tmp_path)

@@ -59,3 +59,14 @@ def test_ablation_findings_compares_the_arms_per_seed(tmp_path, rl_metrics):
     assert "`grpo` (2 seeds" in md and "tool-error ratio among correct trajectories 0.200" in md
     assert "`grpo_roc` (2 seeds" in md
     assert "RoC ended with the lower tool-error ratio on 1 of 2 seeds (GRPO minus RoC, mean +0.000)" in md
+
+
+def test_sft_findings_names_a_linked_cold_start_instead_of_failing(tmp_path):
+    """The VERL runtime's ``sft_checkpoint`` links a policy: no metrics.jsonl, summary engine "linked"."""
+    (tmp_path / "summary.json").write_text(json.dumps({"stage": "sft", "engine": "linked",
+                                                       "sft_checkpoint": "/x/sft/policy"}))
+    text = sft_findings(tmp_path)
+    assert "linked from `/x/sft/policy`" in text and "no SFT steps" in text
+    (tmp_path / "summary.json").write_text(json.dumps({"stage": "sft", "engine": "local"}))
+    with pytest.raises(MetricsError, match="metrics.jsonl"):
+        sft_findings(tmp_path)

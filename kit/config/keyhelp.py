@@ -103,9 +103,10 @@ def _split_comment(line: str) -> tuple[str, str]:
 def profile_notes(path: Path) -> dict[str, str]:
     """Dotted key -> the comment beside it in the profile file ``path``; a table header's comment
     under the table's key. Indented comment-only lines continue the key above them; ``[[name]]``
-    tables are ``name.0``, ``name.1``, ... Raises ``OSError`` when the file cannot be read."""
+    tables are ``name.0``, ``name.1``, ..., or ``name.<its name key>`` once the table sets ``name`` Raises ``OSError`` when the file cannot be read."""
     notes: dict[str, str] = {}
     table, last, arrays = "", "", {}  # current table, key of the last key line, [[name]] counts
+    header_array = ""  # the [[name]] of the current table ("" for a plain [table])
     for line in path.read_text().splitlines():
         code, comment = _split_comment(line)
         if not code.strip():
@@ -116,13 +117,21 @@ def profile_notes(path: Path) -> dict[str, str]:
             continue
         header = _HEADER.match(code)
         if header:
-            if header.group(1) == "[[":
-                arrays[header.group(2)] = arrays.get(header.group(2), -1) + 1
-                table = f"{header.group(2)}.{arrays[header.group(2)]}"
+            header_array = header.group(2) if header.group(1) == "[[" else ""
+            if header_array:
+                arrays[header_array] = arrays.get(header_array, -1) + 1
+                table = f"{header_array}.{arrays[header_array]}"
             else:
                 table = header.group(2)
             last = table
         elif (key := _KEY.match(code)) is not None:
+            named = re.match(r"""\s*name\s*=\s*["']([^"']+)["']""", code)
+            if named and header_array and table == f"{header_array}.{arrays[header_array]}":
+                # a [[stages]] table goes by its name (stages.stage2.steps, the form --set takes)
+                old_prefix, table = table, f"{header_array}.{named.group(1)}"
+                notes = {(table + k[len(old_prefix):] if k == old_prefix or k.startswith(old_prefix + ".") else k): v
+                         for k, v in notes.items()}
+                last = table if last == old_prefix else last
             last = f"{table}.{key.group(1)}" if table else key.group(1)
         if comment and last:
             notes[last] = f"{notes.get(last, '')} {comment}".strip()
@@ -144,9 +153,13 @@ def _profile_chain(profile: str) -> list[Path]:
 def _children(value: Any) -> list[tuple[str, Any, type | None]] | None:
     """``(name, value, owner class)`` of the keys under ``value``, or None for a leaf."""
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return [(f.name, getattr(value, f.name), type(value)) for f in dataclasses.fields(value)]
+        fields = dataclasses.fields(value)
+        if [f.name for f in fields] == ["items"]:  # a named list (kit.config.StagesConfig): keys by element name
+            return _children(value.items)
+        return [(f.name, getattr(value, f.name), type(value)) for f in fields]
     if isinstance(value, (tuple, list)) and value and all(dataclasses.is_dataclass(v) for v in value):
-        return [(str(i), v, None) for i, v in enumerate(value)]
+        # ``stages.stage2.steps``: the form ``--set`` takes; an element without a name goes by its index
+        return [(str(getattr(v, "name", "") or i), v, None) for i, v in enumerate(value)]
     return None
 
 
@@ -154,7 +167,7 @@ def config_rows(cfg: Any, profile: str, key: str = "") -> list[KeyRow]:
     """The rows of ``kit config``: every table and leaf key of the resolved config ``cfg`` (a
     :class:`kit.config.KitConfig`, or any dataclass tree) under ``key`` ("" = all; a table such as
     ``stages`` or a leaf such as ``algorithm.clip_ratio_high``; an element of a list of tables by
-    its index or its ``name``: ``stages.0`` or ``stages.stage1``), in field order, with its help.
+    its ``name``: ``stages.stage1``, the form ``--set`` takes), in field order, with its help.
 
     Raises:
         ConfigError: ``key`` names no key of the config (the message names it and the keys at

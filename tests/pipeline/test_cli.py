@@ -97,7 +97,7 @@ def test_unknown_verb_and_bad_option_are_named(capsys):
         cli.main(["selftest", "--isolation", "docker"])
     assert "argument --isolation: invalid choice: 'docker'" in capsys.readouterr().err
     assert cli.main(["launch", "--stage", "stage9", "--dry-run"]) == 2
-    assert "kit launch: --stage 'stage9': expected one of" in capsys.readouterr().err
+    assert "kit launch: --stage 'stage9': profile paper-14b has the stages stage1, stage2, stage3" in capsys.readouterr().err
 
 
 def test_the_older_command_lines_are_gone():
@@ -194,15 +194,16 @@ def test_the_walk_reads_lists_of_tables_and_their_profile_comments(tmp_path):
     toml = tmp_path / "p.toml"
     toml.write_text('# header\nseed = 1  # why 1\n\n[[stages]]   # first\nname = "a#1"  # note a\n'
                     "steps = 3    # three\n             # (and why)\n[[stages]]\nname = 'b'\n")
-    assert profile_notes(toml) == {"seed": "why 1", "stages.0": "first", "stages.0.name": "note a",
-                                   "stages.0.steps": "three (and why)"}
+    # a [[stages]] table goes by its name once it sets one: the form --set takes (stages.<name>.steps)
+    assert profile_notes(toml) == {"seed": "why 1", "stages.a#1": "first", "stages.a#1.name": "note a",
+                                   "stages.a#1.steps": "three (and why)"}
     rows = {r.key: r for r in config_rows(_Root(), "no-such-profile", "stages")}
-    assert list(rows) == ["stages", "stages.0", "stages.0.name", "stages.0.steps", "stages.1", "stages.1.name",
-                          "stages.1.steps"]
-    assert rows["stages.1.steps"].value == 5 and rows["stages.1.steps"].help == "RL steps of the stage"
-    assert rows["stages.0.name"].help == "the stage's name" and rows["stages"].table
+    assert list(rows) == ["stages", "stages.a", "stages.a.name", "stages.a.steps", "stages.b", "stages.b.name",
+                          "stages.b.steps"]
+    assert rows["stages.b.steps"].value == 5 and rows["stages.b.steps"].help == "RL steps of the stage"
+    assert rows["stages.a.name"].help == "the stage's name" and rows["stages"].table
     by_name = config_rows(_Root(), "no-such-profile", "stages.b.steps")  # an element by its name
-    assert [(r.key, r.value, r.help) for r in by_name] == [("stages.1.steps", 5, "RL steps of the stage")]
+    assert [(r.key, r.value, r.help) for r in by_name] == [("stages.b.steps", 5, "RL steps of the stage")]
 
 
 def test_config_and_help_load_neither_torch_nor_papermill():

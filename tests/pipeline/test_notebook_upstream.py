@@ -10,7 +10,8 @@ import nbformat
 import papermill
 import pytest
 
-from kit import pipeline, runs
+from kit import pipeline, plan
+from kit.config import StagesConfig
 from kit.plan import Layout, UpstreamMissing, require_upstream
 
 
@@ -34,7 +35,7 @@ def test_first_cell_checks_every_upstream_parameter(name):
     declared = {n.target.id for n in ast.parse(cells[0]).body if isinstance(n, ast.AnnAssign)}
     calls = [n for n in ast.walk(ast.parse(cells[1])) if isinstance(n, ast.Call)
              and getattr(n.func, "id", "") == "require_upstream"]
-    expected = runs.UPSTREAM.get(name, {})
+    expected = {e.name: e.upstream for e in plan.series(StagesConfig().names)}.get(name, {})
     if not expected:
         assert not calls and not {p for p in declared if p.endswith(("_dir", "_dirs")) and p != "run_dir"}
         return
@@ -69,7 +70,7 @@ def test_missing_upstream_is_one_line_naming_the_notebook_and_the_command(tmp_pa
         require_upstream("09_figures_and_tables", stage_dirs=[tmp_path / "s1", tmp_path / "s2", tmp_path / "s3"])
     with pytest.raises(KeyError, match="no upstream parameter 'init_dir'"):
         require_upstream("07_behavior_analysis", init_dir=lay.dir("sft"))
-    assert runs.pipeline_command(runs.REPORTS_ROOT / "tiny" / "lab" / "sft", "02") == \
+    assert plan.pipeline_command(plan.REPORTS_ROOT / "tiny" / "lab" / "sft", "02") == \
         "python -m kit reproduce --profile tiny --run lab --until 02"
 
 

@@ -1,6 +1,6 @@
 """kit.pipeline as a package of cohesive modules (the series runner, failures, the VERL runtime,
 the command line): every name the one-file module had is still importable from ``kit.pipeline``,
-both entry points still run, and no module passes the style's ~400 lines."""
+``python -m kit reproduce`` runs it, and no module passes the style's ~400 lines."""
 
 from __future__ import annotations
 
@@ -15,8 +15,8 @@ ROOT = Path(__file__).resolve().parents[2]
 #: the public names of kit/pipeline.py before the split (its own and the ones callers took from it)
 ONE_FILE_NAMES = ("CELL_TIMEOUT_S", "KERNEL_ENV", "NOTEBOOK_DIR", "OTHER_PROFILE_CELL_TIMEOUT_S", "SERIES",
                   "VERL_SESSION_DIR", "ConfigError", "Layout", "NotebookRun", "PipelineError", "available_profiles",
-                  "children_cpu_s", "default_cell_timeout", "dry_run_text", "load", "main", "mark_not_run",
-                  "read_state", "run_in_verl_cpu_session", "run_series", "series_parameters", "standard_series",
+                  "children_cpu_s", "default_cell_timeout", "dry_run_text", "load", "mark_not_run",
+                  "read_state", "reproduce", "run_in_verl_cpu_session", "run_series", "series_parameters", "standard_series",
                   "times_table")
 
 
@@ -29,18 +29,17 @@ def test_every_name_of_the_one_file_module_is_still_exported():
 
 def test_each_module_holds_one_concept_under_400_lines():
     files = {f.name: len(f.read_text().splitlines()) for f in (ROOT / "kit" / "pipeline").glob("*.py")}
-    assert set(files) == {"__init__.py", "__main__.py", "series.py", "failures.py", "timing.py", "verl_runtime.py"}
+    assert set(files) == {"__init__.py", "series.py", "failures.py", "timing.py", "verl_runtime.py", "kernels.py"}
     assert {name: n for name, n in files.items() if n > 400} == {}
     assert not (ROOT / "kit" / "pipeline.py").exists()
 
 
-def test_both_command_lines_still_run(tmp_path):
+def test_the_command_line_runs_the_package(tmp_path):
+    """``python -m kit reproduce`` is the one entry point (issue #31: ``python -m kit.pipeline`` is gone)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}
-    for argv in (["-m", "kit.pipeline", "run", "--profile", "smoke", "--run", "t", "--dry-run",
-                  "--reports-root", str(tmp_path)],
-                 ["-m", "kit", "reproduce", "--profile", "smoke", "--run", "t", "--dry-run"]):
-        res = subprocess.run([sys.executable, *argv], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
-        assert res.returncode == 0, res.stderr
-        assert "kit.pipeline (dry run): profile smoke" in res.stdout
-        assert "[10/10] 09_figures_and_tables:" in res.stdout
+    res = subprocess.run([sys.executable, "-m", "kit", "reproduce", "--profile", "smoke", "--run", "t", "--dry-run",
+                          "--reports-root", str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
+    assert res.returncode == 0, res.stderr
+    assert "kit.pipeline (dry run): profile smoke" in res.stdout
+    assert "[10/10] 09_figures_and_tables:" in res.stdout
     assert not any(tmp_path.iterdir())

@@ -6,7 +6,7 @@ source, read with :mod:`tokenize`); a key's profile note is the comment on its l
 ``kit/profiles/<name>.toml`` (and the indented comment lines below it), from the profile and the
 profiles it inherits from, the child's first. A table's help is the first paragraph of its
 dataclass's docstring. The walk is generic over dataclass trees: a field that holds a dataclass,
-or a tuple or list of dataclasses (``[[stages]]``: keys ``stages.0.steps``, ...), is a subtree.
+or a tuple or list of dataclasses (``[[stages]]``: keys ``stages.<name>.steps``, ...), is a subtree.
 
 Example::
 

@@ -15,6 +15,7 @@ import dataclasses
 import json
 import math
 import os
+import re
 import tomllib
 import types
 import typing
@@ -48,6 +49,29 @@ def _profile_file(name: str) -> Path:
     return PROFILE_DIR / f"{name}.toml"
 
 
+#: Folders of a pipeline run that are not a stage's (kit.plan's series and the runner write them): a
+#: stage is its own folder, so a stage named like one of these would share it, and the runner empties
+#: a stage's folder before it runs afresh (tests/pipeline/test_stage_list.py keeps the two lists equal).
+RUN_FOLDERS = frozenset({"setup", "data", "sft", "ablation", "analysis", "eval", "figures", "tables", "notebooks",
+                         "verl_session", "tracking", "checkpoints", "policy"})
+_STAGE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
+
+
+def check_stage_name(name: str, where: str) -> None:
+    """A stage's name is its run folder and its key in overrides (``stages.<name>.steps``): a plain
+    identifier (letters, digits, ``_``; a letter first) that is not one of :data:`RUN_FOLDERS`.
+
+    Raises:
+        ConfigError: naming ``where`` (the profile file and table) and the name.
+    """
+    if not _STAGE_NAME.fullmatch(name):
+        raise ConfigError(f"{where}: stage name {name!r} must be a plain identifier (letters, digits and _, a letter "
+                          "first): it is the stage's run folder and its key in overrides, stages.<name>.steps")
+    if name in RUN_FOLDERS:
+        raise ConfigError(f"{where}: stage name {name!r} is a folder the run already uses for something else "
+                          f"({', '.join(sorted(RUN_FOLDERS))}); pick another (stage4, ...)")
+
+
 def _stage_tables(tables: Any, where: str) -> dict[str, dict[str, Any]]:
     """A ``[[stages]]`` list (TOML, ``config.json``) as ``{name: table}`` in order, each table keeping
     its ``name`` (how :func:`_build_stages` tells a declared stage from an override's typo).
@@ -63,6 +87,7 @@ def _stage_tables(tables: Any, where: str) -> dict[str, dict[str, Any]]:
     for i, table in enumerate(tables):
         if not isinstance(table, Mapping) or not isinstance(table.get("name"), str) or not table["name"]:
             raise ConfigError(f"{where}: stages[{i}] needs a name (name = \"stage1\"), got {table!r}")
+        check_stage_name(table["name"], f"{where}: stages[{i}]")
         if table["name"] in out:
             raise ConfigError(f"{where}: two [[stages]] tables are named {table['name']!r}")
         out[table["name"]] = dict(table)

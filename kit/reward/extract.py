@@ -159,10 +159,12 @@ def extract_final_answer(response: str, fallback: bool = False) -> str | None:
 
     1. ``<tool_response>`` and ``<tool_call>`` blocks are removed first: tool output and code
        are never the model's answer.
-    2. If the final ``<answer>`` block starts a box, its *last* box is the answer.
+    2. If the final ``<answer>`` block starts a box, its *last* box is the answer (a complete box
+       written after the block does not replace it; an abandoned one does, by rule 4).
     3. Else the last box anywhere in the model's own text is the answer.
     4. The last box decides alone: when it is abandoned (unclosed, empty, or cut off, see
-       :func:`box_entries`) there is no answer (``None``), in both modes; an earlier, complete
+       :func:`box_entries`) there is no answer (``None``), in both modes, wherever it stands (after
+       the final ``<answer>`` block too: the model took its answer back); an earlier, complete
        box never stands in for it (that would reward a response that took its answer back,
        or one cut off while writing a new one).
     5. Strict mode (default): no box means no answer (``None``).
@@ -182,12 +184,14 @@ def extract_final_answer(response: str, fallback: bool = False) -> str | None:
     if not isinstance(response, str):
         raise TypeError(f"response must be str, got {type(response).__name__}")
     text = model_text(response)
+    boxes = box_entries(text)
+    if boxes and boxes[-1] is None:  # rule 4 over the whole text: a box abandoned after the answer block too
+        return None
     block = _last_answer_block(text)
     if block is not None:
-        boxes = box_entries(block)
-        if boxes:
-            return boxes[-1]
-    boxes = box_entries(text)
+        in_block = box_entries(block)
+        if in_block:
+            return in_block[-1]
     if boxes:
         return boxes[-1]
     if not fallback:

@@ -47,3 +47,20 @@ def test_a_stage_override_names_the_stage_and_the_key():
         load("four_stages", ["stages.stage5.steps=3"], write=False)
     with pytest.raises(ConfigError, match=r"'stages\.stage4\.stepz'"):
         load("four_stages", ["stages.stage4.stepz=3"], write=False)
+
+
+@pytest.mark.parametrize("name", ["sft", "notebooks", "data", "ablation", "../../etc", "a.b", "stage 4", "4th"])
+def test_a_stage_name_that_is_no_plain_identifier_or_a_run_folder_is_refused_at_load(tmp_path, monkeypatch, name):
+    """A stage is its own run folder, which the runner empties before it runs afresh: ``sft`` would wipe the
+    cold start, ``../../etc`` would leave the run; ``a.b`` could never be overridden (``stages.a.b.steps``)."""
+    (tmp_path / "bad.toml").write_text(f'inherit = "smoke"\n[[stages]]\nname = "{name}"\nsteps = 1\n')
+    monkeypatch.setenv("KIT_PROFILE_PATH", str(tmp_path))
+    with pytest.raises(ConfigError, match=r"bad\.toml: stages\[0\]: stage name"):
+        load("bad", write=False)
+
+
+def test_the_series_folders_are_the_ones_stage_names_may_not_take():
+    from kit.config.loading import RUN_FOLDERS
+
+    folders = {e.folder for e in plan.series(("stage1",)) if e.folder and e.folder != "stage1"}
+    assert folders <= RUN_FOLDERS and "notebooks" in RUN_FOLDERS and pipeline.VERL_SESSION_DIR in RUN_FOLDERS

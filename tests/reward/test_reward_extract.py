@@ -3,7 +3,7 @@
 import pytest
 
 from kit.prompts import ANSWER_CLOSE, ANSWER_OPEN, TOOL_CALL_CLOSE, TOOL_CALL_OPEN, render_tool_responses
-from kit.reward import boxed_contents, extract_final_answer
+from kit.reward import boxed_contents, extract_final_answer, verify
 
 
 def test_last_box_wins_and_nested_braces():
@@ -95,3 +95,19 @@ def test_abandoned_box_in_tool_output_does_not_hide_the_models_box():
     # the model's final box is abandoned, and a complete box in the tool output does not rescue it
     r = "so \\boxed{7} then \\boxed{8" + render_tool_responses(["\\boxed{8}"])
     assert extract_final_answer(r) is None
+
+
+@pytest.mark.parametrize("response", [
+    r"<answer>\boxed{7}</answer> wait, actually \boxed{9",      # cut off inside a new box after the answer block
+    r"<answer>\boxed{7}</answer> no: \boxed{}",                 # an empty box after it
+    r"<answer>\boxed{7}</answer> hmm \boxed{ ",
+])
+def test_a_box_abandoned_after_the_answer_block_takes_the_answer_back(response):
+    """Rule 4 holds over the whole text: the answer block does not shield an earlier answer from a box
+    the model abandoned after it (found by a fresh review after issue #30's fix)."""
+    assert extract_final_answer(response) is None
+    assert verify("7", response).reason == "no_answer"
+
+
+def test_a_complete_box_after_the_answer_block_leaves_the_block_s_answer():
+    assert extract_final_answer(r"<answer>\boxed{7}</answer> (check: \boxed{9})") == "7"

@@ -169,7 +169,15 @@ def summary_page(root: str | os.PathLike, *, title: str = "", profile: str = "",
     _draw_table(fig.add_axes((0.04, top - h, 0.92, h)), rows, ["claim", "paper", "this run: statistic [95% interval]", "verdict"],
                 [0.33, 0.24, 0.32, 0.11], 5.6, verdict_col=3)
     top -= h + 0.008
-    fh = 0.155
+    limits = list(CPU_LIMITS) if profile in ("tiny", "smoke") else [
+        "Paper profile: the claims use the same statistics; the published numbers are the paper's, not this run's."]
+    if profile == "smoke":
+        limits.insert(0, SMOKE_NOTE)
+    text = "\n".join(textwrap.fill("\u2022 " + s, 78, subsequent_indent="   ") for s in limits)
+    # the figures give up height so that the list below them fits on the page (5.6 pt at 1.3 line
+    # spacing is ~0.0088 of an A4 page a line; its heading and the margins ~0.05)
+    need = 0.0088 * (text.count("\n") + 1) + 0.05
+    fh = max(0.09, min(0.155, (top - 0.012 - need) / 2))
     slots = [(0.04, top - fh, 0.45, fh), (0.51, top - fh, 0.45, fh),
              (0.04, top - 2 * fh, 0.45, fh), (0.51, top - 2 * fh, 0.45, fh)]
     for (name, label), rect in zip(FIGURES, slots, strict=True):
@@ -186,11 +194,6 @@ def summary_page(root: str | os.PathLike, *, title: str = "", profile: str = "",
     trows = table_rows(root / "tables")
     _draw_table(fig.add_axes((0.04, 0.02, 0.47, top - 0.035)), trows, ["table", "benchmark", "this run", "paper"],
                 [0.13, 0.2, 0.14, 0.53], 5.2)
-    limits = list(CPU_LIMITS) if profile in ("tiny", "smoke") else [
-        "Paper profile: the claims use the same statistics; the published numbers are the paper's, not this run's."]
-    if profile == "smoke":
-        limits.insert(0, SMOKE_NOTE)
-    text = "\n".join(textwrap.fill("\u2022 " + s, 78, subsequent_indent="   ") for s in limits)
     fig.text(0.54, top, "What this profile cannot show", fontsize=6.8, weight="bold", va="top")
     fig.text(0.54, top - 0.018, text, fontsize=5.6, va="top", linespacing=1.3)
     return fig

@@ -352,7 +352,7 @@ def test_each_claims_note_reaches_claims_json_and_the_summary_page(tmp_path):
     assert notes["fig4_roc_tool_errors_fall"] == ""
     row = next(r for r, c in zip(summary.claim_rows(doc), doc["claims"], strict=True)
                if c["id"] == "entropy_more_reflection_than_sft")
-    assert "Note: Added 2026-12-02" in row[0] and "refuted" in row[0]
+    assert "Note: Inconclusive on every run seed" in row[0] and "refuted" in row[0]
     old = json.loads(path.read_text())
     del old["claims"][0]["note"]
     path.write_text(json.dumps(old))

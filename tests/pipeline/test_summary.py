@@ -61,6 +61,11 @@ def test_summary_is_one_page_with_claims_figures_tables_and_limits(run, tmp_path
                    "80.6"):
         assert needle in text, needle
     assert "Figure 8: not drawn in this run" in text  # a missing figure is said, not hidden
+    # the whole list fits on the page beside the claims' notes (a fresh review found it cut off mid-sentence)
+    last_words = " ".join(summary.CPU_LIMITS[-1].split()[-3:])
+    assert last_words in " ".join(text.split()), last_words
+    smoke = " ".join(_text(summary.write_summary_pdf(run, tmp_path / "smoke.pdf", profile="smoke")).split())
+    assert summary.SMOKE_NOTE.split()[0] in smoke and last_words in smoke, last_words  # its list is one bullet longer
 
 
 @needs_poppler

@@ -27,6 +27,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from kit.rollout.loop import mask_spans
 from kit.rollout.view import MARKS, SPAN_STYLE, legend_html, trajectory_html
 
 COLORS = ("entropy", "surprisal", "advantage", "spans")
@@ -243,13 +244,7 @@ class RecordTrajectory:
         return cls(**{k: rec[k] for k in cls.__dataclass_fields__})
 
     def spans(self) -> list[tuple[int, int, int]]:
-        out: list[tuple[int, int, int]] = []
-        for t, m in enumerate(self.response_mask):
-            if out and out[-1][0] == m:
-                out[-1] = (m, out[-1][1], t + 1)
-            else:
-                out.append((m, t, t + 1))
-        return out
+        return mask_spans(self.response_mask)
 
 
 def trajectory_view_html(rec: Mapping[str, Any], tokenizer: Any = None, color: str = "entropy") -> str:

@@ -55,6 +55,19 @@ class Executor(Protocol):
     async def run_batch(self, calls: list[Any]) -> list[Any]: ...
 
 
+def mask_spans(response_mask: Sequence[int]) -> list[tuple[int, int, int]]:
+    """Runs of equal value in a (T,) response mask: ``[(mask, start, end), ...]`` (token indices,
+    end exclusive); 1 = model-sampled, 0 = tool feedback. The trajectory view and the rollout
+    explorer (``kit.explore``) draw these spans."""
+    out: list[tuple[int, int, int]] = []
+    for t, m in enumerate(response_mask):
+        if out and out[-1][0] == m:
+            out[-1] = (m, out[-1][1], t + 1)
+        else:
+            out.append((m, t, t + 1))
+    return out
+
+
 @dataclass
 class CallRecord:
     """One answered ``<tool_call>``: where it was, what ran, what the model was told."""
@@ -120,14 +133,8 @@ class Trajectory:
         return sum(self.tool_errors.values())
 
     def spans(self) -> list[tuple[int, int, int]]:
-        """Runs of equal mask over the response: ``[(mask, start, end), ...]`` (end exclusive)."""
-        out: list[tuple[int, int, int]] = []
-        for t, m in enumerate(self.response_mask):
-            if out and out[-1][0] == m:
-                out[-1] = (m, out[-1][1], t + 1)
-            else:
-                out.append((m, t, t + 1))
-        return out
+        """Runs of equal mask over the response (:func:`mask_spans`)."""
+        return mask_spans(self.response_mask)
 
     def to_record(self) -> dict[str, Any]:
         """JSON-able dict for ``samples.jsonl`` (ids, mask spans, counters, calls, texts)."""

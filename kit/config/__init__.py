@@ -23,7 +23,15 @@ Modules: :mod:`kit.config.schema` (the frozen dataclasses and their defaults),
 :func:`check_minimums`). Import every name from ``kit.config``.
 """
 
-from kit.config.checks import POSITIVE_LIMITS, ConfigError, check, check_limits, check_minimums
+from kit.config.checks import (
+    POSITIVE_LIMITS,
+    RANGES,
+    ConfigError,
+    check,
+    check_limits,
+    check_minimums,
+    check_ranges,
+)
 from kit.config.loading import PROFILE_DIR, available_profiles, from_json, load, save
 from kit.config.schema import (
     LOG_BACKENDS,
@@ -45,5 +53,5 @@ from kit.config.schema import (
 __all__ = [
     "LOG_BACKENDS", "POSITIVE_LIMITS", "PROFILE_DIR", "AblationConfig", "AlgorithmConfig", "ConfigError", "DataConfig", "EvalConfig",
     "KitConfig", "LogBackend", "LoggingConfig", "ModelConfig", "RolloutConfig", "SFTConfig", "SandboxConfig",
-    "StageConfig", "StagesConfig", "available_profiles", "check", "check_limits", "check_minimums", "from_json", "load", "save",
+    "StageConfig", "StagesConfig", "available_profiles", "check", "check_limits", "check_minimums", "check_ranges", "RANGES", "from_json", "load", "save",
 ]

@@ -20,6 +20,43 @@ POSITIVE_LIMITS: tuple[str, ...] = (
     "data.max_answer_digits",  # the verifier's size limit on curated answers (report §4.2)
 )
 
+#: Training and sampling keys whose nonsense values a run would otherwise accept and train on
+#: (a negative step count trains nothing, ``lr = -1`` ascends the loss, ``n_samples = 0`` divides
+#: avg@n by zero at the end of an evaluation). Each entry: key -> (rule, test). Checked by :func:`check`.
+RANGES: dict[str, tuple[str, object]] = {
+    "algorithm.lr": ("a finite number > 0", lambda v: math.isfinite(v) and v > 0),
+    "algorithm.group_size": ("an integer >= 1", lambda v: v >= 1),
+    "algorithm.oversample": ("an integer >= 1", lambda v: v >= 1),
+    "algorithm.prompts_per_step": ("an integer >= 1", lambda v: v >= 1),
+    "algorithm.ppo_epochs": ("an integer >= 1", lambda v: v >= 1),
+    "algorithm.warmup_steps": ("an integer >= 0", lambda v: v >= 0),
+    "algorithm.grad_clip": ("a finite number > 0", lambda v: math.isfinite(v) and v > 0),
+    "algorithm.clip_ratio_low": ("a number in [0, 1)", lambda v: 0 <= v < 1),
+    "algorithm.clip_ratio_high": ("a finite number >= 0", lambda v: math.isfinite(v) and v >= 0),
+    "sft.lr": ("a finite number > 0", lambda v: math.isfinite(v) and v > 0),
+    "sft.batch_size": ("an integer >= 1", lambda v: v >= 1),
+    "sft.steps": ("an integer >= 0 (0: derive from sft.epochs)", lambda v: v >= 0),
+    "sft.epochs": ("a finite number > 0", lambda v: math.isfinite(v) and v > 0),
+    "rollout.temperature": ("a finite number >= 0 (0: greedy)", lambda v: math.isfinite(v) and v >= 0),
+    "rollout.top_p": ("a number in (0, 1]", lambda v: 0 < v <= 1),
+    "rollout.max_response_tokens": ("an integer >= 1", lambda v: v >= 1),
+    "rollout.max_turns": ("an integer >= 1", lambda v: v >= 1),
+    "ablation.steps": ("an integer >= 0", lambda v: v >= 0),
+    "eval.n_samples": ("an integer >= 1", lambda v: v >= 1),
+    "eval.temperature": ("a finite number >= 0 (0: greedy)", lambda v: math.isfinite(v) and v >= 0),
+    "eval.top_p": ("a number in (0, 1]", lambda v: 0 < v <= 1),
+    "eval.max_tokens": ("an integer >= 1", lambda v: v >= 1),
+    "eval.max_turns": ("an integer >= 1", lambda v: v >= 1),
+    "eval.max_problems": ("an integer >= 0 (0: all)", lambda v: v >= 0),
+}
+#: per-stage keys (``stages.<name>.<key>``) held to the same rule
+STAGE_RANGES: dict[str, tuple[str, object]] = {
+    "steps": ("an integer >= 0", lambda v: v >= 0),
+    "max_response_tokens": ("an integer >= 0 (0: rollout.max_response_tokens)", lambda v: v >= 0),
+    "max_turns": ("an integer >= 0 (0: rollout.max_turns)", lambda v: v >= 0),
+    "checkpoint_every": ("an integer >= 0 (0: none)", lambda v: v >= 0),
+}
+
 
 class ConfigError(ValueError):
     """An unknown key, a wrong type or a bad value in a profile or an override."""
@@ -64,6 +101,35 @@ def check_limits(cfg: KitConfig | SandboxConfig) -> None:
         raise ConfigError(f"sandbox.num_workers: must be >= 0 (0 = one per core), got {workers!r}")
 
 
+def check_ranges(cfg: KitConfig) -> None:
+    """Every key of :data:`RANGES` and, for each stage, of :data:`STAGE_RANGES` holds a value of its
+    range, and ``ablation.seeds`` names each seed once (a repeated seed trained the same arm twice
+    and counted it twice in the ablation's interval).
+
+    Raises:
+        ConfigError: naming the first bad key and its value, e.g. ``algorithm.lr: must be a finite
+            number > 0, got -1.0``, or ``stages.stage2.steps: must be an integer >= 0, got -3``.
+    """
+    def bad(key: str, rule: str, value: object) -> ConfigError:
+        return ConfigError(f"{key}: must be {rule}, got {value!r}")
+
+    for key, (rule, ok) in RANGES.items():
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        if isinstance(value, bool) or not ok(value):
+            raise bad(key, rule, value)
+    for stage in cfg.stages.items:
+        for name, (rule, ok) in STAGE_RANGES.items():
+            value = getattr(stage, name)
+            if isinstance(value, bool) or not ok(value):
+                raise bad(f"stages.{stage.name}.{name}", rule, value)
+    seeds = list(cfg.ablation.seeds)
+    twice = sorted({s for s in seeds if seeds.count(s) > 1})
+    if twice:
+        raise ConfigError(f"ablation.seeds: seed {twice[0]} is listed twice in {seeds}; each seed trains one "
+                          "GRPO and one GRPO-RoC arm")
+
+
 def check(cfg: KitConfig) -> KitConfig:
     """Rules between keys that one key's type cannot say; returns ``cfg`` unchanged.
 
@@ -74,9 +140,11 @@ def check(cfg: KitConfig) -> KitConfig:
             name (``""``, ``"[]"``, ``"numpy scipy"``), caught here before a run; a well-formed
             name that does not import fails when the sandbox starts (:mod:`kit.sandbox.workers`);
             a limit of :data:`POSITIVE_LIMITS` that is not a finite number > 0, or a negative
-            ``sandbox.num_workers`` (the message names the key and the value).
+            ``sandbox.num_workers`` (the message names the key and the value); a training or
+            sampling key outside its range, or a repeated ablation seed (:func:`check_ranges`).
     """
     check_limits(cfg)
+    check_ranges(cfg)
     if cfg.runtime == "verl" and cfg.data.source == "tasks":
         raise ConfigError("data.source: 'tasks' (the generated task family) is the local runtime's pool; VERL trains on "
                           "<01 run>/data/curated.parquet: set data.source='curated' (or 'auto'), or runtime='local'")

@@ -141,3 +141,23 @@ def test_positive_limits_hold_for_a_sandbox_config_built_in_code_too():
     with pytest.raises(ConfigError, match=r"sandbox\.num_workers: must be >= 0"):
         config.check_limits(config.SandboxConfig(num_workers=-1))
     assert load("smoke", {"sandbox.num_workers": 0}, write=False).sandbox.num_workers == 0  # 0: one per core
+
+
+@pytest.mark.parametrize("key,value,rule", [
+    ("algorithm.lr", -1.0, "a finite number > 0"), ("sft.lr", 0.0, "a finite number > 0"),
+    ("rollout.temperature", -0.5, r"a finite number >= 0 \(0: greedy\)"), ("eval.top_p", 0.0, r"a number in \(0, 1\]"),
+    ("eval.n_samples", 0, "an integer >= 1"), ("algorithm.group_size", 0, "an integer >= 1"),
+    ("sft.steps", -3, r"an integer >= 0 \(0: derive from sft\.epochs\)"), ("stages.stage2.steps", -1, "an integer >= 0"),
+])
+def test_a_training_or_sampling_value_out_of_range_is_refused_naming_the_key(key, value, rule, tmp_path):
+    """Stop 36's note: ``stages.stage2.steps=-1``, ``algorithm.lr=-1`` or ``eval.n_samples=0`` were accepted and
+    trained (or divided) on; now the load refuses them before the run folder is written."""
+    with pytest.raises(ConfigError, match=rf"{key}: must be {rule}, got {value}"):
+        load("smoke", {key: value, "run_dir": str(tmp_path)})
+    assert not (tmp_path / "config.json").exists()
+    assert load("smoke", {"rollout.temperature": 0.0, "stages.stage2.steps": 0}, write=False).rollout.temperature == 0.0
+
+
+def test_an_ablation_seed_listed_twice_is_refused():
+    with pytest.raises(ConfigError, match=r"ablation\.seeds: seed 1 is listed twice in \[0, 1, 1\]"):
+        load("smoke", {"ablation.seeds": [0, 1, 1]}, write=False)

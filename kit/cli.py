@@ -164,7 +164,8 @@ def build_parser() -> argparse.ArgumentParser:
     _sets(p)
     p.add_argument("--force", action="store_true", help="rerun notebooks that already finished")
     p.add_argument("--until", default=None, metavar="NN",
-                   help="stop after the notebook whose name starts with NN (e.g. 03); no report then")
+                   help="stop after the last notebook whose name starts with NN (03: stage 1; 05: every stage the "
+                        "template runs as 05_rl_<stage>; 05_rl_stage3: that one); no report then")
     p.add_argument("--cell-timeout", type=int, default=None, metavar="SECONDS",
                    help="stop a cell that runs longer than this and fail its notebook naming the cell "
                         "(default: the profile's limit, kit.pipeline.CELL_TIMEOUT_S; 0 = no limit)")

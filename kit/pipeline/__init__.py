@@ -118,7 +118,8 @@ def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overri
     Args:
         overrides: ``--set`` config overrides for every notebook (dotted key -> value).
         cell_timeout: seconds per cell (None: :func:`default_cell_timeout` of the profile; 0: no limit).
-        until: stop after the notebook whose name starts with it (no report then).
+        until: stop after the last notebook whose name starts with it (``"05"``: every stage run as
+            ``05_rl_<stage>``; ``"05_rl_stage3"``: that one; no report then).
         overlap: False runs strictly in order (06's training not in the background).
         dry_run: print :func:`dry_run_text` and run nothing.
         reports_root: another folder than ``reports/`` (tests).
@@ -142,7 +143,9 @@ def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overri
         layout = Layout.for_run(profile, run, reports_root)
         series = standard_series(layout, seed=seed, overrides=overrides, overlap_jobs=overlap)
         if until:
-            last = next((i for i, nb in enumerate(series) if nb.name.startswith(until)), None)
+            # the last match: ``--until 05`` runs every stage the template runs as ``05_rl_<stage>``
+            # (stage3, stage4, ...), a full name (``05_rl_stage3``) stops at that one
+            last = max((i for i, nb in enumerate(series) if nb.name.startswith(until)), default=None)
             if last is None:
                 raise ValueError(f"--until {until!r} matches no notebook of {', '.join(nb.name for nb in series)}")
             series = series[:last + 1]

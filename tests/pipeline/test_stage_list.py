@@ -28,6 +28,18 @@ def test_a_fourth_stage_in_a_test_profile_adds_one_notebook_run_after_stage_3():
     assert [nb.name for nb in runs] == names
 
 
+@pytest.mark.parametrize("until,last", [("05", "05_rl_stage4"), ("05_rl_stage3", "05_rl_stage3"), ("04", "04_rl_stage2")])
+def test_until_a_prefix_runs_every_notebook_it_names(until, last, tmp_path, capsys):
+    """``--until 05`` stopped after stage 3 when the template also ran stage 4 as ``05_rl_stage4`` (stop 36's note)."""
+    rc = cli.main(["reproduce", "--profile", "four_stages", "--run", "r", "--dry-run", "--until", until,
+                   "--reports-root", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0
+    names = list(dict(plan.series_parameters(plan.Layout.for_run("four_stages", "r", tmp_path), 0)))
+    shown = [n for n in names if n in out]
+    assert shown == names[:names.index(last) + 1]
+
+
 def test_paper_like_dry_run_prints_four_verl_stage_launches(tmp_path, capsys):
     rc = cli.main(["reproduce", "--profile", "paper_four_stages", "--run", "r", "--dry-run", "--reports-root", str(tmp_path)])
     out = capsys.readouterr().out

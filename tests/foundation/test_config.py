@@ -141,3 +141,15 @@ def test_positive_limits_hold_for_a_sandbox_config_built_in_code_too():
     with pytest.raises(ConfigError, match=r"sandbox\.num_workers: must be >= 0"):
         config.check_limits(config.SandboxConfig(num_workers=-1))
     assert load("smoke", {"sandbox.num_workers": 0}, write=False).sandbox.num_workers == 0  # 0: one per core
+
+
+@pytest.mark.parametrize(("key", "value"), [("logging.records_every", -1), ("logging.records_max_prompts", -2)])
+def test_a_negative_rollout_record_setting_is_refused_naming_the_key(key, value):
+    with pytest.raises(ConfigError, match=rf"{key}: must be a whole number >= 0 .*got {value}"):
+        load("smoke", {key: value}, write=False)
+
+
+def test_records_default_to_every_prompt_on_tiny_and_a_sample_on_the_paper_profiles():
+    tiny, paper = load("smoke", write=False).logging, load("paper-32b", write=False).logging
+    assert (tiny.records_every, tiny.records_max_prompts) == (1, 0)
+    assert paper.records_every == 1 and 0 < paper.records_max_prompts < load("paper-32b", write=False).algorithm.prompts_per_step

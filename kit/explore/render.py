@@ -7,8 +7,8 @@ compose them and tests read them. The colours are :mod:`kit.rollout.view`'s (``S
 The per-token modes colour each model token's background:
 
 * ``entropy``: the rollout's per-token entropy, orange, darker = higher (0 .. the trajectory's
-  max). Neither runtime records entropy yet (``entropy`` is null); the view then falls back to
-  ``surprisal`` and says so.
+  max). The local runtime records it; VERL's records have none (``entropy`` null); the view then
+  falls back to ``surprisal`` and says so.
 * ``surprisal``: ``-log p`` of the sampled token from the rollout's log-probs, same scale.
 * ``advantage``: the trajectory's advantage (one value for all its tokens; GRPO's outcome
   advantage, rStar2-Agent §2.2.1): green > 0, red < 0, intensity ``|A| / 2``; grey for a

@@ -122,10 +122,12 @@ def assemble(rows: Sequence[Mapping[str, Any]], *, rewards: Any, group_ids: Sequ
 
 
 def trajectory_row(tr: Any, verdict: str | None = None, entropy: Sequence[float] | None = None) -> dict[str, Any]:
-    """The per-trajectory mapping :func:`assemble` reads, from a ``kit.rollout.Trajectory``."""
+    """The per-trajectory mapping :func:`assemble` reads, from a ``kit.rollout.Trajectory``
+    (``entropy``: (T,) per-token entropies; default the trajectory's own ``entropy``, the rollout's)."""
     calls = list(getattr(tr, "calls", []) or [])
+    ent = entropy if entropy is not None else (getattr(tr, "entropy", None) or None)
     return {"prompt_ids": tr.prompt_ids, "response_ids": tr.response_ids, "response_mask": tr.response_mask,
-            "logprobs": tr.logprobs, "entropy": entropy, "tool_calls": tr.tool_calls, "tool_errors": tr.tool_errors,
+            "logprobs": tr.logprobs, "entropy": ent, "tool_calls": tr.tool_calls, "tool_errors": tr.tool_errors,
             "infra_errors": tr.infra_errors, "answer_tags": tr.answer_tags, "turns": tr.turns,
             "truncated": tr.truncated, "finish_reason": tr.finish_reason, "verdict": verdict,
             "call_turn": [c.turn for c in calls], "call_status": [c.status for c in calls],
@@ -141,7 +143,9 @@ def records_from_trajectories(trajectories: Sequence[Any], rewards: Any, group_i
     Args:
         problem_ids: (N,) the problem id of each row (one per group is enough to repeat), or None.
         verdicts: (N,) verifier reasons, or None.
-        entropies: (N,) per-token entropies of each row (T floats), or None (the column is null).
+        entropies: (N,) per-token entropies of each row (T floats), or None: each trajectory's own
+            ``entropy`` (the rollout backend's, :attr:`kit.rollout.backends.Generation.entropy`;
+            null when the backend gave none).
         kw: :func:`assemble`'s keywords (``kept``, ``advantages``, ``arm``, ``seed``, ``global_step``, ``roc``).
     """
     n = len(trajectories)
@@ -220,7 +224,9 @@ def records_from_verl(batch: Mapping[str, Any], *, stage: str, step: int, algori
         advantages: (N,) / (K,) advantages, or None (the kit's GRPO advantage over the kept rows).
         kw: :func:`assemble`'s other keywords (``arm``, ``seed``, ``global_step``, ``roc``).
     Returns:
-        N records; per-call lists are null (VERL's rows carry counts per kind only), ``verdict`` null.
+        N records; per-call lists are null (VERL's rows carry counts per kind only), ``verdict`` null,
+        ``entropy`` null: VERL 0.9.1's rollout servers return token ids and log-probs only
+        (``TokenOutput``), no entropy, and none is made up here.
     Raises:
         KeyError: a required array is missing (named).
     """

@@ -91,21 +91,23 @@ def real_steps(steps: int, policy: Path | None, overrides: dict, tmp: Path) -> d
             spent.append(time.perf_counter() - t0)
         return out
 
-    async def run(recorder):
+    async def run(recorder, ex):
         model = copy.deepcopy(base)
         opt = common.make_optimizer(model, cfg.algorithm.lr, cfg.algorithm.weight_decay)
         times = []
-        async with SandboxPool(cfg.sandbox) as ex:
-            for step in range(steps):
-                t0 = time.perf_counter()
-                await rl_step(cfg, stage, model, tok, opt, pool, step, ex, recorder=recorder)
-                times.append(time.perf_counter() - t0)
+        for step in range(steps):
+            t0 = time.perf_counter()
+            await rl_step(cfg, stage, model, tok, opt, pool, step, ex, recorder=recorder)
+            times.append(time.perf_counter() - t0)
         return times
+
+    async def both():
+        async with SandboxPool(cfg.sandbox) as ex:  # one pool for both runs
+            return await run(None, ex), await run(rec, ex)
 
     recording.record_step = timed
     try:
-        without = run_coroutine(run(None))
-        with_rec = run_coroutine(run(rec))
+        without, with_rec = run_coroutine(both())
     finally:
         recording.record_step = record_step
     step_s, record_ms = float(np.median(without)), 1e3 * float(np.median(spent))

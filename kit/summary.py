@@ -3,7 +3,8 @@
 One A4 page drawn with matplotlib (no TeX needed): the pre-registered claims with this run's
 statistic, 95% interval and verdict (``claims.json`` from notebook 09, else computed here with
 :mod:`kit.claims`), Figures 4, 8 and 9 (``figures/*.png`` of notebook 09), Tables 3-6 with this
-run's value beside the paper's (``tables/*.csv``), and what the profile cannot show.
+run's value beside the paper's (``tables/*.csv``), what the profile cannot show, and at its foot links
+to the static rollout-explorer pages of the run (``<folder>/explorer.html``, :func:`explorer_pages`).
 
 :func:`summary_page` returns the Figure; :func:`write_summary_pdf` writes it as a one-page PDF;
 :func:`prepend_summary` puts that page in front of an existing report PDF (poppler's
@@ -196,7 +197,32 @@ def summary_page(root: str | os.PathLike, *, title: str = "", profile: str = "",
                 [0.13, 0.2, 0.14, 0.53], 5.2)
     fig.text(0.54, top, "What this profile cannot show", fontsize=6.8, weight="bold", va="top")
     fig.text(0.54, top - 0.018, text, fontsize=5.6, va="top", linespacing=1.3)
+    _explorer_links(fig, root)
     return fig
+
+
+#: the static rollout explorer pages (``kit.explore.export_html``) the first page links, at most this many
+MAX_EXPLORER_LINKS = 4
+
+
+def explorer_pages(root: str | os.PathLike) -> list[str]:
+    """The static rollout-explorer pages of the run (``<notebook folder>/explorer.html``, written by
+    notebooks 03 and 06), as paths relative to ``root`` (where the report PDF lies), in folder order."""
+    root = Path(root)
+    return [p.relative_to(root).as_posix() for p in sorted(root.glob("*/explorer.html"))]
+
+
+def _explorer_links(fig: Figure, root: Path) -> None:
+    """One line at the page's foot linking each explorer page (PDF link annotations, relative to
+    the report's folder), or saying there is none."""
+    pages = explorer_pages(root)
+    label = ("Rollout explorer, static pages (a browser, no kernel; relative to this PDF's folder):" if pages else
+             "Rollout explorer: no static page in this run (notebooks 03 and 06 write <folder>/explorer.html)")
+    fig.text(0.04, 0.004, label, fontsize=6, va="bottom", color="0.25")
+    for i, rel in enumerate(pages[:MAX_EXPLORER_LINKS]):
+        fig.text(0.47 + 0.125 * i, 0.004, rel, fontsize=6, va="bottom", color="#1f4e9c", url=rel)
+    if len(pages) > MAX_EXPLORER_LINKS:
+        fig.text(0.97, 0.004, f"+{len(pages) - MAX_EXPLORER_LINKS}", fontsize=6, va="bottom", ha="right")
 
 
 def write_summary_pdf(root: str | os.PathLike, out: str | os.PathLike, **kw: Any) -> Path:

@@ -100,14 +100,18 @@ class FakeTQ:
 
     def add_group(self, rows, step=0, partition="train"):
         """One finished prompt group: ``rows`` of dicts with ``uid``, ``session``, ``score``, ``extra``,
-        ``responses`` and optionally ``index`` (the output's number within its session)."""
+        ``responses`` and optionally ``index`` (the output's number within its session), ``prompts``,
+        ``response_mask`` and ``rollout_log_probs``."""
         uid = rows[0]["uid"]
         self.tags[partition][uid] = {"is_prompt": True, "status": "finished", "global_steps": step}
         for r in rows:
             key = f"{uid}_{r['session']}_{r.get('index', 0)}"
             self.tags[partition][key] = {"status": "success", "seq_len": 10, "global_steps": step}
             self.values[partition][key] = {"rm_scores": r["score"], "extra_fields": r["extra"],
-                                           "responses": r["responses"]}
+                                           "responses": r["responses"],
+                                           # the rollout records' fields (kit.bridge.verl_records), when given
+                                           **{f: r[f] for f in ("prompts", "response_mask", "rollout_log_probs")
+                                              if f in r}}
 
     def kv_list(self, partition_id=None):
         return {p: dict(t) for p, t in self.tags.items() if partition_id in (None, p)}

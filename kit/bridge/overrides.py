@@ -300,6 +300,18 @@ def to_hydra_overrides(
             ("trainer.v1.sampler.custom_sampler.name", GRPO_SAMPLER[1]),
             ("+trainer.v1.sampler.sampler_kwargs.train_batch_size", P),
         ]
+    lg = config.logging
+    if lg.records_every > 0:  # rollout records, written by the kit's replay buffer (kit.bridge.verl_records)
+        out += [
+            ("+trainer.v1.sampler.sampler_kwargs.records_dir", paths.run_dir),
+            ("+trainer.v1.sampler.sampler_kwargs.records_every", lg.records_every),
+            ("+trainer.v1.sampler.sampler_kwargs.records_max_prompts", lg.records_max_prompts),
+            ("+trainer.v1.sampler.sampler_kwargs.records_stage", stage),
+            ("+trainer.v1.sampler.sampler_kwargs.records_algorithm", a.name),
+            ("+trainer.v1.sampler.sampler_kwargs.records_seed", config.seed),
+            ("+trainer.v1.sampler.sampler_kwargs.records_step_offset", offset),
+            ("+trainer.v1.sampler.sampler_kwargs.records_tokenizer", model_path or config.model.name_or_path),
+        ]
     return [f"{k}={_fmt(v)}" for k, v in out]
 
 

@@ -267,6 +267,7 @@ class RocReplayBuffer(KitReplayBuffer):
         uids = [s.rsplit("_", 1)[0] for s in sessions]
         rng = np.random.default_rng([self.roc_extra["seed"], self._global_steps])
         kept, metrics = select_trajectories(uids, scores, extras, self.roc_params, rng, texts)
+        self._kept_sessions = kept  # the rollout records' RoC decision (kit.bridge.verl_records)
         kept_sessions = {sessions[i] for i in kept.tolist()}
         keep = [i for i, key in enumerate(meta.keys) if key.rsplit("_", 1)[0] in kept_sessions]
         rejected = [key for key in meta.keys if key.rsplit("_", 1)[0] not in kept_sessions]

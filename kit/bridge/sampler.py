@@ -17,6 +17,9 @@ the local trainer's tracker gives the same row keys (``kit.train.tracking.tracke
 the keys :mod:`kit.metrics` declares over the sampled population, which VERL's own data metrics
 (over the rows it trains on: RoC's kept G) cannot fill.
 
+Both also write the step's rollout records (:mod:`kit.bridge.verl_records`, ``sampler_kwargs.records_*``):
+every session's final output before RoC selects, with RoC's decision.
+
 Which trajectories count: the final output of every session of the P prompts the step trains on,
 before RoC keeps G of 2G (as the local trainer's ``kit.train.rollouts.batch_stats`` counts every
 sampled rollout). One difference remains, from VERL's refill: groups the equal-reward (DAPO)
@@ -34,6 +37,7 @@ import transfer_queue as tq
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
+from kit.bridge.verl_records import VerlRecords
 from kit.metrics import KIT_PREFIX
 
 #: extra_fields keys (written by ``kit.bridge.agent_loop.trajectory_to_output``) the tool metrics read.
@@ -202,6 +206,8 @@ class KitReplayBuffer(ReplayBuffer):
         )
         self._global_steps = 0
         self._step_metrics: dict[str, float] = {}
+        self._records = VerlRecords.from_kwargs(kw)  # rollout records (sampler_kwargs.records_*), issue #32
+        self._kept_sessions: Any = None  # a selecting subclass's kept session indices of the last batch
 
     def _buffer_kwargs(self, kw: Mapping[str, Any]) -> dict[str, Any]:
         """``ReplayBuffer`` settings: those the trainer gives its own buffer for the kit's GRPO."""
@@ -241,9 +247,16 @@ class KitReplayBuffer(ReplayBuffer):
         if partition_id == "val" or not meta.keys:
             return meta
         sessions, rows = final_outputs(meta.keys)
-        data = tq.kv_batch_get(keys=[meta.keys[i] for i in rows], partition_id=partition_id,
-                               select_fields=self._session_fields())
+        wanted = self._session_fields()
+        if self._records is not None:  # read before RoC clears the dropped sessions
+            wanted += [f for f in self._records.fields(self._global_steps) if f not in wanted]
+        data = tq.kv_batch_get(keys=[meta.keys[i] for i in rows], partition_id=partition_id, select_fields=wanted)
         extras = [getattr(v, "data", v) for v in data["extra_fields"]]
         self._step_metrics.update(tool_metrics(extras))
         self._step_metrics.update(sampled_metrics(extras, [float(v.sum().item()) for v in data["rm_scores"]]))
-        return self._select_sessions(meta, sessions, data, extras)
+        self._kept_sessions = None
+        out = self._select_sessions(meta, sessions, data, extras)
+        if self._records is not None:
+            self._records.write(self._global_steps, sessions, data, extras, self._kept_sessions,
+                                getattr(self, "roc_params", None))
+        return out

@@ -10,7 +10,8 @@ rows are exactly those the stage trained on.
 
 Composes :mod:`kit.train.rl` (the stage's pool), :mod:`kit.train.step` (sampling through the
 real sandbox, grading, selection, advantages) and :mod:`kit.algo` (the penalties shown); nothing
-here samples, scores or selects by itself.
+here samples, scores or selects by itself. The group is shown as one view of the rollout explorer
+(:meth:`RocAnatomy.group_view`: the step's records, :mod:`kit.records`, in ``kit.explore``'s table).
 """
 
 from __future__ import annotations
@@ -28,9 +29,10 @@ from kit.algo import RocParams, counters, p_err, p_format, p_total
 from kit.chain.display import TrajectoryView
 from kit.chain.policies import load_run_policy
 from kit.config import KitConfig
+from kit.explore.render import GroupView
 from kit.rollout import run_coroutine
 from kit.sandbox import SandboxPool
-from kit.train import rl
+from kit.train import recording, rl
 from kit.train.step import rl_step
 
 
@@ -50,6 +52,8 @@ class RocAnatomy:
         step_kept: trajectories RoC kept over the whole step (all P prompts), as the stage's
             ``metrics.jsonl`` row of that step records in ``kept``.
         step_reward_mean: mean reward over the step's P x 2G trajectories (``reward_mean``).
+        records: the group's 2G rollout records (:mod:`kit.records`, as the stage's ``rollouts/``
+            holds them: :func:`kit.train.recording.step_records`), shown by :meth:`group_view`.
     """
 
     problem: Any
@@ -62,6 +66,13 @@ class RocAnatomy:
     note: str
     step_kept: int = 0
     step_reward_mean: float = float("nan")
+    records: list = dataclasses.field(default_factory=list)
+
+    def group_view(self, selected: int | None = None) -> GroupView:
+        """The group as the rollout explorer shows it (``kit.explore``: header, prompt, the table of
+        reward, p_err / p_format / p_total, RoC's decision, advantage, tool errors); :attr:`table`
+        as plain text where HTML does not show (the PDF)."""
+        return GroupView(self.records, self.tokenizer, selected, text=self.table.round(3).to_string())
 
     def view(self, index: int | None = None) -> TrajectoryView:
         """The coloured view of trajectory ``index`` of :attr:`table`; default the first one RoC kept
@@ -156,5 +167,6 @@ def roc_step_anatomy(cfg: KitConfig, init_dir: str | os.PathLike, *, stage_name:
             "drawn uniformly" if k else
             f"{stage_name} step {step + 1}, prompt {group + 1} of {P}: {n} sampled, {pos} correct; the group was dropped "
             "(all rewards equal: no GRPO signal)")
+    records = [r for r in recording.step_records(cfg, res) if r["prompt_index"] == group]
     return RocAnatomy(problems[group], table, [flat[i] for i in rows], tok, stage_name, step, group, note,
-                      int(kept.size), float(rewards.mean()))
+                      int(kept.size), float(rewards.mean()), records)

@@ -140,8 +140,9 @@ def check(cfg: KitConfig) -> KitConfig:
             name (``""``, ``"[]"``, ``"numpy scipy"``), caught here before a run; a well-formed
             name that does not import fails when the sandbox starts (:mod:`kit.sandbox.workers`);
             a limit of :data:`POSITIVE_LIMITS` that is not a finite number > 0, or a negative
-            ``sandbox.num_workers`` (the message names the key and the value); a training or
-            sampling key outside its range, or a repeated ablation seed (:func:`check_ranges`).
+            ``sandbox.num_workers``, or a ``logging.records_every`` / ``records_max_prompts``
+            that is not a whole number >= 0 (the message names the key and the value); a training
+            or sampling key outside its range, or a repeated ablation seed (:func:`check_ranges`).
     """
     check_limits(cfg)
     check_ranges(cfg)
@@ -156,6 +157,11 @@ def check(cfg: KitConfig) -> KitConfig:
     twice = sorted({b for b in cfg.logging.backends if cfg.logging.backends.count(b) > 1})
     if twice:
         raise ConfigError(f"logging.backends: {twice[0]!r} is listed twice in {list(cfg.logging.backends)}")
+    for key in ("records_every", "records_max_prompts"):
+        value = getattr(cfg.logging, key)
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise ConfigError(f"logging.{key}: must be a whole number >= 0 (0 = "
+                              f"{'no records' if key == 'records_every' else 'every prompt'}), got {value!r}")
     for i, name in enumerate(cfg.sandbox.preimport):
         if not (isinstance(name, str) and all(part.isidentifier() for part in name.split("."))):
             raise ConfigError(f"sandbox.preimport[{i}]: {name!r} is not a module name (e.g. \"numpy\", \"scipy.special\"); "

@@ -296,6 +296,12 @@ class LoggingConfig:
     backends: tuple[LogBackend, ...] = ("console", "file", "tensorboard")
     wandb_mode: Literal["offline", "online", "disabled"] = "offline"  # "online" syncs to your W&B account
     mlflow_tracking_uri: str = ""  # empty: file:<run_dir>/tracking/mlruns; a server URI sends metrics there
+    # rollout records (kit.records, the explorer kit.explore): every records_every-th RL step (steps 1,
+    # 1 + every, ...) writes its trajectories to <run_dir>/rollouts/; 0 = none
+    records_every: int = 1
+    # groups (prompts) recorded per recorded step, all 2G trajectories of each, the step's first ones;
+    # 0 = every prompt of the step (the tiny profiles; paper profiles record a sample)
+    records_max_prompts: int = 4
 
 
 @dataclass(frozen=True)

@@ -10,8 +10,15 @@ filters, the run's tokenizer), ``widgets`` (:func:`explore`: the ipywidgets expl
 """
 
 from kit.explore.export import export_html, pick_groups
-from kit.explore.render import COLORS, group_table_html, tokens_html, trajectory_view_html
+from kit.explore.render import (
+           COLORS,
+           GroupView,
+           group_html,
+           group_table_html,
+           tokens_html,
+           trajectory_view_html,
+)
 from kit.explore.widgets import Explorer, explore
 
-__all__ = ["COLORS", "Explorer", "explore", "export_html", "group_table_html", "pick_groups", "tokens_html",
-           "trajectory_view_html"]
+__all__ = ["COLORS", "Explorer", "GroupView", "explore", "export_html", "group_html", "group_table_html", "pick_groups",
+           "tokens_html", "trajectory_view_html"]

@@ -7,8 +7,8 @@ compose them and tests read them. The colours are :mod:`kit.rollout.view`'s (``S
 The per-token modes colour each model token's background:
 
 * ``entropy``: the rollout's per-token entropy, orange, darker = higher (0 .. the trajectory's
-  max). Neither runtime records entropy yet (``entropy`` is null); the view then falls back to
-  ``surprisal`` and says so.
+  max). The local runtime records it; VERL's records have none (``entropy`` null); the view then
+  falls back to ``surprisal`` and says so.
 * ``surprisal``: ``-log p`` of the sampled token from the rollout's log-probs, same scale.
 * ``advantage``: the trajectory's advantage (one value for all its tokens; GRPO's outcome
   advantage, rStar2-Agent §2.2.1): green > 0, red < 0, intensity ``|A| / 2``; grey for a
@@ -278,3 +278,35 @@ def trajectory_view_html(rec: Mapping[str, Any], tokenizer: Any = None, color: s
 def page_css() -> str:
     """The ``<style>`` block the views' classes need (once per page or widget)."""
     return f"<style>{CSS}</style>"
+
+
+def group_html(group: Sequence[Mapping[str, Any]], tokenizer: Any = None, selected: int | None = None) -> str:
+    """The explorer's group view: header, prompt, table (``selected`` trajectory outlined), with its CSS."""
+    return (page_css() + "<div class='kit-x'>" + group_header_html(group) + prompt_html(group[0], tokenizer)
+            + group_table_html(group, selected) + "</div>")
+
+
+class GroupView:
+    """A group's view (:func:`group_html`) as a notebook cell's output: the explorer's HTML in
+    JupyterLab, ``text`` (e.g. a DataFrame's rendering) where only plain text shows (the PDF report).
+
+    Args:
+        group: the group's records (:mod:`kit.records`), in ``traj_index`` order.
+        tokenizer: decodes the prompt; None shows ids.
+        selected: the ``traj_index`` outlined in the table.
+        text: the plain-text form; default one line per trajectory.
+    """
+
+    def __init__(self, group: Sequence[Mapping[str, Any]], tokenizer: Any = None, selected: int | None = None,
+                 text: str = ""):
+        if not group:
+            raise ValueError("GroupView: an empty group")
+        self.group, self.tokenizer, self.selected, self.text = list(group), tokenizer, selected, text
+
+    def _repr_html_(self) -> str:
+        return group_html(self.group, self.tokenizer, self.selected)
+
+    def __repr__(self) -> str:
+        return self.text or "\n".join(
+            f"#{r['traj_index']} reward {_fmt(r['reward'], 1)} p_total {_fmt(r['p_total'])} "
+            f"{'kept' if r['kept'] else 'dropped'} advantage {_fmt(r['advantage'], 3)}" for r in self.group)

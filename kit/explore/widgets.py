@@ -3,7 +3,7 @@
     from kit.explore import explore
     explore(run_dir)          # the last expression of a cell shows it
 
-Controls: stage/arm, a step slider over the recorded steps, the prompt (groups matching the
+Controls: stage/arm, a step slider over the recorded steps (and ◀ ▶ buttons beside it), the prompt (groups matching the
 filters), the trajectory, the colouring (:data:`kit.explore.render.COLORS`), three filters
 (zero reward spread, correct with tool errors, truncated) and *refresh*, which re-scans the
 folder (a run still writing: new steps appear, the slider grows). It opens at the latest
@@ -48,6 +48,8 @@ class Explorer:
         self.traj = w.Dropdown(description="trajectory")
         self.color = w.ToggleButtons(options=list(render.COLORS), value=color, description="colour")
         self.filters = {f: w.Checkbox(description=f.replace("_", " "), value=False, indent=False) for f in query.FILTERS}
+        self.prev_step = w.Button(description="◀", tooltip="previous recorded step", layout=w.Layout(width="36px"))
+        self.next_step = w.Button(description="▶", tooltip="next recorded step", layout=w.Layout(width="36px"))
         self.refresh_button = w.Button(description="refresh", icon="refresh")
         self.status = w.HTML()
         self.group = w.HTML()
@@ -60,8 +62,10 @@ class Explorer:
         for cb in self.filters.values():
             cb.observe(lambda _: self._on_step(keep_prompt=True), "value")
         self.refresh_button.on_click(lambda _: self.refresh())
+        self.prev_step.on_click(lambda _: self.move_step(-1))
+        self.next_step.on_click(lambda _: self.move_step(1))
         self.widget = w.VBox([
-            w.HBox([self.run, self.step, self.refresh_button]),
+            w.HBox([self.run, self.prev_step, self.step, self.next_step, self.refresh_button]),
             w.HBox([self.prompt, self.traj]), w.HBox(list(self.filters.values())), self.color,
             self.status, self.group, self.trajectory])
         self.refresh()
@@ -83,6 +87,12 @@ class Explorer:
             self.status.value = f"<i>no rollout records under {self.root} yet</i>"
             return
         self._on_run(keep_step=True)
+
+    def move_step(self, by: int) -> None:
+        """Go ``by`` recorded steps on (negative: back), stopping at the first and the last."""
+        steps = list(self.step.options)
+        i = min(max(steps.index(self.step.value) + by, 0), len(steps) - 1)
+        self.step.value = steps[i]
 
     def _on_run(self, keep_step: bool = False) -> None:
         if self._busy or self.run.value is None:
@@ -145,14 +155,17 @@ class Explorer:
         if not group:
             self.group.value, self.trajectory.value = "<i>no group matches</i>", ""
             return
-        self.group.value = (render.page_css() + "<div class='kit-x'>" + render.group_header_html(group)
-                            + render.prompt_html(group[0], self.tokenizer)
-                            + render.group_table_html(group, self.traj.value) + "</div>")
+        self.group.value = render.group_html(group, self.tokenizer, self.traj.value)
         rec = next(r for r in group if r["traj_index"] == self.traj.value)
         self.trajectory.value = render.trajectory_view_html(rec, self.tokenizer, self.color.value)
 
     def _ipython_display_(self) -> None:  # shown as the widget when it is a cell's last value
-        display(self.widget)
+        data = dict(self.widget._repr_mimebundle_() or {})  # the widget, and a plain-text line for the PDF
+        runs = self.index.runs()
+        data["text/plain"] = (f"rollout explorer over {self.root.name}: " + "; ".join(
+            f"{r.label()} steps {self.index.steps(r)[0]}-{self.index.steps(r)[-1]}" for r in runs)
+            if runs else f"rollout explorer: no records under {self.root} yet")
+        display(data, raw=True)
 
 
 def explore(run_dir: str | os.PathLike, tokenizer: Any = None, color: str = "entropy") -> Explorer:

@@ -60,7 +60,8 @@ def assemble(rows: Sequence[Mapping[str, Any]], *, rewards: Any, group_ids: Sequ
 
     Args:
         rows: (N,) mappings with ``prompt_ids, response_ids, response_mask, logprobs, entropy,
-            tool_calls, tool_errors`` (kind -> count), ``infra_errors, answer_tags, turns, truncated,
+            tool_calls, tool_errors`` (kind -> count), ``infra_errors, answer_tags, answered`` (None: not
+            known), ``turns, truncated,
             finish_reason, verdict, call_turn, call_status, call_error_kind, call_shown``.
         rewards: (N,) outcome rewards.
         group_ids: (N,) group labels; the groups' order of first appearance is ``prompt_index``.
@@ -80,7 +81,7 @@ def assemble(rows: Sequence[Mapping[str, Any]], *, rewards: Any, group_ids: Sequ
         raise ValueError(f"records: {len(rows)} trajectories, {r.size} rewards, {len(gids)} group ids")
     cnt = counters(rows)
     pe = p_err(cnt["tool_calls"], cnt["tool_failures"], cnt["infra_errors"])
-    pf = p_format(cnt["answer_tags"], cnt["turns"])
+    pf = p_format(cnt["answer_tags"], cnt["turns"], cnt["answered"])  # as RoC read it (an unextractable answer: 1)
     params = roc or RocParams()
     pt = p_total(pe, pf, params.use_error_ratio, params.use_answer_format)
     km = _kept_mask(kept, r.size)
@@ -122,11 +123,14 @@ def assemble(rows: Sequence[Mapping[str, Any]], *, rewards: Any, group_ids: Sequ
 
 
 def trajectory_row(tr: Any, verdict: str | None = None, entropy: Sequence[float] | None = None) -> dict[str, Any]:
-    """The per-trajectory mapping :func:`assemble` reads, from a ``kit.rollout.Trajectory``."""
+    """The per-trajectory mapping :func:`assemble` reads, from a ``kit.rollout.Trajectory``
+    (``entropy``: (T,) per-token entropies; default the trajectory's own ``entropy``, the rollout's)."""
     calls = list(getattr(tr, "calls", []) or [])
+    ent = entropy if entropy is not None else (getattr(tr, "entropy", None) or None)
     return {"prompt_ids": tr.prompt_ids, "response_ids": tr.response_ids, "response_mask": tr.response_mask,
-            "logprobs": tr.logprobs, "entropy": entropy, "tool_calls": tr.tool_calls, "tool_errors": tr.tool_errors,
-            "infra_errors": tr.infra_errors, "answer_tags": tr.answer_tags, "turns": tr.turns,
+            "logprobs": tr.logprobs, "entropy": ent, "tool_calls": tr.tool_calls, "tool_errors": tr.tool_errors,
+            "infra_errors": tr.infra_errors, "answer_tags": tr.answer_tags, "answered": getattr(tr, "answered", None),
+            "turns": tr.turns,
             "truncated": tr.truncated, "finish_reason": tr.finish_reason, "verdict": verdict,
             "call_turn": [c.turn for c in calls], "call_status": [c.status for c in calls],
             "call_error_kind": [c.error_kind for c in calls], "call_shown": [bool(c.shown) for c in calls]}
@@ -141,7 +145,9 @@ def records_from_trajectories(trajectories: Sequence[Any], rewards: Any, group_i
     Args:
         problem_ids: (N,) the problem id of each row (one per group is enough to repeat), or None.
         verdicts: (N,) verifier reasons, or None.
-        entropies: (N,) per-token entropies of each row (T floats), or None (the column is null).
+        entropies: (N,) per-token entropies of each row (T floats), or None: each trajectory's own
+            ``entropy`` (the rollout backend's, :attr:`kit.rollout.backends.Generation.entropy`;
+            null when the backend gave none).
         kw: :func:`assemble`'s keywords (``kept``, ``advantages``, ``arm``, ``seed``, ``global_step``, ``roc``).
     """
     n = len(trajectories)
@@ -164,7 +170,7 @@ def _extra_rows(batch: Mapping[str, Any], n: int) -> list[dict[str, Any]]:
     if "extra_fields" in batch:
         rows = [dict(e) for e in batch["extra_fields"]]
     else:
-        keys = [k for k in batch if k in ("tool_calls", "infra_errors", "answer_tags", "turns", "truncated",
+        keys = [k for k in batch if k in ("tool_calls", "infra_errors", "answer_tags", "answered", "turns", "truncated",
                                           "finish_reason") or k.startswith("tool_error_")]
         cols = {k: _np(batch[k]).tolist() for k in keys}
         rows = [{k: cols[k][i] for k in keys} for i in range(n)]
@@ -220,7 +226,9 @@ def records_from_verl(batch: Mapping[str, Any], *, stage: str, step: int, algori
         advantages: (N,) / (K,) advantages, or None (the kit's GRPO advantage over the kept rows).
         kw: :func:`assemble`'s other keywords (``arm``, ``seed``, ``global_step``, ``roc``).
     Returns:
-        N records; per-call lists are null (VERL's rows carry counts per kind only), ``verdict`` null.
+        N records; per-call lists are null (VERL's rows carry counts per kind only), ``verdict`` null,
+        ``entropy`` null: VERL 0.9.1's rollout servers return token ids and log-probs only
+        (``TokenOutput``), no entropy, and none is made up here.
     Raises:
         KeyError: a required array is missing (named).
     """
@@ -237,7 +245,7 @@ def records_from_verl(batch: Mapping[str, Any], *, stage: str, step: int, algori
             "logprobs": None if lps is None else np.where(mask > 0, lps[i], 0.0).tolist(), "entropy": None,
             "tool_calls": e["tool_calls"], "infra_errors": e.get("infra_errors", 0),
             "tool_errors": {k: int(e.get(f"tool_error_{k}", 0) or 0) for k in ERROR_KINDS},
-            "answer_tags": e["answer_tags"], "turns": e["turns"], "truncated": bool(e.get("truncated", False)),
+            "answer_tags": e["answer_tags"], "answered": e.get("answered"), "turns": e["turns"], "truncated": bool(e.get("truncated", False)),
             "finish_reason": e.get("finish_reason"), "verdict": None,
             "call_turn": None, "call_status": None, "call_error_kind": None, "call_shown": None})
     uids = [str(u) for u in list(batch["uid"])]

@@ -25,8 +25,10 @@ response_ids           list<int32>                    (T,) response ids, tool fe
 response_mask          list<int8>                     (T,) 1 = model-sampled, 0 = tool feedback
 logprobs               list<float32>, nullable        (T,) rollout log-probs (0 on mask 0); null when
                                                       the backend gave none
-entropy                list<float32>, nullable        (T,) rollout entropy, nats; **null on both
-                                                      runtimes today** (no backend returns it)
+entropy                list<float32>, nullable        (T,) entropy (nats) of the tempered distribution
+                                                      each token was sampled from, 0 on mask 0; local
+                                                      runtime only. **null on VERL**: VERL 0.9.1's
+                                                      servers return ids and log-probs, no entropy
 reward, correct        float32, bool                  outcome reward, ``reward > 0``
 verdict                string, nullable               the verifier's reason (local only)
 tool_calls             int16                          calls made (every attempt)

@@ -43,15 +43,24 @@ from kit import prompts
 
 @dataclass(frozen=True)
 class Generation:
-    """One model turn: sampled ids (stop id included), their log-probs, and why it ended."""
+    """One model turn: sampled ids (stop id included), their log-probs, and why it ended.
+
+    ``entropy[i]`` (nats) is the entropy of the distribution token ``i`` was drawn from, the
+    tempered ``softmax(logits / T)`` before the nucleus cut (the one ``logprobs`` are read from;
+    :func:`token_entropy`), or ``None`` when the backend cannot give it (scripted, OpenAI-compatible
+    servers and VERL's servers return log-probs only).
+    """
 
     token_ids: list[int]
     logprobs: list[float] | None
     finish_reason: Literal["stop", "length"]
+    entropy: list[float] | None = None
 
     def __post_init__(self):
         if self.logprobs is not None and len(self.logprobs) != len(self.token_ids):
             raise ValueError(f"Generation: {len(self.logprobs)} logprobs for {len(self.token_ids)} tokens")
+        if self.entropy is not None and len(self.entropy) != len(self.token_ids):
+            raise ValueError(f"Generation: {len(self.entropy)} entropies for {len(self.token_ids)} tokens")
 
 
 @runtime_checkable
@@ -254,6 +263,7 @@ class HFBackend:
             budget = [r.max_new_tokens for r in batch]
             out_ids: list[list[int]] = [[] for _ in batch]
             out_lp: list[list[float]] = [[] for _ in batch]
+            out_h: list[list[float]] = [[] for _ in batch]
             done = [False] * B
             past = None
             step_ids, step_pos = ids, pos
@@ -266,6 +276,7 @@ class HFBackend:
                                  dtype=torch.float64)
                 tok, logp = sample_tokens(logits, temps, top_ps, u)
                 toks, lps = tok.tolist(), logp.gather(-1, tok[:, None]).squeeze(-1).tolist()
+                ents = token_entropy(logp).tolist()
                 for i, r in enumerate(batch):
                     if done[i]:
                         toks[i] = self.pad_id
@@ -273,6 +284,7 @@ class HFBackend:
                     t = toks[i]
                     out_ids[i].append(t)
                     out_lp[i].append(lps[i])
+                    out_h[i].append(ents[i])
                     if t in r.stop_ids or len(out_ids[i]) >= budget[i]:
                         done[i] = True
                 step_ids = torch.tensor(toks, dtype=torch.long)[:, None].to(dev)
@@ -282,8 +294,8 @@ class HFBackend:
         self.stats["rows"] += B
         self.stats["tokens"] += sum(len(o) for o in out_ids)
         self.stats["seconds"] += time.perf_counter() - t0
-        return [Generation(o, lp, "stop" if o and o[-1] in r.stop_ids else "length")
-                for o, lp, r in zip(out_ids, out_lp, batch, strict=True)]
+        return [Generation(o, lp, "stop" if o and o[-1] in r.stop_ids else "length", h)
+                for o, lp, h, r in zip(out_ids, out_lp, out_h, batch, strict=True)]
 
 
 def sampling_uniforms(seed: int, n: int) -> list[float]:
@@ -314,6 +326,15 @@ def sample_tokens(logits, temps, top_ps, u):
     x = (u.double() * cdf[:, -1])[:, None]
     drawn = torch.searchsorted(cdf, x, right=True).squeeze(-1).clamp(max=logits.shape[-1] - 1)
     return torch.where(greedy, logits.argmax(-1), drawn), logp
+
+
+def token_entropy(logp: torch.Tensor) -> torch.Tensor:
+    """(B,) entropy in nats of each row of ``logp`` (B, V) log-probabilities: ``-sum p log p``
+    (0 where ``p = 0``). Of :func:`sample_tokens`'s ``logp``: the tempered distribution the token
+    was drawn from, before the nucleus cut; on a greedy row (T = 0) the untempered one. One pass
+    over the (B, V) logits the step has already computed (the rollout's per-token entropy, which
+    ``kit.records`` stores)."""
+    return torch.special.entr(logp.exp()).sum(-1)
 
 
 def _top_p_filter(probs, top_p):

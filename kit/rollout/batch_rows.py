@@ -30,7 +30,7 @@ import torch
 from transformers.cache_utils import DynamicLayer
 
 from kit.models.decode import Qwen3DecodeStep
-from kit.rollout.backends import Generation, sample_tokens, sampling_uniforms
+from kit.rollout.backends import Generation, sample_tokens, sampling_uniforms, token_entropy
 from kit.rollout.kv_cache import BufferLayer, as_cache
 
 
@@ -62,6 +62,7 @@ class EngineRequest:
     future: asyncio.Future | None = None
     out: list[int] = field(default_factory=list)
     lps: list[float] = field(default_factory=list)
+    ents: list[float] = field(default_factory=list)  # per token: entropy of its sampling distribution (nats)
     done: bool = False
     reported: bool = False
     u: list[float] | None = None  # the request's sampling stream (one uniform per new token)
@@ -69,7 +70,7 @@ class EngineRequest:
     def result(self) -> Generation:
         """The sampled turn as the ``Backend`` contract returns it (``"stop"`` when it ends on a stop id)."""
         reason = "stop" if self.out and self.out[-1] in self.stop else "length"
-        return Generation(list(self.out), list(self.lps), reason)
+        return Generation(list(self.out), list(self.lps), reason, list(self.ents))
 
 
 class RunningRows:
@@ -106,6 +107,7 @@ class RunningRows:
         u = torch.tensor([0.0 if r.done else r.u[len(r.out)] for r in reqs], dtype=torch.float64)
         tok, logp = sample_tokens(logits.float(), temps, top_ps, u)
         toks, lps = tok.tolist(), logp.gather(-1, tok[:, None]).squeeze(-1).tolist()
+        ents = token_entropy(logp).tolist()
         for i, r in enumerate(reqs):
             if r.done:
                 toks[i] = self.pad_id
@@ -113,6 +115,7 @@ class RunningRows:
             t = toks[i]
             r.out.append(t)
             r.lps.append(lps[i])
+            r.ents.append(ents[i])
             r.done = t in r.stop or len(r.out) >= r.max_new or r.future.cancelled()  # caller gone: free the row
         return torch.tensor(toks, dtype=torch.long)[:, None]
 

@@ -93,7 +93,9 @@ class Trajectory:
 
     ``response_mask[t] = 1`` for model-sampled tokens, 0 for feedback/template tokens.
     ``logprobs[t]`` is the sampling log-prob for mask-1 tokens and 0.0 elsewhere, or the whole
-    list is ``None`` when the backend gave none. ``tool_errors`` has every kind of
+    list is ``None`` when the backend gave none; ``entropy[t]`` likewise the entropy (nats) of the
+    distribution token ``t`` was sampled from (:attr:`kit.rollout.backends.Generation.entropy`).
+    ``tool_errors`` has every kind of
     :data:`kit.rollout.protocol.ERROR_KINDS`; ``infra_errors`` counts sandbox failures (not the
     model's fault). ``answer_tags`` counts ``<answer>`` in the model's own text; ``answered`` says
     whether the response has an extractable final answer (strict :func:`kit.reward.extract_final_answer`:
@@ -107,6 +109,7 @@ class Trajectory:
     response_ids: list[int] = field(default_factory=list)
     response_mask: list[int] = field(default_factory=list)
     logprobs: list[float] | None = field(default_factory=list)
+    entropy: list[float] | None = field(default_factory=list)  # (T,) nats, 0.0 on feedback; None: the backend gave none
     turns: int = 0
     tool_calls: int = 0
     calls: list[CallRecord] = field(default_factory=list)
@@ -210,6 +213,7 @@ async def run_trajectory(
                          f"{cfg.max_prompt_tokens}: {problem[:80]!r}")
     tr = Trajectory(problem=problem, prompt_ids=prompt_ids)
     lps: list[float] | None = []
+    ents: list[float] | None = []
     for turn in range(max_turns):
         left = budget - len(tr.response_ids)
         t0 = time.perf_counter()
@@ -224,6 +228,7 @@ async def run_trajectory(
             lps += gen.logprobs
         else:
             lps = None
+        ents = ents + gen.entropy if ents is not None and gen.entropy is not None else None
         text = tokenizer.decode(gen.token_ids, skip_special_tokens=False)
         tr.model_texts.append(text)
         ended = bool(gen.token_ids) and gen.token_ids[-1] in stop
@@ -258,7 +263,9 @@ async def run_trajectory(
         tr.response_mask += [0] * len(fb_ids)
         if lps is not None:
             lps += [0.0] * len(fb_ids)
-    tr.logprobs = lps
+        if ents is not None:
+            ents += [0.0] * len(fb_ids)
+    tr.logprobs, tr.entropy = lps, ents
     tr.response_text = tokenizer.decode(tr.response_ids, skip_special_tokens=False)
     tr.answered = extract_final_answer(tr.response_text) is not None  # RoC's p_format: no answer is a format failure
     return tr

@@ -14,7 +14,8 @@ Modules: ``sft`` (cold start), ``rl`` (a stage: the loop over steps, the hard su
 (one RL step, ``rl_step``: sample, verify, select, update), ``update`` (one RL step's selection
 and policy update), ``ablation`` (the RoC ablation's arms, ``kit.plan.ablation_arms``, and
 their worker processes), ``rollouts`` (the agent
-loop, sandbox and verifier behind one ``collect``), ``common`` (seeds, schedule, metrics file,
+loop, sandbox and verifier behind one ``collect``), ``recording`` (the step's rollout records,
+``kit.records``), ``common`` (seeds, schedule, metrics file,
 checkpoints). The continuous-batching rollout engine is :mod:`kit.rollout.engine`; the cluster
 scheduler simulator is :mod:`kit.sim`.
 """

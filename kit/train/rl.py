@@ -30,7 +30,8 @@ loaded. ``problems = "hard"`` (the paper's stage 3) first samples ``hard_filter_
 candidate problem with the latest policy and drops the problems solved every time.
 
 Run directory: ``metrics.jsonl`` (keys in DEVELOPERS.md plus extras), ``samples.jsonl`` (a few
-trajectories per step), ``checkpoints/step_<n>/``, ``hard_subset.json`` (stage 3),
+trajectories per step), ``rollouts/`` (the rollout records of :mod:`kit.records`, ``[logging]``
+``records_every`` / ``records_max_prompts``; :mod:`kit.train.recording`), ``checkpoints/step_<n>/``, ``hard_subset.json`` (stage 3),
 ``policy/`` (+ ``optimizer.pt``), ``summary.json``. A run killed mid-stage and started again
 with the same arguments resumes from its last checkpoint and writes the same metrics.
 
@@ -56,7 +57,7 @@ from kit.data.tasks import task_split
 from kit.models import load_policy, save_policy
 from kit.rollout import run_coroutine
 from kit.sandbox import SandboxPool
-from kit.train import common, tracking
+from kit.train import common, recording, tracking
 from kit.train.rollouts import Batch, collect, evaluate_policy
 from kit.train.step import rl_step, step_problems
 from kit.train.update import ALGORITHMS, MICRO_TOKENS, policy_update, select, token_logprobs
@@ -151,6 +152,7 @@ async def _run_stage(cfg: KitConfig, stage_name: str, policy_dir: Path, run_dir:
     pool = stage_pool(cfg, stage, data_dir)  # the stage's problems (data.source): the one call site of the pool
     offset = json.loads((policy_dir / RL_STATE).read_text())["global_step"] if (policy_dir / RL_STATE).exists() else 0
     summary: dict[str, Any] = {**identity, "reference_dir": str(policy_dir)}
+    recorder = recording.open_recorder(cfg, run_dir, tokenizer_dir=policy_dir)  # rollouts/ ([logging] records_*)
     async with SandboxPool(cfg.sandbox) as executor:
         if stage.problems == "hard":
             model.eval()
@@ -163,7 +165,7 @@ async def _run_stage(cfg: KitConfig, stage_name: str, policy_dir: Path, run_dir:
             if threads is not None:
                 threads.update()
             res = await rl_step(cfg, stage, model, tok, opt, pool, step, executor, global_offset=offset,
-                                threads=threads.threads if threads is not None else None)
+                                threads=threads.threads if threads is not None else None, recorder=recorder)
             writer.write(res.row)
             tracker.log_rl(res.row, res.selection, res.batch.flat(), res.batch.rewards.reshape(-1), res.kept)
             _write_samples(samples, step + 1, res.batch)

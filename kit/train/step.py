@@ -26,7 +26,7 @@ import torch
 from kit.analysis.bstar import balance_score_step
 from kit.config import KitConfig, StageConfig
 from kit.data.tasks import TaskProblem
-from kit.train import common
+from kit.train import common, recording
 from kit.train.rollouts import Batch, batch_stats, collect
 from kit.train.update import ALGORITHMS, advantages, policy_update, select
 
@@ -77,7 +77,7 @@ def step_problems(pool: Sequence[TaskProblem], step: int, per_step: int, seed: i
 
 async def rl_step(cfg: KitConfig, stage: StageConfig, model: Any, tok: Any, optimizer: Any, pool: Sequence[TaskProblem],
                   step: int, executor: Any, *, update: bool = True, global_offset: int = 0,
-                  threads: int | None = None) -> StepResult:
+                  threads: int | None = None, recorder: Any = None) -> StepResult:
     """Step ``step`` (0-based) of ``stage``: P problems of ``pool``, n rollouts each through the
     sandbox, binary rewards, selection (RoC keeps G of 2G; GRPO keeps all G), then one clipped
     policy update on the kept rows (report §2.2.1-2.2.2).
@@ -95,6 +95,9 @@ async def rl_step(cfg: KitConfig, stage: StageConfig, model: Any, tok: Any, opti
         update: run the policy update (False: sample, verify and select only; the anatomy view).
         global_offset: RL steps done before this stage (the row's ``global_step`` is ``global_offset + step + 1``).
         threads: torch threads now (recorded as ``perf_threads``; default torch's).
+        recorder: a ``kit.records.RolloutRecorder`` (:func:`kit.train.recording.open_recorder`): the
+            step's trajectories, RoC's decision and the advantages used are written after the update
+            (when it wants the step); None records nothing.
     Returns:
         A :class:`StepResult`.
     Raises:
@@ -144,4 +147,6 @@ async def rl_step(cfg: KitConfig, stage: StageConfig, model: Any, tok: Any, opti
            "perf_threads": threads if threads is not None else torch.get_num_threads(),
            "tool_calls_total": float(sum(t.tool_calls for t in batch.flat())),
            "algorithm": algorithm, "seed": seed, **upd}
-    return StepResult(problems, batch, kept, sel_m, adv, row)
+    res = StepResult(problems, batch, kept, sel_m, adv, row)
+    recording.record_step(recorder, cfg, res)  # rollout records (kit.records), issue #32
+    return res

@@ -94,7 +94,11 @@ def test_plain_grpo_ablation_has_no_roc_pieces_but_the_kit_s_tool_metrics_buffer
         c = compose(config_name="ppo_trainer", overrides=ov)
     sampler = c.trainer.v1.sampler
     assert (sampler.custom_sampler.path, sampler.custom_sampler.name) == GRPO_SAMPLER
-    assert dict(sampler.sampler_kwargs) == {"train_batch_size": 512} and c.data.train_batch_size == 512
+    kw = dict(sampler.sampler_kwargs)
+    records = {k: kw.pop(k) for k in list(kw) if k.startswith("records_")}  # rollout records (kit.bridge.verl_records)
+    assert kw == {"train_batch_size": 512} and c.data.train_batch_size == 512
+    assert records["records_dir"] == "runs/paper-14b" and records["records_algorithm"] == "grpo"
+    assert (records["records_every"], records["records_max_prompts"], records["records_step_offset"]) == (1, 4, 0)
 
 
 def test_release_text_reading_passes_the_tokenizer():

@@ -6,6 +6,8 @@ returns VERL's real container types (``doubles.FakeTQ``), because TransferQueue
 needs a Ray cluster (and hangs on 2-CPU nodes, verl #7656).
 """
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -302,3 +304,32 @@ def test_sampler_kwargs_flags_must_be_booleans(hook):
     assert params.use_answer_format is True and params.use_error_ratio is False
     with pytest.raises(ValueError, match=r"sampler_kwargs\.use_answer_format must be true or false, got 'no\?'"):
         hook.roc_params_from_kwargs({**base, "use_answer_format": "no?"})
+
+
+def test_v1_sampler_writes_the_step_s_rollout_records_with_roc_s_decision(hook, fake_tq, tmp_path):
+    """Issue #32: the RoC buffer records every session of the step (before RoC drops any) in kit.records' schema."""
+    from kit.records import read_records
+
+    rows = [dict(r, prompts=torch.tensor([1, 2, 3]), response_mask=torch.tensor([1, 1, 0, 0, 1, 1]),
+                 rollout_log_probs=torch.full((6,), -0.5)) for r in _synthetic_batch() if r["uid"] in ("A", "C")]
+    fake_tq.add_group([r for r in rows if r["uid"] == "A"], step=3)
+    fake_tq.add_group([r for r in rows if r["uid"] == "C"], step=3)
+    kw = _sampler_kwargs(drop_equal_reward_groups=False, records_dir=str(tmp_path), records_stage="stage2",
+                         records_algorithm="grpo_roc", records_seed=0, records_step_offset=2, records_log_probs=True,
+                         records_every=1, records_max_prompts=0)
+    buf = hook.RocReplayBuffer("sync", OmegaConf.create({}), 8, "drop", kw, poll_interval=0.0)
+    meta, metrics = buf.sample(global_steps=3, partition_id="train", batch_size=2)
+    recs = read_records(tmp_path, stage="stage2")
+    assert len(recs) == 2 * N2 and {(r["runtime"], r["step"], r["global_step"]) for r in recs} == {("verl", 1, 3)}
+    kept = {f"{r['group_id']}_{r['traj_index']}" for r in recs if r["kept"]}
+    assert kept == {k.rsplit("_", 1)[0] for k in meta.keys} and sum(r["kept"] for r in recs) == metrics["rstar2/roc/kept"]
+    by = {(r["group_id"], r["traj_index"]): r for r in recs}
+    for src in rows:
+        r = by[(src["uid"], src["session"])]
+        assert r["reward"] == float(src["score"].sum()) and r["tool_calls"] == src["extra"]["tool_calls"]
+        assert r["response_ids"] == src["responses"].tolist() and r["logprobs"] == [-0.5, -0.5, 0, 0, -0.5, -0.5]
+        assert r["entropy"] is None  # VERL's rollout gives none: recorded as missing
+    assert all(math.isnan(r["advantage"]) != r["kept"] for r in recs)
+    # a step the recorder does not want reads no extra fields and writes nothing
+    assert hook.RocReplayBuffer("sync", OmegaConf.create({}), 8, "drop", dict(kw, records_every=2),
+                                poll_interval=0.0)._records.fields(4) == []

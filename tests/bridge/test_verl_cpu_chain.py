@@ -166,3 +166,26 @@ def test_every_trained_policy_is_merged_and_loads(chain):
     for run in [root / s for s in chain["cfg"].stages.names] + [root / "ablation" / a for a in ARMS]:
         model, _ = load_policy(run / "policy")
         assert sum(p.numel() for p in model.parameters()) > 0
+
+
+def test_both_runtimes_rollout_records_read_through_one_reader(chain, smoke_run):
+    """Issue #32: step 1 of stage 1 on the session's local smoke chain and on this VERL chain, read by one
+    reader into one schema, every always-filled column filled; notebooks 03 and 06 exported their views."""
+    from kit.records import SCHEMA, check_record, read_records
+    from kit.records.schema import NULLABLE
+
+    local_lay, _ = smoke_run
+    cfg = chain["cfg"]
+    for runtime, lay in (("local", local_lay), ("verl", chain["lay"])):
+        recs = read_records(lay.root / "stage1", stage="stage1", steps=[1])
+        assert len(recs) == cfg.algorithm.prompts_per_step * cfg.algorithm.oversample, (runtime, len(recs))
+        rec = recs[0]
+        check_record(rec, f"{runtime} record")
+        assert rec["runtime"] == runtime and rec["step"] == 1 and rec["algorithm"] == "grpo_roc"
+        assert [c for c in SCHEMA.names if c not in NULLABLE and rec[c] is None] == []
+        assert rec["response_ids"] and 1 in rec["response_mask"] and len(rec["logprobs"]) == len(rec["response_ids"])
+        assert 0 < sum(r["kept"] for r in recs) < len(recs)  # RoC's decision: G of 2G kept
+        # the local rollout records its sampling entropy; VERL's servers give none, recorded as missing
+        assert (rec["entropy"] is not None) == (runtime == "local")
+        for folder in ("stage1", "ablation"):
+            assert (lay.root / folder / "explorer.html").exists(), (runtime, folder)

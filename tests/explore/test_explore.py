@@ -110,6 +110,11 @@ def test_the_explorer_follows_step_prompt_filters_colour_and_new_steps(tmp_path,
     _write(tmp_path, step, steps=(3,))  # the run goes on writing
     x.refresh()
     assert list(x.step.options) == [1, 2, 3] and x.step.value == 1 and x.prompt.value == 0
+    x.next_step.click()
+    assert x.step.value == 2 and "step 2" in x.group.value
+    x.next_step.click(), x.next_step.click()  # stops at the last step
+    x.prev_step.click()
+    assert x.step.value == 2
 
 
 def test_two_seeds_of_one_arm_are_two_runs(tmp_path, step, tok):

@@ -161,3 +161,13 @@ def test_a_training_or_sampling_value_out_of_range_is_refused_naming_the_key(key
 def test_an_ablation_seed_listed_twice_is_refused():
     with pytest.raises(ConfigError, match=r"ablation\.seeds: seed 1 is listed twice in \[0, 1, 1\]"):
         load("smoke", {"ablation.seeds": [0, 1, 1]}, write=False)
+@pytest.mark.parametrize(("key", "value"), [("logging.records_every", -1), ("logging.records_max_prompts", -2)])
+def test_a_negative_rollout_record_setting_is_refused_naming_the_key(key, value):
+    with pytest.raises(ConfigError, match=rf"{key}: must be a whole number >= 0 .*got {value}"):
+        load("smoke", {key: value}, write=False)
+
+
+def test_records_default_to_every_prompt_on_tiny_and_a_sample_on_the_paper_profiles():
+    tiny, paper = load("smoke", write=False).logging, load("paper-32b", write=False).logging
+    assert (tiny.records_every, tiny.records_max_prompts) == (1, 0)
+    assert paper.records_every == 1 and 0 < paper.records_max_prompts < load("paper-32b", write=False).algorithm.prompts_per_step

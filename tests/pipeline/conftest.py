@@ -1,16 +1,13 @@
-"""Helpers for the pipeline tests: small throwaway notebooks written with nbformat, and the smoke run
-that the smoke-chain and browser tests share."""
+"""Helpers for the pipeline tests: small throwaway notebooks written with nbformat. The smoke run that
+the smoke-chain and browser tests share (``smoke_chain``, ``smoke_run``) is in the root conftest: the
+VERL CPU chain's test reads it too (both runtimes' rollout records through one reader)."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import nbformat
 import pytest
-
-from kit import cli, pipeline
-from kit.config import load
 
 
 def write_notebook(path: Path, parameters: str, *cells: str) -> Path:
@@ -69,33 +66,3 @@ def smoke_run_selected(items) -> bool:
 def smoke_run_wanted():
     """:func:`smoke_run_selected`, for the browser test's module-scoped fixture and its own test."""
     return smoke_run_selected
-
-
-#: the session's smoke chain profile: smoke with a fourth RL stage (tests/profiles/four_stages.toml)
-SMOKE_PROFILE = "four_stages"
-
-
-@pytest.fixture(scope="session")
-def smoke_chain(tmp_path_factory):
-    """The whole notebook series 00-09 with :data:`SMOKE_PROFILE` (the smoke profile plus a fourth
-    RL stage of one step, defined only in tests/profiles/four_stages.toml: the recipe's stages are
-    data, issue #29), run once per session by the runner `make reproduce` uses: ``(Layout, exit code)``,
-    not asserted (:func:`smoke_run` asserts it; the browser test needs only its 01 and 02 to have
-    finished). Nobody writes into it after it is built."""
-    root = tmp_path_factory.mktemp("reports")
-    t0 = time.perf_counter()
-    # a cell that hangs fails the test with the notebook and cell named instead of blocking the suite
-    code = cli.main(["reproduce", "--profile", SMOKE_PROFILE, "--run", "t", "--reports-root", str(root),
-                     "--cell-timeout", "600"])
-    print(f"smoke chain: {time.perf_counter() - t0:.0f} s")
-    return pipeline.Layout.for_run(SMOKE_PROFILE, "t", root), code
-
-
-@pytest.fixture(scope="session")
-def smoke_run(smoke_chain):
-    """The session's smoke chain, finished: ``(Layout, KitConfig)``. tests/pipeline/test_smoke_chain.py
-    asserts it; the browser test copies its 01/02 products (data, cold-start policy) instead of training
-    them again (~95 s of the suite)."""
-    lay, code = smoke_chain
-    assert code == 0, "the smoke chain failed; see the STOPPED message above"
-    return lay, load(SMOKE_PROFILE, write=False)

@@ -52,5 +52,13 @@ def test_anatomy_replays_the_stage_first_step(tmp_path, monkeypatch):
     assert t[~t.kept].advantage.isna().all()
     assert (np.sign(kept.advantage) == np.where(kept.reward > 0, 1, -1)).all()
     assert "stage1 step 1" in a.note
+    # the group as the explorer shows it: the step's records of that prompt, the same numbers as the table
+    assert [r["traj_index"] for r in a.records] == list(range(8)) and {r["prompt_index"] for r in a.records} == {a.group}
+    assert [r["kept"] for r in a.records] == t.kept.tolist()
+    assert np.allclose([r["p_total"] for r in a.records], t.p_total) and np.allclose(
+        [r["advantage"] for r in a.records], t.advantage, equal_nan=True)
+    page = a.group_view(selected=0)._repr_html_()
+    assert page.count("<tr data-traj=") == 8 and "class='sel'" in page and "kit-group-table" in page
+    assert "p_total" in repr(a.group_view())  # the table as text where HTML does not show (the PDF)
     with pytest.raises(ValueError, match="outside the step's 2 prompts"):
         roc_step_anatomy(cfg, init, group=5)

@@ -5,8 +5,9 @@ no selected test asserts that run, built first by the kit's pipeline.
 Asserted from the page: every cell ran without an error; the live curves were redrawn in place
 (several images seen in the training cell's one output); the kit's progress bar is a working widget
 (no "Error displaying widget"); the trajectory view rendered its coloured tool-response spans under
-its legend; no "Unknown child process" or third-party bar in any output. A screenshot is saved under
-the run folder (``<reports>/smoke/b/screenshots/``). The server (and its kernels, sandbox workers)
+its legend; no "Unknown child process" or third-party bar in any output; the rollout explorer at the
+notebook's end follows its widgets (step, prompt, colouring: issue #32). Screenshots are saved under
+the run folder (``<reports>/smoke/b/screenshots/``, in the test's tmp folder). The server (and its kernels, sandbox workers)
 and the browser are stopped even on failure.
 """
 
@@ -31,6 +32,7 @@ from papermill.iorw import load_notebook_node
 from papermill.parameterize import parameterize_notebook
 from selenium import webdriver
 from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.support.select import Select
 
 from kit import pipeline
 from kit.paths import REPO_ROOT
@@ -191,6 +193,56 @@ return {images: q('.jp-OutputArea img').length, progress: q('.widget-hprogress')
         tool_text: tool.length ? tool[0].textContent : '', text: cell.node.innerText};"""
 
 
+# the rollout explorer's rendered views in its cell (kit.explore.widgets: the group's header and table,
+# the trajectory's token spans, which carry the colouring in their titles)
+EXPLORER = PANEL + """
+const cell = p.content.widgets[arguments[0]];
+const q = s => Array.from(cell.node.querySelectorAll(s));
+const head = q('.kit-group-head');
+const titled = q('.kit-x pre span[title]');
+return {head: head.length ? head[0].innerText : '', rows: q('table.kit-group-table tr[data-traj]').length,
+        colour: titled.length ? titled[0].getAttribute('title').split(' ')[0] : '',
+        buttons: q('.jp-OutputArea button').map(b => b.innerText.trim())};"""
+CONTROL = PANEL + """
+const cell = p.content.widgets[arguments[0]];
+const kind = arguments[1], label = arguments[2];
+if (kind === 'button') {
+  const b = Array.from(cell.node.querySelectorAll('.jp-OutputArea button')).find(b => b.innerText.trim() === label);
+  b.scrollIntoView(); b.click(); return true;
+}
+const box = Array.from(cell.node.querySelectorAll('.widget-dropdown')).find(
+    d => d.querySelector('label') && d.querySelector('label').innerText.trim() === label);
+return box.querySelector('select');"""
+
+
+def _explorer_changes(browser, index: int, action, want, shots: Path, name: str) -> dict:
+    """Do ``action``, then wait until the explorer's views satisfy ``want``; screenshot; the views."""
+    action()
+    deadline = time.monotonic() + 30
+    while not want(view := browser.execute_script(EXPLORER, index)):
+        assert time.monotonic() < deadline, f"the explorer did not follow {name}: {view}"
+        time.sleep(0.3)
+    browser.save_screenshot(str(shots / f"{NOTEBOOK}_explorer_{name}.png"))
+    return view
+
+
+def _drive_the_explorer(browser, index: int, lay, shots: Path) -> None:
+    """Issue #32: the explorer of the stage notebook 03 just trained, driven through its widgets: the
+    step (◀), the prompt (its dropdown) and the colouring (toggle buttons); the DOM follows each."""
+    assert (Path(lay.dir("stage1")) / "explorer.html").exists()  # the static export, beside it
+    view = browser.execute_script(EXPLORER, index)
+    # opens at the latest recorded step (smoke: 2 steps), first prompt, tokens coloured by entropy
+    assert "step 2 · prompt 0" in view["head"] and view["rows"] == 16 and view["colour"] == "entropy", view
+    assert {"◀", "▶", "entropy", "advantage"} <= set(view["buttons"]), view
+    _explorer_changes(browser, index, lambda: browser.execute_script(CONTROL, index, "button", "◀"),
+                      lambda v: "step 1 · prompt 0" in v["head"], shots, "step")
+    select = Select(browser.execute_script(CONTROL, index, "select", "prompt"))
+    _explorer_changes(browser, index, lambda: select.select_by_index(1),
+                      lambda v: "step 1 · prompt 1" in v["head"] and v["rows"] == 16, shots, "prompt")
+    _explorer_changes(browser, index, lambda: browser.execute_script(CONTROL, index, "button", "advantage"),
+                      lambda v: v["colour"] == "advantage" and "prompt 1" in v["head"], shots, "colour")
+
+
 def _cell_index(nb: nbformat.NotebookNode, needle: str) -> int:
     return next(i for i, c in enumerate(nb.cells) if c.cell_type == "code" and needle in c.source)
 
@@ -199,6 +251,7 @@ def test_notebook_03_runs_all_in_jupyterlab(lab, browser):
     url, (lay, source), path = lab
     served = nbformat.read(path, as_version=4)
     train, anatomy = _cell_index(served, "LiveCurves("), _cell_index(served, "roc_step_anatomy(")
+    explorer = _cell_index(served, "explore(run_dir)")
     browser.get(url)
     deadline = time.monotonic() + 90
     while browser.execute_script(READY) != "idle":
@@ -226,6 +279,7 @@ def test_notebook_03_runs_all_in_jupyterlab(lab, browser):
         assert view["legend"] == ["model", "call", "tool", "answer"]
         assert view["tool_spans"] >= 1 and view["tool_background"] == "rgb(227, 236, 250)", view
         assert "<tool_response>" in view["tool_text"]
+        _drive_the_explorer(browser, explorer, lay, shots)
         page = browser.find_element("tag name", "body").text
         for noise in ("Error displaying widget", "Unknown child process", "Writing model shards", "Loading weights"):
             assert noise not in page

@@ -1,5 +1,6 @@
 """The notebooks teach (issue #31): each training notebook opens with the method it runs, equations included,
-ends with what its run showed (computed by kit.chain.findings, not a fixed sentence), and its parameters cell
+ends with what its run showed (computed by kit.chain.findings, not a fixed sentence; 03 and 06 then end with
+the rollout explorer, issue #32), and its parameters cell
 holds only the notebook's subject: config keys travel in ``overrides``, not as sentinel mirrors."""
 
 from __future__ import annotations
@@ -16,6 +17,8 @@ from kit.config import load
 #: training notebooks and the findings function their last cell shows
 FINDINGS = {"02_cold_start_sft": "sft_findings", "03_rl_stage1": "stage_findings", "04_rl_stage2": "stage_findings",
             "05_rl_stage3": "stage_findings", "06_roc_ablation": "ablation_findings"}
+#: training notebooks that end with the rollout explorer (issue #32), after their findings
+EXPLORED = ("03_rl_stage1", "06_roc_ablation")
 #: config fields a notebook may take as parameters: the run's identity and folders, which ``load`` takes too
 IDENTITY = {"profile", "seed", "run_dir", "data_dir"}
 
@@ -51,8 +54,12 @@ def test_training_notebooks_open_with_the_method_and_end_with_this_run_s_finding
     opening = nb.cells[0]
     assert opening.cell_type == "markdown" and "## The method" in opening.source and "$$" in opening.source
     assert "## What to look at" in opening.source
-    last = nb.cells[-1]
-    assert last.cell_type == "code" and f"from kit.chain.findings import {FINDINGS[name]}" in last.source
+    code = [c for c in nb.cells if c.cell_type == "code"]
+    last = code[-2] if name in EXPLORED else code[-1]
+    if name in EXPLORED:  # then the explorer: the static export and the widget, thin calls into kit.explore
+        assert "export_html(run_dir)" in code[-1].source and "explore(run_dir)" in code[-1].source
+        assert nb.cells[-1] is code[-1]
+    assert f"from kit.chain.findings import {FINDINGS[name]}" in last.source
     assert f"Markdown({FINDINGS[name]}(run_dir))" in last.source
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit notebooks without outputs"
 

@@ -69,6 +69,20 @@ def test_summary_is_one_page_with_claims_figures_tables_and_limits(run, tmp_path
 
 
 @needs_poppler
+def test_the_first_page_links_the_run_s_static_rollout_explorer_pages(run, tmp_path):
+    """Issue #32: a reader without a kernel finds the explorer's static views from page 1."""
+    assert "no static page in this run" in _text(summary.write_summary_pdf(run, tmp_path / "none.pdf"))
+    for folder in ("stage1", "ablation"):
+        (run / folder).mkdir()
+        (run / folder / "explorer.html").write_text("<html></html>")
+    assert summary.explorer_pages(run) == ["ablation/explorer.html", "stage1/explorer.html"]
+    pdf = summary.write_summary_pdf(run, tmp_path / "s.pdf")
+    assert _pages(pdf) == 1 and "stage1/explorer.html" in _text(pdf)
+    raw = pdf.read_bytes()
+    assert b"/URI (stage1/explorer.html)" in raw and b"/URI (ablation/explorer.html)" in raw  # links, not just text
+
+
+@needs_poppler
 def test_prepend_summary_opens_the_report_and_survives_problems(run, tmp_path):
     report = tmp_path / "report.pdf"
     with PdfPages(report) as pp:

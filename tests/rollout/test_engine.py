@@ -251,3 +251,29 @@ def test_a_cancelled_request_frees_its_row_and_a_queued_one_never_starts(tok, mo
     assert eng.stats["prefills"] == 2  # the queued request was never prefilled
     assert eng.stats["steps"] <= steps + 2 + 3  # the cancelled row's step in flight, then the 4-token request
     assert eng.stats["tokens"] < 20  # not 2 x 500 + 4
+
+
+def _reference_entropy(model, ids, new, temperature):
+    """Entropy (nats) of softmax(logits / T) before each new token, from full-context forwards."""
+    seq, out = list(ids), []
+    with torch.inference_mode():
+        for t in new:
+            logits = model(input_ids=torch.tensor([seq]), position_ids=torch.arange(len(seq))[None],
+                           use_cache=False).logits[0, -1].double()
+            p = torch.softmax(logits / temperature, -1)
+            out.append(float(-(p * torch.log(p)).sum()))
+            seq.append(t)
+    return out
+
+
+def test_every_backend_returns_each_tokens_sampling_entropy(tok, model):
+    """Issue #32: the rollout carries the per-token entropy of the tempered distribution it sampled from."""
+    ps = _prompts(tok, 3)
+    reqs = [(p, 6, 0.7, []) for p in ps]
+    cont = asyncio.run(_all(ContinuousBatchingEngine(model, tok, slots=2, seed=5), reqs))
+    hf = asyncio.run(_all(HFBackend(model, tok, batch_size=3, seed=5), reqs))
+    for p, a, b in zip(ps, cont, hf, strict=True):
+        assert len(a.entropy) == len(a.token_ids)
+        want = _reference_entropy(model, p, a.token_ids, 0.7)
+        assert a.entropy == pytest.approx(want, abs=2e-3) and b.entropy == pytest.approx(want, abs=2e-3)
+        assert all(h > 0 for h in a.entropy)

@@ -20,6 +20,7 @@ from rl_cases import traj as _traj
 from kit import plan
 from kit.config import load
 from kit.data import tasks
+from kit.records import read_records
 from kit.train import ablation, common, rl, rollouts
 from kit.train.rollouts import Batch, batch_stats
 
@@ -122,6 +123,18 @@ def test_stage_kill_and_resume_matches_an_uninterrupted_run(policy, tmp_path, pa
     assert same(strip(common.metric_rows(tmp_path / "b")), strip(rows_a))
     samples = [json.loads(x) for x in (tmp_path / "b" / "samples.jsonl").read_text().splitlines()]
     assert [s["step"] for s in samples] == sorted(s["step"] for s in samples) and samples[-1]["step"] == 4
+    # rollout records (issue #32): every step, every prompt (smoke), what the update used; the resumed run's are the same
+    recs_a, recs_b = read_records(tmp_path / "a"), read_records(tmp_path / "b")
+    P, n = cfg.algorithm.prompts_per_step, cfg.algorithm.oversample
+    assert len(recs_a) == 4 * P * n and [len(read_records(tmp_path / "a", steps=[s])) for s in (1, 4)] == [P * n] * 2
+    for row in rows_a:
+        step = [r for r in recs_a if r["step"] == row["step"]]
+        assert sum(r["kept"] for r in step) == row["kept"] and {r["global_step"] for r in step} == {row["global_step"]}
+        assert np.mean([r["reward"] for r in step]) == pytest.approx(row["reward_mean"])
+        assert all(math.isnan(r["advantage"]) != r["kept"] for r in step)
+        assert all(len(r["entropy"]) == len(r["logprobs"]) == len(r["response_ids"]) for r in step)
+        assert any(h > 0 for r in step for h in r["entropy"]) and {r["verdict"] for r in step} == {"test-double"}
+    assert same(recs_b, recs_a)
 
 
 def test_hard_subset_drops_problems_solved_every_time(policy, tmp_path, monkeypatch):

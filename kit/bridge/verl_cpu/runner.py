@@ -115,6 +115,7 @@ def cpu_overrides(address: str, *, test_freq: int = -1) -> list[str]:
         "actor_rollout_ref.rollout.name=kit_cpu",
         "actor_rollout_ref.rollout.tensor_model_parallel_size=1",
         "actor_rollout_ref.rollout.calculate_log_probs=True",
+        "+trainer.v1.sampler.sampler_kwargs.records_log_probs=True",  # so the rollout records carry them
         "actor_rollout_ref.rollout.agent.num_workers=1",
         "reward.num_workers=1",
         "data.dataloader_num_workers=0",

@@ -174,9 +174,8 @@ def test_both_runtimes_rollout_records_read_through_one_reader(chain, smoke_run)
     from kit.records import SCHEMA, check_record, read_records
     from kit.records.schema import NULLABLE
 
-    local_lay, _ = smoke_run
-    cfg = chain["cfg"]
-    for runtime, lay in (("local", local_lay), ("verl", chain["lay"])):
+    local_lay, local_cfg = smoke_run
+    for runtime, lay, cfg in (("local", local_lay, local_cfg), ("verl", chain["lay"], chain["cfg"])):
         recs = read_records(lay.root / "stage1", stage="stage1", steps=[1])
         assert len(recs) == cfg.algorithm.prompts_per_step * cfg.algorithm.oversample, (runtime, len(recs))
         rec = recs[0]
@@ -184,7 +183,8 @@ def test_both_runtimes_rollout_records_read_through_one_reader(chain, smoke_run)
         assert rec["runtime"] == runtime and rec["step"] == 1 and rec["algorithm"] == "grpo_roc"
         assert [c for c in SCHEMA.names if c not in NULLABLE and rec[c] is None] == []
         assert rec["response_ids"] and 1 in rec["response_mask"] and len(rec["logprobs"]) == len(rec["response_ids"])
-        assert 0 < sum(r["kept"] for r in recs) < len(recs)  # RoC's decision: G of 2G kept
+        first = next(r for r in checks.rows(lay.root / "stage1" / "metrics.jsonl") if r["step"] == 1)
+        assert sum(r["kept"] for r in recs) == first["kept"] and len(recs) == first["sampled"]  # RoC's decision
         # the local rollout records its sampling entropy; VERL's servers give none, recorded as missing
         assert (rec["entropy"] is not None) == (runtime == "local")
         for folder in ("stage1", "ablation"):

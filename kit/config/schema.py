@@ -88,6 +88,11 @@ class SandboxConfig:
     # modules every worker imports once beyond the standard library, shared copy-on-write by the
     # calls; each costs every call fork + exit time (kit.sandbox.worker.SCIENCE_PREIMPORTS)
     preimport: tuple[str, ...] = ("numpy", "scipy", "scipy.special", "scipy.linalg", "sympy")
+    # answer a code call whose code and input already ran in the same rollout batch (one local RL step, one
+    # held-out evaluation) with that result, marked cached, where a rerun could not differ
+    # (kit.sandbox.step_cache: deterministic code, ok/error well within the limit); never across steps.
+    # The feedback every trajectory sees is the same either way; off (the release's behaviour): every call runs
+    step_cache: bool = False
 
 
 @dataclass(frozen=True)

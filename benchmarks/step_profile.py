@@ -37,10 +37,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import machine_limit  # noqa: E402
 import torch  # noqa: E402
 from torch.profiler import ProfilerActivity, profile  # noqa: E402
-
-import machine_limit  # noqa: E402
 
 KINDS = ("matmul", "attention", "optimizer", "other ops", "framework")
 

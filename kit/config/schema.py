@@ -153,6 +153,10 @@ class AlgorithmConfig:
     grad_clip: float = 1.0  # gradient norm clip
     warmup_steps: int = 20  # linear learning-rate warm-up, RL steps
     ppo_epochs: int = 1  # passes of the policy update over each step's batch
+    # local trainer: padded tokens per micro-batch of the policy update (rows sorted by length; gradients summed).
+    # Smaller pads less: 2048 took 0.71 of 16384's CPU s on 48 tiny RL rows (issue #35, benchmarks/step_profile.py),
+    # but sums the gradient in another order (weights differ at ~1e-6 after 4 updates), so it is opt-in
+    update_micro_tokens: int = 16384
 
 
 @dataclass(frozen=True)

@@ -52,7 +52,7 @@ CPU_LIMITS = (
 )
 SMOKE_NOTE = "Profile 'smoke': too short to reproduce anything; its verdicts are inconclusive by construction."
 #: The limits box's first bullet when the run evaluated a subset of a benchmark (``eval.max_problems``).
-SUBSET_NOTE = ("Tables 3-6, this run: avg@n over a fixed subset, the first n of each benchmark's N problems "
+SUBSET_NOTE = ("Tables 3-6, this run: a fixed subset, the first n of each benchmark's N problems "
                "(n/N beside its name; eval.max_problems): a check of the evaluation path on the real files, "
                "not an accuracy estimate; the paper's values are over the whole benchmark.")
 

@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from kit import claims
+from kit import claims, tables
 
 VERDICT_COLOR = {"reproduced": "#1a7f37", "not reproduced": "#cf222e", "inconclusive": "#9a6700"}
 FIGURES = (("figure4_tool_errors", "Figure 4"), ("figure9_roc_ablation", "Figure 9"), ("figure8_stages", "Figure 8"),
@@ -52,6 +52,10 @@ CPU_LIMITS = (
     "the untuned seeds 7, 11 and 21 (+0.006, -0.001, -0.010).",
 )
 SMOKE_NOTE = "Profile 'smoke': too short to reproduce anything; its verdicts are inconclusive by construction."
+#: The limits box's first bullet when the run evaluated a subset of a benchmark (``eval.max_problems``).
+SUBSET_NOTE = ("Tables 3-6, this run: a fixed subset, the first n of each benchmark's N problems "
+               "(n/N beside its name; eval.max_problems): a check of the evaluation path on the real files, "
+               "not an accuracy estimate; the paper's values are over the whole benchmark.")
 
 
 def _claims_doc(root: Path) -> dict[str, Any]:
@@ -90,8 +94,21 @@ def claim_rows(doc: Mapping[str, Any]) -> list[list[str]]:
     return rows
 
 
-def table_rows(tables_dir: Path) -> list[list[str]]:
-    """Rows ``[table, benchmark, this run, paper (model)]`` from ``tables/*.csv`` (first paper column)."""
+def eval_subsets(eval_dir: Path) -> dict[str, tuple[int, int]]:
+    """``{benchmark label: (n evaluated, N in the benchmark)}`` for the benchmarks that notebook 08 ran on
+    fewer problems than the file holds (``eval.max_problems``; :func:`kit.tables.eval_summary`); ``{}`` when
+    ``eval_dir`` holds no results."""
+    try:
+        found = tables.eval_summary(eval_dir)
+    except (FileNotFoundError, ValueError):
+        return {}
+    return {tables.BENCH_LABEL.get(b, b): (int(v["n_problems"]), int(v["benchmark_size"])) for b, v in found.items()
+            if v.get("n_problems") is not None and v.get("benchmark_size") not in (None, v["n_problems"])}
+
+
+def table_rows(tables_dir: Path, subsets: Mapping[str, tuple[int, int]] | None = None) -> list[list[str]]:
+    """Rows ``[table, benchmark, this run, paper (model)]`` from ``tables/*.csv`` (first paper column); a
+    benchmark of ``subsets`` (:func:`eval_subsets`) with a value of this run reads ``AIME24 (8/30)``."""
     rows = []
     for name in TABLES:
         p = tables_dir / f"{name}.csv"
@@ -105,7 +122,10 @@ def table_rows(tables_dir: Path) -> list[list[str]]:
             ref = next(((c, row[c]) for c in papers if pd.notna(row[c])), (None, np.nan))
             model = ref[0].replace("paper: ", "") if ref[0] else ""
             mine = f"{float(row[ours[0]]):.1f}" if ours and pd.notna(row[ours[0]]) else "\u2014"
-            rows.append([label, str(bench), mine, f"{float(ref[1]):.1f} ({model})" if ref[0] else "\u2014"])
+            name = str(bench)
+            if subsets and name in subsets and mine != "\u2014":
+                name += f" ({subsets[name][0]}/{subsets[name][1]})"
+            rows.append([label, name, mine, f"{float(ref[1]):.1f} ({model})" if ref[0] else "\u2014"])
     return rows
 
 
@@ -172,6 +192,9 @@ def summary_page(root: str | os.PathLike, *, title: str = "", profile: str = "",
     top -= h + 0.008
     limits = list(CPU_LIMITS) if profile in ("tiny", "smoke") else [
         "Paper profile: the claims use the same statistics; the published numbers are the paper's, not this run's."]
+    subsets = eval_subsets(root / "eval")
+    if subsets:
+        limits.insert(0, SUBSET_NOTE)
     if profile == "smoke":
         limits.insert(0, SMOKE_NOTE)
     text = "\n".join(textwrap.fill("\u2022 " + s, 78, subsequent_indent="   ") for s in limits)
@@ -192,7 +215,7 @@ def summary_page(root: str | os.PathLike, *, title: str = "", profile: str = "",
     top -= 2 * fh + 0.012
     fig.text(0.04, top, "Tables 3-6: this run beside the paper (first published model of each row)",
              fontsize=6.8, weight="bold", va="top")
-    trows = table_rows(root / "tables")
+    trows = table_rows(root / "tables", subsets)
     _draw_table(fig.add_axes((0.04, 0.02, 0.47, top - 0.035)), trows, ["table", "benchmark", "this run", "paper"],
                 [0.13, 0.2, 0.14, 0.53], 5.2)
     fig.text(0.54, top, "What this profile cannot show", fontsize=6.8, weight="bold", va="top")

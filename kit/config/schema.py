@@ -88,6 +88,11 @@ class SandboxConfig:
     # modules every worker imports once beyond the standard library, shared copy-on-write by the
     # calls; each costs every call fork + exit time (kit.sandbox.worker.SCIENCE_PREIMPORTS)
     preimport: tuple[str, ...] = ("numpy", "scipy", "scipy.special", "scipy.linalg", "sympy")
+    # answer a code call whose code and input already ran in the same rollout batch (one local RL step, one
+    # held-out evaluation) with that result, marked cached, where a rerun could not differ
+    # (kit.sandbox.step_cache: deterministic code, ok/error well within the limit); never across steps.
+    # The feedback every trajectory sees is the same either way; off (the release's behaviour): every call runs
+    step_cache: bool = False
 
 
 @dataclass(frozen=True)
@@ -148,6 +153,10 @@ class AlgorithmConfig:
     grad_clip: float = 1.0  # gradient norm clip
     warmup_steps: int = 20  # linear learning-rate warm-up, RL steps
     ppo_epochs: int = 1  # passes of the policy update over each step's batch
+    # local trainer: padded tokens per micro-batch of the policy update (rows sorted by length; gradients summed).
+    # Smaller pads less: 2048 took 0.71 of 16384's CPU s on 48 tiny RL rows (issue #35, benchmarks/step_profile.py),
+    # but sums the gradient in another order (weights differ at ~1e-6 after 4 updates), so it is opt-in
+    update_micro_tokens: int = 16384
 
 
 @dataclass(frozen=True)

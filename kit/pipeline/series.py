@@ -29,7 +29,7 @@ from kit.config import load
 from kit.paths import REPO_ROOT
 from kit.pipeline.failures import PipelineError, describe_failure, failed_cell, mark_not_run
 from kit.pipeline.kernels import QuietKernelManager
-from kit.pipeline.timing import children_cpu_s
+from kit.pipeline.timing import children_cpu_s, machine_busy_cpu_s
 from kit.plan import Layout, ablation_arms, read_state, series, series_parameters
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
@@ -202,7 +202,10 @@ def run_series(
             limit; the command line defaults to the profile's :func:`default_cell_timeout`).
         echo: where the one-line status of each notebook is written.
     Returns:
-        One record per notebook: ``{"notebook", "status" ("done" | "skipped"), "seconds"}``.
+        One record per notebook: ``{"notebook", "status" ("done" | "skipped"), "seconds"}``; a notebook run now
+        also has ``cpu_seconds`` (its kernel and reaped children), ``load_avg`` and, where ``/proc/stat`` exists,
+        ``machine_cpu_seconds`` (busy CPU seconds of the run's CPUs while it ran, every process's:
+        :func:`kit.pipeline.timing.machine_busy_cpu_s`); ``pipeline_state.json`` keeps the same.
     Raises:
         PipelineError: before anything runs, a notebook without a ``parameters`` cell
             (:func:`check_parameters_cell`); else the first notebook that fails; the message names the notebook, the
@@ -324,6 +327,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
                       else ("an earlier notebook was rerun" if rerun_downstream and done else why))
             echo(f"[{i}/{total}] {nb.name}: running ({reason})")
             t0, c0 = time.perf_counter(), children_cpu_s()  # a job's CPU counts once it is reaped below
+            m0 = machine_busy_cpu_s()  # every process's on the run's CPUs (a background job's beside it too)
             if job is not None:  # its outputs are the job's work: never cleared here
                 if job.returncode is None:
                     echo(f"    waiting for its background job (log {job.log})")
@@ -366,9 +370,11 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
                                   "error": str(err)}
                 _write_state(layout, state)
                 raise err from exc
-            seconds, cpu = time.perf_counter() - t0, children_cpu_s() - c0
+            seconds, cpu, m1 = time.perf_counter() - t0, children_cpu_s() - c0, machine_busy_cpu_s()
             load_avg = os.getloadavg()[0]
             extra = {"background_seconds": job.seconds, "background_exit": job.returncode} if job else {}
+            if m0 is not None and m1 is not None:
+                extra["machine_cpu_seconds"] = m1 - m0
             state[nb.name] = {"status": "done", "parameters": json.loads(json.dumps(nb.parameters)),
                               "source_sha": sha, "seconds": seconds, "cpu_seconds": cpu, "load_avg": load_avg,
                               "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **extra}

@@ -151,6 +151,43 @@ SFT_STEP_REFERENCE_S = load_step_reference()
 WORK_KEYS = ("sft.batch_size", "sft.max_seq_tokens", "sft.function_calling_sets", "sft.task_demo_fraction")
 
 
+def step_times(sft_metrics: str | os.PathLike) -> dict[int | None, list[float]]:
+    """The timed SFT steps of ``sft_metrics`` (``sft/metrics.jsonl``) by torch thread count: ``{threads:
+    [time_s, ...]}`` (None: a row without ``threads``); rows without a finite ``time_s >= 0`` are left out,
+    and a missing file gives ``{}``.
+
+    Raises:
+        ValueError: a line is not a JSON object (:class:`kit.metrics.MetricsError`, naming the file and line).
+    """
+    path = Path(sft_metrics)
+    if not path.is_file():
+        return {}
+    rows = read_metrics(path)  # MetricsError (a ValueError) names the file, and the line of a bad row
+    times: dict[int | None, list[float]] = {}
+    for t, th in zip(rows.get("time_s", ()), rows.get("threads", [None] * len(rows)), strict=False):
+        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t < 0:
+            continue
+        th = int(th) if isinstance(th, int | float) and not isinstance(th, bool) and math.isfinite(th) else None
+        times.setdefault(th, []).append(float(t))
+    return times
+
+
+def host_speed_factor(sft_metrics: str | os.PathLike, reference: str) -> float | None:
+    """The run's median SFT step at the reference's thread count over :data:`SFT_STEP_REFERENCE_S`'s
+    ``reference`` step (1.0: as fast as the reference host; 2.0: the same steps took twice as long), or
+    None: no such reference, or no timed step at its thread count. :func:`host_speed_line` says the same
+    in words; the caller decides whether the run's steps are the reference's work (:data:`WORK_KEYS`).
+
+    Raises:
+        ValueError: as :func:`step_times`.
+    """
+    ref = SFT_STEP_REFERENCE_S.get(reference)
+    if ref is None:
+        return None
+    at = step_times(sft_metrics).get(ref[1], [])
+    return statistics.median(at) / ref[0] if at else None
+
+
 def host_speed_line(sft_metrics: str | os.PathLike, profile: str, *, earlier: bool = False,
                     overrides: Sequence[str] = ()) -> str | None:
     """The host's speed as the run's cold start measured it, printed at the end of a run (issue #16: a
@@ -177,16 +214,7 @@ def host_speed_line(sft_metrics: str | os.PathLike, profile: str, *, earlier: bo
         ValueError: the file cannot be decoded as UTF-8, or a line is not a JSON object
             (:class:`kit.metrics.MetricsError`, naming the file and line).
     """
-    path = Path(sft_metrics)
-    if not path.is_file():
-        return None
-    rows = read_metrics(path)  # MetricsError (a ValueError) names the file, and the line of a bad row
-    times: dict[int | None, list[float]] = {}
-    for t, th in zip(rows.get("time_s", ()), rows.get("threads", [None] * len(rows)), strict=False):
-        if isinstance(t, bool) or not isinstance(t, int | float) or not math.isfinite(t) or t < 0:
-            continue
-        th = int(th) if isinstance(th, int | float) and not isinstance(th, bool) and math.isfinite(th) else None
-        times.setdefault(th, []).append(float(t))
+    times = step_times(sft_metrics)
     if not times:
         return None
     every = [t for ts in times.values() for t in ts]

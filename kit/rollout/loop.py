@@ -84,6 +84,7 @@ class CallRecord:
     cut_tokens: int = 0  # tokens removed by the feedback truncation
     shown: bool = True  # False when the feedback did not fit the budget (finish_reason "budget")
     detail: str = ""  # malformed reason or infra exception text
+    cached: bool = False  # answered from an identical call of the same step (kit.sandbox.step_cache), not run
 
 
 @dataclass
@@ -309,7 +310,7 @@ async def _run_calls(parsed, turn, executor, cfg, call_factory, timeout_s, token
                                                      cfg.tool_response_max_tokens)
                 rec = CallRecord(turn, i, res.status, protocol.STATUS_KIND[res.status], text, name=c.name,
                                  code=c.code, input=c.input, wall_s=float(getattr(res, "wall_s", 0.0) or 0.0),
-                                 cut_tokens=cut)
+                                 cut_tokens=cut, cached=bool(getattr(res, "cached", False)))
         records.append(rec)
     return records
 

@@ -107,6 +107,8 @@ class ToolResult:
             and the worker's work between calls, for benchmarks and the self-test;
             :func:`kit.sandbox.timings.phases` turns them into durations. None for infra errors;
             with Ray on several machines the stamps mix two machines' clocks.
+        cached: the result of an earlier identical call of the same step, not a run of this one
+            (:class:`kit.sandbox.step_cache.StepCache`; ``wall_s``, ``cpu_s`` are 0 and ``timings`` None then).
     """
 
     status: str
@@ -119,6 +121,7 @@ class ToolResult:
     truncated: bool = False
     data: Any = None
     timings: dict | None = field(default=None, repr=False, compare=False)
+    cached: bool = False
 
     @property
     def ok(self) -> bool:

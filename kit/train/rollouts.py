@@ -28,6 +28,7 @@ from kit.reward import averify_batch
 from kit.rollout import rollout_batch, run_coroutine
 from kit.rollout.engine import make_backend
 from kit.sandbox import SandboxPool
+from kit.sandbox.step_cache import StepCache
 
 
 @dataclass
@@ -48,6 +49,8 @@ class Batch:
         engine: the backend's counters for this batch (``tokens`` sampled, ``steps`` decode
             forwards, ``row_steps`` rows x steps, ``prefills``, ``busy_s``, ...; empty for a
             backend without them).
+        tool_cache: with ``sandbox.step_cache``, the batch's :class:`kit.sandbox.step_cache.StepCache`
+            counts (``hits`` answered from an identical call of this batch, ``misses``, ``uncached``); else empty.
     """
 
     problems: list[TaskProblem]
@@ -59,6 +62,7 @@ class Batch:
     time_verify_s: float
     cpu_generate_s: float = 0.0
     engine: dict[str, float] = field(default_factory=dict)
+    tool_cache: dict[str, int] = field(default_factory=dict)
 
     def flat(self) -> list[Any]:
         """All trajectories, problem-major (index ``p * n + g``)."""
@@ -84,6 +88,8 @@ async def collect(cfg: KitConfig, model, tokenizer, problems: Sequence[TaskProbl
         A :class:`Batch`.
     """
     backend = make_backend(model, tokenizer, cfg.rollout, seed)
+    if cfg.sandbox.step_cache:  # one cache per batch: nothing is reused across steps or evaluations
+        executor = StepCache(executor, cfg.sandbox.timeout_s)
     t0, c0 = time.perf_counter(), time.process_time()
     try:
         groups = await rollout_batch(backend, tokenizer, [p.question for p in problems], executor, n, cfg.rollout,
@@ -103,7 +109,8 @@ async def collect(cfg: KitConfig, model, tokenizer, problems: Sequence[TaskProbl
     reasons = [[v.reason for v in verdicts[i * n:(i + 1) * n]] for i in range(len(problems))]
     t_tool = sum(c.wall_s for g in groups for t in g for c in t.calls)
     engine = {k: float(v) for k, v in getattr(backend, "stats", {}).items()}
-    return Batch(list(problems), groups, rewards, reasons, t_gen, t_tool, t_ver, c_gen, engine)
+    return Batch(list(problems), groups, rewards, reasons, t_gen, t_tool, t_ver, c_gen, engine,
+                 dict(executor.stats) if isinstance(executor, StepCache) else {})
 
 
 async def grade(pairs: Sequence[tuple[str, str]]) -> list[Any]:

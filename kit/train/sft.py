@@ -193,6 +193,29 @@ def sft_loss_sum(model, rows: list, pad_id: int) -> tuple[torch.Tensor, int]:
     return -logp.sum(), int(m.sum())
 
 
+def sft_step(model, optimizer, rows: list, pad_id: int) -> tuple[float, int, float]:
+    """One SFT optimizer step on ``rows``: gradients of the token-mean loss summed over length-sorted
+    micro-batches (:data:`MICRO_TOKENS` padded tokens each), clipped to norm 1.0, then ``optimizer.step()``.
+    The learning rate is the caller's (set on ``optimizer.param_groups`` before).
+
+    Args:
+        rows: the batch's ``(ids, mask)`` pairs (:func:`batch_rows`).
+    Returns:
+        ``(loss_sum, n_tokens, grad_norm)``: summed -log p over the mask-1 target tokens (nats), their count,
+        the gradient norm before clipping.
+    """
+    n_tok = sum(sum(m[1:]) for _, m in rows)
+    optimizer.zero_grad(set_to_none=True)
+    total = 0.0
+    for group in micro_batches([len(ids) for ids, _ in rows], MICRO_TOKENS):
+        loss_sum, _ = sft_loss_sum(model, [rows[i] for i in group], pad_id)
+        (loss_sum / n_tok).backward()
+        total += float(loss_sum.detach())
+    gn = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+    optimizer.step()
+    return total, n_tok, gn
+
+
 # --------------------------------------------------------------------------- training
 
 
@@ -256,15 +279,7 @@ def run_sft(cfg: KitConfig, run_dir: str | Path, progress: Callable[[dict], None
         lr = common.lr_at(step, sc.lr, warmup, sc.steps, sc.schedule, sc.min_lr_ratio)
         for g in opt.param_groups:
             g["lr"] = lr
-        n_tok = sum(sum(m[1:]) for _, m in rows)
-        opt.zero_grad(set_to_none=True)
-        total = 0.0
-        for group in micro_batches([len(ids) for ids, _ in rows], MICRO_TOKENS):
-            loss_sum, _ = sft_loss_sum(model, [rows[i] for i in group], tok.pad_token_id)
-            (loss_sum / n_tok).backward()
-            total += float(loss_sum.detach())
-        gn = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
-        opt.step()
+        total, n_tok, gn = sft_step(model, opt, rows, tok.pad_token_id)
         loss_val = total / max(n_tok, 1)
         row = {"stage": "sft", "step": step + 1, "global_step": step + 1, "loss": loss_val, "lr": lr,
                "tokens": n_tok, "grad_norm": gn, "time_s": time.perf_counter() - t0, "seed": cfg.seed,

@@ -24,7 +24,7 @@ from kit.train.batching import micro_batches, pad_rows
 from kit.train.rollouts import Batch
 
 ALGORITHMS = ("grpo", "grpo_roc")
-MICRO_TOKENS = 16384
+MICRO_TOKENS = 16384  # the no-grad forwards' micro-batch; the update's is algorithm.update_micro_tokens (same default)
 
 
 def token_logprobs(model, ids: torch.Tensor, att: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -96,7 +96,7 @@ def policy_update(cfg: KitConfig, model, optimizer, trajectories: Sequence[Any],
     zero = [skip_zero_advantage and float(advantages[i]) == 0.0 for i in range(len(rows))]
     active = [i for i in range(len(rows)) if not zero[i]]
     skipped = [i for i in range(len(rows)) if zero[i]]
-    chunks = [[active[j] for j in c] for c in micro_batches([len(rows[i][0]) for i in active], MICRO_TOKENS)]
+    chunks = [[active[j] for j in c] for c in micro_batches([len(rows[i][0]) for i in active], a.update_micro_tokens)]
     tensors = [pad_rows([rows[i] for i in c], pad_id) for c in chunks]
     if recompute_old is None:
         recompute_old = a.ppo_epochs > 1

@@ -269,6 +269,8 @@ def test_each_notebook_gets_its_cpu_seconds_and_the_run_a_times_table(tmp_path, 
     assert "CPU s" in lines[1] and "load average" in lines[1]
     state = pipeline.read_state(lay)
     assert state["busy"]["cpu_seconds"] == pytest.approx(by["busy"]["cpu_seconds"])
+    # the machine's busy CPU seconds while each ran (/proc/stat, every process): at least the kernel's own
+    assert by["busy"]["machine_cpu_seconds"] >= 0.9 and state["idle"]["machine_cpu_seconds"] >= 0
     table = pipeline.times_table(recs)
     assert "busy" in table and "idle" in table and "total" in table
     # a second invocation skips both and the table shows the earlier times

@@ -108,3 +108,23 @@ def test_without_pdfunite_the_summary_is_a_separate_file(run, tmp_path, monkeypa
     summary.prepend_summary(run, report, echo=notices.append)
     assert report.read_bytes() == before
     assert len(notices) == 1 and "pdfunite" in notices[0] and str(run / "summary.pdf") in notices[0]
+
+
+def test_a_benchmark_subset_is_stated_beside_this_runs_numbers(run):
+    """Issue #35: on tiny, notebook 08 runs the first eval.max_problems problems of each benchmark (a check of
+    the evaluation path); the summary page says n/N beside the benchmark and why, in the limits box."""
+    out = run / "eval" / "eval"
+    out.mkdir(parents=True)
+    (out / "aime24.json").write_text(json.dumps({"avg_at_n": 0.05, "n_samples": 4, "n_problems": 2,
+                                                 "manifest": {"benchmark_size": 30}}))
+    (out / "math500.json").write_text(json.dumps({"avg_at_n": 0.0, "n_samples": 4, "n_problems": 500,
+                                                  "manifest": {"benchmark_size": 500}}))  # the whole file: no mark
+    subsets = summary.eval_subsets(run / "eval")
+    assert subsets == {"AIME24": (2, 30)}
+    rows = summary.table_rows(run / "tables", subsets)
+    assert next(r for r in rows if r[0] == "Table 3" and r[1].startswith("AIME24"))[1:3] == ["AIME24 (2/30)", "5.0"]
+    assert "AIME24" in [r[1] for r in summary.table_rows(run / "tables")]  # no subsets given: no mark
+    page = " ".join(t.get_text() for t in summary.summary_page(run).texts)
+    assert "the first n of each benchmark's N problems" in " ".join(page.split())
+    shutil.rmtree(run / "eval")
+    assert "the first n of each" not in " ".join(" ".join(t.get_text() for t in summary.summary_page(run).texts).split())

@@ -1,0 +1,196 @@
+"""The notebook series, timed (issue #35): per-notebook wall and CPU seconds, the machine's busy CPU seconds,
+the host's speed and the distance to the machine's limit, in one run.
+
+Usage::
+
+    .venv/bin/python benchmarks/tiny_series.py [--profile tiny] [--run bench] [--seed 0] [--until 08]
+        [--set key=value ...] [--force] [--no-overlap] [--no-report] [--no-limits]
+    .venv/bin/python benchmarks/tiny_series.py --read reports/tiny/main [--no-limits]   # a finished run's state
+
+It runs the series as ``python -m kit reproduce`` does (:func:`kit.pipeline.run_series` into
+``reports/<profile>/<run>/``, resumable; then the report unless ``--until`` or ``--no-report``) and prints,
+per notebook: wall seconds, the runner's CPU seconds (the kernel and its reaped children, the background
+job's once reaped) and the machine's busy CPU seconds while it ran (``/proc/stat``, every process on the
+run's CPUs: also the sandbox's per-call children the runner's count misses, and anything else running).
+While 06's training runs in the background beside 03-05, 07 and 08 (the local runtime's overlap), their
+machine column includes that job's work; 06's row is then its wait and the notebook. ``--read`` prints the
+same table from a run's ``pipeline_state.json`` (runs before issue #35 have no machine column).
+
+The host-speed factor is the run's median cold-start step at 2 threads over the reference in
+``kit/reference/host_speed.yaml`` (:func:`kit.pipeline.timing.host_speed_factor`): 1.0 is the reference
+host's speed, 1.3 means this host took 1.3 times as long for the same steps. A profile without a reference
+whose SFT step is the same work as one with (smoke: the tiny step, 40 steps instead of 600) is compared
+with that one; ``nan`` where no cold start ran at 2 threads or ``--set`` changes a step's work.
+
+Then (unless ``--no-limits``) ``benchmarks/machine_limit.py``'s figures, measured now in this process:
+sustained fp32/bf16 matmul FLOP/s at 2 threads and the SFT step's, an RL update's and the decode's model
+FLOPs utilisation against the fp32 bound; and the run's own rollout decode tokens/s (stage metrics'
+``perf_decoded_tokens`` over ``time_generate_s``) against the probe's.
+
+Last line: ``series_wall_s=<x> series_cpu_s=<y> machine_cpu_s=<z> host_factor=<f>`` (the invocation's wall
+seconds including the report, the runner's CPU seconds summed over the notebooks run now, the machine's busy
+CPU seconds over the whole invocation; with ``--read``: the state's sums, machine over the notebooks that
+have it). Ratios between two runs are only meaningful at the same ``host_factor`` and load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import math
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from kit.config import load  # noqa: E402
+from kit.metrics import read_rows  # noqa: E402
+from kit.pipeline.timing import (  # noqa: E402
+    SFT_STEP_REFERENCE_S,
+    WORK_KEYS,
+    host_speed_factor,
+    machine_busy_cpu_s,
+    usable_cpus,
+)
+
+
+def reference_profile(profile: str, overrides: dict[str, Any] | None = None) -> str | None:
+    """The host-speed reference that applies to ``profile``'s cold-start step: its own, else that of a
+    referenced profile whose SFT step is the same work (the model section but ``torch_threads``, and the
+    :data:`WORK_KEYS` of ``sft``); None when ``overrides`` change that work or none matches."""
+    over = dict(overrides or {})
+    if any(k in WORK_KEYS or (k.startswith("model.") and k != "model.torch_threads") for k in over):
+        return None
+    if profile in SFT_STEP_REFERENCE_S:
+        return profile
+
+    def work(cfg) -> tuple:
+        model = dataclasses.replace(cfg.model, torch_threads=0)
+        return model, tuple(getattr(cfg.sft, k.split(".", 1)[1]) for k in WORK_KEYS)
+
+    mine = work(load(profile, over, write=False))
+    return next((ref for ref in SFT_STEP_REFERENCE_S if work(load(ref, write=False)) == mine), None)
+
+
+def table(records: list[dict[str, Any]]) -> str:
+    """Per-notebook rows: status, wall s, runner CPU s, machine CPU s (``-`` where not measured)."""
+    lines = [f"{'notebook':<30} {'status':<8} {'wall s':>8} {'cpu s':>8} {'machine s':>10}"]
+    for r in records:
+        mach = r.get("machine_cpu_seconds")
+        lines.append(f"{r['notebook']:<30} {r['status']:<8} {r.get('seconds', 0.0):>8.0f} {r.get('cpu_seconds', 0.0):>8.0f} "
+                     f"{'-' if mach is None else f'{mach:.0f}':>10}")
+    done = [r for r in records if r["status"] == "done"]
+    mach = [r["machine_cpu_seconds"] for r in done if r.get("machine_cpu_seconds") is not None]
+    lines.append(f"{'total':<30} {'':<8} {sum(r['seconds'] for r in done):>8.0f} "
+                 f"{sum(r.get('cpu_seconds', 0.0) for r in done):>8.0f} {sum(mach) if mach else float('nan'):>10.0f}")
+    return "\n".join(lines)
+
+
+def state_records(root: Path) -> list[dict[str, Any]]:
+    """The finished notebooks of ``root/pipeline_state.json`` as :func:`kit.pipeline.run_series` records.
+
+    Raises:
+        FileNotFoundError: no state file in ``root``.
+    """
+    path = root / "pipeline_state.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no pipeline_state.json in {root} (not a series run folder)")
+    state = json.loads(path.read_text())
+    return [{"notebook": name, **entry} for name, entry in state.items() if entry.get("status") == "done"]
+
+
+def run_decode_rate(root: Path, stages: tuple[str, ...]) -> float | None:
+    """The run's rollout decode tokens per wall second over its RL stages' steps (``perf_decoded_tokens``
+    over ``time_generate_s``; tool calls overlap generation, so this is a lower bound of the engine's rate),
+    or None where no stage wrote them."""
+    tokens = seconds = 0.0
+    for stage in stages:
+        for row in read_rows(root / stage / "metrics.jsonl", missing_ok=True, partial_ok=True):
+            tok, sec = row.get("perf_decoded_tokens"), row.get("time_generate_s")
+            if isinstance(tok, int | float) and isinstance(sec, int | float) and sec > 0:
+                tokens, seconds = tokens + tok, seconds + sec
+    return tokens / seconds if seconds else None
+
+
+def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], Path, float, float | None, str, dict]:
+    """Run (or read) the series; returns ``(records, run folder, wall s, machine CPU s, profile, overrides)``."""
+    from kit.cli import parse_sets
+
+    overrides = parse_sets(args.set)
+    if args.read:
+        root = Path(args.read)
+        cfg = json.loads((root / "sft" / "config.json").read_text()) if (root / "sft" / "config.json").is_file() else {}
+        recs = state_records(root)
+        mach = [r["machine_cpu_seconds"] for r in recs if r.get("machine_cpu_seconds") is not None]
+        return recs, root, sum(r.get("seconds", 0.0) for r in recs), sum(mach) if mach else None, \
+            cfg.get("profile", args.profile), overrides
+    from kit import report
+    from kit.pipeline import default_cell_timeout, run_series, standard_series
+    from kit.plan import Layout
+
+    layout = Layout.for_run(args.profile, args.run, args.reports_root)
+    series = standard_series(layout, seed=args.seed, overrides=overrides, overlap_jobs=not args.no_overlap)
+    if args.until:
+        last = next((i for i, nb in enumerate(series) if nb.name.startswith(args.until)), None)
+        if last is None:
+            raise SystemExit(f"--until {args.until!r} matches no notebook of {', '.join(nb.name for nb in series)}")
+        series = series[:last + 1]
+    t0, busy0 = time.perf_counter(), machine_busy_cpu_s()
+    recs = run_series(series, layout, force=args.force, cell_timeout_s=default_cell_timeout(args.profile))
+    if not (args.until or args.no_report):
+        t1, b1 = time.perf_counter(), machine_busy_cpu_s()
+        print(f"report: {report.build_report(layout)}")
+        recs.append({"notebook": "report (kit.report)", "status": "done", "seconds": time.perf_counter() - t1,
+                     "cpu_seconds": 0.0, **({} if b1 is None else {"machine_cpu_seconds": machine_busy_cpu_s() - b1})})
+    busy1 = machine_busy_cpu_s()
+    return recs, layout.root, time.perf_counter() - t0, None if busy0 is None else busy1 - busy0, args.profile, overrides
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--profile", default="tiny")
+    ap.add_argument("--run", default="bench", help="run name: reports/<profile>/<run>/")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--until", default="", help="stop after the notebook whose name starts with this (no report)")
+    ap.add_argument("--set", action="append", default=[], help="config override key=value, as python -m kit reproduce")
+    ap.add_argument("--force", action="store_true", help="rerun finished notebooks")
+    ap.add_argument("--no-overlap", action="store_true", help="06's training in order, not in the background")
+    ap.add_argument("--no-report", action="store_true", help="do not build report.pdf at the end")
+    ap.add_argument("--no-limits", action="store_true", help="skip the matmul bound and MFU probes")
+    ap.add_argument("--read", default="", help="print a finished run folder's times instead of running")
+    ap.add_argument("--reports-root", default=None, help=argparse.SUPPRESS)
+    args = ap.parse_args(argv)
+    recs, root, wall, machine, profile, overrides = run(args)
+    print(table(recs))
+    cpu = sum(r.get("cpu_seconds", 0.0) for r in recs if r["status"] == "done")
+    ref = reference_profile(profile, overrides)
+    factor = host_speed_factor(root / "sft" / "metrics.jsonl", ref) if ref else None
+    cores = len(usable_cpus())
+    print(f"{cores} cores; machine busy {'-' if machine is None else f'{machine:.0f}'} CPU s over {wall:.0f} s wall"
+          + ("" if machine is None or wall <= 0 else f" ({machine / (cores * wall):.0%} of the cores)"))
+    ref_s = SFT_STEP_REFERENCE_S.get(ref or "", (math.nan, 0, ""))
+    print(f"host speed: median cold-start step at {ref_s[1]} threads over {ref_s[0]:.3f} s ({ref_s[2] or 'no reference'}"
+          f"{'' if ref == profile else f', the {ref} reference: the same step'}) = "
+          f"{'nan' if factor is None else f'{factor:.2f}'}")
+    if not args.no_limits:
+        import machine_limit
+
+        lim = machine_limit.measure()
+        cfg = load(profile, overrides, write=False)
+        rate = run_decode_rate(root, tuple(cfg.stages.names))
+        if rate is not None:
+            print(f"the run's rollout decode: {rate:.0f} tokens per generate-wall second over its stages "
+                  f"({rate / lim['decode_tok_s']:.2f} of the probe's {lim['decode_tok_s']:.0f}: tool calls and "
+                  "short, uneven batches)")
+        print(machine_limit.result_line(lim))
+    print(f"series_wall_s={wall:.0f} series_cpu_s={cpu:.0f} machine_cpu_s={'nan' if machine is None else f'{machine:.0f}'} "
+          f"host_factor={'nan' if factor is None else f'{factor:.2f}'}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

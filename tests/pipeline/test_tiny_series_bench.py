@@ -1,0 +1,32 @@
+"""benchmarks/tiny_series.py on a finished run's state (``--read``): the per-notebook table with the machine's
+CPU seconds, the host-speed factor (smoke against the tiny reference: the same SFT step) and the last line."""
+
+from __future__ import annotations
+
+import json
+
+from doubles import load_benchmark
+
+from kit.pipeline.timing import SFT_STEP_REFERENCE_S
+
+
+def test_read_prints_the_table_the_host_factor_and_the_result_line(tmp_path, capsys):
+    bench = load_benchmark("tiny_series")
+    state = {"00_setup_and_sandbox_check": {"status": "done", "seconds": 10.0, "cpu_seconds": 4.0, "machine_cpu_seconds": 9.0},
+             "01_data_curation": {"status": "done", "seconds": 20.0, "cpu_seconds": 16.0, "machine_cpu_seconds": 30.0},
+             "02_cold_start_sft": {"status": "failed", "seconds": 5.0}}
+    (tmp_path / "pipeline_state.json").write_text(json.dumps(state))
+    (tmp_path / "sft").mkdir()
+    (tmp_path / "sft" / "config.json").write_text(json.dumps({"profile": "smoke"}))
+    ref = SFT_STEP_REFERENCE_S["tiny"][0]
+    rows = [{"step": i, "loss": 1.0, "time_s": t * ref, "threads": th} for i, (t, th) in
+            enumerate([(1.2, 2), (1.4, 2), (9.0, 1), (1.3, 2)], 1)]
+    (tmp_path / "sft" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert bench.main(["--read", str(tmp_path), "--no-limits"]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1] == "series_wall_s=30 series_cpu_s=20 machine_cpu_s=39 host_factor=1.30"  # median at 2 threads
+    row = next(x for x in out if x.startswith("01_data_curation")).split()
+    assert row[1:] == ["done", "20", "16", "30"] and not any(x.startswith("02_") for x in out)
+    assert "the tiny reference: the same step" in next(x for x in out if x.startswith("host speed"))
+    assert bench.reference_profile("smoke") == "tiny" and bench.reference_profile("tiny") == "tiny"
+    assert bench.reference_profile("smoke", {"sft.batch_size": 8}) is None  # other work per step

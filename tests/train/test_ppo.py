@@ -93,3 +93,31 @@ def test_rl_step_refuses_gae_without_a_critic_and_roc_comes_back_only_when_asked
 
     with pytest.raises(ValueError, match="needs the stage's critic"):
         run_coroutine(rl_step(cfg, cfg.stages["stage1"], None, None, None, [], 0, None))
+
+
+def test_a_killed_ppo_stage_resumes_with_its_critic_and_writes_the_same_rows(policy, tmp_path, monkeypatch):
+    async def grade(pairs):
+        return [SimpleNamespace(correct=len(text) % 2 == 0, reason="test-double") for _, text in pairs]
+
+    monkeypatch.setattr(rollouts, "grade", grade)
+    cfg = rl_cfg(**{"algorithm.adv_estimator": "gae", "stages.stage1.steps": 3, "stages.stage1.checkpoint_every": 1,
+                    "critic.lr": 1e-3, "model.torch_threads": 1})
+    rl.run_stage(cfg, "stage1", policy, tmp_path / "a", evaluate=False)
+
+    class Killed(Exception):
+        pass
+
+    def die(row):
+        if row.get("step") == 3:
+            raise Killed  # after step 3's row; the last checkpoint (policy and critic) is step 2
+
+    with pytest.raises(Killed):
+        rl.run_stage(cfg, "stage1", policy, tmp_path / "b", progress=die, evaluate=False)
+    rl.run_stage(cfg, "stage1", policy, tmp_path / "b", evaluate=False)
+
+    def strip(rows):
+        return [{k: v for k, v in r.items() if not k.startswith(("time_", "perf_"))} for r in rows]
+
+    assert strip(common.metric_rows(tmp_path / "b")) == strip(common.metric_rows(tmp_path / "a"))
+    a, b = (critic.critic_from(tmp_path / d / critic.CRITIC_DIR, cfg) for d in ("a", "b"))
+    assert torch.equal(_params(a.model), _params(b.model))

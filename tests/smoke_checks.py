@@ -17,15 +17,17 @@ import pandas as pd
 import pytest
 
 from kit import claims, pipeline, plan
+from kit.analysis import code_behaviour
 
 #: keys every local RL row must have (each declared in kit.metrics.RL_KEYS: tests/test_metrics_schema.py)
 LOCAL_RL_KEYS = ("stage", "step", "global_step", "reward_mean", "accuracy", "response_len_mean", "truncation_ratio",
                  "tool_calls_per_traj", "tool_error_ratio_correct_before", "tool_error_ratio_correct_after",
                  "p_format_mean", "kept", "time_generate_s", "time_tool_s", "time_verify_s", "time_update_s",
-                 "algorithm", "seed")
+                 "algorithm", "seed", *code_behaviour.KEYS)
 #: the keys of a VERL RL row of every algorithm (kit.bridge.metric_map.METRIC_MAP, from kit.metrics)
 VERL_RL_KEYS = ("stage", "step", "global_step", "reward_mean", "accuracy", "response_len_mean", "truncation_ratio",
-                "tool_calls_per_traj", "time_generate_s", "time_tool_s", "time_update_s", "algorithm", "seed")
+                "tool_calls_per_traj", "time_generate_s", "time_tool_s", "time_update_s", "algorithm", "seed",
+                "code_ratio", "self_corrections")  # ReTool's behaviour keys that are never NaN (the others may be absent)
 
 
 def rows(path) -> list[dict]:

@@ -42,6 +42,8 @@ NOT_COUNTED = ("infra_error", "skipped")
 #: the step metrics, in :func:`step_metrics`' order (declared in ``kit.metrics.RL_KEYS``)
 KEYS = ("code_ratio", "code_lines_per_call", "code_pass_rate", "code_pass_rate_correct", "self_corrections",
         "self_correction_rate_correct", "first_call_position")
+#: the keys that are NaN at a step without a call (or without a correct response); VERL rows leave them out there
+MAY_BE_UNDEFINED = tuple(k for k in KEYS if k not in ("code_ratio", "self_corrections"))
 #: ``extra_fields`` keys of one trajectory's summary (:meth:`CodeUse.fields`)
 FIELDS = ("code_calls", "code_ok_calls", "code_lines", "code_line_calls", "code_self_corrections",
           "code_first_call_token")

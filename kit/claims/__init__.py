@@ -59,7 +59,7 @@ KEY_FIELDS = ("key", "n_key")
 TEST_KEYS = ("name", "kind", "statistic", "interval", "comparison", "threshold")
 CLAIM_KEYS = ("id", "source", "claim", "paper", "tests")
 
-__all__ = ["CLAIMS_FILE", "VERDICTS", "ClaimResult", "ClaimsError", "RunDirs", "TestResult", "claims_table",
+__all__ = ["CLAIMS_FILE", "DEFAULT_SECTION", "VERDICTS", "ClaimResult", "ClaimsError", "RunDirs", "TestResult", "claims_table",
            "evaluate_claims", "load_claims", "read_claims", "write_claims"]
 
 

@@ -75,7 +75,8 @@ RL_KEYS: dict[str, Metric] = {
     "stage": Metric("name", "n/a", "the RL stage (stage1, stage2, ...)", None, "written by the converter"),
     "step": Metric("count", "n/a", "step within the stage, from 1", None, "written by the converter"),
     "global_step": Metric("count", "n/a", "RL step over all stages", None, "written by the converter"),
-    "algorithm": Metric("name", "n/a", "grpo or grpo_roc", None, "written by the converter"),
+    "algorithm": Metric("name", "n/a", "grpo, grpo_roc, or ppo / ppo_roc (adv_estimator gae, kit.train.critic)", None,
+                        "written by the converter"),
     "seed": Metric("count", "n/a", "the run's seed", None, "written by the converter"),
     "engine": Metric("name", "n/a", "\"verl\" on VERL rows (absent locally)", None, "written by the converter"),
     "reward_mean": Metric("reward", "sampled", "mean outcome reward", (
@@ -147,6 +148,18 @@ RL_KEYS: dict[str, Metric] = {
     "neg_logp": Metric("nats", "kept", "-mean log p of the trained tokens", None, "as loss (actor/entropy)"),
     "update_tokens": Metric("tokens", "kept", "tokens the update trained on", None, _LOCAL),
     "update_rows_skipped": Metric("count", "kept", "kept rows skipped by the update (too long)", None, _LOCAL),
+    # PPO's critic (algorithm.adv_estimator = "gae"; kit.train.critic, VERL's critic worker); absent on GRPO rows
+    "value_loss": Metric("reward^2", "kept", "PPO: clipped value loss, half the token-mean squared error (kit.algo.gae)",
+                         ("critic/vf_loss",), "VERL's critic worker (workers/utils/losses.py value_loss)"),
+    "vf_clipfrac": Metric("ratio", "kept", "PPO: share of model tokens where the value clip won", ("critic/vf_clipfrac",),
+                          "VERL's critic worker"),
+    "vf_explained_var": Metric("ratio", "kept", "PPO: 1 - Var(returns - values) / Var(returns) over model tokens, "
+                               "the rollout's values (before the critic's update)", ("critic/vf_explained_var",),
+                               "VERL's data metrics (metric_utils.compute_data_metrics)"),
+    "values_mean": Metric("reward", "kept", "PPO: mean critic value over model tokens (before the update)",
+                          ("critic/values/mean",), "VERL's data metrics"),
+    "critic_grad_norm": Metric("norm", "kept", "PPO: critic gradient norm before clipping", ("critic/grad_norm",),
+                               "VERL's critic worker"),
 }
 
 #: Keys of an SFT ``metrics.jsonl`` row (``kit.train.sft``).
@@ -185,6 +198,9 @@ VERL_POPULATION: dict[str, str] = {
     **{n: "kept" for n in ("critic/score/mean", "critic/rewards/mean", "response_length/mean",
                            "response_length/clip_ratio", "num_turns/mean", "prompt_length/mean")},
     **{n: "step" for n in ("timing_s/gen", "timing_s/update_actor", "timing_s/step")},
+    # PPO's critic (adv_estimator = "gae"): over the batch it trains on
+    **{n: "kept" for n in ("critic/vf_loss", "critic/vf_clipfrac", "critic/vf_explained_var", "critic/values/mean",
+                           "critic/grad_norm")},
 }
 
 #: Every declared key (what ``kit/reference/claims.yaml`` may name).
@@ -215,6 +231,12 @@ RL_NAMES: dict[str, tuple[str, ...]] = {
     "trained_num_turns_mean": ("num_turns/mean",),  # VERL's count: user + assistant turns + 1
     "trained_num_turns_max": ("num_turns/max",),
     "trained_num_turns_min": ("num_turns/min",),
+    # PPO's critic (adv_estimator = "gae"; the golden list's PPO names)
+    "value_loss": ("critic/vf_loss",),
+    "vf_clipfrac": ("critic/vf_clipfrac",),
+    "vf_explained_var": ("critic/vf_explained_var",),
+    "values_mean": ("critic/values/mean",),
+    "critic_grad_norm": ("critic/grad_norm",),
 }
 #: Kit SFT row -> VERL's SFT trainer (``verl.trainer.sft_trainer`` logs ``train/<k>``).
 SFT_NAMES: dict[str, tuple[str, ...]] = {

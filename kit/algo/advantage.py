@@ -1,7 +1,8 @@
 """Advantage estimators by name: the registry ``algorithm.adv_estimator`` picks from.
 
 rStar2-Agent §2.2.1 trains with GRPO's group-relative outcome advantage (``"grpo"``,
-:func:`kit.algo.grpo.group_advantage`). The names are VERL 0.9.1's ``algorithm.adv_estimator``
+:func:`kit.algo.grpo.group_advantage`); ReTool's PPO uses GAE with a critic (``"gae"``,
+:func:`kit.algo.gae.gae_advantage_return`; the local critic is :mod:`kit.train.critic`). The names are VERL 0.9.1's ``algorithm.adv_estimator``
 values, so the key means the same on both runtimes: the local trainer computes the advantage
 with the registered function (:func:`compute_advantage`, called by :mod:`kit.train.update`), and
 the VERL overrides pass the same name to VERL's own implementation
@@ -12,7 +13,8 @@ A new estimator (e.g. PPO's GAE of the ReTool comparison) is one function decora
 profile. Its inputs are the step's kept rows: ``rewards`` (B,) float outcome rewards,
 ``group_ids`` (B,) prompt labels, ``algo`` the ``AlgorithmConfig``; it returns (B,) float32
 advantages, which :func:`kit.algo.policy_loss` broadcasts over the response tokens. An estimator
-that needs more (a value model's (B, T) values) takes them as keyword arguments of its own.
+that needs more (a value model's (B, T) values) takes them as keyword arguments of its own and may
+return per-token (B, T) advantages, as ``"gae"`` does.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from kit.algo.gae import gae_advantage_return, outcome_token_rewards
 from kit.algo.grpo import group_advantage
 
 #: ``fn(rewards (B,), group_ids (B,), algo: AlgorithmConfig) -> (B,) float32 advantages``.
@@ -82,3 +85,24 @@ def grpo_advantage(rewards: torch.Tensor | Sequence[float] | np.ndarray,
     """GRPO (report §2.2.1; VERL ``compute_grpo_outcome_advantage`` with ``norm_adv_by_std_in_grpo``):
     ``(r - mean_g) / (std_g + algo.adv_eps)`` per group (:func:`kit.algo.grpo.group_advantage`)."""
     return group_advantage(torch.as_tensor(rewards, dtype=torch.float32), group_ids, algo.adv_eps, norm_by_std=True)
+
+
+@register_adv_estimator("gae")
+def gae_advantage(rewards: torch.Tensor | Sequence[float] | np.ndarray,
+                  group_ids: Sequence[Hashable] | np.ndarray | torch.Tensor, algo: Any, *,
+                  values: torch.Tensor, response_mask: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
+    """GAE (PPO with a critic; ReTool §3.2; VERL ``compute_gae_advantage_return``): the outcome reward on
+    each row's last response token (:func:`kit.algo.gae.outcome_token_rewards`), ``algo.gamma``,
+    ``algo.lam``; ``group_ids`` are not used (the critic is the baseline, not the group).
+
+    Args:
+        rewards: (B,) outcome rewards.
+        values: (B, T) the critic's values of the response tokens (:mod:`kit.train.critic`).
+        response_mask: (B, T) 1 on model tokens, 0 on tool feedback and padding.
+        lengths: (B,) response lengths (feedback included).
+    Returns:
+        (B, T) float32 advantages, whitened over the mask-1 tokens (mask-0 tokens hold the recursion's
+        carry, which no loss reads).
+    """
+    token_rewards = outcome_token_rewards(torch.as_tensor(rewards, dtype=torch.float32), lengths, values.shape[1])
+    return gae_advantage_return(token_rewards, values, response_mask, algo.gamma, algo.lam)[0]

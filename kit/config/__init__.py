@@ -29,6 +29,7 @@ from kit.config.schema import (
     LOG_BACKENDS,
     AblationConfig,
     AlgorithmConfig,
+    CriticConfig,
     DataConfig,
     EvalConfig,
     KitConfig,
@@ -43,7 +44,7 @@ from kit.config.schema import (
 )
 
 __all__ = [
-    "LOG_BACKENDS", "POSITIVE_LIMITS", "PROFILE_DIR", "AblationConfig", "AlgorithmConfig", "ConfigError", "DataConfig", "EvalConfig",
+    "LOG_BACKENDS", "POSITIVE_LIMITS", "PROFILE_DIR", "AblationConfig", "AlgorithmConfig", "ConfigError", "CriticConfig", "DataConfig", "EvalConfig",
     "KitConfig", "LogBackend", "LoggingConfig", "ModelConfig", "RolloutConfig", "SFTConfig", "SandboxConfig",
     "StageConfig", "StagesConfig", "available_profiles", "check", "check_limits", "check_minimums", "from_json", "load", "save",
 ]

@@ -148,6 +148,30 @@ class AlgorithmConfig:
     grad_clip: float = 1.0  # gradient norm clip
     warmup_steps: int = 20  # linear learning-rate warm-up, RL steps
     ppo_epochs: int = 1  # passes of the policy update over each step's batch
+    # PPO's GAE (adv_estimator = "gae", ReTool; VERL's algorithm.gamma / algorithm.lam, defaults 1.0):
+    gamma: float = 1.0  # discount over response tokens
+    lam: float = 1.0  # GAE lambda (1.0: Monte-Carlo return minus the critic's value)
+    # adv_estimator = "gae" samples G per prompt and keeps all (ReTool has no RoC); true: RoC's 2G -> G
+    # selection too (algorithm.name = "grpo_roc" then picks it, as for GRPO)
+    roc_with_gae: bool = False
+
+
+@dataclass(frozen=True)
+class CriticConfig:
+    """PPO's value model (ReTool §3.2; VERL's ``critic.*``), used when ``algorithm.adv_estimator = "gae"``.
+
+    The critic is the policy's architecture with a scalar value head (``Qwen3ForTokenClassification``,
+    one label, as VERL builds it), its backbone initialised from the policy the first PPO stage starts
+    from (VERL: ``critic.model.path`` = the actor's); it trains on the same rows as the policy.
+    """
+
+    lr: float = 1e-5  # critic learning rate (AdamW; VERL's critic.optim.lr default)
+    weight_decay: float = 0.01  # AdamW weight decay (VERL's critic.optim.weight_decay)
+    cliprange_value: float = 0.5  # value clip around the rollout's values (VERL's critic.cliprange_value)
+    ppo_epochs: int = 1  # passes of the critic update over each step's batch (VERL's critic.ppo_epochs)
+    grad_clip: float = 1.0  # critic gradient norm clip (VERL's critic.optim.clip_grad)
+    # how token value losses average into the batch loss (VERL's critic.loss_agg_mode)
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = "token-mean"
 
 
 @dataclass(frozen=True)
@@ -315,6 +339,7 @@ class KitConfig:
     sandbox: SandboxConfig = field(default_factory=SandboxConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    critic: CriticConfig = field(default_factory=CriticConfig)
     sft: SFTConfig = field(default_factory=SFTConfig)
     stages: StagesConfig = field(default_factory=StagesConfig)
     ablation: AblationConfig = field(default_factory=AblationConfig)

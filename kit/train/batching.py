@@ -57,3 +57,21 @@ def micro_batches(lengths: Sequence[int], max_tokens: int) -> list[list[int]]:
         else:
             groups.append([i])
     return groups
+
+
+def place_response(per_token: torch.Tensor, prompt_lens: Sequence[int], width: int) -> torch.Tensor:
+    """Response-aligned values in the layout of :func:`pad_rows`' rows of prompt + response.
+
+    Args:
+        per_token: (b, T) one value per response token of each row (row ``k``'s response token ``t`` at
+            ``[k, t]``; columns past a row's response are ignored).
+        prompt_lens: (b,) prompt lengths: row ``k``'s response starts at column ``prompt_lens[k]``.
+        width: the padded rows' length ``L``.
+    Returns:
+        (b, L) float32: ``out[k, prompt_lens[k] + t] = per_token[k, t]`` where that column exists, 0 elsewhere.
+    """
+    out = torch.zeros(per_token.shape[0], width, dtype=torch.float32)
+    for k, p in enumerate(prompt_lens):
+        n = min(per_token.shape[1], width - p)
+        out[k, p:p + n] = per_token[k, :n]
+    return out

@@ -57,6 +57,7 @@ from kit.models import load_policy, save_policy
 from kit.rollout import run_coroutine
 from kit.sandbox import SandboxPool
 from kit.train import common, tracking
+from kit.train.critic import CRITIC_DIR, open_critic, sampling
 from kit.train.rollouts import Batch, collect, evaluate_policy
 from kit.train.step import rl_step, step_problems
 from kit.train.update import ALGORITHMS, MICRO_TOKENS, policy_update, select, token_logprobs
@@ -131,7 +132,7 @@ async def _run_stage(cfg: KitConfig, stage_name: str, policy_dir: Path, run_dir:
         raise ValueError(f"unknown algorithm {algorithm!r}; expected one of {ALGORITHMS}")
     if cfg.algorithm.kl_coef > 0:
         raise ValueError("algorithm.kl_coef > 0 is not supported by the local engine (the report trains without KL)")
-    identity = {"stage": stage_name, "algorithm": algorithm, "seed": seed, "steps": steps, "init_dir": str(policy_dir),
+    identity = {"stage": stage_name, "algorithm": sampling(cfg)[2], "seed": seed, "steps": steps, "init_dir": str(policy_dir),
                 "max_response_tokens": stage.max_response_tokens}
     done = common.finished_summary(run_dir, identity)
     if done is not None:  # finished before with the same arguments: not run again
@@ -141,6 +142,7 @@ async def _run_stage(cfg: KitConfig, stage_name: str, policy_dir: Path, run_dir:
     threads = common.set_threads(cfg.model.torch_threads)  # adaptive when torch_threads < 0
     t_start = time.perf_counter()
     model, tok, opt, start = _policy_and_optimizer(cfg, stage, policy_dir, run_dir)
+    critic = open_critic(cfg, policy_dir, run_dir, reset_optimizer=stage.reset_optimizer)  # PPO ("gae") only
     writer = common.MetricsWriter(run_dir)
     writer.truncate(lambda r: not (r.get("stage") == stage_name and r.get("step", 0) > start))
     tracker = tracking.open_tracker(cfg, run_dir, stage_name, algorithm=algorithm, seed=seed)  # [logging] backends
@@ -163,18 +165,22 @@ async def _run_stage(cfg: KitConfig, stage_name: str, policy_dir: Path, run_dir:
             if threads is not None:
                 threads.update()
             res = await rl_step(cfg, stage, model, tok, opt, pool, step, executor, global_offset=offset,
-                                threads=threads.threads if threads is not None else None)
+                                threads=threads.threads if threads is not None else None, critic=critic)
             writer.write(res.row)
             tracker.log_rl(res.row, res.selection, res.batch.flat(), res.batch.rewards.reshape(-1), res.kept)
             _write_samples(samples, step + 1, res.batch)
             if progress is not None:
                 progress(res.row)
             if stage.checkpoint_every and (step + 1) % stage.checkpoint_every == 0 and step + 1 < steps:
-                common.save_checkpoint(run_dir, step + 1, model, tok, opt, {"stage": stage_name, "algorithm": algorithm})
+                ckpt = common.save_checkpoint(run_dir, step + 1, model, tok, opt, {"stage": stage_name, "algorithm": algorithm})
+                if critic is not None:
+                    critic.save(ckpt / CRITIC_DIR)
     tracker.finish()
     policy_dir = save_policy(model, tok, run_dir / "policy")
     torch.save(opt.state_dict(), policy_dir / "optimizer.pt")
     jsonio.write_json(policy_dir / RL_STATE, {"global_step": offset + steps, "stage": stage_name})
+    if critic is not None:  # next to policy/: the next PPO stage starts from it
+        critic.save(run_dir / CRITIC_DIR)
     summary.update(policy_dir=str(policy_dir), **_first_last([r for r in writer.rows() if r.get("stage") == stage_name]))
     if evaluate:
         model.eval()

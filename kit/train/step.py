@@ -28,6 +28,7 @@ from kit.analysis.bstar import balance_score_step
 from kit.config import KitConfig, StageConfig
 from kit.data.tasks import TaskProblem
 from kit.train import common
+from kit.train import critic as ppo
 from kit.train.rollouts import Batch, batch_stats, collect
 from kit.train.update import ALGORITHMS, advantages, policy_update, select
 
@@ -45,7 +46,8 @@ class StepResult:
         batch: the (P, n) rollouts with rewards (``n = 2G`` for ``grpo_roc``, G for ``grpo``).
         kept: (K,) row indices into ``batch.flat()`` the update trained on.
         selection: the selection metrics (:func:`kit.train.update.select`).
-        advantages: (K,) group advantages of the kept rows (empty when K = 0).
+        advantages: (K,) group advantages of the kept rows (empty when K = 0); PPO: each row's mean
+            GAE advantage over its model tokens (the per-token ones are ``token_advantages``).
         row: the step's ``metrics.jsonl`` row (without the update's keys when ``update=False``:
             those are :data:`NO_UPDATE`'s zeros then).
     """
@@ -56,6 +58,8 @@ class StepResult:
     selection: dict[str, float]
     advantages: torch.Tensor
     row: dict[str, Any] = field(default_factory=dict)
+    #: PPO (``algorithm.adv_estimator = "gae"``): (K, T) GAE advantages per response token; else None
+    token_advantages: torch.Tensor | None = None
 
 
 def step_problems(pool: Sequence[TaskProblem], step: int, per_step: int, seed: int) -> list[TaskProblem]:
@@ -78,7 +82,7 @@ def step_problems(pool: Sequence[TaskProblem], step: int, per_step: int, seed: i
 
 async def rl_step(cfg: KitConfig, stage: StageConfig, model: Any, tok: Any, optimizer: Any, pool: Sequence[TaskProblem],
                   step: int, executor: Any, *, update: bool = True, global_offset: int = 0,
-                  threads: int | None = None) -> StepResult:
+                  threads: int | None = None, critic: ppo.Critic | None = None) -> StepResult:
     """Step ``step`` (0-based) of ``stage``: P problems of ``pool``, n rollouts each through the
     sandbox, binary rewards, selection (RoC keeps G of 2G; GRPO keeps all G), then one clipped
     policy update on the kept rows (report §2.2.1-2.2.2).
@@ -96,15 +100,21 @@ async def rl_step(cfg: KitConfig, stage: StageConfig, model: Any, tok: Any, opti
         update: run the policy update (False: sample, verify and select only; the anatomy view).
         global_offset: RL steps done before this stage (the row's ``global_step`` is ``global_offset + step + 1``).
         threads: torch threads now (recorded as ``perf_threads``; default torch's).
+        critic: PPO's value model (:func:`kit.train.critic.open_critic`), required when
+            ``algorithm.adv_estimator = "gae"``: GAE advantages from its values, its update after the
+            policy's, G sampled and all kept (:func:`kit.train.critic.sampling`), ``algorithm = "ppo"``.
     Returns:
         A :class:`StepResult`.
     Raises:
-        ValueError: an unknown algorithm or an empty pool.
+        ValueError: an unknown algorithm, an empty pool, or ``"gae"`` without a critic.
     """
     a, seed, algorithm, name = cfg.algorithm, cfg.seed, cfg.algorithm.name, stage.name
     if algorithm not in ALGORITHMS:
         raise ValueError(f"unknown algorithm {algorithm!r}; expected one of {ALGORITHMS}")
-    n = a.oversample if algorithm == "grpo_roc" else a.group_size
+    if ppo.uses_critic(cfg) and critic is None:
+        raise ValueError("algorithm.adv_estimator = 'gae' (PPO) needs the stage's critic: rl_step(..., "
+                         "critic=kit.train.critic.open_critic(cfg, policy_dir, run_dir))")
+    n, selection, label = ppo.sampling(cfg)  # GRPO-RoC: 2G then RoC; GRPO and PPO: G, all kept
     common.seed_everything(common.step_seed(seed, name, algorithm, "torch", step))
     problems = step_problems(pool, step, a.prompts_per_step, common.step_seed(seed, name, "problems"))
     model.eval()
@@ -114,17 +124,27 @@ async def rl_step(cfg: KitConfig, stage: StageConfig, model: Any, tok: Any, opti
                           seed=common.step_seed(seed, name, "rollout", step),
                           max_response_tokens=stage.max_response_tokens, max_turns=stage.max_turns,
                           temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p)
-    kept, sel_m = select(cfg, batch, algorithm, common.step_seed(seed, name, "roc", step))
+    kept, sel_m = select(cfg, batch, selection, common.step_seed(seed, name, "roc", step))
     t_up, c_up = time.perf_counter(), time.process_time()
     upd: dict[str, float] = dict(NO_UPDATE)
-    adv = torch.zeros(0)
+    adv, token_adv = torch.zeros(0), None
+    if critic is not None:
+        upd.update(dict.fromkeys(ppo.CRITIC_KEYS, 0.0), vf_explained_var=float("nan"), values_mean=float("nan"))
     if kept.size:
         flat = batch.flat()
-        adv = advantages(cfg, batch, kept)  # the estimator algorithm.adv_estimator names (kit.algo.advantage)
+        if critic is not None:  # PPO: per-token GAE from the critic's values (the registry's "gae")
+            token_adv, ppo_in = ppo.ppo_advantages(cfg, critic, [flat[i] for i in kept],
+                                                   torch.tensor(batch.rewards.reshape(-1)[kept]), tok.pad_token_id)
+            adv = (token_adv * ppo_in["mask"]).sum(1) / ppo_in["mask"].sum(1).clamp(min=1)
+        else:
+            adv = advantages(cfg, batch, kept)  # the estimator algorithm.adv_estimator names (kit.algo.advantage)
         if update:
             model.train()
             lr = common.lr_at(step, a.lr, a.warmup_steps, stage.steps, "constant")
-            upd = policy_update(cfg, model, optimizer, [flat[i] for i in kept], adv, tok.pad_token_id, lr)
+            upd = policy_update(cfg, model, optimizer, [flat[i] for i in kept],
+                                adv if token_adv is None else token_adv, tok.pad_token_id, lr)
+            if critic is not None:  # the same rows; the two models share nothing (VERL updates the critic first)
+                upd.update(critic.update([flat[i] for i in kept], **ppo_in, pad_id=tok.pad_token_id, lr=cfg.critic.lr))
     row = {"stage": name, "step": step + 1, "global_step": global_offset + step + 1,
            **batch_stats(batch),
            "tool_error_ratio_correct_before": sel_m["tool_error_ratio_correct_before"],
@@ -146,5 +166,5 @@ async def rl_step(cfg: KitConfig, stage: StageConfig, model: Any, tok: Any, opti
            "tool_calls_total": float(sum(t.tool_calls for t in batch.flat())),
            # ReTool §3.3's code-interpreter behaviour over the sampled rollouts (kit.analysis.code_behaviour)
            **code_behaviour.trajectory_metrics(batch.flat(), (batch.rewards.reshape(-1) > 0).tolist(), tok),
-           "algorithm": algorithm, "seed": seed, **upd}
-    return StepResult(problems, batch, kept, sel_m, adv, row)
+           "algorithm": label, "seed": seed, **upd}
+    return StepResult(problems, batch, kept, sel_m, adv, row, token_adv)

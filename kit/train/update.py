@@ -20,7 +20,7 @@ import torch
 
 from kit.algo import RocParams, compute_advantage, counters, p_format, policy_loss, roc_metrics, roc_step
 from kit.config import KitConfig
-from kit.train.batching import micro_batches, pad_rows
+from kit.train.batching import micro_batches, pad_rows, place_response
 from kit.train.rollouts import Batch
 
 ALGORITHMS = ("grpo", "grpo_roc")
@@ -73,7 +73,8 @@ def policy_update(cfg: KitConfig, model, optimizer, trajectories: Sequence[Any],
 
     Args:
         trajectories: B kept ``Trajectory`` objects (prompt ids + response ids + response mask).
-        advantages: (B,) from :func:`kit.algo.group_advantage`.
+        advantages: (B,) from :func:`kit.algo.group_advantage`, or (B, T) per response token (PPO's
+            GAE, :func:`kit.train.critic.ppo_advantages`; T at least the longest response).
         lr: learning rate of this step.
         recompute_old: run a separate no-grad forward for the old log-probs. Default: only when
             ``ppo_epochs > 1``; with one pass the old policy is the current one, so the old
@@ -89,11 +90,14 @@ def policy_update(cfg: KitConfig, model, optimizer, trajectories: Sequence[Any],
         ValueError: ``advantages`` does not have one entry per trajectory.
     """
     a = cfg.algorithm
-    if advantages.shape != (len(trajectories),):
-        raise ValueError(f"advantages: shape {tuple(advantages.shape)}, expected ({len(trajectories)},)")
+    per_token = advantages.dim() == 2  # PPO's GAE: one advantage per response token (kit.train.critic)
+    if advantages.shape[0] != len(trajectories) or advantages.dim() > 2 or (
+            per_token and advantages.shape[1] < max((len(t.response_ids) for t in trajectories), default=0)):
+        raise ValueError(f"advantages: shape {tuple(advantages.shape)}, expected ({len(trajectories)},) or "
+                         f"({len(trajectories)}, >= the longest response)")
     rows = [(t.prompt_ids + t.response_ids, [0] * len(t.prompt_ids) + list(t.response_mask)) for t in trajectories]
     n_tok = float(sum(sum(m) for _, m in rows))
-    zero = [skip_zero_advantage and float(advantages[i]) == 0.0 for i in range(len(rows))]
+    zero = [skip_zero_advantage and bool((advantages[i] == 0).all()) for i in range(len(rows))]
     active = [i for i in range(len(rows)) if not zero[i]]
     skipped = [i for i in range(len(rows)) if zero[i]]
     chunks = [[active[j] for j in c] for c in micro_batches([len(rows[i][0]) for i in active], MICRO_TOKENS)]
@@ -115,7 +119,9 @@ def policy_update(cfg: KitConfig, model, optimizer, trajectories: Sequence[Any],
             lp = token_logprobs(model, ids, att, msk)  # response-mask positions only: the loss reads no others
             if old_lp is None:
                 old_lp = lp.detach()
-            loss, m = policy_loss(lp, old_lp, advantages[c], msk, a.clip_ratio_low, a.clip_ratio_high,
+            adv_c = place_response(advantages[c], [len(trajectories[i].prompt_ids) for i in c], lp.shape[1]) \
+                if per_token else advantages[c]
+            loss, m = policy_loss(lp, old_lp, adv_c, msk, a.clip_ratio_low, a.clip_ratio_high,
                                   a.clip_ratio_c, a.loss_agg_mode, batch_num_tokens=n_tok, batch_num_seqs=float(len(rows)))
             loss.backward()
             w = float(msk.sum()) / n_tok

@@ -27,7 +27,7 @@ def _verl_estimator(cfg):
 
 def test_grpo_is_registered_and_the_local_update_and_verl_read_the_key():
     cfg = load("smoke", write=False)
-    assert cfg.algorithm.adv_estimator == "grpo" and list(advantage.ADV_ESTIMATORS) == ["grpo"]
+    assert cfg.algorithm.adv_estimator == "grpo" and list(advantage.ADV_ESTIMATORS) == ["grpo", "gae"]
     batch = _batch([[1, 0, 0, 0], [1, 1, 0, 1]])
     kept = np.array([0, 1, 2, 4, 5, 7])  # rows of the flat (P * n,) batch, group 0 then group 1
     want = group_advantage(torch.tensor([1.0, 0, 0, 1, 1, 1]), [0, 0, 0, 1, 1, 1], cfg.algorithm.adv_eps)
@@ -36,12 +36,12 @@ def test_grpo_is_registered_and_the_local_update_and_verl_read_the_key():
 
 
 def test_an_unknown_estimator_names_the_key_and_the_registered_ones():
-    cfg = load("smoke", {"algorithm.adv_estimator": "gae"}, write=False)
-    msg = r"algorithm.adv_estimator: 'gae' is not a registered advantage estimator; registered: grpo"
+    cfg = load("smoke", {"algorithm.adv_estimator": "opo"}, write=False)
+    msg = r"algorithm.adv_estimator: 'opo' is not a registered advantage estimator; registered: grpo, gae"
     with pytest.raises(ValueError, match=msg):
         advantages(cfg, _batch([[1, 0]]), np.array([0, 1]))
     with pytest.raises(ValueError, match=msg):
-        _verl_estimator(load("paper-14b", {"algorithm.adv_estimator": "gae"}, write=False))
+        _verl_estimator(load("paper-14b", {"algorithm.adv_estimator": "opo"}, write=False))
     with pytest.raises(ValueError, match="registered twice"):
         advantage.register_adv_estimator("grpo")(lambda r, g, a: r)
 

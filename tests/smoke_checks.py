@@ -155,3 +155,18 @@ def claims_file_and_summary_page(lay) -> None:
     first = subprocess.run(["pdftotext", "-f", "1", "-l", "1", str(lay.report_pdf), "-"], capture_output=True,
                            text=True, check=True).stdout
     assert "pre-registered" in first and "What this profile cannot show" in first
+
+
+def retool_arms_and_inconclusive_verdicts(lay, cfg) -> None:
+    """Notebook 10 (issue #33): a PPO arm per ablation seed (smoke: one) with ReTool's behaviour keys in
+    every row, its figure copied by 09 for the summary's ReTool page, and ReTool's claims, all
+    inconclusive on a run this short (one seed, two steps), in its verdicts.json and in claims.json."""
+    arms = [name for name, _ in plan.retool_arms(cfg)]
+    assert arms and all(len(rows(lay.root / "retool" / a / "metrics.jsonl")) == cfg.ablation.steps for a in arms)
+    assert all(set(code_behaviour.KEYS) <= set(r) and r["algorithm"] == "ppo"
+               for a in arms for r in rows(lay.root / "retool" / a / "metrics.jsonl"))
+    ids = [c["id"] for c in claims.load_claims() if c.get("section") == "ReTool"]
+    assert json.loads((lay.root / "retool" / "verdicts.json").read_text()) == dict.fromkeys(ids, "inconclusive")
+    doc = claims.read_claims(lay.root / "claims.json")
+    assert {c["id"]: c["verdict"] for c in doc["claims"] if c["section"] == "ReTool"} == dict.fromkeys(ids, "inconclusive")
+    assert (lay.root / "figures" / "retool_behaviour.png").stat().st_size > 5000

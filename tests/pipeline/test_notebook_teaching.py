@@ -15,7 +15,7 @@ from kit.config import load
 
 #: training notebooks and the findings function their last cell shows
 FINDINGS = {"02_cold_start_sft": "sft_findings", "03_rl_stage1": "stage_findings", "04_rl_stage2": "stage_findings",
-            "05_rl_stage3": "stage_findings", "06_roc_ablation": "ablation_findings"}
+            "05_rl_stage3": "stage_findings", "06_roc_ablation": "ablation_findings", "10_retool": "retool_findings"}
 #: config fields a notebook may take as parameters: the run's identity and folders, which ``load`` takes too
 IDENTITY = {"profile", "seed", "run_dir", "data_dir"}
 

@@ -1,0 +1,66 @@
+"""Notebook 10's pieces without training (issue #33): ReTool's arms as configs, its figure, findings and
+verdicts from synthetic arm folders (the smoke chain runs the notebook itself)."""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from kit.analysis import code_behaviour
+from kit.chain import retool
+from kit.chain.findings import retool_findings
+from kit.config import load
+from kit.figures_retool import figure_retool_behaviour
+from kit.plan import ablation_arms, retool_arms
+
+
+def _arm(root: Path, folder: str, alg: str, seed: int, steps: int = 12, ratio=(0.8, 0.95)) -> None:
+    rows = []
+    for s in range(steps):
+        f = s / (steps - 1)
+        rows.append({"stage": "stage1", "step": s + 1, "algorithm": alg, "seed": seed, "accuracy": 0.6 + 0.2 * f,
+                     "response_len_mean": 120 - 10 * f, "code_ratio": ratio[0] + (ratio[1] - ratio[0]) * f,
+                     "code_lines_per_call": 1.5, "code_pass_rate": 0.9, "code_pass_rate_correct": 0.95,
+                     "self_corrections": 2.0, "self_correction_rate_correct": 0.1 + 0.01 * seed,
+                     "first_call_position": None if s == 0 else 0.08})  # null: no call at that step
+    (root / folder).mkdir(parents=True, exist_ok=True)
+    (root / folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_retool_arms_are_the_ablation_s_roc_arms_with_the_gae_estimator(tmp_path):
+    cfg = load("tiny", write=False, seed=7)
+    arms = retool_arms(cfg, tmp_path)
+    roc = [a for a in ablation_arms(cfg) if a.algorithm.name == "grpo_roc"][:3]
+    assert [name for name, _ in arms] == ["ppo_seed7", "ppo_seed8", "ppo_seed9"]  # the run's first 3 ablation seeds
+    for (name, arm), base in zip(arms, roc, strict=True):
+        assert arm.algorithm.adv_estimator == "gae" and arm.run_dir == str(tmp_path / name)
+        assert arm.stages == base.stages and arm.seed == base.seed and arm.data == base.data
+    assert len(retool_arms(load("smoke", write=False))) == 1  # the smoke profile's one ablation seed
+
+
+def test_figure_findings_and_verdicts_from_synthetic_arms(tmp_path):
+    root = tmp_path / "tiny" / "r"
+    for s in (0, 1, 2):
+        _arm(root / "retool", f"ppo_seed{s}", "ppo", s)
+        _arm(root / "ablation", f"grpo_roc_seed{s}", "grpo_roc", s, ratio=(0.8, 0.8))
+    df = retool.arm_metrics(root / "retool", root / "ablation", [0, 1, 2])
+    assert set(df["algorithm"]) == {"ppo", "grpo_roc"}
+    fig = figure_retool_behaviour(df, note="synthetic")
+    assert len(fig.axes) == 6 and fig.axes[1].get_title() == "(b) code ratio"
+    labels = [t.get_text() for t in fig.axes[4].get_legend().get_texts()]
+    assert "PPO (ReTool), correct (3 seeds)" in labels and "GRPO-RoC, all (3 seeds)" in labels
+    results, table = retool.retool_verdicts(root, root / "retool", root / "ablation")
+    verdicts = {r.id: r.verdict for r in results}
+    assert set(verdicts) == {"retool_code_ratio_rises", "retool_first_call_stays_at_start",
+                             "retool_self_correction_after_rl", "retool_ppo_accuracy_not_far_below_roc"}
+    assert verdicts["retool_code_ratio_rises"] == "reproduced" and verdicts["retool_self_correction_after_rl"] == "reproduced"
+    assert verdicts["retool_ppo_accuracy_not_far_below_roc"] == "reproduced"  # equal accuracy: 0 > -0.10
+    (root / "retool" / "verdicts.json").write_text(json.dumps(verdicts))
+    text = retool_findings(root / "retool")
+    assert "PPO (3 seeds" in text and "code ratio 0.8" in text and "retool_code_ratio_rises` reproduced" in text
+    retool.save_figure(fig, root / "retool", "retool_behaviour", formats=("png",))
+    assert [p.name for p in retool.copy_retool_figure(root / "retool", root / "figures")] == ["retool_behaviour.png"]
+    last = retool.last_rows(root / "retool")
+    assert list(last["arm"]) == ["ppo_seed0", "ppo_seed1", "ppo_seed2"] and not math.isnan(last["code_ratio"][0])
+    assert set(code_behaviour.KEYS) <= set(last.columns)

@@ -62,10 +62,21 @@ def train_retool(cfg: KitConfig, run_dir: str | os.PathLike, init_dir: str | os.
                            "seeds": sorted({a.seed for _, a in arms})}
     with StepBar(cfg.ablation.steps * len(arms), f"ReTool: PPO ({len(arms)} runs)", progress, count_rows=True) as bar:
         for folder, arm in arms:
+            seen: list[dict] = []
+
+            def relay(row: dict, seen=seen) -> None:
+                if "summary" not in row:  # one arm's end is not the comparison's (it would close the bar)
+                    seen.append(row)
+                    bar(row)
+
             out["arms"][folder] = rt.run_stage(arm, arm.stages[0].name, run_dir=arm.run_dir, init_dir=init_dir,
-                                               data_dir=data_dir, progress=bar)
-    out = jsonio.jsonable(out)
-    jsonio.write_json(Path(run_dir) / "retool.json", out)
+                                               data_dir=data_dir, progress=relay)
+            # an arm finished earlier (the background job) reports nothing: its rows are shown as trained
+            for row in read_rows(Path(arm.run_dir) / "metrics.jsonl", missing_ok=True)[sum("step" in r for r in seen):]:
+                bar(row)
+        out = jsonio.jsonable(out)
+        jsonio.write_json(Path(run_dir) / "retool.json", out)
+        bar({"stage": "retool", "summary": out})
     return out
 
 

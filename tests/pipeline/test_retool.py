@@ -64,3 +64,22 @@ def test_figure_findings_and_verdicts_from_synthetic_arms(tmp_path):
     last = retool.last_rows(root / "retool")
     assert list(last["arm"]) == ["ppo_seed0", "ppo_seed1", "ppo_seed2"] and not math.isnan(last["code_ratio"][0])
     assert set(code_behaviour.KEYS) <= set(last.columns)
+
+
+def test_train_retool_runs_each_arm_through_the_runtime_and_shows_finished_ones(tmp_path, monkeypatch):
+    cfg = load("smoke", write=False)
+    calls, shown = [], []
+
+    class Runtime:  # the runtime contract's run_stage; an arm with rows already is one the background job trained
+        @staticmethod
+        def run_stage(arm, stage, *, run_dir, init_dir, data_dir, progress):
+            calls.append((arm.algorithm.adv_estimator, stage, run_dir, init_dir))
+            _arm(Path(run_dir).parent, Path(run_dir).name, "ppo", arm.seed, steps=2)  # finished: reports no row
+            return {"stage": stage, "steps": 2}
+
+    monkeypatch.setattr(retool.runtime, "get", lambda c: Runtime)
+    out = retool.train_retool(cfg, tmp_path / "retool", tmp_path / "sft", tmp_path / "data", progress=shown.append)
+    assert calls == [("gae", "stage1", str(tmp_path / "retool" / "ppo_seed0"), tmp_path / "sft")]
+    assert out["arms"] == {"ppo_seed0": {"stage": "stage1", "steps": 2}} and out["baseline"] == "grpo_roc"
+    assert json.loads((tmp_path / "retool" / "retool.json").read_text()) == out
+    assert [r.get("step") for r in shown] == [1, 2, None] and "summary" in shown[-1]  # its rows, then the end

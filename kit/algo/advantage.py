@@ -79,6 +79,24 @@ def compute_advantage(algo: Any, rewards: torch.Tensor | Sequence[float] | np.nd
     return adv_estimator(algo.adv_estimator)(rewards, group_ids, algo, **inputs)
 
 
+def needs_critic(algo: Any) -> bool:
+    """Whether ``algo`` (an ``AlgorithmConfig``) trains PPO's critic: ``adv_estimator = "gae"``."""
+    return algo.adv_estimator == "gae"
+
+
+def sampling_plan(algo: Any) -> tuple[int, str, str]:
+    """``(n sampled per prompt, selection, metrics label)`` of a step, on both runtimes.
+
+    GRPO-RoC: ``(2G, "grpo_roc", "grpo_roc")``; GRPO: ``(G, "grpo", "grpo")``. PPO (``"gae"``, ReTool, which
+    has no RoC): ``(G, "grpo", "ppo")``, i.e. G sampled and every row kept, whatever ``algo.name`` says;
+    ``algo.roc_with_gae`` keeps ``algo.name``'s selection (``(2G, "grpo_roc", "ppo_roc")`` for ``grpo_roc``).
+    """
+    ppo = needs_critic(algo)
+    sel = algo.name if not ppo or algo.roc_with_gae else "grpo"
+    label = algo.name if not ppo else ("ppo_roc" if sel == "grpo_roc" else "ppo")
+    return (algo.oversample if sel == "grpo_roc" else algo.group_size), sel, label
+
+
 @register_adv_estimator("grpo")
 def grpo_advantage(rewards: torch.Tensor | Sequence[float] | np.ndarray,
                    group_ids: Sequence[Hashable] | np.ndarray | torch.Tensor, algo: Any) -> torch.Tensor:

@@ -7,7 +7,10 @@ through the kit's agent loop (``kit.bridge.agent_loop``, registered as ``rstar2_
 (``kit.bridge.roc_hook``; why there is written in that module; plain GRPO gets its base class,
 ``kit.bridge.sampler.KitReplayBuffer``, so both log the step's tool metrics), the kit reward function
 (``kit.bridge.reward_fn``), GRPO advantage, Clip-Higher 0.2/0.28 with VERL's dual clip c = 3,
-token-mean loss, no KL and no entropy term, lr 1e-6, one optimizer step per RL step, and the
+token-mean loss, no KL and no entropy term, lr 1e-6, one optimizer step per RL step (with
+``algorithm.adv_estimator = "gae"``, ReTool's PPO: VERL's own GAE and critic worker, ``critic.*`` from
+the kit's ``[critic]``, the critic initialised from the same model as the actor, ``rollout.n = G`` and
+no RoC unless ``algorithm.roc_with_gae``; :func:`kit.algo.sampling_plan`), and the
 stage's response length, turn limit, step count and checkpoint resumption, and (``rollout.balancer =
 "kv_cache"``, report §3.2) the kit's KV-cache-aware request balancer as VERL's router
 (``rollout.router_config_path``, the YAML ``kit.bridge.launch.write_router_config`` writes):
@@ -37,7 +40,7 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import Any
 
-from kit.algo import adv_estimator
+from kit.algo import adv_estimator, needs_critic, sampling_plan
 from kit.config import check_minimums
 from kit.train.tracking import tracking_env
 
@@ -177,7 +180,7 @@ def to_hydra_overrides(
     _check_stage(config, stage)
     a, r, st = config.algorithm, config.rollout, config.stages[stage]
     G, oversample, P = a.group_size, a.oversample, a.prompts_per_step
-    roc = a.name == "grpo_roc"
+    roc = sampling_plan(a)[1] == "grpo_roc"  # PPO ("gae") keeps every row unless algorithm.roc_with_gae
     if roc and oversample < G:
         raise ValueError(f"algorithm.oversample ({oversample}) must be >= algorithm.group_size ({G}) for RoC")
     if roc:
@@ -267,6 +270,10 @@ def to_hydra_overrides(
         out += [("trainer.resume_mode", "resume_path"), ("trainer.resume_from_path", resume)]
         if st.reset_optimizer and checkpoint_step(resume) == offset:
             out.append(("actor_rollout_ref.actor.checkpoint.load_contents", ["model"]))
+            if needs_critic(a):
+                out.append(("critic.checkpoint.load_contents", ["model"]))
+    if needs_critic(a):
+        out += critic_overrides(config, model_path or config.model.name_or_path, max_seq)
     for key, value in tracking_env(config.logging, paths.run_dir, metrics_file).items():  # trackers stay local
         out.append((f"+ray_kwargs.ray_init.runtime_env.env_vars.{key}", value))
     if r.balancer == "kv_cache":  # report §3.2: the kit's balancer in VERL's server manager (kit.bridge.kv_router)
@@ -301,6 +308,30 @@ def to_hydra_overrides(
             ("+trainer.v1.sampler.sampler_kwargs.train_batch_size", P),
         ]
     return [f"{k}={_fmt(v)}" for k, v in out]
+
+
+def critic_overrides(config: Any, model_path: str, max_seq: int) -> list[tuple[str, Any]]:
+    """VERL's critic for PPO (``algorithm.adv_estimator = "gae"``, ReTool): its model from ``model_path``
+    (the actor's, as VERL initialises it; a resumed stage loads ``global_step_<N>/critic``), the kit's
+    ``[critic]`` optimiser and value clip, GAE's ``algorithm.gamma`` / ``algorithm.lam``."""
+    a, c = config.algorithm, config.critic
+    return [
+        ("algorithm.gamma", float(a.gamma)),
+        ("algorithm.lam", float(a.lam)),
+        ("critic.enable", True),
+        ("critic.model.path", model_path),
+        ("critic.model.use_remove_padding", True),
+        ("critic.model.enable_gradient_checkpointing", True),
+        ("critic.optim.lr", float(c.lr)),
+        ("critic.optim.weight_decay", float(c.weight_decay)),
+        ("critic.optim.clip_grad", float(c.grad_clip)),
+        ("critic.cliprange_value", float(c.cliprange_value)),
+        ("critic.ppo_epochs", c.ppo_epochs),
+        ("critic.loss_agg_mode", c.loss_agg_mode),
+        ("critic.ppo_mini_batch_size", a.prompts_per_step),
+        ("critic.use_dynamic_bsz", True),
+        ("critic.ppo_max_token_len_per_gpu", max_seq),
+    ]
 
 
 def command(overrides: list[str], python: str = "python3") -> list[str]:

@@ -53,6 +53,7 @@ from pathlib import Path
 from typing import Any
 
 from kit import jsonio
+from kit.algo import needs_critic, sampling_plan
 from kit.bridge import launch
 from kit.bridge.checkpoints import (
     CheckpointError,
@@ -67,6 +68,7 @@ from kit.bridge.sft import sft_command
 from kit.config import KitConfig, save
 from kit.data.pool import curated_file
 from kit.plan import ablation_arms, arm_name, series
+from kit.train.critic import CRITIC_DIR
 
 #: VERL's own per-step log (its file logger), beside the kit's ``metrics.jsonl``: not named like it, since
 #: every reader of a run folder tree takes each ``metrics.jsonl`` below it (``kit.figures.collect_metrics``)
@@ -241,13 +243,18 @@ def run_stage(cfg: KitConfig, stage: str, run_dir: str | os.PathLike, init_dir: 
     merged = merge_to_policy(run / "checkpoints", run / "policy", python=plan.launch_kwargs["python"], run=merge_runner)
     if merged["step"] != plan.end_step:
         plan.notes.append(f"last checkpoint is step {merged['step']}, expected {plan.end_step}")
+    critic = None
+    if needs_critic(cfg.algorithm):  # PPO: VERL's critic checkpoint, merged beside policy/ (the local layout)
+        critic = merge_to_policy(run / "checkpoints", run / CRITIC_DIR, subdir="critic",
+                                 python=plan.launch_kwargs["python"], run=merge_runner)
+    label = sampling_plan(cfg.algorithm)[2]  # grpo, grpo_roc, or ppo / ppo_roc (the local rows' names)
     verl_metrics = Path(plan.writes["verl_metrics"])
     n_rows = (convert_metrics(verl_metrics, plan.writes["metrics"], stage=stage, start_step=plan.start_step,
-                              algorithm=cfg.algorithm.name, seed=cfg.seed) if verl_metrics.exists() else 0)
+                              algorithm=label, seed=cfg.seed) if verl_metrics.exists() else 0)
     if not verl_metrics.exists():
         plan.notes.append(f"no VERL metrics file at {verl_metrics}")
     summary = {
-        "stage": stage, "engine": "verl", "profile": cfg.profile, "algorithm": cfg.algorithm.name, "seed": cfg.seed,
+        "stage": stage, "engine": "verl", "profile": cfg.profile, "algorithm": label, "seed": cfg.seed,
         "run_dir": str(run), "init_dir": str(Path(init_dir).resolve()), "policy_dir": merged["policy_dir"],
         "checkpoint": merged["checkpoint"], "start_step": plan.start_step, "end_step": merged["step"],
         "global_step": merged["step"], "steps": int(merged["step"]) - plan.start_step,
@@ -257,6 +264,8 @@ def run_stage(cfg: KitConfig, stage: str, run_dir: str | os.PathLike, init_dir: 
         "launched": launched, "merged": merged["merged"], "launch_command": plan.launch_command,
         "merge_command": merged["command"], "notes": plan.notes,
     }
+    if critic is not None:
+        summary.update(critic_dir=critic["policy_dir"], critic_merged=critic["merged"], critic_merge_command=critic["command"])
     jsonio.write_json(run / "summary.json", summary)
     return summary
 

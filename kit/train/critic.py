@@ -42,7 +42,7 @@ import torch
 import transformers
 from transformers import AutoConfig, AutoModelForTokenClassification
 
-from kit.algo import compute_advantage
+from kit.algo import compute_advantage, needs_critic, sampling_plan
 from kit.algo.gae import (
     explained_variance,
     gae_advantage_return,
@@ -61,21 +61,14 @@ CRITIC_KEYS = ("value_loss", "vf_clipfrac", "vf_explained_var", "values_mean", "
 
 
 def uses_critic(cfg: KitConfig) -> bool:
-    """Whether ``cfg`` trains with PPO's critic (``algorithm.adv_estimator = "gae"``)."""
-    return cfg.algorithm.adv_estimator == "gae"
+    """Whether ``cfg`` trains with PPO's critic (``algorithm.adv_estimator = "gae"``; :func:`kit.algo.needs_critic`)."""
+    return needs_critic(cfg.algorithm)
 
 
 def sampling(cfg: KitConfig) -> tuple[int, str, str]:
-    """``(n per prompt, selection, row label)`` of a step.
-
-    GRPO-RoC: ``(2G, "grpo_roc", "grpo_roc")``; GRPO: ``(G, "grpo", "grpo")``; PPO (``"gae"``): ``(G, "grpo",
-    "ppo")``, i.e. every sampled row kept, unless ``algorithm.roc_with_gae`` asks for ``algorithm.name``'s
-    selection (``(2G, "grpo_roc", "ppo_roc")`` for ``grpo_roc``).
-    """
-    a = cfg.algorithm
-    sel = a.name if not uses_critic(cfg) or a.roc_with_gae else "grpo"
-    label = a.name if not uses_critic(cfg) else ("ppo_roc" if sel == "grpo_roc" else "ppo")
-    return (a.oversample if sel == "grpo_roc" else a.group_size), sel, label
+    """``(n per prompt, selection, row label)`` of a step: :func:`kit.algo.sampling_plan` of ``cfg.algorithm``
+    (PPO: G sampled, all kept, ``"ppo"``; ``algorithm.roc_with_gae`` keeps ``algorithm.name``'s selection)."""
+    return sampling_plan(cfg.algorithm)
 
 
 @dataclass

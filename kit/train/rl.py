@@ -20,6 +20,8 @@ update in :mod:`kit.train.update`), with the kit's shared pieces only:
        :func:`kit.algo.policy_loss` (Clip-Higher, token-mean, response mask), one optimizer step
        (``ppo_epochs`` passes over the batch; old log-probs recomputed by the policy before the
        update, as VERL does).
+    PPO (``algorithm.adv_estimator = "gae"``, ReTool): G sampled and all kept, per-token GAE from a
+    critic trained beside the policy and saved as ``critic/`` (:mod:`kit.train.critic`).
 
 Stages (``cfg.stages``, the profile's ``[[stages]]`` list): response budget, turn limit, task
 level and step count from the profile. A stage starts from ``policy_dir`` (the latest policy); its reference policy is

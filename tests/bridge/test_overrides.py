@@ -136,3 +136,26 @@ def test_check_minimums_is_the_one_roc_count_check():
     with pytest.raises(ValueError, match=r"min_positive \(5\) \+ min_negative \(2\) exceeds group_size \(6\)"):
         to_hydra_overrides(load("paper-14b", {"algorithm.group_size": 6, "algorithm.oversample": 12,
                                               "algorithm.min_positive": 5}, write=False), "stage1")
+
+
+def test_ppo_is_verl_s_gae_with_its_critic_from_the_actor_s_model_and_no_roc():
+    """Issue #33: ``algorithm.adv_estimator = "gae"`` alone gives VERL's critic worker (initialised from the
+    model the actor starts from, the kit's [critic] settings), G sampled and all kept; stage 3's fresh
+    optimizer resets the critic's too (VERL's critic config loads the model, so the live check is the verl_cpu e2e run)."""
+    from hydra import compose, initialize_config_module
+    from verl.trainer.ppo.utils import need_critic
+    over = {"algorithm.adv_estimator": "gae", "algorithm.gamma": 0.99, "algorithm.lam": 0.95, "critic.lr": 2e-6,
+            "critic.cliprange_value": 0.2}
+    cfg = load("paper-14b", write=False, overrides=over)
+    with initialize_config_module("verl.trainer.config", version_base=None):
+        c1 = compose(config_name="ppo_trainer", overrides=to_hydra_overrides(cfg, "stage1", model_path="/MODELS/sft"))
+        c3 = compose(config_name="ppo_trainer", overrides=to_hydra_overrides(
+            cfg, "stage3", paths=RecipePaths.default("/RUN", hard=True), model_path="/MODELS/sft"))
+    assert need_critic(c1) and c1.algorithm.adv_estimator == "gae" and (c1.algorithm.gamma, c1.algorithm.lam) == (0.99, 0.95)
+    assert c1.critic.model.path == c1.actor_rollout_ref.model.path == "/MODELS/sft"
+    assert (c1.critic.optim.lr, c1.critic.cliprange_value, c1.critic.ppo_epochs) == (2e-6, 0.2, 1)
+    assert c1.actor_rollout_ref.rollout.n == 16 and c1.trainer.v1.sampler.custom_sampler.name == GRPO_SAMPLER[1]
+    assert "agent_loop_manager_class" not in c1.actor_rollout_ref.rollout.agent
+    assert list(c3.critic.checkpoint.load_contents) == ["model"] and list(c1.critic.checkpoint.load_contents)[1] == "optimizer"
+    roc = load("paper-14b", write=False, overrides={**over, "algorithm.roc_with_gae": True})
+    assert "trainer.v1.sampler.custom_sampler.name=RocReplayBuffer" in to_hydra_overrides(roc, "stage1")

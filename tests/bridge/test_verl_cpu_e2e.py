@@ -1,6 +1,7 @@
-"""VERL 0.9.1's own trainer, end to end on this CPU machine, through the kit's CPU runtime (issues #15, #19).
+"""VERL 0.9.1's own trainer, end to end on this CPU machine, through the kit's CPU runtime (issues #15, #19, #33).
 
-Two GRPO-RoC steps (P = 2 prompts x 2G = 8 rollouts -> G = 4) from a tiny SFT policy that
+Two PPO steps with RoC's selection (``algorithm.adv_estimator = "gae"``, ``algorithm.roc_with_gae``: VERL's
+own GAE and critic worker beside the FSDP2 actor; P = 2 prompts x 2G = 8 rollouts -> G = 4) from a tiny SFT policy that
 solves its problems sometimes (mixed rewards), with the kit's agent loop, sandbox, reward
 function and RoC sampler, the FSDP2 actor and the ``kit_cpu`` rollout; in a private network and
 PID namespace with a Ray head the kit starts and stops; launched as a stage with ``runtime=verl``
@@ -8,9 +9,10 @@ is (``kit.bridge.stages.run_stage`` with the CPU launcher), so VERL's model merg
 metrics conversion run too. Two FSDP ranks, hence two ``kit_cpu`` rollout replicas, behind the
 kit's KV-cache balancer (``rollout.balancer = "kv_cache"``, issue #19): VERL builds
 ``kit.bridge.kv_router.KvCacheRouter`` from the run's router YAML, the replicas report their KV,
-and the router writes its status file. (One run for both issues: a second VERL start-up would
-cost make test another ~2 minutes. The notebook path, ``kit.runtime.verl``, one replica, is
-``test_verl_cpu_chain.py``.)
+and the router writes its status file. (One run for the three issues: a second VERL start-up would
+cost make test another ~2 minutes. PPO's critic rides on it with RoC kept, so every RoC check below
+still holds; GRPO's advantage on VERL is the chain's, ``test_verl_cpu_chain.py``, which is also the
+notebook path, ``kit.runtime.verl``, one replica.)
 
 Budget (issue #15): under 5 minutes and 8 GB for the VERL run on 2 cores; the timings and
 memory are printed, not asserted. Worktrees whose editable install points at another checkout
@@ -35,6 +37,8 @@ from kit.config import load  # noqa: E402
 from kit.models import load_policy  # noqa: E402
 
 pytestmark = [pytest.mark.verl_cpu, pytest.mark.slow]
+#: PPO (issue #33) with RoC's selection kept, so this one VERL start-up checks both; a critic lr that moves bf16 weights
+PPO = {"algorithm.adv_estimator": "gae", "algorithm.roc_with_gae": True, "critic.lr": 1e-3}
 
 
 @pytest.fixture(scope="module")
@@ -48,7 +52,8 @@ def run(tiny_verl_root):
     policy = root / "sft" / "policy"
     run_dir = root / "stage1"
     cfg = load("smoke", run_dir=str(run_dir), overrides={**tiny_run.TWO_STEP, **tiny_run.sandbox_overrides(),
-                                                           "runtime": "verl", "rollout.balancer": "kv_cache"})
+                                                           "runtime": "verl", "rollout.balancer": "kv_cache",
+                                                           **PPO})
     t0 = time.perf_counter()
     summary = stages.run_stage(cfg, "stage1", run_dir, root / "sft", root / "data",
                                launcher=functools.partial(runner.run_cpu, replicas=2))
@@ -183,3 +188,29 @@ def test_replicas_are_checked_before_anything_starts(tmp_path):
     for bad in (0, 1.5, "2"):
         with pytest.raises(ValueError, match="replicas must be an integer >= 1"):
             runner.run_cpu(cfg, "stage1", replicas=bad)
+
+
+def test_ppo_two_steps_train_verl_s_critic_and_its_checkpoint_is_merged_beside_the_policy(run):
+    """Issue #33: VERL's critic worker on CPU, a finite value loss each step, the rows' PPO keys, and
+    ``global_step_2/critic`` merged into ``<run_dir>/critic`` (a value model whose backbone moved from the
+    SFT policy it was initialised from)."""
+    from transformers import AutoModelForTokenClassification
+
+    m, rows = run["metrics"], [r for r in run["rows"] if "step" in r]
+    for step in (1, 2):
+        assert math.isfinite(m[step]["critic/vf_loss"]) and m[step]["critic/grad_norm"] > 0
+        assert "timing_s/update_critic" in m[step] and "critic/vf_explained_var" in m[step]
+    assert all(math.isfinite(r["value_loss"]) and r["algorithm"] == "ppo_roc" for r in rows)
+    assert (run["run_dir"] / "checkpoints" / "global_step_2" / "critic").is_dir()
+    s = run["summary"]
+    assert s["critic_merged"] and s["critic_dir"] == str(run["run_dir"] / "critic") and s["algorithm"] == "ppo_roc"
+    critic = AutoModelForTokenClassification.from_pretrained(s["critic_dir"])
+    start, _ = load_policy(run["policy"])
+    assert critic.config.num_labels == 1 and critic.score.weight.shape == (1, start.config.hidden_size)
+    sft = start.model.state_dict()
+    changed = [(v.to(torch.bfloat16) != sft[k].to(torch.bfloat16)).float().mean().item()
+               for k, v in critic.model.state_dict().items()]
+    assert max(changed) > 0.01
+    print("critic per step: vf_loss", [round(m[s_]["critic/vf_loss"], 4) for s_ in (1, 2)], "timing_s/values",
+          [round(m[s_].get("timing_s/values", float("nan")), 2) for s_ in (1, 2)], "timing_s/update_critic",
+          [round(m[s_]["timing_s/update_critic"], 2) for s_ in (1, 2)])

@@ -86,7 +86,7 @@ def test_plugin_registers_the_cpu_platform_rollout_and_patches(cpu_process):
     out = cpu_process
     assert "cpu" in out["names"] and out["error"] is None
     assert (out["device"], out["backend"]) == ("cpu", "gloo")
-    assert out["applied"] == {"process_group_backend": True, "rollout_registry": True}
+    assert out["applied"] == {"process_group_backend": True, "rollout_registry": True, "valuehead_attention": True}
     assert (out["adapter"], out["replica"]) == ("KitCpuRolloutAdapter", "KitCpuReplica")
 
 
@@ -104,13 +104,14 @@ def test_patched_process_group_starts_on_gloo_and_the_original_would_not(cpu_pro
 
 
 def test_patch_points_are_where_verl_091_has_them():
-    assert patches.check() == ["process_group_backend", "rollout_registry"]
+    assert patches.check() == ["process_group_backend", "rollout_registry", "valuehead_attention"]
 
 
 @pytest.mark.parametrize("module,old,new", [
     ("verl.utils.distributed", 'f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"', '"gloo"'),
     ("verl.workers.engine_workers", "initialize_global_process_group_ray(timeout_second=None)", "init_pg()"),
     ("verl.workers.rollout.base", "fqdn = _ROLLOUT_REGISTRY[(rollout_name, mode)]", "fqdn = lookup(rollout_name)"),
+    ("verl.utils.model", 'attn_implementation="flash_attention_2"', 'attn_implementation=config_attn'),
 ])
 def test_a_moved_internal_fails_loudly(monkeypatch, module, old, new):
     real = patches._source

@@ -7,7 +7,8 @@ Pieces, each in its module:
 * :mod:`.plugin`: the ``verl.plugins`` entry point that registers it in every VERL process;
 * :mod:`.rollout`: a CPU rollout backend (``rollout.name=kit_cpu``) serving with the kit's
   continuous-batching engine and taking the FSDP2 actor's weights after every step;
-* :mod:`.patches`: the two patches to VERL internals, named and checked;
+* :mod:`.patches`: the three patches to VERL internals, named and checked (the third lets PPO's
+  critic load with ``sdpa`` attention);
 * :mod:`.ray_local`: a loopback-only Ray head started and stopped by the kit;
 * :mod:`.runner`: the checks, the Hydra overrides, the session (``run_session``, ``run_cpu``);
 * :mod:`.session`: what runs inside the namespace (Ray start, launches, watcher, Ray stop);
@@ -43,6 +44,11 @@ would sample every curated problem of all five pools 8 times). To run it by hand
     print(" ".join("--set=%s=%s" % (k, json.dumps(v).replace(" ", "")) for k, v in S.items()))')
     KIT_VERL_DEVICE=cpu KIT_SFT_CHECKPOINT=reports/smoke/sft/sft/policy \
       python -m kit reproduce --profile smoke --run verl --set runtime=verl $SETS
+
+PPO (``algorithm.adv_estimator = "gae"``, issue #33) runs VERL's own critic worker beside the actor: the
+same CPU settings (:data:`.runner.CPU_CRITIC`), its value head loaded with ``sdpa`` (patch 3), its
+checkpoint ``global_step_<N>/critic/`` merged into ``<run_dir>/critic/`` by VERL's merger
+(:func:`kit.bridge.stages.run_stage`).
 
 VERL rows carry a subset of the local ``metrics.jsonl`` keys plus VERL's ``turns_mean``: no
 ``time_verify_s`` (graded inside generation) or ``bstar_balance``; ``tool_calls_per_traj`` and

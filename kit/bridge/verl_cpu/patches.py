@@ -1,7 +1,7 @@
 """Every change the kit's CPU runtime makes to VERL 0.9.1 internals, in one place.
 
 VERL's public extension points (``verl.plugins`` entry point, ``PlatformRegistry``,
-``RolloutReplicaRegistry``, ``VERL_ENGINE_DEVICE``) carry most of the CPU runtime. Two things
+``RolloutReplicaRegistry``, ``VERL_ENGINE_DEVICE``) carry most of the CPU runtime. Three things
 have no public hook; each is patched here, named, applied only by :func:`apply` (called by the
 plugin when ``VERL_PLATFORM=cpu``), and checked by :func:`check` (and by
 ``tests/bridge/test_verl_cpu_patches.py``) so that a VERL upgrade that moves them fails loudly
@@ -15,6 +15,13 @@ instead of silently training with CUDA assumptions:
 2. ``rollout_registry``: the trainer-side rollout class is looked up in the private dict
    ``verl.workers.rollout.base._ROLLOUT_REGISTRY`` (no register function in 0.9.1); the patch adds
    ``("kit_cpu", "async")``.
+3. ``valuehead_attention`` (PPO's critic, ``algorithm.adv_estimator = "gae"``):
+   ``verl.utils.model.load_valuehead_model`` loads the critic with ``attn_implementation=
+   "flash_attention_2"`` written into the call, whatever the model config's
+   ``override_config.attn_implementation`` says, and FlashAttention does not exist on a CPU. The
+   patch loads the same ``AutoModelForTokenClassification`` with ``sdpa`` (the actor's attention on
+   the CPU runtime); the FSDP engine imports the function inside ``_build_module``, so replacing the
+   module attribute is enough.
 """
 
 from __future__ import annotations
@@ -26,11 +33,14 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from transformers import AutoModelForTokenClassification  # the class VERL loads its critic with
+
 #: The VERL release these patches were written and tested against (pyproject pins it).
 VERL_VERSION = "0.9.1"
 ROLLOUT_KEY = ("kit_cpu", "async")
 ROLLOUT_ADAPTER = "kit.bridge.verl_cpu.rollout.KitCpuRolloutAdapter"
 _DUPLICATED_BACKEND = 'f"cpu:gloo,{get_device_name()}:{get_nccl_backend()}"'
+_FLASH_VALUEHEAD = 'attn_implementation="flash_attention_2"'
 
 
 class VerlPatchError(RuntimeError):
@@ -52,6 +62,17 @@ def _gloo_backend(original: Any) -> Any:
     initialize_global_process_group_ray.__kit_patched__ = original  # type: ignore[attr-defined]
     initialize_global_process_group_ray.__doc__ = "kit CPU patch: plain gloo instead of 'cpu:gloo,cpu:gloo'."
     return initialize_global_process_group_ray
+
+
+def _sdpa_valuehead(original: Any) -> Any:
+    def load_valuehead_model(local_path, torch_dtype, model_config, trust_remote_code):
+        return AutoModelForTokenClassification.from_pretrained(
+            pretrained_model_name_or_path=local_path, torch_dtype=torch_dtype, config=model_config,
+            attn_implementation="sdpa", trust_remote_code=trust_remote_code)
+
+    load_valuehead_model.__kit_patched__ = original  # type: ignore[attr-defined]
+    load_valuehead_model.__doc__ = "kit CPU patch: the critic with sdpa attention instead of flash_attention_2."
+    return load_valuehead_model
 
 
 def _source(module: str) -> str:
@@ -88,11 +109,19 @@ def check() -> list[str]:
         raise _fail("verl.workers.rollout.base._ROLLOUT_REGISTRY", "not a dict keyed by (name, mode)")
     if "fqdn = _ROLLOUT_REGISTRY[(rollout_name, mode)]" not in base_src:
         raise _fail("verl.workers.rollout.base.get_rollout_class", "no longer reads _ROLLOUT_REGISTRY")
-    return ["process_group_backend", "rollout_registry"]
+    model_src = _source("verl.utils.model")
+    start = model_src.find("def load_valuehead_model(local_path, torch_dtype, model_config, trust_remote_code):")
+    body = model_src[start:model_src.find("\ndef ", start + 1)] if start >= 0 else ""
+    if _FLASH_VALUEHEAD not in body or "AutoModelForTokenClassification.from_pretrained(" not in body:
+        raise _fail("verl.utils.model.load_valuehead_model", "it no longer loads AutoModelForTokenClassification with "
+                    "flash_attention_2 written in")
+    if "from verl.utils.model import load_valuehead_model" not in _source("verl.workers.engine.fsdp.transformer_impl"):
+        raise _fail("verl.workers.engine.fsdp.transformer_impl.load_valuehead_model", "no longer imported at call time")
+    return ["process_group_backend", "rollout_registry", "valuehead_attention"]
 
 
 def apply() -> list[str]:
-    """Apply both patches (idempotent) after :func:`check`.
+    """Apply the three patches (idempotent) after :func:`check`.
 
     Returns:
         The names of the patches applied.
@@ -108,6 +137,9 @@ def apply() -> list[str]:
         ew.initialize_global_process_group_ray = dist.initialize_global_process_group_ray
     base = importlib.import_module("verl.workers.rollout.base")
     base._ROLLOUT_REGISTRY[ROLLOUT_KEY] = ROLLOUT_ADAPTER
+    vmodel = importlib.import_module("verl.utils.model")
+    if not hasattr(vmodel.load_valuehead_model, "__kit_patched__"):
+        vmodel.load_valuehead_model = _sdpa_valuehead(vmodel.load_valuehead_model)
     return names
 
 
@@ -116,8 +148,10 @@ def applied() -> dict[str, bool]:
     dist = importlib.import_module("verl.utils.distributed")
     ew = importlib.import_module("verl.workers.engine_workers")
     base = importlib.import_module("verl.workers.rollout.base")
+    vmodel = importlib.import_module("verl.utils.model")
     return {
         "process_group_backend": hasattr(dist.initialize_global_process_group_ray, "__kit_patched__")
         and hasattr(ew.initialize_global_process_group_ray, "__kit_patched__"),
         "rollout_registry": base._ROLLOUT_REGISTRY.get(ROLLOUT_KEY) == ROLLOUT_ADAPTER,
+        "valuehead_attention": hasattr(vmodel.load_valuehead_model, "__kit_patched__"),
     }

@@ -94,13 +94,31 @@ def plugin_route(env: Mapping[str, str] | None = None) -> dict[str, str]:
 CPU_MICRO_TOKENS = 16384
 
 
-def cpu_overrides(address: str, *, test_freq: int = -1) -> list[str]:
+def cpu_overrides(address: str, *, test_freq: int = -1, critic: bool = False) -> list[str]:
     """Hydra overrides that put a kit recipe on the CPU runtime (appended after the kit's own).
 
     Args:
         address: the Ray head (``127.0.0.1:6379``).
         test_freq: validation every that many steps (-1: none).
+        critic: PPO (``algorithm.adv_estimator = "gae"``): VERL's critic worker gets what its actor gets
+            here (FSDP2, ``sdpa`` attention, no remove-padding or checkpointing, CPU micro-batches).
     """
+    return [*_cpu_base(address, test_freq), *(CPU_CRITIC if critic else [])]
+
+
+#: VERL's critic on the CPU runtime: the actor's CPU settings (its value-model engine is VERL's
+#: ``FSDPEngineWithValueHead``, picked like the actor's through ``VERL_ENGINE_DEVICE=cuda``)
+CPU_CRITIC = [
+    "critic.strategy=fsdp2",
+    "+critic.model.override_config.attn_implementation=sdpa",
+    "critic.model.use_remove_padding=False",
+    "critic.model.enable_gradient_checkpointing=False",
+    f"critic.ppo_max_token_len_per_gpu={CPU_MICRO_TOKENS}",
+    f"critic.forward_max_token_len_per_gpu={CPU_MICRO_TOKENS}",
+]
+
+
+def _cpu_base(address: str, test_freq: int) -> list[str]:
     return [
         f"actor_rollout_ref.actor.ppo_max_token_len_per_gpu={CPU_MICRO_TOKENS}",
         f"actor_rollout_ref.rollout.log_prob_max_token_len_per_gpu={CPU_MICRO_TOKENS}",
@@ -173,6 +191,7 @@ def build_cpu_launch(cfg: Any, stage: str, *, model_path: str | None = None, tra
     Raises:
         FileNotFoundError: a parquet file is missing (names it).
     """
+    from kit.algo import needs_critic
     from kit.bridge import launch as bridge_launch
     from kit.config import save
 
@@ -181,7 +200,8 @@ def build_cpu_launch(cfg: Any, stage: str, *, model_path: str | None = None, tra
     paths, argv = bridge_launch.build_launch(
         cfg, stage, model_path=model_path, train_files=train_files, val_files=val_files, n_gpus_per_node=1,
         nnodes=1, rollout_tp=1, start_step=start_step, resume_from=resume_from, metrics_file=metrics_file,
-        python=python, extra_overrides=[*cpu_overrides(address, test_freq=test_freq),
+        python=python, extra_overrides=[*cpu_overrides(address, test_freq=test_freq,
+                                                      critic=needs_critic(cfg.algorithm)),
                                         f"+ray_kwargs.ray_init.runtime_env.env_vars.KIT_CPU_ROLLOUT_UPDATE_LOG={updates}",
                                         *extra_overrides])
     Path(paths.run_dir).mkdir(parents=True, exist_ok=True)

@@ -29,7 +29,11 @@ PANELS = (
     ("(e) code pass rate", "code_pass_rate_correct", "calls without error / calls", (-0.02, 1.02)),
     ("(f) code invocation timing", "first_call_position", "tokens before the first call / response tokens", None),
 )
-KEYS = ("step", "algorithm", "seed", *(p[1] for p in PANELS), "code_pass_rate", "self_correction_rate_correct")
+#: keys every row has on both runtimes; the other behaviour keys may be absent (a VERL row leaves out a ratio
+#: that is undefined at its step: no call, no correct response), and their panels then say so
+KEYS = ("step", "algorithm", "seed", "response_len_mean", "accuracy", "code_ratio")
+OPTIONAL = ("code_lines_per_call", "code_pass_rate_correct", "first_call_position", "code_pass_rate",
+            "self_correction_rate_correct")
 
 
 def _curves(df: pd.DataFrame, key: str, smooth: int):
@@ -58,15 +62,16 @@ def figure_retool_behaviour(metrics: pd.DataFrame, *, note: str = "", smooth: in
     """ReTool's Figure (a)-(f) for PPO against GRPO-RoC (see the module docstring).
 
     Args:
-        metrics: rows of both arms (``kit.figures.collect_metrics``) with :data:`KEYS`.
+        metrics: rows of both arms (``kit.figures.collect_metrics``) with :data:`KEYS` (and :data:`OPTIONAL` where defined).
         note: the profile/model line under the title.
         smooth: trailing moving-average window in steps.
     Returns:
         The Figure (2 x 3 axes).
     Raises:
-        kit.metrics.MetricsError: a key is missing.
+        kit.metrics.MetricsError: a key of :data:`KEYS` is missing.
     """
     require_keys(metrics, KEYS, "the ReTool figure")
+    metrics = metrics.assign(**{k: np.nan for k in OPTIONAL if k not in metrics.columns})
     fig = Figure(figsize=(12, 6.6), layout="constrained")
     axes = fig.subplots(2, 3).ravel()
     for ax, (title, key, ylabel, ylim) in zip(axes, PANELS, strict=True):

@@ -48,6 +48,9 @@ def test_figure_findings_and_verdicts_from_synthetic_arms(tmp_path):
     assert set(df["algorithm"]) == {"ppo", "grpo_roc"}
     fig = figure_retool_behaviour(df, note="synthetic")
     assert len(fig.axes) == 6 and fig.axes[1].get_title() == "(b) code ratio"
+    # VERL rows leave out a ratio undefined at every step (the VERL smoke chain's): its panel says so
+    bare = figure_retool_behaviour(df.drop(columns=["code_lines_per_call", "first_call_position"]))
+    assert "no defined value in this run" in [t.get_text() for t in bare.axes[2].texts]
     labels = [t.get_text() for t in fig.axes[4].get_legend().get_texts()]
     assert "PPO (ReTool), correct (3 seeds)" in labels and "GRPO-RoC, all (3 seeds)" in labels
     results, table = retool.retool_verdicts(root, root / "retool", root / "ablation")

@@ -110,6 +110,23 @@ RL_KEYS: dict[str, Metric] = {
     "turns_mean": Metric("turns", "kept", "VERL's num_turns (user + assistant turns + 1) over the trained rows",
                          ("num_turns/mean",), "VERL rows only"),
     "tool_calls_total": Metric("calls", "sampled", "every call of the step, failed ones included", None, _LOCAL),
+    # ReTool §3.3's code-interpreter behaviour (kit.analysis.code_behaviour: one definition, both runtimes)
+    "code_ratio": Metric("ratio", "sampled", "share of rollouts with at least one interpreter call (ReTool §3.3)",
+                         (KIT_PREFIX + "code_ratio",), "the kit buffer's"),
+    "code_lines_per_call": Metric("lines", "sampled", "non-blank code lines per call that carried code (NaN: none)",
+                                  (KIT_PREFIX + "code_lines_per_call",), "the kit buffer's"),
+    "code_pass_rate": Metric("ratio", "sampled", "calls without error / calls (NaN: no call)",
+                             (KIT_PREFIX + "code_pass_rate",), "the kit buffer's"),
+    "code_pass_rate_correct": Metric("ratio", "sampled", "the same over correct rollouts (NaN: none called)",
+                                     (KIT_PREFIX + "code_pass_rate_correct",), "the kit buffer's"),
+    "self_corrections": Metric("count", "sampled", "failed calls followed by a successful call in the same rollout",
+                               (KIT_PREFIX + "self_corrections",), "the kit buffer's"),
+    "self_correction_rate_correct": Metric("ratio", "sampled", "share of correct rollouts with a self-correction "
+                                           "(NaN: none correct)", (KIT_PREFIX + "self_correction_rate_correct",),
+                                           "the kit buffer's"),
+    "first_call_position": Metric("ratio", "sampled", "tokens before the first call / response tokens, mean over "
+                                  "rollouts with a call (ReTool's code invocation timing; NaN: none)",
+                                  (KIT_PREFIX + "first_call_position",), "the kit buffer's"),
     "time_generate_s": Metric("seconds", "step", "wall seconds of generation (tools and grading inside)",
                               ("timing_s/gen",)),
     "time_tool_s": Metric("seconds", "sampled", "sandbox seconds of every call, summed (concurrent work)",
@@ -171,6 +188,8 @@ SUMMARY_KEYS: dict[str, Metric] = {
 VERL_POPULATION: dict[str, str] = {
     **{KIT_PREFIX + k: "sampled" for k in ("reward_mean", "accuracy", "response_len_mean", "truncation_ratio",
                                             "tool_calls_per_traj", "time_tool_s")},
+    **{KIT_PREFIX + k: "sampled" for k in ("code_ratio", "code_lines_per_call", "code_pass_rate", "code_pass_rate_correct",
+                                            "self_corrections", "self_correction_rate_correct", "first_call_position")},
     **{p + k: "sampled" for p in (ROC_PREFIX, "roc/")
        for k in ("accuracy_before", "tool_error_ratio_correct_before", "p_format_mean_before")},
     **{p + k: "kept" for p in (ROC_PREFIX, "roc/") for k in ("tool_error_ratio_correct_after", "p_format_mean")},

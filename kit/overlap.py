@@ -6,7 +6,7 @@ of two cores busy (tiny profile, seed 0: 03 used 176 CPU s in 190 s). The RoC ab
 needs only the SFT policy and the curated data, and is most of the series' CPU work. So the
 runner starts 06's training as a background job, at lower priority, as soon as 02 has finished,
 runs 03-05, 07 and 08 beside it, and executes notebook 06 itself just before the first notebook
-that reads its folder (09). By then the job has trained every arm, and the notebook finds them
+that reads its folder (10, then 09). ReTool's PPO arms (notebook 10, issue #33) are a second such job. By then the job has trained every arm, and the notebook finds them
 finished (:func:`kit.train.ablation.run_ablation` returns a finished arm's summary without
 training it) and draws its figures. If the job failed or was stopped, the notebook trains what
 is missing itself, resuming from the arms' checkpoints; a job is never the only place work happens.
@@ -65,6 +65,8 @@ class Background:
 #: the background job of each notebook of the standard series that has one
 STANDARD_JOBS: dict[str, Background] = {
     "06_roc_ablation": Background((sys.executable, "-m", "kit.chain.ablation_job"), after="02_cold_start_sft"),
+    # ReTool's PPO arms (issue #33) need only the SFT policy too; notebook 10 then draws them beside 06's arms
+    "10_retool": Background((sys.executable, "-m", "kit.chain.retool_job"), after="02_cold_start_sft"),
 }
 
 
@@ -80,7 +82,8 @@ def mentions(parameters: dict[str, Any], run_dir: str) -> bool:
 def execution_order(names: Sequence[str], parameters: Sequence[dict[str, Any]],
                     deferred: Sequence[str]) -> list[int]:
     """Indices of the series in the order to execute it: each ``deferred`` notebook moves to just
-    before the first later notebook whose parameters name its ``run_dir`` (the end if none does);
+    before the first later notebook whose parameters name its ``run_dir`` and that is already placed
+    (a deferred reader is placed after it: 06 before 10, both before 09; the end if none is);
     every other notebook keeps its place.
 
     Args:
@@ -91,8 +94,8 @@ def execution_order(names: Sequence[str], parameters: Sequence[dict[str, Any]],
     order = [i for i, n in enumerate(names) if n not in deferred]
     for d in (i for i, n in enumerate(names) if n in deferred):
         own = parameters[d].get("run_dir")
-        readers = [i for i in range(d + 1, len(names)) if own and mentions(parameters[i], own)]
-        pos = order.index(readers[0]) if readers and readers[0] in order else len(order)
+        readers = [i for i in range(d + 1, len(names)) if own and mentions(parameters[i], own) and i in order]
+        pos = order.index(readers[0]) if readers else len(order)
         order.insert(pos, d)
     return order
 

@@ -156,9 +156,14 @@ def series(stages: Sequence[str]) -> list[Entry]:
                   {"sft_dir": "02_cold_start_sft", "rl_dir": last.name}, "entropy_tokens.jsonl"),
             Entry("08_evaluation", "08_evaluation", "eval",
                   {"policy_dir": last.name, "sft_dir": "02_cold_start_sft", "data_dir": "01_data_curation"}, "eval"),
+            # ReTool's comparison (issue #33): PPO arms beside 06's GRPO-RoC arms; it runs before 09, which reads it
+            Entry("10_retool", "10_retool", "retool",
+                  {"init_dir": "02_cold_start_sft", "data_dir": "01_data_curation", "ablation_dir": "06_roc_ablation"},
+                  "retool.json"),
             Entry("09_figures_and_tables", "09_figures_and_tables", "",
                   {"stage_dirs": tuple(stage_entries), "ablation_dir": "06_roc_ablation", "eval_dir": "08_evaluation",
-                   "sft_dir": "02_cold_start_sft", "analysis_dir": "07_behavior_analysis"}, seeded=False)]
+                   "sft_dir": "02_cold_start_sft", "analysis_dir": "07_behavior_analysis", "retool_dir": "10_retool"},
+                  seeded=False)]
     return out
 
 
@@ -358,3 +363,39 @@ def ablation_arms(cfg: KitConfig, run_dir: str | os.PathLike = "") -> list[KitCo
                                       stages=stages, data=data)
             arms.append(dataclasses.replace(arm, run_dir=str(Path(run_dir) / arm_name(arm))) if run_dir else arm)
     return arms
+
+
+# --------------------------------------------------------------------------- ReTool's arms (issue #33)
+
+#: ReTool's comparison (notebook 10): each arm's name -> the ``algorithm`` fields it sets on the ablation's
+#: GRPO-RoC arm of the same seed. PPO: VERL's ``algorithm.adv_estimator = "gae"`` with a critic (G samples
+#: per prompt, no RoC selection; ``kit.train.critic``). The baseline is not trained again: it is 06's
+#: ``ablation/grpo_roc_seed<s>/`` (:data:`RETOOL_BASELINE`), the same cold start, steps and seeds.
+RETOOL_ARMS: dict[str, dict[str, Any]] = {"ppo": {"adv_estimator": "gae"}}
+RETOOL_BASELINE = "grpo_roc"
+#: the ReTool arms train the first this many of the ablation's seeds (:func:`arm_seeds`)
+RETOOL_SEEDS = 3
+
+
+def retool_arms(cfg: KitConfig, run_dir: str | os.PathLike = "", arms: dict[str, dict[str, Any]] | None = None,
+                n_seeds: int = RETOOL_SEEDS) -> list[tuple[str, KitConfig]]:
+    """ReTool's comparison as ``(arm folder, resolved config)`` per (seed, arm), seeds outer: each is the
+    ablation's GRPO-RoC arm of that seed (:func:`ablation_arms`: first stage at ``ablation.steps`` steps
+    and ``rollout.max_response_tokens``, the run's problems) with the arm's ``algorithm`` fields.
+
+    Args:
+        cfg: the resolved config of notebook 10.
+        run_dir: its run directory: each arm's ``run_dir`` is ``run_dir/<name>_seed<s>`` (empty: unchanged).
+        arms: arm name -> ``AlgorithmConfig`` fields (default :data:`RETOOL_ARMS`).
+        n_seeds: the first this many seeds of :func:`arm_seeds` (fewer when the profile has fewer).
+    Raises:
+        TypeError: an arm names a field ``AlgorithmConfig`` lacks.
+    """
+    base = [a for a in ablation_arms(cfg) if a.algorithm.name == RETOOL_BASELINE][:max(0, n_seeds)]
+    out = []
+    for b in base:
+        for name, fields in (RETOOL_ARMS if arms is None else arms).items():
+            arm = dataclasses.replace(b, algorithm=dataclasses.replace(b.algorithm, **fields))
+            folder = f"{name}_seed{arm.seed}"
+            out.append((folder, dataclasses.replace(arm, run_dir=str(Path(run_dir) / folder)) if run_dir else arm))
+    return out

@@ -1,4 +1,5 @@
-"""The report's first page: a one-page summary of a pipeline run (issue #16).
+"""The report's first page: a one-page summary of a pipeline run (issue #16), and a page for each
+other paper whose claims the run tests (ReTool's, issue #33: :func:`section_page`).
 
 One A4 page drawn with matplotlib (no TeX needed): the pre-registered claims with this run's
 statistic, 95% interval and verdict (``claims.json`` from notebook 09, else computed here with
@@ -25,6 +26,7 @@ from typing import Any
 import matplotlib.image as mpimg
 import numpy as np
 import pandas as pd
+from matplotlib.backends.backend_pdf import PdfPages
 from matplotlib.figure import Figure
 
 from kit import claims, tables
@@ -74,10 +76,30 @@ def _fmt(x: Any, digits: int = 3) -> str:
     return f"{x:.{digits}g}" if isinstance(x, float) else str(x)
 
 
-def claim_rows(doc: Mapping[str, Any]) -> list[list[str]]:
-    """Rows ``[claim, paper, this run, verdict]`` of the summary's claims table (wrapped text)."""
+#: the page of each paper's claims after the kit's own (a claim's ``section`` in claims.json): its
+#: title, what it compares, and the figures of the run it shows (``figures/<name>.png``)
+SECTIONS = {"ReTool": ("ReTool (Feng et al. 2025) on this run: PPO against GRPO-RoC",
+                       "Notebook 10 trains PPO (algorithm.adv_estimator = \"gae\" with a critic) from the same cold-start "
+                       "policy, for the same steps and seeds as notebook 06's GRPO-RoC arms, and logs ReTool §3.3's "
+                       "code-interpreter behaviour every step (kit.analysis.code_behaviour) on both.",
+                       (("retool_behaviour", "ReTool's Figure (a)-(f) panels"),))}
+
+
+def _section(c: Mapping[str, Any]) -> str:
+    return c.get("section") or claims.DEFAULT_SECTION
+
+
+def sections(doc: Mapping[str, Any]) -> list[str]:
+    """The sections of a claims document after the kit's own, in file order (each gets a page)."""
+    return list(dict.fromkeys(_section(c) for c in doc["claims"] if _section(c) != claims.DEFAULT_SECTION))
+
+
+def claim_rows(doc: Mapping[str, Any], section: str = claims.DEFAULT_SECTION) -> list[list[str]]:
+    """Rows ``[claim, paper, this run, verdict]`` of the summary's claims table (wrapped text), for
+    the claims of ``section`` (default the kit's paper's; each other paper's claims, e.g. ReTool's,
+    have a page of their own: :func:`section_page`)."""
     rows = []
-    for c in doc["claims"]:
+    for c in (c for c in doc["claims"] if _section(c) == section):
         lo, hi = c.get("ci95") or (None, None)
         stat = f"{_fmt(c.get('value'))} [{_fmt(lo)}, {_fmt(hi)}]" if c.get("value") is not None else "\u2014"
         failing = [t for t in c["tests"] if t["verdict"] != "reproduced"]
@@ -169,11 +191,14 @@ def summary_page(root: str | os.PathLike, *, title: str = "", profile: str = "",
     profile = profile or root.parent.name
     doc = _claims_doc(root)
     fig = Figure(figsize=(8.27, 11.69))
-    counts = doc.get("counts", {})
+    own = [c for c in doc["claims"] if _section(c) == claims.DEFAULT_SECTION]
+    counts = {v: sum(c["verdict"] == v for c in own) for v in claims.VERDICTS}
     fig.text(0.04, 0.982, title or f"rStar2-Agent reproduction: {root.parent.name}/{root.name}", fontsize=12,
              weight="bold", va="top")
-    head = (f"Profile {profile}: {len(doc['claims'])} claims pre-registered in kit/reference/claims.yaml before tuning; "
-            + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICT_COLOR)
+    others = "".join(f"; {sum(_section(c) == x for c in doc['claims'])} {x} claims on the next page"
+                     for x in sections(doc))
+    head = (f"Profile {profile}: {len(own)} claims pre-registered in kit/reference/claims.yaml before tuning; "
+            + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICT_COLOR) + others
             + ". A verdict compares the statistic's 95% interval with the pre-registered threshold: reproduced when "
               "it lies on the claimed side, not reproduced when on the other side, else inconclusive.")
     shift = 0.0
@@ -248,11 +273,52 @@ def _explorer_links(fig: Figure, root: Path) -> None:
         fig.text(0.97, 0.004, f"+{len(pages) - MAX_EXPLORER_LINKS}", fontsize=6, va="bottom", ha="right")
 
 
+def section_page(root: str | os.PathLike, section: str, *, profile: str = "") -> Figure:
+    """The summary page of another paper's claims on the run in ``root`` (``section``, e.g. ``ReTool``):
+    their statistic, 95% interval and verdict, and the run's figures for them (:data:`SECTIONS`).
+
+    Returns:
+        A portrait A4 Figure.
+    """
+    root = Path(root)
+    profile = profile or root.parent.name
+    doc = _claims_doc(root)
+    title, what, figs = SECTIONS.get(section, (f"{section} on this run", "", ()))
+    mine = [c for c in doc["claims"] if _section(c) == section]
+    fig = Figure(figsize=(8.27, 11.69))
+    fig.text(0.04, 0.982, title, fontsize=12, weight="bold", va="top")
+    head = (f"Profile {profile}: {len(mine)} {section} claims pre-registered in kit/reference/claims.yaml before any run "
+            "of them; " + ", ".join(f"{sum(c['verdict'] == v for c in mine)} {v}" for v in VERDICT_COLOR)
+            + ". Same verdict rule as the first page. " + what)
+    fig.text(0.04, 0.962, textwrap.fill(head, 160), fontsize=6.6, va="top", color="0.25", linespacing=1.3)
+    rows = claim_rows(doc, section)
+    n_lines = sum(max(c.count("\n") + 1 for c in r) for r in rows) + 1
+    h = min(0.5, 0.0092 * n_lines + 0.01)
+    top = 0.925
+    _draw_table(fig.add_axes((0.04, top - h, 0.92, h)), rows, ["claim", "paper", "this run: statistic [95% interval]", "verdict"],
+                [0.33, 0.24, 0.32, 0.11], 5.6, verdict_col=3)
+    top -= h + 0.015
+    for name, label in figs:
+        ax = fig.add_axes((0.04, 0.03, 0.92, top - 0.03))
+        ax.set_axis_off()
+        p = root / "figures" / f"{name}.png"
+        if p.exists():
+            ax.imshow(mpimg.imread(p))
+        else:
+            ax.text(0.5, 0.5, f"{label}: not drawn in this run", ha="center", fontsize=7, color="0.4")
+    return fig
+
+
 def write_summary_pdf(root: str | os.PathLike, out: str | os.PathLike, **kw: Any) -> Path:
-    """Write :func:`summary_page` of ``root`` as a one-page PDF at ``out``; returns ``out``."""
+    """Write :func:`summary_page` of ``root`` at ``out``, followed by a :func:`section_page` for each
+    other paper whose claims the run has (ReTool's); returns ``out``."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
-    summary_page(root, **kw).savefig(out, format="pdf")
+    first = summary_page(root, **kw)
+    with PdfPages(out) as pdf:
+        pdf.savefig(first)
+        for section in sections(_claims_doc(Path(root))):
+            pdf.savefig(section_page(root, section, profile=kw.get("profile", "")))
     return out
 
 

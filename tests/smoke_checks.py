@@ -17,15 +17,17 @@ import pandas as pd
 import pytest
 
 from kit import claims, pipeline, plan
+from kit.analysis import code_behaviour
 
 #: keys every local RL row must have (each declared in kit.metrics.RL_KEYS: tests/test_metrics_schema.py)
 LOCAL_RL_KEYS = ("stage", "step", "global_step", "reward_mean", "accuracy", "response_len_mean", "truncation_ratio",
                  "tool_calls_per_traj", "tool_error_ratio_correct_before", "tool_error_ratio_correct_after",
                  "p_format_mean", "kept", "time_generate_s", "time_tool_s", "time_verify_s", "time_update_s",
-                 "algorithm", "seed")
+                 "algorithm", "seed", *code_behaviour.KEYS)
 #: the keys of a VERL RL row of every algorithm (kit.bridge.metric_map.METRIC_MAP, from kit.metrics)
 VERL_RL_KEYS = ("stage", "step", "global_step", "reward_mean", "accuracy", "response_len_mean", "truncation_ratio",
-                "tool_calls_per_traj", "time_generate_s", "time_tool_s", "time_update_s", "algorithm", "seed")
+                "tool_calls_per_traj", "time_generate_s", "time_tool_s", "time_update_s", "algorithm", "seed",
+                "code_ratio", "self_corrections")  # ReTool's behaviour keys that are never NaN (the others may be absent)
 
 
 def rows(path) -> list[dict]:
@@ -48,7 +50,9 @@ def claimed_keys_have_their_declared_population(run_dir) -> int:
         data = verl[row["global_step"]]
         for key in sorted(keys):
             if key not in row or row[key] is None:
-                assert RL_KEYS[key].population != "sampled" or key.startswith("tool_error"), (run_dir, key)
+                # a ratio that may be undefined at a step (no correct rollout, no call) is left out there
+                assert (RL_KEYS[key].population != "sampled" or key.startswith("tool_error")
+                        or key in code_behaviour.MAY_BE_UNDEFINED), (run_dir, key)
                 continue
             sources = [s for s in RL_KEYS[key].verl if s in data]
             assert sources and data[sources[0]] == pytest.approx(row[key]), (run_dir, key, row[key], sources)
@@ -151,3 +155,18 @@ def claims_file_and_summary_page(lay) -> None:
     first = subprocess.run(["pdftotext", "-f", "1", "-l", "1", str(lay.report_pdf), "-"], capture_output=True,
                            text=True, check=True).stdout
     assert "pre-registered" in first and "What this profile cannot show" in first
+
+
+def retool_arms_and_inconclusive_verdicts(lay, cfg) -> None:
+    """Notebook 10 (issue #33): a PPO arm per ablation seed (smoke: one) with ReTool's behaviour keys in
+    every row, its figure copied by 09 for the summary's ReTool page, and ReTool's claims, all
+    inconclusive on a run this short (one seed, two steps), in its verdicts.json and in claims.json."""
+    arms = [name for name, _ in plan.retool_arms(cfg)]
+    assert arms and all(len(rows(lay.root / "retool" / a / "metrics.jsonl")) == cfg.ablation.steps for a in arms)
+    assert all(set(code_behaviour.KEYS) <= set(r) and r["algorithm"] == "ppo"
+               for a in arms for r in rows(lay.root / "retool" / a / "metrics.jsonl"))
+    ids = [c["id"] for c in claims.load_claims() if c.get("section") == "ReTool"]
+    assert json.loads((lay.root / "retool" / "verdicts.json").read_text()) == dict.fromkeys(ids, "inconclusive")
+    doc = claims.read_claims(lay.root / "claims.json")
+    assert {c["id"]: c["verdict"] for c in doc["claims"] if c["section"] == "ReTool"} == dict.fromkeys(ids, "inconclusive")
+    assert (lay.root / "figures" / "retool_behaviour.png").stat().st_size > 5000

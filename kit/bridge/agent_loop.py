@@ -48,6 +48,7 @@ from uuid import uuid4
 
 from verl.experimental.agent_loop.agent_loop import AgentLoopBase, AgentLoopMetrics, AgentLoopOutput, register
 
+from kit.analysis import code_behaviour
 from kit.bridge.kv_router import is_dead_engine_error, router_of
 from kit.bridge.per_loop import once_per_loop
 from kit.config import RolloutConfig, SandboxConfig
@@ -165,12 +166,15 @@ class GlobalSteps:
         return {"min_global_steps": self.min, "max_global_steps": self.max}
 
 
-def trajectory_to_output(tr: Trajectory, response_length: int, steps: GlobalSteps | None = None) -> AgentLoopOutput:
+def trajectory_to_output(tr: Trajectory, response_length: int, steps: GlobalSteps | None = None,
+                         call_open_id: int | None = None) -> AgentLoopOutput:
     """Convert a kit :class:`Trajectory` to VERL's ``AgentLoopOutput`` (see module docstring).
 
     ``num_turns`` follows VERL's convention: user turns + assistant turns + 1.
     ``steps``: the weight versions seen while generating; ``extra_fields`` always carries
-    ``min_global_steps``/``max_global_steps`` (None when no turn reported one).
+    ``min_global_steps``/``max_global_steps`` (None when no turn reported one), and the
+    trajectory's code-interpreter summary (:meth:`kit.analysis.code_behaviour.CodeUse.fields`;
+    ``call_open_id``: the tokenizer's id of ``<tool_call>``, for the first call's position).
     """
     extra: dict[str, Any] = {
         "tool_calls": tr.tool_calls,
@@ -185,6 +189,7 @@ def trajectory_to_output(tr: Trajectory, response_length: int, steps: GlobalStep
         "turns": tr.turns,
         "tool_wall_s": float(sum(c.wall_s for c in tr.calls)),
         **(steps or GlobalSteps()).fields(),
+        **code_behaviour.code_use(tr, call_open_id).fields(),  # ReTool §3.3's metrics (kit.bridge.sampler)
     }
     extra.update({f"tool_error_{k}": tr.tool_errors[k] for k in protocol.ERROR_KINDS})
     return AgentLoopOutput(
@@ -252,4 +257,5 @@ class KitAgentLoop(AgentLoopBase):
             temperature=float(sampling_params.get("temperature", self.kit_cfg.temperature)),
             top_p=float(sampling_params.get("top_p", self.kit_cfg.top_p)),
         )
-        return trajectory_to_output(tr, self.kit_cfg.max_response_tokens, backend.steps)
+        return trajectory_to_output(tr, self.kit_cfg.max_response_tokens, backend.steps,
+                                    code_behaviour.call_open_id(self.tokenizer))

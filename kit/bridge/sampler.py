@@ -13,7 +13,8 @@ Both add to VERL's step metrics (:func:`tool_metrics`, :func:`sampled_metrics`),
 the local trainer's tracker gives the same row keys (``kit.train.tracking.tracker_metrics``:
 ``rstar2/<key>``), so a dashboard shows one curve per quantity for both runtimes, and
 ``kit.bridge.metric_map.METRIC_MAP`` turns them back into the kit keys ``tool_calls_per_traj``,
-``time_tool_s``, ``reward_mean``, ``accuracy``, ``response_len_mean`` and ``truncation_ratio``:
+``time_tool_s``, ``reward_mean``, ``accuracy``, ``response_len_mean``, ``truncation_ratio`` and
+ReTool's code-interpreter behaviour (:func:`behaviour_metrics`, ``code_ratio`` ...):
 the keys :mod:`kit.metrics` declares over the sampled population, which VERL's own data metrics
 (over the rows it trains on: RoC's kept G) cannot fill.
 
@@ -37,6 +38,7 @@ import transfer_queue as tq
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 
+from kit.analysis import code_behaviour
 from kit.bridge.verl_records import VerlRecords
 from kit.metrics import KIT_PREFIX
 
@@ -130,6 +132,27 @@ def sampled_metrics(extra_fields: Sequence[Mapping[str, Any]], scores: Sequence[
     r = [float(x) for x in scores]
     return {KIT_PREFIX + "reward_mean": sum(r) / n, KIT_PREFIX + "accuracy": sum(x > 0 for x in r) / n,
             KIT_PREFIX + "response_len_mean": sum(lengths) / n, KIT_PREFIX + "truncation_ratio": sum(truncated) / n}
+
+
+def behaviour_metrics(extra_fields: Sequence[Mapping[str, Any]], scores: Sequence[float]) -> dict[str, float]:
+    """ReTool §3.3's code-interpreter behaviour of the step's N sampled trajectories (before RoC
+    selects): :func:`kit.analysis.code_behaviour.step_metrics` over the summaries the kit's agent
+    loop wrote (:meth:`kit.analysis.code_behaviour.CodeUse.fields`), correct = score > 0, under
+    ``rstar2/<key>``, the local row's keys. Undefined ratios (NaN: no call, no correct trajectory)
+    are left out, so VERL's trackers get no NaN.
+
+    Raises:
+        KeyError: a trajectory lacks a summary key (names the row and the key).
+        ValueError: N differs between the two arguments.
+    """
+    if len(scores) != len(extra_fields):
+        raise ValueError(f"behaviour_metrics: {len(extra_fields)} trajectories but {len(scores)} scores")
+    if not extra_fields:
+        return {}
+    uses = [code_behaviour.CodeUse.from_fields(e, int(e.get("response_tokens", 0)), f"trajectory {i}")
+            for i, e in enumerate(extra_fields)]
+    m = code_behaviour.step_metrics(uses, [float(x) > 0 for x in scores])
+    return {KIT_PREFIX + k: v for k, v in m.items() if math.isfinite(v)}
 
 
 def final_outputs(keys: Sequence[str]) -> tuple[list[str], list[int]]:
@@ -253,7 +276,9 @@ class KitReplayBuffer(ReplayBuffer):
         data = tq.kv_batch_get(keys=[meta.keys[i] for i in rows], partition_id=partition_id, select_fields=wanted)
         extras = [getattr(v, "data", v) for v in data["extra_fields"]]
         self._step_metrics.update(tool_metrics(extras))
-        self._step_metrics.update(sampled_metrics(extras, [float(v.sum().item()) for v in data["rm_scores"]]))
+        scores = [float(v.sum().item()) for v in data["rm_scores"]]
+        self._step_metrics.update(sampled_metrics(extras, scores))
+        self._step_metrics.update(behaviour_metrics(extras, scores))
         self._kept_sessions = None
         out = self._select_sessions(meta, sessions, data, extras)
         if self._records is not None:

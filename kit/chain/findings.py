@@ -8,7 +8,8 @@ and their direction), never a fixed sentence. Read from the run folder the noteb
   use, RoC's tool-error ratio among correct trajectories before and after its selection) and
   ``summary.json`` (held-out sampled reward);
 - :func:`ablation_findings`: every arm's ``metrics.jsonl`` under the ablation folder, per algorithm
-  over its seeds (Figure 4's and Figure 9's quantities).
+  over its seeds (Figure 4's and Figure 9's quantities);
+- :func:`retool_findings`: ReTool's PPO arms of notebook 10 (its §3.3 behaviour keys) and their verdicts.
 
 "First" and "last" are the means over the first and the last third of the steps (at least one step
 each), the same reading as the claims' first and last windows, without their intervals: the verdicts
@@ -178,6 +179,32 @@ def ablation_findings(run_dir: str | os.PathLike) -> str:
             lower = sum(d > 0 for d in diffs)
             lines.append(f"RoC ended with the lower tool-error ratio on {lower} of {len(diffs)} seeds "
                          f"(GRPO minus RoC, mean {sum(diffs) / len(diffs):+.3f}); notebook 09 gives the interval and the verdict")
+    return _bullets("What this run showed", lines)
+
+
+def retool_findings(run_dir: str | os.PathLike) -> str:
+    """Markdown: ReTool's comparison in ``run_dir`` (notebook 10): for the PPO arms, the first-third and
+    last-third means over seeds of ReTool's behaviour keys and accuracy, and the ReTool verdicts the
+    notebook wrote to ``verdicts.json`` (``{claim id: verdict}``; notebook 09 writes them to claims.json).
+
+    Raises:
+        kit.metrics.MetricsError: no ``metrics.jsonl`` under ``run_dir``, or a malformed one.
+    """
+    df = collect_metrics(sorted(Path(run_dir).glob("*_seed*/metrics.jsonl")))
+    keys = {"code_ratio": "code ratio", "code_lines_per_call": "code lines per call", "code_pass_rate": "code pass rate",
+            "self_correction_rate_correct": "self-correction rate of correct responses",
+            "first_call_position": "first-call position", "accuracy": "training accuracy"}
+    ends = {}
+    for seed, arm in df.groupby("seed"):
+        first, last, _ = _windows(arm)
+        ends[int(seed)] = {f"{k}_{w}": _mean(d, k) for k in keys for w, d in (("first", first), ("last", last))}
+    arms = pd.DataFrame(ends).T
+    lines: list[str | None] = [f"PPO ({_n(len(arms), 'seed')}), first third -> last third of each arm's steps: " + "; ".join(
+        f"{label} {_fmt(arms[f'{k}_first'].mean())} -> {_fmt(arms[f'{k}_last'].mean())}" for k, label in keys.items())]
+    verdicts = Path(run_dir) / "verdicts.json"
+    if verdicts.exists():
+        got = json.loads(verdicts.read_text())
+        lines.append("ReTool's pre-registered claims: " + ", ".join(f"`{k}` {v}" for k, v in got.items()))
     return _bullets("What this run showed", lines)
 
 

@@ -21,7 +21,9 @@ trajectories) -- these leave out the between-seed spread, and each result says w
 Files read (``RunDirs``, by default the folders of ``reports/<profile>/<run>/``):
 ``ablation/<algorithm>_seed<s>/metrics.jsonl``, ``<sft|stage1|stage2|stage3>/summary.json``,
 ``stage<k>/metrics.jsonl`` and ``config.json``, ``eval/passk/passk_curves.json`` with its
-``<source>_<label>.json`` results, ``analysis/entropy_tokens.jsonl``.
+``<source>_<label>.json`` results, ``analysis/entropy_tokens.jsonl``, ``retool/<arm>_seed<s>/metrics.jsonl``
+(notebook 10's ReTool comparison). A claim's ``section:`` (default ``rStar2-Agent``; ``ReTool``)
+says which paper it is from; ``claims.json`` carries it per claim.
 
 Usage::
 
@@ -46,7 +48,7 @@ import yaml
 from kit import jsonio
 from kit.claims.files import Missing, RunDirs
 from kit.claims.kinds import KINDS
-from kit.claims.results import VERDICTS, ClaimResult, TestResult
+from kit.claims.results import DEFAULT_SECTION, VERDICTS, ClaimResult, TestResult
 from kit.metrics import DECLARED
 
 CLAIMS_FILE = Path(__file__).resolve().parent.parent / "reference" / "claims.yaml"
@@ -57,7 +59,7 @@ KEY_FIELDS = ("key", "n_key")
 TEST_KEYS = ("name", "kind", "statistic", "interval", "comparison", "threshold")
 CLAIM_KEYS = ("id", "source", "claim", "paper", "tests")
 
-__all__ = ["CLAIMS_FILE", "VERDICTS", "ClaimResult", "ClaimsError", "RunDirs", "TestResult", "claims_table",
+__all__ = ["CLAIMS_FILE", "DEFAULT_SECTION", "VERDICTS", "ClaimResult", "ClaimsError", "RunDirs", "TestResult", "claims_table",
            "evaluate_claims", "load_claims", "read_claims", "write_claims"]
 
 
@@ -133,7 +135,8 @@ def evaluate_claims(dirs: RunDirs, claims: Sequence[Mapping[str, Any]] | None = 
             except Missing as exc:
                 res.verdict, res.reason = "inconclusive", f"not enough data: {exc}"
             tests.append(res)
-        out.append(ClaimResult(c["id"], c["source"], c["claim"], c["paper"], tests, note=_note(c)))
+        out.append(ClaimResult(c["id"], c["source"], c["claim"], c["paper"], tests, note=_note(c),
+                               section=str(c.get("section") or DEFAULT_SECTION)))
     return out
 
 

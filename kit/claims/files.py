@@ -28,7 +28,8 @@ class RunDirs:
 
     Attributes:
         root: the pipeline run folder ``reports/<profile>/<run>/``.
-        sft, ablation, eval, analysis: notebook run directories.
+        sft, ablation, eval, analysis, retool: notebook run directories (``retool``: notebook 10's
+            ReTool comparison).
         stages: each RL stage's run directory by stage name, in training order.
     """
 
@@ -37,6 +38,7 @@ class RunDirs:
     ablation: Path
     eval: Path
     analysis: Path
+    retool: Path
     stages: Mapping[str, Path] = dataclasses.field(default_factory=dict)
 
     @classmethod
@@ -49,7 +51,7 @@ class RunDirs:
             root: the pipeline run folder.
             stages: the RL stages: ``{name: folder}`` (an empty folder: ``root/<name>``) or names
                 (folders ``root/<name>``); default the paper's (``kit.config.StagesConfig().names``).
-            overrides: ``sft``, ``ablation``, ``eval``, ``analysis`` folders.
+            overrides: ``sft``, ``ablation``, ``eval``, ``analysis``, ``retool`` folders.
         Raises:
             ValueError: an unknown folder name.
         """

@@ -35,17 +35,21 @@ class SpecError(ValueError):
 # --------------------------------------------------------------------------- ablation tests
 
 
-def _arms(dirs: RunDirs, algorithm: str) -> dict[int, list[dict[str, Any]]]:
-    """``{seed: rows sorted by step}`` of the ablation arms ``<algorithm>_seed<s>``."""
-    base = dirs.ablation
+def _arms(dirs: RunDirs, algorithm: str, folder: str = "ablation") -> dict[int, list[dict[str, Any]]]:
+    """``{seed: rows sorted by step}`` of the arms ``<algorithm>_seed<s>`` in the run folder ``folder``
+    (``ablation``: notebook 06's; ``retool``: notebook 10's). The ablation's rows must also carry
+    the arm's algorithm; another folder's arms are named by their comparison (ReTool's ``ppo`` arm
+    trains ``algorithm.name = "grpo"`` with the GAE estimator), so their rows are taken as they are."""
+    base = dirs.folder(folder)
     if not base.is_dir():
-        raise Missing(f"ablation folder {base} not found")
+        raise Missing(f"{folder} folder {base} not found")
     out = {}
     for d in sorted(base.glob(f"{algorithm}_seed*")):
         tail = d.name[len(algorithm) + len("_seed"):]
         if not tail.isdigit() or not (d / "metrics.jsonl").exists():
             continue
-        rows = [r for r in _jsonl(d / "metrics.jsonl") if r.get("algorithm", algorithm) == algorithm]
+        rows = [r for r in _jsonl(d / "metrics.jsonl")
+                if folder != "ablation" or r.get("algorithm", algorithm) == algorithm]
         out[int(tail)] = sorted(rows, key=lambda r: r.get("step", 0))
     if not out:
         raise Missing(f"no {algorithm}_seed<s>/metrics.jsonl under {base}")
@@ -84,15 +88,44 @@ def _seed_test(res: TestResult, per_seed: Mapping[int, float], spec: Mapping[str
     return res
 
 
-def stat_ablation_drop(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -> TestResult:
-    """First-W minus last-W mean of ``key`` for each seed of one algorithm; t over seeds."""
-    arms = _arms(dirs, spec["algorithm"])
+def _folder(spec: Mapping[str, Any], side: str = "") -> str:
+    """The run folder of a test's arms: ``<side>_folder``, else ``folder``, else ``ablation``."""
+    return str(spec.get(f"{side}_folder") or spec.get("folder") or "ablation")
+
+
+def _end_change(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult, sign: float) -> TestResult:
+    arms = _arms(dirs, spec["algorithm"], _folder(spec))
     _check_steps(spec, arms)
     per_seed = {}
     for s, rows in arms.items():
         first, last, S, W = _ends(rows, spec["key"])
-        per_seed[s] = first - last
+        per_seed[s] = sign * (first - last)
         res.detail.setdefault("windows", {})[str(s)] = {"steps": S, "W": W, "first": first, "last": last}
+    return _seed_test(res, per_seed, spec)
+
+
+def stat_ablation_drop(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -> TestResult:
+    """First-W minus last-W mean of ``key`` for each seed of one algorithm; t over seeds
+    (``folder``: the arms' run folder, default ``ablation``)."""
+    return _end_change(dirs, spec, res, 1.0)
+
+
+def stat_ablation_rise(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -> TestResult:
+    """Last-W minus first-W mean of ``key`` for each seed of one arm; t over seeds (``folder`` as
+    :func:`stat_ablation_drop`)."""
+    return _end_change(dirs, spec, res, -1.0)
+
+
+def stat_ablation_last(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -> TestResult:
+    """Last-W mean of ``key`` for each seed of one arm, against a fixed level; t over seeds
+    (``folder`` as :func:`stat_ablation_drop`)."""
+    arms = _arms(dirs, spec["algorithm"], _folder(spec))
+    _check_steps(spec, arms)
+    per_seed = {}
+    for s, rows in arms.items():
+        _, last, S, W = _ends(rows, spec["key"])
+        per_seed[s] = last
+        res.detail.setdefault("windows", {})[str(s)] = {"steps": S, "W": W, "last": last}
     return _seed_test(res, per_seed, spec)
 
 
@@ -100,8 +133,11 @@ def stat_ablation_paired_last(dirs: RunDirs, spec: Mapping[str, Any], res: TestR
     """Per seed: last-W mean of ``key`` for ``minuend`` minus that for ``subtrahend``; t over seeds.
 
     ``exceeds_seed_spread``: reproduced also needs the mean difference to exceed the larger
-    sample sd over seeds of either arm's last-W mean."""
-    a, b = _arms(dirs, spec["minuend"]), _arms(dirs, spec["subtrahend"])
+    sample sd over seeds of either arm's last-W mean. ``minuend_folder`` / ``subtrahend_folder``
+    (else ``folder``, else ``ablation``): the run folder of each side's arms, so ReTool's PPO arms
+    (notebook 10) pair with the ablation's GRPO-RoC arms of the same seeds; seeds both sides have."""
+    a = _arms(dirs, spec["minuend"], _folder(spec, "minuend"))
+    b = _arms(dirs, spec["subtrahend"], _folder(spec, "subtrahend"))
     _check_steps(spec, a)
     _check_steps(spec, b)
     seeds = sorted(set(a) & set(b))
@@ -338,6 +374,8 @@ def stat_entropy_share_diff(dirs: RunDirs, spec: Mapping[str, Any], res: TestRes
 KINDS: dict[str, Callable[[RunDirs, Mapping[str, Any], TestResult], TestResult]] = {
     "ablation_drop": stat_ablation_drop,
     "ablation_paired_last": stat_ablation_paired_last,
+    "ablation_rise": stat_ablation_rise,
+    "ablation_last": stat_ablation_last,
     "heldout_rise": stat_heldout_rise,
     "heldout_no_drop": stat_heldout_no_drop,
     "stage_length_change": stat_stage_length_change,

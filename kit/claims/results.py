@@ -10,6 +10,8 @@ from typing import Any
 import numpy as np
 
 VERDICTS = ("reproduced", "not reproduced", "inconclusive")
+#: the section of a claim without ``section:`` in the claims file (the kit's paper)
+DEFAULT_SECTION = "rStar2-Agent"
 
 
 @dataclasses.dataclass
@@ -53,7 +55,8 @@ class ClaimResult:
     """A claim with its tests and the combined verdict (see the module docstring).
 
     ``note``: the claims file's ``note:`` of the claim itself ("" without one); :attr:`notes` adds
-    its tests' notes.
+    its tests' notes. ``section``: the paper the claim is from (the claims file's ``section:``,
+    default :data:`DEFAULT_SECTION`), so claims.json and the summary page keep each paper's together.
     """
 
     id: str
@@ -62,6 +65,7 @@ class ClaimResult:
     paper: str
     tests: list[TestResult]
     note: str = ""
+    section: str = DEFAULT_SECTION
 
     @property
     def notes(self) -> str:
@@ -85,7 +89,7 @@ class ClaimResult:
         return {"id": self.id, "source": self.source, "claim": self.claim, "paper": self.paper,
                 "verdict": self.verdict, "statistic": head.name, "value": _finite(head.value),
                 "ci95": [_finite(head.ci95[0]), _finite(head.ci95[1])], "interval": head.interval,
-                "note": self.notes, "tests": [t.to_dict() for t in self.tests]}
+                "note": self.notes, "section": self.section, "tests": [t.to_dict() for t in self.tests]}
 
 
 def _finite(x: Any) -> Any:

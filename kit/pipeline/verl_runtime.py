@@ -32,7 +32,7 @@ DEVICE_ENV = "KIT_VERL_DEVICE"
 #: :func:`kit.plan.is_stage_entry`, does): :func:`kit.runtime.verl.run_stage` (03-05) and
 #: :func:`kit.runtime.verl.run_ablation` (06) start stages through :mod:`kit.bridge.stages`,
 #: whose launcher :func:`kit.bridge.verl_cpu.runner.default_launcher` picks from ``KIT_VERL_DEVICE``
-LAUNCHES_VERL = (*(n for n in SERIES if is_stage_entry(n)), "06_roc_ablation")
+LAUNCHES_VERL = (*(n for n in SERIES if is_stage_entry(n)), "06_roc_ablation", "10_retool")
 
 
 class VerlDeviceError(RuntimeError):

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from kit.analysis import code_behaviour
 from kit.analysis.bstar import balance_score_step
 from kit.config import KitConfig, StageConfig
 from kit.data.tasks import TaskProblem
@@ -166,6 +167,8 @@ async def rl_step(cfg: KitConfig, stage: StageConfig, model: Any, tok: Any, opti
            "perf_row_steps": batch.engine.get("row_steps", 0.0),
            "perf_threads": threads if threads is not None else torch.get_num_threads(),
            "tool_calls_total": float(sum(t.tool_calls for t in batch.flat())),
+           # ReTool §3.3's code-interpreter behaviour over the sampled rollouts (kit.analysis.code_behaviour)
+           **code_behaviour.trajectory_metrics(batch.flat(), (batch.rewards.reshape(-1) > 0).tolist(), tok),
            "algorithm": label, "seed": seed, **upd}
     res = StepResult(problems, batch, kept, sel_m, adv, row, token_adv)
     recording.record_step(recorder, cfg, res)  # rollout records (kit.records), issue #32

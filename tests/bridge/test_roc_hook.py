@@ -15,6 +15,7 @@ from doubles import FakeTQ
 from omegaconf import OmegaConf
 
 from kit.algo import RocParams, allocate
+from kit.analysis.code_behaviour import CodeUse
 from kit.metrics import ROC_PREFIX
 
 G, N2 = 4, 8  # keep G of 2G
@@ -34,7 +35,8 @@ def _group_rows(uid, rewards, calls, fails, tags, turns, T=6):
         scores[T - 1] = r
         rows.append(dict(uid=uid, session=s, score=scores, responses=torch.arange(T) + 10 * s,
                          extra={"tool_calls": c, "tool_errors": f, "infra_errors": 0, "answer_tags": a, "turns": t,
-                                "tool_wall_s": 0.25 * c, "response_tokens": T, "truncated": False}))
+                                "tool_wall_s": 0.25 * c, "response_tokens": T, "truncated": False,
+                                **CodeUse(calls=c, ok_calls=c - f, first_call_token=1 if c else None).fields()}))
     return rows
 
 

@@ -15,6 +15,8 @@ from doubles import FakeExecutor, FakeTQ, Res, call
 from omegaconf import OmegaConf
 
 from kit import prompts
+from kit.analysis import code_behaviour
+from kit.analysis.code_behaviour import CodeUse
 from kit.bridge import stages
 from kit.config import load
 from kit.data.tasks import TaskProblem
@@ -75,6 +77,14 @@ async def test_verl_extra_fields_give_the_local_rows_tool_numbers_on_the_same_tr
     sampled = sampler.sampled_metrics(extras, batch.rewards.reshape(-1).tolist())
     assert sampled == {f"rstar2/{k}": pytest.approx(local[k])
                        for k in ("reward_mean", "accuracy", "response_len_mean", "truncation_ratio")}
+    # ReTool's behaviour keys: the local step's definition over the same trajectories (one call fails: infra)
+    here = code_behaviour.trajectory_metrics(flat, (batch.rewards.reshape(-1) > 0).tolist(), tok)
+    there = sampler.behaviour_metrics([trajectory_to_output(t, 400, call_open_id=code_behaviour.call_open_id(tok))
+                                       .extra_fields for t in flat], batch.rewards.reshape(-1).tolist())
+    assert there == {f"rstar2/{k}": pytest.approx(v) for k, v in here.items()}
+    assert here["code_ratio"] == pytest.approx(4 / 6) and here["code_lines_per_call"] == 1.0
+    assert here["code_pass_rate"] == pytest.approx(6 / 8)  # 8 counted calls (infra ones not); Q1's malformed third fails
+    assert here["first_call_position"] == 0.0  # the scripted first turns open with the call
 
 
 def test_tool_metrics_bad_input_names_the_trajectory_and_the_key():
@@ -96,7 +106,9 @@ def _group(uid, calls, infra, wall, rewards, index=0, lengths=None):
         score = torch.zeros(T)
         score[-1] = r
         extra = {"tool_calls": c, "tool_errors": 0, "infra_errors": i, "answer_tags": 1, "turns": c + 1,
-                 "tool_wall_s": w, "response_tokens": n, "truncated": n >= 40}
+                 "tool_wall_s": w, "response_tokens": n, "truncated": n >= 40,
+                 # c calls of 2 lines, the first fails and the rest pass; the first call after 2 tokens
+                 **CodeUse(c, max(c - 1, 0), 2 * c, c, int(c >= 2), 2 if c else None).fields()}
         rows.append(dict(uid=uid, session=s, index=index, score=score, responses=torch.arange(T), extra=extra))
     return rows
 
@@ -118,9 +130,15 @@ def test_grpo_buffer_logs_every_sampled_session_and_trains_on_all_of_them(monkey
     # answered calls (1, 1, 0, 3 | 2, 4, 1, 0) over 8 sessions; seconds 1.75 + 0.75 + 2.0 + 0.5
     # lengths 20 30 10 40 | 10 50 20 20 (B_0's last output keeps its first's length), truncated at 40 tokens: 2 of 8;
     # rewards 1 0 0 1 | 0 1 1 0
+    # code behaviour (calls 1 2 0 3 | 0 4 1 1 of B_0's first output's summary): 6 of 8 call, 6 of 12 calls pass,
+    # 5 of the correct ones' 9; self-corrections where c >= 2 (A_1, A_3, B_1), 2 of the 4 correct; first call at token 2
     assert metrics == {"rstar2/tool_calls_per_traj": pytest.approx(12 / 8), "rstar2/time_tool_s": pytest.approx(5.0),
                        "rstar2/reward_mean": 0.5, "rstar2/accuracy": 0.5,
-                       "rstar2/response_len_mean": pytest.approx(200 / 8), "rstar2/truncation_ratio": 0.25}
+                       "rstar2/response_len_mean": pytest.approx(200 / 8), "rstar2/truncation_ratio": 0.25,
+                       "rstar2/code_ratio": 0.75, "rstar2/code_lines_per_call": 2.0, "rstar2/code_pass_rate": 0.5,
+                       "rstar2/code_pass_rate_correct": pytest.approx(5 / 9), "rstar2/self_corrections": 3.0,
+                       "rstar2/self_correction_rate_correct": 0.5,
+                       "rstar2/first_call_position": pytest.approx((2 / 20 + 2 / 30 + 2 / 40 + 2 / 50 + 2 / 20 + 2 / 20) / 6)}
     store.add_group(_group("V", [1], [0], [9.0], [1]), partition="val")
     buf._step_metrics = {}
     val = buf._materialize_batch("val", ["V"], {k: t for k, t in store.tags["val"].items() if not t.get("is_prompt")})

@@ -97,6 +97,10 @@ def test_rows_carry_the_local_trainers_tool_metrics(run):
         assert r["tool_calls_per_traj"] == m["rstar2/tool_calls_per_traj"] and r["time_tool_s"] == m["rstar2/time_tool_s"]
         assert 0 <= r["tool_calls_per_traj"] <= most and r["time_tool_s"] >= 0
         assert r["time_tool_s"] == 0 or r["tool_calls_per_traj"] > 0
+        # ReTool's behaviour keys (issue #33): the same buffer, from the agent loop's per-trajectory summaries
+        assert r["code_ratio"] == m["rstar2/code_ratio"] and 0 <= r["code_ratio"] <= 1
+        assert r["self_corrections"] == m["rstar2/self_corrections"] >= 0
+        assert (r["code_ratio"] > 0) == ("rstar2/first_call_position" in m)  # undefined without a call: left out
     print("tool metrics per step:", [(r["step"], r["tool_calls_per_traj"], r["time_tool_s"]) for r in rows])
     # the policy calls the tool (multi-turn trajectories: the router's sticky count), and calls take time
     assert any(r["tool_calls_per_traj"] > 0 and r["time_tool_s"] > 0 for r in rows)

@@ -16,7 +16,7 @@ from kit.config import load
 
 #: training notebooks and the findings function their last cell shows
 FINDINGS = {"02_cold_start_sft": "sft_findings", "03_rl_stage1": "stage_findings", "04_rl_stage2": "stage_findings",
-            "05_rl_stage3": "stage_findings", "06_roc_ablation": "ablation_findings"}
+            "05_rl_stage3": "stage_findings", "06_roc_ablation": "ablation_findings", "10_retool": "retool_findings"}
 #: training notebooks that end with the rollout explorer (issue #32), after their findings
 EXPLORED = ("03_rl_stage1", "06_roc_ablation")
 #: config fields a notebook may take as parameters: the run's identity and folders, which ``load`` takes too

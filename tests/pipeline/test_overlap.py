@@ -118,7 +118,8 @@ def test_a_failing_notebook_stops_the_job_and_leaves_no_process(tmp_path, make_n
 def test_standard_series_gives_06_its_job_only_where_it_cannot_change_a_result(tmp_path):
     lay = Layout(root=tmp_path / "r", profile="tiny")
     jobs = {nb.name: nb.background for nb in pipeline.standard_series(lay) if nb.background}
-    assert list(jobs) == ["06_roc_ablation"] and jobs["06_roc_ablation"].after == "02_cold_start_sft"
+    assert list(jobs) == ["06_roc_ablation", "10_retool"]  # ReTool's PPO arms (issue #33) too
+    assert {j.after for j in jobs.values()} == {"02_cold_start_sft"}
     assert not any(nb.background for nb in pipeline.standard_series(lay, overlap_jobs=False))
     # the main stage-1 run could be an arm (same budget and steps): 06 may copy it, so no job
     same = {"stages.stage1.max_response_tokens": 384, "stages.stage1.steps": 40}
@@ -133,6 +134,9 @@ def test_the_ablation_job_refuses_bad_parameters(capsys):
     from kit.chain import ablation_job
 
     assert ablation_job.main([]) == 2 and ablation_job.main(["not json"]) == 2 and ablation_job.main(["[1]"]) == 2
+    from kit.chain import retool_job
+
+    assert retool_job.main([]) == 2 and retool_job.main(["{}"]) == 2
     assert "usage" in capsys.readouterr().err
     with pytest.raises(KeyError, match="init_dir"):
         ablation_job.run({"profile": "tiny", "seed": 0, "run_dir": "/tmp/x", "data_dir": "/tmp/y"})

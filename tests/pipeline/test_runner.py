@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from kit import cli, pipeline
+from kit import cli, overlap, pipeline
 from kit.pipeline import Layout, NotebookRun, PipelineError, run_series
 
 WRITE = "from pathlib import Path\nPath(run_dir).mkdir(parents=True, exist_ok=True)\n"
@@ -91,8 +91,17 @@ def test_standard_series_passes_upstream_run_dirs(tmp_path):
     lay = Layout.for_run("smoke", "t", reports_root=tmp_path)
     series = pipeline.standard_series(lay)
     assert [r.name for r in series] == list(pipeline.SERIES)
-    assert len(series) == 10 and series[0].name.startswith("00_") and series[-1].name.startswith("09_")
+    assert len(series) == 11 and series[0].name.startswith("00_") and series[-1].name.startswith("09_")
     by = {r.name: r.parameters for r in series}
+    # ReTool's comparison (issue #33) runs before 09, which reads its folder; its training is a background job
+    assert [r.name for r in series][-2:] == ["10_retool", "09_figures_and_tables"]
+    assert by["09_figures_and_tables"]["retool_dir"] == by["10_retool"]["run_dir"]
+    assert by["10_retool"]["ablation_dir"] == by["06_roc_ablation"]["run_dir"]
+    assert by["10_retool"]["init_dir"] == by["02_cold_start_sft"]["run_dir"]
+    names = [r.name for r in series]
+    order = [names[i] for i in overlap.execution_order(names, [r.parameters for r in series],
+                                                                 ["06_roc_ablation", "10_retool"])]
+    assert order[-3:] == ["06_roc_ablation", "10_retool", "09_figures_and_tables"]  # each just before its first reader
     assert by["04_rl_stage2"]["init_dir"] == by["03_rl_stage1"]["run_dir"]
     assert by["05_rl_stage3"]["init_dir"] == by["04_rl_stage2"]["run_dir"]
     assert by["08_evaluation"]["policy_dir"] == by["05_rl_stage3"]["run_dir"]

@@ -42,6 +42,10 @@ def test_ablation_runs_both_algorithms_for_every_seed(smoke_run):
     checks.ablation_runs_both_algorithms_for_every_seed(*smoke_run, checks.LOCAL_RL_KEYS)
 
 
+def test_retool_arms_and_inconclusive_verdicts(smoke_run):
+    checks.retool_arms_and_inconclusive_verdicts(*smoke_run)
+
+
 def test_evaluation_on_the_real_benchmarks(smoke_run):
     checks.evaluation_on_the_real_benchmarks(*smoke_run)
 

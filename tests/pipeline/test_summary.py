@@ -48,14 +48,23 @@ def test_table_rows_put_this_run_beside_the_first_published_value(run):
 def test_claim_rows_show_every_claim_with_its_verdict_and_why(run):
     doc = claims.read_claims(run / "claims.json")
     rows = summary.claim_rows(doc)
-    assert len(rows) == len(doc["claims"]) and {r[3] for r in rows} == {"inconclusive"}
+    own = [c for c in doc["claims"] if c["section"] == claims.DEFAULT_SECTION]
+    assert len(rows) == len(own) and {r[3] for r in rows} == {"inconclusive"}
+    # another paper's claims (ReTool's, issue #33) are a section of their own, on a page of their own
+    assert summary.sections(doc) == ["ReTool"]
+    retool = summary.claim_rows(doc, "ReTool")
+    assert len(retool) == len(doc["claims"]) - len(own) >= 4 and all("ReTool" in r[0] for r in retool)
+    assert "retool folder" in retool[0][2]
     assert "ablation folder" in rows[0][2]  # the reason an inconclusive claim is inconclusive
 
 
 @needs_poppler
 def test_summary_is_one_page_with_claims_figures_tables_and_limits(run, tmp_path):
     pdf = summary.write_summary_pdf(run, tmp_path / "s.pdf")
-    assert _pages(pdf) == 1
+    assert _pages(pdf) == 2  # the kit's claims, then ReTool's section (issue #33)
+    assert "ReTool claims on the next page" in " ".join(_text(pdf).split())
+    second = " ".join(_text(pdf, 2).split())
+    assert "ReTool (Feng et al. 2025) on this run" in second and "not drawn in this run" in second
     text = _text(pdf)
     for needle in ("pre-registered", "inconclusive", "Figure 4", "Tables 3-6", "What this profile cannot show",
                    "80.6"):
@@ -90,13 +99,13 @@ def test_prepend_summary_opens_the_report_and_survives_problems(run, tmp_path):
             pp.savefig(Figure(figsize=(4, 3)))
     notices: list[str] = []
     assert summary.prepend_summary(run, report, echo=notices.append) == report
-    assert _pages(report) == 3 and not notices
+    assert _pages(report) == 4 and not notices  # two summary pages (the kit's claims, ReTool's)
     assert "What this profile cannot show" in _text(report, 1)
     assert (run / "summary.pdf").exists()
     # a broken claims.json: the report stays as it was, with a notice
     (run / "claims.json").write_text(json.dumps({"claims": []}))
     summary.prepend_summary(run, report, echo=notices.append)
-    assert _pages(report) == 3 and len(notices) == 1 and "could not be drawn" in notices[0]
+    assert _pages(report) == 4 and len(notices) == 1 and "could not be drawn" in notices[0]
 
 
 def test_without_pdfunite_the_summary_is_a_separate_file(run, tmp_path, monkeypatch):

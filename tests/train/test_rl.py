@@ -261,6 +261,9 @@ def test_a_step_row_carries_its_cpu_seconds_and_engine_counts(policy, tmp_path, 
     assert row["perf_row_steps"] >= row["perf_decode_steps"]
     assert row["tool_calls_total"] == pytest.approx(row["tool_calls_per_traj"] * row["sampled"])
     assert row["perf_threads"] == 1
+    # ReTool's behaviour keys (kit.analysis.code_behaviour) on the same sampled rollouts
+    assert row["code_ratio"] == pytest.approx(row["tool_use_rate"])  # no call here is infra or skipped
+    assert row["self_corrections"] >= 0 and {"code_pass_rate", "first_call_position"} <= set(row)
 
 
 def test_stage_end_greedy_readout_on_a_subset_sampled_on_all(policy):

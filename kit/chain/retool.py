@@ -1,0 +1,153 @@
+"""Notebook 10: ReTool (Feng et al. 2025) on this run, PPO against GRPO-RoC (issue #33).
+
+ReTool trains with PPO (a critic, GAE advantages, no KL) from a cold start on code-integrated
+reasoning and reports what RL does to the model's use of the interpreter (its §3.3). Here PPO
+(``algorithm.adv_estimator = "gae"``, :data:`kit.plan.RETOOL_ARMS`) trains from the same cold-start
+policy, for the same steps and seeds as notebook 06's GRPO-RoC arms, which are its baseline
+(``ablation/grpo_roc_seed<s>/``; not trained again). Both log ReTool's behaviour metrics every step
+(:mod:`kit.analysis.code_behaviour`); :func:`behaviour_figure` draws them like ReTool's Figure panels,
+:func:`find_self_correction` looks for a correct response with a code self-correction in the PPO
+policy's samples, and :func:`retool_verdicts` evaluates the ReTool claims of
+``kit/reference/claims.yaml`` (``section: ReTool``) on the two folders.
+
+:func:`train_retool` is what the notebook's training cell runs and what the pipeline's background
+job runs (:mod:`kit.chain.retool_job`), with the same parameters; a finished arm is not trained again.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from kit import claims, jsonio, runtime
+from kit.analysis import code_behaviour
+from kit.chain.policies import sample_trajectories
+from kit.config import KitConfig, load
+from kit.figures import collect_metrics, save_figure
+from kit.figures_retool import figure_retool_behaviour
+from kit.metrics import read_rows
+from kit.plan import RETOOL_BASELINE, retool_arms
+from kit.progress import StepBar
+
+SECTION = "ReTool"  # the claims' section in kit/reference/claims.yaml
+
+
+def retool_config(profile: str, overrides: Mapping[str, Any] | None, run_dir, seed: int) -> KitConfig:
+    """Notebook 10's config (``profile`` with ``overrides``); writes ``run_dir/config.json``. The notebook
+    and the background job (:mod:`kit.chain.retool_job`) both build it here, so they train the same arms.
+
+    Raises:
+        kit.config.ConfigError: an unknown key or a value of the wrong type.
+    """
+    return load(profile, dict(overrides or {}), run_dir=run_dir, seed=seed)
+
+
+def train_retool(cfg: KitConfig, run_dir: str | os.PathLike, init_dir: str | os.PathLike,
+                 data_dir: str | os.PathLike | None, progress=None) -> dict[str, Any]:
+    """Train every arm of :func:`kit.plan.retool_arms` (PPO per seed) from the upstream run folder
+    ``init_dir`` (the cold start), one first-stage run each through the runtime's ``run_stage``, in
+    ``run_dir/<arm>_seed<s>/``; writes ``run_dir/retool.json`` (the arms and their summaries).
+
+    Returns:
+        ``{"arms": {folder: summary}, "baseline": "grpo_roc", "steps", "seeds"}``.
+    """
+    arms = retool_arms(cfg, run_dir)
+    rt = runtime.get(cfg)
+    out: dict[str, Any] = {"arms": {}, "baseline": RETOOL_BASELINE, "steps": cfg.ablation.steps,
+                           "seeds": sorted({a.seed for _, a in arms})}
+    with StepBar(cfg.ablation.steps * len(arms), f"ReTool: PPO ({len(arms)} runs)", progress, count_rows=True) as bar:
+        for folder, arm in arms:
+            seen: list[dict] = []
+
+            def relay(row: dict, seen=seen) -> None:
+                if "summary" not in row:  # one arm's end is not the comparison's (it would close the bar)
+                    seen.append(row)
+                    bar(row)
+
+            out["arms"][folder] = rt.run_stage(arm, arm.stages[0].name, run_dir=arm.run_dir, init_dir=init_dir,
+                                               data_dir=data_dir, progress=relay)
+            # an arm finished earlier (the background job) reports nothing: its rows are shown as trained
+            for row in read_rows(Path(arm.run_dir) / "metrics.jsonl", missing_ok=True)[sum("step" in r for r in seen):]:
+                bar(row)
+        out = jsonio.jsonable(out)
+        jsonio.write_json(Path(run_dir) / "retool.json", out)
+        bar({"stage": "retool", "summary": out})
+    return out
+
+
+def arm_metrics(run_dir: str | os.PathLike, ablation_dir: str | os.PathLike, seeds) -> pd.DataFrame:
+    """The metrics rows of the PPO arms (``run_dir``) and of the ablation's GRPO-RoC arms of ``seeds``
+    (``ablation_dir``), one frame; ``algorithm`` is ``ppo`` / ``grpo_roc``.
+
+    Raises:
+        kit.metrics.MetricsError: an arm has no ``metrics.jsonl``.
+    """
+    ppo = collect_metrics(sorted(Path(run_dir).glob("*_seed*/metrics.jsonl")))
+    base = collect_metrics([Path(ablation_dir) / f"{RETOOL_BASELINE}_seed{s}" / "metrics.jsonl" for s in seeds])
+    return pd.concat([ppo, base], ignore_index=True)
+
+
+def behaviour_figure(run_dir, ablation_dir, seeds, *, note: str = "", smooth: int = 1):
+    """ReTool's Figure panels (a)-(f) for this run (:func:`kit.figures_retool.figure_retool_behaviour`),
+    saved as ``run_dir/retool_behaviour.png/.pdf``; returns the Figure."""
+    fig = figure_retool_behaviour(arm_metrics(run_dir, ablation_dir, seeds), note=note, smooth=smooth)
+    save_figure(fig, run_dir, "retool_behaviour")
+    return fig
+
+
+def find_self_correction(cfg: KitConfig, run_dir: str | os.PathLike, *, n_problems: int = 8, n: int = 4, seed: int = 0):
+    """A correct response of the first PPO arm's final policy with a code self-correction (a failed
+    call followed by a working one), from ``n`` samples of ``n_problems`` held-out problems.
+
+    Returns:
+        ``(trajectory, tokenizer, counts)``: the first such trajectory (None when no sample has one)
+        and ``{"samples", "correct", "self_corrected_correct"}``.
+    """
+    first = sorted(Path(run_dir).glob("*_seed*/policy"))
+    if not first:
+        return None, None, {"samples": 0, "correct": 0, "self_corrected_correct": 0}
+    trs, tok, batch = sample_trajectories(cfg, first[0], n_problems=n_problems, n=n, seed=seed)
+    open_id = code_behaviour.call_open_id(tok)
+    correct = (batch.rewards.reshape(-1) > 0).tolist()
+    hits = [t for t, ok in zip(trs, correct, strict=True) if ok and code_behaviour.code_use(t, open_id).self_corrections]
+    return (hits[0] if hits else None), tok, {"samples": len(trs), "correct": int(sum(correct)),
+                                              "self_corrected_correct": len(hits)}
+
+
+def retool_verdicts(root: str | os.PathLike, run_dir: str | os.PathLike, ablation_dir: str | os.PathLike):
+    """The ReTool claims (``section: ReTool``) evaluated on the PPO arms in ``run_dir`` and the
+    ablation's arms in ``ablation_dir`` (notebook 09 evaluates them again for ``claims.json``).
+
+    Returns:
+        ``(results, table)``: the :class:`kit.claims.ClaimResult` list and one row per test.
+    """
+    mine = [c for c in claims.load_claims() if c.get("section") == SECTION]
+    results = claims.evaluate_claims(claims.RunDirs.under(root, retool=run_dir, ablation=ablation_dir), mine)
+    table = pd.DataFrame([{"claim": r.id, "test": t.name, "statistic": t.value, "verdict": t.verdict, "reason": t.reason}
+                          for r in results for t in r.tests]).set_index(["claim", "test"])
+    return results, table
+
+
+def last_rows(run_dir: str | os.PathLike) -> pd.DataFrame:
+    """The last step of each PPO arm: its behaviour keys and accuracy (for the notebook's closing note)."""
+    rows = []
+    for f in sorted(Path(run_dir).glob("*_seed*/metrics.jsonl")):
+        got = read_rows(f, missing_ok=True)
+        if got:
+            rows.append({"arm": f.parent.name, **{k: got[-1].get(k) for k in ("step", "accuracy", *code_behaviour.KEYS)}})
+    return pd.DataFrame(rows)
+
+
+def copy_retool_figure(run_dir: str | os.PathLike, fig_dir: str | os.PathLike) -> list[Path]:
+    """Copy ``run_dir/retool_behaviour.{png,pdf}`` (:func:`behaviour_figure`, notebook 10) into the
+    report's figures folder (notebook 09), where the summary's ReTool page finds it; returns the copies."""
+    found = [Path(run_dir) / f"retool_behaviour.{ext}" for ext in ("png", "pdf")]
+    found = [p for p in found if p.exists()]
+    if found:
+        Path(fig_dir).mkdir(parents=True, exist_ok=True)
+    return [Path(shutil.copy2(p, Path(fig_dir) / p.name)) for p in found]

@@ -12,7 +12,9 @@ What VERL's rows cannot give, and the records leave null rather than make up: pe
 entropy (VERL's servers return ids and log-probs only), per-call lists (the agent loop stores
 counts per kind), the verifier's reason and the problem id. The advantage is the kit's GRPO
 advantage over the kept rows (:func:`kit.algo.group_advantage`, VERL's formula), computed
-here: VERL computes its own after the buffer returns.
+here: VERL computes its own after the buffer returns (for GRPO the same numbers). With
+``algorithm.adv_estimator = "gae"`` (PPO) VERL's advantage comes from its critic after the buffer,
+so the records' ``advantage`` is then the GRPO one, not the one VERL trained with (a known gap).
 
 Settings: ``trainer.v1.sampler.sampler_kwargs.records_*``, written by
 :func:`kit.bridge.overrides.build_overrides` from ``[logging]`` (``records_dir`` = the stage's run

@@ -5,7 +5,6 @@ Pure functions over records (:mod:`kit.records`), shared by the widgets and the 
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -72,7 +71,7 @@ def find_tokenizer_dir(index: RecordIndex, f: StepFile | None = None) -> Path | 
         if (cand / "tokenizer_config.json").exists():
             return cand
     for meta in sorted(index.root.rglob("rollouts/meta.json")):
-        d = json.loads(meta.read_text()).get("tokenizer_dir")
+        d = index.read_meta(meta).get("tokenizer_dir")
         if d and Path(d).exists():
             return Path(d)
     for cfg in sorted(index.root.rglob("policy/tokenizer_config.json")):

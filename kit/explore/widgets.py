@@ -117,6 +117,11 @@ class Explorer:
         if self._busy or self.run.value is None:
             return
         self.records = read_step(self._file(), index=self.index)
+        steps = list(self.step.options)
+        if not self.records and self._file().path in self.index.unreadable and steps.index(self.step.value) > 0:
+            # a step still being written (or cut short): show the step before it
+            self.step.value = steps[steps.index(self.step.value) - 1]
+            return
         active = [f for f, cb in self.filters.items() if cb.value]
         shown = query.matching_groups(self.records, active)
         gs = query.groups(self.records)
@@ -125,7 +130,8 @@ class Explorer:
         self.prompt.options = [(f"{p}: {gs[p][0]['prompt_id']}", p) for p in shown]
         self.prompt.value = old if keep_prompt and old in shown else (shown[0] if shown else None)
         self._busy = False
-        bad = f" · unreadable (still being written?): {len(self.index.unreadable)}" if self.index.unreadable else ""
+        bad = (" · unreadable (still being written?): "
+               + ", ".join(_short(p, self.root) for p in self.index.unreadable)) if self.index.unreadable else ""
         self.status.value = (f"{len(self.records)} trajectories in {len(gs)} groups at step {self.step.value}; "
                              f"{len(shown)} groups match{bad}")
         self._on_prompt()
@@ -168,6 +174,19 @@ class Explorer:
         display(data, raw=True)
 
 
+def _short(path: Path, root: Path) -> str:
+    try:
+        return Path(path).relative_to(root).as_posix()
+    except ValueError:
+        return str(path)
+
+
 def explore(run_dir: str | os.PathLike, tokenizer: Any = None, color: str = "entropy") -> Explorer:
-    """An :class:`Explorer` over ``run_dir`` (a cell's last expression shows it)."""
+    """An :class:`Explorer` over ``run_dir`` (a cell's last expression shows it).
+
+    Raises:
+        FileNotFoundError: ``run_dir`` does not exist (a folder without records yet is shown as such).
+    """
+    if not Path(run_dir).is_dir():
+        raise FileNotFoundError(f"explore: no folder {run_dir} (a run folder, e.g. reports/tiny/main/stage1)")
     return Explorer(run_dir, tokenizer=tokenizer, color=color)

@@ -42,7 +42,9 @@ answer_tags, turns     int16                          RoC's counters
 p_err, p_format,       float32                        RoC penalties (§2.2.3) from the counters;
 p_total                                               p_total with the run's switches
 kept                   bool                           RoC kept it (always True for GRPO)
-advantage              float32                        the advantage used; NaN when dropped
+advantage              float32                        the advantage used; NaN when dropped. PPO (gae): the
+                                                      mean of the per-token GAE over model tokens. VERL:
+                                                      kit.bridge.verl_records says what it is
 group_reward_std       float32                        population std of the group's n rewards
 group_zero_spread      bool                           all n rewards equal (no GRPO signal)
 truncated              bool                           the budget cut it

@@ -195,9 +195,24 @@ class RecordIndex:
         raise KeyError(f"no records of {run.label()} step {step} under {self.root} (steps: {self.steps(run)})")
 
     def meta(self, f: StepFile) -> dict[str, Any]:
-        """The ``meta.json`` of the run folder holding ``f`` ({} when absent)."""
-        meta = f.path.parents[2] / META
-        return json.loads(meta.read_text()) if meta.exists() else {}
+        """The ``meta.json`` of the run folder holding ``f`` ({} when absent or not a JSON object:
+        that file is then listed in :attr:`unreadable`, and the explorer shows token ids)."""
+        return self.read_meta(f.path.parents[2] / META)
+
+    def read_meta(self, meta: Path) -> dict[str, Any]:
+        """One ``rollouts/meta.json`` as a dict ({} when absent; {} and listed in :attr:`unreadable`
+        when it is not a JSON object)."""
+        if not meta.exists():
+            return {}
+        try:
+            d = json.loads(meta.read_text())
+        except (OSError, ValueError):
+            d = None
+        if not isinstance(d, dict):
+            if meta not in self.unreadable:
+                self.unreadable.append(meta)
+            return {}
+        return d
 
 
 def scan(root: str | os.PathLike) -> RecordIndex:
@@ -224,16 +239,33 @@ def read_step(f: StepFile | str | os.PathLike, columns: Sequence[str] | None = N
 
     Raises:
         OSError / pyarrow.ArrowInvalid: the file cannot be read (no ``index`` given), naming the file.
+        ValueError: the file is a readable parquet but no records file of this schema (key columns
+            missing, another ``schema_version``), naming the file.
     """
     path = f.path if isinstance(f, StepFile) else Path(f)
     try:
-        return pq.read_table(path, columns=list(columns) if columns else None).to_pylist()
-    except (OSError, pa.ArrowInvalid) as exc:
+        table = pq.read_table(path, columns=list(columns) if columns else None)
+        _check_columns(path, pq.read_schema(path))
+        return table.to_pylist()
+    except (OSError, pa.ArrowInvalid, ValueError) as exc:
         if index is None:
             raise type(exc)(f"rollout records {path}: {exc}") from exc
         if path not in index.unreadable:
             index.unreadable.append(path)
         return []
+
+
+def _check_columns(path: Path, schema: pa.Schema) -> None:
+    """A readable parquet that is no record file of this schema (a foreign table, another
+    ``schema_version``) is refused naming what differs, not read into a ``KeyError`` later."""
+    missing = [n for n in ("schema_version", "stage", "arm", "step", "prompt_index", "traj_index")
+               if n in SCHEMA.names and n not in schema.names]
+    if missing:
+        raise ValueError(f"not a rollout-records file: columns {missing} missing")
+    if "schema_version" in schema.names:
+        versions = set(pq.read_table(path, columns=["schema_version"]).column(0).to_pylist())
+        if versions - {SCHEMA_VERSION}:
+            raise ValueError(f"schema_version {sorted(versions)}, this kit reads {SCHEMA_VERSION}")
 
 
 def read_records(root: str | os.PathLike, *, stage: str | None = None, arm: str | None = None,

@@ -130,3 +130,28 @@ def test_two_seeds_of_one_arm_are_two_runs(tmp_path, step, tok):
     page = export_html(tmp_path, groups=[("grpo_roc_seed1", "stage1", "grpo_roc", 2, 0)], tokenizer=tok).read_text()
     assert "step 2 · prompt 0" in page
     assert pick_groups(tmp_path)[0] == ("grpo_roc_seed0", "stage1", "grpo_roc", 1, 1)
+
+
+def test_a_run_still_writing_or_a_foreign_file_is_named_and_the_last_readable_step_shown(tmp_path, step, tok):
+    """Review of #32: a half-written last step opened the explorer on nothing, a foreign parquet raised a bare
+    KeyError, a corrupt meta.json a JSONDecodeError naming no file, a mistyped folder read as "no records yet"."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    from kit.explore import explore
+    from kit.records import read_step
+
+    _write(tmp_path, step, steps=(1, 2, 3))
+    files = sorted((tmp_path / "rollouts" / "stage1" / "grpo_roc").glob("step_*.parquet"))
+    files[2].write_bytes(files[2].read_bytes()[:200])  # still being written
+    pq.write_table(pa.table({"a": [1]}), files[1])  # not a records file
+    (tmp_path / "rollouts" / "meta.json").write_text("{bad")
+    x = Explorer(tmp_path, tokenizer=tok)
+    assert x.step.value == 1 and x.group.value.count("<tr data-traj") == 4
+    assert "step_000002.parquet" in x.status.value and "step_000003.parquet" in x.status.value
+    with pytest.raises(ValueError, match=r"step_000002\.parquet: not a rollout-records file: columns"):
+        read_step(files[1])
+    x2 = Explorer(tmp_path)  # no tokenizer given: the corrupt meta.json is listed, token ids shown
+    assert "meta.json" in x2.status.value
+    with pytest.raises(FileNotFoundError, match="no folder"):
+        explore(tmp_path / "nope")

@@ -59,21 +59,25 @@ def render_columns() -> list[str]:
             "truncated"]
 
 
-def group_section_html(group: Sequence[dict[str, Any]], tokenizer: Any = None, color: str = "entropy") -> str:
-    """One group: header, table, then each trajectory (the first one open)."""
+def group_section_html(group: Sequence[dict[str, Any]], tokenizer: Any = None, color: str = "entropy",
+                       also: Sequence[str] = ()) -> str:
+    """One group: header, table, then each trajectory (the first one open) coloured by ``color``,
+    and under it, folded, the same trajectory coloured by each of ``also``."""
     parts = [f"<section class='kit-x' data-group='{html.escape(group[0]['group_id'])}'>",
              render.group_header_html(group), render.prompt_html(group[0], tokenizer), render.group_table_html(group)]
     for k, rec in enumerate(group):
         summary = (f"#{rec['traj_index']} reward {rec['reward']:.0f} · {'kept' if rec['kept'] else 'dropped'} · "
                    f"{rec['finish_reason']}")
+        more = "".join(f"<details data-color='{html.escape(c)}'><summary>coloured by {html.escape(c)}</summary>"
+                       f"{render.trajectory_view_html(rec, tokenizer, c)}</details>" for c in also if c != color)
         parts.append(f"<details data-traj='{rec['traj_index']}'{' open' if k == 0 else ''}><summary>"
-                     f"{html.escape(summary)}</summary>{render.trajectory_view_html(rec, tokenizer, color)}</details>")
+                     f"{html.escape(summary)}</summary>{render.trajectory_view_html(rec, tokenizer, color)}{more}</details>")
     return "".join(parts) + "</section><hr>"
 
 
 def export_html(run_dir: str | os.PathLike, groups: Sequence[GroupKey] | None = None,
                 out: str | os.PathLike | None = None, tokenizer: Any = None, color: str = "entropy",
-                limit: int = 4) -> Path:
+                limit: int = 4, also: Sequence[str] = ("advantage",)) -> Path:
     """Write the chosen groups' views to one HTML file.
 
     Args:
@@ -83,6 +87,8 @@ def export_html(run_dir: str | os.PathLike, groups: Sequence[GroupKey] | None = 
         out: the file; default ``run_dir/explorer.html``.
         tokenizer: decodes ids; default the run's (:func:`kit.explore.query.find_tokenizer_dir`).
         color: the colouring of every trajectory (:data:`kit.explore.render.COLORS`).
+        also: further colourings, each folded under the trajectory (default: by advantage, the
+            explorer's other view; ``()`` for none).
     Returns:
         The file's path.
     Raises:
@@ -103,12 +109,12 @@ def export_html(run_dir: str | os.PathLike, groups: Sequence[GroupKey] | None = 
         recs = query.groups(read_step(index.file(run, step)))
         if prompt not in recs:
             raise KeyError(f"export_html: {run.label()} step {step} has no prompt {prompt} (has {sorted(recs)})")
-        sections.append(group_section_html(recs[prompt], tokenizer, color))
+        sections.append(group_section_html(recs[prompt], tokenizer, color, also))
     title = f"Rollouts of {root.name}"
     page = ("<!doctype html><html><head><meta charset='utf-8'>"
             f"<title>{html.escape(title)}</title>{render.page_css()}</head><body class='kit-x'>"
             f"<h2>{html.escape(title)}</h2><p>{len(keys)} groups; RoC's decision per trajectory (✓ kept, ✗ dropped), "
-            f"tokens coloured by {html.escape(color)}, tool feedback dimmed, failed tool calls in red.</p>"
+            f"tokens coloured by {html.escape(color)} (folded under each: by {html.escape(', '.join(also) or 'nothing else')}), tool feedback dimmed, failed tool calls in red.</p>"
             + "".join(sections) + "</body></html>")
     path = Path(out) if out is not None else root / "explorer.html"
     path.write_text(page, encoding="utf-8")

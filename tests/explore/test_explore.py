@@ -56,7 +56,8 @@ def test_feedback_blocks_carry_their_calls_statuses(tmp_path, step):
 def test_export_of_fixed_records_is_one_self_contained_page(tmp_path, step, tok):
     _write(tmp_path, step)
     assert pick_groups(tmp_path) == [("stage1", "grpo_roc", 1, 1), ("stage1", "grpo_roc", 1, 0)]
-    path = export_html(tmp_path, groups=[("stage1", "grpo_roc", 1, 0), ("stage1", "grpo_roc", 1, 1)], tokenizer=tok)
+    path = export_html(tmp_path, groups=[("stage1", "grpo_roc", 1, 0), ("stage1", "grpo_roc", 1, 1)], tokenizer=tok,
+                       also=())
     assert path == tmp_path / "explorer.html"
     page = path.read_text()
     assert not re.search(r"<script|<link|src=|url\(|https?://", page)  # nothing to fetch
@@ -72,6 +73,9 @@ def test_export_of_fixed_records_is_one_self_contained_page(tmp_path, step, tok)
     assert "&lt;tool_call&gt;" in page and 'data-kind="call"' in page
     assert page.count("What is 6 * 7?") == 2  # each group's prompt, decoded
     assert "\\boxed{42}" in re.sub(r"<[^>]+>", "", page)  # decoded text (one span per token), not ids
+    both = export_html(tmp_path, groups=[("stage1", "grpo_roc", 1, 0)], tokenizer=tok).read_text()
+    assert both.count("<details data-color='advantage'><summary>coloured by advantage</summary>") == 4  # each one
+    assert "#e4e4e4" in both and 'title="advantage' in both  # by advantage too (dropped: no advantage)
 
 
 def test_the_trajectory_view_falls_back_and_uses_the_rollout_view(tmp_path, step, tok):

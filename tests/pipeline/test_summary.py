@@ -86,7 +86,7 @@ def test_the_first_page_links_the_run_s_static_rollout_explorer_pages(run, tmp_p
         (run / folder / "explorer.html").write_text("<html></html>")
     assert summary.explorer_pages(run) == ["ablation/explorer.html", "stage1/explorer.html"]
     pdf = summary.write_summary_pdf(run, tmp_path / "s.pdf")
-    assert _pages(pdf) == 1 and "stage1/explorer.html" in _text(pdf)
+    assert _pages(pdf) == 2 and "stage1/explorer.html" in _text(pdf)
     raw = pdf.read_bytes()
     assert b"/URI (stage1/explorer.html)" in raw and b"/URI (ablation/explorer.html)" in raw  # links, not just text
 

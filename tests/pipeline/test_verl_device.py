@@ -39,7 +39,7 @@ def test_runtime_verl_on_a_cpu_machine_without_the_selection_stops_before_the_fi
     assert cli.main([*VERL, "--reports-root", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert err.count("kit.pipeline:") == 1 and "Nothing was run" in err
-    assert "03_rl_stage1, 04_rl_stage2, 05_rl_stage3, 06_roc_ablation launch VERL" in err
+    assert "03_rl_stage1, 04_rl_stage2, 05_rl_stage3, 06_roc_ablation, 10_retool launch VERL" in err
     assert "no CUDA GPU is visible" in err and "set KIT_VERL_DEVICE=cpu" in err
     assert ran == [] and not any(tmp_path.iterdir())
 

@@ -28,7 +28,7 @@ class RunDirs:
 
     Attributes:
         root: the pipeline run folder ``reports/<profile>/<run>/``.
-        sft, ablation, eval, analysis: notebook run directories.
+        sft, ablation, eval, analysis, agent_r: notebook run directories.
         stages: each RL stage's run directory by stage name, in training order.
     """
 
@@ -38,6 +38,7 @@ class RunDirs:
     eval: Path
     analysis: Path
     stages: Mapping[str, Path] = dataclasses.field(default_factory=dict)
+    agent_r: Path | None = None  # notebook 11 (issue #34); under() sets root/agent_r
 
     @classmethod
     def under(cls, root: str | os.PathLike, *, stages: Mapping[str, str | os.PathLike] | Sequence[str] | None = None,

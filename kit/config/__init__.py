@@ -23,11 +23,12 @@ Modules: :mod:`kit.config.schema` (the frozen dataclasses and their defaults),
 :func:`check_minimums`). Import every name from ``kit.config``.
 """
 
-from kit.config.checks import POSITIVE_LIMITS, ConfigError, check, check_limits, check_minimums
+from kit.config.checks import POSITIVE_LIMITS, ConfigError, check, check_agent_r, check_limits, check_minimums
 from kit.config.loading import PROFILE_DIR, available_profiles, from_json, load, save
 from kit.config.schema import (
     LOG_BACKENDS,
     AblationConfig,
+    AgentRConfig,
     AlgorithmConfig,
     DataConfig,
     EvalConfig,
@@ -43,7 +44,7 @@ from kit.config.schema import (
 )
 
 __all__ = [
-    "LOG_BACKENDS", "POSITIVE_LIMITS", "PROFILE_DIR", "AblationConfig", "AlgorithmConfig", "ConfigError", "DataConfig", "EvalConfig",
+    "LOG_BACKENDS", "POSITIVE_LIMITS", "PROFILE_DIR", "AblationConfig", "AgentRConfig", "AlgorithmConfig", "ConfigError", "DataConfig", "EvalConfig",
     "KitConfig", "LogBackend", "LoggingConfig", "ModelConfig", "RolloutConfig", "SFTConfig", "SandboxConfig",
-    "StageConfig", "StagesConfig", "available_profiles", "check", "check_limits", "check_minimums", "from_json", "load", "save",
+    "StageConfig", "StagesConfig", "available_profiles", "check", "check_agent_r", "check_limits", "check_minimums", "from_json", "load", "save",
 ]

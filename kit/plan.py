@@ -156,6 +156,8 @@ def series(stages: Sequence[str]) -> list[Entry]:
                   {"sft_dir": "02_cold_start_sft", "rl_dir": last.name}, "entropy_tokens.jsonl"),
             Entry("08_evaluation", "08_evaluation", "eval",
                   {"policy_dir": last.name, "sft_dir": "02_cold_start_sft", "data_dir": "01_data_curation"}, "eval"),
+            # issue #34: Agent-R from the cold start, before 09 so that claims.json carries its verdicts
+            Entry("11_agent_r", "11_agent_r", "agent_r", {"sft_dir": "02_cold_start_sft"}, "policy_eval.jsonl"),
             Entry("09_figures_and_tables", "09_figures_and_tables", "",
                   {"stage_dirs": tuple(stage_entries), "ablation_dir": "06_roc_ablation", "eval_dir": "08_evaluation",
                    "sft_dir": "02_cold_start_sft", "analysis_dir": "07_behavior_analysis"}, seeded=False)]

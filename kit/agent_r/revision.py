@@ -127,6 +127,7 @@ class RevisionRow:
         kind: ``revision`` or ``good``.
         task: the task id; transition: the bad trajectory's transition turn (revision rows).
         signal: the revision sentence (revision rows).
+        good, bad: the pair's trajectory indices in the tree (revision rows).
     """
 
     ids: list[int]
@@ -136,6 +137,8 @@ class RevisionRow:
     task: str
     transition: int = -1
     signal: str = ""
+    good: int = -1  # indices of the pair's trajectories in the tree (revision rows)
+    bad: int = -1
 
 
 def revision_row(tree: TaskTree, pair: Pair, t: int, signal: str, tokenizer: Any) -> RevisionRow:
@@ -157,7 +160,8 @@ def revision_row(tree: TaskTree, pair: Pair, t: int, signal: str, tokenizer: Any
     mask = [0] * (P + bad_end + len(rs)) + list(good.response_mask[g0:])
     a, b, c = P + shared_end, P + bad_end, P + bad_end + len(rs)
     segs = [("prompt", 0, P), ("shared", P, a), ("bad", a, b), ("signal", b, c), ("good", c, len(ids))]
-    return RevisionRow(ids, mask, [s for s in segs if s[2] > s[1]], "revision", tree.problem.id, t, signal)
+    return RevisionRow(ids, mask, [s for s in segs if s[2] > s[1]], "revision", tree.problem.id, t, signal,
+                       pair.good, pair.bad)
 
 
 def good_row(tree: TaskTree, i: int) -> RevisionRow:

@@ -143,7 +143,7 @@ async def search(engine, tokenizer, problems: Sequence[Any], executor, p: Search
     graded = graded or grade
     trees = [TaskTree(q) for q in problems]
     memo: dict = {}
-    counts: dict[str, int] = {}
+    counts = dict.fromkeys(("live_turns", "replayed_turns", "live_calls", "replayed_calls"), 0)
     t0, c0 = time.perf_counter(), time.process_time()
     max_depth = p.max_turns - 1
     for _ in range(p.rounds):

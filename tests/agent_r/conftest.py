@@ -1,57 +1,14 @@
-"""Fixtures of the Agent-R tests: a tokenizer, a scripted two-way policy, a fake verifier."""
+"""Fixtures of the Agent-R tests (the doubles are in ar_doubles.py: a bare ``from conftest import``
+finds another folder's conftest when the suite runs together)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import pytest
-from doubles import FakeExecutor, Res, call, corpus
+from doubles import corpus
 
-from kit import prompts
 from kit.models import train_tokenizer
 
 
 @pytest.fixture(scope="session")
 def tok():
     return train_tokenizer(corpus(), vocab_size=700)
-
-
-GOOD_CALL = "compute it " + call("print(6*7)")
-BAD_CALL = "compute it " + call("pritn(6*7)")
-
-
-class TwoWay:
-    """A scripted policy: the first turn alternates a good and a broken call; after an error it
-    answers wrong, after a result it answers right (a callable script for ScriptedBackend)."""
-
-    def __init__(self):
-        self.n = 0
-
-    def __call__(self, context: str) -> str:
-        if "<tool_response>" not in context:
-            self.n += 1
-            return GOOD_CALL if self.n % 2 else BAD_CALL
-        if "NameError" in context.split("<tool_response>")[-1]:
-            return "so</reason> <answer> \\boxed{1} </answer>" + prompts.IM_END
-        return "so</reason> <answer> \\boxed{42} </answer>" + prompts.IM_END
-
-
-def sandbox():
-    return FakeExecutor(lambda code, stdin: Res("ok", stdout="42\n") if code.startswith("print")
-                        else Res("error", stderr="NameError: name 'pritn' is not defined", exit_code=1))
-
-
-@dataclass
-class V:
-    correct: bool
-
-
-async def fake_grade(pairs):
-    return [V(f"\\boxed{{{gold}}}" in text) for gold, text in pairs]
-
-
-@dataclass
-class Task:
-    id: str
-    question: str
-    answer: str

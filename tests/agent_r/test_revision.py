@@ -4,7 +4,7 @@ the alpha schedule (kit/agent_r/)."""
 import random
 
 import pytest
-from conftest import BAD_CALL, GOOD_CALL, Task, TwoWay, fake_grade, sandbox
+from ar_doubles import BAD_CALL, GOOD_CALL, Task, TwoWay, fake_grade, sandbox
 
 from kit.agent_r import iterate, revision
 from kit.agent_r.replay import turn_bounds

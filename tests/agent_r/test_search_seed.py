@@ -3,7 +3,7 @@ fixed seed, and siblings reuse their shared prefix's KV (kit/agent_r/search.py, 
 
 import pytest
 import torch
-from conftest import Task, fake_grade, sandbox
+from ar_doubles import Task, fake_grade, sandbox
 
 from kit.agent_r.replay import SharedPrefixEngine
 from kit.agent_r.search import SearchParams, search

@@ -62,3 +62,17 @@ def test_agent_r_config_values_are_checked():
                               ("agent_r.simulations", 1, "simulations"), ("agent_r.eta", -0.1, "eta")):
         with pytest.raises(ConfigError, match=match):
             load("smoke", overrides={key: value}, write=False)
+
+
+def test_notebook_11_teaches_and_closes_with_its_findings():
+    import nbformat
+
+    from kit import pipeline
+
+    assert "11_agent_r" in pipeline.SERIES and pipeline.SERIES.index("11_agent_r") < pipeline.SERIES.index(
+        "09_figures_and_tables")  # before 09, so that claims.json carries the Agent-R verdicts
+    nb = nbformat.read(pipeline.NOTEBOOK_DIR / "11_agent_r.ipynb", as_version=4)
+    opening = nb.cells[0].source
+    assert "## The method" in opening and "## What to look at" in opening and r"\mathrm{UCT}(s)" in opening
+    assert "from kit.chain.agent_r import agent_r_findings" in nb.cells[-1].source
+    assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")

@@ -91,8 +91,9 @@ def test_standard_series_passes_upstream_run_dirs(tmp_path):
     lay = Layout.for_run("smoke", "t", reports_root=tmp_path)
     series = pipeline.standard_series(lay)
     assert [r.name for r in series] == list(pipeline.SERIES)
-    assert len(series) == 10 and series[0].name.startswith("00_") and series[-1].name.startswith("09_")
+    assert len(series) == 11 and series[0].name.startswith("00_") and series[-1].name.startswith("09_")
     by = {r.name: r.parameters for r in series}
+    assert by["11_agent_r"]["sft_dir"] == by["02_cold_start_sft"]["run_dir"]  # issue #34
     assert by["04_rl_stage2"]["init_dir"] == by["03_rl_stage1"]["run_dir"]
     assert by["05_rl_stage3"]["init_dir"] == by["04_rl_stage2"]["run_dir"]
     assert by["08_evaluation"]["policy_dir"] == by["05_rl_stage3"]["run_dir"]

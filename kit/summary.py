@@ -69,10 +69,35 @@ def _fmt(x: Any, digits: int = 3) -> str:
     return f"{x:.{digits}g}" if isinstance(x, float) else str(x)
 
 
+def _sectioned(doc: Mapping[str, Any]) -> dict[str, list[dict[str, Any]]]:
+    """``{section: [claim dicts]}`` of the claims the claims file puts in a section (e.g. ``agent_r``)."""
+    try:
+        sections = doc.get("sections") or claims.claim_sections()
+    except claims.ClaimsError:
+        sections = {}
+    by_id = {c["id"]: c for c in doc["claims"]}
+    return {name: [by_id[i] for i in ids if i in by_id] for name, ids in sections.items()}
+
+
+def section_lines(doc: Mapping[str, Any]) -> list[str]:
+    """One line per claim of each section (``section: id: verdict, value [interval]``), for the
+    compact block under the main claims table."""
+    out = []
+    for name, cs in _sectioned(doc).items():
+        for c in cs:
+            lo, hi = c.get("ci95") or (None, None)
+            out.append(f"{name}: {c['id']}: {c['verdict']}, {_fmt(c.get('value'))} [{_fmt(lo)}, {_fmt(hi)}]")
+    return out
+
+
 def claim_rows(doc: Mapping[str, Any]) -> list[list[str]]:
-    """Rows ``[claim, paper, this run, verdict]`` of the summary's claims table (wrapped text)."""
+    """Rows ``[claim, paper, this run, verdict]`` of the summary's claims table (wrapped text); the
+    claims of a section (:func:`section_lines`) are left to their own block."""
     rows = []
+    inside = {c["id"] for cs in _sectioned(doc).values() for c in cs}
     for c in doc["claims"]:
+        if c["id"] in inside:
+            continue
         lo, hi = c.get("ci95") or (None, None)
         stat = f"{_fmt(c.get('value'))} [{_fmt(lo)}, {_fmt(hi)}]" if c.get("value") is not None else "\u2014"
         failing = [t for t in c["tests"] if t["verdict"] != "reproduced"]
@@ -169,6 +194,11 @@ def summary_page(root: str | os.PathLike, *, title: str = "", profile: str = "",
     _draw_table(fig.add_axes((0.04, top - h, 0.92, h)), rows, ["claim", "paper", "this run: statistic [95% interval]", "verdict"],
                 [0.33, 0.24, 0.32, 0.11], 5.6, verdict_col=3)
     top -= h + 0.008
+    extra = section_lines(doc)
+    if extra:  # each variant's claims (Agent-R, notebook 11): one line each, under the paper's
+        fig.text(0.04, top, "\n".join(textwrap.fill(x, 170) for x in extra), fontsize=5.6, va="top", color="0.15",
+                 linespacing=1.3, parse_math=False)
+        top -= 0.0088 * len(extra) + 0.006
     limits = list(CPU_LIMITS) if profile in ("tiny", "smoke") else [
         "Paper profile: the claims use the same statistics; the published numbers are the paper's, not this run's."]
     if profile == "smoke":

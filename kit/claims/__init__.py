@@ -57,7 +57,7 @@ KEY_FIELDS = ("key", "n_key")
 TEST_KEYS = ("name", "kind", "statistic", "interval", "comparison", "threshold")
 CLAIM_KEYS = ("id", "source", "claim", "paper", "tests")
 
-__all__ = ["CLAIMS_FILE", "VERDICTS", "ClaimResult", "ClaimsError", "RunDirs", "TestResult", "claims_table",
+__all__ = ["CLAIMS_FILE", "VERDICTS", "ClaimResult", "ClaimsError", "RunDirs", "TestResult", "claim_sections", "claims_table",
            "evaluate_claims", "load_claims", "read_claims", "write_claims"]
 
 
@@ -145,18 +145,30 @@ def _note(spec: Mapping[str, Any]) -> str:
 def write_claims(results: Sequence[ClaimResult], path: str | os.PathLike, *, profile: str = "",
                  run: str = "", claims_file: str | os.PathLike | None = None) -> Path:
     """Write ``claims.json``: ``schema_version, profile, run, created_utc, claims_file,
-    claims_sha256, counts {verdict: n}, claims [ClaimResult.to_dict()]`` (each claim's ``note``: what
-    the claims file notes about it, for the reader of a verdict); returns the path."""
+    claims_sha256, counts {verdict: n}, claims [ClaimResult.to_dict()], sections {section: [ids]}`` (each
+    claim's ``note``: what the claims file notes about it, for the reader of a verdict; ``sections``:
+    :func:`claim_sections`, the claims of a variant such as Agent-R); returns the path."""
     src = Path(claims_file) if claims_file is not None else CLAIMS_FILE
     counts = {v: sum(r.verdict == v for r in results) for v in VERDICTS}
     doc = {"schema_version": SCHEMA_VERSION, "profile": profile, "run": run,
            "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "claims_file": str(src), "claims_sha256": hashlib.sha256(src.read_bytes()).hexdigest() if src.exists() else None,
-           "counts": counts, "claims": [r.to_dict() for r in results]}
+           "counts": counts, "claims": [r.to_dict() for r in results],
+           "sections": claim_sections(src) if src.exists() else {}}
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(jsonio.dumps(doc, indent=2) + "\n")  # NaN as null, like every run file
     return p
+
+
+def claim_sections(path: str | os.PathLike | None = None) -> dict[str, list[str]]:
+    """``{section: [claim ids]}`` of the claims that name a ``section:`` in the claims file (e.g.
+    ``agent_r``, issue #34); claims without one are the paper's main claims and appear in none."""
+    out: dict[str, list[str]] = {}
+    for c in load_claims(path):
+        if c.get("section"):
+            out.setdefault(str(c["section"]), []).append(c["id"])
+    return out
 
 
 def read_claims(path: str | os.PathLike) -> dict[str, Any]:

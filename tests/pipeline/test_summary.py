@@ -48,7 +48,12 @@ def test_table_rows_put_this_run_beside_the_first_published_value(run):
 def test_claim_rows_show_every_claim_with_its_verdict_and_why(run):
     doc = claims.read_claims(run / "claims.json")
     rows = summary.claim_rows(doc)
-    assert len(rows) == len(doc["claims"]) and {r[3] for r in rows} == {"inconclusive"}
+    sections = doc["sections"]  # a variant's claims (Agent-R, issue #34) get their own block, one line each
+    inside = [i for ids in sections.values() for i in ids]
+    assert len(sections["agent_r"]) == 4 and len(rows) == len(doc["claims"]) - len(inside)
+    assert {r[3] for r in rows} == {"inconclusive"}
+    lines = summary.section_lines(doc)
+    assert len(lines) == len(inside) and all(ln.startswith("agent_r: agentr_") and "inconclusive" in ln for ln in lines)
     assert "ablation folder" in rows[0][2]  # the reason an inconclusive claim is inconclusive
 
 

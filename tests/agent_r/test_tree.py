@@ -67,12 +67,22 @@ def test_agent_r_config_values_are_checked():
 def test_notebook_11_teaches_and_closes_with_its_findings():
     import nbformat
 
-    from kit import pipeline
+    from kit import plan
 
-    assert "11_agent_r" in pipeline.SERIES and pipeline.SERIES.index("11_agent_r") < pipeline.SERIES.index(
+    assert "11_agent_r" in plan.SERIES and plan.SERIES.index("11_agent_r") < plan.SERIES.index(
         "09_figures_and_tables")  # before 09, so that claims.json carries the Agent-R verdicts
-    nb = nbformat.read(pipeline.NOTEBOOK_DIR / "11_agent_r.ipynb", as_version=4)
+    nb = nbformat.read(plan.NOTEBOOK_DIR / "11_agent_r.ipynb", as_version=4)
     opening = nb.cells[0].source
     assert "## The method" in opening and "## What to look at" in opening and r"\mathrm{UCT}(s)" in opening
     assert "from kit.chain.agent_r import agent_r_findings" in nb.cells[-1].source
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
+
+
+def test_notebook_11_on_the_verl_runtime_searches_nothing_and_says_so(tmp_path):
+    from kit.chain.agent_r import agent_r_config, agent_r_findings, run_agent_r
+    from kit.chain.agent_r_views import first_tree_figure, revisions_html
+
+    cfg = agent_r_config("paper-14b", {}, str(tmp_path), 0)
+    assert "local engine" in run_agent_r(cfg, tmp_path, tmp_path / "sft")["skipped"]
+    assert first_tree_figure(tmp_path) is None and "No revision trajectory" in revisions_html(tmp_path)
+    assert "No policy was evaluated" in agent_r_findings(tmp_path)

@@ -160,9 +160,12 @@ def series(stages: Sequence[str]) -> list[Entry]:
             Entry("10_retool", "10_retool", "retool",
                   {"init_dir": "02_cold_start_sft", "data_dir": "01_data_curation", "ablation_dir": "06_roc_ablation"},
                   "retool.json"),
+            # Agent-R (issue #34) from the cold start; it runs before 09, which reads it (claims.json carries its verdicts)
+            Entry("11_agent_r", "11_agent_r", "agent_r", {"sft_dir": "02_cold_start_sft"}, "summary.json"),
             Entry("09_figures_and_tables", "09_figures_and_tables", "",
                   {"stage_dirs": tuple(stage_entries), "ablation_dir": "06_roc_ablation", "eval_dir": "08_evaluation",
-                   "sft_dir": "02_cold_start_sft", "analysis_dir": "07_behavior_analysis", "retool_dir": "10_retool"},
+                   "sft_dir": "02_cold_start_sft", "analysis_dir": "07_behavior_analysis", "retool_dir": "10_retool",
+                   "agent_r_dir": "11_agent_r"},
                   seeded=False)]
     return out
 

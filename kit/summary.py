@@ -1,5 +1,5 @@
 """The report's first page: a one-page summary of a pipeline run (issue #16), and a page for each
-other paper whose claims the run tests (ReTool's, issue #33: :func:`section_page`).
+other paper whose claims the run tests (ReTool's, issue #33; Agent-R's, issue #34: :func:`section_page`).
 
 One A4 page drawn with matplotlib (no TeX needed): the pre-registered claims with this run's
 statistic, 95% interval and verdict (``claims.json`` from notebook 09, else computed here with
@@ -82,7 +82,13 @@ SECTIONS = {"ReTool": ("ReTool (Feng et al. 2025) on this run: PPO against GRPO-
                        "Notebook 10 trains PPO (algorithm.adv_estimator = \"gae\" with a critic) from the same cold-start "
                        "policy, for the same steps and seeds as notebook 06's GRPO-RoC arms, and logs ReTool §3.3's "
                        "code-interpreter behaviour every step (kit.analysis.code_behaviour) on both.",
-                       (("retool_behaviour", "ReTool's Figure (a)-(f) panels"),))}
+                       (("retool_behaviour", "ReTool's Figure (a)-(f) panels"),)),
+            "Agent-R": ("Agent-R (Yuan et al. 2025) on this run: revision trajectories against good-only",
+                        "Notebook 11 searches the cold-start policy's trajectories (MCTS over assistant turns), trains "
+                        "agent_r.iterations rounds of SFT on revision + good trajectories (Agent-R) and, with the same "
+                        "search budget, on good trajectories only, and samples every policy on the same held-out tasks "
+                        "(agent_r/policy_eval.jsonl).",
+                        ())}
 
 
 def _section(c: Mapping[str, Any]) -> str:
@@ -195,8 +201,8 @@ def summary_page(root: str | os.PathLike, *, title: str = "", profile: str = "",
     counts = {v: sum(c["verdict"] == v for c in own) for v in claims.VERDICTS}
     fig.text(0.04, 0.982, title or f"rStar2-Agent reproduction: {root.parent.name}/{root.name}", fontsize=12,
              weight="bold", va="top")
-    others = "".join(f"; {sum(_section(c) == x for c in doc['claims'])} {x} claims on the next page"
-                     for x in sections(doc))
+    others = "".join(f"; {sum(_section(c) == x for c in doc['claims'])} {x} claims on page {k}"
+                     for k, x in enumerate(sections(doc), start=2))
     head = (f"Profile {profile}: {len(own)} claims pre-registered in kit/reference/claims.yaml before tuning; "
             + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICT_COLOR) + others
             + ". A verdict compares the statistic's 95% interval with the pre-registered threshold: reproduced when "
@@ -311,7 +317,7 @@ def section_page(root: str | os.PathLike, section: str, *, profile: str = "") ->
 
 def write_summary_pdf(root: str | os.PathLike, out: str | os.PathLike, **kw: Any) -> Path:
     """Write :func:`summary_page` of ``root`` at ``out``, followed by a :func:`section_page` for each
-    other paper whose claims the run has (ReTool's); returns ``out``."""
+    other paper whose claims the run has (ReTool's, Agent-R's); returns ``out``."""
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     first = summary_page(root, **kw)

@@ -155,6 +155,10 @@ def claims_file_and_summary_page(lay) -> None:
     first = subprocess.run(["pdftotext", "-f", "1", "-l", "1", str(lay.report_pdf), "-"], capture_output=True,
                            text=True, check=True).stdout
     assert "pre-registered" in first and "What this profile cannot show" in first
+    # then a page per other paper whose claims the run tests (the claims file's section:), in its order
+    nxt = [" ".join(subprocess.run(["pdftotext", "-f", str(k), "-l", str(k), str(lay.report_pdf), "-"], capture_output=True,
+                                   text=True, check=True).stdout.split()) for k in (2, 3)]
+    assert "ReTool (Feng et al. 2025) on this run" in nxt[0] and "Agent-R (Yuan et al. 2025) on this run" in nxt[1]
 
 
 def retool_arms_and_inconclusive_verdicts(lay, cfg) -> None:
@@ -170,3 +174,21 @@ def retool_arms_and_inconclusive_verdicts(lay, cfg) -> None:
     doc = claims.read_claims(lay.root / "claims.json")
     assert {c["id"]: c["verdict"] for c in doc["claims"] if c["section"] == "ReTool"} == dict.fromkeys(ids, "inconclusive")
     assert (lay.root / "figures" / "retool_behaviour.png").stat().st_size > 5000
+
+
+def agent_r_runs_both_arms_and_stays_inconclusive(lay, cfg) -> None:
+    """Notebook 11 (issue #34): every policy sampled on the same held-out tasks, the search's cost per
+    arm and iteration (its full budget of rollouts), the parquet for VERL, and the Agent-R claims
+    inconclusive on smoke (below their minimum data)."""
+    a, d = cfg.agent_r, lay.root / "agent_r"
+    ev = pd.DataFrame(rows(d / "policy_eval.jsonl"))
+    per = ev.groupby(["policy", "iteration"]).size()
+    expect = {("cold_start", 0), ("good_only", a.iterations), *{("agent_r", k) for k in range(1, a.iterations + 1)}}
+    assert set(per.index) == expect and (per == a.eval_problems * a.eval_samples).all()
+    cost = pd.DataFrame(rows(d / "search_cost.jsonl"))
+    assert len(cost) == 2 * a.iterations and (cost["rollouts"] == a.tasks * a.simulations).all()
+    assert (cost["live_calls"] >= 0).all() and (cost["cpu_s"] > 0).all()
+    assert len(pd.read_parquet(d / "verl" / "revision_sft.parquet")) > 0
+    doc = claims.read_claims(lay.root / "claims.json")
+    mine = [c for c in doc["claims"] if c["section"] == "Agent-R"]
+    assert len(mine) == 4 and all(c["id"].startswith("agentr_") and c["verdict"] == "inconclusive" for c in mine)

@@ -22,8 +22,9 @@ Files read (``RunDirs``, by default the folders of ``reports/<profile>/<run>/``)
 ``ablation/<algorithm>_seed<s>/metrics.jsonl``, ``<sft|stage1|stage2|stage3>/summary.json``,
 ``stage<k>/metrics.jsonl`` and ``config.json``, ``eval/passk/passk_curves.json`` with its
 ``<source>_<label>.json`` results, ``analysis/entropy_tokens.jsonl``, ``retool/<arm>_seed<s>/metrics.jsonl``
-(notebook 10's ReTool comparison). A claim's ``section:`` (default ``rStar2-Agent``; ``ReTool``)
-says which paper it is from; ``claims.json`` carries it per claim.
+(notebook 10's ReTool comparison), ``agent_r/policy_eval.jsonl`` (notebook 11's Agent-R policies).
+A claim's ``section:`` (default ``rStar2-Agent``; ``ReTool``, ``Agent-R``) says which paper it is
+from; ``claims.json`` carries it per claim (the summary gives each other paper a page).
 
 Usage::
 

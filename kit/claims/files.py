@@ -28,8 +28,8 @@ class RunDirs:
 
     Attributes:
         root: the pipeline run folder ``reports/<profile>/<run>/``.
-        sft, ablation, eval, analysis, retool: notebook run directories (``retool``: notebook 10's
-            ReTool comparison).
+        sft, ablation, eval, analysis, retool, agent_r: notebook run directories (``retool``:
+            notebook 10's ReTool comparison; ``agent_r``: notebook 11's Agent-R policies).
         stages: each RL stage's run directory by stage name, in training order.
     """
 
@@ -39,6 +39,7 @@ class RunDirs:
     eval: Path
     analysis: Path
     retool: Path
+    agent_r: Path
     stages: Mapping[str, Path] = dataclasses.field(default_factory=dict)
 
     @classmethod
@@ -51,7 +52,7 @@ class RunDirs:
             root: the pipeline run folder.
             stages: the RL stages: ``{name: folder}`` (an empty folder: ``root/<name>``) or names
                 (folders ``root/<name>``); default the paper's (``kit.config.StagesConfig().names``).
-            overrides: ``sft``, ``ablation``, ``eval``, ``analysis``, ``retool`` folders.
+            overrides: ``sft``, ``ablation``, ``eval``, ``analysis``, ``retool``, ``agent_r`` folders.
         Raises:
             ValueError: an unknown folder name.
         """

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from kit.claims.files import Missing, RunDirs, _json, _jsonl, _num
+from kit.claims.kinds_agent_r import KINDS as AGENT_R_KINDS
 from kit.claims.results import TestResult
 from kit.claims.stats import (
     bootstrap_mean,
@@ -384,4 +385,5 @@ KINDS: dict[str, Callable[[RunDirs, Mapping[str, Any], TestResult], TestResult]]
     "sft_samples": stat_sft_samples,
     "entropy_share": stat_entropy_share,
     "entropy_share_diff": stat_entropy_share_diff,
+    **AGENT_R_KINDS,  # issue #34 (kit/claims/kinds_agent_r.py)
 }

@@ -28,6 +28,7 @@ from kit.config.checks import (
     RANGES,
     ConfigError,
     check,
+    check_agent_r,
     check_limits,
     check_minimums,
     check_ranges,
@@ -36,6 +37,7 @@ from kit.config.loading import PROFILE_DIR, available_profiles, from_json, load,
 from kit.config.schema import (
     LOG_BACKENDS,
     AblationConfig,
+    AgentRConfig,
     AlgorithmConfig,
     CriticConfig,
     DataConfig,
@@ -52,7 +54,8 @@ from kit.config.schema import (
 )
 
 __all__ = [
-    "LOG_BACKENDS", "POSITIVE_LIMITS", "PROFILE_DIR", "AblationConfig", "AlgorithmConfig", "ConfigError", "CriticConfig", "DataConfig", "EvalConfig",
-    "KitConfig", "LogBackend", "LoggingConfig", "ModelConfig", "RolloutConfig", "SFTConfig", "SandboxConfig",
-    "StageConfig", "StagesConfig", "available_profiles", "check", "check_limits", "check_minimums", "check_ranges", "RANGES", "from_json", "load", "save",
+    "LOG_BACKENDS", "POSITIVE_LIMITS", "PROFILE_DIR", "AblationConfig", "AgentRConfig", "AlgorithmConfig", "ConfigError", "CriticConfig",
+    "DataConfig", "EvalConfig", "KitConfig", "LogBackend", "LoggingConfig", "ModelConfig", "RolloutConfig", "SFTConfig", "SandboxConfig",
+    "StageConfig", "StagesConfig", "available_profiles", "check", "check_agent_r", "check_limits", "check_minimums", "check_ranges",
+    "RANGES", "from_json", "load", "save",
 ]

@@ -130,6 +130,38 @@ def check_ranges(cfg: KitConfig) -> None:
                           "GRPO and one GRPO-RoC arm")
 
 
+def check_agent_r(cfg: KitConfig) -> None:
+    """The ``[agent_r]`` values (issue #34): thresholds in [0, 1] with ``beta <= alpha`` of every
+    iteration (``r(bad) < beta < r(good)``, ``alpha <= r(good)``), ``eta >= 0``, ``c_uct >= 0``,
+    counts >= 1 (``tasks``, ``eval_samples``, ``max_pairs``, ``simulations >= width``) or >= 0,
+    a known transition rule, as many alphas as iterations or fewer (the last repeats).
+
+    Raises:
+        ConfigError: naming the key and its value.
+    """
+    a = cfg.agent_r
+    if a.iterations < 1:
+        raise ConfigError(f"agent_r.iterations: must be >= 1, got {a.iterations}")
+    if not a.alphas or any(not 0.0 <= x <= 1.0 for x in a.alphas):
+        raise ConfigError(f"agent_r.alphas: need one or more values in [0, 1], got {list(a.alphas)}")
+    if not 0.0 <= a.beta <= min(a.alphas):
+        raise ConfigError(f"agent_r.beta: must lie in [0, min(alphas)] (r(bad) < beta < r(good), alpha <= r(good)), "
+                          f"got beta={a.beta} with alphas {list(a.alphas)}")
+    for key in ("eta", "c_uct", "lr", "temperature"):
+        if not (math.isfinite(getattr(a, key)) and getattr(a, key) >= 0):
+            raise ConfigError(f"agent_r.{key}: must be a finite number >= 0, got {getattr(a, key)!r}")
+    for key in ("width", "tasks", "max_pairs", "eval_samples", "sft_steps"):
+        if getattr(a, key) < 1:
+            raise ConfigError(f"agent_r.{key}: must be >= 1, got {getattr(a, key)}")
+    if a.simulations < a.width:
+        raise ConfigError(f"agent_r.simulations: must be >= agent_r.width ({a.width}), got {a.simulations}")
+    for key in ("max_response_tokens", "max_turns", "batch_size", "eval_problems"):
+        if getattr(a, key) < 0:
+            raise ConfigError(f"agent_r.{key}: must be >= 0 (0 = the default it names), got {getattr(a, key)}")
+    if a.transition not in ("first_failed_call", "value_drop"):
+        raise ConfigError(f"agent_r.transition: 'first_failed_call' or 'value_drop', got {a.transition!r}")
+
+
 def check(cfg: KitConfig) -> KitConfig:
     """Rules between keys that one key's type cannot say; returns ``cfg`` unchanged.
 
@@ -142,10 +174,12 @@ def check(cfg: KitConfig) -> KitConfig:
             a limit of :data:`POSITIVE_LIMITS` that is not a finite number > 0, or a negative
             ``sandbox.num_workers``, or a ``logging.records_every`` / ``records_max_prompts``
             that is not a whole number >= 0 (the message names the key and the value); a training
-            or sampling key outside its range, or a repeated ablation seed (:func:`check_ranges`).
+            or sampling key outside its range, or a repeated ablation seed (:func:`check_ranges`);
+            a bad ``[agent_r]`` value (:func:`check_agent_r`).
     """
     check_limits(cfg)
     check_ranges(cfg)
+    check_agent_r(cfg)
     if cfg.runtime == "verl" and cfg.data.source == "tasks":
         raise ConfigError("data.source: 'tasks' (the generated task family) is the local runtime's pool; VERL trains on "
                           "<01 run>/data/curated.parquet: set data.source='curated' (or 'auto'), or runtime='local'")

@@ -52,7 +52,7 @@ def _profile_file(name: str) -> Path:
 #: Folders of a pipeline run that are not a stage's (kit.plan's series and the runner write them): a
 #: stage is its own folder, so a stage named like one of these would share it, and the runner empties
 #: a stage's folder before it runs afresh (tests/pipeline/test_stage_list.py keeps the two lists equal).
-RUN_FOLDERS = frozenset({"setup", "data", "sft", "ablation", "analysis", "eval", "retool", "figures", "tables", "notebooks",
+RUN_FOLDERS = frozenset({"setup", "data", "sft", "ablation", "analysis", "eval", "retool", "agent_r", "figures", "tables", "notebooks",
                          "verl_session", "tracking", "checkpoints", "policy"})
 _STAGE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 

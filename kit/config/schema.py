@@ -307,6 +307,35 @@ class EvalConfig:
     passk_n: int = 16  # samples per problem of the pass@k curves
 
 
+@dataclass(frozen=True)
+class AgentRConfig:
+    """Agent-R (Yuan et al. 2025; issue #34, notebook 11): MCTS revision trajectories and iterative
+    self-training from the cold-start policy (:mod:`kit.agent_r`). Checked by ``kit.config.check``."""
+
+    iterations: int = 3  # Phase II iterations (paper: 3), each collecting new trees with the current model
+    # good-trajectory threshold alpha per iteration, r(good) >= alpha (paper: 0.5, 0.7, 1.0); later iterations
+    # take the last value. Scores are reward x (1 - failed/calls) on the kit's 0/1 tool tasks
+    alphas: tuple[float, ...] = (0.5, 0.7, 1.0)
+    beta: float = 0.5  # bad-trajectory threshold, r(bad) < beta < r(good)
+    eta: float = 0.2  # weight of the general (cold-start SFT) data (paper: 0.2): a share eta/(1+eta) of each batch
+    c_uct: float = 1.0  # UCT exploration constant, Q(s) + c_uct * sqrt(log N_parent / N(s))
+    simulations: int = 8  # rollouts per task per search (the sampling budget both baselines share)
+    width: int = 2  # children sampled per expansion (rollouts per round per task)
+    tasks: int = 64  # training tasks searched per iteration (a different slice of the train split each time)
+    max_pairs: int = 2  # good/bad pairs (revision trajectories) per tree
+    # transition point rule on models that cannot critique: "first_failed_call" (fallback "value_drop")
+    # or "value_drop" (the first turn whose node value Q falls below beta)
+    transition: str = "first_failed_call"
+    temperature: float = 1.0  # sampling temperature of the search
+    max_response_tokens: int = 0  # search budget, tokens (0 = rollout.max_response_tokens)
+    max_turns: int = 0  # search turn limit (0 = rollout.max_turns)
+    sft_steps: int = 40  # SFT steps per iteration (the cold-start trainer's loop, kit.train.sft.fit_rows)
+    lr: float = 0.0  # SFT learning rate (0 = sft.lr)
+    batch_size: int = 0  # SFT rows per step (0 = sft.batch_size)
+    eval_problems: int = 0  # held-out tasks every policy is sampled on (0 = all of data.task_heldout_size)
+    eval_samples: int = 4  # samples per held-out task and policy (T = eval.temperature)
+
+
 #: Experiment trackers the kit passes to VERL's ``verl.utils.tracking.Tracking`` (VERL 0.9.1 also knows
 #: swanlab, clearml, vemlp_wandb and rl_insight; they are left out because they log to a server by
 #: default). ``tests/bridge/test_tracking.py`` checks each name against VERL's ``supported_backend``.
@@ -360,6 +389,7 @@ class KitConfig:
     ablation: AblationConfig = field(default_factory=AblationConfig)
     eval: EvalConfig = field(default_factory=EvalConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
+    agent_r: AgentRConfig = field(default_factory=AgentRConfig)
 
     def __post_init__(self) -> None:
         # stages without their own budget or turn limit take rollout's (the one source)

@@ -306,3 +306,55 @@ def run_sft(cfg: KitConfig, run_dir: str | Path, progress: Callable[[dict], None
     if progress is not None:
         progress({"stage": "sft", "summary": summary})
     return summary
+
+
+def fit_rows(model, tokenizer, rows: list, mix_rows: list, *, steps: int, batch_size: int, mix_fraction: float,
+             lr: float, seed: int, tag: str = "fit", warmup_ratio: float = 0.0, schedule: str = "constant",
+             min_lr_ratio: float = 0.1, progress: Callable[[dict], None] | None = None) -> list[dict[str, Any]]:
+    """Fine-tune ``model`` in place on ``(ids, mask)`` rows with the cold-start trainer's step
+    (:func:`batch_rows`, :func:`sft_loss_sum`, micro-batches, AdamW, clip 1.0): loss only where the
+    mask is 1, so a caller's mask decides what is imitated (Agent-R's revision rows: nothing
+    before the revision signal; issue #34).
+
+    Args:
+        rows: the main rows (revision and good trajectories), ``(ids, mask)`` each.
+        mix_rows: general rows mixed into every batch (the cold-start data), a share ``mix_fraction``
+            of each batch (``round(batch_size * (1 - mix_fraction))`` main rows).
+        steps, batch_size, lr: the optimisation; a fresh optimizer (Agent-R trains each iteration anew).
+        seed: rows of step ``s`` are drawn from ``step_seed(seed, tag, s)``.
+    Returns:
+        One metrics row per step: ``step, loss, lr, tokens, grad_norm, time_s``.
+    Raises:
+        ValueError: no rows at all, or ``steps < 1``.
+    """
+    if steps < 1 or not (rows or mix_rows):
+        raise ValueError(f"fit_rows: need steps >= 1 and some rows, got {steps} steps, {len(rows)}+{len(mix_rows)} rows")
+    model.train()
+    opt = common.make_optimizer(model, lr)
+    warmup = round(warmup_ratio * steps)
+    out = []
+    for step in range(steps):
+        t0 = time.perf_counter()
+        rng = random.Random(common.step_seed(seed, tag, step))
+        common.seed_everything(common.step_seed(seed, tag + "-torch", step))
+        batch = batch_rows(rows, mix_rows, batch_size, 1.0 - mix_fraction, rng) if rows else \
+            batch_rows(mix_rows, [], batch_size, 1.0, rng)
+        cur = common.lr_at(step, lr, warmup, steps, schedule, min_lr_ratio)
+        for g in opt.param_groups:
+            g["lr"] = cur
+        n_tok = sum(sum(m[1:]) for _, m in batch)
+        opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for group in micro_batches([len(ids) for ids, _ in batch], MICRO_TOKENS):
+            loss_sum, _ = sft_loss_sum(model, [batch[i] for i in group], tokenizer.pad_token_id)
+            (loss_sum / max(n_tok, 1)).backward()
+            total += float(loss_sum.detach())
+        gn = float(torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0))
+        opt.step()
+        row = {"step": step + 1, "loss": total / max(n_tok, 1), "lr": cur, "tokens": n_tok, "grad_norm": gn,
+               "time_s": time.perf_counter() - t0}
+        out.append(row)
+        if progress is not None:
+            progress(row)
+    model.eval()
+    return out

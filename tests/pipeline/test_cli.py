@@ -55,7 +55,7 @@ def test_paper_dry_run_prints_the_verl_chain_and_writes_nothing(tmp_path, capsys
     out = capsys.readouterr().out
     assert rc == 0 and not any(tmp_path.iterdir())
     root = tmp_path / "paper-14b" / "r"
-    assert f"[4/11] 03_rl_stage1: run_dir={root}/stage1, init_dir={root}/sft" in out
+    assert f"[4/12] 03_rl_stage1: run_dir={root}/stage1, init_dir={root}/sft" in out
     ppo = [shlex.split(ln.split("$ ", 1)[1]) for ln in out.splitlines() if "verl.trainer.main_ppo" in ln]
     assert len(ppo) == 5 and all("trainer.nnodes=8" in c for c in ppo)
     assert f"trainer.resume_from_path={root}/stage1/checkpoints/global_step_300" in ppo[1]

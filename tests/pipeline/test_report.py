@@ -108,7 +108,7 @@ def test_fallback_without_tex_prints_notice_and_keeps_figures(tmp_path, monkeypa
     notices: list[str] = []
     pdf = report.build_report(lay, echo=notices.append)
     assert len(notices) == 1 and "xelatex not found" in notices[0]
-    assert _pages(pdf) == 2 + 1 + 2 + 1  # the summary (kit.summary: the kit's claims, ReTool's), title, two figures, one table
+    assert _pages(pdf) == 3 + 1 + 2 + 1  # the summary (kit.summary: the kit's claims, ReTool's, Agent-R's), title, two figures, one table
     assert _images(pdf) == 2
 
 
@@ -235,7 +235,7 @@ def test_box_drawing_arrows_greek_and_cjk_print_and_missing_glyphs_are_named(tmp
 @needs_latex
 def test_a_long_code_line_wraps_inside_the_page(tmp_path):
     """Issue #17: a line without spaces (a long literal) ran off the right edge and was lost. The
-    report omits code inputs (#16), so the printed line is what must wrap; pages 1-2 are the summary."""
+    report omits code inputs (#16), so the printed line is what must wrap; pages 1-3 are the summary."""
     import re
 
     token = "".join(f"w{i:03d}" for i in range(60))  # 240 letters and digits, no break point
@@ -247,7 +247,7 @@ def test_a_long_code_line_wraps_inside_the_page(tmp_path):
     lay.executed.mkdir(parents=True)
     nbformat.write(nb, lay.executed / "08_evaluation.ipynb")
     pdf = report.build_report(lay, echo=pytest.fail)
-    bbox = _pdftext(pdf, "-f", "3", "-bbox")  # after the two summary pages (the kit's claims, ReTool's)
+    bbox = _pdftext(pdf, "-f", "4", "-bbox")  # after the three summary pages (the kit's claims, ReTool's, Agent-R's)
     width = float(re.search(r'<page width="([\d.]+)"', bbox).group(1))
     right = [float(x) for x in re.findall(r'xMax="([\d.]+)"', bbox)]
     assert right and max(right) < width - 36  # inside the right margin (36 pt = 1/2 inch)

@@ -91,17 +91,21 @@ def test_standard_series_passes_upstream_run_dirs(tmp_path):
     lay = Layout.for_run("smoke", "t", reports_root=tmp_path)
     series = pipeline.standard_series(lay)
     assert [r.name for r in series] == list(pipeline.SERIES)
-    assert len(series) == 11 and series[0].name.startswith("00_") and series[-1].name.startswith("09_")
+    assert len(series) == 12 and series[0].name.startswith("00_") and series[-1].name.startswith("09_")
     by = {r.name: r.parameters for r in series}
-    # ReTool's comparison (issue #33) runs before 09, which reads its folder; its training is a background job
-    assert [r.name for r in series][-2:] == ["10_retool", "09_figures_and_tables"]
+    # ReTool's comparison (issue #33) and Agent-R (issue #34) run before 09, which reads their folders;
+    # ReTool's training is a background job, Agent-R's search is not
+    assert [r.name for r in series][-3:] == ["10_retool", "11_agent_r", "09_figures_and_tables"]
     assert by["09_figures_and_tables"]["retool_dir"] == by["10_retool"]["run_dir"]
+    assert by["09_figures_and_tables"]["agent_r_dir"] == by["11_agent_r"]["run_dir"]
     assert by["10_retool"]["ablation_dir"] == by["06_roc_ablation"]["run_dir"]
     assert by["10_retool"]["init_dir"] == by["02_cold_start_sft"]["run_dir"]
+    assert by["11_agent_r"]["sft_dir"] == by["02_cold_start_sft"]["run_dir"]
     names = [r.name for r in series]
     order = [names[i] for i in overlap.execution_order(names, [r.parameters for r in series],
                                                                  ["06_roc_ablation", "10_retool"])]
-    assert order[-3:] == ["06_roc_ablation", "10_retool", "09_figures_and_tables"]  # each just before its first reader
+    # each deferred notebook just before its first reader
+    assert order[-4:] == ["11_agent_r", "06_roc_ablation", "10_retool", "09_figures_and_tables"]
     assert by["04_rl_stage2"]["init_dir"] == by["03_rl_stage1"]["run_dir"]
     assert by["05_rl_stage3"]["init_dir"] == by["04_rl_stage2"]["run_dir"]
     assert by["08_evaluation"]["policy_dir"] == by["05_rl_stage3"]["run_dir"]

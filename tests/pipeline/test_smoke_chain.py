@@ -60,3 +60,7 @@ def test_figures_tables_and_report(smoke_run):
 
 def test_claims_file_and_summary_page(smoke_run):
     checks.claims_file_and_summary_page(smoke_run[0])
+
+
+def test_agent_r_runs_both_arms_and_stays_inconclusive(smoke_run):
+    checks.agent_r_runs_both_arms_and_stays_inconclusive(*smoke_run)

@@ -50,21 +50,25 @@ def test_claim_rows_show_every_claim_with_its_verdict_and_why(run):
     rows = summary.claim_rows(doc)
     own = [c for c in doc["claims"] if c["section"] == claims.DEFAULT_SECTION]
     assert len(rows) == len(own) and {r[3] for r in rows} == {"inconclusive"}
-    # another paper's claims (ReTool's, issue #33) are a section of their own, on a page of their own
-    assert summary.sections(doc) == ["ReTool"]
-    retool = summary.claim_rows(doc, "ReTool")
-    assert len(retool) == len(doc["claims"]) - len(own) >= 4 and all("ReTool" in r[0] for r in retool)
-    assert "retool folder" in retool[0][2]
+    # another paper's claims (ReTool's, issue #33; Agent-R's, issue #34) are a section of their own, on a page
+    # of their own, in the claims file's order
+    assert summary.sections(doc) == ["ReTool", "Agent-R"]
+    retool, agent_r = summary.claim_rows(doc, "ReTool"), summary.claim_rows(doc, "Agent-R")
+    assert len(retool) >= 4 and len(agent_r) == 4 and len(own) + len(retool) + len(agent_r) == len(doc["claims"])
+    assert all("ReTool" in r[0] for r in retool) and all("Agent-R" in r[0] for r in agent_r)
+    assert "retool folder" in retool[0][2] and "policy_eval.jsonl" in agent_r[0][2]
     assert "ablation folder" in rows[0][2]  # the reason an inconclusive claim is inconclusive
 
 
 @needs_poppler
 def test_summary_is_one_page_with_claims_figures_tables_and_limits(run, tmp_path):
     pdf = summary.write_summary_pdf(run, tmp_path / "s.pdf")
-    assert _pages(pdf) == 2  # the kit's claims, then ReTool's section (issue #33)
-    assert "ReTool claims on the next page" in " ".join(_text(pdf).split())
-    second = " ".join(_text(pdf, 2).split())
+    assert _pages(pdf) == 3  # the kit's claims, then ReTool's section (issue #33), then Agent-R's (issue #34)
+    first = " ".join(_text(pdf).split())
+    assert "ReTool claims on page 2" in first and "4 Agent-R claims on page 3" in first
+    second, third = " ".join(_text(pdf, 2).split()), " ".join(_text(pdf, 3).split())
     assert "ReTool (Feng et al. 2025) on this run" in second and "not drawn in this run" in second
+    assert "Agent-R (Yuan et al. 2025) on this run" in third and "4 Agent-R claims pre-registered" in third
     text = _text(pdf)
     for needle in ("pre-registered", "inconclusive", "Figure 4", "Tables 3-6", "What this profile cannot show",
                    "80.6"):
@@ -86,7 +90,7 @@ def test_the_first_page_links_the_run_s_static_rollout_explorer_pages(run, tmp_p
         (run / folder / "explorer.html").write_text("<html></html>")
     assert summary.explorer_pages(run) == ["ablation/explorer.html", "stage1/explorer.html"]
     pdf = summary.write_summary_pdf(run, tmp_path / "s.pdf")
-    assert _pages(pdf) == 2 and "stage1/explorer.html" in _text(pdf)
+    assert _pages(pdf) == 3 and "stage1/explorer.html" in _text(pdf)  # page 1 of the kit, ReTool, Agent-R
     raw = pdf.read_bytes()
     assert b"/URI (stage1/explorer.html)" in raw and b"/URI (ablation/explorer.html)" in raw  # links, not just text
 
@@ -99,13 +103,13 @@ def test_prepend_summary_opens_the_report_and_survives_problems(run, tmp_path):
             pp.savefig(Figure(figsize=(4, 3)))
     notices: list[str] = []
     assert summary.prepend_summary(run, report, echo=notices.append) == report
-    assert _pages(report) == 4 and not notices  # two summary pages (the kit's claims, ReTool's)
+    assert _pages(report) == 5 and not notices  # three summary pages (the kit's claims, ReTool's, Agent-R's)
     assert "What this profile cannot show" in _text(report, 1)
     assert (run / "summary.pdf").exists()
     # a broken claims.json: the report stays as it was, with a notice
     (run / "claims.json").write_text(json.dumps({"claims": []}))
     summary.prepend_summary(run, report, echo=notices.append)
-    assert _pages(report) == 4 and len(notices) == 1 and "could not be drawn" in notices[0]
+    assert _pages(report) == 5 and len(notices) == 1 and "could not be drawn" in notices[0]
 
 
 def test_without_pdfunite_the_summary_is_a_separate_file(run, tmp_path, monkeypatch):

@@ -1,0 +1,257 @@
+"""Notebook 11: Agent-R from the cold-start policy against two baselines with the same budget (issue #34).
+
+Arms, each ``agent_r.iterations`` iterations from the cold-start policy (:mod:`kit.agent_r.iterate`):
+``agent_r`` (revision + good trajectories) and ``good_only`` (good trajectories only: rejection-
+sampling fine-tuning from the same search budget); the third policy is the cold start itself.
+Every policy is sampled on the same held-out tasks (``policy_eval.jsonl``, the file the Agent-R
+claims read, :mod:`kit.claims.kinds_agent_r`).
+
+Files in ``run_dir``: ``config.json``, ``search_cost.jsonl`` (per arm and iteration: rollouts, model
+turns sampled and replayed, sandbox calls run and replayed, the engine's prefill and reused
+tokens, wall and CPU seconds of the search), ``iterations.jsonl`` (rows, pairs, alpha, loss),
+``policy_eval.jsonl``, ``trees/<arm>_iter<k>.json`` (one tree for the picture),
+``revisions.jsonl`` (a few revision rows with their segments), ``<arm>/iter_<k>/policy/``,
+``verl/revision_sft.parquet`` (the last Agent-R iteration's rows with the cold-start mix, for
+VERL's SFT trainer) and ``summary.json`` (totals, CPU seconds of the notebook's process).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from kit import jsonio
+from kit.agent_r import iterate, parquet
+from kit.agent_r.search import params_from_config
+from kit.agent_r.tree import lowest_common
+from kit.algo.roc_penalties import tool_failure_count
+from kit.analysis.tokens import analyze_trajectory
+from kit.config import KitConfig, load, save
+from kit.data import tasks
+from kit.models import load_policy, save_policy
+from kit.rollout import run_coroutine
+from kit.sandbox import SandboxPool
+from kit.train import common
+from kit.train.rollouts import collect
+from kit.train.sft import SFT_DATA_FILE, encode_rows, prepare_sft_data
+
+EVAL_FILE, COST_FILE, ITER_FILE, REV_FILE = "policy_eval.jsonl", "search_cost.jsonl", "iterations.jsonl", "revisions.jsonl"
+
+
+def agent_r_config(profile: str, overrides: Mapping[str, Any] | None, run_dir, seed: int) -> KitConfig:
+    """Notebook 11's config (``[agent_r]`` and the rest); writes ``run_dir/config.json``."""
+    return load(profile, dict(overrides or {}), run_dir=run_dir, seed=seed)
+
+
+def _append(path: Path, row: dict[str, Any]) -> None:
+    with path.open("a") as fh:
+        fh.write(jsonio.dumps(row) + "\n")
+
+
+def cold_start_rows(cfg: KitConfig, tok, sft_dir, run_dir) -> list:
+    """The cold-start SFT rows (task demos and function calling) of ``sft_dir`` (its ``sft_data.json``;
+    rebuilt in ``run_dir`` when absent), ``(ids, mask)`` each: Agent-R's general data."""
+    cached = Path(sft_dir) / SFT_DATA_FILE
+    data = json.loads(cached.read_text()) if cached.exists() else prepare_sft_data(cfg, run_dir)
+    task_rows, fc_rows, _ = encode_rows(cfg, tok, data)
+    return task_rows + fc_rows
+
+
+def evaluate(cfg: KitConfig, model, tok, problems, *, policy: str, iteration: int, seed: int) -> list[dict[str, Any]]:
+    """Sample ``agent_r.eval_samples`` trajectories per held-out problem at T = 1 and label each:
+    ``correct``, ``failed_call`` (a failed tool call, the model's fault), §5.4 ``reflection`` and
+    ``high`` token counts (:func:`kit.analysis.tokens.analyze_trajectory`). Rows of ``policy_eval.jsonl``."""
+    async def go():
+        async with SandboxPool(cfg.sandbox) as pool:
+            return await collect(cfg, model, tok, problems, cfg.agent_r.eval_samples, pool, seed=seed,
+                                 max_response_tokens=cfg.eval.max_tokens, max_turns=cfg.eval.max_turns, temperature=1.0)
+
+    batch = run_coroutine(go())
+    rows = []
+    for p, group, rewards in zip(batch.problems, batch.groups, batch.rewards, strict=True):
+        for tr, r in zip(group, rewards, strict=True):
+            counts = analyze_trajectory(model, tok, tr)["counts"]
+            rows.append({"policy": policy, "iteration": iteration, "problem": p.id, "correct": int(r > 0),
+                         "failed_call": int(tool_failure_count(tr.tool_errors) > 0), "reflection": counts["reflection"],
+                         "high": counts["high"], "tool_calls": tr.tool_calls, "tokens": len(tr.response_ids)})
+    return rows
+
+
+def tree_json(tree, tok, rows) -> dict[str, Any]:
+    """One tree for the picture: nodes (id, parent, depth, visits, q, terminal, failed_call, text,
+    reward of a leaf) and, when one of ``rows`` is a revision of this tree, its pair's good and bad
+    leaves, shared node and transition node."""
+    ids = {}
+    nodes = []
+    for n in tree.root.walk():
+        ids[id(n)] = len(ids)
+        reward = tree.rewards[n.leaves[0]] if n.leaves else None
+        nodes.append({"id": ids[id(n)], "parent": ids[id(n.parent)] if n.parent is not None else None,
+                      "depth": n.depth, "visits": n.visits, "q": n.q, "terminal": n.terminal,
+                      "failed_call": n.failed_call, "reward": reward,
+                      "text": tok.decode(list(n.turn_ids), skip_special_tokens=False)[:160] if n.turn_ids else "prompt"})
+    out = {"task": tree.problem.id, "question": tree.problem.question, "nodes": nodes, "pair": None}
+    rev = next((r for r in rows if r.kind == "revision" and r.task == tree.problem.id), None)
+    if rev is not None:
+        good, bad = tree.leaves[rev.good], tree.leaves[rev.bad]
+        out["pair"] = {"good": ids[id(good)], "bad": ids[id(bad)], "shared": ids[id(lowest_common(good, bad))],
+                       "transition": ids[id(bad.path()[rev.transition])], "signal": rev.signal}
+    return out
+
+
+def revision_json(row, tok) -> dict[str, Any]:
+    """A revision row as text segments ``[{kind, text, loss}]`` for the coloured view (feedback
+    inside the good continuation is its own ``feedback`` segment, without loss)."""
+    segs = []
+    for kind, s, e in row.segments:
+        if kind != "good":
+            segs.append({"kind": kind, "text": tok.decode(row.ids[s:e], skip_special_tokens=False), "loss": 0})
+            continue
+        t = s
+        while t < e:  # split the continuation by its mask: model tokens (loss) and tool feedback (none)
+            u = t
+            while u < e and row.mask[u] == row.mask[t]:
+                u += 1
+            segs.append({"kind": "good" if row.mask[t] else "feedback",
+                         "text": tok.decode(row.ids[t:u], skip_special_tokens=False), "loss": int(row.mask[t])})
+            t = u
+    return {"task": row.task, "transition": row.transition, "signal": row.signal, "segments": segs}
+
+
+def run_agent_r(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None] | None = print) -> dict[str, Any]:
+    """Agent-R and its two baselines from ``sft_dir/policy`` (module docstring: what it writes).
+
+    On ``runtime = "verl"`` nothing is searched (the search runs on the local engine; the paper
+    scale trains the parquet of :func:`kit.agent_r.parquet.write_rows` with VERL's SFT trainer,
+    ``kit.bridge.revision_sft``): ``summary.json`` says so and the Agent-R claims are inconclusive.
+
+    Raises:
+        FileNotFoundError: ``sft_dir/policy`` is missing.
+    """
+    run = Path(run_dir)
+    run.mkdir(parents=True, exist_ok=True)
+    save(cfg, run)
+    if cfg.runtime != "local":  # the paper chain goes on; the claims read no file and are inconclusive
+        summary = {"skipped": f"runtime {cfg.runtime!r}: the search runs on the local engine only; at paper scale "
+                              "write the rows with kit.agent_r.parquet and train them with kit.bridge.revision_sft"}
+        jsonio.write_json(run / "summary.json", summary)
+        return summary
+    for name in (EVAL_FILE, COST_FILE, ITER_FILE, REV_FILE):
+        (run / name).unlink(missing_ok=True)
+    c0, t0 = time.process_time(), time.perf_counter()
+    say = progress or (lambda s: None)
+    common.set_threads(cfg.model.torch_threads)
+    policy = Path(sft_dir) / "policy"
+    if not (policy / "config.json").exists():
+        raise FileNotFoundError(f"{policy}: the cold-start policy is missing (notebook 02 writes it)")
+    cold, tok = load_policy(policy)
+    cold.eval()
+    general = cold_start_rows(cfg, tok, sft_dir, run)
+    split = tasks.task_split(cfg)
+    a = cfg.agent_r
+    heldout = list(split.heldout)[: a.eval_problems or None]
+    p = params_from_config(cfg)
+    say(f"cold start: sampling {len(heldout)} held-out tasks x {a.eval_samples}")
+    for r in evaluate(cfg, cold, tok, heldout, policy="cold_start", iteration=0, seed=common.step_seed(cfg.seed, "ar-eval")):
+        _append(run / EVAL_FILE, r)
+    last_rows: list = []
+    for arm in iterate.ARMS:
+        model, _ = load_policy(policy)
+        for k in range(1, a.iterations + 1):
+            problems = iterate.task_slice(list(split.train), a.tasks, k)
+            seed = common.step_seed(cfg.seed, "agent_r-search", k)  # both arms' first search: the same samples
+
+            async def go(model=model, problems=problems, seed=seed):
+                async with SandboxPool(cfg.sandbox) as pool:
+                    return await iterate.collect_trees(model, tok, problems, pool, p, cfg.rollout, seed=seed)
+
+            trees, cost = run_coroutine(go())
+            alpha = iterate.alpha_at(a.alphas, k)
+            rows, counts = iterate.build_rows(trees, tok, arm=arm, alpha=alpha, beta=a.beta, rule=a.transition,
+                                              max_pairs=a.max_pairs, seed=common.step_seed(cfg.seed, "rs", arm, k))
+            fit = iterate.train_iteration(cfg, model, tok, rows, general, iteration=k, arm=arm)
+            save_policy(model, tok, run / arm / f"iter_{k}" / "policy")
+            _append(run / COST_FILE, {"arm": arm, "iteration": k, "tasks": len(problems), **cost})
+            _append(run / ITER_FILE, {"arm": arm, "iteration": k, "alpha": alpha, "rows": len(rows), **counts,
+                                      "loss_tokens": sum(sum(r.mask) for r in rows),
+                                      "loss_first": fit[0]["loss"], "loss_last": fit[-1]["loss"]})
+            if arm == "agent_r":
+                shown = next((t for t in trees if any(r.kind == "revision" and r.task == t.problem.id for r in rows)),
+                             trees[0])
+                jsonio.write_json(run / "trees" / f"{arm}_iter{k}.json", tree_json(shown, tok, rows))
+                for r in [r for r in rows if r.kind == "revision"][:3]:
+                    _append(run / REV_FILE, {"iteration": k, **revision_json(r, tok)})
+                last_rows = rows
+            say(f"{arm} iteration {k}: {int(cost['rollouts'])} rollouts, {counts['good']} good, "
+                f"{counts['revision']} revision rows, alpha {alpha}, loss {fit[0]['loss']:.3f} -> {fit[-1]['loss']:.3f}")
+            if arm == "agent_r" or k == a.iterations:
+                for r in evaluate(cfg, model, tok, heldout, policy=arm, iteration=k,
+                                  seed=common.step_seed(cfg.seed, "ar-eval")):
+                    _append(run / EVAL_FILE, r)
+    pq = parquet.write_rows(last_rows, run / "verl" / "revision_sft.parquet", tok, general)
+    summary = {"policies": ["cold_start", *[f"agent_r_{k}" for k in range(1, a.iterations + 1)], "good_only"],
+               "eval_problems": len(heldout), "eval_samples": a.eval_samples, "parquet": str(pq),
+               "cpu_s": time.process_time() - c0, "wall_s": time.perf_counter() - t0,
+               "cost": cost_table(run).to_dict(orient="records")}
+    jsonio.write_json(run / "summary.json", summary)
+    return summary
+
+
+def _rows(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in path.read_text().splitlines() if x.strip()] if path.exists() else []
+
+
+def cost_table(run_dir: str | os.PathLike):
+    """The search's cost per arm and iteration (``search_cost.jsonl``) as a DataFrame."""
+    cols = ["arm", "iteration", "tasks", "rollouts", "live_turns", "replayed_turns", "live_calls", "replayed_calls",
+            "prefill_tokens", "reused_tokens", "tokens", "wall_s", "cpu_s"]
+    df = pd.DataFrame(_rows(Path(run_dir) / COST_FILE))
+    return df[[c for c in cols if c in df]] if not df.empty else df
+
+
+def policy_table(run_dir: str | os.PathLike):
+    """Per policy (cold start, each Agent-R iteration, good-only): trajectories, accuracy, share
+    with a failed call, recovery after a failed call, reflection share of high-entropy tokens."""
+    df = pd.DataFrame(_rows(Path(run_dir) / EVAL_FILE))
+    if df.empty:
+        return df
+    df["label"] = [p if p == "cold_start" else f"{p}_{i}" for p, i in zip(df["policy"], df["iteration"], strict=True)]
+    g = df.groupby("label", sort=False)
+    fail = df[df["failed_call"] > 0].groupby("label", sort=False)
+    out = pd.DataFrame({"trajectories": g.size(), "accuracy": g["correct"].mean(),
+                        "with_failed_call": g["failed_call"].mean(),
+                        "recovery": fail["correct"].mean(), "failed_n": fail.size(),
+                        "reflection_share": g["reflection"].sum() / g["high"].sum().where(g["high"].sum() > 0)})
+    return out.round(3)
+
+
+def agent_r_findings(run_dir: str | os.PathLike) -> str:
+    """What this run showed, as Markdown computed from its files (the notebook's closing cell)."""
+    run = Path(run_dir)
+    tab = policy_table(run)
+    if tab.empty:
+        return f"No policy was evaluated in `{run}` (no `{EVAL_FILE}`)."
+    its = _rows(run / ITER_FILE)
+    s = json.loads((run / "summary.json").read_text()) if (run / "summary.json").exists() else {}
+    lines = [f"- Held-out tasks: {s.get('eval_problems', '?')} x {s.get('eval_samples', '?')} samples per policy (T = 1)."]
+    for label, r in tab.iterrows():
+        rec = "n/a" if r["failed_n"] != r["failed_n"] or not r["failed_n"] else f"{r['recovery']:.3f} of {int(r['failed_n'])}"
+        lines.append(f"- `{label}`: accuracy {r['accuracy']:.3f}, recovery after a failed call {rec}, "
+                     f"reflection share {r['reflection_share']:.3f}.")
+    rev = sum(i.get("revision", 0) for i in its if i["arm"] == "agent_r")
+    good = sum(i.get("good", 0) for i in its if i["arm"] == "good_only")
+    cost = cost_table(run)
+    if not cost.empty:
+        lines.append(f"- Search cost: {int(cost['rollouts'].sum())} rollouts, {int(cost['live_calls'].sum())} sandbox "
+                     f"calls run and {int(cost['replayed_calls'].sum())} replayed, "
+                     f"{cost['cpu_s'].sum():.1f} CPU s of search; the notebook's process used {s.get('cpu_s', 0):.1f} CPU s.")
+    lines.append(f"- Training rows: {rev} revision trajectories over the Agent-R iterations, {good} good-only rows.")
+    lines.append("- The verdicts are notebook 09's (`claims.json`, section Agent-R); a short run is inconclusive by design.")
+    return "\n".join(lines)
+

@@ -1,0 +1,98 @@
+"""The test kind of the Agent-R claims (issue #34): policies compared on held-out samples.
+
+Notebook 11 (:mod:`kit.chain.agent_r`) samples every policy it compares (the cold start, the
+good-only baseline, each Agent-R iteration) on the same held-out problems and writes one row per
+trajectory to ``agent_r/policy_eval.jsonl``::
+
+    {"policy": "cold_start" | "good_only" | "agent_r", "iteration": int, "problem": id,
+     "correct": 0/1, "failed_call": 0/1, "reflection": int, "high": int}
+
+(``failed_call``: the trajectory had at least one tool call that failed, the model's fault;
+``reflection`` / ``high``: its §5.4 reflection tokens and high-entropy model tokens,
+:func:`kit.analysis.tokens.analyze_trajectory`). A test names two policies (``minuend``,
+``subtrahend``: ``cold_start``, ``good_only``, ``agent_r_first``, ``agent_r_last``, or
+``agent_r_<k>``) and a ``measure``; the statistic is the ratio of the minuend minus that of the
+subtrahend, each ratio ``sum(num) / sum(den)`` over problems, with a percentile bootstrap over
+problems (:func:`kit.claims.stats.bootstrap_ratio_diff`, one seed).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kit.claims.files import Missing, RunDirs, _jsonl
+from kit.claims.results import TestResult
+from kit.claims.stats import bootstrap_ratio_diff, decide
+
+EVAL_FILE = "policy_eval.jsonl"
+#: measure -> (numerator, denominator) of one trajectory row
+MEASURES = {
+    "recovery": (lambda r: r["correct"] * r["failed_call"], lambda r: r["failed_call"]),
+    "accuracy": (lambda r: r["correct"], lambda r: 1),
+    "reflection": (lambda r: r["reflection"], lambda r: r["high"]),
+}
+
+
+def _policy_rows(rows: list[dict[str, Any]], label: str) -> list[dict[str, Any]]:
+    """Rows of the policy ``label`` (``agent_r_first``/``_last``/``_<k>`` pick an iteration)."""
+    if label in ("cold_start", "good_only"):  # a baseline's last iteration (the cold start has one)
+        mine = [r for r in rows if r.get("policy") == label]
+        last = max((int(r.get("iteration", 0)) for r in mine), default=0)
+        return [r for r in mine if int(r.get("iteration", 0)) == last]
+    if not label.startswith("agent_r"):
+        raise Missing(f"unknown policy label {label!r}")
+    its = sorted({int(r.get("iteration", 0)) for r in rows if r.get("policy") == "agent_r"})
+    if not its:
+        raise Missing("no agent_r rows")
+    tail = label[len("agent_r_"):]
+    it = its[0] if tail == "first" else its[-1] if tail == "last" else int(tail)
+    if tail == "first" and len(its) < 2:
+        raise Missing(f"{len(its)} Agent-R iteration evaluated; a first distinct from the last needs two")
+    return [r for r in rows if r.get("policy") == "agent_r" and int(r.get("iteration", 0)) == it]
+
+
+def _per_problem(rows: list[dict[str, Any]], measure: str) -> tuple[list[float], list[float]]:
+    num_f, den_f = MEASURES[measure]
+    by: dict[str, list[float]] = {}
+    for r in rows:
+        acc = by.setdefault(str(r["problem"]), [0.0, 0.0])
+        acc[0] += float(num_f(r))
+        acc[1] += float(den_f(r))
+    keys = sorted(by)
+    return [by[k][0] for k in keys], [by[k][1] for k in keys]
+
+
+def stat_agent_r_diff(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -> TestResult:
+    """``measure`` of ``minuend`` minus that of ``subtrahend`` (``agent_r/policy_eval.jsonl``);
+    bootstrap over problems. Minimums: ``min_problems`` per policy, ``min_units`` (the summed
+    denominator: trajectories with a failed call, trajectories, or high-entropy tokens) per policy.
+
+    Raises:
+        Missing: the file, a policy or the minimum data is absent (the test is inconclusive).
+        KeyError: ``measure`` is not one of :data:`MEASURES`.
+    """
+    if spec["measure"] not in MEASURES:
+        raise KeyError(f"agent_r_diff: unknown measure {spec['measure']!r}; known: {sorted(MEASURES)}")
+    rows = _jsonl(dirs.folder("agent_r") / EVAL_FILE)
+    parts = {}
+    for side in ("minuend", "subtrahend"):
+        sel = _policy_rows(rows, spec[side])
+        num, den = _per_problem(sel, spec["measure"])
+        if len(num) < spec.get("min_problems", 1):
+            raise Missing(f"{spec[side]}: {len(num)} problems, the test needs at least {spec.get('min_problems', 1)}")
+        if sum(den) < spec.get("min_units", 1):
+            raise Missing(f"{spec[side]}: {int(sum(den))} units for {spec['measure']}, the test needs at least "
+                          f"{spec.get('min_units', 1)}")
+        parts[side] = (num, den)
+        res.detail[spec[side]] = {"ratio": sum(num) / sum(den) if sum(den) else None, "units": sum(den),
+                                  "problems": len(num)}
+    (na, da), (nb, db) = parts["minuend"], parts["subtrahend"]
+    res.value, lo, hi = bootstrap_ratio_diff(na, da, nb, db)
+    res.ci95, res.n = (lo, hi), min(len(na), len(nb))
+    res.interval = f"bootstrap over problems ({len(na)} and {len(nb)}, one seed)"
+    res.verdict, res.reason = decide(lo, hi, spec["comparison"], float(spec["threshold"]))
+    return res
+
+
+KINDS = {"agent_r_diff": stat_agent_r_diff}

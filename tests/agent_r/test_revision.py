@@ -1,0 +1,89 @@
+"""Search through the kit's agent loop with a scripted policy; pairs, transition, revision masks,
+the alpha schedule (kit/agent_r/)."""
+
+import random
+
+import pytest
+from ar_doubles import BAD_CALL, GOOD_CALL, Task, TwoWay, fake_grade, sandbox
+
+from kit.agent_r import iterate, revision
+from kit.agent_r.replay import turn_bounds
+from kit.agent_r.search import SearchParams, search
+from kit.config import RolloutConfig
+from kit.rollout import ScriptedBackend, run_coroutine
+
+TASK = Task("t0", "What is 6 * 7?", "42")
+RCFG = RolloutConfig(max_prompt_tokens=512, max_response_tokens=400, max_turns=3)
+
+
+def _search(tok, simulations=4, width=2):
+    ex = sandbox()
+    p = SearchParams(simulations=simulations, width=width, c_uct=1.0, max_response_tokens=400, max_turns=3)
+    trees, cost = run_coroutine(search(ScriptedBackend(tok, TwoWay()), tok, [TASK], ex, p, RCFG, graded=fake_grade))
+    return trees[0], cost, ex
+
+
+def test_search_builds_a_tree_with_a_good_and_a_bad_branch(tok):
+    tree, cost, ex = _search(tok)
+    assert cost["rollouts"] == 4 and len(tree.trajectories) == 4
+    # round 1 expands the root (a good and a broken call); round 2 selects by UCT the child with
+    # Q = 1 (the bad one has Q = 0) and expands it: two more correct answers after the good call
+    assert sorted(tree.rewards) == [0.0, 1.0, 1.0, 1.0]
+    good, bad = sorted(tree.root.children, key=lambda c: c.failed_call)
+    assert len(tree.root.children) == 2 and bad.failed_call and not good.failed_call
+    assert (tree.root.visits, good.visits, good.q, bad.visits, bad.q) == (4, 3, 1.0, 1, 0.0)
+    assert good.expansions == 2 and len(good.children) == 1  # the two answers were identical: merged
+    # round 2 expanded a depth-1 node: its prefix was replayed, its call answered from the record
+    assert cost["replayed_turns"] >= 1 and cost["replayed_calls"] >= 1
+    assert cost["live_calls"] == sum(len(b) for b in ex.batches)
+
+
+def test_revision_row_masks(tok):
+    tree, _, _ = _search(tok)
+    pairs = revision.find_pairs(tree, alpha=1.0, beta=0.5, max_pairs=2)
+    assert pairs and all(tree.rewards[p.good] == 1.0 and tree.rewards[p.bad] == 0.0 for p in pairs)
+    pair = pairs[0]
+    t = revision.transition_turn(tree, pair, "first_failed_call", 0.5)
+    assert t == 0  # the broken call is the bad branch's first turn
+    row = revision.revision_row(tree, pair, t, revision.REVISION_SIGNALS[0], tok)
+    seg = {k: (s, e) for k, s, e in row.segments}
+    assert list(seg) == ["prompt", "bad", "signal", "good"]  # shared prefix = the prompt (depth 0)
+    assert len(row.ids) == len(row.mask)
+    for k in ("prompt", "bad", "signal"):
+        assert sum(row.mask[slice(*seg[k])]) == 0, k  # no loss before and on the revision signal
+    good = tree.trajectories[pair.good]
+    assert row.mask[seg["good"][0]:] == good.response_mask  # loss after it: model tokens only
+    assert row.ids[seg["good"][0]:] == good.response_ids
+    text = lambda k: tok.decode(row.ids[slice(*seg[k])], skip_special_tokens=False)  # noqa: E731
+    assert "pritn" in text("bad") and "NameError" in text("bad")  # the action and its observation
+    assert text("signal").strip() == revision.REVISION_SIGNALS[0]
+    assert "print(6*7)" in text("good") and "pritn" not in text("good")
+    bad = tree.trajectories[pair.bad]
+    assert seg["bad"][1] - seg["bad"][0] == turn_bounds(bad)[0][2]  # through its feedback block
+
+
+def test_rows_of_the_two_arms(tok):
+    tree, _, _ = _search(tok)
+    r_rows, r_counts = iterate.build_rows([tree], tok, arm="agent_r", alpha=1.0, beta=0.5, rule="first_failed_call",
+                                          max_pairs=2, seed=0)
+    g_rows, g_counts = iterate.build_rows([tree], tok, arm="good_only", alpha=1.0, beta=0.5,
+                                          rule="first_failed_call", max_pairs=2, seed=0)
+    assert g_counts["good"] == r_counts["good"] == 1  # two identical good trajectories count once
+    assert r_counts["revision"] >= 1 and g_counts["revision"] == 0
+    assert {r.kind for r in g_rows} == {"good"} and "revision" in {r.kind for r in r_rows}
+    with pytest.raises(ValueError, match="arm"):
+        iterate.build_rows([tree], tok, arm="x", alpha=1, beta=0.5, rule="value_drop", max_pairs=1, seed=0)
+    with pytest.raises(ValueError, match="rule"):
+        revision.tree_rows(tree, tok, alpha=1.0, beta=0.5, rule="actor", max_pairs=1, rng=random.Random(0))
+
+
+def test_alpha_schedule_and_mix():
+    assert [iterate.alpha_at((0.5, 0.7, 1.0), k) for k in (1, 2, 3, 4)] == [0.5, 0.7, 1.0, 1.0]
+    assert iterate.mix_fraction(0.2) == pytest.approx(1 / 6)
+    assert [t for t in iterate.task_slice(list("abcde"), 2, 3)] == ["e", "a"]
+    with pytest.raises(ValueError):
+        iterate.alpha_at((0.5,), 0)
+
+
+def test_calls_are_real_strings():
+    assert "pritn" in BAD_CALL and "print(6*7)" in GOOD_CALL

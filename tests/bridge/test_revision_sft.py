@@ -1,0 +1,51 @@
+"""Agent-R's rows on VERL's SFT route (kit/agent_r/parquet.py, kit/bridge/revision_sft.py): the parquet
+carries ids and loss mask, the dataset VERL loads through data.custom_cls gives them back unchanged,
+and the launch names it."""
+
+from pathlib import Path
+
+import pytest
+
+from kit.agent_r.parquet import read_rows, write_rows
+from kit.agent_r.revision import RevisionRow
+from kit.bridge.revision_sft import TokenSFTDataset, dry_run_text, revision_sft_command
+from kit.config import load
+
+ROWS = [RevisionRow([5, 6, 7, 8, 9], [0, 0, 0, 1, 1], [], "revision", "t0"), RevisionRow([5, 6, 7], [0, 1, 1], [], "good", "t1")]
+
+
+class Tok:
+    pad_token_id = 0
+
+    def decode(self, ids, skip_special_tokens=False):
+        return " ".join(map(str, ids))
+
+
+def test_parquet_and_dataset_carry_the_loss_mask(tmp_path):
+    path = write_rows(ROWS, tmp_path / "r.parquet", Tok(), general=[([1, 2], [0, 1])])
+    df = read_rows(path)
+    assert list(df["kind"]) == ["revision", "good", "general"] and list(df["loss_mask"][0]) == [0, 0, 0, 1, 1]
+    ds = TokenSFTDataset(str(path), Tok(), {"pad_mode": "no_padding", "max_length": 16})
+    assert len(ds) == 3 and ds[0]["loss_mask"].tolist() == [0, 0, 0, 1, 1] and ds[0]["input_ids"].tolist() == [5, 6, 7, 8, 9]
+    padded = TokenSFTDataset([path], Tok(), {"pad_mode": "right", "max_length": 6})[1]
+    assert padded["loss_mask"].tolist() == [0, 1, 1, 0, 0, 0] and padded["attention_mask"].tolist() == [1, 1, 1, 0, 0, 0]
+    with pytest.raises(ValueError, match="exceed"):
+        TokenSFTDataset(str(path), Tok(), {"max_length": 4, "truncation": "error"})[0]
+    with pytest.raises(ValueError, match="mask"):
+        write_rows([RevisionRow([1, 2], [1], [], "good", "t")], tmp_path / "bad.parquet")
+
+
+def test_launch_names_the_dataset_class_verl_loads(tmp_path):
+    from verl.utils.import_utils import load_extern_object  # VERL's own loader of data.custom_cls
+
+    cfg = load("paper-14b", write=False)
+    cmd = revision_sft_command(cfg, tmp_path / "r.parquet", tmp_path, model_path="/m/policy")
+    over = dict(c.split("=", 1) for c in cmd if "=" in c and not c.startswith("--"))
+    assert over["model.path"] == "/m/policy" and "data.messages_key" not in over
+    assert Path(over["data.custom_cls.path"]).name == "revision_sft.py"
+    write_rows(ROWS, tmp_path / "r.parquet")
+    loaded = load_extern_object(over["data.custom_cls.path"], over["data.custom_cls.name"])  # a copy of the module
+    assert loaded.__name__ == TokenSFTDataset.__name__
+    assert loaded(str(tmp_path / "r.parquet"), Tok(), {})[0]["loss_mask"].tolist() == [0, 0, 0, 1, 1]
+    text = dry_run_text(cfg, tmp_path / "r.parquet", tmp_path)
+    assert "2 rows (revision 1, good 1), 4 loss tokens" in text and "verl.trainer.sft_trainer" in text

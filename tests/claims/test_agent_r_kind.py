@@ -1,0 +1,48 @@
+"""The Agent-R claim kind (kit/claims/kinds_agent_r.py) on hand-written policy_eval rows."""
+
+import json
+
+from kit.claims import RunDirs
+from kit.claims.kinds import KINDS
+from kit.claims.results import TestResult
+
+
+def _rows(policy, iteration, recover_p, n_problems=30, samples=4):
+    out = []
+    for p in range(n_problems):
+        for s in range(samples):
+            fail = int(s % 2 == 0)
+            ok = int((p * samples + s) % 100 < recover_p * 100) if fail else 1
+            out.append({"policy": policy, "iteration": iteration, "problem": f"p{p}", "correct": ok,
+                        "failed_call": fail, "reflection": 2 * ok, "high": 10})
+    return out
+
+
+def _run(tmp_path, rows, spec):
+    d = tmp_path / "agent_r"
+    d.mkdir(exist_ok=True)
+    (d / "policy_eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    spec = {"comparison": ">", "threshold": 0.0, **spec}
+    res = TestResult("t", "agent_r_diff", "s", spec["comparison"], spec["threshold"])
+    return KINDS["agent_r_diff"](RunDirs.under(tmp_path), spec, res)
+
+
+def test_recovery_difference_and_last_iteration(tmp_path):
+    rows = _rows("cold_start", 0, 0.1) + _rows("agent_r", 1, 0.3) + _rows("agent_r", 3, 0.9)
+    res = _run(tmp_path, rows, {"measure": "recovery", "minuend": "agent_r_last", "subtrahend": "cold_start",
+                                "min_problems": 20, "min_units": 30})
+    assert res.verdict == "reproduced", res.reason
+    assert abs(res.value - (res.detail["agent_r_last"]["ratio"] - res.detail["cold_start"]["ratio"])) < 1e-9
+    assert res.detail["agent_r_last"]["ratio"] > 0.8  # iteration 3, not iteration 1
+    first = _run(tmp_path, rows, {"measure": "recovery", "minuend": "agent_r_first", "subtrahend": "cold_start"})
+    assert first.value < res.value
+
+
+def test_below_minimum_is_missing(tmp_path):
+    import pytest
+
+    from kit.claims.files import Missing
+    rows = _rows("cold_start", 0, 0.1, n_problems=3) + _rows("agent_r", 1, 0.9, n_problems=3)
+    with pytest.raises(Missing, match="problems"):
+        _run(tmp_path, rows, {"measure": "accuracy", "minuend": "agent_r_last", "subtrahend": "cold_start",
+                              "min_problems": 20})

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import io
 import os
+import shutil
 import textwrap
 import time
 from collections.abc import Iterable, Sequence
@@ -411,6 +412,17 @@ class LiveCurves:
             self._handle = display(fig, display_id=True)
         else:
             self._handle.update(fig)
+
+
+def copy_figure(src_dir: str | os.PathLike, fig_dir: str | os.PathLike, name: str) -> list[Path]:
+    """Copy ``src_dir/name.{png,pdf}`` (a figure a notebook drew into its run folder) into the
+    report's figures folder ``fig_dir`` (notebook 09), where the summary pages find it; returns the
+    copies ([] when there are none)."""
+    found = [Path(src_dir) / f"{name}.{ext}" for ext in ("png", "pdf")]
+    found = [p for p in found if p.exists()]
+    if found:
+        Path(fig_dir).mkdir(parents=True, exist_ok=True)
+    return [Path(shutil.copy2(p, Path(fig_dir) / p.name)) for p in found]
 
 
 def save_figure(fig: Figure, out_dir: str | os.PathLike, name: str, formats: Sequence[str] = ("png", "pdf"),

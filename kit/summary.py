@@ -88,7 +88,7 @@ SECTIONS = {"ReTool": ("ReTool (Feng et al. 2025) on this run: PPO against GRPO-
                         "agent_r.iterations rounds of SFT on revision + good trajectories (Agent-R) and, with the same "
                         "search budget, on good trajectories only, and samples every policy on the same held-out tasks "
                         "(agent_r/policy_eval.jsonl).",
-                        ())}
+                        (("agent_r_policies", "Agent-R's policies by iteration and one search tree"),))}
 
 
 def _section(c: Mapping[str, Any]) -> str:

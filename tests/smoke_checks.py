@@ -192,3 +192,4 @@ def agent_r_runs_both_arms_and_stays_inconclusive(lay, cfg) -> None:
     doc = claims.read_claims(lay.root / "claims.json")
     mine = [c for c in doc["claims"] if c["section"] == "Agent-R"]
     assert len(mine) == 4 and all(c["id"].startswith("agentr_") and c["verdict"] == "inconclusive" for c in mine)
+    assert (lay.root / "figures" / "agent_r_policies.png").stat().st_size > 5000  # drawn by 11, copied by 09

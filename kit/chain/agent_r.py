@@ -34,6 +34,8 @@ from kit.algo.roc_penalties import tool_failure_count
 from kit.analysis.tokens import analyze_trajectory
 from kit.config import KitConfig, load, save
 from kit.data import tasks
+from kit.figures import save_figure
+from kit.figures_agent_r import figure_agent_r
 from kit.models import load_policy, save_policy
 from kit.rollout import run_coroutine
 from kit.sandbox import SandboxPool
@@ -42,6 +44,8 @@ from kit.train.rollouts import collect
 from kit.train.sft import SFT_DATA_FILE, encode_rows, prepare_sft_data
 
 EVAL_FILE, COST_FILE, ITER_FILE, REV_FILE = "policy_eval.jsonl", "search_cost.jsonl", "iterations.jsonl", "revisions.jsonl"
+#: the run's figure (:func:`policies_figure`), ``run_dir/<name>.png/.pdf``, copied into the report by notebook 09
+AGENT_R_FIGURE = "agent_r_policies"
 
 
 def agent_r_config(profile: str, overrides: Mapping[str, Any] | None, run_dir, seed: int) -> KitConfig:
@@ -229,6 +233,22 @@ def policy_table(run_dir: str | os.PathLike):
                         "recovery": fail["correct"].mean(), "failed_n": fail.size(),
                         "reflection_share": g["reflection"].sum() / g["high"].sum().where(g["high"].sum() > 0)})
     return out.round(3)
+
+
+def policies_figure(run_dir: str | os.PathLike, note: str = ""):
+    """Agent-R's figure for this run (:func:`kit.figures_agent_r.figure_agent_r`: the policies on the
+    held-out tasks by iteration, and the first Agent-R tree), saved as ``run_dir/agent_r_policies.png/.pdf``
+    where notebook 09 copies it for the summary's Agent-R page; returns the Figure, or None (with a
+    line saying so) when the run evaluated no policy.
+    """
+    path = Path(run_dir) / EVAL_FILE
+    if not path.exists() or not path.read_text().strip():
+        print(f"no policy was evaluated in {run_dir} (no {EVAL_FILE})")
+        return None
+    trees = sorted(Path(run_dir, "trees").glob("agent_r_iter*.json"))
+    fig = figure_agent_r(pd.read_json(path, lines=True), tree=trees[0] if trees else None, note=note)
+    save_figure(fig, run_dir, AGENT_R_FIGURE)
+    return fig
 
 
 def agent_r_findings(run_dir: str | os.PathLike) -> str:

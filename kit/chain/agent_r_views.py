@@ -77,7 +77,7 @@ def tree_figure(path: str | os.PathLike, ax=None):
                    label="transition point")
         ax.scatter(*pos[pair["shared"]], s=260, facecolors="none", edgecolors="tab:blue", lw=2, zorder=4,
                    label="shared prefix ends")
-        ax.legend(loc="upper right", fontsize=7)
+        ax.legend(loc="best", fontsize=7, framealpha=0.8)
     fig.colorbar(sc, ax=ax, label="Q(s)")
     ax.set_xlabel("turn (node depth)")
     ax.set_yticks([])

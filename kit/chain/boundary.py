@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,7 +21,7 @@ from kit.data.curate import answers_match, consistency_filter, sample_answers
 from kit.data.pools import Problem
 from kit.eval.benchmarks import BenchItem, load_benchmark
 from kit.eval.evaluate import evaluate_async, passk_curves, plot_passk_curves
-from kit.figures import save_figure
+from kit.figures import copy_figure, save_figure
 from kit.jsonio import write_json
 from kit.rollout import run_coroutine
 from kit.sandbox import SandboxPool
@@ -254,8 +253,4 @@ def passk_figure(curves: Any, title: str = ""):
 def copy_passk_figure(eval_dir: str | os.PathLike, fig_dir: str | os.PathLike) -> list[Path]:
     """Copy ``eval_dir/passk/passk_curves.{png,pdf}`` (written by :func:`passk_boundary` in
     08_evaluation) into the report's figures folder; returns the copies ([] when there are none)."""
-    src = Path(eval_dir) / "passk"
-    found = [src / f"passk_curves.{ext}" for ext in ("png", "pdf") if (src / f"passk_curves.{ext}").exists()]
-    if found:
-        Path(fig_dir).mkdir(parents=True, exist_ok=True)
-    return [Path(shutil.copy2(p, Path(fig_dir) / p.name)) for p in found]
+    return copy_figure(Path(eval_dir) / "passk", fig_dir, "passk_curves")

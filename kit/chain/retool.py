@@ -17,7 +17,6 @@ job runs (:mod:`kit.chain.retool_job`), with the same parameters; a finished arm
 from __future__ import annotations
 
 import os
-import shutil
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -28,7 +27,7 @@ from kit import claims, jsonio, runtime
 from kit.analysis import code_behaviour
 from kit.chain.policies import sample_trajectories
 from kit.config import KitConfig, load
-from kit.figures import collect_metrics, save_figure
+from kit.figures import collect_metrics, copy_figure, save_figure
 from kit.figures_retool import figure_retool_behaviour
 from kit.metrics import read_rows
 from kit.plan import RETOOL_BASELINE, retool_arms
@@ -146,8 +145,4 @@ def last_rows(run_dir: str | os.PathLike) -> pd.DataFrame:
 def copy_retool_figure(run_dir: str | os.PathLike, fig_dir: str | os.PathLike) -> list[Path]:
     """Copy ``run_dir/retool_behaviour.{png,pdf}`` (:func:`behaviour_figure`, notebook 10) into the
     report's figures folder (notebook 09), where the summary's ReTool page finds it; returns the copies."""
-    found = [Path(run_dir) / f"retool_behaviour.{ext}" for ext in ("png", "pdf")]
-    found = [p for p in found if p.exists()]
-    if found:
-        Path(fig_dir).mkdir(parents=True, exist_ok=True)
-    return [Path(shutil.copy2(p, Path(fig_dir) / p.name)) for p in found]
+    return copy_figure(run_dir, fig_dir, "retool_behaviour")

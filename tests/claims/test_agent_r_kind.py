@@ -2,9 +2,8 @@
 
 import json
 
-from kit.claims import RunDirs
+from kit.claims import RunDirs, results
 from kit.claims.kinds import KINDS
-from kit.claims.results import TestResult
 
 
 def _rows(policy, iteration, recover_p, n_problems=30, samples=4):
@@ -23,7 +22,7 @@ def _run(tmp_path, rows, spec):
     d.mkdir(exist_ok=True)
     (d / "policy_eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     spec = {"comparison": ">", "threshold": 0.0, **spec}
-    res = TestResult("t", "agent_r_diff", "s", spec["comparison"], spec["threshold"])
+    res = results.TestResult("t", "agent_r_diff", "s", spec["comparison"], spec["threshold"])
     return KINDS["agent_r_diff"](RunDirs.under(tmp_path), spec, res)
 
 

@@ -9,13 +9,11 @@ arm finished, 1 on an error (the traceback is in the job's log), 2 on bad parame
 
 from __future__ import annotations
 
-import json
-import sys
 from collections.abc import Sequence
 from typing import Any
 
+from kit.chain.job_cli import check_parameters, job_main
 from kit.chain.training import ablation_config, train_ablation
-from kit.config import ConfigError
 from kit.plan import require_upstream
 
 
@@ -31,35 +29,16 @@ def run(parameters: dict[str, Any]) -> dict[str, Any]:
         kit.plan.UpstreamMissing: the SFT policy or the curated data are not there yet.
     """
     p = {"overrides": {}, "steps": 0, "reuse_dirs": [], **parameters}
-    missing = [k for k in ("profile", "seed", "run_dir", "init_dir", "data_dir") if k not in p]
-    if missing:
-        raise KeyError(f"ablation job: missing parameter(s) {missing}")
-    kinds = {"overrides": dict, "steps": int, "reuse_dirs": list, "seed": int, "profile": str}
-    wrong = [f"{k} ({type(p[k]).__name__}, expected {t.__name__})" for k, t in kinds.items() if not isinstance(p[k], t)]
-    if wrong:
-        raise TypeError(f"ablation job: parameter(s) of the wrong type: {', '.join(wrong)}")
+    check_parameters("ablation", p, ("profile", "seed", "run_dir", "init_dir", "data_dir"),
+                     {"overrides": dict, "steps": int, "reuse_dirs": list, "seed": int, "profile": str})
     require_upstream("06_roc_ablation", profile=p["profile"], init_dir=p["init_dir"], data_dir=p["data_dir"])
     cfg = ablation_config(p["profile"], p["overrides"], p["run_dir"], p["seed"], steps=p["steps"])
     return train_ablation(cfg, p["run_dir"], p["init_dir"], p["data_dir"], reuse=p["reuse_dirs"])
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Command line: one argument, the parameters as a JSON object."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    try:
-        params = json.loads(args[0]) if len(args) == 1 else None
-    except json.JSONDecodeError:
-        params = None
-    if not isinstance(params, dict):
-        print("usage: python -m kit.chain.ablation_job '<notebook 06 parameters as a JSON object>'", file=sys.stderr)
-        return 2
-    try:
-        summary = run(params)
-    except (KeyError, TypeError, ConfigError) as exc:  # bad parameters: nothing trained
-        print(f"ablation job: bad parameters: {exc}", file=sys.stderr)
-        return 2
-    print(f"ablation job: {len(summary.get('runs', {}))} arms finished in {summary.get('seconds', 0.0):.0f} s", flush=True)
-    return 0
+    """Command line: one argument, the parameters as a JSON object (:func:`kit.chain.job_cli.job_main`)."""
+    return job_main("ablation", "06", run, lambda s: f"{len(s.get('runs', {}))} arms finished in {s.get('seconds', 0.0):.0f} s", argv)
 
 
 if __name__ == "__main__":

@@ -180,6 +180,28 @@ def _draw_table(ax, rows: list[list[str]], cols: list[str], widths: list[float],
             cell.set_facecolor(VERDICT_COLOR.get(rows[r - 1][c], "0.5"))
 
 
+def _claims_table(fig: Figure, doc: Mapping[str, Any], section: str, top: float, max_h: float) -> float:
+    """Draw the claims table of ``section`` across the page from ``top`` down (at most ``max_h`` of
+    the page's height); returns its lower edge (figure fraction)."""
+    rows = claim_rows(doc, section)
+    n_lines = sum(max(c.count("\n") + 1 for c in r) for r in rows) + 1
+    h = min(max_h, 0.0092 * n_lines + 0.01)
+    _draw_table(fig.add_axes((0.04, top - h, 0.92, h)), rows, ["claim", "paper", "this run: statistic [95% interval]", "verdict"],
+                [0.33, 0.24, 0.32, 0.11], 5.6, verdict_col=3)
+    return top - h
+
+
+def _figure_image(fig: Figure, rect: tuple[float, float, float, float], root: Path, name: str, label: str) -> None:
+    """The run's ``figures/<name>.png`` in ``rect`` of the page, or a line saying it was not drawn."""
+    ax = fig.add_axes(rect)
+    ax.set_axis_off()
+    p = root / "figures" / f"{name}.png"
+    if p.exists():
+        ax.imshow(mpimg.imread(p))
+    else:
+        ax.text(0.5, 0.5, f"{label}: not drawn in this run", ha="center", fontsize=7, color="0.4")
+
+
 def summary_page(root: str | os.PathLike, *, title: str = "", profile: str = "",
                  failed: Mapping[str, str] | None = None) -> Figure:
     """The one-page summary of the run in ``root`` (``reports/<profile>/<run>/``) as an A4 Figure.
@@ -214,13 +236,7 @@ def summary_page(root: str | os.PathLike, *, title: str = "", profile: str = "",
                  fontsize=7, va="top", color="#b00000", weight="bold", parse_math=False)  # error text, not mathtext
         shift = 0.02
     fig.text(0.04, 0.962 - shift, textwrap.fill(head, 160), fontsize=6.6, va="top", color="0.25", linespacing=1.3)
-    rows = claim_rows(doc)
-    n_lines = sum(max(c.count("\n") + 1 for c in r) for r in rows) + 1
-    h = min(0.46 - shift, 0.0092 * n_lines + 0.01)
-    top = 0.928 - shift
-    _draw_table(fig.add_axes((0.04, top - h, 0.92, h)), rows, ["claim", "paper", "this run: statistic [95% interval]", "verdict"],
-                [0.33, 0.24, 0.32, 0.11], 5.6, verdict_col=3)
-    top -= h + 0.008
+    top = _claims_table(fig, doc, claims.DEFAULT_SECTION, 0.928 - shift, 0.46 - shift) - 0.008
     limits = list(CPU_LIMITS) if profile in ("tiny", "smoke") else [
         "Paper profile: the claims use the same statistics; the published numbers are the paper's, not this run's."]
     subsets = eval_subsets(root / "eval")
@@ -236,13 +252,7 @@ def summary_page(root: str | os.PathLike, *, title: str = "", profile: str = "",
     slots = [(0.04, top - fh, 0.45, fh), (0.51, top - fh, 0.45, fh),
              (0.04, top - 2 * fh, 0.45, fh), (0.51, top - 2 * fh, 0.45, fh)]
     for (name, label), rect in zip(FIGURES, slots, strict=True):
-        ax = fig.add_axes(rect)
-        ax.set_axis_off()
-        p = root / "figures" / f"{name}.png"
-        if p.exists():
-            ax.imshow(mpimg.imread(p))
-        else:
-            ax.text(0.5, 0.5, f"{label}: not drawn in this run", ha="center", fontsize=7, color="0.4")
+        _figure_image(fig, rect, root, name, label)
     top -= 2 * fh + 0.012
     fig.text(0.04, top, "Tables 3-6: this run beside the paper (first published model of each row)",
              fontsize=6.8, weight="bold", va="top")
@@ -297,21 +307,9 @@ def section_page(root: str | os.PathLike, section: str, *, profile: str = "") ->
             "of them; " + ", ".join(f"{sum(c['verdict'] == v for c in mine)} {v}" for v in VERDICT_COLOR)
             + ". Same verdict rule as the first page. " + what)
     fig.text(0.04, 0.962, textwrap.fill(head, 160), fontsize=6.6, va="top", color="0.25", linespacing=1.3)
-    rows = claim_rows(doc, section)
-    n_lines = sum(max(c.count("\n") + 1 for c in r) for r in rows) + 1
-    h = min(0.5, 0.0092 * n_lines + 0.01)
-    top = 0.925
-    _draw_table(fig.add_axes((0.04, top - h, 0.92, h)), rows, ["claim", "paper", "this run: statistic [95% interval]", "verdict"],
-                [0.33, 0.24, 0.32, 0.11], 5.6, verdict_col=3)
-    top -= h + 0.015
+    top = _claims_table(fig, doc, section, 0.925, 0.5) - 0.015
     for name, label in figs:
-        ax = fig.add_axes((0.04, 0.03, 0.92, top - 0.03))
-        ax.set_axis_off()
-        p = root / "figures" / f"{name}.png"
-        if p.exists():
-            ax.imshow(mpimg.imread(p))
-        else:
-            ax.text(0.5, 0.5, f"{label}: not drawn in this run", ha="center", fontsize=7, color="0.4")
+        _figure_image(fig, (0.04, 0.03, 0.92, top - 0.03), root, name, label)
     return fig
 
 

@@ -1,0 +1,80 @@
+"""The verdicts of several runs side by side (the README's claims tables): one row per claim, one
+column per run, each cell ``<statistic> (<lo>-<hi>) <verdict>`` from the run's ``claims.json``.
+
+Usage::
+
+    python -m kit.claims.over_seeds reports/tiny/s7 reports/tiny/s11 --section ReTool --out reports/x.csv
+
+A claim with several tests shows each test's statistic, comma-separated, and the claim's verdict.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import os
+import sys
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from kit.claims import DEFAULT_SECTION, read_claims
+
+
+def _num(x: Any) -> str:
+    return "n/a" if x is None else f"{x:+.3f}"
+
+
+def cell(c: Mapping[str, Any]) -> str:
+    """One claim of a ``claims.json`` as ``<statistic> (<lo>-<hi>) <verdict>`` (a signed 3-decimal
+    statistic; ``n/a`` where the run had too little data)."""
+    tests = c.get("tests") or []
+    if len(tests) > 1:
+        return ", ".join(_num(t.get("value")) for t in tests) + f" {c['verdict']}"
+    lo, hi = c.get("ci95") or (None, None)
+    interval = f" ({_num(lo)} to {_num(hi)})" if c.get("value") is not None else ""
+    return f"{_num(c.get('value'))}{interval} {c['verdict']}"
+
+
+def seeds_table(runs: Sequence[str | os.PathLike], section: str = DEFAULT_SECTION) -> list[list[str]]:
+    """Rows ``[claim, <run 1>, ...]`` (header first: ``claim`` and each run's folder name) for the
+    claims of ``section`` in each run's ``claims.json``, in the first run's order.
+
+    Raises:
+        kit.claims.ClaimsError: a run has no ``claims.json`` or an invalid one (named).
+        KeyError: a claim of the first run is missing from another run (the claim and run named).
+    """
+    docs = [(Path(r).name, read_claims(Path(r) / "claims.json")) for r in runs]
+    by_run = [(name, {c["id"]: c for c in d["claims"]}) for name, d in docs]
+    rows = [["claim", *(name for name, _ in docs)]]
+    for c in docs[0][1]["claims"]:
+        if (c.get("section") or DEFAULT_SECTION) != section:
+            continue
+        cells = []
+        for name, claims in by_run:
+            if c["id"] not in claims:
+                raise KeyError(f"claim {c['id']!r} is not in {name}/claims.json")
+            cells.append(cell(claims[c["id"]]))
+        rows.append([f"{c['source'].split(' (')[0]}: {c['claim']}", *cells])
+    return rows
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Command line of the module docstring; writes the CSV (or prints it without ``--out``)."""
+    ap = argparse.ArgumentParser(prog="python -m kit.claims.over_seeds", description=__doc__.split("\n\n")[0])
+    ap.add_argument("runs", nargs="+", help="run folders with a claims.json (notebook 09)")
+    ap.add_argument("--section", default=DEFAULT_SECTION, help=f"claims section (default {DEFAULT_SECTION})")
+    ap.add_argument("--out", help="CSV to write")
+    a = ap.parse_args(argv)
+    rows = seeds_table(a.runs, a.section)
+    fh = open(a.out, "w", newline="") if a.out else sys.stdout  # noqa: SIM115
+    try:
+        csv.writer(fh, lineterminator="\n").writerows(rows)
+    finally:
+        if a.out:
+            fh.close()
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -108,13 +108,23 @@ class BackgroundRun:
         self.name, self.proc, self.log = name, proc, log
         self.started = time.perf_counter()
         self.seconds: float | None = None
+        #: the job's own CPU seconds (user + system, with its waited-for descendants: ``os.wait4``)
+        self.cpu_seconds: float | None = None
+        #: ``time.perf_counter()`` when it was reaped: from then on its CPU is in the runner's
+        #: ``RUSAGE_CHILDREN``, inside whichever notebook's window was open (the series moves it to its own)
+        self.reaped_at: float | None = None
         self.returncode: int | None = None
         self._waiter = threading.Thread(target=self._wait, name=f"job-{name}", daemon=True)
         self._waiter.start()
 
     def _wait(self) -> None:
-        code = self.proc.wait()
-        self.seconds = time.perf_counter() - self.started
+        # os.wait4 instead of Popen.wait: the same reaping, plus this child's own resource usage
+        _, status, usage = os.wait4(self.proc.pid, 0)
+        self.reaped_at = time.perf_counter()
+        code = os.waitstatus_to_exitcode(status)
+        self.proc.returncode = code  # so that Popen never waits for it again
+        self.cpu_seconds = usage.ru_utime + usage.ru_stime
+        self.seconds = self.reaped_at - self.started
         self.returncode = code
 
     def join(self, timeout_s: float | None = None) -> int | None:

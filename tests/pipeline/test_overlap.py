@@ -27,6 +27,10 @@ JOB = textwrap.dedent("""
         sys.exit(1)
     if p.get("mode") == "hang":
         time.sleep(600)
+    if p.get("mode") == "burn":  # CPU work of its own, then done while c still runs (c waits for it)
+        t = time.process_time()
+        while time.process_time() - t < 0.8:
+            pass
     deadline = time.time() + 60
     while not Path(p["c_dir"], "started").exists():
         if time.time() > deadline:
@@ -94,6 +98,18 @@ def test_the_job_runs_beside_the_next_notebooks_and_the_notebook_uses_its_work(t
     lines.clear()
     again = run_series(runs, lay, progress_bar=False, echo=lines.append)
     assert [r["status"] for r in again] == ["skipped"] * 4 and not any("[bg]" in x for x in lines)
+
+
+def test_a_job_reaped_during_another_notebook_counts_for_its_own(tmp_path, make_notebook):
+    runs, lay = _series(tmp_path, make_notebook, mode="burn")
+    src = tmp_path / "src"  # c waits until the job is done, so the job is reaped in c's window
+    c = make_notebook(src / "c2.ipynb", 'run_dir = ""\nb_dir = ""',
+                      WRITE + "import time\nPath(run_dir, 'started').write_text('1')\n"
+                              "while not Path(b_dir, 'product.txt').exists():\n    time.sleep(0.05)\ntime.sleep(1.0)")
+    runs[2] = NotebookRun(c, {"run_dir": lay.dir("c"), "b_dir": lay.dir("b")}, (lay.dir("c"),))
+    by = {r["notebook"]: r for r in run_series(runs, lay, progress_bar=False, echo=lambda s: None)}
+    assert by["b"]["cpu_seconds"] >= 0.75  # the job's 0.8 CPU s, though it was reaped while c ran
+    assert by["c2"]["cpu_seconds"] < by["b"]["cpu_seconds"] - 0.5
 
 
 def test_a_failed_job_leaves_the_work_to_the_notebook(tmp_path, make_notebook):

@@ -100,19 +100,26 @@ def sections(doc: Mapping[str, Any]) -> list[str]:
     return list(dict.fromkeys(_section(c) for c in doc["claims"] if _section(c) != claims.DEFAULT_SECTION))
 
 
+def _test_line(t: Mapping[str, Any], several: bool) -> str:
+    """One test of a claim as ``name: value [lo, hi]``; with ``several`` tests the line also ends
+    with the test's own verdict."""
+    lo, hi = t.get("ci95") or (None, None)
+    stat = f"{_fmt(t.get('value'))} [{_fmt(lo)}, {_fmt(hi)}]" if t.get("value") is not None else "\u2014"
+    return f"{t['name']}: {stat}" + (f" ({t['verdict']})" if several else "")
+
+
 def claim_rows(doc: Mapping[str, Any], section: str = claims.DEFAULT_SECTION) -> list[list[str]]:
     """Rows ``[claim, paper, this run, verdict]`` of the summary's claims table (wrapped text), for
     the claims of ``section`` (default the kit's paper's; each other paper's claims, e.g. ReTool's,
     have a page of their own: :func:`section_page`)."""
     rows = []
     for c in (c for c in doc["claims"] if _section(c) == section):
-        lo, hi = c.get("ci95") or (None, None)
-        stat = f"{_fmt(c.get('value'))} [{_fmt(lo)}, {_fmt(hi)}]" if c.get("value") is not None else "\u2014"
-        failing = [t for t in c["tests"] if t["verdict"] != "reproduced"]
-        why = (failing[0]["reason"] if failing else c["tests"][0]["reason"]).replace("not enough data: ", "")
-        run = f"{c['statistic']}: {stat}" + (f"\n{c['interval']}" if c.get("interval") else "")
-        if c["verdict"] != "reproduced":
-            run += f"\n{why}"
+        run = "\n".join(_test_line(t, several=len(c["tests"]) > 1) for t in c["tests"])
+        if c.get("interval"):  # the first test's interval kind (claims.json's ``interval``); the others' are in claims.json
+            run += f"\n{c['interval']}"
+        if c["verdict"] != "reproduced":  # the reason of the test that decided the verdict
+            decider = next(t for t in c["tests"] if t["verdict"] == c["verdict"])
+            run += f"\n{decider['reason'].replace('not enough data: ', '')}"
         claim = textwrap.fill(f"{c['source'].split(' (')[0]}: {c['claim']}", 52)
         if c.get("note"):  # the claims file's note: what the verdict means at this scale
             claim += "\n" + textwrap.fill(f"Note: {c['note']}", 52)
@@ -236,7 +243,7 @@ def summary_page(root: str | os.PathLike, *, title: str = "", profile: str = "",
                  fontsize=7, va="top", color="#b00000", weight="bold", parse_math=False)  # error text, not mathtext
         shift = 0.02
     fig.text(0.04, 0.962 - shift, textwrap.fill(head, 160), fontsize=6.6, va="top", color="0.25", linespacing=1.3)
-    top = _claims_table(fig, doc, claims.DEFAULT_SECTION, 0.928 - shift, 0.46 - shift) - 0.008
+    top = _claims_table(fig, doc, claims.DEFAULT_SECTION, 0.928 - shift, 0.5 - shift) - 0.008
     limits = list(CPU_LIMITS) if profile in ("tiny", "smoke") else [
         "Paper profile: the claims use the same statistics; the published numbers are the paper's, not this run's."]
     subsets = eval_subsets(root / "eval")
@@ -248,7 +255,7 @@ def summary_page(root: str | os.PathLike, *, title: str = "", profile: str = "",
     # the figures give up height so that the list below them fits on the page (5.6 pt at 1.3 line
     # spacing is ~0.0088 of an A4 page a line; its heading and the margins ~0.05)
     need = 0.0088 * (text.count("\n") + 1) + 0.05
-    fh = max(0.09, min(0.155, (top - 0.012 - need) / 2))
+    fh = max(0.075, min(0.155, (top - 0.012 - need) / 2))
     slots = [(0.04, top - fh, 0.45, fh), (0.51, top - fh, 0.45, fh),
              (0.04, top - 2 * fh, 0.45, fh), (0.51, top - 2 * fh, 0.45, fh)]
     for (name, label), rect in zip(FIGURES, slots, strict=True):

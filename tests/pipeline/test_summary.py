@@ -141,3 +141,18 @@ def test_a_benchmark_subset_is_stated_beside_this_runs_numbers(run):
     assert "the first n of each benchmark's N problems" in " ".join(page.split())
     shutil.rmtree(run / "eval")
     assert "the first n of each" not in " ".join(" ".join(t.get_text() for t in summary.summary_page(run).texts).split())
+
+
+def test_a_claim_with_several_tests_shows_each_and_the_reason_of_the_deciding_one():
+    tests = [{"name": "vs good-only", "value": 0.01, "ci95": [-0.01, 0.03], "verdict": "inconclusive",
+              "reason": "95% interval [-0.01, 0.03] contains 0", "interval": "bootstrap over problems"},
+             {"name": "vs cold start", "value": -0.15, "ci95": [-0.24, -0.06], "verdict": "not reproduced",
+              "reason": "95% interval [-0.24, -0.06] lies at or below 0", "interval": "bootstrap over problems"}]
+    doc = {"claims": [{"id": "x", "source": "Agent-R (x)", "claim": "recovers more", "paper": "p", "section": "Agent-R",
+                       "verdict": "not reproduced", "statistic": "vs good-only", "value": 0.01, "ci95": [-0.01, 0.03],
+                       "interval": "bootstrap over problems", "note": "", "tests": tests}]}
+    (row,) = summary.claim_rows(doc, "Agent-R")
+    text = row[2].replace("\n", " ")
+    assert "vs good-only: 0.01 [-0.01, 0.03] (inconclusive)" in text
+    assert "vs cold start: -0.15 [-0.24, -0.06] (not reproduced)" in text
+    assert "lies at or below 0" in text and "contains 0" not in text  # the deciding test's reason

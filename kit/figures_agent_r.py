@@ -99,9 +99,12 @@ def figure_agent_r(rows: pd.DataFrame, *, tree: str | os.PathLike | None = None,
             g = g.sort_values("iteration")
             ok = g["stat"].notna()
             if ok.any():
-                ax.errorbar(g["iteration"][ok] + (0.04 if arm == "good_only" else -0.04), g["stat"][ok],
+                its = g["iteration"][ok]
+                gaps = bool((its.diff().dropna() > 1).any())  # good-only: sampled at the last iteration only
+                ax.errorbar(its + (0.04 if arm == "good_only" else -0.04), g["stat"][ok],
                             yerr=[(g["stat"] - g["lo"])[ok], (g["hi"] - g["stat"])[ok]], color=COLOR[arm],
-                            marker="o", ms=4, capsize=3, lw=1.5, label=LABEL[arm])
+                            marker="o", ms=4, capsize=3, lw=1.0 if gaps else 1.5, ls=":" if gaps else "-",
+                            label=LABEL[arm] + (" (evaluated at the last iteration)" if gaps else ""))
         ax.set_title(title, fontsize=9)
         ax.set_xlabel("self-training iteration (0 = cold start)", fontsize=8)
         ax.set_ylabel(ylabel, fontsize=8)

@@ -157,7 +157,7 @@ class AlgorithmConfig:
     # Smaller pads less: 2048 took 0.71 of 16384's CPU s on 48 tiny RL rows (issue #35, benchmarks/step_profile.py),
     # but sums the gradient in another order (weights differ at ~1e-6 after 4 updates), so it is opt-in
     update_micro_tokens: int = 16384
-    # PPO's GAE (adv_estimator = "gae", ReTool; VERL's algorithm.gamma / algorithm.lam, defaults 1.0):
+    # PPO's GAE (adv_estimator = "gae", ReTool; VERL's algorithm.gamma / algorithm.lam, defaults 1.0)
     gamma: float = 1.0  # discount over response tokens
     lam: float = 1.0  # GAE lambda (1.0: Monte-Carlo return minus the critic's value)
     # adv_estimator = "gae" samples G per prompt and keeps all (ReTool has no RoC); true: RoC's 2G -> G
@@ -333,7 +333,7 @@ class AgentRConfig:
     lr: float = 0.0  # SFT learning rate (0 = sft.lr)
     batch_size: int = 0  # SFT rows per step (0 = sft.batch_size)
     eval_problems: int = 0  # held-out tasks every policy is sampled on (0 = all of data.task_heldout_size)
-    eval_samples: int = 4  # samples per held-out task and policy (T = eval.temperature)
+    eval_samples: int = 4  # samples per held-out task and policy, at T = 1 (the policies' own distribution)
 
 
 #: Experiment trackers the kit passes to VERL's ``verl.utils.tracking.Tracking`` (VERL 0.9.1 also knows

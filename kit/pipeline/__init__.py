@@ -45,6 +45,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from kit import report
+from kit.algo import adv_estimator
 from kit.config import ConfigError, available_profiles, load
 from kit.pipeline.failures import PipelineError, mark_not_run
 from kit.pipeline.series import (
@@ -149,7 +150,9 @@ def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overri
             if last is None:
                 raise ValueError(f"--until {until!r} matches no notebook of {', '.join(nb.name for nb in series)}")
             series = series[:last + 1]
-        runtime = load(profile, overrides, write=False).runtime
+        cfg = load(profile, overrides, write=False)
+        adv_estimator(cfg.algorithm.adv_estimator)  # an unknown estimator, named before anything runs
+        runtime = cfg.runtime
     except (ValueError, FileNotFoundError, ConfigError) as exc:
         print(f"kit.pipeline: {exc}", file=sys.stderr)
         return 2

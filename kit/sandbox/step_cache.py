@@ -26,6 +26,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import dataclasses
+import warnings
 from collections.abc import Iterable
 from typing import Any
 
@@ -47,7 +48,9 @@ REPEATABLE = ("ok", "error")
 def deterministic(code: str) -> bool:
     """Whether two runs of ``code`` with the same input give the same result by the rules above."""
     try:
-        tree = ast.parse(code)
+        with warnings.catch_warnings():  # model-written code: its SyntaxWarnings are the model's, not ours
+            warnings.simplefilter("ignore", SyntaxWarning)
+            tree = ast.parse(code)
     except (SyntaxError, ValueError):  # the same SyntaxError (or null-byte error) every run
         return True
     for node in ast.walk(tree):

@@ -148,6 +148,8 @@ def test_positive_limits_hold_for_a_sandbox_config_built_in_code_too():
     ("rollout.temperature", -0.5, r"a finite number >= 0 \(0: greedy\)"), ("eval.top_p", 0.0, r"a number in \(0, 1\]"),
     ("eval.n_samples", 0, "an integer >= 1"), ("algorithm.group_size", 0, "an integer >= 1"),
     ("sft.steps", -3, r"an integer >= 0 \(0: derive from sft\.epochs\)"), ("stages.stage2.steps", -1, "an integer >= 0"),
+    ("critic.lr", -1.0, "a finite number > 0"), ("critic.cliprange_value", -1.0, "a finite number > 0"),
+    ("algorithm.lam", 1.5, r"a number in \[0, 1\]"), ("algorithm.gamma", -1.0, r"a number in \[0, 1\]"),
 ])
 def test_a_training_or_sampling_value_out_of_range_is_refused_naming_the_key(key, value, rule, tmp_path):
     """Stop 36's note: ``stages.stage2.steps=-1``, ``algorithm.lr=-1`` or ``eval.n_samples=0`` were accepted and

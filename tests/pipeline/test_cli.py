@@ -44,6 +44,10 @@ def test_bad_profile_bad_set_and_missing_run_give_error_codes(tmp_path, capsys):
     assert cli.main(["report", "--profile", "smoke", "--run", "none", "--reports-root", str(tmp_path)]) == 1
     err = capsys.readouterr().err
     assert "unknown profile 'nope'" in err and "kit reproduce: --set 'no-equals-sign' is not of the form" in err
+    # an unknown advantage estimator is named before any notebook runs, not inside a job minutes later
+    assert cli.main(["reproduce", "--profile", "smoke", "--reports-root", str(tmp_path), "--dry-run",
+                     "--set", "algorithm.adv_estimator=nonsense"]) == 2
+    assert "algorithm.adv_estimator: 'nonsense' is not a registered advantage estimator" in capsys.readouterr().err
     assert "make reproduce" in err
 
 

@@ -31,6 +31,10 @@ weighted eta in the      function calling), a share eta/(1+eta) of     share ins
 loss                     each batch                                    expected weight up to token counts)
 revision signal in the   rs after the transition turn's observation,   the kit's chat format has no
 assistant turn           inside the next assistant turn (no loss)      separate reflection message
+every good/bad pair      a pair whose transition turn has no tool      rs follows an observation; a bad
+gives a revision         observation (the bad branch ended on a wrong  branch that only answered wrongly has
+trajectory               final answer) is skipped and counted          none to revise after (on tiny: most
+                         (``skipped`` in iterations.jsonl)             pairs of iteration 1, see the log)
 =======================  ===========================================  =====================================
 
 Does not: run the search on VERL (the paper-scale route writes the collected rows as a parquet for

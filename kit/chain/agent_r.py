@@ -271,7 +271,16 @@ def agent_r_findings(run_dir: str | os.PathLike) -> str:
         lines.append(f"- Search cost: {int(cost['rollouts'].sum())} rollouts, {int(cost['live_calls'].sum())} sandbox "
                      f"calls run and {int(cost['replayed_calls'].sum())} replayed, "
                      f"{cost['cpu_s'].sum():.1f} CPU s of search; the notebook's process used {s.get('cpu_s', 0):.1f} CPU s.")
-    lines.append(f"- Training rows: {rev} revision trajectories over the Agent-R iterations, {good} good-only rows.")
+    lines.append(f"- Training rows: {rev} revision trajectories over the Agent-R iterations, {good} good-only rows; "
+                 f"{sum(i.get('skipped', 0) for i in its if i['arm'] == 'agent_r')} good/bad pairs were skipped because "
+                 "the transition turn had no tool observation to revise after.")
+    cold = tab.loc["cold_start", "accuracy"] if "cold_start" in tab.index else float("nan")
+    worse = [lab for lab, r in tab.iterrows() if lab != "cold_start" and r["accuracy"] < cold]
+    if worse and len(worse) == len(tab) - 1:
+        lines.append(f"- **Every trained policy scores below the cold start** ({cold:.3f}; "
+                     + ", ".join(f"`{lab}` {tab.loc[lab, 'accuracy']:.3f}" for lab in worse)
+                     + "): the self-training itself hurts at this scale, for both arms, so the Agent-R against "
+                       "good-only comparison is between two damaged policies. reports/LOG.md has the runs.")
     lines.append("- The verdicts are notebook 09's (`claims.json`, section Agent-R); a short run is inconclusive by design.")
     return "\n".join(lines)
 

@@ -116,6 +116,13 @@ def _selftest(a: argparse.Namespace, argv: list[str]) -> int:
     return selftest(SandboxConfig(isolation=a.isolation, num_workers=a.workers))
 
 
+def _claims(a: argparse.Namespace, argv: list[str]) -> int:
+    from kit.claims.over_seeds import seeds_table, write_csv  # reads claims.json files only
+
+    write_csv(seeds_table(a.runs, a.section), a.out)
+    return 0
+
+
 def _config(a: argparse.Namespace, argv: list[str]) -> int:
     cfg = load(a.profile, parse_sets(a.set), write=False)
     print(format_rows(config_rows(cfg, a.profile, a.key or "")))
@@ -231,6 +238,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--isolation", choices=["bwrap", "none"], default="bwrap",
                    help="bwrap: each call in bubblewrap namespaces (default); none: no isolation, for a machine without bubblewrap")
     p.add_argument("--workers", type=int, default=0, help="warm workers (0: one per core)")
+
+    p = verb("claims", _claims, "several runs' verdicts side by side, one row per claim (CSV)",
+             "Read each run folder's claims.json (notebook 09) and print, or write with --out, one row per claim of "
+             "--section with one `statistic (interval) verdict` cell per run (the README's tables over seeds).")
+    p.add_argument("runs", nargs="+", help="run folders with a claims.json, e.g. reports/tiny/s7")
+    p.add_argument("--section", default="rStar2-Agent", help="the claims' paper: rStar2-Agent (default), ReTool, Agent-R")
+    p.add_argument("--out", default=None, help="the CSV file to write (default: print)")
 
     p = verb("config", _config, "print a profile's resolved config with each key's help text",
              "Print every key of the resolved config as `key = value`, with its help (the comments beside the "

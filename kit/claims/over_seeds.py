@@ -1,16 +1,15 @@
 """The verdicts of several runs side by side (the README's claims tables): one row per claim, one
 column per run, each cell ``<statistic> (<lo>-<hi>) <verdict>`` from the run's ``claims.json``.
 
-Usage::
+Usage (the one command line, :mod:`kit.cli`)::
 
-    python -m kit.claims.over_seeds reports/tiny/s7 reports/tiny/s11 --section ReTool --out reports/x.csv
+    python -m kit claims reports/tiny/s7 reports/tiny/s11 --section ReTool --out reports/x.csv
 
 A claim with several tests shows each test's statistic, comma-separated, and the claim's verdict.
 """
 
 from __future__ import annotations
 
-import argparse
 import csv
 import os
 import sys
@@ -59,22 +58,10 @@ def seeds_table(runs: Sequence[str | os.PathLike], section: str = DEFAULT_SECTIO
     return rows
 
 
-def main(argv: Sequence[str] | None = None) -> int:
-    """Command line of the module docstring; writes the CSV (or prints it without ``--out``)."""
-    ap = argparse.ArgumentParser(prog="python -m kit.claims.over_seeds", description=__doc__.split("\n\n")[0])
-    ap.add_argument("runs", nargs="+", help="run folders with a claims.json (notebook 09)")
-    ap.add_argument("--section", default=DEFAULT_SECTION, help=f"claims section (default {DEFAULT_SECTION})")
-    ap.add_argument("--out", help="CSV to write")
-    a = ap.parse_args(argv)
-    rows = seeds_table(a.runs, a.section)
-    fh = open(a.out, "w", newline="") if a.out else sys.stdout  # noqa: SIM115
-    try:
+def write_csv(rows: Sequence[Sequence[str]], out: str | os.PathLike | None = None) -> None:
+    """``rows`` (:func:`seeds_table`) as CSV into ``out``, or to standard output without one."""
+    if out is None:
+        csv.writer(sys.stdout, lineterminator="\n").writerows(rows)
+        return
+    with open(out, "w", newline="") as fh:
         csv.writer(fh, lineterminator="\n").writerows(rows)
-    finally:
-        if a.out:
-            fh.close()
-    return 0
-
-
-if __name__ == "__main__":
-    raise SystemExit(main())

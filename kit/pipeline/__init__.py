@@ -104,7 +104,7 @@ def dry_run_text(series: Sequence[NotebookRun], layout: Layout, overrides: dict[
     if cfg.runtime == "verl":
         from kit.bridge.stages import describe_chain  # kit.bridge (VERL): only for a paper profile's dry run
 
-        dirs = {k: layout.dir(k) for k in ("data", "sft", *cfg.stages.names, "ablation")}
+        dirs = {k: layout.dir(k) for k in ("data", "sft", *cfg.stages.names, "ablation", "retool", "agent_r")}
         lines += ["", describe_chain(cfg, dirs, notebooks=[nb.name for nb in series])]
     return "\n".join(lines)
 

@@ -4,7 +4,8 @@ import json
 
 import pytest
 
-from kit.claims.over_seeds import main, seeds_table
+from kit import cli
+from kit.claims.over_seeds import seeds_table
 
 
 def _claim(cid, section, value, lo, hi, verdict, tests=1):
@@ -28,7 +29,7 @@ def test_rows_per_claim_of_the_section_and_columns_per_run(tmp_path):
     assert rows == [["claim", "s7", "s11"],
                     ["Figure 1: claim a", "+0.500 (+0.100 to +0.900) reproduced", "-0.250, +0.750 not reproduced"]]
     out = tmp_path / "t.csv"
-    assert main([str(a), str(b), "--section", "ReTool", "--out", str(out)]) == 0
+    assert cli.main(["claims", str(a), str(b), "--section", "ReTool", "--out", str(out)]) == 0
     assert out.read_text().splitlines()[0] == "claim,s7,s11"
 
 

@@ -18,7 +18,7 @@ from kit import cli, pipeline, report
 from kit.config import available_profiles, load
 from kit.config.keyhelp import config_rows, profile_notes
 
-VERBS = ["reproduce", "report", "launch", "prepare-data", "serve", "selftest", "config"]
+VERBS = ["reproduce", "report", "launch", "prepare-data", "serve", "selftest", "claims", "config"]
 KIT = Path(cli.__file__).resolve().parent
 
 
@@ -61,7 +61,10 @@ def test_paper_dry_run_prints_the_verl_chain_and_writes_nothing(tmp_path, capsys
     root = tmp_path / "paper-14b" / "r"
     assert f"[4/12] 03_rl_stage1: run_dir={root}/stage1, init_dir={root}/sft" in out
     ppo = [shlex.split(ln.split("$ ", 1)[1]) for ln in out.splitlines() if "verl.trainer.main_ppo" in ln]
-    assert len(ppo) == 5 and all("trainer.nnodes=8" in c for c in ppo)
+    assert len(ppo) == 6 and all("trainer.nnodes=8" in c for c in ppo)  # 3 stages, 2 ablation arms, ReTool's PPO arm
+    assert "algorithm.adv_estimator=gae" in ppo[-1] and "critic.enable=True" in ppo[-1]
+    assert not any("algorithm.adv_estimator=gae" in c for c in ppo[:-1])
+    assert "## 11_agent_r" in out and "kit.bridge.revision_sft" in out
     assert f"trainer.resume_from_path={root}/stage1/checkpoints/global_step_300" in ppo[1]
     assert f"--local_dir {root}/stage3/checkpoints/global_step_510/actor" in out
 

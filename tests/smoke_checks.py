@@ -188,7 +188,9 @@ def agent_r_runs_both_arms_and_stays_inconclusive(lay, cfg) -> None:
     cost = pd.DataFrame(rows(d / "search_cost.jsonl"))
     assert len(cost) == 2 * a.iterations and (cost["rollouts"] == a.tasks * a.simulations).all()
     assert (cost["live_calls"] >= 0).all() and (cost["cpu_s"] > 0).all()
-    assert len(pd.read_parquet(d / "verl" / "revision_sft.parquet")) > 0
+    pq = pd.read_parquet(d / "verl" / "revision_sft.parquet")
+    own = int((pq["kind"] != "general").sum())
+    assert len(pq) > 0 and (pq["kind"] == "general").sum() == (max(1, round(a.eta * own)) if own else 0)  # eta per row
     doc = claims.read_claims(lay.root / "claims.json")
     mine = [c for c in doc["claims"] if c["section"] == "Agent-R"]
     assert len(mine) == 4 and all(c["id"].startswith("agentr_") and c["verdict"] == "inconclusive" for c in mine)

@@ -13,6 +13,7 @@ for reading only).
 from __future__ import annotations
 
 import os
+import random
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -22,10 +23,22 @@ import pandas as pd
 COLUMNS = ("input_ids", "loss_mask", "kind", "task", "text")
 
 
+def general_share(general: Sequence[Any], n_rows: int, eta: float, seed: int = 0) -> list[Any]:
+    """``round(eta * n_rows)`` of the ``general`` rows (at least one when ``eta > 0`` and there are
+    rows), drawn without replacement with ``seed``: a trainer that reads rows uniformly (VERL's SFT)
+    then sees general data at ``eta`` per Agent-R row, the weight the local loop gives it as a batch
+    share ``eta / (1 + eta)`` (:mod:`kit.agent_r.iterate`)."""
+    if eta <= 0 or not general or n_rows <= 0:
+        return []
+    k = min(len(general), max(1, round(eta * n_rows)))
+    idx = sorted(random.Random(seed).sample(range(len(general)), k))
+    return [general[i] for i in idx]
+
+
 def write_rows(rows: Sequence[Any], path: str | os.PathLike, tokenizer: Any = None,
                general: Sequence[tuple[Sequence[int], Sequence[int]]] = ()) -> Path:
     """Write ``rows`` (:class:`kit.agent_r.revision.RevisionRow`) and ``general`` ``(ids, mask)``
-    rows to ``path`` (zstd parquet); returns the path.
+    rows (already sized, :func:`general_share`) to ``path`` (zstd parquet); returns the path.
 
     Raises:
         ValueError: a row whose ids and mask differ in length (names the row).

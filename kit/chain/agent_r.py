@@ -198,7 +198,8 @@ def run_agent_r(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None
                 for r in evaluate(cfg, model, tok, heldout, policy=arm, iteration=k,
                                   seed=common.step_seed(cfg.seed, "ar-eval")):
                     _append(run / EVAL_FILE, r)
-    pq = parquet.write_rows(last_rows, run / "verl" / "revision_sft.parquet", tok, general)
+    mix = parquet.general_share(general, len(last_rows), a.eta, seed=cfg.seed)  # eta per Agent-R row, as the loop weighs it
+    pq = parquet.write_rows(last_rows, run / "verl" / "revision_sft.parquet", tok, mix)
     summary = {"policies": ["cold_start", *[f"agent_r_{k}" for k in range(1, a.iterations + 1)], "good_only"],
                "eval_problems": len(heldout), "eval_samples": a.eval_samples, "parquet": str(pq),
                "cpu_s": time.process_time() - c0, "wall_s": time.perf_counter() - t0,

@@ -87,3 +87,13 @@ def test_alpha_schedule_and_mix():
 
 def test_calls_are_real_strings():
     assert "pritn" in BAD_CALL and "print(6*7)" in GOOD_CALL
+
+
+def test_the_verl_parquet_carries_general_data_at_eta_per_agent_r_row():
+    from kit.agent_r.parquet import general_share
+
+    general = [([i], [1]) for i in range(100)]
+    mix = general_share(general, 20, 0.2, seed=3)
+    assert len(mix) == 4 and len(set(map(str, mix))) == 4 and mix == general_share(general, 20, 0.2, seed=3)
+    assert general_share(general, 2, 0.2) and len(general_share(general, 2, 0.2)) == 1  # at least one row
+    assert general_share(general, 20, 0.0) == [] and general_share([], 20, 0.2) == []

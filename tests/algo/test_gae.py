@@ -48,6 +48,10 @@ def test_gae_hand_computed_feedback_tokens_are_skipped_not_counted():
     _, ret = gae_advantage_return(r, v, m, 1.0, 1.0)
     # A_2 = 1 - 0.5 = 0.5; A_0 = 0 + V_2 - V_0 + A_2 = 0.5 - 0.2 + 0.5 = 0.8 (V_1 = 9 never enters)
     assert ret[0, 2].item() == pytest.approx(1.0) and ret[0, 0].item() == pytest.approx(1.0)
+    # gamma = lam = 0.5 tells skipping from counting: delta_0 = 0 + 0.5 * V_2 - V_0 = 0.05 and
+    # A_0 = 0.05 + 0.25 * A_2 = 0.175, return 0.375 (through V_1 = 9 it would be 4.3 + ...)
+    _, ret_half = gae_advantage_return(r, v, m, 0.5, 0.5)
+    assert ret_half[0, 0].item() == pytest.approx(0.375) and ret_half[0, 2].item() == pytest.approx(1.0)
     v2 = v.clone()
     v2[0, 1] = -123.0  # a feedback token's value changes nothing a loss reads
     _, ret2 = gae_advantage_return(r, v2, m, 0.9, 0.8)

@@ -130,7 +130,7 @@ def run(policy: Path, steps: int, profile_top: int) -> dict:
                 batches.append(b)
                 print(f"step {step}: rollout cpu {cpu[-1]:.3f} s (engine thread {eng[-1]:.3f}), wall "
                       f"{wall[-1]:.2f} s, {b.engine.get('tokens', 0):.0f} tokens in {b.engine.get('steps', 0):.0f} "
-                      f"forwards, {sum(t.tool_calls for t in b.flat())} tool calls, reward {b.rewards.mean():.3f}",
+                      f"forwards ({b.engine.get('row_steps', 0):.0f} row-steps, {b.engine.get('kv_cols', 0) / max(b.engine.get('steps', 1), 1):.0f} KV columns a forward), {sum(t.tool_calls for t in b.flat())} tool calls, reward {b.rewards.mean():.3f}",
                       flush=True)
 
     run_coroutine(go())

@@ -30,7 +30,7 @@ import torch
 from transformers.cache_utils import DynamicLayer
 
 from kit.models.decode import Qwen3DecodeStep
-from kit.rollout.backends import Generation, sample_tokens, sampling_uniforms, token_entropy
+from kit.rollout.backends import Generation, sample_step, sampling_uniforms
 from kit.rollout.kv_cache import BufferLayer, as_cache
 
 
@@ -100,14 +100,14 @@ class RunningRows:
         """Append one token to every unfinished row of ``reqs``; return the (B, 1) tokens.
 
         Row ``r``'s ``t``-th token comes from the ``t``-th uniform of its stream
-        (:func:`kit.rollout.backends.sample_tokens`), vectorised over the batch.
+        (:func:`kit.rollout.backends.sample_step`: :func:`~kit.rollout.backends.sample_tokens`' tokens
+        with their log-probs and entropies), vectorised over the batch.
         """
         temps = torch.tensor([r.temperature for r in reqs])
         top_ps = torch.tensor([r.top_p for r in reqs])
         u = torch.tensor([0.0 if r.done else r.u[len(r.out)] for r in reqs], dtype=torch.float64)
-        tok, logp = sample_tokens(logits.float(), temps, top_ps, u)
-        toks, lps = tok.tolist(), logp.gather(-1, tok[:, None]).squeeze(-1).tolist()
-        ents = token_entropy(logp).tolist()
+        tok, lp, ent = sample_step(logits.float(), temps, top_ps, u)
+        toks, lps, ents = tok.tolist(), lp.tolist(), ent.tolist()
         for i, r in enumerate(reqs):
             if r.done:
                 toks[i] = self.pad_id

@@ -93,7 +93,10 @@ class Qwen3DecodeStep:
         a real token, ``layers`` one cache layer per decoder layer holding the L cached columns
         (a fresh ``DynamicLayer()`` when L = 0) whose ``update(keys, values)`` appends
         (B, kv_heads, T, head_dim) and returns the layer's (B, kv_heads, L + T, head_dim) keys and
-        values. Returns (B, V) float32 logits of the last new position, the same as
+        values; ``rows`` (R,) long, optional: the logits of these rows, in this order (a prefill of
+        distinct prompts expanded to the requests that share them; the LM head then multiplies R
+        rows, as it would have for the R requests, so the logits are bitwise theirs). Returns (B, V)
+        (or (R, V)) float32 logits of the last new position, the same as
         ``model(..., logits_to_keep=1).logits[:, -1]`` with that cache. The attention mask is
         transformers' SDPA mask: none when no column is padding and ``T = 1`` or ``L = 0``
         (then causal when ``T > 1``), else (B, 1, T, L + T) booleans ``col <= L + row`` and
@@ -132,7 +135,8 @@ class Qwen3DecodeStep:
             f = self._fused[i] = _Fused(layer, self.heads, self.kv_heads)
         return f
 
-    def __call__(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, layers: list) -> torch.Tensor:
+    def __call__(self, ids: torch.Tensor, pos: torch.Tensor, mask: torch.Tensor, layers: list,
+                 rows: torch.Tensor | None = None) -> torch.Tensor:
         m = self.model.model
         B, T = ids.shape
         H, KV, D = self.heads, self.kv_heads, self.head_dim
@@ -146,8 +150,8 @@ class Qwen3DecodeStep:
         elif T == 1:  # the one new column sees every real column: the padding mask alone
             attn_mask = mask.bool()[:, None, None, :]  # (B, 1, 1, L + 1)
         else:
-            rows = torch.arange(past, past + T)[:, None] >= torch.arange(mask.shape[1])[None, :]  # (T, L + T)
-            attn_mask = rows[None, None] & mask.bool()[:, None, None, :]  # (B, 1, T, L + T)
+            seen = torch.arange(past, past + T)[:, None] >= torch.arange(mask.shape[1])[None, :]  # (T, L + T)
+            attn_mask = seen[None, None] & mask.bool()[:, None, None, :]  # (B, 1, T, L + T)
         gqa = KV != H
         h = F.embedding(ids, m.embed_tokens.weight)  # (B, T, hidden)
         for i, (layer, cache) in enumerate(zip(m.layers, layers, strict=True)):
@@ -165,4 +169,5 @@ class Qwen3DecodeStep:
             x = _rms(h, layer.post_attention_layernorm.weight, self.eps)
             gate, up = F.linear(x, w.gate_up).chunk(2, dim=-1)
             h = h + F.linear(F.silu(gate) * up, layer.mlp.down_proj.weight)
-        return F.linear(_rms(h[:, -1], m.norm.weight, self.eps), self.model.lm_head.weight)
+        last = h[:, -1] if rows is None else h[rows, -1]  # (B, hidden) or (R, hidden)
+        return F.linear(_rms(last, m.norm.weight, self.eps), self.model.lm_head.weight)

@@ -135,23 +135,36 @@ class RunningRows:
             self._place([r for r, _ in cached], *self._prefill_cached(cached))
 
     def _prefill(self, reqs: list[EngineRequest]):
-        L = max(len(r.prompt_ids) for r in reqs)
-        ids = torch.full((len(reqs), L), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(reqs), L), dtype=torch.long)
-        for i, r in enumerate(reqs):
+        """Prefill fresh rows, left-padded. With the lean forward, rows with the same prompt (a group's
+        G or 2G first turns) go through the layers once: a row's keys and values depend only on its own
+        ids and padding, which copies share; the LM head then runs on every request's row, as before
+        (its matmul's rounding depends on how many rows it multiplies), so each logit is the same."""
+        uniq: dict[tuple[int, ...], int] = {}
+        inv = [uniq.setdefault(tuple(r.prompt_ids), len(uniq)) for r in reqs] if self.decode is not None \
+            else list(range(len(reqs)))  # row -> its distinct prompt
+        distinct = [reqs[inv.index(j)] for j in range(max(inv) + 1)]
+        L = max(len(r.prompt_ids) for r in distinct)
+        ids = torch.full((len(distinct), L), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(distinct), L), dtype=torch.long)
+        for i, r in enumerate(distinct):
             ids[i, L - len(r.prompt_ids):] = torch.tensor(r.prompt_ids)
             mask[i, L - len(r.prompt_ids):] = 1
+        for r in reqs:
             r.u = sampling_uniforms(r.seed, r.max_new)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        logits, kv = self._forward(ids, mask, pos, None)
+        idx = torch.tensor(inv) if len(distinct) < len(reqs) else None
+        logits, kv = self._forward(ids, mask, pos, None, idx)
+        if idx is not None:
+            mask, kv = mask[idx], [(k[idx], v[idx]) for k, v in kv]
         return kv, mask, torch.tensor([[len(r.prompt_ids)] for r in reqs]), self._sample(logits, reqs)
 
-    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, kv: list | None):
-        """Prefill ``ids`` (B, T) after the cached ``kv`` (or none): last position's logits (B, V)
-        and the per-layer ``(keys, values)`` of cache and new tokens."""
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, kv: list | None,
+                 rows: torch.Tensor | None = None):
+        """Prefill ``ids`` (B, T) after the cached ``kv`` (or none): last position's logits (B, V), or of
+        ``rows`` (R,) only (lean forward), and the per-layer ``(keys, values)`` of cache and new tokens."""
         if self.decode is not None:  # the same logits without transformers' per-call overhead
             layers = as_cache(kv).layers if kv is not None else [DynamicLayer() for _ in self.model.model.layers]
-            logits = self.decode(ids, pos, mask, layers)
+            logits = self.decode(ids, pos, mask, layers, rows)
             return logits, [(layer.keys, layer.values) for layer in layers]
         res = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1,
                          past_key_values=as_cache(kv) if kv is not None else None)

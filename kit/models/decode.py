@@ -15,6 +15,11 @@ the model's own parameters (so it follows every weight update without a copy):
 
 The rotary cos/sin come from a table computed once with transformers' formula (an outer product
 of positions and inverse frequencies, whose single products are the ones its matmul computes).
+Fewer ops than the model's forward, each output element computed by the same float operations:
+``q|k|v`` and ``gate|up`` as one linear each (weights concatenated, rebuilt when the model's change),
+the q and k head norms and RoPE in one pass over both, ``rotate_half`` as one roll against a sin
+table with the first half's sign folded in (issue #35: 3.25 -> 3.15 CPU ms a decode forward at 40
+rows x 300 columns, 1 thread).
 The output equals the transformers forward's logits bitwise on the tiny model (checked in
 tests/rollout/test_decode_step.py, with padding, GQA and tied embeddings). Only the plain
 architecture is handled (:func:`supports`): default RoPE, no sliding window, no attention

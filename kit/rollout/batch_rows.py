@@ -10,7 +10,8 @@ summation order). Row ``r`` samples with its own stream of uniforms seeded exact
 :class:`kit.rollout.backends.HFBackend` seeds it (:func:`request_seed`: base seed, prompt ids, how
 many times that prompt was requested), so the engines and the HF backend give the same tokens for
 the same requests. A row prefilled from a cached prefix (:meth:`RunningRows.add` with
-``prefixes``) computes only its new tokens. The KV cache itself (buffer layers with free columns)
+``prefixes``) computes only its new tokens; fresh rows with one prompt (a group's first turns)
+go through the layers once (:meth:`RunningRows._prefill`, bitwise the same results). The KV cache itself (buffer layers with free columns)
 is :mod:`kit.rollout.kv_cache`; the decode forward :class:`kit.models.decode.Qwen3DecodeStep`.
 
 Shapes: B rows, L cache columns (tokens), V vocabulary; per layer keys and values

@@ -230,9 +230,13 @@ class RunningRows:
         if n < len(reqs):
             self._merge(reqs[n:], [(k[n:], v[n:]) for k, v in kv], mask[n:], new_pos[n:], last[n:])
 
+    def _set_layers(self, layers: list[BufferLayer]) -> None:
+        """The batch's cache is now ``layers`` (decode buffers; the next step writes into them)."""
+        self._layers = layers
+        self.kv = self._layers_kv = [(layer.keys, layer.values) for layer in layers]
+
     def _left_pad(self, n: int) -> None:
-        self.kv = [(torch.cat([k.new_zeros((*k.shape[:2], n, k.shape[3])), k], dim=2),
-                    torch.cat([v.new_zeros((*v.shape[:2], n, v.shape[3])), v], dim=2)) for k, v in self.kv]
+        self._set_layers([BufferLayer.stacked([(k, v)], k.shape[2] + n) for k, v in self.kv])
         self.mask = torch.cat([torch.zeros((self.mask.shape[0], n), dtype=torch.long), self.mask], dim=1)
 
     def _merge(self, reqs: list[EngineRequest], kv, mask: torch.Tensor, new_pos: torch.Tensor, last: torch.Tensor) -> None:
@@ -242,15 +246,10 @@ class RunningRows:
         La, Lb = self.mask.shape[1], mask.shape[1]
         Lm = max(La, Lb)
 
-        def lpad(t: torch.Tensor, n: int) -> torch.Tensor:  # left-pad the sequence axis (-2 for KV, -1 for mask)
-            if n == 0:
-                return t
-            if t.dim() == 2:
-                return torch.cat([torch.zeros((t.shape[0], n), dtype=t.dtype), t], dim=1)
-            return torch.cat([t.new_zeros((*t.shape[:2], n, t.shape[3])), t], dim=2)
+        def lpad(t: torch.Tensor, n: int) -> torch.Tensor:  # left-pad a (B, L) mask
+            return torch.cat([torch.zeros((t.shape[0], n), dtype=t.dtype), t], dim=1) if n else t
 
-        self.kv = [(torch.cat([lpad(ka, Lm - La), lpad(kb, Lm - Lb)]), torch.cat([lpad(va, Lm - La), lpad(vb, Lm - Lb)]))
-                   for (ka, va), (kb, vb) in zip(self.kv, kv, strict=True)]
+        self._set_layers([BufferLayer.stacked([a, b], Lm) for a, b in zip(self.kv, kv, strict=True)])
         self.mask = torch.cat([lpad(self.mask, Lm - La), lpad(mask, Lm - Lb)])
         self.pos = torch.cat([self.pos, new_pos])
         self.last = torch.cat([self.last, last])

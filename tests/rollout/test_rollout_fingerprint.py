@@ -98,13 +98,9 @@ def _collect(cfg, model, tok, problems):
 
 
 @pytest.fixture(scope="module")
-def fitted(tok):
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls: as fast, and no stall on shared cores
-    try:
-        yield _fit(tok)
-    finally:
-        torch.set_num_threads(before)
+def fitted(tok, one_torch_thread):
+    """The fitted model; the module's fitting and rollouts run on one torch thread (``conftest``)."""
+    return _fit(tok)
 
 
 def _cfg(scheduler: str = "dynamic"):
@@ -116,9 +112,15 @@ def _cfg(scheduler: str = "dynamic"):
 PROBLEMS = [_problem(a) for a in (12, 13, 31, 45)]
 
 
-def test_a_seeded_batch_with_tool_calls_keeps_its_recorded_results(tok, fitted):
+@pytest.fixture(scope="module")
+def engine_batch(tok, fitted):
+    """The batch through the continuous-batching engine (``rollout.scheduler = "dynamic"``)."""
+    return _collect(_cfg(), fitted, tok, PROBLEMS)
+
+
+def test_a_seeded_batch_with_tool_calls_keeps_its_recorded_results(fitted, engine_batch):
     assert _weights_hash(fitted) == EXPECTED["weights"], "this host fits other weights: the fingerprint does not apply"
-    batch = _collect(_cfg(), fitted, tok, PROBLEMS)
+    batch = engine_batch
     flat = batch.flat()
     # what the batch exercises: calls that run and malformed ones, cached repeats, next turns on a kept prefix
     assert {c.status for t in flat for c in t.calls} >= {"ok", "malformed"}
@@ -128,8 +130,8 @@ def test_a_seeded_batch_with_tool_calls_keeps_its_recorded_results(tok, fitted):
     assert sum(sum(t.logprobs) for t in flat) == pytest.approx(EXPECTED["logprob_sum"], abs=1e-3)
 
 
-def test_the_engine_samples_what_the_hf_backend_samples(tok, fitted):
-    dyn, hf = (_collect(_cfg(s), fitted, tok, PROBLEMS) for s in ("dynamic", "static"))
+def test_the_engine_samples_what_the_hf_backend_samples(tok, fitted, engine_batch):
+    dyn, hf = engine_batch, _collect(_cfg("static"), fitted, tok, PROBLEMS)
     assert _batch_hash(dyn) == _batch_hash(hf)
     gap = max(abs(a - b) for x, y in zip(dyn.flat(), hf.flat(), strict=True)
               for a, b in zip(x.logprobs, y.logprobs, strict=True))

@@ -266,7 +266,7 @@ class RunningRows:
         r = self.reqs[i]
         cols = self.mask[i].nonzero().squeeze(-1)
         ids = (r.prompt_ids + r.out)[:len(cols)]
-        return ids, [(k[i:i + 1, :, cols].clone(), v[i:i + 1, :, cols].clone()) for k, v in self.kv]
+        return ids, [(k[i:i + 1, :, cols], v[i:i + 1, :, cols]) for k, v in self.kv]  # indexing copies
 
     def trim(self) -> None:
         """Drop leading columns that are padding for every row (views: the next step copies anyway)."""

@@ -60,6 +60,12 @@ def _rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return weight * (x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps))
 
 
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    """transformers' ``rotate_half``: ``cat(-x2, x1)`` over the last axis (:mod:`kit.models.stacked`'s RoPE)."""
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
 class _Fused:
     """One decoder layer's weights fused for the decode forward: ``q|k|v`` and ``gate|up`` as one
     linear each (rows concatenated: each output column is the same dot product as in its own

@@ -70,14 +70,16 @@ class _Fused:
     """One decoder layer's weights fused for the decode forward: ``q|k|v`` and ``gate|up`` as one
     linear each (rows concatenated: each output column is the same dot product as in its own
     linear), the per-head q and k RMSNorm weights as one (heads + kv_heads, head_dim) table.
-    Rebuilt when a source parameter is replaced or changes in place (an optimizer step, a
-    ``load_state_dict``: ``Tensor._version``), so the forward always reads the current weights."""
+    Rebuilt when a source parameter is replaced, gets new storage (``p.data = ...``) or changes in place
+    (an optimizer step, a ``load_state_dict``: ``Tensor._version``), so the forward reads the current
+    weights. Not seen: a write through ``p.data`` in place (``p.data.copy_(...)`` bumps no version);
+    nothing in the kit updates weights that way (the local trainers build a new engine per batch)."""
 
     def __init__(self, layer: Any, heads: int, kv_heads: int):
         att, mlp = layer.self_attn, layer.mlp
         self.src = (att.q_proj.weight, att.k_proj.weight, att.v_proj.weight, att.q_norm.weight, att.k_norm.weight,
                     mlp.gate_proj.weight, mlp.up_proj.weight)
-        self.key = tuple((id(p), p._version) for p in self.src)
+        self.key = tuple((id(p), p._version, p.data_ptr()) for p in self.src)
         wq, wk, wv, nq, nk, wg, wu = (p.detach() for p in self.src)
         with torch.inference_mode(False), torch.no_grad():  # plain tensors, usable in and out of inference mode
             self.qkv = torch.cat([wq, wk, wv])  # ((heads + 2 kv_heads) * head_dim, hidden)
@@ -88,7 +90,7 @@ class _Fused:
         att, mlp = layer.self_attn, layer.mlp
         now = (att.q_proj.weight, att.k_proj.weight, att.v_proj.weight, att.q_norm.weight, att.k_norm.weight,
                mlp.gate_proj.weight, mlp.up_proj.weight)
-        return all(id(p) == i and p._version == v for p, (i, v) in zip(now, self.key, strict=True))
+        return all((id(p), p._version, p.data_ptr()) == k for p, k in zip(now, self.key, strict=True))
 
 
 class Qwen3DecodeStep:

@@ -320,12 +320,38 @@ def sample_tokens(logits, temps, top_ps, u):
         ``(tokens, logp)``: (B,) long tokens and (B, V) log-probabilities of the tempered
         distribution before the nucleus cut (what the trainer's importance ratio uses).
     """
+    tok, logp, _ = _draw(logits, temps, top_ps, u)
+    return tok, logp
+
+
+def sample_step(logits, temps, top_ps, u):
+    """:func:`sample_tokens` with what the engine keeps of each row, in one pass: the same tokens,
+    each token's log-prob and :func:`token_entropy` (the probabilities exponentiated once for both).
+
+    Args:
+        logits, temps, top_ps, u: as :func:`sample_tokens`.
+    Returns:
+        ``(tokens, token_logp, entropy)``, each (B,): long tokens, ``logp[b, tokens[b]]``, nats.
+    """
+    tok, logp, probs = _draw(logits, temps, top_ps, u)
+    return tok, logp.gather(-1, tok[:, None]).squeeze(-1), torch.special.entr(probs).sum(-1)
+
+
+def _draw(logits, temps, top_ps, u):
+    """:func:`sample_tokens`' draw; also returns ``logp.exp()``. The division by ``T`` is skipped when every
+    ``T`` is 1 (``x / 1 == x`` exactly) and the argmax when no row is greedy: the same tokens either way."""
     greedy = temps == 0
-    logp = torch.log_softmax(logits / torch.where(greedy, torch.ones_like(temps), temps)[:, None], dim=-1)
-    cdf = _top_p_filter(logp.exp(), top_ps).double().cumsum(-1)
+    any_greedy = bool(greedy.any())
+    if any_greedy or not bool((temps == 1).all()):
+        logits_t = logits / torch.where(greedy, torch.ones_like(temps), temps)[:, None]
+    else:
+        logits_t = logits
+    logp = torch.log_softmax(logits_t, dim=-1)
+    probs = logp.exp()
+    cdf = _top_p_filter(probs, top_ps).double().cumsum(-1)
     x = (u.double() * cdf[:, -1])[:, None]
     drawn = torch.searchsorted(cdf, x, right=True).squeeze(-1).clamp(max=logits.shape[-1] - 1)
-    return torch.where(greedy, logits.argmax(-1), drawn), logp
+    return (torch.where(greedy, logits.argmax(-1), drawn) if any_greedy else drawn), logp, probs
 
 
 def token_entropy(logp: torch.Tensor) -> torch.Tensor:

@@ -10,7 +10,8 @@ summation order). Row ``r`` samples with its own stream of uniforms seeded exact
 :class:`kit.rollout.backends.HFBackend` seeds it (:func:`request_seed`: base seed, prompt ids, how
 many times that prompt was requested), so the engines and the HF backend give the same tokens for
 the same requests. A row prefilled from a cached prefix (:meth:`RunningRows.add` with
-``prefixes``) computes only its new tokens. The KV cache itself (buffer layers with free columns)
+``prefixes``) computes only its new tokens; fresh rows with one prompt (a group's first turns)
+go through the layers once (:meth:`RunningRows._prefill`, bitwise the same results). The KV cache itself (buffer layers with free columns)
 is :mod:`kit.rollout.kv_cache`; the decode forward :class:`kit.models.decode.Qwen3DecodeStep`.
 
 Shapes: B rows, L cache columns (tokens), V vocabulary; per layer keys and values
@@ -30,7 +31,7 @@ import torch
 from transformers.cache_utils import DynamicLayer
 
 from kit.models.decode import Qwen3DecodeStep
-from kit.rollout.backends import Generation, sample_tokens, sampling_uniforms, token_entropy
+from kit.rollout.backends import Generation, sample_step, sampling_uniforms
 from kit.rollout.kv_cache import BufferLayer, as_cache
 
 
@@ -100,14 +101,14 @@ class RunningRows:
         """Append one token to every unfinished row of ``reqs``; return the (B, 1) tokens.
 
         Row ``r``'s ``t``-th token comes from the ``t``-th uniform of its stream
-        (:func:`kit.rollout.backends.sample_tokens`), vectorised over the batch.
+        (:func:`kit.rollout.backends.sample_step`: :func:`~kit.rollout.backends.sample_tokens`' tokens
+        with their log-probs and entropies), vectorised over the batch.
         """
         temps = torch.tensor([r.temperature for r in reqs])
         top_ps = torch.tensor([r.top_p for r in reqs])
         u = torch.tensor([0.0 if r.done else r.u[len(r.out)] for r in reqs], dtype=torch.float64)
-        tok, logp = sample_tokens(logits.float(), temps, top_ps, u)
-        toks, lps = tok.tolist(), logp.gather(-1, tok[:, None]).squeeze(-1).tolist()
-        ents = token_entropy(logp).tolist()
+        tok, lp, ent = sample_step(logits.float(), temps, top_ps, u)
+        toks, lps, ents = tok.tolist(), lp.tolist(), ent.tolist()
         for i, r in enumerate(reqs):
             if r.done:
                 toks[i] = self.pad_id
@@ -135,23 +136,36 @@ class RunningRows:
             self._place([r for r, _ in cached], *self._prefill_cached(cached))
 
     def _prefill(self, reqs: list[EngineRequest]):
-        L = max(len(r.prompt_ids) for r in reqs)
-        ids = torch.full((len(reqs), L), self.pad_id, dtype=torch.long)
-        mask = torch.zeros((len(reqs), L), dtype=torch.long)
-        for i, r in enumerate(reqs):
+        """Prefill fresh rows, left-padded. With the lean forward, rows with the same prompt (a group's
+        G or 2G first turns) go through the layers once: a row's keys and values depend only on its own
+        ids and padding, which copies share; the LM head then runs on every request's row, as before
+        (its matmul's rounding depends on how many rows it multiplies), so each logit is the same."""
+        uniq: dict[tuple[int, ...], int] = {}
+        inv = [uniq.setdefault(tuple(r.prompt_ids), len(uniq)) for r in reqs] if self.decode is not None \
+            else list(range(len(reqs)))  # row -> its distinct prompt
+        distinct = [reqs[inv.index(j)] for j in range(max(inv) + 1)]
+        L = max(len(r.prompt_ids) for r in distinct)
+        ids = torch.full((len(distinct), L), self.pad_id, dtype=torch.long)
+        mask = torch.zeros((len(distinct), L), dtype=torch.long)
+        for i, r in enumerate(distinct):
             ids[i, L - len(r.prompt_ids):] = torch.tensor(r.prompt_ids)
             mask[i, L - len(r.prompt_ids):] = 1
+        for r in reqs:
             r.u = sampling_uniforms(r.seed, r.max_new)
         pos = (mask.cumsum(-1) - 1).clamp(min=0)
-        logits, kv = self._forward(ids, mask, pos, None)
+        idx = torch.tensor(inv) if len(distinct) < len(reqs) else None
+        logits, kv = self._forward(ids, mask, pos, None, idx)
+        if idx is not None:
+            mask, kv = mask[idx], [(k[idx], v[idx]) for k, v in kv]
         return kv, mask, torch.tensor([[len(r.prompt_ids)] for r in reqs]), self._sample(logits, reqs)
 
-    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, kv: list | None):
-        """Prefill ``ids`` (B, T) after the cached ``kv`` (or none): last position's logits (B, V)
-        and the per-layer ``(keys, values)`` of cache and new tokens."""
+    def _forward(self, ids: torch.Tensor, mask: torch.Tensor, pos: torch.Tensor, kv: list | None,
+                 rows: torch.Tensor | None = None):
+        """Prefill ``ids`` (B, T) after the cached ``kv`` (or none): last position's logits (B, V), or of
+        ``rows`` (R,) only (lean forward), and the per-layer ``(keys, values)`` of cache and new tokens."""
         if self.decode is not None:  # the same logits without transformers' per-call overhead
             layers = as_cache(kv).layers if kv is not None else [DynamicLayer() for _ in self.model.model.layers]
-            logits = self.decode(ids, pos, mask, layers)
+            logits = self.decode(ids, pos, mask, layers, rows)
             return logits, [(layer.keys, layer.values) for layer in layers]
         res = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True, logits_to_keep=1,
                          past_key_values=as_cache(kv) if kv is not None else None)
@@ -216,9 +230,13 @@ class RunningRows:
         if n < len(reqs):
             self._merge(reqs[n:], [(k[n:], v[n:]) for k, v in kv], mask[n:], new_pos[n:], last[n:])
 
+    def _set_layers(self, layers: list[BufferLayer]) -> None:
+        """The batch's cache is now ``layers`` (decode buffers; the next step writes into them)."""
+        self._layers = layers
+        self.kv = self._layers_kv = [(layer.keys, layer.values) for layer in layers]
+
     def _left_pad(self, n: int) -> None:
-        self.kv = [(torch.cat([k.new_zeros((*k.shape[:2], n, k.shape[3])), k], dim=2),
-                    torch.cat([v.new_zeros((*v.shape[:2], n, v.shape[3])), v], dim=2)) for k, v in self.kv]
+        self._set_layers([BufferLayer.stacked([(k, v)], k.shape[2] + n) for k, v in self.kv])
         self.mask = torch.cat([torch.zeros((self.mask.shape[0], n), dtype=torch.long), self.mask], dim=1)
 
     def _merge(self, reqs: list[EngineRequest], kv, mask: torch.Tensor, new_pos: torch.Tensor, last: torch.Tensor) -> None:
@@ -228,15 +246,10 @@ class RunningRows:
         La, Lb = self.mask.shape[1], mask.shape[1]
         Lm = max(La, Lb)
 
-        def lpad(t: torch.Tensor, n: int) -> torch.Tensor:  # left-pad the sequence axis (-2 for KV, -1 for mask)
-            if n == 0:
-                return t
-            if t.dim() == 2:
-                return torch.cat([torch.zeros((t.shape[0], n), dtype=t.dtype), t], dim=1)
-            return torch.cat([t.new_zeros((*t.shape[:2], n, t.shape[3])), t], dim=2)
+        def lpad(t: torch.Tensor, n: int) -> torch.Tensor:  # left-pad a (B, L) mask
+            return torch.cat([torch.zeros((t.shape[0], n), dtype=t.dtype), t], dim=1) if n else t
 
-        self.kv = [(torch.cat([lpad(ka, Lm - La), lpad(kb, Lm - Lb)]), torch.cat([lpad(va, Lm - La), lpad(vb, Lm - Lb)]))
-                   for (ka, va), (kb, vb) in zip(self.kv, kv, strict=True)]
+        self._set_layers([BufferLayer.stacked([a, b], Lm) for a, b in zip(self.kv, kv, strict=True)])
         self.mask = torch.cat([lpad(self.mask, Lm - La), lpad(mask, Lm - Lb)])
         self.pos = torch.cat([self.pos, new_pos])
         self.last = torch.cat([self.last, last])
@@ -253,7 +266,7 @@ class RunningRows:
         r = self.reqs[i]
         cols = self.mask[i].nonzero().squeeze(-1)
         ids = (r.prompt_ids + r.out)[:len(cols)]
-        return ids, [(k[i:i + 1, :, cols].clone(), v[i:i + 1, :, cols].clone()) for k, v in self.kv]
+        return ids, [(k[i:i + 1, :, cols], v[i:i + 1, :, cols]) for k, v in self.kv]  # indexing copies
 
     def trim(self) -> None:
         """Drop leading columns that are padding for every row (views: the next step copies anyway)."""

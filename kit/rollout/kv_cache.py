@@ -93,6 +93,24 @@ class BufferLayer(DynamicLayer):
         kbuf[:, :, :L], vbuf[:, :, :L] = k, v
         return cls(kbuf, vbuf, L)
 
+    @classmethod
+    def stacked(cls, blocks: list[tuple[torch.Tensor, torch.Tensor]], width: int,
+                headroom: int = KV_HEADROOM) -> BufferLayer:
+        """A layer over row blocks stacked on the batch axis: ``blocks`` ``[(k, v)]``, each
+        (B_i, kv_heads, L_i, head_dim) with L_i <= ``width``, right-aligned in ``width`` columns after
+        zeros (left padding), with ``headroom`` free columns. One copy of the cache, where
+        ``around(torch.cat(...))`` makes two; the same columns."""
+        k0 = blocks[0][0]
+        B, H, D = sum(k.shape[0] for k, _ in blocks), k0.shape[1], k0.shape[3]
+        kbuf, vbuf = k0.new_empty((B, H, width + headroom, D)), k0.new_empty((B, H, width + headroom, D))
+        b = 0
+        for k, v in blocks:
+            n, pad = k.shape[0], width - k.shape[2]
+            kbuf[b:b + n, :, :pad], vbuf[b:b + n, :, :pad] = 0, 0
+            kbuf[b:b + n, :, pad:width], vbuf[b:b + n, :, pad:width] = k, v
+            b += n
+        return cls(kbuf, vbuf, width)
+
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args: Any, **kwargs: Any):
         """Write ``key_states``/``value_states`` (B, kv_heads, n, head_dim) after the filled columns
         (into a larger buffer when they do not fit); return views of all filled columns."""

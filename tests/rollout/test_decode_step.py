@@ -120,3 +120,45 @@ def test_prefill_equals_the_transformers_forward_bitwise(model, lengths, past):
     assert torch.equal(got, ref.logits[:, -1])
     for a, b in zip(ref.past_key_values.layers, layers, strict=True):
         assert torch.equal(a.keys, b.keys) and torch.equal(a.values, b.values)
+
+
+def test_a_group_prefilled_once_samples_what_each_row_prefilled_alone_samples(model, product_tok):
+    # the lean engine prefills a group's identical first turns once (kit.rollout.batch_rows); the
+    # transformers path prefills every row: the same tokens, log-probs and entropies bitwise
+    ps = [product_tok(prompts.render_prompt(f"What is {100 + 7 * i} * {3 + i * i}?"))["input_ids"] for i in range(3)]
+    reqs = [(ps[i % 3] if i < 9 else ps[0], 10, 1.0, 1.0, []) for i in range(12)]
+
+    def run(lean):
+        eng = ContinuousBatchingEngine(model, product_tok, slots=16, seed=5, lean_decode=lean)
+        return asyncio.run(_all(eng, reqs))
+
+    fast, slow = run(True), run(False)
+    assert len({tuple(g.token_ids) for g in fast}) > 3  # the copies sample apart
+    assert [g.token_ids for g in fast] == [g.token_ids for g in slow]
+    assert [g.logprobs for g in fast] == [g.logprobs for g in slow]
+    assert [g.entropy for g in fast] == [g.entropy for g in slow]
+
+
+def test_the_lean_step_follows_weight_updates_in_place_and_replaced(model):
+    # its fused q|k|v and gate|up weights are copies: they must be rebuilt after an optimizer step
+    other = copy.deepcopy(model)
+    step = Qwen3DecodeStep(other)
+    kv, mask, pos = _prefill(other, [5, 8])
+    ids, mask = torch.tensor([[9], [40]]), torch.cat([mask, torch.ones((2, 1), dtype=torch.long)], dim=1)
+
+    def check():
+        with torch.inference_mode():
+            ref = other(input_ids=ids, attention_mask=mask, position_ids=pos,
+                        past_key_values=DynamicCache(ddp_cache_data=kv), use_cache=True).logits[:, -1, :]
+            assert torch.equal(step(ids, pos, mask, DynamicCache(ddp_cache_data=kv).layers), ref)
+        return ref
+
+    before = check()
+    opt = torch.optim.SGD(other.parameters(), lr=0.5)
+    other.train()
+    other(input_ids=ids).logits.sum().backward()
+    opt.step()  # in place
+    other.eval()
+    assert not torch.equal(check(), before)
+    other.model.layers[0].mlp.up_proj.weight = torch.nn.Parameter(other.model.layers[0].mlp.up_proj.weight * 2)
+    check()  # replaced

@@ -119,7 +119,7 @@ def _selftest(a: argparse.Namespace, argv: list[str]) -> int:
 def _claims(a: argparse.Namespace, argv: list[str]) -> int:
     from kit.claims.over_seeds import seeds_table, write_csv  # reads claims.json files only
 
-    write_csv(seeds_table(a.runs, a.section), a.out)
+    write_csv(seeds_table(a.runs, None if a.section == "all" else a.section), a.out)
     return 0
 
 
@@ -243,7 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
              "Read each run folder's claims.json (notebook 09) and print, or write with --out, one row per claim of "
              "--section with one `statistic (interval) verdict` cell per run (the README's tables over seeds).")
     p.add_argument("runs", nargs="+", help="run folders with a claims.json, e.g. reports/tiny/s7")
-    p.add_argument("--section", default="rStar2-Agent", help="the claims' paper: rStar2-Agent (default), ReTool, Agent-R")
+    p.add_argument("--section", default="rStar2-Agent", help="the claims' paper: rStar2-Agent (default), ReTool, Agent-R, or all")
     p.add_argument("--out", default=None, help="the CSV file to write (default: print)")
 
     p = verb("config", _config, "print a profile's resolved config with each key's help text",

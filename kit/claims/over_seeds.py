@@ -17,7 +17,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from kit.claims import DEFAULT_SECTION, read_claims
+from kit.claims import DEFAULT_SECTION, load_claims, read_claims
 
 
 def _num(x: Any) -> str:
@@ -35,26 +35,31 @@ def cell(c: Mapping[str, Any]) -> str:
     return f"{_num(c.get('value'))}{interval} {c['verdict']}"
 
 
-def seeds_table(runs: Sequence[str | os.PathLike], section: str = DEFAULT_SECTION) -> list[list[str]]:
+def seeds_table(runs: Sequence[str | os.PathLike], section: str | None = DEFAULT_SECTION) -> list[list[str]]:
     """Rows ``[claim, <run 1>, ...]`` (header first: ``claim`` and each run's folder name) for the
-    claims of ``section`` in each run's ``claims.json``, in the first run's order.
+    claims of ``section`` (None: every section) in each run's ``claims.json``, in the first run's
+    order. A claim's text is the claims file's current one (``kit/reference/claims.yaml``: an
+    editorial change of its wording after the runs shows; its id, statistic and threshold are the
+    runs'), else the run's.
 
     Raises:
         kit.claims.ClaimsError: a run has no ``claims.json`` or an invalid one (named).
         KeyError: a claim of the first run is missing from another run (the claim and run named).
     """
     docs = [(Path(r).name, read_claims(Path(r) / "claims.json")) for r in runs]
+    current = {c["id"]: c for c in load_claims()}
     by_run = [(name, {c["id"]: c for c in d["claims"]}) for name, d in docs]
     rows = [["claim", *(name for name, _ in docs)]]
     for c in docs[0][1]["claims"]:
-        if (c.get("section") or DEFAULT_SECTION) != section:
+        if section is not None and (c.get("section") or DEFAULT_SECTION) != section:
             continue
         cells = []
         for name, claims in by_run:
             if c["id"] not in claims:
                 raise KeyError(f"claim {c['id']!r} is not in {name}/claims.json")
             cells.append(cell(claims[c["id"]]))
-        rows.append([f"{c['source'].split(' (')[0]}: {c['claim']}", *cells])
+        text = current.get(c["id"], c)
+        rows.append([f"{text['source'].split(' (')[0]}: {text['claim']}", *cells])
     return rows
 
 

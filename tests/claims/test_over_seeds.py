@@ -38,3 +38,12 @@ def test_a_claim_missing_from_a_run_is_named(tmp_path):
     b = _run(tmp_path / "s11", [])
     with pytest.raises(KeyError, match="'a' is not in s11"):
         seeds_table([a, b], "ReTool")
+
+
+def test_a_claim_of_the_claims_file_shows_its_current_wording_and_all_sections_come_together(tmp_path):
+    old = _claim("retool_first_call_stays_at_start", "ReTool", 0.07, 0.06, 0.08, "reproduced")
+    old["claim"] = "old wording; see the block comment"
+    a = _run(tmp_path / "s7", [_claim("b", "rStar2-Agent", 1.0, 0.0, 2.0, "inconclusive"), old])
+    rows = seeds_table([a], None)
+    assert [r[0].split(":")[0] for r in rows[1:]] == ["Figure 1", "ReTool §3.3"]
+    assert "block comment" not in rows[2][0] and "stays at the start" in rows[2][0]

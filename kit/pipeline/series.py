@@ -17,7 +17,7 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -29,7 +29,7 @@ from kit.config import load
 from kit.paths import REPO_ROOT
 from kit.pipeline.failures import PipelineError, describe_failure, failed_cell, mark_not_run
 from kit.pipeline.kernels import QuietKernelManager
-from kit.pipeline.timing import children_cpu_s, machine_busy_cpu_s
+from kit.pipeline.timing import children_cpu_s, machine_busy_cpu_s, own_cpu_seconds
 from kit.plan import Layout, ablation_arms, read_state, series, series_parameters
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
@@ -173,21 +173,6 @@ class _CellOutput(logging.Handler):
         msg = record.getMessage()
         self.stream.write(msg if msg.endswith(("\n", "\r")) else msg + "\n")
         self.stream.flush()
-
-
-def _own_cpu(cpu: float, job: overlap.BackgroundRun | None, jobs: Iterable[overlap.BackgroundRun],
-             t0: float, t1: float) -> float:
-    """A notebook's CPU seconds from its window ``[t0, t1]``'s ``RUSAGE_CHILDREN`` delta ``cpu``: a
-    job's CPU joins that count when the job is reaped, in whichever window is open then, so another
-    notebook's job reaped in this window is taken out, and this notebook's own ``job`` counts here
-    wherever it was reaped."""
-    def inside(j: overlap.BackgroundRun) -> bool:
-        return j.reaped_at is not None and t0 <= j.reaped_at <= t1
-
-    cpu -= sum(j.cpu_seconds or 0.0 for j in jobs if j is not job and inside(j))
-    if job is not None and job.cpu_seconds is not None and not inside(job):
-        cpu += job.cpu_seconds
-    return cpu
 
 
 def run_series(
@@ -387,7 +372,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
                 raise err from exc
             t1 = time.perf_counter()
             seconds, cpu, m1 = t1 - t0, children_cpu_s() - c0, machine_busy_cpu_s()
-            cpu = _own_cpu(cpu, job, jobs.values(), t0, t1)
+            cpu = own_cpu_seconds(cpu, job, jobs.values(), t0, t1)
             load_avg = os.getloadavg()[0]
             extra = {"background_seconds": job.seconds, "background_exit": job.returncode} if job else {}
             if m0 is not None and m1 is not None:

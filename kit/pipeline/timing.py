@@ -12,13 +12,28 @@ import math
 import os
 import resource
 import statistics
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
 import yaml
 
 from kit.figures import read_metrics
+
+
+def own_cpu_seconds(cpu: float, job: Any, jobs: Iterable[Any], t0: float, t1: float) -> float:
+    """A notebook's CPU seconds from its window ``[t0, t1]``'s ``RUSAGE_CHILDREN`` delta ``cpu``: a
+    job's CPU joins that count when the job is reaped, in whichever window is open then, so another
+    notebook's job reaped in this window is taken out, and this notebook's own ``job`` counts here
+    wherever it was reaped. ``job``, ``jobs``: :class:`kit.overlap.BackgroundRun` (``cpu_seconds``,
+    ``reaped_at``); ``t0``, ``t1``: ``time.perf_counter()`` seconds."""
+    def inside(j: Any) -> bool:
+        return j.reaped_at is not None and t0 <= j.reaped_at <= t1
+
+    cpu -= sum(j.cpu_seconds or 0.0 for j in jobs if j is not job and inside(j))
+    if job is not None and job.cpu_seconds is not None and not inside(job):
+        cpu += job.cpu_seconds
+    return cpu
 
 
 def children_cpu_s() -> float:

@@ -46,8 +46,9 @@ def test_paper_like_dry_run_prints_four_verl_stage_launches(tmp_path, capsys):
     assert rc == 0 and not any(tmp_path.iterdir())
     root = tmp_path / "paper_four_stages" / "r"
     ppo = [shlex.split(ln.split("$ ", 1)[1]) for ln in out.splitlines() if "verl.trainer.main_ppo" in ln]
-    stage_runs = [c for c in ppo if not any(a.startswith("trainer.default_local_dir=") and "/ablation/" in a for a in c)]
-    assert len(stage_runs) == 4 and len(ppo) == 4 + 2  # four stages, then the two ablation arms
+    stage_runs = [c for c in ppo if not any(a.startswith("trainer.default_local_dir=") and ("/ablation/" in a or "/retool/" in a)
+                                            for a in c)]
+    assert len(stage_runs) == 4 and len(ppo) == 4 + 2 + 1  # four stages, the two ablation arms, ReTool's PPO arm
     assert f"trainer.resume_from_path={root}/stage3/checkpoints/global_step_510" in stage_runs[3]
     assert "data.max_response_length=16384" in stage_runs[3] and "trainer.total_training_steps=550" in stage_runs[3]
     assert f"## 05_rl_stage4  run_dir {root}/stage4  (global steps 510 -> 550)" in out

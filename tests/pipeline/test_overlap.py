@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -103,11 +104,16 @@ def test_the_job_runs_beside_the_next_notebooks_and_the_notebook_uses_its_work(t
 def test_a_job_reaped_during_another_notebook_counts_for_its_own(tmp_path, make_notebook):
     runs, lay = _series(tmp_path, make_notebook, mode="burn")
     src = tmp_path / "src"  # c waits until the job is done, so the job is reaped in c's window
-    c = make_notebook(src / "c2.ipynb", 'run_dir = ""\nb_dir = ""',
+    # b's folder is not a parameter of c2 (a parameter naming it would make c2 b's reader and run b first)
+    c = make_notebook(src / "c2.ipynb", 'run_dir = ""',
                       WRITE + "import time\nPath(run_dir, 'started').write_text('1')\n"
-                              "while not Path(b_dir, 'product.txt').exists():\n    time.sleep(0.05)\ntime.sleep(1.0)")
-    runs[2] = NotebookRun(c, {"run_dir": lay.dir("c"), "b_dir": lay.dir("b")}, (lay.dir("c"),))
-    by = {r["notebook"]: r for r in run_series(runs, lay, progress_bar=False, echo=lambda s: None)}
+                              "while not Path(run_dir).parent.joinpath('b', 'product.txt').exists():\n    time.sleep(0.05)\n"
+                              "time.sleep(1.0)")
+    assert lay.dir("b") == str(Path(lay.dir("c")).parent / "b")
+    runs[2] = NotebookRun(c, {"run_dir": lay.dir("c")}, (lay.dir("c"),))
+    recs = run_series(runs, lay, progress_bar=False, echo=lambda s: None)
+    assert [r["notebook"] for r in recs] == ["a", "c2", "b", "d"]  # the job ends, and is reaped, while c2 runs
+    by = {r["notebook"]: r for r in recs}
     assert by["b"]["cpu_seconds"] >= 0.75  # the job's 0.8 CPU s, though it was reaped while c ran
     assert by["c2"]["cpu_seconds"] < by["b"]["cpu_seconds"] - 0.5
 

@@ -149,3 +149,20 @@ async def scripted_step(tok):
                                 max_response_tokens=b) for s, b in scripts]
     rewards = [1.0, 1.0, 0.0, 0.0] + [0.0] * 4
     return trs, rewards, ["g0"] * 4 + ["g1"] * 4, ["p0"] * 4 + ["p1"] * 4
+
+
+def fit_masked(model, ids, mask, steps: int, lr: float = 3e-3):
+    """Overfit ``model`` on token rows ``ids`` [B, T] with loss where ``mask`` [B, T] is 1 (AdamW at
+    ``lr``, ``steps`` full-batch steps, token-mean NLL); returns ``(model in eval mode, last loss)``."""
+    import torch
+
+    opt = torch.optim.AdamW(model.parameters(), lr=lr)
+    model.train()
+    for _ in range(steps):
+        logits = model(ids).logits[:, :-1]
+        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
+        loss = (nll * mask[:, 1:]).sum() / mask[:, 1:].sum()
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+    return model.eval(), loss.item()

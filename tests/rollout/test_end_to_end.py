@@ -12,7 +12,7 @@ import dataclasses
 
 import pytest
 import torch
-from doubles import call
+from doubles import call, fit_masked
 
 from kit import prompts
 from kit.config import RolloutConfig, load
@@ -34,16 +34,7 @@ def _fit(tok, steps=80):
     p, a, f, b = enc(prompts.render_prompt(PROBLEM)), enc(TURN1), enc(prompts.feedback_block(["42"])), enc(TURN2)
     ids = torch.tensor([p + a + f + b])
     mask = torch.tensor([[0] * len(p) + [1] * len(a) + [0] * len(f) + [1] * len(b)])
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    model.train()
-    for _ in range(steps):
-        logits = model(ids).logits[:, :-1]
-        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
-        loss = (nll * mask[:, 1:]).sum() / mask[:, 1:].sum()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return model.eval(), loss.item()
+    return fit_masked(model, ids, mask, steps)
 
 
 async def test_tiny_model_and_real_sandbox(tok):

@@ -27,7 +27,7 @@ import json
 
 import pytest
 import torch
-from doubles import call
+from doubles import call, fit_masked
 
 from kit import prompts
 from kit.config import load
@@ -61,16 +61,7 @@ def _fit(tok, steps: int = 55):
     L = max(len(r[0]) for r in rows)
     ids = torch.tensor([r[0] + [0] * (L - len(r[0])) for r in rows])
     mask = torch.tensor([r[1] + [0] * (L - len(r[1])) for r in rows])
-    opt = torch.optim.AdamW(model.parameters(), lr=3e-3)
-    model.train()
-    for _ in range(steps):
-        logits = model(ids).logits[:, :-1]
-        nll = torch.nn.functional.cross_entropy(logits.transpose(1, 2), ids[:, 1:], reduction="none")
-        loss = (nll * mask[:, 1:]).sum() / mask[:, 1:].sum()
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-    return model.eval()
+    return fit_masked(model, ids, mask, steps)[0]
 
 
 def _weights_hash(model) -> str:

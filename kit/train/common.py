@@ -80,8 +80,12 @@ class LoadAdaptiveThreads:
     became 1.21 s beside two busy processes). This policy measures, over the interval since its
     last measurement, the CPU time of all processes (``/proc/stat``) minus this process's own
     (``time.process_time``), i.e. the cores others keep busy, and uses
-    ``clamp(round(cores - others), 1, max_threads)`` threads. One thread or two give bitwise the
-    same SFT step on the tiny model (measured), so the choice changes speed, not results.
+    ``clamp(round(cores - others), 1, max_threads)`` threads. The thread count changes speed and,
+    sometimes, a step's float rounding: two seed-0 tiny cold starts of the same code (reports/LOG.md,
+    2026-12-03), one beside other runs (1 thread at steps 63-64 and 170 more), one quiet (2 threads),
+    first differed in step 65's loss (7e-8 apart: step 64's update rounded otherwise) and ended 3e-6
+    apart in loss with the same held-out accuracy. A run's thread history is part of what it computes:
+    a run under another load is not bitwise the same run.
 
     Niced neighbours do not count when this process is not niced itself: the scheduler gives
     their cores back to it (a nice-19 process gets ~1.5% of a core beside a nice-0 one), so a

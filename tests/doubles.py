@@ -166,3 +166,27 @@ def fit_masked(model, ids, mask, steps: int, lr: float = 3e-3):
         loss.backward()
         opt.step()
     return model.eval(), loss.item()
+
+
+def fit_tool_use(tok, steps: int = 55):
+    """The tiny profile's model fitted to three trajectories (a call, its output, the boxed answer):
+    sampled at T = 1 it calls the tool, fails some calls, answers right and wrong (seed 0)."""
+    import torch
+
+    from kit.config import load
+    from kit.models import build_tiny_model
+
+    torch.manual_seed(0)
+    model = build_tiny_model(load("tiny", write=False).model, tok, seed=0)
+    enc = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
+    rows = []
+    for a in (12, 13, 14):
+        p = enc(prompts.render_prompt(f"What is {a} * {a + 7}?"))
+        t1 = enc("use python " + call(f"print({a}*{a + 7})") + prompts.IM_END)
+        fb = enc(prompts.feedback_block([str(a * (a + 7))]))
+        t2 = enc(f"so</reason> <answer> \\boxed{{{a * (a + 7)}}} </answer>" + prompts.IM_END)
+        rows.append((p + t1 + fb + t2, [0] * len(p) + [1] * len(t1) + [0] * len(fb) + [1] * len(t2)))
+    L = max(len(r[0]) for r in rows)
+    ids = torch.tensor([r[0] + [0] * (L - len(r[0])) for r in rows])
+    mask = torch.tensor([r[1] + [0] * (L - len(r[1])) for r in rows])
+    return fit_masked(model, ids, mask, steps)[0]

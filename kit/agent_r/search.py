@@ -22,7 +22,6 @@ multiset of trajectories (as :mod:`kit.train.rollouts` canonicalises a group).
 
 from __future__ import annotations
 
-import asyncio
 import math
 import time
 from collections.abc import Sequence
@@ -39,6 +38,7 @@ from kit.agent_r.replay import (
 from kit.agent_r.tree import Node, backpropagate, insert, select
 from kit.algo.roc_penalties import tool_failure_count
 from kit.rollout import run_trajectory
+from kit.rollout.cohort import gather_trajectories
 from kit.rollout.loop import Trajectory
 from kit.train.rollouts import grade
 
@@ -152,8 +152,8 @@ async def search(engine, tokenizer, problems: Sequence[Any], executor, p: Search
             node = select(tree.root, p.c_uct, p.width, max_depth)
             node.expansions += p.width
             jobs += [(tree, node)] * p.width
-        trs = await asyncio.gather(*(_simulate(engine, tokenizer, t, n, executor, memo, counts, p, cfg_rollout)
-                                     for t, n in jobs))
+        trs = await gather_trajectories(engine, [  # one cohort: batches by the engine's clock (issue #41)
+            (lambda t=t, n=n: _simulate(engine, tokenizer, t, n, executor, memo, counts, p, cfg_rollout)) for t, n in jobs])
         verdicts = await graded([(t.problem.answer, tr.response_text) for (t, _), tr in zip(jobs, trs, strict=True)])
         new: dict[int, list] = {}
         for (tree, _), tr, v in zip(jobs, trs, verdicts, strict=True):

@@ -113,6 +113,10 @@ class RolloutConfig:
     tool_name: str = "execute_python_code_with_standard_io"
     batch_size: int = 64  # tiny engine: concurrent rows (continuous batching slots)
     scheduler: Literal["dynamic", "static"] = "dynamic"  # report §3.2 load balancing
+    # tiny engine ("dynamic"): the tool latency its schedule assumes, in decode steps; a turn that ends at
+    # step c is admitted again at c + this (other rows decode meanwhile), so batches follow a logical clock,
+    # never the wall clock (kit.rollout.cohort; issue #41). A slower tool call costs wall time, not a different batch
+    tool_delay_steps: int = 8
     # VERL runtime (report §3.2): which balancer routes rollout requests across inference engines.
     # "kv_cache": the kit's KV-cache-aware balancer (kit.sched.KvCacheBalancer through
     # kit.bridge.kv_router: most free KV first, a trajectory stays on the engine holding its prefix

@@ -39,6 +39,7 @@ from typing import Any, Literal, Protocol, runtime_checkable
 import torch
 
 from kit import prompts
+from kit.rollout.cohort import TRAJECTORY, Cohort
 
 
 @dataclass(frozen=True)
@@ -145,13 +146,17 @@ class _Request:
     stop_ids: frozenset[int]
     seed: int
     future: asyncio.Future
+    traj: int | None = None  # its trajectory's cohort id (kit.rollout.cohort); None: an unmanaged caller
 
 
 class HFBackend:
     """The tiny model on CPU: micro-batched sampling with a KV cache for concurrent trajectories.
 
-    Pending requests are gathered (up to ``batch_size``, after ``gather_s`` seconds of quiet),
-    left-padded and decoded together in a worker thread, so the event loop keeps running tool
+    Requests of one cohort (:func:`kit.rollout.cohort.gather_trajectories`, as
+    :func:`kit.rollout.rollout_batch` runs them) are batched when every live trajectory has
+    submitted its next turn, in trajectory order (up to ``batch_size`` a batch), so batches do not
+    depend on tool latency; requests from callers outside a cohort are gathered after ``gather_s``
+    seconds of quiet. Batches are left-padded and decoded together in a worker thread, so the event loop keeps running tool
     calls meanwhile. Each row has its own token budget, temperature, top-p and stop ids; a row
     stops on a stop id (kept) or its budget, the batch when every row has stopped. Requests that
     arrive during a batch wait for the next one (use ``kit.rollout.engine`` for continuous batching).
@@ -185,27 +190,52 @@ class HFBackend:
         self._wake: asyncio.Event | None = None
         self._lock = threading.Lock()  # one forward at a time even across event loops
         self.stats = {"batches": 0, "rows": 0, "tokens": 0, "seconds": 0.0}
+        #: the trajectories of the rollouts in flight (kit.rollout.cohort)
+        self.cohort = Cohort()
 
     async def generate(self, prompt_ids, max_new_tokens, temperature, top_p, stop_ids) -> Generation:
         check_request(prompt_ids, max_new_tokens, temperature, top_p)
         room = self.max_context - len(prompt_ids)
         if room <= 0:
             raise ValueError(f"HFBackend: prompt of {len(prompt_ids)} tokens fills the context of {self.max_context}")
-        key = hashlib.blake2b(json.dumps(list(prompt_ids)).encode(), digest_size=8).digest()
-        k = self._seen.get(key, 0)
-        self._seen[key] = k + 1
-        seed = int.from_bytes(hashlib.blake2b(key + f"{self.seed}:{k}".encode(), digest_size=8).digest(), "little") >> 1
+        traj = TRAJECTORY.get()
+        managed = traj is not None and traj in self.cohort.due
         loop = asyncio.get_running_loop()
         req = _Request(list(prompt_ids), min(max_new_tokens, room), float(temperature), float(top_p),
-                       frozenset(stop_ids), seed, loop.create_future())
+                       frozenset(stop_ids), -1, loop.create_future())
         if req.max_new_tokens == 0:
+            if not managed:
+                self._seed(req)
             return Generation([], [], "length")
+        if managed:  # seeded when batched, in trajectory order (kit.rollout.cohort)
+            req.traj = traj
+            self.cohort.submitted(traj)
+        else:
+            self._seed(req)
         self._pending.append(req)
+        self.kick()
+        return await req.future
+
+    def _seed(self, req: _Request) -> None:
+        """``req.seed`` from ``(seed, prompt ids, how many times this prompt was seeded before)``."""
+        key = hashlib.blake2b(json.dumps(req.prompt_ids).encode(), digest_size=8).digest()
+        k = self._seen.get(key, 0)
+        self._seen[key] = k + 1
+        req.seed = int.from_bytes(hashlib.blake2b(key + f"{self.seed}:{k}".encode(), digest_size=8).digest(), "little") >> 1
+
+    def kick(self) -> None:
+        """Wake (or start) the batching task: a request arrived or a trajectory joined or left."""
+        self.cohort.wake()
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if not self._pending:
+            return
         if self._worker is None or self._worker.done() or self._worker.get_loop() is not loop:
             self._wake = asyncio.Event()
             self._worker = loop.create_task(self._serve())
         self._wake.set()
-        return await req.future
 
     async def aclose(self) -> None:
         """Stop the batching task of the running loop (idempotent; ``generate`` starts a new one).
@@ -224,24 +254,38 @@ class HFBackend:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            n = -1
-            while n != len(self._pending):  # let concurrent trajectories submit before batching
-                n = len(self._pending)
-                await asyncio.sleep(self.gather_s)
-            if not self._pending:
-                continue
-            batch, self._pending = self._pending[: self.batch_size], self._pending[self.batch_size:]
-            if self._pending:
-                self._wake.set()
-            try:
-                outs = await asyncio.to_thread(self._decode, batch)
-            except Exception as exc:  # hand the error to every waiting trajectory
-                for r in batch:
-                    if not r.future.done():
-                        r.future.set_exception(exc)
-                continue
-            for r, g in zip(batch, outs, strict=True):
-                if not r.future.done():
+            if len(self.cohort):  # a cohort: one round when every live trajectory has submitted, in trajectory order
+                if self.cohort.waiting():
+                    continue
+                rnd = sorted(self._pending, key=lambda r: (r.traj is None, r.traj if r.traj is not None else 0))
+                self._pending = []
+            else:  # unmanaged callers: what arrives within a quiet window (arrival-time batching)
+                n = -1
+                while n != len(self._pending):  # let concurrent trajectories submit before batching
+                    n = len(self._pending)
+                    await asyncio.sleep(self.gather_s)
+                rnd, self._pending = self._pending[: self.batch_size], self._pending[self.batch_size:]
+                if self._pending:
+                    self._wake.set()
+            for start in range(0, len(rnd), self.batch_size):
+                await self._run_batch(rnd[start:start + self.batch_size])
+
+    async def _run_batch(self, batch: list[_Request]) -> None:
+        """Decode one batch in a worker thread and answer its requests (an error goes to each)."""
+        for r in batch:
+            if r.seed < 0:
+                self._seed(r)
+        try:
+            outs = await asyncio.to_thread(self._decode, batch)
+        except Exception as exc:  # hand the error to every waiting trajectory
+            outs = [exc] * len(batch)
+        for r, g in zip(batch, outs, strict=True):
+            if r.traj is not None:
+                self.cohort.finished(r.traj, 0)
+            if not r.future.done():
+                if isinstance(g, Exception):
+                    r.future.set_exception(g)
+                else:
                     r.future.set_result(g)
 
     def _decode(self, batch: list[_Request]) -> list[Generation]:

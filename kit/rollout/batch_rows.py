@@ -67,6 +67,8 @@ class EngineRequest:
     done: bool = False
     reported: bool = False
     u: list[float] | None = None  # the request's sampling stream (one uniform per new token)
+    traj: int | None = None  # its trajectory's cohort id (kit.rollout.cohort); None: an unmanaged caller
+    due: int = 0  # the logical step it may be admitted at (managed requests)
 
     def result(self) -> Generation:
         """The sampled turn as the ``Backend`` contract returns it (``"stop"`` when it ends on a stop id)."""

@@ -52,6 +52,7 @@ import torch
 from kit.models.decode import Qwen3DecodeStep, supports
 from kit.rollout.backends import Generation, HFBackend, check_request
 from kit.rollout.batch_rows import EngineRequest, RunningRows, request_seed
+from kit.rollout.cohort import TRAJECTORY, Cohort, gather_trajectories
 from kit.rollout.kv_cache import use_gqa_attention
 from kit.rollout.loop import run_trajectory
 
@@ -71,6 +72,8 @@ class _BackendBase:
         self.max_context = max_context or int(getattr(model.config, "max_position_embeddings", 1 << 30))
         self._seen: dict[str, int] = {}
         self._pending: list[EngineRequest] = []
+        #: the trajectories of the rollouts in flight and the logical clock (kit.rollout.cohort)
+        self.cohort = Cohort()
         self._lock = threading.Lock()
         self._worker: asyncio.Task | None = None
         #: tokens: sampled tokens; steps: decode forwards; row_steps: rows x steps (padding rows
@@ -83,14 +86,58 @@ class _BackendBase:
         room = self.max_context - len(prompt_ids)
         if room <= 0:
             raise ValueError(f"{type(self).__name__}: prompt of {len(prompt_ids)} tokens fills the context of {self.max_context}")
+        traj = TRAJECTORY.get()
+        managed = traj is not None and traj in self.cohort.due
+        if min(max_new_tokens, room) == 0:
+            if not managed:
+                self._seen_count(prompt_ids)
+            return Generation([], [], "length")
+        req = EngineRequest(list(prompt_ids), min(max_new_tokens, room), float(temperature), float(top_p),
+                            frozenset(stop_ids), -1, asyncio.get_running_loop().create_future())
+        if managed:  # seeded at admission, in (due, trajectory) order (kit.rollout.cohort)
+            req.traj, req.due = traj, self.cohort.submitted(traj)
+        else:
+            req.seed = request_seed(self.seed, prompt_ids, self._seen_count(prompt_ids))
+        return req
+
+    def _seen_count(self, prompt_ids) -> int:
+        """How many times this exact prompt was seeded before (then counts this one)."""
         key = json.dumps(list(prompt_ids))
         k = self._seen.get(key, 0)
         self._seen[key] = k + 1
-        if min(max_new_tokens, room) == 0:
-            return Generation([], [], "length")
-        return EngineRequest(list(prompt_ids), min(max_new_tokens, room), float(temperature), float(top_p),
-                             frozenset(stop_ids), request_seed(self.seed, prompt_ids, k),
-                             asyncio.get_running_loop().create_future())
+        return k
+
+    def _seed_in_order(self, reqs: list[EngineRequest]) -> None:
+        """Give managed requests their sampling seeds, in the order they are listed (admission order)."""
+        for r in reqs:
+            if r.seed < 0:
+                r.seed = request_seed(self.seed, r.prompt_ids, self._seen_count(r.prompt_ids))
+
+    def _ready(self) -> list[EngineRequest]:
+        """Pending requests that may be scheduled now: managed ones due by the clock, in (due,
+        trajectory) order, then unmanaged ones in arrival order (a cancelled one is dropped)."""
+        self._pending = [r for r in self._pending if not r.future.cancelled()]
+        clock = self.cohort.clock
+        managed = sorted((r for r in self._pending if r.traj is not None and r.due <= clock), key=lambda r: (r.due, r.traj))
+        return managed + [r for r in self._pending if r.traj is None]
+
+    def _next_event(self) -> int | None:
+        """The earliest clock value after now at which a trajectory or a pending request is due."""
+        later = [r.due for r in self._pending if r.traj is not None and r.due > self.cohort.clock]
+        nxt = self.cohort.next_due()
+        if nxt is not None:
+            later.append(nxt)
+        return min(later) if later else None
+
+    def kick(self) -> None:
+        """Wake (or restart) the worker: a trajectory joined, submitted or left."""
+        self.cohort.wake()
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if self._pending or self.cohort.waiting():
+            self._ensure_worker()
 
     def _ensure_worker(self) -> None:
         loop = asyncio.get_running_loop()
@@ -144,7 +191,12 @@ class ContinuousBatchingEngine(_BackendBase):
         kv_budget_tokens: if set, admit a request only while the sum of ``prompt + max_new`` over
             the running rows stays within this many tokens (no over-commit, so no eviction).
         max_steps_per_call: decode steps run in the worker thread before the event loop is
-            consulted, unless a row finishes or a request is waiting for a free slot first.
+            consulted, unless a row finishes or a trajectory is due first.
+        tool_delay_steps: the tool latency the schedule assumes, in decode steps: a trajectory
+            whose turn ends at step ``c`` has its next turn admitted at step ``c + tool_delay_steps``
+            (the other rows decode meanwhile; the engine waits there if its tool call is slower).
+            The schedule, and so every float, is a function of the requests, never of the wall
+            clock (:mod:`kit.rollout.cohort`).
         prefix_cache: keep the KV of up to ``slots`` finished rows; a request whose prompt
             starts with one (the next turn of a trajectory: context + turn + tool feedback)
             prefills only the new tokens. Off: every turn re-prefills its whole context.
@@ -155,8 +207,11 @@ class ContinuousBatchingEngine(_BackendBase):
 
     def __init__(self, model: Any, tokenizer: Any, slots: int = 64, seed: int = 0, max_context: int | None = None,
                  kv_budget_tokens: int | None = None, max_steps_per_call: int = 8, prefix_cache: bool = True,
-                 lean_decode: bool = True):
+                 lean_decode: bool = True, tool_delay_steps: int = 8):
         super().__init__(model, tokenizer, seed, max_context, lean_decode)
+        if tool_delay_steps < 0:
+            raise ValueError(f"tool_delay_steps must be >= 0, got {tool_delay_steps}")
+        self.tool_delay_steps = tool_delay_steps
         if slots < 1:
             raise ValueError(f"slots must be >= 1, got {slots}")
         self.slots = slots
@@ -188,24 +243,35 @@ class ContinuousBatchingEngine(_BackendBase):
                 best = key
         return self._prefixes.pop(best) if best is not None else None
 
-    def _admissible(self, rows: RunningRows) -> list[EngineRequest]:
+    def _admissible(self, rows: RunningRows, ready: list[EngineRequest]) -> list[EngineRequest]:
+        """The prefix of ``ready`` that fits the free slots (and the KV budget), taken off the queue."""
         take: list[EngineRequest] = []
         reserved = sum(len(r.prompt_ids) + r.max_new for r in rows.reqs if not r.done)
-        while self._pending and len(rows) + len(take) < self.slots:
-            r = self._pending[0]
-            if r.future.cancelled():  # its caller was cancelled (a client that disconnected) before it got a row
-                self._pending.pop(0)
-                continue
+        for r in ready:
+            if len(rows) + len(take) >= self.slots:
+                break
             need = len(r.prompt_ids) + r.max_new
             if self.kv_budget is not None and reserved + need > self.kv_budget and (len(rows) or take):
                 break
-            take.append(self._pending.pop(0))
+            take.append(r)
             reserved += need
+        taken = {id(r) for r in take}
+        self._pending = [r for r in self._pending if id(r) not in taken]
+        self._seed_in_order(take)
         return take
 
-    def _advance(self, rows: RunningRows, admit: list[EngineRequest]) -> list[EngineRequest]:
-        """Worker thread: prefill ``admit``, then decode until a row ends or a slot is wanted."""
+    def _advance(self, rows: RunningRows, admit: list[EngineRequest], max_steps: int,
+                 soon: int = 0) -> tuple[list[EngineRequest], int]:
+        """Worker thread: prefill ``admit``, then decode until a row ends or ``max_steps`` steps.
+
+        Every decision here follows from the rows and the arguments (kit.rollout.cohort): the
+        step count is fixed by the caller from the logical clock, so when the loop stops does not
+        depend on when a tool call returns. Only unmanaged requests (no cohort) may stop it early
+        to take a free slot. ``soon``: requests due within these steps (they will want the slots
+        of finished rows). Returns the finished requests and the decode steps run.
+        """
         t0 = time.perf_counter()
+        n = 0
         with self._lock, torch.inference_mode():
             keep = self._keep if self.prefix_cache else None
             if admit:
@@ -217,8 +283,7 @@ class ContinuousBatchingEngine(_BackendBase):
                 self.stats["reused_tokens"] += reused
                 self.stats["prefill_tokens"] += sum(len(r.prompt_ids) for r in admit) - reused
             done = rows.collect_finished(keep)
-            n = 0
-            while not done and len(rows) and n < self.max_steps_per_call:
+            while not done and len(rows) and n < max_steps:
                 rows.step()
                 n += 1
                 self.stats["steps"] += 1
@@ -226,37 +291,64 @@ class ContinuousBatchingEngine(_BackendBase):
                 self.stats["kv_cols"] += rows.mask.shape[1]
                 self.occupancy.append(len(rows))
                 done = rows.collect_finished(keep)
-                if self._pending and len(rows) < self.slots:
-                    break
+                if len(rows) < self.slots and any(r.traj is None for r in self._pending):
+                    break  # an unmanaged request waits for a free slot (arrival-time scheduling)
             # finished rows keep their slot (and cost a row per step) until a new row takes it;
-            # when few requests wait, drop them so the batch shrinks
+            # when few requests are due soon, drop them so the batch shrinks
             dead = rows.physical - len(rows)
-            if dead and (not len(rows) or (dead * 4 >= rows.physical and len(self._pending) < dead)):
+            if dead and (not len(rows) or (dead * 4 >= rows.physical and soon < dead)):
                 rows.compact()
         self.stats["busy_s"] += time.perf_counter() - t0
-        return done
+        return done, n
 
     async def _serve(self) -> None:
         rows = self._rows = RunningRows(self.model, self.pad_id, self.decode)
-        while self._pending or len(rows):  # the worker ends when idle; generate() starts a new one
-            admit = self._admissible(rows)
+        co = self.cohort
+        while True:  # the worker ends when idle; generate() and kick() start a new one
+            if co.blocked():  # a trajectory due now is still in its tool call: wait for it (wall time only)
+                await co.changed()
+                continue
+            ready = self._ready()
+            if not len(rows) and not ready:
+                nxt = self._next_event()
+                if nxt is None:
+                    if co.waiting():  # cannot happen: a waiting trajectory is due at some step
+                        await co.changed()
+                        continue
+                    return
+                co.clock = nxt  # nothing to decode until then: logical time jumps
+                continue
+            admit = self._admissible(rows, ready)
+            nxt = self._next_event()
+            steps = self.max_steps_per_call if nxt is None else max(1, min(self.max_steps_per_call, nxt - co.clock))
+            horizon = co.clock + steps
+            soon = sum(d is not None and d <= horizon for d in co.due.values()) \
+                + sum(r.traj is None or r.due <= horizon for r in self._pending)
             try:
-                done = await asyncio.to_thread(self._advance, rows, admit)
+                done, n = await asyncio.to_thread(self._advance, rows, admit, steps, soon)
             except Exception as exc:  # every row in flight fails with the error
                 self._fail(admit + rows.reqs, exc)
+                for r in admit + rows.reqs:
+                    if r.traj is not None:
+                        co.finished(r.traj, 0)
                 rows = self._rows = RunningRows(self.model, self.pad_id, self.decode)
                 continue
+            co.clock += n
+            for r in done:
+                if r.traj is not None:
+                    co.finished(r.traj, self.tool_delay_steps)
             self._finish(done)
 
 
 class BatchLoopBackend(_BackendBase):
     """The plain batch loop (``rollout.scheduler = "static"``): whole batches, slowest row last.
 
-    Inside a cohort (:meth:`join` / :meth:`leave`, done by :func:`rollout_plain`) a batch starts
-    only when every live trajectory of the cohort has submitted its next turn, so the batch waits
-    for all tool calls of the previous one; all rows decode until the slowest is done (finished
-    rows keep occupying the batch, as with ``model.generate``). Outside a cohort it batches what
-    is pending after ``gather_s`` seconds of quiet.
+    Inside a cohort (:func:`kit.rollout.cohort.gather_trajectories`, as :func:`rollout_plain` runs
+    it) a batch starts only when every live trajectory of the cohort has submitted its next turn,
+    so the batch waits for all tool calls of the previous one; the requests are batched in
+    trajectory order; all rows decode until the slowest is done (finished rows keep occupying the
+    batch, as with ``model.generate``). Outside a cohort it batches what is pending after
+    ``gather_s`` seconds of quiet (arrival-time batching: not repeatable under load).
 
     Args:
         model, tokenizer, seed, max_context: as :class:`ContinuousBatchingEngine`.
@@ -269,17 +361,6 @@ class BatchLoopBackend(_BackendBase):
         super().__init__(model, tokenizer, seed, max_context)
         self.batch_size = batch_size
         self.gather_s = gather_s
-        self.active = 0  # live trajectories of the current cohort
-
-    def join(self, n: int) -> None:
-        """Declare ``n`` more live trajectories in the cohort."""
-        self.active += n
-
-    def leave(self) -> None:
-        """A trajectory of the cohort ended (no more requests from it)."""
-        self.active -= 1
-        if self._pending:
-            self._ensure_worker()
 
     def _decode(self, batch: list[EngineRequest]) -> None:
         t0 = time.perf_counter()
@@ -295,24 +376,34 @@ class BatchLoopBackend(_BackendBase):
         self.stats["busy_s"] += time.perf_counter() - t0
 
     async def _serve(self) -> None:
-        while True:  # ends when no batch is ready; generate() and leave() start a new worker
-            if self.active > 0:
-                if len(self._pending) < min(self.active, self.batch_size):
+        co = self.cohort
+        while True:  # ends when no batch is ready; generate() and kick() start a new one
+            self._pending = [r for r in self._pending if not r.future.cancelled()]
+            if len(co):  # a cohort: wait until every live trajectory has submitted
+                if co.waiting():
                     return
+                batch = sorted(self._pending, key=lambda r: (r.traj is None, r.traj if r.traj is not None else 0))
             else:
                 n = -1
                 while n != len(self._pending):
                     n = len(self._pending)
                     await asyncio.sleep(self.gather_s)
-            if not self._pending:
+                batch = list(self._pending)
+            if not batch:
                 return
-            batch, self._pending = self._pending[: self.batch_size], self._pending[self.batch_size:]
+            batch = batch[: self.batch_size]
+            taken = {id(r) for r in batch}
+            self._pending = [r for r in self._pending if id(r) not in taken]
+            self._seed_in_order(batch)
             try:
                 await asyncio.to_thread(self._decode, batch)
             except Exception as exc:
                 self._fail(batch, exc)
                 continue
             self._finish(batch)
+            for r in batch:
+                if r.traj is not None:
+                    co.finished(r.traj, 0)
 
 
 async def rollout_plain(backend: BatchLoopBackend, tokenizer: Any, problems: Sequence[str], executor: Any, n: int,
@@ -324,17 +415,10 @@ async def rollout_plain(backend: BatchLoopBackend, tokenizer: Any, problems: Seq
     """
     flat_problems = [p for p in problems for _ in range(n)]
     flat: list[Any] = []
-
-    async def one(p: str) -> Any:
-        try:
-            return await run_trajectory(backend, tokenizer, p, executor, cfg, **kwargs)
-        finally:
-            backend.leave()
-
     for start in range(0, len(flat_problems), backend.batch_size):
         chunk = flat_problems[start:start + backend.batch_size]
-        backend.join(len(chunk))
-        flat += await asyncio.gather(*(one(p) for p in chunk))
+        flat += await gather_trajectories(backend, [
+            (lambda p=p: run_trajectory(backend, tokenizer, p, executor, cfg, **kwargs)) for p in chunk])
     return [flat[i * n:(i + 1) * n] for i in range(len(problems))]
 
 
@@ -354,7 +438,8 @@ def make_backend(model: Any, tokenizer: Any, rollout_cfg: Any, seed: int = 0) ->
         ValueError: an unknown scheduler name.
     """
     if rollout_cfg.scheduler == "dynamic":
-        return ContinuousBatchingEngine(model, tokenizer, slots=rollout_cfg.batch_size, seed=seed)
+        return ContinuousBatchingEngine(model, tokenizer, slots=rollout_cfg.batch_size, seed=seed,
+                                        tool_delay_steps=getattr(rollout_cfg, "tool_delay_steps", 8))
     if rollout_cfg.scheduler == "static":
         return HFBackend(model, tokenizer, batch_size=rollout_cfg.batch_size, seed=seed)
     raise ValueError(f"unknown rollout.scheduler {rollout_cfg.scheduler!r}")

@@ -46,6 +46,7 @@ from kit.models import stop_token_ids
 from kit.reward import extract_final_answer
 from kit.rollout import protocol
 from kit.rollout.backends import Backend, Generation
+from kit.rollout.cohort import gather_trajectories
 from kit.sandbox import ToolCall
 
 
@@ -336,10 +337,11 @@ async def run_group(backend, tokenizer, problem: str, executor, n: int, cfg: Rol
                     **kwargs) -> list[Trajectory]:
     """``n`` concurrent rollouts of one problem (one GRPO group, G or 2G trajectories).
 
-    Same arguments as :func:`run_trajectory`; returns the ``n`` trajectories in start order.
+    Same arguments as :func:`run_trajectory`; returns the ``n`` trajectories in start order. They
+    run as one cohort of the backend (:func:`kit.rollout.cohort.gather_trajectories`).
     """
-    return list(await asyncio.gather(*(run_trajectory(backend, tokenizer, problem, executor, cfg, **kwargs)
-                                       for _ in range(n))))
+    return await gather_trajectories(backend, [
+        lambda: run_trajectory(backend, tokenizer, problem, executor, cfg, **kwargs) for _ in range(n)])
 
 
 async def rollout_batch(backend, tokenizer, problems: Sequence[str], executor, n: int,
@@ -350,21 +352,19 @@ async def rollout_batch(backend, tokenizer, problems: Sequence[str], executor, n
     Args:
         problems: P problem texts.
         n: samples per problem (G, or 2G with RoC oversampling).
-        max_concurrency: the most trajectories alive at once (None: all P*n); the backend batches
-            whatever is pending.
+        max_concurrency: the most trajectories alive at once (None: all P*n), in fixed lanes
+            (:func:`kit.rollout.cohort.gather_trajectories`).
         **kwargs: passed to :func:`run_trajectory` (``max_response_tokens``, ``max_turns``, ...).
     Returns:
         ``out[p][g]`` is sample ``g`` of problem ``p``, in problem order.
+
+    The ``P x n`` trajectories run as one cohort of the backend
+    (:func:`kit.rollout.cohort.gather_trajectories`): a local backend batches them by its logical
+    clock, so the samples do not depend on tool latency or machine load.
     """
-    sem = asyncio.Semaphore(max_concurrency) if max_concurrency else None
-
-    async def one(p: str) -> Trajectory:
-        if sem is None:
-            return await run_trajectory(backend, tokenizer, p, executor, cfg, **kwargs)
-        async with sem:
-            return await run_trajectory(backend, tokenizer, p, executor, cfg, **kwargs)
-
-    flat = await asyncio.gather(*(one(p) for p in problems for _ in range(n)))
+    flat = await gather_trajectories(backend, [
+        (lambda p=p: run_trajectory(backend, tokenizer, p, executor, cfg, **kwargs)) for p in problems for _ in range(n)],
+        max_concurrency=max_concurrency)
     return [list(flat[i * n:(i + 1) * n]) for i in range(len(problems))]
 
 

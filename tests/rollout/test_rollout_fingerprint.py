@@ -26,13 +26,10 @@ import hashlib
 import json
 
 import pytest
-import torch
-from doubles import call, fit_masked
+from doubles import fit_tool_use
 
-from kit import prompts
 from kit.config import load
 from kit.data.tasks import TaskProblem
-from kit.models import build_tiny_model
 from kit.sandbox import SandboxPool
 from kit.train import rollouts
 
@@ -48,20 +45,7 @@ def _problem(a: int) -> TaskProblem:
 
 def _fit(tok, steps: int = 55):
     """The tiny model fitted to three trajectories: a call, its output, the boxed answer."""
-    torch.manual_seed(0)
-    model = build_tiny_model(load("tiny", write=False).model, tok, seed=0)
-    enc = lambda s: tok.encode(s, add_special_tokens=False)  # noqa: E731
-    rows = []
-    for a in (12, 13, 14):
-        p = enc(prompts.render_prompt(f"What is {a} * {a + 7}?"))
-        t1 = enc("use python " + call(f"print({a}*{a + 7})") + prompts.IM_END)
-        fb = enc(prompts.feedback_block([str(a * (a + 7))]))
-        t2 = enc(f"so</reason> <answer> \\boxed{{{a * (a + 7)}}} </answer>" + prompts.IM_END)
-        rows.append((p + t1 + fb + t2, [0] * len(p) + [1] * len(t1) + [0] * len(fb) + [1] * len(t2)))
-    L = max(len(r[0]) for r in rows)
-    ids = torch.tensor([r[0] + [0] * (L - len(r[0])) for r in rows])
-    mask = torch.tensor([r[1] + [0] * (L - len(r[1])) for r in rows])
-    return fit_masked(model, ids, mask, steps)[0]
+    return fit_tool_use(tok, steps)
 
 
 def _weights_hash(model) -> str:

@@ -1,0 +1,99 @@
+"""A rollout batch is a function of (model, seed, requests), not of tool latency (issue #41).
+
+The tiny model fitted to call the tool (``doubles.fit_tool_use``) is rolled out at T = 1 through
+:func:`kit.train.rollouts.collect` (the real sandbox, the step cache, the real verifier) three times
+per scheduler: with the sandbox as it is, and twice with every tool call delayed by a random
+0-40 ms drawn from a different stream each time, so the calls return in other orders and at other
+decode steps. Token ids, log-probs and entropies must be bitwise equal: the schedulers decide
+admission, batching and compaction from their logical clock (:mod:`kit.rollout.cohort`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import json
+import random
+import struct
+
+import pytest
+from doubles import fit_tool_use
+
+from kit.config import load
+from kit.data.tasks import TaskProblem
+from kit.rollout.cohort import Cohort
+from kit.sandbox import SandboxPool
+from kit.train import rollouts
+
+pytestmark = pytest.mark.slow
+
+PROBLEMS = [TaskProblem(f"t{a}", "product", 1, f"What is {a} * {a + 7}?", str(a * (a + 7)), f"print({a}*{a + 7})")
+            for a in (12, 13, 31, 45, 14)]
+
+
+class Jitter:
+    """The sandbox with each batch of calls held back a random 0-``max_s`` seconds (its own stream)."""
+
+    def __init__(self, inner, seed: int | None, max_s: float = 0.04):
+        self.inner, self.rng, self.max_s = inner, random.Random(seed), max_s
+
+    async def run_batch(self, calls):
+        if self.rng is not None:
+            await asyncio.sleep(self.rng.uniform(0.0, self.max_s))
+        return await self.inner.run_batch(calls)
+
+
+def _fingerprint(batch) -> str:
+    """Everything a trajectory records that floats or scheduling could move, as exact text
+    (floats by their bit patterns)."""
+    bits = lambda xs: [struct.pack("<d", x).hex() for x in xs or []]  # noqa: E731
+    rows = [[t.response_ids, t.response_mask, bits(t.logprobs), bits(t.entropy), t.finish_reason,
+             [(c.status, c.feedback) for c in t.calls]] for t in batch.flat()]
+    return json.dumps([rows, batch.rewards.tolist()])
+
+
+@pytest.fixture(scope="module")
+def fitted(tok, one_torch_thread):
+    return fit_tool_use(tok)
+
+
+def _collect(scheduler: str, model, tok, jitter_seed: int | None):
+    base = load("tiny", write=False)
+    cfg = dataclasses.replace(base, sandbox=dataclasses.replace(base.sandbox, num_workers=2),
+                              rollout=dataclasses.replace(base.rollout, scheduler=scheduler, batch_size=8))
+
+    async def go():
+        async with SandboxPool(cfg.sandbox) as pool:
+            ex = Jitter(pool, jitter_seed) if jitter_seed is not None else pool
+            return await rollouts.collect(cfg, model, tok, PROBLEMS, 4, ex, seed=7, max_response_tokens=120,
+                                          max_turns=3, temperature=1.0)
+    return asyncio.run(go())
+
+
+@pytest.mark.parametrize("scheduler", ["dynamic", "static"])
+def test_tool_latency_does_not_change_a_single_bit_of_the_batch(scheduler, fitted, tok):
+    plain = _collect(scheduler, fitted, tok, None)
+    calls = sum(t.tool_calls for t in plain.flat())
+    assert calls >= 10, "the fitted model should call the tool in most trajectories"
+    assert len({len(t.response_ids) for t in plain.flat()}) > 3  # rows end at different steps: batches change
+    ref = _fingerprint(plain)
+    for seed in (1, 2):
+        assert _fingerprint(_collect(scheduler, fitted, tok, seed)) == ref, f"jitter stream {seed} changed the batch"
+
+
+def test_the_cohort_waits_for_a_due_trajectory_and_admits_in_due_order():
+    co = Cohort()
+    base = co.reserve(3)
+    for j in range(base, base + 3):
+        co.join(j)
+    assert co.blocked()  # all due now, none submitted
+    assert [co.submitted(j) for j in (base + 2, base, base + 1)] == [0, 0, 0]
+    assert not co.blocked() and not co.waiting()
+    co.clock = 5
+    co.finished(base, delay=8)  # its row ended at step 5: due again at 13
+    assert co.next_due() == 13 and not co.blocked()
+    co.clock = 13
+    assert co.blocked()
+    assert co.leave(base) == 13 and not co.blocked()
+    with pytest.raises(ValueError, match="not waiting"):
+        co.submitted(base + 1)  # a second request while one is outstanding

@@ -40,11 +40,34 @@ percent: ``25`` vs ``25\%``           correct: a trailing percent sign is droppe
 degrees: ``30^\circ`` vs ``30``       correct (``^\circ``, ``^{\circ}``, ``°``, ``\degree``
                                       dropped); ``30^\circ`` vs ``\frac{\pi}{6}`` is wrong:
                                       units are never converted.
-units: ``5`` vs ``5\text{ cm}``       correct: one trailing ``\text{}``/``\mathrm{}``/
-                                      ``\mbox{}`` group without digits (optionally ``^2``)
-                                      is dropped; bare unit words math_verify knows (``5 cm``)
-                                      are dropped by it; other letters are variables (``5x``
-                                      vs ``5`` wrong).
+units: ``5`` vs ``5\text{ cm}``       correct: *one* trailing unit is dropped, a ``\text{}``/
+                                      ``\mathrm{}``/``\mbox{}`` group (optionally ``^2``) or
+                                      bare words after a number (``5 cm``, ``12 sq ft``), and
+                                      only when every word is a unit (``rules.UNIT_WORDS``:
+                                      lengths, areas, volumes, masses, times, currencies,
+                                      angles; ``per``, ``/``). math_verify's own unit
+                                      reading is off (it dropped ``5t``, ``5 less``).
+words (issue #44)                     a word in a text group that is not a unit, a function
+                                      name, ``or``/``and`` between values, or a word of the
+                                      gold makes the answer wrong: ``30 \text{ or less}``,
+                                      ``\text{at least } 5``, ``5\text{ (approx.)}``,
+                                      ``5\text{ not}``, ``5\text{ apples}`` vs ``30``/``5``;
+                                      bare letters are variables (``5x``, ``5t`` vs ``5``
+                                      wrong), so are bare non-unit words (``5 less``).
+relations (issue #44)                 an answer that starts with a relation (``< 9``,
+                                      ``\ge 9``, ``\approx 9``, ``\in 9``, ``\to 9``) states
+                                      no value: wrong unless the gold starts with one too;
+                                      an order or approximation (``x \approx 9``,
+                                      ``n \ge 3``) against a gold without any relation is
+                                      wrong. ``=`` keeps its own row (``x=3``).
+invisible text (issue #44)            graded as the box shows it: ``\phantom``,
+                                      ``\hphantom``, ``\vphantom`` and their argument are
+                                      removed (``\hphantom{9}`` is empty: wrong;
+                                      ``\vphantom{8}9`` is ``9``), ``\smash{9}``,
+                                      ``\mathrlap{9}`` show ``9``, ``\hspace{}`` is space.
+                                      Colour (``\color{white}``) is not read (parse_error).
+``\mathrm{e}``, ``\mathrm{i}``        Euler's number and the imaginary unit, as ``e``, ``i``
+                                      (gold ``\mathrm{e}^2`` vs ``e^{2}`` correct).
 ``3`` vs ``x=3``                      correct when the left side is a single name (``x``,
                                       ``a_1``, ``\theta``, ``f(2)``); an equation with
                                       anything else on the left (``2x-y+5=0`` vs ``0``) is

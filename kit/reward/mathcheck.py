@@ -24,6 +24,7 @@ import logging
 import math
 from typing import Any
 
+from latex2sympy2_extended.latex2sympy2 import NormalizationConfig
 from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
 from sympy import (
     Basic,
@@ -49,8 +50,13 @@ logging.getLogger("math_verify").setLevel(logging.ERROR)
 #: Numbers with more digits than this (value or reciprocal) are never evaluated.
 MAX_DIGITS = 10_000
 _LOG10_2 = math.log10(2)
-_GOLD_CONFIG = [LatexExtractionConfig()]
-_PRED_CONFIG = [LatexExtractionConfig(), ExprExtractionConfig()]
+# math_verify's own unit reading is off: it drops any of ~150 trailing words, single letters and
+# qualifiers among them ("5t", "5 less", "5 more", "5\\text{ or less}" all read as 5). The kit drops
+# one trailing group of unit words itself (:func:`kit.reward.rules.normalize`; issue #44 part 1).
+_NORMALIZATION = NormalizationConfig(basic_latex=True, units=False, malformed_operators=True, nits=True,
+                                     boxed="all", equations=False)
+_GOLD_CONFIG = [LatexExtractionConfig(normalization_config=_NORMALIZATION)]
+_PRED_CONFIG = [LatexExtractionConfig(normalization_config=_NORMALIZATION), ExprExtractionConfig()]
 
 
 def log10_bound(expr: Any, _depth: int = 0) -> float:

@@ -13,12 +13,21 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
+from kit.reward.wording import (
+    SEPARATORS,
+    WRAP,
+    drop_decorations,
+    drop_unit,
+    hedged_relation,
+    leading_relation,
+    stray_words,
+    upright_constants,
+)
+
 #: Answers longer than this many characters are not given to math_verify (graded wrong).
 MAX_ANSWER_CHARS = 2000
 
-_WRAP = r"\\(?:text|textbf|textrm|mathrm|mbox|mathbf|textup|operatorname)"
-_WHOLE_WRAP = re.compile(r"^" + _WRAP + r"\s*\{([^{}]*)\}$")
-_TRAILING_UNIT = re.compile(r"^(?P<head>.*?\S)\s*" + _WRAP + r"\s*\{\s*[^{}\d]*\}\s*(?:\^\s*\{?[23]\}?)?$")
+_WHOLEWRAP = re.compile(r"^" + WRAP + r"\s*\{([^{}]*)\}$")
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree")
 #: a row break's spacing argument, a TeX dimension: \\[3pt], \\[1ex], \\[-2mm], \\[0.5em]
 _ROW_SPACING = re.compile(r"\\\\\s*\[\s*[+-]?(?:\d+\.?\d*|\.\d+)\s*(?:pt|em|ex|mm|cm|in|bp|pc|mu|sp|dd|cc)\s*\]")
@@ -31,7 +40,7 @@ _NUMBER = re.compile(
 # thousands separators: the first group has no leading zero ("0,250" is two values, 0 and 250)
 _THOUSANDS = re.compile(r"^[+-]?[1-9]\d{0,2}(?:(?:,\d{3})+|(?: \d{3})+)(?:\.\d+)?$")
 # a percent word after a number, bare or in \text{} ("25 percent", "25\text{ pct}"): graded like "%"
-_PERCENT_WORD = re.compile(r"(?<=[\d.}])\s*(?:" + _WRAP + r"\s*\{\s*(?:percent|percentage|pct)\.?\s*\}"
+_PERCENT_WORD = re.compile(r"(?<=[\d.}])\s*(?:" + WRAP + r"\s*\{\s*(?:percent|percentage|pct)\.?\s*\}"
                            r"|(?:percent|percentage|pct)\.?)$", re.IGNORECASE)
 _LETTER_GOLD = re.compile(r"^\(?([A-J])\)?$")
 _LETTER_ANSWER = re.compile(r"^(?:option\s*|choice\s*)?\(?([A-Ja-j])\)?[.:]?$", re.IGNORECASE)
@@ -40,13 +49,6 @@ _LONE_SYMBOL = re.compile(
 )
 _BASE_NUMBER = re.compile(r"^([0-9A-Za-z]+)_\{?\s*(\d+)\s*\}?$")
 _MAX_EXPONENT_DIGITS = 18
-# words and spaces that separate several answers ("x=3 \\text{ or } x=4", "x=3 \\quad x=4")
-_SEPARATORS = re.compile(
-    r"\\q?quad(?![A-Za-z])|\\(?:text|mathrm|textrm|mbox)\s*\{\s*(?:or|and)\s*\}|\\(?:lor|vee)(?![A-Za-z])"
-    r"|\s(?:or|and)\s"
-)
-
-
 def _top_level_split(s: str, sep: str) -> list[str]:
     """Split ``s`` on ``sep`` outside braces, brackets and parentheses."""
     parts, depth, cur = [], 0, []
@@ -91,7 +93,11 @@ def normalize(s: str) -> str:
     """Canonical text of one answer (gold or extracted), following the policy table.
 
     Drops math-mode delimiters, row-spacing arguments (``\\\\[3pt]``), ``\\left``/``\\right``, thin spaces, dollar signs, a trailing
-    percent sign, degree marks and a trailing unit in ``\\text{}``; unwraps an answer that is
+    percent sign, degree marks and *one* trailing unit (a ``\\text{}``-like group, or bare words of two
+    letters or more, whose words are all :data:`UNIT_WORDS`: ``5\\text{ cm}``, ``12 sq ft``; never
+    ``30\\text{ or less}``); removes what renders blank (``\\phantom``, ``\\hphantom``, ``\\vphantom`` with
+    their argument; ``\\hspace{}``) and unwraps ``\\smash{}`` and the lap commands, so the text is what
+    the box shows; reads ``\\mathrm{e}``/``\\mathrm{i}`` as ``e``/``i``; unwraps an answer that is
     wholly ``\\text{...}`` or one brace group ``{...}``; maps ``\\dfrac``/``\\tfrac`` to ``\\frac``; removes thousands
     separators from a plain number (``1,000``, ``10,\\!080``); rewrites ``4.2e3`` as
     ``4.2\\times 10^{3}`` (math_verify alone reads the ``e`` as Euler's number).
@@ -106,27 +112,32 @@ def normalize(s: str) -> str:
     # display-math delimiters below, which read its ``\\[`` as one (issue #30: parse_error)
     s = _ROW_SPACING.sub(r"\\\\", s)
     for a, b in (("\\(", ""), ("\\)", ""), ("\\[", ""), ("\\]", ""), ("\\displaystyle", ""),
-                 ("\\left", ""), ("\\right", ""), ("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"),
+                 ("\\dfrac", "\\frac"), ("\\tfrac", "\\frac"),
                  ("{,}", ","), ("\\$", ""), ("$", "")):
         s = s.replace(a, b)
+    s = re.sub(r"\\(?:left|right)(?![A-Za-z])", "", s)  # not \\rightarrow, \\leftarrow
     s = re.sub(r",\s*\\!\s*", ",", s)  # 10,\!080 -> 10,080
+    s = upright_constants(drop_decorations(s))
     s = _THIN_SPACE.sub(" ", s).strip()
     s = s.rstrip(".").strip()
     s = _strip_outer_braces(s)
-    m = _WHOLE_WRAP.match(s)
+    m = _WHOLEWRAP.match(s)
     if m:
         s = m.group(1).strip()
-    for _ in range(3):  # "5\text{ cm}^2", "30^\circ\text{ C}" ...
+    unit_dropped = False
+    for _ in range(2):  # "5\text{ cm}^2", "30^\circ\text{ C}": degrees and percent, and one unit (issue #44 part 1)
         s = _DEGREES.sub("", s).strip()
         s = _PERCENT_WORD.sub("", s).strip()
         if s.endswith("\\%"):
             s = s[:-2].strip()
         elif s.endswith("%"):
             s = s[:-1].strip()
-        m = _TRAILING_UNIT.match(s)
-        if not m:
+        if unit_dropped:
             break
-        s = m.group("head").strip()
+        head = drop_unit(s)
+        if head == s:
+            break
+        s, unit_dropped = head, True
     if _THOUSANDS.match(s):
         s = s.replace(",", "").replace(" ", "")
     s = _SCI_E.sub(lambda m: f"{m.group(1)}\\times 10^{{{m.group(2)}}}", s)
@@ -181,7 +192,7 @@ def answer_items(s: str) -> list[tuple[str | None, str]] | None:
         rhs = normalize(parts[1])
         if to_decimal(rhs) is not None:  # "x = 1,000": a thousands comma, not two values
             return [(parts[0].strip(), rhs)]
-    pieces = [p.strip() for q in _top_level_split(_SEPARATORS.sub(";", s), ",")
+    pieces = [p.strip() for q in _top_level_split(SEPARATORS.sub(";", s), ",")
               for p in _top_level_split(q, ";")]
     pieces = [p for p in pieces if p] or [""]  # "x=1 \\quad \\text{and} \\quad x=2": empty gaps
     items: list[tuple[str | None, str]] = []
@@ -270,6 +281,12 @@ def quick_grade(gold: str, answer: str) -> tuple[str | None, str, str, str]:
             return "wrong", "choice_not_a_letter", g, a
         ok = m.group(1).upper() == letter.group(1)
         return ("correct" if ok else "wrong"), "choice_letter", g, a
+    if leading_relation(a) and not leading_relation(g):  # "< 9", "\\approx 9": no value stated
+        return "wrong", "relation_without_left_side", g, a
+    if hedged_relation(g, a):
+        return "wrong", "relation_for_value", g, a  # "x \\approx 9", "n \\ge 3" against a value
+    if stray_words(g, a):  # "30 \\text{ or less}", "\\text{at least } 5", "5 \\text{ (approx.)}"
+        return "wrong", "words_not_units", g, a
     based = _BASE_NUMBER.match(g)
     if based:  # "2516_8": digits in a base; math_verify drops the subscript
         m = _BASE_NUMBER.match(a)

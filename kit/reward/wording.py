@@ -1,0 +1,211 @@
+"""What an answer says in words and marks: units, prose, relations and invisible text (issue #44).
+
+The exact rules (:mod:`kit.reward.rules`) read an answer as the reader of the rendered box would:
+
+* one trailing unit may be dropped, and only when every word of it names a unit
+  (:data:`UNIT_WORDS`): ``5\\text{ cm}`` is ``5``; ``30\\text{ or less}`` is not ``30``;
+* a word set in a text group that is not a unit, a function name, ``or``/``and`` between values
+  or a word of the gold (:func:`stray_words`) makes the answer wrong: qualifiers (``at least``),
+  alternatives, negations, counted nouns;
+* an answer that starts with a relation (``< 9``) states no value, and an order or
+  approximation (``x \\approx 9``) is not the value it bounds (:func:`leading_relation`,
+  :func:`hedged_relation`);
+* what renders blank is not there (``\\hphantom{9}``), what is shown is (``\\vphantom{8}9`` is ``9``):
+  :func:`drop_decorations`.
+
+Pure string functions, linear in the length of the answer. Does not read colour
+(``\\color{white}{9}`` is left to math_verify, which cannot parse it) or judge bare letters,
+which are variables (``5 less`` is ``5 l e s s`` to math_verify, whose own unit reading the kit
+turns off in :mod:`kit.reward.mathcheck`).
+"""
+
+from __future__ import annotations
+
+import re
+
+WRAP = r"\\(?:text|textbf|textrm|mathrm|mbox|mathbf|textup|operatorname)"
+# every wrapper whose argument is set as words (math_verify's reader drops several of them)
+_TEXT_GROUP = re.compile(r"\\(?:text|textbf|textit|textrm|textsf|texttt|textnormal|textup|emph|mbox|hbox|mathrm|mathit|"
+                         r"mathbf|mathsf|mathtt|operatorname)\s*\{([^{}]*)\}")
+_TRAILING_UNIT = re.compile(r"^(?P<head>.*?\S)\s*" + WRAP + r"\s*\{(?P<unit>[^{}\d]*)\}\s*(?:\^\s*\{?[23]\}?)?$")
+# bare unit words after a number or a group ("5 cm", "12 square feet", "60 km/h"): words of two letters or more
+_TRAILING_BARE_UNIT = re.compile(r"^(?P<head>.*?[\d}])\s*(?P<unit>[A-Za-z]{2,}(?:\s*[ /]\s*[A-Za-z]{2,}){0,3})"
+                                 r"\s*(?:\^\s*\{?[23]\}?)?$")
+#: Words that name a unit (lower case; a trailing unit group may hold only these, "per" and "/"
+#: between them). Qualifiers ("or less", "at least", "approx"), negations and counted nouns
+#: ("apples", "ways") are not units (issue #44 part 1).
+UNIT_WORDS = frozenset("""
+mm cm dm m km nm um meter meters metre metres millimeter millimeters millimetre millimetres centimeter centimeters
+centimetre centimetres kilometer kilometers kilometre kilometres in inch inches ft foot feet yd yard yards mi mile miles
+square sq cubic cu unit units
+l ml cl liter liters litre litres milliliter milliliters millilitre millilitres gal gallon gallons qt quart quarts
+pt pint pints cup cups cc
+g mg kg gram grams milligram milligrams kilogram kilograms lb lbs pound pounds oz ounce ounces ton tons tonne tonnes t
+s ms sec secs second seconds min mins minute minutes h hr hrs hour hours day days week weeks month months
+yr yrs year years decade decades century centuries
+mph kph kmh kmph fps rpm
+dollar dollars cent cents euro euros yen rupee rupees rs usd
+degree degrees deg rad radian radians c f k
+j kj joule joules cal cals calorie calories kcal w kw watt watts kwh v volt volts ohm ohms n newton newtons
+pa kpa hz khz mhz ghz byte bytes kb mb gb bit bits
+""".split())
+_UNIT_JOINERS = frozenset({"per"})
+_UNIT_MODIFIERS = frozenset({"square", "sq", "cubic", "cu"})
+# words and spaces that separate several answers ("x=3 \\text{ or } x=4", "x=3 \\quad x=4")
+SEPARATORS = re.compile(
+    r"\\q?quad(?![A-Za-z])|\\(?:text|mathrm|textrm|mbox)\s*\{\s*(?:or|and)\s*\}|\\(?:lor|vee)(?![A-Za-z])"
+    r"|\s(?:or|and)\s"
+)
+
+
+# decorations (issue #44 part 2): what the box shows decides. A phantom renders blank (its argument
+# is removed with it); \smash and the lap commands show their argument; spacing commands show space.
+_INVISIBLE = re.compile(r"\\(?:phantom|hphantom|vphantom)(?![A-Za-z])")
+_SHOWN = re.compile(r"\\(?:smash|rlap|llap|mathrlap|mathllap|mathclap|clap)(?![A-Za-z])\s*(?:\[[a-z]*\])?")
+_SPACING = re.compile(r"\\(?:hspace|vspace)\*?\s*\{[^{}]*\}|\\m?kern\s*-?[\d.]+\s*[a-z]{2}|\\hskip\s*-?[\d.]+\s*[a-z]{2}")
+_ONE_TOKEN = re.compile(r"\\[A-Za-z]+|\\.|\S")
+# \mathrm{e} and \mathrm{i} are Euler's number and the imaginary unit, as e and i (issue #44 part 9)
+_UPRIGHT_CONSTANT = re.compile(r"\\(?:mathrm|rm|mathit|textrm|text|operatorname|mathup)\s*\{\s*([ei])\s*\}")
+# a relation first: "< 9", "\\ge 9", "\\approx 9" state no value (issue #44 part 2)
+_RELATION_CMDS = (r"le|leq|leqq|leqslant|lt|ge|geq|geqq|geqslant|gt|ne|neq|approx|approxeq|sim|simeq|equiv|cong|ll|gg|"
+                  r"lll|ggg|in|notin|ni|to|rightarrow|Rightarrow|longrightarrow|Longrightarrow|implies|iff|"
+                  r"Leftrightarrow|leftrightarrow|mapsto|propto|subset|subseteq|supset|supseteq|subsetneq|supsetneq|"
+                  r"prec|succ|preceq|succeq|asymp|doteq|lessapprox|gtrapprox|lesssim|gtrsim|nless|ngtr|nleq|ngeq|"
+                  r"leftarrow|Leftarrow|gets|coloneqq|eqqcolon|triangleq|vdash|models")
+_LEADING_RELATION = re.compile(r"^(?:\\not\s*)?(?:[<>=≤≥≠≈∼≃≅≡∈∉→⇒⇔≪≫∝⊂⊆⊃⊇≲≳⩽⩾:]|\\(?:" + _RELATION_CMDS + r")(?![A-Za-z]))")
+# order and approximation between a name and a value: "x \\approx 9", "n \\ge 3" bound or round a value
+_HEDGE_RELATION = re.compile(r"[<>≤≥≠≈∼≃≲≳⩽⩾]|\\(?:le|leq|leqq|leqslant|lt|ge|geq|geqq|geqslant|gt|ne|neq|approx|"
+                             r"approxeq|sim|simeq|ll|gg|lesssim|gtrsim|lessapprox|gtrapprox|nless|ngtr|nleq|ngeq)"
+                             r"(?![A-Za-z])")
+_ANY_RELATION = re.compile(r"[<>=≤≥≠≈∼≃≅≡∈∉→⇒⇔≪≫∝⊂⊆⊃⊇≲≳⩽⩾]|\\(?:" + _RELATION_CMDS + r")(?![A-Za-z])")
+#: names of functions and operators that math reads as such, not as words
+FUNCTION_WORDS = frozenset("""
+sin cos tan cot sec csc arcsin arccos arctan arccot sinh cosh tanh coth log ln lg exp lim max min gcd lcm mod bmod
+pmod det deg dim ker inf sup arg re im sgn sign sqrt pi frac cis
+""".split())
+_WORD = re.compile(r"[^\W\d_]{2,}")
+_COMMAND = re.compile(r"\\(?:[A-Za-z]+|.)")
+_ORDINALS = frozenset({"st", "nd", "rd", "th"})
+
+
+def drop_decorations(s: str) -> str:
+    """Remove what renders blank (``\\phantom``, ``\\hphantom``, ``\\vphantom`` with their argument, a
+    brace group or one token) and spacing commands; unwrap ``\\smash`` and the lap commands, which show
+    their argument. Linear: the braces are matched once."""
+    s = _SPACING.sub(" ", _SHOWN.sub("", s))
+    if "phantom" not in s:
+        return s
+    match: dict[int, int] = {}
+    stack: list[int] = []
+    i = 0
+    while i < len(s):
+        c = s[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "{":
+            stack.append(i)
+        elif c == "}" and stack:
+            match[stack.pop()] = i + 1
+        i += 1
+    out, pos = [], 0
+    for m in _INVISIBLE.finditer(s):
+        if m.start() < pos:  # inside a phantom already removed
+            continue
+        out.append(s[pos : m.start()])
+        j = m.end()
+        while j < len(s) and s[j].isspace():
+            j += 1
+        if j < len(s) and s[j] == "{":
+            end = match.get(j)
+            if end is None:  # unclosed: left as written (math_verify cannot read it either)
+                out.append(s[m.start() : j])
+                pos = j
+                continue
+            pos = end
+        else:
+            tok = _ONE_TOKEN.match(s, j)
+            pos = tok.end() if tok else j
+        out.append(" ")
+    out.append(s[pos:])
+    return "".join(out)
+
+
+def _unit_words(text: str) -> bool:
+    """True when ``text`` (a unit group's contents, or bare trailing words) names units and nothing
+    else: ``cm``, `` square units``, ``km/h``, ``sq. ft.``, ``miles per hour``."""
+    words = [w for w in re.split(r"[\s/.]+", text.lower().replace("\\ ", " ").replace("~", " ")) if w]
+    if not words or any(w not in UNIT_WORDS and w not in _UNIT_JOINERS for w in words):
+        return False
+    return any(w in UNIT_WORDS and w not in _UNIT_MODIFIERS for w in words)
+
+
+def drop_unit(s: str) -> str:
+    """``s`` without one trailing unit: a wrapped group (``5\\text{ cm}``, ``5\\mathrm{m}^2``) or bare words
+    of two letters or more after a number or a group (``5 cm``), when every word is a unit."""
+    for pattern in (_TRAILING_UNIT, _TRAILING_BARE_UNIT):
+        m = pattern.match(s)
+        if m and _unit_words(m.group("unit")):
+            return m.group("head").strip()
+    return s
+
+
+def text_words(s: str) -> set[str]:
+    """Lower-cased words (two letters or more) set in text wrappers (``\\text{}``, ``\\mathrm{}``, ...)."""
+    return {w.lower() for g in _TEXT_GROUP.findall(s) for w in _WORD.findall(g)}
+
+
+def stray_words(gold: str, answer: str) -> list[str]:
+    """Words the answer sets in text wrappers that are neither units, function names, the words
+    ``or``/``and`` between values, nor words the gold has: qualifiers (``or less``, ``at least``,
+    ``approx``), negations and other prose (issue #44 part 1). Bare letters are variables, not
+    words, and are left to math_verify (its unit reading is off, :mod:`kit.reward.mathcheck`)."""
+    allowed = text_words(gold) | {w.lower() for w in _WORD.findall(gold)}
+    out = []
+    for group in _TEXT_GROUP.findall(SEPARATORS.sub(";", answer)):
+        for w in _WORD.findall(group):
+            lw = w.lower()
+            if not (lw in allowed or lw in UNIT_WORDS or lw in FUNCTION_WORDS or lw in _UNIT_JOINERS or lw in _ORDINALS):
+                out.append(w)
+        if re.search(r"[^\w\s.,;/'^-]", group) and group.strip() not in gold:  # "(approx)", "(?)", "~"
+            out.append(group.strip())
+    return out
+
+
+def _top_level_relation(s: str, pattern: re.Pattern[str]) -> bool:
+    """True when ``pattern`` matches outside braces, brackets and parentheses (``\\{ \\}`` too)."""
+    depth, i = 0, 0
+    while i < len(s):
+        if depth == 0 and pattern.match(s, i):
+            return True
+        c = s[i]
+        if c == "\\":
+            cmd = _COMMAND.match(s, i)
+            name = cmd.group(0) if cmd else "\\"
+            depth += name in ("\\{", "\\lbrace", "\\langle")
+            depth -= name in ("\\}", "\\rbrace", "\\rangle")
+            i += len(name)
+            continue
+        if c in "{[(":
+            depth += 1
+        elif c in "}])":
+            depth -= 1
+        i += 1
+    return False
+
+
+def upright_constants(s: str) -> str:
+    """``\\mathrm{e}``, ``\\mathrm{i}`` (and ``\\text{}``/``\\operatorname{}`` forms) as ``e``, ``i``: Euler's
+    number and the imaginary unit, which math_verify otherwise reads as a word (issue #44 part 9)."""
+    return _UPRIGHT_CONSTANT.sub(r"\1", s)
+
+
+def leading_relation(s: str) -> bool:
+    """True when ``s`` starts with a relation (``< 9``, ``\\ge 9``, ``\\approx 9``, ``:= 9``, ``\\to 9``)."""
+    return bool(_LEADING_RELATION.match(s))
+
+
+def hedged_relation(gold: str, answer: str) -> bool:
+    """True when ``answer`` bounds or rounds a value at its top level (``x \\approx 9``, ``n \\ge 3``)
+    and ``gold`` states no relation at all (not even ``=``)."""
+    return _top_level_relation(answer, _HEDGE_RELATION) and not _top_level_relation(gold, _ANY_RELATION)

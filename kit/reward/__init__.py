@@ -9,7 +9,10 @@ verdict is a training bug, so grading is split in three:
 2. Exact rules in the caller's process (``rules.py``): integers (the whole RL data), decimals,
    scientific notation, choice letters, equations offered for a value. No sympy, cannot hang.
 3. math_verify with guards (``mathcheck.py``), in warm worker processes with a soft alarm, a
-   hard kill at ``timeout_s`` and an address-space cap (``pool.py``, :class:`Verifier`).
+   hard kill at ``timeout_s`` CPU seconds and an address-space cap (``pool.py``, :class:`Verifier`).
+   CPU time decides a ``timeout``, never the wall clock (issue #41); a worker killed mid-item by
+   something else, or starved past ``wall_factor * timeout_s`` wall seconds, is retried once and
+   then answered ``infra_error`` (issue #44; the trainers drop such items).
 
 Public API::
 
@@ -24,7 +27,8 @@ Public API::
     grade_answer(gold, answer) -> (reason, detail)    # in-process, unbounded (debugging)
 
 ``Verdict(correct, reason, extracted, seconds, detail)``; reason is one of ``correct``,
-``wrong``, ``no_answer``, ``timeout`` (time or memory limit hit; scored 0), ``parse_error``.
+``wrong``, ``no_answer``, ``timeout`` (CPU-time or memory limit hit; scored 0), ``parse_error``,
+``infra_error`` (the verifier failed twice; scored 0 and left out of the update, never the model's).
 
 Lenient-case policy (each row is tested in ``tests/reward/test_reward_policy.py``):
 

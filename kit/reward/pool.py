@@ -6,14 +6,31 @@ as a huge integer power (``7^{7^{7^{7^7}}}`` ran past 25 s). The released rStar2
 escaped this by running each grading in a fresh sandbox process (research note §5), paying
 the sympy import every time. :class:`Verifier` keeps ``workers`` warm processes instead
 (``python -m kit.reward.worker``), each capped with ``RLIMIT_AS``; one dispatcher thread feeds
-them from a queue, and a job still running ``timeout_s`` after it was dispatched is ended by
-SIGKILL, answered ``timeout`` and its worker replaced. Callers get
-:class:`concurrent.futures.Future` objects, so the same pool serves plain calls, worker
-threads (any number at once) and asyncio (:meth:`Verifier.averify`).
+them from a queue. Callers get :class:`concurrent.futures.Future` objects, so the same pool
+serves plain calls, worker threads (any number at once) and asyncio (:meth:`Verifier.averify`).
+
+Who is to blame, and what decides it (issues #41 and #44). Only CPU time decides a verdict, never
+the wall clock, so a loaded machine cannot turn a slow-but-fine verification into a 0:
+
+* ``timeout`` (the answer is too expensive to check; the model's 0): the worker spent
+  ``timeout_s`` CPU seconds (user + system, read from ``/proc/<pid>/stat``) on the item; the pool
+  SIGKILLs it (detail ``hard_kill``) and starts another. The worker's own soft alarm fires
+  earlier, at ``soft_fraction * timeout_s`` CPU seconds (``ITIMER_PROF``), and keeps the worker
+  (detail ``soft_alarm``). A peak at the worker's ``RLIMIT_AS`` is ``timeout`` too (``memory_limit``).
+* ``infra_error`` (never the model's fault; the trainers drop the item, see
+  :func:`kit.train.update.select`): the worker died mid-item by something else (the host's OOM
+  killer, a crash, a stray signal), or the item reached ``wall_factor * timeout_s`` wall seconds
+  with CPU time left (the worker was starved or stopped). Either way the item is retried once
+  on a fresh worker; a second such failure answers ``infra_error``, as the sandbox does
+  (:mod:`kit.sandbox.workers`).
+
+CPU time is not bitwise repeatable either (caches and frequency move it by a few percent), so an
+item within a few percent of ``timeout_s`` can still go either way; items that far from the limit
+cannot.
 
 What it does not do: it is no security sandbox (answers are model text, not code; nothing is
-executed), and the per-item timeout starts at dispatch, so a batch larger than the pool waits
-in the queue first.
+executed), and the per-item limits start at dispatch, so a batch larger than the pool waits
+in the queue first (queue time is counted in neither limit).
 """
 
 from __future__ import annotations
@@ -45,8 +62,12 @@ class _Job:
     answer: str
     timeout_s: float
     future: Future
-    deadline: float = 0.0
+    deadline: float = 0.0  # wall-clock expiry of this attempt (monotonic s): a retry, never a verdict
     dispatched: float = 0.0
+    first_dispatched: float = 0.0
+    cpu0: float = 0.0  # the worker's CPU seconds at dispatch
+    next_check: float = 0.0  # when to read the worker's CPU time again (monotonic s)
+    attempts: int = 0
 
 
 @dataclass(eq=False)
@@ -58,6 +79,21 @@ class _Worker:
     job: _Job | None = None
     done: int = 0
     started: float = field(default_factory=time.monotonic)
+
+
+INFRA_ERROR = "infra_error"
+"""Verdict reason of an item the verifier could not grade (see the module docstring)."""
+
+
+def _cpu_seconds(pid: int) -> float | None:
+    """User + system CPU seconds of process ``pid`` (``/proc/<pid>/stat``, clock-tick resolution,
+    10 ms on Linux), or None when it cannot be read (the process is gone, or no ``/proc``)."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as fh:
+            fields = fh.read().rsplit(b")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / _CLK_TCK  # utime, stime: fields 14 and 15 of stat(5)
+    except (OSError, IndexError, ValueError):
+        return None
 
 
 def _check_timeout(timeout_s: float | None) -> None:
@@ -83,18 +119,22 @@ class Verifier:
 
     Args:
         workers: number of worker processes; None means ``os.cpu_count()``.
-        timeout_s: default per-item limit in seconds, from dispatch to reply (report §2.2.1
-            scores a slow verification 0; the release used 4 s for import plus grading).
+        timeout_s: default per-item limit in CPU seconds of the worker, counted from dispatch
+            (report §2.2.1 scores a slow verification 0; the release used 4 s of wall time for
+            import plus grading). An item that uses it up is ``timeout`` (score 0).
         memory_mb: ``RLIMIT_AS`` of each worker in MiB (0 = no cap).
-        soft_fraction: the worker's own alarm fires at this fraction of the timeout, so most
+        soft_fraction: the worker's own alarm fires at this fraction of the CPU limit, so most
             slow items end without killing (and restarting) the worker.
+        wall_factor: an attempt still running ``wall_factor * timeout_s`` wall seconds after
+            dispatch with CPU time left is killed and retried once; the second time the item is
+            ``infra_error`` (the machine's fault, not the answer's).
         recycle_after: a worker is replaced after this many items (bounds sympy's caches).
         max_start_failures: consecutive workers dying before "ready" that mark the pool broken.
 
     Raises:
         ValueError: ``workers``, ``recycle_after`` or ``max_start_failures`` below 1,
-            ``memory_mb`` below 0, ``soft_fraction`` or ``timeout_s`` not a finite number > 0
-            (the message names the argument).
+            ``memory_mb`` below 0, ``soft_fraction`` or ``timeout_s`` not a finite number > 0,
+            ``wall_factor`` not a finite number >= 1 (the message names the argument).
 
     Example:
         >>> with Verifier(workers=2) as v:
@@ -103,7 +143,8 @@ class Verifier:
     """
 
     def __init__(self, workers: int | None = None, *, timeout_s: float = 5.0, memory_mb: int = 1024,
-                 soft_fraction: float = 0.8, recycle_after: int = 5000, max_start_failures: int = 3):
+                 soft_fraction: float = 0.8, recycle_after: int = 5000, max_start_failures: int = 3,
+                 wall_factor: float = 6.0):
         if workers is not None and workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         _check_timeout(timeout_s)
@@ -113,13 +154,18 @@ class Verifier:
                 raise ValueError(f"Verifier: {name} must be an integer >= {least}, got {value!r}")
         if not (isinstance(soft_fraction, numbers.Real) and math.isfinite(soft_fraction) and soft_fraction > 0):
             raise ValueError(f"Verifier: soft_fraction must be a finite number > 0, got {soft_fraction!r}")
+        if isinstance(wall_factor, bool) or not (isinstance(wall_factor, numbers.Real) and math.isfinite(wall_factor)
+                                                 and wall_factor >= 1):
+            raise ValueError(f"Verifier: wall_factor must be a finite number >= 1, got {wall_factor!r}")
         self.workers = workers or os.cpu_count() or 1
         self.timeout_s = float(timeout_s)
         self.memory_mb = int(memory_mb)
         self.soft_fraction = float(soft_fraction)
+        self.wall_factor = float(wall_factor)
         self.recycle_after = int(recycle_after)
         self.max_start_failures = int(max_start_failures)
-        self.stats = {"submitted": 0, "completed": 0, "hard_kills": 0, "restarts": 0, "deaths": 0}
+        self.stats = {"submitted": 0, "completed": 0, "hard_kills": 0, "restarts": 0, "deaths": 0,
+                      "wall_kills": 0, "retries": 0, "infra_errors": 0}
         self._lock = threading.Lock()
         self._incoming: collections.deque[_Job] = collections.deque()
         self._ids = itertools.count()
@@ -188,9 +234,12 @@ class Verifier:
     def submit(self, gold: str, answer: str, timeout_s: float | None = None) -> Future:
         """Queue one normalized ``(gold, answer)`` pair for math_verify.
 
+        Args:
+            timeout_s: CPU seconds the worker may spend on the item (None: the pool's).
         Returns:
-            A Future resolving to ``(reason, detail, seconds)``; it raises VerifierError when
-            the pool is broken or closed.
+            A Future resolving to ``(reason, detail, seconds)`` (``seconds``: wall time from the
+            first dispatch, retries included); it raises VerifierError when the pool is broken
+            or closed.
         """
         _check_timeout(timeout_s)
         if self._pid != os.getpid():
@@ -315,9 +364,25 @@ class Verifier:
                 self._broken = (f"verifier workers fail to start (exit code {rc}); last stderr:\n"
                                 f"{self._stderr_tail(w)}")
         if w.job is not None:
-            detail = "memory_limit" if rc == EXIT_MEMORY else f"worker_died:{rc}"
-            self._resolve(w, ("timeout", detail, time.monotonic() - w.job.dispatched))
+            if rc == EXIT_MEMORY:  # the worker's own cap: the answer needs too much memory
+                self._resolve(w, ("timeout", "memory_limit", time.monotonic() - w.job.first_dispatched))
+            else:  # killed or crashed by something else (the OOM killer, a segfault): not the answer's fault
+                self._retry_or_infra(w, f"worker_died:{rc}")
         self._kill(w)
+
+    def _retry_or_infra(self, w: _Worker, why: str) -> None:
+        """The job of ``w`` failed through no fault of its answer: queue it again at the front
+        (first failure) or answer ``infra_error`` (second)."""
+        job, w.job = w.job, None
+        if job is None or job.future.done():
+            return
+        if job.attempts < 2:
+            self.stats["retries"] += 1
+            self._pending.appendleft(job)
+            return
+        self.stats["infra_errors"] += 1
+        self.stats["completed"] += 1
+        job.future.set_result((INFRA_ERROR, f"{why} (twice)", time.monotonic() - job.first_dispatched))
 
     def _read(self, w: _Worker) -> None:
         try:
@@ -339,7 +404,7 @@ class Verifier:
                 if len(self._workers) >= self.workers and all(x.ready for x in self._workers):
                     self._all_ready.set()
             elif w.job is not None and msg.get("id") == w.job.id:
-                elapsed = time.monotonic() - w.job.dispatched
+                elapsed = time.monotonic() - w.job.first_dispatched
                 self._resolve(w, (msg["reason"], msg["detail"], elapsed))
                 w.done += 1
                 if msg.get("exiting") or w.done >= self.recycle_after:
@@ -347,12 +412,34 @@ class Verifier:
                     self.stats["restarts"] += 1
                     return
 
+    def _check_limits(self) -> None:
+        """Busy workers due a check: over the CPU limit is the answer's ``timeout`` (hard kill);
+        past the wall deadline with CPU time left is a retry, then ``infra_error``; else the next
+        check is when the CPU time left could at the earliest run out."""
+        now = time.monotonic()
+        for w in [w for w in self._workers if w.job is not None and now >= min(w.job.next_check, w.job.deadline)]:
+            job = w.job
+            cpu = _cpu_seconds(w.proc.pid)
+            used = (now - job.dispatched) if cpu is None else cpu - job.cpu0  # no /proc: wall time stands in
+            if used >= job.timeout_s:
+                self._resolve(w, ("timeout", "hard_kill", now - job.first_dispatched))
+                self.stats["hard_kills"] += 1
+            elif now >= job.deadline:
+                self.stats["wall_kills"] += 1
+                self._retry_or_infra(w, f"wall_limit:{now - job.dispatched:.1f}s_with_{used:.2f}_cpu_s")
+            else:  # at most 1 s apart, in case the worker runs threads (CPU faster than wall)
+                job.next_check = now + min(1.0, max(0.01, job.timeout_s - used))
+                continue
+            self._kill(w)
+            self.stats["restarts"] += 1
+
     def _run(self) -> None:
         self._sel = selectors.DefaultSelector()
         self._sel.register(self._wake_r, selectors.EVENT_READ, None)
         self._workers: list[_Worker] = []
         self._start_failures = 0
         pending: collections.deque[_Job] = collections.deque()
+        self._pending = pending  # _retry_or_infra puts a failed attempt back at its front
         try:
             while True:
                 with self._lock:
@@ -376,7 +463,12 @@ class Verifier:
                         if w.ready and w.job is None and pending:
                             job = pending.popleft()
                             job.dispatched = time.monotonic()
-                            job.deadline = job.dispatched + job.timeout_s
+                            job.first_dispatched = job.first_dispatched or job.dispatched
+                            job.attempts += 1
+                            job.deadline = job.dispatched + job.timeout_s * self.wall_factor
+                            job.next_check = job.dispatched + job.timeout_s  # CPU time cannot outrun wall time
+                            cpu = _cpu_seconds(w.proc.pid)
+                            job.cpu0 = cpu if cpu is not None else 0.0
                             w.job = job
                             req = {"id": job.id, "gold": job.gold, "answer": job.answer,
                                    "soft_s": job.timeout_s * self.soft_fraction}
@@ -385,8 +477,8 @@ class Verifier:
                                 w.proc.stdin.flush()
                             except OSError:
                                 pass  # its death shows up as EOF on stdout
-                deadlines = [w.job.deadline for w in self._workers if w.job is not None]
-                wait = max(0.0, min(deadlines) - time.monotonic()) if deadlines else None
+                checks = [min(w.job.next_check, w.job.deadline) for w in self._workers if w.job is not None]
+                wait = max(0.0, min(checks) - time.monotonic()) if checks else None
                 for key, _ in self._sel.select(wait):
                     if key.data is None:
                         try:
@@ -396,12 +488,7 @@ class Verifier:
                             pass
                     elif key.data in self._workers:
                         self._read(key.data)
-                now = time.monotonic()
-                for w in [w for w in self._workers if w.job is not None and now >= w.job.deadline]:
-                    self._resolve(w, ("timeout", "hard_kill", now - w.job.dispatched))
-                    self.stats["hard_kills"] += 1
-                    self._kill(w)
-                    self.stats["restarts"] += 1
+                self._check_limits()
         except BaseException as e:  # noqa: BLE001  (a dispatcher bug must not leave callers waiting)
             self._broken = f"verifier dispatcher crashed: {e!r}"
         finally:
@@ -421,4 +508,5 @@ class Verifier:
             self._sel.close()
 
 
+_CLK_TCK = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 _REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))

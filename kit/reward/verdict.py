@@ -13,8 +13,9 @@ from kit.reward.rules import quick_grade
 #: Exit status of a verifier worker that hit its memory cap (kit.reward.worker).
 EXIT_MEMORY = 3
 
-#: Every reason a verdict can carry; only ``correct`` scores 1.
-REASONS = ("correct", "wrong", "no_answer", "timeout", "parse_error")
+#: Every reason a verdict can carry; only ``correct`` scores 1. ``infra_error``: the verifier
+#: itself failed twice on the item (kit.reward.pool); the trainers drop such items from the update.
+REASONS = ("correct", "wrong", "no_answer", "timeout", "parse_error", "infra_error")
 
 
 @dataclass(frozen=True)
@@ -25,7 +26,9 @@ class Verdict:
         correct: True only when ``reason == "correct"``.
         reason: one of :data:`REASONS`. ``timeout`` means the verifier gave up within its
             limits (time or memory) and scores 0; ``parse_error`` means the gold or the answer
-            could not be read as math (and their texts differ).
+            could not be read as math (and their texts differ); ``infra_error`` means the
+            verifier could not grade the item (a worker killed or starved twice; never the
+            model's fault: score 0, and the trainers leave the item out of the update).
         extracted: the answer text taken from the response (None for ``no_answer``).
         seconds: wall seconds spent on this item: extraction and rules in the caller, plus the
             worker's time from dispatch to reply (queue waiting in a batch is not counted).

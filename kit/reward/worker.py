@@ -5,12 +5,15 @@ imported and warm, then reads requests ``{"id", "gold", "answer", "soft_s"}`` on
 answers ``{"id", "reason", "detail", "seconds"}`` on the original stdout. Anything a library
 prints goes to stderr, so it cannot corrupt the protocol.
 
-Limits inside the worker: a soft alarm (``setitimer``) of ``soft_s`` seconds interrupts
-Python-level work and answers ``timeout`` while keeping the worker alive; ``RLIMIT_AS`` caps
+Limits inside the worker: a soft alarm of ``soft_s`` CPU seconds of this process
+(``setitimer(ITIMER_PROF)``, delivered as SIGPROF; CPU time, not wall time, so a loaded machine
+does not change the verdict, issue #41) interrupts Python-level work and answers ``timeout``
+while keeping the worker alive; ``RLIMIT_AS`` caps
 its address space (a ``MemoryError``, or a peak within 2 MiB of the cap, since math_verify
 swallows ``MemoryError`` and answers False, gives ``timeout`` with detail ``memory_limit``; the
 worker then exits to be replaced). Work stuck in C code ignores the alarm: the pool's hard kill
-(:class:`kit.reward.pool.Verifier`) ends it. The worker dies with its parent (``PDEATHSIG``)
+at the item's CPU limit (:class:`kit.reward.pool.Verifier`, which reads this process's CPU time)
+ends it. The worker dies with its parent (``PDEATHSIG``)
 and exits when stdin closes.
 """
 
@@ -34,6 +37,9 @@ class SoftTimeout(BaseException):
     """Raised by the soft alarm; a BaseException so library ``except Exception`` cannot eat it."""
 
 
+SOFT_TIMER, SOFT_SIGNAL = signal.ITIMER_PROF, signal.SIGPROF  # user + system CPU time of this process
+
+
 def _on_alarm(signum, frame):  # noqa: ARG001
     raise SoftTimeout()
 
@@ -50,11 +56,11 @@ def _die_with_parent() -> None:
 
 def _grade(grade_math, req: dict) -> tuple[str, str]:
     try:
-        signal.setitimer(signal.ITIMER_REAL, max(0.01, float(req["soft_s"])))
+        signal.setitimer(SOFT_TIMER, max(0.01, float(req["soft_s"])))
         try:
             return grade_math(req["gold"], req["answer"])
         finally:
-            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.setitimer(SOFT_TIMER, 0)
     except SoftTimeout:
         return "timeout", "soft_alarm"
     except MemoryError:
@@ -97,7 +103,7 @@ def main(argv: list[str] | None = None) -> int:
     cap = args.memory_mb * 1024 * 1024 if args.memory_mb > 0 else 0
     if cap:
         resource.setrlimit(resource.RLIMIT_AS, (cap, cap))
-    signal.signal(signal.SIGALRM, _on_alarm)
+    signal.signal(SOFT_SIGNAL, _on_alarm)
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # a notebook's Ctrl-C is for the parent
     proto.write(json.dumps({"ready": os.getpid()}) + "\n")
     for line in sys.stdin:

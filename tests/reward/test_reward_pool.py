@@ -19,7 +19,7 @@ def test_hard_kill_replaces_the_worker_and_the_pool_stays_healthy():
         before = v.worker_pids()
         t = time.monotonic()
         verdict = v.verify("3", SLOW)
-        assert time.monotonic() - t < 0.5 + 1.0
+        assert time.monotonic() - t < 0.5 * v.wall_factor  # 0.5 CPU s, not a wall-clock expiry (issue #41)
         assert (verdict.correct, verdict.reason, verdict.detail) == (False, "timeout", "hard_kill")
         assert v.stats["hard_kills"] == 1
         assert v.verify("1", r"\boxed{\frac{3}{3}}").correct  # a fresh worker answers
@@ -59,7 +59,8 @@ def test_batch_counts_reasons_and_keeps_order(pool):
              (r"\frac12", r"\boxed{0.5}")]
     vs = pool.verify_batch(pairs)
     assert [v.reason for v in vs] == ["correct", "wrong", "no_answer", "parse_error", "correct"]
-    assert count_reasons(vs) == {"correct": 2, "wrong": 1, "no_answer": 1, "timeout": 0, "parse_error": 1}
+    assert count_reasons(vs) == {"correct": 2, "wrong": 1, "no_answer": 1, "timeout": 0, "parse_error": 1,
+                                 "infra_error": 0}
 
 
 def test_bad_input_names_the_pair(pool):

@@ -20,6 +20,7 @@ import torch
 
 from kit.algo import RocParams, compute_advantage, counters, p_format, policy_loss, roc_metrics, roc_step
 from kit.config import KitConfig
+from kit.reward.pool import INFRA_ERROR
 from kit.train.batching import micro_batches, pad_rows, place_response
 from kit.train.rollouts import Batch
 
@@ -176,11 +177,21 @@ def advantages(cfg: KitConfig, batch: Batch, kept: np.ndarray) -> torch.Tensor:
     return compute_advantage(cfg.algorithm, torch.tensor(batch.rewards.reshape(-1)[kept]), gids[kept].tolist())
 
 
+def _reasons(batch: Batch, size: int) -> list[str]:
+    """The (P*n,) verdict reasons, problem-major; "" for rows a test double left without one."""
+    flat = [r for g in batch.verdict_reasons for r in g]
+    return flat if len(flat) == size else [""] * size
+
+
 def select(cfg: KitConfig, batch: Batch, algorithm: str, seed: int) -> tuple[np.ndarray, dict[str, float]]:
     """Rows kept for the update and the selection metrics.
 
     ``grpo_roc``: :func:`kit.algo.roc_step` (2G -> G, penalties from the structured counters).
     ``grpo``: every row kept; the same metrics computed with ``kept = all``.
+    Rows the verifier could not grade (reason ``infra_error``, :mod:`kit.reward.pool`: never the
+    model's fault, like the sandbox's ``infra_error`` calls RoC leaves out of ``p_err``) are left
+    out before either: they are never kept, so they enter neither their group's advantage
+    statistics nor the loss; a group short of rows is kept whole (:func:`kit.algo.roc_select`).
 
     Returns:
         ``(kept, metrics)``: (K,) row indices into ``batch.flat()``; metrics include
@@ -191,12 +202,17 @@ def select(cfg: KitConfig, batch: Batch, algorithm: str, seed: int) -> tuple[np.
     rewards = batch.rewards.reshape(-1)
     gids = np.repeat(np.arange(len(batch.groups)), n)
     cnt = counters(flat)
+    graded = np.flatnonzero([r != INFRA_ERROR for r in _reasons(batch, rewards.size)])  # issue #44
     if algorithm == "grpo_roc":
-        sel, m = roc_step(rewards, gids, cnt, RocParams.from_config(cfg.algorithm), seed=seed)
-        return sel.kept, m
+        if graded.size == rewards.size:
+            sel, m = roc_step(rewards, gids, cnt, RocParams.from_config(cfg.algorithm), seed=seed)
+            return sel.kept, m
+        sel, m = roc_step(rewards[graded], gids[graded], {k: v[graded] for k, v in cnt.items()},
+                          RocParams.from_config(cfg.algorithm), seed=seed)
+        return graded[sel.kept], m
     if algorithm != "grpo":
         raise ValueError(f"unknown algorithm {algorithm!r}; expected one of {ALGORITHMS}")
-    kept = np.arange(rewards.size)
+    kept = graded
     pf = p_format(cnt["answer_tags"], cnt["turns"], cnt["answered"])
     m = roc_metrics(rewards, kept, cnt["tool_calls"] - cnt["infra_errors"], cnt["tool_failures"], pf, cnt["answer_tags"])
     return kept, m

@@ -123,6 +123,17 @@ a response ending in ``\boxed``       ``\boxed`` means no answer; an earlier box
                                       and ``\boxed {`` are boxes too; boxes in tool output
                                       do not count either way (excluded by tag).
 ====================================  ====================================================
+``\boxed`` then a word (issue #44)    not a box: the brace-less form ``\boxed 5`` boxes
+                                      only a number or one control word (``\boxed \pi``);
+                                      "I wrote \boxed around it" after ``\boxed{6}`` leaves
+                                      ``6`` the answer.
+answer block takes the box back       ``no_answer`` (score 0), in both modes: when the final
+(issue #44): ``\boxed{6}.``           ``<answer>`` block has no box and comes after the last
+``<answer>7</answer>``                box, it is the model's last statement; blank, or
+                                      writing a number the box does not (``7``, ``6 or 7``,
+                                      ``0.5`` after ``\frac{1}{2}``), it takes the answer
+                                      back. Words only (``six``) or the box's numbers
+                                      (``x = 6``, ``2,500`` for ``2500``) leave the box.
 
 Departure from the release: it graded the whole response, tool output included
 (``rstar2_agent_release.md`` §5); the kit grades only the model's own text.

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from decimal import Decimal
 
 from kit.prompts import (
     ANSWER_CLOSE,
@@ -33,7 +34,11 @@ _PHRASE = re.compile(
     re.IGNORECASE,
 )
 _BOLD = re.compile(r"\*\*([^*\n]{1,200})\*\*")
-_TOKEN = re.compile(r"[^\s$]+")
+# what TeX's brace-less "\boxed 5" may box here: a number or one control word, then an end of token
+_TEX_ARG = re.compile(r"(?:[+-]?(?:\d+(?:\.\d+)?|\.\d+)|\\[A-Za-z]+)(?=[\s$.,;:!?)]|$)")
+# numbers an answer block writes (thousands commas joined first: "2,500" is 2500)
+_NUMERAL = re.compile(r"\d+(?:\.\d+)?|\.\d+")
+_THOUSANDS_COMMA = re.compile(r"(?<=\d),(?=\d{3}(?!\d))|(?<=\d)\{,\}(?=\d{3}(?!\d))")
 
 
 def strip_blocks(text: str, open_tag: str, close_tag: str, end_at: Callable[[str, int], int | None] | None = None) -> str:
@@ -101,10 +106,13 @@ def box_entries(text: str) -> list[str | None]:
 
     Nested braces are matched (``\\boxed{\\frac{1}{2}}`` gives ``\\frac{1}{2}``); spaces may stand
     between the command and its brace (``\\boxed {5}``); the TeX form without braces,
-    ``\\boxed 5``, gives its single token. A box is *abandoned* (None) when its brace is never
-    closed (a response cut off inside it, or a box left open and written again), when it is
-    empty (``\\boxed{}``, ``\\boxed{ }``), or when the text ends right after the command.
-    ``\\boxed5`` (no brace, no space) is not read as a box at all.
+    ``\\boxed 5``, gives its single token when that token is a number (``\\boxed -3``, ``\\boxed 2.5``)
+    or one control word (``\\boxed \\pi``), followed by a space, the end, ``$`` or punctuation. A box
+    is *abandoned* (None) when its brace is never closed (a response cut off inside it, or a box
+    left open and written again), when it is empty (``\\boxed{}``, ``\\boxed{ }``), or when the text
+    ends right after the command. Not a box at all: ``\\boxed5`` (no brace, no space), and a bare
+    ``\\boxed`` followed by a word or anything else that is not such a token ("I wrote \\boxed around
+    it": prose about the command, issue #44 part 3).
     """
     found: list[str | None] = []
     matches: dict[int, int] | None = None
@@ -118,12 +126,12 @@ def box_entries(text: str) -> list[str | None]:
             end = matches.get(i, -1)
             found.append((text[i + 1 : end - 1].strip() or None) if end >= 0 else None)
             continue
-        tok = _TOKEN.match(text, i)  # \boxed 5 : one TeX token
+        tok = _TEX_ARG.match(text, i)  # \boxed 5 : one TeX token, a number or a control word
         if tok and m.end() < i:
             found.append(tok.group(0))
         elif not text[i:].strip():  # cut off right after the command
             found.append(None)
-        # "\boxed5" is not TeX's box with a brace or a space: not a box
+        # "\boxed5" (no brace, no space) and "\boxed around" (a word): not a box
     return found
 
 
@@ -144,6 +152,24 @@ def _last_answer_block(text: str) -> str | None:
     return body if end < 0 else body[:end]
 
 
+def _numbers(text: str) -> set[Decimal]:
+    """The numbers ``text`` writes, as values (``2,500`` is 2500, ``06`` is 6)."""
+    return {Decimal(n) for n in _NUMERAL.findall(_THOUSANDS_COMMA.sub("", text))}
+
+
+def takes_back(block: str, box: str) -> bool:
+    """True when an unboxed final ``<answer>`` block takes back the box before it: the block is blank,
+    or it writes a number the box does not (``\\boxed{6}. <answer>7</answer>``; issue #44 part 4).
+
+    A block in words only (``<answer>six</answer>``, ``see above``) restates without contradicting;
+    a number in another form than the box's (``0.5`` after ``\\boxed{\\frac{1}{2}}``) counts as
+    another number: the final statement must restate the boxed answer's numbers.
+    """
+    if not block.strip():
+        return True
+    return not _numbers(block) <= _numbers(box)
+
+
 def _clean_fallback(ans: str) -> str | None:
     ans = ans.strip().strip("$").strip()
     ans = re.sub(r"[.\s]+$", "", ans)  # a sentence's full stop is not part of the answer
@@ -161,7 +187,10 @@ def extract_final_answer(response: str, fallback: bool = False) -> str | None:
        are never the model's answer.
     2. If the final ``<answer>`` block starts a box, its *last* box is the answer (a complete box
        written after the block does not replace it; an abandoned one does, by rule 4).
-    3. Else the last box anywhere in the model's own text is the answer.
+    3. Else the last box anywhere in the model's own text is the answer, unless the final
+       ``<answer>`` block comes after it and takes it back (:func:`takes_back`: the block is blank,
+       or writes a number the box does not): then there is no answer (``None``), in both modes.
+       The block is the model's last statement of its answer, like a box written after it.
     4. The last box decides alone: when it is abandoned (unclosed, empty, or cut off, see
        :func:`box_entries`) there is no answer (``None``), in both modes, wherever it stands (after
        the final ``<answer>`` block too: the model took its answer back); an earlier, complete
@@ -193,6 +222,9 @@ def extract_final_answer(response: str, fallback: bool = False) -> str | None:
         if in_block:
             return in_block[-1]
     if boxes:
+        after_last_box = block is not None and not box_entries(text[text.rfind(ANSWER_OPEN):])
+        if after_last_box and takes_back(block, boxes[-1]):  # rule 3: "\boxed{6}. <answer>7</answer>"
+            return None
         return boxes[-1]
     if not fallback:
         return None

@@ -5,7 +5,8 @@ verdict is a training bug, so grading is split in three:
 
 1. :func:`extract_final_answer` (``extract.py``): the last ``\boxed{}`` of the final
    ``<answer>`` block, else of the model's own text (none when that last box is unclosed,
-   empty or cut off); tool responses and tool-call code are removed first. Strict by default; ``fallback=True`` for other models.
+   empty or cut off, or a later unboxed answer block takes it back); tool responses and
+   tool-call code are removed first. Strict by default; ``fallback=True`` for other models.
 2. Exact rules in the caller's process (``rules.py``): integers (the whole RL data), decimals,
    scientific notation, choice letters, equations offered for a value. No sympy, cannot hang.
 3. math_verify with guards (``mathcheck.py``), in warm worker processes with a soft alarm, a
@@ -122,7 +123,6 @@ a response ending in ``\boxed``       ``\boxed`` means no answer; an earlier box
                                       in for it, in strict and fallback mode alike. ``\fbox``
                                       and ``\boxed {`` are boxes too; boxes in tool output
                                       do not count either way (excluded by tag).
-====================================  ====================================================
 ``\boxed`` then a word (issue #44)    not a box: the brace-less form ``\boxed 5`` boxes
                                       only a number or one control word (``\boxed \pi``);
                                       "I wrote \boxed around it" after ``\boxed{6}`` leaves
@@ -134,6 +134,7 @@ answer block takes the box back       ``no_answer`` (score 0), in both modes: wh
                                       ``0.5`` after ``\frac{1}{2}``), it takes the answer
                                       back. Words only (``six``) or the box's numbers
                                       (``x = 6``, ``2,500`` for ``2500``) leave the box.
+====================================  ====================================================
 
 Departure from the release: it graded the whole response, tool output included
 (``rstar2_agent_release.md`` §5); the kit grades only the model's own text.

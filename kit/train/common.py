@@ -52,7 +52,10 @@ def seed_everything(seed: int) -> None:
 def set_threads(n: int) -> LoadAdaptiveThreads | None:
     """Use ``n`` torch threads: ``n > 0`` fixed, 0 leaves torch's default, ``n < 0`` sizes them
     to the cores other processes leave free (:class:`LoadAdaptiveThreads`, at most ``-n``, re-measured
-    when the trainer calls ``.update()``). Returns the adaptive policy, or None."""
+    when the trainer calls ``.update()``). Returns the adaptive policy, or None.
+
+    Only fixed counts give bitwise-repeatable runs (issue #41): the adaptive policy is an explicit
+    speed mode, and a run that uses it is stamped not repeatable (``kit.pipeline.fingerprint``)."""
     if n > 0:
         torch.set_num_threads(n)
     elif n < 0:
@@ -73,7 +76,8 @@ def _cpu_jiffies() -> tuple[int, int, int] | None:
 
 
 class LoadAdaptiveThreads:
-    """Torch intra-op threads sized to the cores that *other* processes leave free.
+    """Torch intra-op threads sized to the cores that *other* processes leave free: the speed mode
+    (``model.torch_threads < 0``), never a profile's default, since it makes the run depend on load.
 
     With as many threads as cores, one busy process beside the trainer makes every parallel
     region wait for the thread that shares its core (measured on 2 cores: an SFT step of 0.38 s

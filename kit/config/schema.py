@@ -36,7 +36,9 @@ class ModelConfig:
     tokenizer_vocab_size: int = 1024  # tiny tokenizer target; the trained vocab may be smaller
     tie_word_embeddings: bool = True  # share the input embedding and the output head
     dtype: str = "bfloat16"  # tiny: float32 (CPU)
-    torch_threads: int = 0  # 0 = torch default; n > 0 fixed; -n adaptive up to n (kit.train.common.set_threads)
+    # n > 0: n threads, fixed (bitwise-repeatable runs); -n: the load-adaptive speed mode, up to n (not repeatable);
+    # 0: torch's default (the machine's cores). kit.train.common.set_threads; kit.pipeline.fingerprint stamps the run
+    torch_threads: int = 0
 
 
 @dataclass(frozen=True)

@@ -250,6 +250,12 @@ def run_session(launches: Sequence[Launch], out_dir: str | os.PathLike, *, num_c
         num_cpus, num_gpus: Ray's logical resources (TransferQueue needs >= 2 CPUs free; VERL one
             GPU per trainer worker).
         timeout_s: the whole session, seconds; on expiry it is killed (every process in it).
+            The session also dies with this process (issue #44): it reads a pipe whose only write
+            end this process holds (close-on-exec, so no program it runs inherits it), and EOF on
+            it (this process killed, even by SIGKILL) stops every process of the session
+            (:func:`kit.bridge.verl_cpu.session.watch_lifeline`). A child this process forks
+            without exec (``os.fork``, multiprocessing's ``fork``) holds the write end too, and the
+            session lives until that child ends as well.
         env: more environment for every process.
         start_ray: False runs the launches in the namespace without a Ray head (tests).
     Returns:
@@ -262,24 +268,31 @@ def run_session(launches: Sequence[Launch], out_dir: str | os.PathLike, *, num_c
     check_verl_version()
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
+    lifeline_r, lifeline_w = os.pipe()  # both close-on-exec; the read end is passed to the session alone
     spec = {"launches": [vars(launch) for launch in launches], "out": str(out), "num_cpus": num_cpus,
             "num_gpus": num_gpus, "env": session_env(env), "start_ray": start_ray,
-            "ray_temp": f"/tmp/kitray-{uuid.uuid4().hex[:8]}"}
+            "ray_temp": f"/tmp/kitray-{uuid.uuid4().hex[:8]}", "lifeline_fd": lifeline_r}
     (out / "session_spec.json").write_text(json.dumps(spec, indent=2))
     result_file = out / "session.json"
     result_file.unlink(missing_ok=True)
     argv = [*ray_local.namespace_argv(), sys.executable, "-m", "kit.bridge.verl_cpu.session", str(out / "session_spec.json")]
     t0 = time.perf_counter()
-    with open(out / "session.log", "w") as log:
-        proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **spec["env"]},
-                                start_new_session=True)
-        try:
-            proc.wait(timeout=timeout_s)
-            error = None if proc.returncode == 0 else f"session exited with status {proc.returncode}"
-        except subprocess.TimeoutExpired:
-            proc.kill()  # unshare --kill-child: the namespace's init dies, and with it every process in it
-            proc.wait()
-            error = f"session timed out after {timeout_s:.0f} s"
+    try:
+        with open(out / "session.log", "w") as log:
+            try:
+                proc = subprocess.Popen(argv, stdout=log, stderr=subprocess.STDOUT, env={**os.environ, **spec["env"]},
+                                        start_new_session=True, pass_fds=(lifeline_r,))
+            finally:
+                os.close(lifeline_r)
+            try:
+                proc.wait(timeout=timeout_s)
+                error = None if proc.returncode == 0 else f"session exited with status {proc.returncode}"
+            except subprocess.TimeoutExpired:
+                proc.kill()  # unshare --kill-child: the namespace's init dies, and with it every process in it
+                proc.wait()
+                error = f"session timed out after {timeout_s:.0f} s"
+    finally:
+        os.close(lifeline_w)  # (the session has ended here; a killed starter closes it by dying)
     info = json.loads(result_file.read_text()) if result_file.exists() else {}
     if not info and error:  # the namespace itself did not start (unshare refused, no `ip`, ...)
         tail = (out / "session.log").read_text()[-800:]

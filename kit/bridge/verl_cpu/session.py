@@ -6,6 +6,13 @@ namespace; reads the spec JSON it wrote and writes ``session.json`` beside it::
     {"pid_namespace": "pid:[...]", "codes": {name: exit status}, "timings": {"ray_start_s": ...,
      "<name>_s": ..., "ray_stop_s": ...}, "sandbox_workers_max": n, "sandbox_workers_steady": n, "peak_rss_bytes": b, "peak_pss_bytes": b, "error": null}
 
+The session lives no longer than the process that started it (issue #44): ``run_session`` passes the
+read end of a pipe (``lifeline_fd`` in the spec) whose write end only it holds, and
+:func:`watch_lifeline` ends the session when that pipe reads EOF: every process in the namespace
+gets SIGTERM, then SIGKILL 2 s later, and this process (PID 1) exits, upon which the kernel kills
+whatever is left in the namespace. A pipe, not ``PR_SET_PDEATHSIG``: the death signal follows the
+*thread* that forked, and the starter may be any thread of a notebook kernel.
+
 A watcher thread samples every second the number of kit sandbox worker interpreters (reported:
 the maximum, the steady count = the most frequent non-zero sample, and the histogram) and the
 resident memory of all processes in the namespace (Ray, VERL, sandbox; summed RSS and PSS): the
@@ -45,13 +52,64 @@ class Watcher(threading.Thread):
             self.rss_max, self.pss_max = max(self.rss_max, rss), max(self.pss_max, pss)
 
 
+def write_record(out: Path, info: dict) -> None:
+    """Write ``out/session.json`` whole or not at all (a temp file renamed): two threads write it, and
+    the lifeline's ``os._exit`` may cut the process off at any point."""
+    tmp = out / f"session.json.{threading.get_ident()}.tmp"
+    tmp.write_text(json.dumps(info, indent=2))
+    os.replace(tmp, out / "session.json")
+
+
+LIFELINE_GRACE_S = 2.0  # seconds between SIGTERM and SIGKILL when the starter is gone
+
+
+def watch_lifeline(fd: int, out: Path, ray_temp: str, info: dict, grace_s: float = LIFELINE_GRACE_S) -> threading.Thread:
+    """Start a daemon thread that ends the session when ``fd`` (the lifeline pipe's read end) reads
+    EOF, i.e. when every holder of its write end (the starter) has exited or been killed.
+
+    Ending it: SIGTERM to every other process of the namespace, SIGKILL to those alive ``grace_s``
+    seconds later (:func:`ray_local.stop_ray`), Ray's temp folder removed, ``starter_gone`` noted as
+    ``info["error"]`` (the session's record, which :func:`main` also writes) and in
+    ``out/session.json``, then ``os._exit(1)``: PID 1 leaving takes the rest of the namespace with it.
+    Bytes written to the pipe are ignored. Must run inside the session's namespace.
+
+    Returns:
+        The started thread.
+    """
+    os.set_inheritable(fd, False)  # Ray, VERL and the launches must not hold the session's lifeline
+
+    def run() -> None:
+        while True:
+            try:
+                if not os.read(fd, 4096):
+                    break
+            except InterruptedError:
+                continue
+            except OSError:
+                break
+        try:
+            print("kit: the process that started this session is gone; stopping the session", flush=True)
+            info["error"] = "starter_gone: the process that started the session exited or was killed"
+            write_record(out, info)
+            ray_local.stop_ray(grace_s)
+            subprocess.run(["rm", "-rf", ray_temp], check=False)
+        finally:
+            os._exit(1)
+
+    t = threading.Thread(target=run, name="kit-session-lifeline", daemon=True)
+    t.start()
+    return t
+
+
 def main(spec_path: str) -> int:
     spec = json.loads(Path(spec_path).read_text())
     out = Path(spec["out"])
     env = {**os.environ, **spec["env"]}
     info: dict = {"pid_namespace": ray_local.pid_namespace(), "codes": {}, "timings": {}, "error": None}
     os.environ[ray_local.SESSION_ENV] = env[ray_local.SESSION_ENV] = info["pid_namespace"]
-    (out / "session.json").write_text(json.dumps(info))
+    write_record(out, info)
+    if spec.get("lifeline_fd") is not None:  # issue #44: nothing of the session outlives its starter
+        watch_lifeline(int(spec["lifeline_fd"]), out, spec["ray_temp"], info)
     watcher = Watcher()
     started = False
     try:
@@ -97,7 +155,7 @@ def main(spec_path: str) -> int:
         info["sandbox_worker_samples"] = {str(n): c for n, c in sorted(watcher.sandbox_counts.items())}
         info["peak_rss_bytes"] = watcher.rss_max
         info["peak_pss_bytes"] = watcher.pss_max
-        (out / "session.json").write_text(json.dumps(info, indent=2))
+        write_record(out, info)
         subprocess.run(["rm", "-rf", spec["ray_temp"]], check=False)
     return 0 if info["error"] is None else 1
 

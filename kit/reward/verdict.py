@@ -14,7 +14,7 @@ from kit.reward.rules import quick_grade
 EXIT_MEMORY = 3
 
 #: Every reason a verdict can carry; only ``correct`` scores 1. ``infra_error``: the verifier
-#: itself failed twice on the item (kit.reward.pool); the trainers drop such items from the update.
+#: itself failed twice on the item (kit.reward.pool); the local trainer drops such items from the update.
 REASONS = ("correct", "wrong", "no_answer", "timeout", "parse_error", "infra_error")
 
 
@@ -28,7 +28,7 @@ class Verdict:
             limits (time or memory) and scores 0; ``parse_error`` means the gold or the answer
             could not be read as math (and their texts differ); ``infra_error`` means the
             verifier could not grade the item (a worker killed or starved twice; never the
-            model's fault: score 0, and the trainers leave the item out of the update).
+            model's fault: score 0, and the local trainer leaves the item out of the update).
         extracted: the answer text taken from the response (None for ``no_answer``).
         seconds: wall seconds spent on this item: extraction and rules in the caller, plus the
             worker's time from dispatch to reply (queue waiting in a batch is not counted).

@@ -8,6 +8,8 @@ Verbs (``python -m kit <verb> --help`` explains each option)::
     prepare-data  write a paper run's training and validation parquet files
     serve         serve a policy folder on loopback as an OpenAI-compatible /v1/completions
     selftest      check the code sandbox: isolation, limits, semantics, throughput
+    claims        several runs' verdicts side by side (CSV)
+    compare       are two run folders the same run? result files compared byte for byte
     config        print a profile's resolved config with each key's help text
 
 Examples::
@@ -22,7 +24,7 @@ Each verb's options are declared once, here; the work is done by the functions o
 :mod:`kit.pipeline` (:func:`kit.pipeline.reproduce`), :mod:`kit.report`, :mod:`kit.recipe`,
 :mod:`kit.rollout.serve`, :mod:`kit.sandbox.selftest` and :mod:`kit.config.keyhelp`, imported only
 when their verb runs (``--help`` and ``config`` load neither torch nor papermill). Exit codes: 0 ok,
-1 the work failed (a notebook, the report), 2 bad arguments (the message names the option, key or
+1 the work failed (a notebook, the report; ``compare``: the runs differ), 2 bad arguments (the message names the option, key or
 file).
 """
 
@@ -121,6 +123,16 @@ def _claims(a: argparse.Namespace, argv: list[str]) -> int:
 
     write_csv(seeds_table(a.runs, None if a.section == "all" else a.section), a.out)
     return 0
+
+
+def _compare(a: argparse.Namespace, argv: list[str]) -> int:
+    from kit.pipeline.compare import compare_runs  # reads files only
+
+    diffs = compare_runs(a.run_a, a.run_b)
+    for d in diffs:
+        print(f"{d.path}: {d.what}")
+    print(f"{len(diffs)} result files differ" if diffs else "same results: every result file is equal (time fields stripped)")
+    return 1 if diffs else 0
 
 
 def _config(a: argparse.Namespace, argv: list[str]) -> int:
@@ -245,6 +257,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("runs", nargs="+", help="run folders with a claims.json, e.g. reports/tiny/s7")
     p.add_argument("--section", default="rStar2-Agent", help="the claims' paper: rStar2-Agent (default), ReTool, Agent-R, or all")
     p.add_argument("--out", default=None, help="the CSV file to write (default: print)")
+
+    p = verb("compare", _compare, "are two run folders the same run? result files compared byte for byte",
+             "Compare every result file of two run folders (metrics, samples, evaluation outputs, weights, claims.json) "
+             "with time and host fields stripped (kit.pipeline.compare); executed notebooks and renderings are not "
+             "compared. Exit 0 when equal, 1 when a file differs (each named), 2 when a folder is missing.")
+    p.add_argument("run_a", help="a run folder, e.g. reports/tiny/main")
+    p.add_argument("run_b", help="another run folder of the same profile and seed")
 
     p = verb("config", _config, "print a profile's resolved config with each key's help text",
              "Print every key of the resolved config as `key = value`, with its help (the comments beside the "

@@ -45,6 +45,30 @@ def smoke_chain(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
+def smoke_chain_loaded(smoke_chain, tmp_path_factory):
+    """The same chain (profile, seed, command) again, into another folder, beside two busy loops that
+    keep both cores loaded for its whole length (issue #41): ``(Layout, exit code)``. Compared file by
+    file with :func:`smoke_chain` in tests/pipeline/test_repeatable_series.py."""
+    import subprocess
+    import sys
+
+    from kit import cli, pipeline
+
+    root = tmp_path_factory.mktemp("reports_loaded")
+    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
+    t0 = time.perf_counter()
+    try:
+        code = cli.main(["reproduce", "--profile", SMOKE_PROFILE, "--run", "t", "--reports-root", str(root),
+                         "--cell-timeout", "900"])
+    finally:
+        for p in loops:
+            p.kill()
+            p.wait()
+    print(f"smoke chain beside two busy loops: {time.perf_counter() - t0:.0f} s")
+    return pipeline.Layout.for_run(SMOKE_PROFILE, "t", root), code
+
+
+@pytest.fixture(scope="session")
 def smoke_run(smoke_chain):
     """The session's smoke chain, finished: ``(Layout, KitConfig)``. tests/pipeline/test_smoke_chain.py
     asserts it; the browser test copies its 01/02 products (data, cold-start policy) instead of training

@@ -76,13 +76,37 @@ class Layout:
         return self.root / "report.pdf"
 
 
+#: top-level keys of ``pipeline_state.json`` (and ``claims.json``) that describe the run, not a notebook
+#: (:mod:`kit.fingerprint`: the environment fingerprint, the bitwise-repeatability stamp); :func:`read_state`
+#: leaves them out. ``environment`` describes the host: a comparer of two runs' files strips it
+ENVIRONMENT_KEY, REPEATABLE_KEY = "environment", "repeatable"
+RUN_KEYS = (ENVIRONMENT_KEY, REPEATABLE_KEY)
+
+
 def read_state(layout: Layout) -> dict[str, Any]:
-    """The run's ``pipeline_state.json``: ``{notebook: entry}`` (empty dict when absent). The one
-    reader of the state file, for the runner (:mod:`kit.pipeline.series`) and the report (:mod:`kit.report`).
+    """The run's ``pipeline_state.json``: ``{notebook: entry}`` (empty dict when absent), without the
+    run's own :data:`RUN_KEYS` (:func:`read_run_keys`). The one reader of the state file, for the runner
+    (:mod:`kit.pipeline.series`) and the report (:mod:`kit.report`).
 
     Raises:
         ValueError: the file exists but is not a JSON object (the message names the file).
     """
+    state = _read_state_file(layout)
+    return {k: v for k, v in state.items() if k not in RUN_KEYS}
+
+
+def read_run_keys(layout: Layout) -> dict[str, Any]:
+    """The run's :data:`RUN_KEYS` from ``pipeline_state.json`` (``{"environment": fingerprint, "repeatable":
+    {"bitwise", "why"}}``, each only where written; empty dict without the file).
+
+    Raises:
+        ValueError: as :func:`read_state`.
+    """
+    state = _read_state_file(layout)
+    return {k: state[k] for k in RUN_KEYS if k in state}
+
+
+def _read_state_file(layout: Layout) -> dict[str, Any]:
     if not layout.state_path.exists():
         return {}
     try:

@@ -6,6 +6,8 @@ statistic, 95% interval and verdict (``claims.json`` from notebook 09, else comp
 :mod:`kit.claims`), Figures 4, 8 and 9 (``figures/*.png`` of notebook 09), Tables 3-6 with this
 run's value beside the paper's (``tables/*.csv``), what the profile cannot show, and at its foot links
 to the static rollout-explorer pages of the run (``<folder>/explorer.html``, :func:`explorer_pages`).
+Under its heading, the environment the run computed on and whether it is bitwise repeatable
+(:func:`environment_lines`, issue #41).
 
 :func:`summary_page` returns the Figure; :func:`write_summary_pdf` writes it as a one-page PDF;
 :func:`prepend_summary` puts that page in front of an existing report PDF (poppler's
@@ -29,7 +31,8 @@ import pandas as pd
 from matplotlib.backends.backend_pdf import PdfPages
 from matplotlib.figure import Figure
 
-from kit import claims, tables
+from kit import claims, fingerprint, tables
+from kit.plan import Layout, read_run_keys
 
 VERDICT_COLOR = {"reproduced": "#1a7f37", "not reproduced": "#cf222e", "inconclusive": "#9a6700"}
 FIGURES = (("figure4_tool_errors", "Figure 4"), ("figure9_roc_ablation", "Figure 9"), ("figure8_stages", "Figure 8"),
@@ -68,6 +71,45 @@ def _claims_doc(root: Path) -> dict[str, Any]:
     results = claims.evaluate_claims(claims.RunDirs.under(root))
     return {"counts": {v: sum(r.verdict == v for r in results) for v in claims.VERDICTS},
             "claims": [r.to_dict() for r in results], "computed_for_summary": True}
+
+
+#: colours of the environment lines: a repeatable run, one that is not, a resume across environments
+STAMP_COLOR = {"yes": "0.25", "no": "#9a6700", "warning": "#b00000"}
+
+
+def environment_lines(root: str | os.PathLike, doc: Mapping[str, Any] | None = None,
+                      profile: str = "") -> list[tuple[str, str]]:
+    """The summary page's lines on where the run computed and whether it is bitwise repeatable, as
+    ``(text, colour key of STAMP_COLOR)`` pairs.
+
+    Args:
+        root: the run folder; its ``pipeline_state.json`` is read where ``doc`` lacks the keys.
+        doc: the run's claims document (``claims.json`` from schema 3 carries ``environment`` and ``repeatable``).
+        profile: the run's profile (for :class:`kit.plan.Layout`; the path is all that is read).
+    Returns:
+        ``[("Environment: <kit.fingerprint.describe>", "yes"), ("Bitwise repeatable: yes (why)" or
+        "NOT bitwise repeatable: why", "yes" | "no"), ("WARNING: <resume warning>", "warning") ...]``; a run
+        with neither record says so in one line. Never raises for a damaged state file (the line says
+        "not recorded").
+    """
+    doc = doc or {}
+    env, stamp = doc.get(fingerprint.ENVIRONMENT_KEY), doc.get(fingerprint.REPEATABLE_KEY)
+    if env is None or stamp is None:
+        try:
+            stored = read_run_keys(Layout(root=Path(root), profile=profile))
+        except ValueError:
+            stored = {}
+        env = env if env is not None else stored.get(fingerprint.ENVIRONMENT_KEY)
+        stamp = stamp if stamp is not None else stored.get(fingerprint.REPEATABLE_KEY)
+    lines = [(f"Environment: {fingerprint.describe(env)}", "yes")]
+    if stamp is None:
+        lines.append(("Bitwise repeatable: not recorded (a run before issue #41)", "no"))
+    elif stamp.get("bitwise"):
+        lines.append((f"Bitwise repeatable on this machine type: yes ({stamp.get('why', '')})", "yes"))
+    else:
+        lines.append((f"NOT bitwise repeatable: {stamp.get('why', '')}. Reruns agree in distribution only.", "no"))
+    lines += [(f"WARNING: {w}", "warning") for w in (env or {}).get("warnings") or []]
+    return lines
 
 
 def _fmt(x: Any, digits: int = 3) -> str:
@@ -242,8 +284,17 @@ def summary_page(root: str | os.PathLike, *, title: str = "", profile: str = "",
         fig.text(0.04, 0.966, textwrap.fill(f"This run did not finish: {len(failed)} notebook(s) failed: {names}", 150),
                  fontsize=7, va="top", color="#b00000", weight="bold", parse_math=False)  # error text, not mathtext
         shift = 0.02
-    fig.text(0.04, 0.962 - shift, textwrap.fill(head, 160), fontsize=6.6, va="top", color="0.25", linespacing=1.3)
-    top = _claims_table(fig, doc, claims.DEFAULT_SECTION, 0.928 - shift, 0.5 - shift) - 0.008
+    head = textwrap.fill(head, 160)
+    fig.text(0.04, 0.962 - shift, head, fontsize=6.6, va="top", color="0.25", linespacing=1.3)
+    # where it computed, and whether a rerun gives the same bits (issue #41): under the heading, ~0.0102 a line
+    y = 0.962 - shift - 0.0102 * (head.count("\n") + 1) - 0.002
+    for text, colour in environment_lines(root, doc, profile):
+        text = textwrap.fill(text, 175 if colour == "yes" else 155)  # bold letters are wider
+        fig.text(0.04, y, text, fontsize=6, va="top", color=STAMP_COLOR[colour], linespacing=1.3,
+                 weight="normal" if colour == "yes" else "bold", parse_math=False)
+        y -= 0.0093 * (text.count("\n") + 1)
+    extra = max(0.0, (0.928 - shift) - (y - 0.004))
+    top = _claims_table(fig, doc, claims.DEFAULT_SECTION, 0.928 - shift - extra, 0.5 - shift - extra) - 0.008
     limits = list(CPU_LIMITS) if profile in ("tiny", "smoke") else [
         "Paper profile: the claims use the same statistics; the published numbers are the paper's, not this run's."]
     subsets = eval_subsets(root / "eval")

@@ -46,15 +46,18 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from kit import jsonio
+from kit import fingerprint, jsonio
 from kit.claims.files import Missing, RunDirs
 from kit.claims.kinds import KINDS
 from kit.claims.results import DEFAULT_SECTION, VERDICTS, ClaimResult, TestResult
+from kit.config import ConfigError, available_profiles, load
 from kit.metrics import DECLARED
+from kit.plan import Layout, read_run_keys
 
 CLAIMS_FILE = Path(__file__).resolve().parent.parent / "reference" / "claims.yaml"
-#: 2: each claim and each test carries its ``note`` (the claims file's ``note:``, "" without one)
-SCHEMA_VERSION = 2
+#: 2: each claim and each test carries its ``note`` (the claims file's ``note:``, "" without one);
+#: 3: the run's ``environment`` fingerprint and ``repeatable`` stamp (:mod:`kit.fingerprint`, issue #41)
+SCHEMA_VERSION = 3
 #: test fields that name a metrics key: each must be declared in :mod:`kit.metrics` (``DECLARED``)
 KEY_FIELDS = ("key", "n_key")
 TEST_KEYS = ("name", "kind", "statistic", "interval", "comparison", "threshold")
@@ -147,15 +150,24 @@ def _note(spec: Mapping[str, Any]) -> str:
 
 
 def write_claims(results: Sequence[ClaimResult], path: str | os.PathLike, *, profile: str = "",
-                 run: str = "", claims_file: str | os.PathLike | None = None) -> Path:
+                 run: str = "", claims_file: str | os.PathLike | None = None, cfg: Any = None) -> Path:
     """Write ``claims.json``: ``schema_version, profile, run, created_utc, claims_file,
-    claims_sha256, counts {verdict: n}, claims [ClaimResult.to_dict()]`` (each claim's ``note``: what
-    the claims file notes about it, for the reader of a verdict); returns the path."""
+    claims_sha256, environment, repeatable, counts {verdict: n}, claims [ClaimResult.to_dict()]`` (each
+    claim's ``note``: what the claims file notes about it, for the reader of a verdict); returns the path.
+
+    ``environment`` and ``repeatable`` (:mod:`kit.fingerprint`, issue #41) are the run's as the series
+    recorded them in ``pipeline_state.json`` beside ``path``; without that file (a notebook run on its own)
+    they are this process's fingerprint and the stamp of ``cfg`` (default: ``profile``'s config without
+    overrides; None for an unknown profile, stamped not repeatable). ``environment`` and ``created_utc``
+    describe the host and the time, not the result: a comparer of two runs' files strips them.
+    """
     src = Path(claims_file) if claims_file is not None else CLAIMS_FILE
     counts = {v: sum(r.verdict == v for r in results) for v in VERDICTS}
+    env, stamp = _run_stamp(Path(path).parent, profile, cfg)
     doc = {"schema_version": SCHEMA_VERSION, "profile": profile, "run": run,
            "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "claims_file": str(src), "claims_sha256": hashlib.sha256(src.read_bytes()).hexdigest() if src.exists() else None,
+           fingerprint.ENVIRONMENT_KEY: env, fingerprint.REPEATABLE_KEY: stamp,
            "counts": counts, "claims": [r.to_dict() for r in results]}
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -163,18 +175,38 @@ def write_claims(results: Sequence[ClaimResult], path: str | os.PathLike, *, pro
     return p
 
 
+def _run_stamp(root: Path, profile: str, cfg: Any) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(environment, repeatable)`` of the run in ``root``: ``pipeline_state.json``'s where the series wrote
+    them, else computed here (see :func:`write_claims`)."""
+    try:
+        stored = read_run_keys(Layout(root=root, profile=profile))
+    except ValueError:  # a damaged state file: the report names it; claims are still written
+        stored = {}
+    if fingerprint.ENVIRONMENT_KEY in stored and fingerprint.REPEATABLE_KEY in stored:
+        return stored[fingerprint.ENVIRONMENT_KEY], stored[fingerprint.REPEATABLE_KEY]
+    if cfg is None:
+        try:
+            cfg = load(profile, write=False) if profile in available_profiles() else None
+        except ConfigError:
+            cfg = None
+    return fingerprint.environment_fingerprint(cfg), fingerprint.repeatability(cfg)
+
+
 def read_claims(path: str | os.PathLike) -> dict[str, Any]:
     """A ``claims.json`` written by :func:`write_claims`, checked against its schema.
 
     Raises:
-        ClaimsError: a missing key (``note`` from schema version 2) or a verdict that is not one of
-            :data:`VERDICTS` (names the claim).
+        ClaimsError: a missing key (``note`` from schema version 2; ``environment`` and ``repeatable``
+            from 3) or a verdict that is not one of :data:`VERDICTS` (names the claim).
     """
     p = Path(path)
     if not p.exists():
         raise ClaimsError(f"claims file not found: {p} (written by notebook 09)")
     doc = json.loads(p.read_text())
-    for k in ("schema_version", "profile", "counts", "claims"):
+    top = ("schema_version", "profile", "counts", "claims")
+    if doc.get("schema_version", 0) >= 3:
+        top += (fingerprint.ENVIRONMENT_KEY, fingerprint.REPEATABLE_KEY)
+    for k in top:
         if k not in doc:
             raise ClaimsError(f"{p}: missing key {k!r}")
     need = ("id", "source", "claim", "paper", "verdict", "value", "ci95", "interval", "tests")

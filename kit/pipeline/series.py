@@ -24,13 +24,13 @@ from typing import Any
 
 import nbformat
 
-from kit import OPENMP_SPINCOUNT, overlap
+from kit import OPENMP_SPINCOUNT, fingerprint, overlap
 from kit.config import load
 from kit.paths import REPO_ROOT
 from kit.pipeline.failures import PipelineError, describe_failure, failed_cell, mark_not_run
 from kit.pipeline.kernels import QuietKernelManager
 from kit.pipeline.timing import children_cpu_s, machine_busy_cpu_s, own_cpu_seconds
-from kit.plan import Layout, ablation_arms, read_state, series, series_parameters
+from kit.plan import Layout, ablation_arms, read_run_keys, read_state, series, series_parameters
 
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 #: Environment of the kernels the runner starts, unless the user set these variables already
@@ -205,7 +205,7 @@ def run_series(
         One record per notebook: ``{"notebook", "status" ("done" | "skipped"), "seconds"}``; a notebook run now
         also has ``cpu_seconds`` (its kernel and reaped children), ``load_avg`` and, where ``/proc/stat`` exists,
         ``machine_cpu_seconds`` (busy CPU seconds of the run's CPUs while it ran, every process's:
-        :func:`kit.pipeline.timing.machine_busy_cpu_s`); ``pipeline_state.json`` keeps the same.
+        :func:`kit.pipeline.timing.machine_busy_cpu_s`); ``pipeline_state.json`` keeps the same (:func:`kit.fingerprint.stamp_state`).
     Raises:
         PipelineError: before anything runs, a notebook without a ``parameters`` cell
             (:func:`check_parameters_cell`); else the first notebook that fails; the message names the notebook, the
@@ -279,6 +279,10 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
     records = []
     total = len(notebooks)
     names = [nb.name for nb in notebooks]
+    # issue #41: the run's fingerprint and repeatability stamp first (kit.fingerprint); a resume elsewhere warns
+    state = fingerprint.stamp_state(state, read_run_keys(layout), layout.profile, [nb.parameters for nb in notebooks],
+                                    names if force else (), echo)
+    _write_state(layout, state)  # also when every notebook is skipped: the warning is kept with the run
     deferred = [nb.name for nb in notebooks if nb.background is not None and nb.background.after in names]
     jobs: dict[str, overlap.BackgroundRun] = {}
 
@@ -379,7 +383,8 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
                 extra["machine_cpu_seconds"] = m1 - m0
             state[nb.name] = {"status": "done", "parameters": json.loads(json.dumps(nb.parameters)),
                               "source_sha": sha, "seconds": seconds, "cpu_seconds": cpu, "load_avg": load_avg,
-                              "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **extra}
+                              "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **extra,
+                              "environment_key": state[fingerprint.ENVIRONMENT_KEY]["key"]}
             _write_state(layout, state)
             echo(f"[{i}/{total}] {nb.name}: done in {seconds:.0f} s ({cpu:.0f} CPU s; load average {load_avg:.1f})")
             records.append({"notebook": nb.name, "status": "done", "seconds": seconds, "cpu_seconds": cpu,

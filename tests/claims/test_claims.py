@@ -344,7 +344,7 @@ def test_each_claims_note_reaches_claims_json_and_the_summary_page(tmp_path):
 
     path = write_claims(evaluate_claims(RunDirs.under(tmp_path / "nothing")), tmp_path / "claims.json")
     doc = read_claims(path)
-    assert doc["schema_version"] == 2
+    assert doc["schema_version"] == 3
     notes = {c["id"]: c["note"] for c in doc["claims"]}
     # the reflection claim stays as registered (inconclusive on every untuned seed): its note says what that means
     assert "not shown at the tiny scale" in notes["entropy_more_reflection_than_sft"]

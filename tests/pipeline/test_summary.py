@@ -156,3 +156,47 @@ def test_a_claim_with_several_tests_shows_each_and_the_reason_of_the_deciding_on
     assert "vs good-only: 0.01 [-0.01, 0.03] (inconclusive)" in text
     assert "vs cold start: -0.15 [-0.24, -0.06] (not reproduced)" in text
     assert "lies at or below 0" in text and "contains 0" not in text  # the deciding test's reason
+
+
+def test_the_first_page_states_the_environment_and_whether_the_run_is_bitwise_repeatable(run, tmp_path):
+    """Issue #41: under the heading, the fingerprint of claims.json and the stamp; a run resumed on another
+    environment says so in red; a claims document without them (older, or computed for the page) falls back
+    to pipeline_state.json."""
+    from kit import fingerprint
+    from kit.config import load
+
+    doc = claims.read_claims(run / "claims.json")
+    doc["repeatable"] = fingerprint.repeatability(load("tiny", {"model.torch_threads": -2}, write=False))
+    (run / "claims.json").write_text(json.dumps(doc))
+    page = " ".join(t.get_text() for t in summary.summary_page(run).texts)
+    assert f"key {doc['environment']['key']}" in page and "NOT bitwise repeatable: model.torch_threads = -2" in " ".join(page.split())
+    doc["environment"]["warnings"] = ["resuming a run whose stored environment (aaaa) differs"]
+    doc["repeatable"] = {"bitwise": True, "why": "model.torch_threads = 2: fixed"}
+    (run / "claims.json").write_text(json.dumps(doc))
+    lines = summary.environment_lines(run, claims.read_claims(run / "claims.json"))
+    assert lines[1] == ("Bitwise repeatable on this machine type: yes (model.torch_threads = 2: fixed)", "yes")
+    assert lines[2] == ("WARNING: resuming a run whose stored environment (aaaa) differs", "warning")
+    texts = {t.get_text().replace("\n", " "): t for t in summary.summary_page(run).texts}
+    warn = next(t for k, t in texts.items() if k.startswith("WARNING: resuming"))
+    assert warn.get_color() == summary.STAMP_COLOR["warning"]
+    # no claims.json: the page reads pipeline_state.json's record
+    (run / "claims.json").unlink()
+    env = {"key": "feedbeef0000", "cpu": {"model": "Recorded CPU"}}
+    (run / "pipeline_state.json").write_text(json.dumps({"environment": env, fingerprint.REPEATABLE_KEY: doc["repeatable"]}))
+    lines = summary.environment_lines(run, {"claims": []})
+    assert "Recorded CPU" in lines[0][0] and "key feedbeef0000" in lines[0][0] and lines[1][1] == "yes"
+    (run / "pipeline_state.json").unlink()
+    assert summary.environment_lines(run, {})[1] == ("Bitwise repeatable: not recorded (a run before issue #41)", "no")
+
+
+def test_the_environment_lines_leave_the_claims_table_below_them(run, tmp_path):
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    fig = summary.summary_page(run)
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    env = [t for t in fig.texts if t.get_text().startswith(("Environment:", "NOT bitwise", "Bitwise"))]
+    assert len(env) == 2
+    lowest = min(t.get_window_extent(renderer).y0 for t in env)
+    table_top = max(ax.get_window_extent(renderer).y1 for ax in fig.axes if ax.tables)
+    assert table_top <= lowest
+    assert max(t.get_window_extent(renderer).x1 for t in env) <= fig.bbox.width  # and inside the page

@@ -299,13 +299,16 @@ def stamp_state(state: Mapping[str, Any], stored: Mapping[str, Any], profile: st
         stored: the run keys the folder holds (:func:`kit.plan.read_run_keys`).
         profile: the series' profile.
         parameters: each notebook's papermill parameters; the first non-empty ``overrides`` is the series'.
-        forced: the notebooks this invocation reruns whatever their state (``--force``): not kept.
+        forced: the notebooks this invocation reruns whatever their state (``--force``): not kept. Every other
+            notebook with an entry (done, or failed/interrupted: resumed from its checkpoints) counts as kept.
         echo: where a resume onto another fingerprint is warned (:func:`stamp`).
     Returns:
         A new dict; ``state`` is not changed.
     """
     forced = set(forced)
-    kept = [n for n, e in state.items() if isinstance(e, Mapping) and e.get("status") == "done" and n not in forced]
+    # a failed or interrupted notebook resumes from its checkpoints, which were written there too
+    kept = [n for n, e in state.items() if isinstance(e, Mapping) and e.get("status") in ("done", "failed", "running")
+            and n not in forced]
     overrides = next((p["overrides"] for p in parameters if p.get("overrides")), None)
     env, repeatable, _ = stamp(profile, overrides, stored.get(ENVIRONMENT_KEY), kept, echo=echo)
     return {ENVIRONMENT_KEY: env, REPEATABLE_KEY: repeatable, **state}

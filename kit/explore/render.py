@@ -206,15 +206,22 @@ def prompt_html(rec: Mapping[str, Any], tokenizer: Any = None) -> str:
             f"<pre style='{SPAN_STYLE['prompt']}'>{html.escape(text)}</pre></details>")
 
 
+#: the finish column's note on a truncated trajectory (kit.reward.verdict.cut_off)
+CUT_TITLE = ("the budget ran out (finish length or budget): a failure, reward 0 whatever it boxed "
+             "before the cut (rStar2-Agent §4.3, no overlong filtering)")
+
+
 def group_table_html(group: Sequence[Mapping[str, Any]], selected: int | None = None) -> str:
     """The group's n trajectories as a table: reward, p_err, p_format, p_total, kept, advantage,
-    calls, tool errors, finish reason, tokens; one ``<tr data-traj=i data-kept=0|1>`` each."""
+    calls, tool errors, finish reason, tokens; one ``<tr data-traj=i data-kept=0|1>`` each. The finish
+    cell of a trajectory the budget cut reads ``length ✂ cut`` (or ``budget ✂ cut``, its title the rule): it scored 0
+    whatever it boxed (:func:`kit.reward.verdict.cut_off`), so its reward cell is 0 too."""
     head = ("<tr><th>#</th><th>reward</th><th>p_err</th><th>p_format</th><th>p_total</th><th>RoC</th>"
             "<th>advantage</th><th>calls</th><th>tool errors</th><th>finish</th><th>tokens (model)</th></tr>")
     rows = []
     for r in group:
         sel = " class='sel'" if r["traj_index"] == selected else ""
-        fin = html.escape(r["finish_reason"]) + (" ✂" if r["truncated"] else "")
+        fin = html.escape(r["finish_reason"]) + (f" <span title='{CUT_TITLE}'>✂ cut</span>" if r["truncated"] else "")
         rows.append(f"<tr data-traj='{r['traj_index']}' data-kept='{int(r['kept'])}'{sel}><td>{r['traj_index']}</td>"
                     f"<td>{_fmt(r['reward'], 1)}</td><td>{_fmt(r['p_err'])}</td><td>{_fmt(r['p_format'])}</td>"
                     f"<td>{_fmt(r['p_total'])}</td><td>{kept_mark(r)}</td><td>{_fmt(r['advantage'], 3)}</td>"

@@ -48,7 +48,7 @@ degrees: ``30^\circ`` vs ``30``       correct (``^\circ``, ``^{\circ}``, ``°``,
 units: ``5`` vs ``5\text{ cm}``       correct: *one* trailing unit is dropped, a ``\text{}``/
                                       ``\mathrm{}``/``\mbox{}`` group (optionally ``^2``) or
                                       bare words after a number (``5 cm``, ``12 sq ft``), and
-                                      only when every word is a unit (``rules.UNIT_WORDS``:
+                                      only when every word is a unit (``wording.UNIT_WORDS``:
                                       lengths, areas, volumes, masses, times, currencies,
                                       angles; ``per``, ``/``). math_verify's own unit
                                       reading is off (it dropped ``5t``, ``5 less``).
@@ -134,6 +134,12 @@ answer block takes the box back       ``no_answer`` (score 0), in both modes: wh
                                       ``0.5`` after ``\frac{1}{2}``), it takes the answer
                                       back. Words only (``six``) or the box's numbers
                                       (``x = 6``, ``2,500`` for ``2500``) leave the box.
+truncated trajectory (issue #44)      score 0, reason ``no_answer`` (detail ``truncated``),
+                                      whatever it boxed before the budget ran out
+                                      (``verdict.cut_off``; rStar2-Agent §4.3, no overlong
+                                      filtering): the local trainer for ``truncated``
+                                      trajectories, ``compute_score`` for
+                                      ``extra_info["truncated"]`` (VERL's agent loop field).
 ====================================  ====================================================
 
 Departure from the release: it graded the whole response, tool output included

@@ -13,7 +13,7 @@ from typing import Any
 
 from kit.reward.pool import Verifier
 from kit.reward.rules import quick_grade
-from kit.reward.verdict import Verdict
+from kit.reward.verdict import Verdict, cut_off
 
 _pools: dict[int, Verifier] = {}
 _pools_lock = threading.Lock()
@@ -117,7 +117,9 @@ def _gold_text(ground_truth: Any) -> str:
     return ground_truth if isinstance(ground_truth, str) else str(int(ground_truth))
 
 
-def _score_dict(v: Verdict) -> dict[str, Any]:
+def _score_dict(v: Verdict, extra_info: dict | None = None) -> dict[str, Any]:
+    if extra_info and extra_info.get("truncated"):  # the agent loop's extra field: cut by the budget
+        v = cut_off(v)
     return {"score": v.score, "acc": v.score, "reason": v.reason, "extracted": v.extracted or "",
             "verify_s": v.seconds}
 
@@ -127,13 +129,15 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     """VERL custom reward function (``reward.custom_reward_function``): the binary outcome reward.
 
     rStar2-Agent §2.2.1: 1 when the final answer matches, else 0; no format, tool or length
-    term. Unlike the release (research note §5), tool output in ``solution_str`` is ignored.
+    term. Unlike the release (research note §5), tool output in ``solution_str`` is ignored, and
+    a trajectory the budget cut (``extra_info["truncated"]``, the agent loop's extra field) scores 0
+    whatever it boxed (:func:`kit.reward.verdict.cut_off`, rStar2-Agent §4.3).
 
     Args:
         data_source: dataset name (unused: every source is graded the same way).
         solution_str: decoded response with its tags.
         ground_truth: the gold answer (str or int).
-        extra_info: unused; accepted for VERL's signature.
+        extra_info: read only for ``truncated`` (True: score 0, reason ``no_answer``).
         **kw: ``timeout_s`` (default 5.0) and ``fallback`` (default False) are read; the rest
             is ignored.
     Returns:
@@ -144,7 +148,7 @@ def compute_score(data_source: str, solution_str: str, ground_truth: Any, extra_
     """
     v = verify(_gold_text(ground_truth), solution_str, timeout_s=float(kw.get("timeout_s", 5.0)),
                fallback=bool(kw.get("fallback", False)))
-    return _score_dict(v)
+    return _score_dict(v, extra_info)
 
 
 async def acompute_score(data_source: str, solution_str: str, ground_truth: Any, extra_info: dict | None = None,
@@ -152,7 +156,7 @@ async def acompute_score(data_source: str, solution_str: str, ground_truth: Any,
     """:func:`compute_score` as a coroutine, for async reward loops."""
     v = await averify(_gold_text(ground_truth), solution_str, timeout_s=float(kw.get("timeout_s", 5.0)),
                       fallback=bool(kw.get("fallback", False)))
-    return _score_dict(v)
+    return _score_dict(v, extra_info)
 
 
 def compute_score_batch(data_sources: Sequence[str], solution_strs: Sequence[str], ground_truths: Sequence[Any],
@@ -161,7 +165,7 @@ def compute_score_batch(data_sources: Sequence[str], solution_strs: Sequence[str
 
     Args:
         data_sources, solution_strs, ground_truths: equal-length sequences (B,).
-        extra_infos: unused.
+        extra_infos: None, or B dicts read as :func:`compute_score` reads ``extra_info``.
         **kw: ``timeout_s``, ``fallback``, ``workers`` are read.
     Returns:
         B dicts as :func:`compute_score` returns, in input order.
@@ -174,4 +178,5 @@ def compute_score_batch(data_sources: Sequence[str], solution_strs: Sequence[str
     pairs = [(_gold_text(g), s) for g, s in zip(ground_truths, solution_strs, strict=True)]
     verdicts = verify_batch(pairs, workers=kw.get("workers"), timeout_s=float(kw.get("timeout_s", 5.0)),
                             fallback=bool(kw.get("fallback", False)))
-    return [_score_dict(v) for v in verdicts]
+    infos = list(extra_infos) if extra_infos is not None else [None] * len(verdicts)
+    return [_score_dict(v, info) for v, info in zip(verdicts, infos, strict=True)]

@@ -48,6 +48,19 @@ class Verdict:
         return 1.0 if self.correct else 0.0
 
 
+def cut_off(v: Verdict) -> Verdict:
+    """The verdict of a trajectory the length budget cut (``finish_reason`` ``length`` or ``budget``):
+    ``no_answer``, score 0, whatever it had boxed before the cut (detail ``truncated``).
+
+    rStar2-Agent §4.3 trains without overlong filtering: a truncated trajectory stays in the
+    batch as a failure. The release grades it like any other (research note
+    ``rstar2_agent_release.md`` §5: "no overlong filtering. Truncated responses usually score 0"),
+    so a box written before the cut could earn 1 there; the kit scores every cut trajectory 0, so
+    the rule does not depend on where the budget ran out.
+    """
+    return Verdict(False, "no_answer", None, float(getattr(v, "seconds", 0.0)), "truncated")
+
+
 def count_reasons(verdicts: Iterable[Verdict]) -> dict[str, int]:
     """How many verdicts carry each reason; every key of :data:`REASONS` is present."""
     counts = dict.fromkeys(REASONS, 0)

@@ -11,9 +11,14 @@ update in :mod:`kit.train.update`), with the kit's shared pieces only:
     1. P problems of the stage's pool (``cfg.algorithm.prompts_per_step``), a fixed permutation
        per seed walked in order;
     2. rollouts with the agent loop (:mod:`kit.train.rollouts`): n = 2G per problem for
-       ``grpo_roc`` (``cfg.algorithm.oversample``), G for ``grpo``; truncated trajectories stay
-       in as failures (no overlong filtering, report §4.3);
-    3. binary reward (:func:`kit.reward.verify_batch`);
+       ``grpo_roc`` (``cfg.algorithm.oversample``), G for ``grpo``;
+    3. binary reward (:func:`kit.reward.verify_batch`). A trajectory cut by the budget
+       (``finish_reason`` ``length`` or ``budget``, ``truncated``) stays in the batch as a failure:
+       reward 0 and reason ``no_answer`` whatever it had boxed before the cut
+       (:func:`kit.reward.verdict.cut_off`; no overlong filtering, report §4.3). VERL's reward
+       function does the same from the agent loop's ``truncated`` field
+       (:func:`kit.reward.compute_score`). The release graded a cut response like any other
+       (research note ``rstar2_agent_release.md`` §5), so a box before the cut could earn 1 there;
     4. ``grpo_roc``: :func:`kit.algo.roc_step` keeps G per group (RoC, report §2.2.2);
        ``grpo``: all G are kept (the ablation's baseline, report §5.3);
     5. the advantage of the kept rows (:func:`kit.train.update.advantages`, ``algorithm.adv_estimator``),

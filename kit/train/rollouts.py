@@ -25,6 +25,7 @@ from kit.algo.roc_penalties import tool_failure_count
 from kit.config import KitConfig
 from kit.data.tasks import TaskProblem
 from kit.reward import averify_batch
+from kit.reward.verdict import cut_off
 from kit.rollout import rollout_batch, run_coroutine
 from kit.rollout.engine import make_backend
 from kit.sandbox import SandboxPool
@@ -38,8 +39,10 @@ class Batch:
     Attributes:
         problems: the P problems.
         groups: ``groups[p][g]`` a ``kit.rollout.Trajectory`` (canonical order within a group).
-        rewards: (P, n) float array of 0/1 rewards.
-        verdict_reasons: (P, n) verifier reasons (``correct``, ``wrong``, ``no_answer``, ...).
+        rewards: (P, n) float array of 0/1 rewards; 0 for every trajectory the budget cut
+            (``truncated``), whatever it boxed (rStar2-Agent §4.3, :func:`kit.reward.verdict.cut_off`).
+        verdict_reasons: (P, n) verifier reasons (``correct``, ``wrong``, ``no_answer``, ...);
+            ``no_answer`` for a truncated trajectory.
         time_generate_s: wall seconds of the rollout phase (generation and tool calls overlap).
         time_tool_s: summed sandbox wall seconds of all calls (they run concurrently with
             generation, so this is work, not added wall time).
@@ -103,7 +106,7 @@ async def collect(cfg: KitConfig, model, tokenizer, problems: Sequence[TaskProbl
     groups = [sorted(g, key=lambda t: t.response_ids) for g in groups]
     t1 = time.perf_counter()
     pairs = [(p.answer, t.response_text) for p, g in zip(problems, groups, strict=True) for t in g]
-    verdicts = await grade(pairs)
+    verdicts = cut_truncated(await grade(pairs), [t for g in groups for t in g])
     t_ver = time.perf_counter() - t1
     rewards = np.array([1.0 if v.correct else 0.0 for v in verdicts]).reshape(len(problems), n)
     reasons = [[v.reason for v in verdicts[i * n:(i + 1) * n]] for i in range(len(problems))]
@@ -111,6 +114,17 @@ async def collect(cfg: KitConfig, model, tokenizer, problems: Sequence[TaskProbl
     engine = {k: float(v) for k, v in getattr(backend, "stats", {}).items()}
     return Batch(list(problems), groups, rewards, reasons, t_gen, t_tool, t_ver, c_gen, engine,
                  dict(executor.stats) if isinstance(executor, StepCache) else {})
+
+
+def cut_truncated(verdicts: Sequence[Any], trajectories: Sequence[Any]) -> list[Any]:
+    """(B,) verdicts with every trajectory the budget cut (``truncated``) scored 0, reason ``no_answer``,
+    whatever it boxed before the cut (:func:`kit.reward.verdict.cut_off`; rStar2-Agent §4.3: no
+    overlong filtering, a truncated trajectory stays in as a failure).
+
+    Raises:
+        ValueError: the two sequences differ in length.
+    """
+    return [cut_off(v) if t.truncated else v for v, t in zip(verdicts, trajectories, strict=True)]
 
 
 async def grade(pairs: Sequence[tuple[str, str]]) -> list[Any]:

@@ -29,6 +29,7 @@ def test_two_local_ppo_steps_train_the_critic_and_the_policy(policy, tmp_path, m
         return [SimpleNamespace(correct=len(text) % 2 == 0, reason="test-double") for _, text in pairs]
 
     monkeypatch.setattr(rollouts, "grade", grade)
+    monkeypatch.setattr(rollouts, "cut_truncated", lambda verdicts, trajectories: list(verdicts))  # the double decides
     cfg = rl_cfg(**{"algorithm.adv_estimator": "gae", "stages.stage1.steps": 2, "stages.stage1.checkpoint_every": 1,
                                 "critic.lr": 1e-3})
     assert critic.sampling(cfg) == (cfg.algorithm.group_size, "grpo", "ppo")  # the override alone: no RoC

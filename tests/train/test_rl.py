@@ -41,6 +41,9 @@ def parity_grader(monkeypatch):
         return [SimpleNamespace(correct=len(text) % 2 == 0, reason="test-double") for _, text in pairs]
 
     monkeypatch.setattr(rollouts, "grade", grade)
+    # the double decides every reward, a truncated trajectory's too: the untrained policy is cut almost
+    # always, and these tests are about the stage's plumbing (the cut-off rule: tests/train/test_truncation.py)
+    monkeypatch.setattr(rollouts, "cut_truncated", lambda verdicts, trajectories: list(verdicts))
 
 
 def _batch(rewards, trajs):

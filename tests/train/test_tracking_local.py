@@ -50,6 +50,8 @@ def stage(policy, tmp_path_factory):
         return [SimpleNamespace(correct=len(text) % 2 == 0, reason="test-double") for _, text in pairs]
 
     mp.setattr(rollouts, "grade", grade)
+    # the double decides every reward, a cut trajectory's too (the cut-off rule: tests/train/test_truncation.py)
+    mp.setattr(rollouts, "cut_truncated", lambda verdicts, trajectories: list(verdicts))
     try:
         rl.run_stage(_cfg(), "stage1", policy, d / "run", evaluate=False)
     finally:

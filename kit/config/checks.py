@@ -48,6 +48,13 @@ RANGES: dict[str, tuple[str, object]] = {
     "rollout.top_p": ("a number in (0, 1]", lambda v: 0 < v <= 1),
     "rollout.max_response_tokens": ("an integer >= 1", lambda v: v >= 1),
     "rollout.max_turns": ("an integer >= 1", lambda v: v >= 1),
+    # the other rollout counts (issue #44 part 9: a negative max_calls_per_turn told the model
+    # "at most -1 tool calls are run per turn")
+    "rollout.max_prompt_tokens": ("an integer >= 1", lambda v: v >= 1),
+    "rollout.max_calls_per_turn": ("an integer >= 1", lambda v: v >= 1),
+    "rollout.tool_response_max_tokens": ("an integer >= 1", lambda v: v >= 1),
+    "rollout.batch_size": ("an integer >= 1", lambda v: v >= 1),
+    "rollout.tool_delay_steps": ("an integer >= 0", lambda v: v >= 0),
     "ablation.steps": ("an integer >= 0", lambda v: v >= 0),
     "eval.n_samples": ("an integer >= 1", lambda v: v >= 1),
     "eval.temperature": ("a finite number >= 0 (0: greedy)", lambda v: math.isfinite(v) and v >= 0),

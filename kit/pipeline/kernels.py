@@ -7,12 +7,23 @@ hides the lines that matter. It is suppressed at its source, not filtered from t
 kernels talk over IPC (Unix domain sockets beside the kernel's connection file, in Jupyter's
 runtime directory, readable by the user only), the transport the warning itself recommends, so
 ipykernel has nothing to warn about. Every other kernel log line still reaches the console.
+
+The runner starts every notebook on one kernel, :data:`KERNEL_NAME`, whatever the source names;
+papermill keeps the source's ``kernelspec`` in the executed notebook, so :func:`record_kernelspec`
+writes the kernel that ran there instead (issue #44 part 9).
 """
 
 from __future__ import annotations
 
+import os
+
+import nbformat
+from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 from jupyter_client.manager import AsyncKernelManager
 from traitlets import default
+
+#: The kernel the runner executes every notebook on (the runner's own Python's ipykernel).
+KERNEL_NAME = "python3"
 
 
 class QuietKernelManager(AsyncKernelManager):
@@ -22,3 +33,30 @@ class QuietKernelManager(AsyncKernelManager):
     @default("transport")
     def _default_transport(self) -> str:
         return "ipc"
+
+
+def kernelspec(name: str = KERNEL_NAME) -> dict[str, str]:
+    """The notebook-metadata ``kernelspec`` of the installed kernel ``name``: ``{"name",
+    "display_name", "language"}`` (display name and language ``"python"`` from its ``kernel.json``;
+    the name alone stands in for a missing display name)."""
+    try:
+        spec = KernelSpecManager().get_kernel_spec(name)
+    except NoSuchKernel:
+        return {"name": name, "display_name": name, "language": "python"}
+    return {"name": name, "display_name": spec.display_name or name, "language": spec.language or "python"}
+
+
+def record_kernelspec(path: str | os.PathLike, name: str = KERNEL_NAME) -> None:
+    """Write the kernel that ran into the executed notebook at ``path`` (``metadata.kernelspec``; also
+    ``metadata.language_info.name``); nothing when the file is missing or unreadable (the run failed
+    before papermill wrote it whole). papermill keeps the *source's* kernelspec even when it is told another ``kernel_name``."""
+    try:
+        nb = nbformat.read(path, as_version=4)
+    except (OSError, ValueError):  # missing, or cut short by a crash: left as it is, the failure is reported
+        return
+    spec = kernelspec(name)
+    if nb.metadata.get("kernelspec") == spec:
+        return
+    nb.metadata["kernelspec"] = spec
+    nb.metadata.setdefault("language_info", {})["name"] = spec["language"]
+    nbformat.write(nb, path)

@@ -28,7 +28,7 @@ from kit import OPENMP_SPINCOUNT, fingerprint, overlap
 from kit.config import load
 from kit.paths import REPO_ROOT
 from kit.pipeline.failures import PipelineError, describe_failure, failed_cell, mark_not_run
-from kit.pipeline.kernels import QuietKernelManager
+from kit.pipeline.kernels import KERNEL_NAME, QuietKernelManager, record_kernelspec
 from kit.pipeline.timing import children_cpu_s, machine_busy_cpu_s, own_cpu_seconds
 from kit.plan import Layout, ablation_arms, read_run_keys, read_state, series, series_parameters
 
@@ -358,11 +358,14 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
             if cell_timeout_s:  # None or 0: no limit
                 kwargs["execution_timeout"] = int(cell_timeout_s)
             try:
-                pm.execute_notebook(
-                    str(nb.source), str(out), parameters=nb.parameters, kernel_name="python3",
-                    progress_bar=progress_bar, log_output=log_output, cwd=str(nb.source.parent),
-                    kernel_manager_class=QuietKernelManager, **kwargs,
-                )
+                try:
+                    pm.execute_notebook(
+                        str(nb.source), str(out), parameters=nb.parameters, kernel_name=KERNEL_NAME,
+                        progress_bar=progress_bar, log_output=log_output, cwd=str(nb.source.parent),
+                        kernel_manager_class=QuietKernelManager, **kwargs,
+                    )
+                finally:  # the executed notebook names the kernel that ran it, not the source's (issue #44)
+                    record_kernelspec(out)
             except Exception as exc:  # noqa: BLE001 - every failure is reported with the notebook named
                 seconds = time.perf_counter() - t0
                 err = describe_failure(nb.name, out, exc)

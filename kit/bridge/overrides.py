@@ -233,6 +233,9 @@ def to_hydra_overrides(
         ("actor_rollout_ref.rollout.mode", "async"),
         ("actor_rollout_ref.rollout.n", G),
         ("actor_rollout_ref.rollout.temperature", float(r.temperature)),
+        # the run's seed, not VERL's default 42: the rollout's sampling seeds follow --seed (issue #41; VERL seeds
+        # its engine and, with rollout.full_determinism, torch's determinism with it)
+        ("actor_rollout_ref.rollout.seed", config.seed),
         ("actor_rollout_ref.rollout.top_p", float(r.top_p)),
         ("actor_rollout_ref.rollout.tensor_model_parallel_size", rollout_tp),
         ("actor_rollout_ref.rollout.gpu_memory_utilization", float(gpu_memory_utilization)),

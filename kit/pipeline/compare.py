@@ -6,11 +6,14 @@ policy weights, ``claims.json``) whatever else the machine was doing. The fields
 and *where* a run happened (wall and CPU seconds, dates, process ids, the host's load) are not
 results; they are stripped before comparing (:data:`TIME_KEY`). What is compared:
 
-* ``*.json`` and ``*.jsonl``: parsed, time fields removed at every depth, then compared as canonical
-  JSON (floats by their exact ``repr``, so any rounding difference shows);
+* ``*.json`` and ``*.jsonl``: parsed, time fields removed at every depth, the run folder's own path
+  written as ``<run>``, then compared as canonical JSON (floats by their exact ``repr``, so any
+  rounding difference shows);
 * every other file but renderings: bytes (weights, tokenizers, parquet, CSV, text);
 * not compared: the executed notebooks (``notebooks/``: cell timings and progress output), PDFs,
-  images and HTML (renderings of the files above, with timestamps or timing plots), logs.
+  images and HTML (renderings of the files above, with timestamps or timing plots), logs,
+  ``tracking/`` (experiment-tracker files with timestamps) and ``pipeline_state.json`` (the runner's
+  record: timings, load, the environment fingerprint).
 
 Use :func:`compare_runs` from Python or ``python -m kit compare RUN_A RUN_B``.
 """
@@ -31,11 +34,14 @@ __all__ = ["TIME_KEY", "Difference", "compare_runs", "strip_time_fields"]
 #: host identity, the machine's load, the environment fingerprint's free-text fields
 TIME_KEY = re.compile(
     r"^(time_.*|perf_.*|timing_s/.*|timing/.*|.*_s|.*seconds.*|wall.*|cpu_.*|.*_cpu|busy.*|"
-    r"date|created|created_at|started_at|finished_at|updated_at|timestamp|pid|pids|host|hostname|loadavg|"
+    r"date|created|created_at|created_utc|started_at|finished_at|updated_at|timestamp|pid|pids|pid_namespace|host|"
+    r"hostname|loadavg|load_avg|environment|"
     r".*_mfu|host_factor|tokens_per_s.*|.*_per_s|elapsed.*|duration.*)$")
 
 #: folders and suffixes that are renderings, logs or timings, never compared
-SKIP_DIRS = {"notebooks", "__pycache__", ".ipynb_checkpoints"}
+SKIP_DIRS = {"notebooks", "__pycache__", ".ipynb_checkpoints", "tracking"}
+#: files that are the runner's own record (timings, parameters with absolute paths), not results
+SKIP_FILES = {"pipeline_state.json"}
 SKIP_SUFFIXES = {".pdf", ".png", ".svg", ".jpg", ".html", ".log", ".ipynb", ".tex", ".aux"}
 
 
@@ -56,9 +62,10 @@ def strip_time_fields(value: Any) -> Any:
     return value
 
 
-def _canonical_json(path: Path) -> list[str]:
-    """One canonical line per JSON document of ``path`` (a ``.jsonl`` has one per line)."""
-    text = path.read_text()
+def _canonical_json(path: Path, root: Path) -> list[str]:
+    """One canonical line per JSON document of ``path`` (a ``.jsonl`` has one per line), the run
+    folder's absolute path written as ``<run>`` (two runs live in two folders)."""
+    text = path.read_text().replace(str(root.resolve()), "<run>")
     docs = [json.loads(line) for line in text.splitlines() if line.strip()] if path.suffix == ".jsonl" \
         else [json.loads(text)]
     return [json.dumps(strip_time_fields(d), sort_keys=True) for d in docs]
@@ -70,7 +77,7 @@ def _files(root: Path) -> set[str]:
         dirnames[:] = [d for d in dirnames if d not in SKIP_DIRS and not d.endswith(".tmp")]
         for f in filenames:
             p = Path(dirpath) / f
-            if p.suffix not in SKIP_SUFFIXES:
+            if p.suffix not in SKIP_SUFFIXES and f not in SKIP_FILES:
                 out.add(str(p.relative_to(root)))
     return out
 
@@ -109,7 +116,7 @@ def compare_runs(a: str | os.PathLike, b: str | os.PathLike) -> list[Difference]
         pa, pb = ra / p, rb / p
         if pa.suffix in (".json", ".jsonl"):
             try:
-                ja, jb = _canonical_json(pa), _canonical_json(pb)
+                ja, jb = _canonical_json(pa, ra), _canonical_json(pb, rb)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"compare_runs: {p} does not parse as JSON: {exc}") from exc
             if ja != jb:

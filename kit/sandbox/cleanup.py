@@ -82,6 +82,14 @@ class Cleaner:
                 return
             time.sleep(0.001)
 
+    def call_pids(self) -> list[int]:
+        """Pids of the processes of the running call this worker can tell apart: every process
+        but pid 1 and the worker in its own PID namespace, else those of the calls' uid; [] when
+        neither holds (``isolation="none"`` without root)."""
+        if not (self.in_pid_ns or self.uid is not None):
+            return []
+        return self._leftovers()
+
     def _leftovers(self) -> list[int]:
         out = []
         for name in os.listdir("/proc"):

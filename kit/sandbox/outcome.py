@@ -11,20 +11,34 @@ import json
 import os
 import signal
 
+from kit.sandbox.limits import rlimit_cpu
 from kit.sandbox.wire import Capture
 
 
 def make_result(status: int, ru, wall: float, killed_by: str | None, out: Capture, err: Capture, res: Capture,
-                timeout: float, opts: dict) -> dict:
+                timeout: float, opts: dict, starved: str = "") -> dict:
     """The reply for one reaped call (the fields of :class:`~kit.sandbox.types.ToolResult`,
-    plus ``rss_mb`` and the child's ``timings`` stamps).
+    plus ``rss_mb`` and the child's ``timings`` stamps; ``starved: True`` on a starved call).
 
     Args:
         status: the wait status from ``wait4``; ``ru``: its resource usage.
-        wall: seconds from hand-over to reap; ``killed_by``: "timeout", "output" or None.
+        wall: seconds from hand-over to reap; ``killed_by``: "timeout" (its used time reached the
+            limit), "starved" (the wall-clock backstop passed first, :mod:`kit.sandbox.limits`),
+            "output" or None.
         out, err, res: what was captured on stdout, stderr and the result pipe.
-        timeout: the wall-clock limit (s); ``opts``: the worker options with the call's ``cpu_s``.
+        timeout: the call's time limit (s); ``opts``: the worker options with the call's ``cpu_s``.
+        starved: for ``killed_by="starved"``, what the worker measured (in the ``infra_error``
+            message).
+    Returns:
+        The reply dict. A process killed by the CPU limit (SIGXCPU at the soft RLIMIT_CPU, or
+        SIGKILL at the hard one, which a call that ignores SIGXCPU reaches) is ``timeout``; a
+        starved call is ``infra_error`` with no output (the host retries it once).
     """
+    if killed_by == "starved":
+        return {"timings": {}, "status": "infra_error", "stdout": "", "value": "", "exit_code": None,
+                "stderr": f"sandbox infrastructure error: {starved or 'the call was starved of CPU by load'}",
+                "wall_s": round(wall, 6), "cpu_s": round(ru.ru_utime + ru.ru_stime, 6), "truncated": False,
+                "data": None, "starved": True, "rss_mb": rss_mb()}
     stdout, t_out = out.text()
     stderr, t_err = err.text()
     rec: dict = {}
@@ -48,7 +62,9 @@ def make_result(status: int, ru, wall: float, killed_by: str | None, out: Captur
         note = f"TimeoutError: execution exceeded the {timeout:g} s time limit"
     elif os.WIFSIGNALED(status):
         sig = os.WTERMSIG(status)
-        if sig == signal.SIGXCPU:
+        # SIGKILL after the soft CPU limit: the hard one (a call that survived SIGXCPU); rusage
+        # reads a few percent below the kernel's precise clock, hence the margin
+        if sig == signal.SIGXCPU or (sig == signal.SIGKILL and cpu >= 0.95 * rlimit_cpu(opts["cpu_s"])[0]):
             st = "timeout"
             note = f"TimeoutError: execution exceeded the {opts['cpu_s']:g} s CPU time limit"
         else:

@@ -1,6 +1,6 @@
 """A warm fork-server worker: imports ``SandboxConfig.preimport`` once, forks one child per call.
 
-Runs as ``python -I`` with :func:`main` and its JSON options
+Runs as ``python -s -P`` (``PYTHONHASHSEED=0``, address randomisation off) with :func:`main` and its JSON options
 (:func:`kit.sandbox.isolation.python_argv`), normally as pid 2 of its own bubblewrap sandbox
 (see :mod:`kit.sandbox.isolation`). It speaks length-prefixed JSON frames on its stdin/stdout:
 one request in, one response out, one call at a time. JSON both ways on purpose: the host
@@ -10,9 +10,12 @@ Per call the child gets: a new session and process group, rlimits (AS, CPU, FSIZ
 CORE=0, NPROC), a dedicated unprivileged uid when the worker runs as root (so NPROC holds and
 the call can neither signal the worker nor write root-owned files), a private working
 directory, stdin from a memfd, stdout/stderr/result on three pipes, and fresh random seeds.
-The worker enforces the wall clock with a pidfd poll, kills the whole group on exit or
-timeout, then sweeps every other process of the call (grandchildren that called setsid), and
-never waits for a pipe's EOF (a grandchild holding the pipe cannot hang it).
+The worker enforces the time limit with a pidfd poll on the call's used time (its CPU, or its
+wall clock minus its waits for a CPU: :mod:`kit.sandbox.limits`; a call starved by load past a
+generous wall-clock backstop is answered ``infra_error`` marked ``starved``, which the host
+retries once), kills the whole group on exit or timeout, then sweeps every other process of the
+call (grandchildren that called setsid), and never waits for a pipe's EOF (a grandchild holding
+the pipe cannot hang it).
 
 Fixed costs off the critical path (issue #18): while idle, the worker forks the next call's
 child ahead of demand; that child makes its session, descriptors, signal dispositions and
@@ -39,6 +42,7 @@ from typing import NamedTuple
 
 from kit.sandbox.cleanup import LIBC, Cleaner
 from kit.sandbox.hugepages import collapse_heap
+from kit.sandbox.limits import cpu_seconds, limits, next_check, rlimit_cpu, run_delay, used_time, verdict
 from kit.sandbox.outcome import make_result, rss_mb
 from kit.sandbox.wire import HEADER, Capture, read_raw, write_frame
 
@@ -61,14 +65,6 @@ PREIMPORTS = (*STDLIB_PREIMPORTS, *SCIENCE_PREIMPORTS)
 """What a worker imports under the default config (the bare-fork baseline's parent too)."""
 RECOLLAPSE_EVERY = 100  # calls between two huge-page collapses of the worker's heap
 CHILD_RESET_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGCHLD, signal.SIGALRM, signal.SIGPIPE)
-
-
-def limits(opts: dict, req: dict) -> tuple[float, float]:
-    """(wall-clock timeout s, CPU limit s) of one request: its own ``timeout_s`` or the
-    worker's, and a CPU limit no larger than that timeout."""
-    timeout = float(req.get("timeout_s") or opts["timeout_s"])
-    cpu = min(float(opts["cpu_s"]), timeout) if req.get("timeout_s") else float(opts["cpu_s"])
-    return timeout, cpu
 
 
 # --------------------------------------------------------------------------- the child
@@ -147,11 +143,10 @@ def _enter_call(opts: dict, req: dict) -> None:
     os.lseek(stdin_fd, 0, os.SEEK_SET)
     os.dup2(stdin_fd, 0)  # also closes the request pipe
     os.close(stdin_fd)
-    _, cpu_s = limits(opts, req)
     mem = int(opts["memory_mb"]) << 20
-    cpu = max(1, int(round(cpu_s)))
+    soft, hard = rlimit_cpu(limits(opts, req).cpu_s)
     resource.setrlimit(resource.RLIMIT_AS, (mem, mem))
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu + 1))
+    resource.setrlimit(resource.RLIMIT_CPU, (soft, hard))
     resource.setrlimit(resource.RLIMIT_FSIZE, (FSIZE_BYTES, FSIZE_BYTES))
     resource.setrlimit(resource.RLIMIT_NOFILE, (NOFILE, NOFILE))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
@@ -257,7 +252,8 @@ class Worker:
         """Run one request (``raw``: its frame body) in a waiting child; the reply dict
         (``t_recv``: when the request was read)."""
         opts = dict(self.opts)
-        timeout, opts["cpu_s"] = limits(opts, req)
+        lim = limits(opts, req)
+        opts["cpu_s"] = lim.cpu_s
         cap = int(opts["max_output_chars"])
         kill_at = max(OUTPUT_KILL_FACTOR * cap, 1 << 20)
         sb = self._take_standby()
@@ -268,6 +264,7 @@ class Worker:
         except OSError:  # the child died right now: it is reaped below like any other exit
             pass
         os.close(sb.req_w)
+        delay0 = run_delay(pid)  # what it waited for a CPU before the call: not the call's
         out_r, err_r, res_r = sb.out_r, sb.err_r, sb.res_r
         caps = {out_r: Capture(cap), err_r: Capture(cap), res_r: Capture(4 << 20)}
         poller = select.poll()
@@ -275,13 +272,19 @@ class Worker:
             poller.register(fd, select.POLLIN)
         killed_by = None
         open_fds = set(caps)
-        deadline = t0 + timeout
+        used, delay = 0.0, None
+        look = t0 + next_check(0.0, 0.0, lim)  # the next look at the call's used time (kit.sandbox.limits)
         while True:
-            left = deadline - time.monotonic()
-            if left <= 0:
-                killed_by = "timeout"
-                break
-            events = poller.poll(max(1, int(left * 1000)))
+            now = time.monotonic()
+            if now >= look:
+                d = run_delay(pid)
+                delay = None if d is None or delay0 is None else d - delay0
+                used = used_time(now - t0, delay, self._call_cpu(pid))
+                killed_by = verdict(used, now - t0, lim)
+                if killed_by is not None:
+                    break
+                look = now + next_check(used, now - t0, lim)
+            events = poller.poll(max(1, int((look - time.monotonic()) * 1000) + 1))
             exited = False
             for fd, _ev in events:
                 if fd == pidfd:
@@ -307,10 +310,20 @@ class Worker:
         if not self.in_pid_ns:  # no namespace dies with this worker: clean before the host may kill it
             self.cleaner.all()
             self.dirty = False
-        out = make_result(status, ru, wall, killed_by, caps[out_r], caps[err_r], caps[res_r], timeout, opts)
+        starved = (f"the call was starved of CPU by load: after {wall:.2f} s of wall clock it had used {used:.2f} s "
+                   f"of its {lim.time_s:g} s limit and waited {delay or 0.0:.2f} s for a CPU") if killed_by == "starved" else ""
+        out = make_result(status, ru, wall, killed_by, caps[out_r], caps[err_r], caps[res_r], lim.time_s, opts,
+                          starved)
         out["timings"].update(w_recv=t_recv, w_reaped=t_reaped, w_cleaned=time.monotonic(), **self.off)
         self.off = {}
         return out
+
+    def _call_cpu(self, pid: int) -> float:
+        """CPU seconds the running call used so far: its first process (with the children it
+        reaped) and every other process of the call the worker can tell apart (all but itself in
+        its PID namespace, else those of the call's uid)."""
+        pids = {pid, *self.cleaner.call_pids()}
+        return sum(cpu_seconds(p) for p in pids)
 
     @staticmethod
     def _drain(fd: int, cap: Capture) -> bool:

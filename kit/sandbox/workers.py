@@ -3,7 +3,9 @@
 :class:`LocalExecutor` owns ``num_workers`` worker processes on this machine and hands each
 request to an idle one. A worker that dies or hangs mid-call is killed and replaced (the
 watchdog also replaces idle ones that died); its call is retried once on another worker, then
-answered ``infra_error``, so no call is lost or left hanging. Workers are recycled after
+answered ``infra_error``, so no call is lost or left hanging. A call a worker answered
+``starved`` (load kept it from its CPU until the wall-clock backstop, :mod:`kit.sandbox.limits`)
+is retried once the same way, then answered that ``infra_error``. Workers are recycled after
 ``recycle_after`` calls or when their memory grows. The Ray actors of
 :mod:`kit.bridge.ray_sandbox` wrap this same class.
 """
@@ -20,10 +22,11 @@ from typing import Any
 
 from kit.config import ConfigError, SandboxConfig
 from kit.sandbox import isolation
+from kit.sandbox import limits as time_limits
 from kit.sandbox.wire import HEADER, MAX_FRAME
 
 START_TIMEOUT_S = 120.0  # imports on a loaded 2-core box can take a while
-HANG_GRACE_S = 10.0  # a worker silent this long past a call's deadline is declared hung
+HANG_GRACE_S = 10.0  # a worker silent this long past a call's wall-clock backstop is declared hung
 RSS_GROWTH_MB = 256.0
 
 
@@ -49,6 +52,7 @@ class WorkerProc:
         c = self.cfg
         return {"timeout_s": c.timeout_s, "cpu_s": c.cpu_s, "memory_mb": c.memory_mb,
                 "max_output_chars": c.max_output_chars, "max_procs": c.max_procs,
+                "wall_factor": time_limits.WALL_FACTOR, "wall_floor_s": time_limits.WALL_FLOOR_S,
                 "uid": isolation.worker_uid(self.index % 128 + 128 * (self.generation % 2), c.isolation), "isolation": c.isolation,
                 "preload": list(dict.fromkeys((*c.preimport, *self.preload)))}
 
@@ -189,7 +193,8 @@ class LocalExecutor:
         body, bad = _encode(req)
         if bad:  # the caller's request, not the sandbox: answer it without touching a worker
             return {**_infra(""), "status": "error", "stderr": bad}
-        timeout = float(req.get("timeout_s") or self.cfg.timeout_s)
+        # the wall-clock backstop the worker applies (its options carry these module defaults)
+        timeout = time_limits.limits({"timeout_s": self.cfg.timeout_s, "cpu_s": self.cfg.cpu_s}, req).wall_s
         last = "no attempt"
         for attempt in range(2):  # the original try and one retry
             while True:
@@ -219,12 +224,18 @@ class LocalExecutor:
                 self._replace(w)
                 raise
             out["queue_s"] = round(time.monotonic() - t0 - out.get("wall_s", 0.0), 6)
+            starved = bool(out.pop("starved", False))
+            if starved:
+                self.counters["starved"] += 1
             if w.worn_out() and not w.retiring:
                 # recycle without losing capacity: the old worker serves until the new one is up
                 w.retiring = True
                 self.counters["recycled"] += 1
                 self._spawn(self._restart(w, overlap=True))
             self.idle.put_nowait(w)
+            if starved and attempt == 0:  # the machine's fault: once more, then its infra_error
+                self.counters["retries"] += 1
+                continue
             return out
         return _infra(f"call failed on two workers: {last}")
 

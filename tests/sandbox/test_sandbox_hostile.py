@@ -8,6 +8,7 @@ answer and that no process of the call survived inside the worker's PID namespac
 import pytest
 
 from kit.sandbox import ToolCall, ToolResult
+from kit.sandbox.limits import WALL_FACTOR
 
 SECRET = "KIT_TEST_SECRET_hunter2"  # set by conftest.pool before the workers start
 KIT_ROOT = __file__.rsplit("/tests/", 1)[0]
@@ -105,7 +106,7 @@ def test_hostile_snippet_is_contained(pool, code, expected, check):
     assert r.status in ((expected,) if isinstance(expected, str) else expected), (r.status, r.stdout[-300:], r.stderr[-600:])
     if check is not None:
         assert check(r), r
-    assert r.wall_s < 2.0 + 1.0
+    assert r.wall_s < 2.0 * WALL_FACTOR + 1.0  # the wall-clock backstop (kit.sandbox.limits); load may slow a call to it
     probes = pool.run_batch([ToolCall("import os\nsorted(int(p) for p in os.listdir('/proc') if p.isdigit())")] * 4)
     for p in probes:  # every worker answers, and nothing of the hostile call survives
         assert p.status == "ok" and len(eval(p.value)) <= 3, p

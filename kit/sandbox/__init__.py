@@ -26,12 +26,17 @@ What the sandbox does:
       size-capped tmpfs ``/tmp`` and one on ``/dev/shm`` (64 MiB: POSIX semaphores and shared
       memory, so ``multiprocessing.Pool`` and ``ProcessPoolExecutor`` work in a call, their
       processes under the call's limits), a PID namespace, its own IPC/UTS namespaces, an environment
-      scrubbed to a fixed list (no inherited variables, tokens or secrets).
+      scrubbed to a fixed list (no inherited variables, tokens or secrets), one hash seed for
+      every worker (``PYTHONHASHSEED=0``: set order repeats across workers and runs) and address
+      randomisation off (builtins and pre-imported objects at the same addresses; what a call
+      creates still is not, issue #41).
     * per call: a new session/process group, RLIMIT_AS (``memory_mb``), RLIMIT_CPU (``cpu_s``),
       RLIMIT_FSIZE (64 MiB), RLIMIT_NOFILE (256), RLIMIT_CORE=0, ``OPENBLAS_NUM_THREADS=1``;
       a dedicated unprivileged uid per worker when the kit runs as root, which makes
       RLIMIT_NPROC (``max_procs``) hold and stops the call from signalling its worker or
-      writing root-owned paths; a wall-clock kill of the whole group, then a sweep that kills
+      writing root-owned paths; a kill of the whole group at its time limit (used time, not
+      load: :mod:`kit.sandbox.limits`; a call starved by load is retried once, then
+      ``infra_error``), then a sweep that kills
       every leftover process of the call (setsid grandchildren included); output capped at
       ``max_output_chars`` with a visible marker, and a call that keeps printing (16x the cap,
       at least 1 MiB) is killed, so gigabytes of output never reach the host.

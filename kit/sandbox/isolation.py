@@ -37,7 +37,17 @@ CLEAN_ENV = {
     "PYTHONDONTWRITEBYTECODE": "1",
     "PYTHONUNBUFFERED": "1",
     "MPLCONFIGDIR": "/tmp",
+    "PYTHONHASHSEED": "0",
 }
+"""The only environment a worker (and the bare-fork baseline) ever sees: bwrap clears the host's
+and sets these; with ``isolation="none"`` the host starts the worker with exactly these.
+
+``PYTHONHASHSEED=0`` (issue #41): every worker of every pool and run hashes ``str``/``bytes`` the
+same way, so a set's iteration order, ``repr`` of a set of strings and ``hash("...")`` repeat
+across workers and runs (same CPython build). The children are forked, not exec'd, so the seed is
+one per interpreter, not one per call; hash flooding by model code is bounded by the CPU limit."""
+#: personality(2) flag that turns address-space randomisation off for a process and what it execs
+ADDR_NO_RANDOMIZE = 0x0040000
 
 
 class SandboxUnavailable(RuntimeError):
@@ -91,14 +101,39 @@ def kit_root() -> str:
 
 
 def python_argv(module: str, arg: str) -> list[str]:
-    """``python -I`` running ``module.main()`` from this host's own kit checkout.
+    """``python -s -P`` running ``module.main()`` from this host's own kit checkout, with address
+    space randomisation off (issue #41).
 
-    ``-I`` drops PYTHONPATH and the working directory, so ``-m module`` found whatever copy of
-    the kit the interpreter's site-packages points at (an editable install of another
-    checkout), or none: a worktree or PYTHONPATH checkout started workers of another tree.
+    Start it with ``env=`` :func:`worker_env` (bwrap's ``--clearenv`` does the same inside): the
+    environment is then exactly :data:`CLEAN_ENV`. It used to be ``python -I``, whose ``-E`` also
+    ignores ``PYTHONHASHSEED``, so every worker drew its own hash secret. ``-s`` (no user site)
+    and ``-P`` (no script directory on ``sys.path``) keep the rest of ``-I``; ``-m module`` is
+    avoided because it found whatever copy of the kit the interpreter's site-packages points at
+    (an editable install of another checkout) rather than this host's.
+
+    The boot code re-executes the interpreter once with ``personality(ADDR_NO_RANDOMIZE)`` unless
+    it is set already (read from ``/proc/self/personality``, so the final process never loads
+    ``ctypes`` for it): the heap, ``mmap`` and stack bases are then the same in every worker and
+    run, which makes what the worker imports land at the same addresses. It does not make a
+    call's ``id()`` repeatable (see :mod:`kit.sandbox.step_cache`); where ``personality`` is
+    refused (seccomp) the worker runs randomised, as before.
     """
-    boot = f"import sys; sys.path.insert(0, {kit_root()!r}); from {module} import main; main()"
-    return [sys.executable, "-I", "-c", boot, arg]
+    boot = f"{FIXED_LAYOUT}\nimport sys; sys.path.insert(0, {kit_root()!r}); from {module} import main; main()"
+    return [sys.executable, "-s", "-P", "-c", boot, arg]
+
+
+#: the first lines of a worker's boot code: re-exec once (same ``sys.orig_argv``) with address
+#: randomisation off unless it is off already or ``personality`` is refused; nothing of the kit
+#: is imported before the exec, and the final process never loads ``ctypes`` for it
+FIXED_LAYOUT = f"""import os, sys
+try:
+    _p = int(open('/proc/self/personality').read(), 16)
+    if not _p & {ADDR_NO_RANDOMIZE:#x}:
+        import ctypes
+        if ctypes.CDLL(None).personality(_p | {ADDR_NO_RANDOMIZE:#x}) != -1:
+            os.execv(sys.executable, sys.orig_argv)
+except Exception:
+    pass"""
 
 
 def worker_argv(cfg: SandboxConfig, opts: dict) -> list[str]:

@@ -17,11 +17,14 @@ STATUSES = ("ok", "error", "timeout", "memory_limit", "output_limit", "killed", 
 
 ok            the code ran to the end (or called ``sys.exit(0)``).
 error         the code raised (traceback in ``stderr``) or exited non-zero; the model's mistake.
-timeout       wall clock (``timeout_s``) or CPU time (``cpu_s``, SIGXCPU) ran out.
+timeout       the call used its time: CPU time (``cpu_s``: SIGXCPU, or SIGKILL at the hard limit) or
+              ``timeout_s`` of used time (its processes' CPU, or wall clock minus its waits for a
+              CPU, sleeping and blocking included; :mod:`kit.sandbox.limits`). Load never makes one.
 memory_limit  a ``MemoryError`` under the address-space cap (``memory_mb``).
 output_limit  the call kept printing far past ``max_output_chars`` and was killed.
 killed        the process died from a signal the sandbox did not send (segfault, abort, self-kill).
-infra_error   the sandbox itself failed (a worker died twice, the pool closed); never the model's fault.
+infra_error   the sandbox itself failed (a worker died twice, the pool closed, load starved the call
+              of CPU past the wall-clock backstop twice); never the model's fault.
 """
 
 
@@ -44,7 +47,8 @@ class ToolCall:
     Args:
         code: Python source; the last top-level expression's ``repr`` becomes ``value``.
         input: text fed to stdin (``input()``, ``sys.stdin.read()``).
-        timeout_s: wall-clock limit for this call; None = ``SandboxConfig.timeout_s``.
+        timeout_s: time limit for this call, seconds of used time (:mod:`kit.sandbox.limits`; the
+            wall-clock backstop is a multiple of it); None = ``SandboxConfig.timeout_s``.
     """
 
     code: str
@@ -70,7 +74,7 @@ class FunctionCall:
 
     Arguments and the return value must be JSON-serialisable (dataclasses are converted with
     ``dataclasses.asdict``); the JSON-decoded return value lands in ``ToolResult.data``. The
-    same limits as code calls apply, so a hung sympy comparison is killed by the wall clock.
+    same limits as code calls apply, so a hung sympy comparison is killed at its time limit.
     """
 
     target: str

@@ -8,14 +8,22 @@ reused across steps or across evaluations) and answers a repeated call from the 
 (awaiting it when it is still running), marked ``cached=True`` with ``wall_s = cpu_s = 0`` and no
 phase stamps (it ran nowhere; ``Batch.time_tool_s`` sums the sandbox work actually done).
 
-A repeat is answered only where a second run could not differ (:func:`deterministic`):
+A repeat is answered only where a second run could not differ (:func:`deterministic`, :func:`reusable`):
     * a code call (``ToolCall``), same ``code``, ``input`` and ``timeout_s``;
-    * the first run ended ``ok`` or ``error`` within half the wall-clock limit (a timeout, a memory or
-      output kill, an infra error, or a run near the limit is run again);
+    * the first run ended ``ok`` or ``error`` within half the time limit, in wall-clock seconds (a
+      timeout, a memory or output kill, an infra error, or a run near the limit is run again);
+    * its output (stdout, stderr, value) shows no object address (:data:`ADDRESS`, `` at 0x...``: a
+      default ``repr`` of an object, function, generator, ...): addresses differ between workers
+      and runs (issue #44 item 6; ``tests/sandbox/test_sandbox_repeatable.py`` measures what repeats);
     * the code is deterministic by a conservative reading of its syntax tree: it imports only modules
       of :data:`PURE_MODULES` and uses none of :data:`IMPURE_NAMES` (randomness, clocks, files, the
-      environment, object identity, string hashing: each worker has its own hash seed, so iterating a
-      set of strings can differ between workers, hence no ``set``/``frozenset`` and no set displays).
+      environment, object identity ``id``, process state). Sets (``set``, ``frozenset``, set
+      displays and comprehensions) and ``hash`` are allowed since every worker runs with
+      ``PYTHONHASHSEED=0`` (:data:`kit.sandbox.isolation.CLEAN_ENV`): a set of strings iterates in
+      the same order on every worker of every run (same CPython build); but not in code that could
+      hash an object it made by its address (:func:`identity_hashed`: it defines a class or a
+      lambda, or uses its own function, an imported name or ``object``/``type`` as a value),
+      whose set order follows addresses.
       Code that does not parse is deterministic (the same ``SyntaxError`` every time).
 Anything else runs as it would without the cache. So with the cache on, every trajectory sees the same
 feedback text as without it; only the sandbox's CPU seconds and wall time change.
@@ -26,6 +34,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import dataclasses
+import re
 import warnings
 from collections.abc import Iterable
 from typing import Any
@@ -36,23 +45,39 @@ from kit.sandbox.types import ToolCall, ToolResult
 PURE_MODULES = frozenset({"math", "cmath", "fractions", "decimal", "itertools", "functools", "operator",
                           "collections", "string", "re", "statistics", "heapq", "bisect", "numbers"})
 #: names (builtins, attributes) that can make a run's output differ from the next run's
-IMPURE_NAMES = frozenset({"random", "time", "datetime", "os", "sys", "uuid", "secrets", "hash", "id", "set",
-                          "frozenset", "open", "globals", "locals", "vars", "dir", "exec", "eval", "compile",
+IMPURE_NAMES = frozenset({"random", "time", "datetime", "os", "sys", "uuid", "secrets", "id",
+                          "open", "globals", "locals", "vars", "dir", "exec", "eval", "compile",
                           "__import__", "breakpoint", "memoryview", "getrandbits", "urandom", "perf_counter",
                           "monotonic", "process_time", "now", "today", "getpid", "environ", "threading",
                           "subprocess", "gc", "resource", "signal", "socket", "tracemalloc"})
+#: names whose result follows hash values: repeatable under the workers' fixed hash seed, unless an
+#: element is hashed by its address (:func:`identity_hashed`)
+HASH_ORDER_NAMES = frozenset({"set", "frozenset", "hash"})
+#: names of objects that hash (and, by default, print) by address, or make new classes
+IDENTITY_NAMES = frozenset({"object", "type", "super", "__class__", "__hash__", "partial"})
+#: an object address in a default ``repr`` (``<A object at 0x7f...>``, ``<function f at 0x...>``)
+ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 #: statuses a rerun reproduces (the program's own outcome, not a limit or the service)
 REPEATABLE = ("ok", "error")
 
 
 def deterministic(code: str) -> bool:
-    """Whether two runs of ``code`` with the same input give the same result by the rules above."""
+    """Whether two runs of ``code`` with the same input, on any two workers, give the same result by
+    the rules of the module doc (a conservative reading: False where in doubt).
+
+    Args:
+        code: the call's Python source.
+    Returns:
+        True: only pure imports, no impure name, and sets or ``hash`` only where no element can be
+        hashed by address; False otherwise. Never raises (code that does not parse is True).
+    """
     try:
         with warnings.catch_warnings():  # model-written code: its SyntaxWarnings are the model's, not ours
             warnings.simplefilter("ignore", SyntaxWarning)
             tree = ast.parse(code)
-    except (SyntaxError, ValueError):  # the same SyntaxError (or null-byte error) every run
+    except (SyntaxError, ValueError, RecursionError, MemoryError):  # the same error every run
         return True
+    hashes = False
     for node in ast.walk(tree):
         if isinstance(node, ast.Import | ast.ImportFrom):
             names = [node.module or ""] if isinstance(node, ast.ImportFrom) else [a.name for a in node.names]
@@ -61,14 +86,57 @@ def deterministic(code: str) -> bool:
             if any(n.split(".")[0] not in PURE_MODULES for n in names):
                 return False
         elif isinstance(node, ast.Set | ast.SetComp):
-            return False
+            hashes = True
         elif isinstance(node, ast.Name) and node.id in IMPURE_NAMES:
             return False
         elif isinstance(node, ast.Attribute) and node.attr in IMPURE_NAMES:
             return False
         elif isinstance(node, ast.alias) and (node.asname or node.name) in IMPURE_NAMES:
             return False
-    return True
+        if isinstance(node, ast.Name) and node.id in HASH_ORDER_NAMES or (
+                isinstance(node, ast.Attribute) and node.attr in HASH_ORDER_NAMES):
+            hashes = True
+    return not (hashes and identity_hashed(tree))
+
+
+def identity_hashed(tree: ast.AST) -> bool:
+    """Whether code could put an object hashed by its address into a set (conservatively).
+
+    True when it defines a class (instances hash by address unless ``__hash__`` says otherwise) or
+    a lambda, names one of :data:`IDENTITY_NAMES`, or uses a function it defined or a name it
+    imported as a value (``{f, g}``, ``s.add(math)``, ``map(gcd, xs)``) rather than calling it or
+    reading an attribute of it. Builtins used as values (``key=len``, ``map(int, ...)``) are
+    allowed: they exist before a call's child is forked, and with address randomisation off
+    (:func:`kit.sandbox.isolation.python_argv`) ``id(len)``, ``id(int)`` and the order of a set of
+    builtins were the same on every worker of two pool starts (objects a call creates were not).
+    Not seen: bound methods, iterators and generators put in a set (rare; their ``repr`` carries
+    an address, which :func:`reusable` refuses).
+    """
+    defined: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef | ast.Lambda):
+            return True
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+            defined.add(node.name)
+        elif isinstance(node, ast.alias):
+            defined.add((node.asname or node.name).split(".")[0])
+        elif isinstance(node, ast.Name) and node.id in IDENTITY_NAMES or (
+                isinstance(node, ast.Attribute) and node.attr in IDENTITY_NAMES):
+            return True
+    if not defined:
+        return False
+    called = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)}
+    bases = {id(n.value) for n in ast.walk(tree) if isinstance(n, ast.Attribute)}
+    return any(isinstance(n, ast.Name) and n.id in defined and isinstance(n.ctx, ast.Load)
+               and id(n) not in called and id(n) not in bases for n in ast.walk(tree))
+
+
+def reusable(res: Any, timeout_s: float) -> bool:
+    """Whether a first run's result may answer the repeats of its call: a :class:`ToolResult` that
+    ended ``ok`` or ``error`` (:data:`REPEATABLE`) within half of ``timeout_s`` (seconds of wall
+    clock) and shows no object address (:data:`ADDRESS`) in its stdout, stderr or value."""
+    return (isinstance(res, ToolResult) and res.status in REPEATABLE and res.wall_s <= 0.5 * timeout_s
+            and not any(ADDRESS.search(t or "") for t in (res.stdout, res.stderr, res.value)))
 
 
 class StepCache:
@@ -123,10 +191,9 @@ class StepCache:
             raise
         for i, fut in owned.items():
             res = out[i]
-            reusable = (isinstance(res, ToolResult) and res.status in REPEATABLE
-                        and res.wall_s <= 0.5 * self.timeout_s)
-            fut.set_result(res if reusable else None)
-            if not reusable:  # a later repeat runs again
+            ok = reusable(res, self.timeout_s)
+            fut.set_result(res if ok else None)
+            if not ok:  # a later repeat runs again
                 self._runs.pop((calls[i].code, calls[i].input, calls[i].timeout_s), None)
         rerun = []
         for i, fut in waits:

@@ -5,8 +5,11 @@ from __future__ import annotations
 
 import asyncio
 
-from kit.sandbox import ToolCall, ToolResult
-from kit.sandbox.step_cache import StepCache, deterministic
+import pytest
+
+from kit.config import SandboxConfig
+from kit.sandbox import SandboxPool, ToolCall, ToolResult, isolation
+from kit.sandbox.step_cache import StepCache, deterministic, reusable
 
 
 class Counting:
@@ -43,11 +46,21 @@ def test_a_repeat_in_the_same_step_is_answered_from_the_first_run_and_marked():
 
 def test_what_a_rerun_could_change_runs_again():
     cases = ["import random\nprint(random.random())", "import time\nprint(time.time())", "print(id(1))",
-             "print({'a', 'b'})", "print(set('ab'))", "from os import getpid\nprint(getpid())",
-             "import numpy as np\nprint(np.random.rand())"]
+             "from os import getpid\nprint(getpid())", "import numpy as np\nprint(np.random.rand())",
+             # sets of objects that hash by address: their order follows addresses
+             "class A: pass\nprint(len({A(), A()}))", "print(set(map(lambda x: x, 'ab')))",
+             "def f(): pass\ndef g(): pass\nfor h in {f, g}:\n    print(h.__name__)",
+             "from math import gcd, lcm\nprint([h.__name__ for h in {gcd, lcm}])", "print({object(), object()})",
+             "import functools\nprint(len({functools.partial(pow, 2)}))", "print(hash(type(1)))"]
     assert not any(deterministic(c) for c in cases)
     assert deterministic("import math\nprint(math.factorial(12) % 97)") and deterministic("print(1/0)")
     assert deterministic("def f(:\n")  # a syntax error is the same every time
+    # one hash seed on every worker (kit.sandbox.isolation.CLEAN_ENV): sets of values repeat
+    for code in ("print({'a', 'b'})", "print(set('ab'))", "print(hash('abc'))", "print(frozenset(input().split()))",
+                 "w = input().split()\nprint(sorted(set(w), key=len))", "print({x % 7 for x in map(int, '1 2 9'.split())})",
+                 "from math import gcd\nprint({gcd(a, 12) for a in range(30)})",
+                 "def f(x):\n    return x * 2\nprint({f(i) for i in range(5)})"):
+        assert deterministic(code), code
     for code in cases:
         ex = Counting()
         out = asyncio.run(StepCache(ex, 5.0).run_batch([ToolCall(code), ToolCall(code)]))
@@ -57,3 +70,48 @@ def test_what_a_rerun_could_change_runs_again():
         cache = StepCache(ex, 5.0)
         out = asyncio.run(cache.run_batch([ToolCall("print(2)")])) + asyncio.run(cache.run_batch([ToolCall("print(2)")]))
         assert len(ex.ran) == 2 and not any(r.cached for r in out), status
+
+
+def test_output_with_an_address_is_never_reused():
+    """Code the syntax rules let through can still print a default repr (its own class, a function):
+    the address differs between workers, so the first run's text must not answer the repeats."""
+    code = "class A: pass\nprint(A())"
+    assert deterministic(code)  # no set, no id(): only the output shows the address
+
+    class Reprs(Counting):
+        async def run_batch(self, calls):
+            await asyncio.sleep(0.01)
+            self.ran += [(c.code, c.input) for c in calls]
+            return [ToolResult("ok", stdout=f"<__main__.A object at 0x7fffe{len(self.ran):07x}>\n", wall_s=0.01)
+                    for c in calls]
+
+    ex = Reprs()
+    cache = StepCache(ex, 5.0)
+    out = asyncio.run(cache.run_batch([ToolCall(code), ToolCall(code)])) + asyncio.run(cache.run_batch([ToolCall(code)]))
+    assert len(ex.ran) == 3 and not any(r.cached for r in out)
+    for text in ("<function f at 0x7f00aa>", "<generator object g at 0x55d0>"):
+        assert not reusable(ToolResult("ok", stdout=text), 5.0) and not reusable(ToolResult("ok", value=text), 5.0)
+        assert not reusable(ToolResult("error", stderr=text), 5.0)
+    assert reusable(ToolResult("ok", stdout="0x1f at 0 x\n", value=""), 5.0)  # not an address
+
+
+@pytest.mark.skipif(isolation.bwrap_path() is None, reason="bubblewrap is not installed")
+def test_on_real_workers_a_cached_answer_is_what_any_worker_prints():
+    """Through a real pool: a set of strings is cached and equals every worker's own run; a default
+    repr is never cached."""
+    cfg = SandboxConfig(isolation="bwrap", timeout_s=5.0, cpu_s=5.0, memory_mb=768, num_workers=2, preimport=())
+    sets = "print({w for w in 'the quick brown fox jumps over the lazy dog'.split()})"
+    obj = "class A: pass\nprint(A())"
+
+    async def go():
+        async with SandboxPool(cfg) as pool:
+            cache = StepCache(pool, cfg.timeout_s)
+            cached = await cache.run_batch([ToolCall(sets)] * 4 + [ToolCall(obj)] * 4)
+            plain = await pool.run_batch([ToolCall(sets)] * 4)  # no cache: each run on whatever worker
+            return cached, plain, cache.stats
+
+    cached, plain, stats = asyncio.run(go())
+    assert [r.cached for r in cached] == [False, True, True, True] + [False] * 4
+    assert {r.stdout for r in cached[:4]} == {r.stdout for r in plain} and len({r.stdout for r in plain}) == 1
+    assert all(" at 0x" in r.stdout for r in cached[4:])
+    assert stats == {"hits": 3, "misses": 2, "uncached": 3}

@@ -76,7 +76,7 @@ class SandboxConfig:
     """The code execution service (report §3.1)."""
 
     isolation: Literal["bwrap", "none"] = "bwrap"  # "none" only when asked for explicitly
-    timeout_s: float = 10.0  # wall clock per call
+    timeout_s: float = 10.0  # per call: used time (CPU of its processes, or wall minus run-queue wait); the wall-clock backstop is 4x (kit.sandbox.limits)
     cpu_s: float = 10.0  # RLIMIT_CPU per call
     memory_mb: int = 1024  # RLIMIT_AS per call (256 MB hangs scipy imports)
     max_output_chars: int = 8192  # stdout/stderr cap per call, with a visible marker

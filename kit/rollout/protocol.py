@@ -233,8 +233,8 @@ def render_result(result: Any, timeout_s: float | None = None) -> str:
     elif status == "timeout":
         if stdout:
             parts.append(stdout)
-        limit = timeout_s if timeout_s is not None else getattr(result, "wall_s", None)
-        parts.append(f"Timeout: the program did not finish within {limit:g} s and was stopped." if limit
+        # the configured limit, never the measured wall time (it follows the machine's load; issue #41)
+        parts.append(f"Timeout: the program did not finish within {timeout_s:g} s and was stopped." if timeout_s
                      else "Timeout: the program did not finish in time and was stopped.")
     elif status == "memory_limit":
         if stdout:

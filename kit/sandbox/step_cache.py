@@ -10,7 +10,7 @@ phase stamps (it ran nowhere; ``Batch.time_tool_s`` sums the sandbox work actual
 
 A repeat is answered only where a second run could not differ (:func:`deterministic`, :func:`reusable`):
     * a code call (``ToolCall``), same ``code``, ``input`` and ``timeout_s``;
-    * the first run ended ``ok`` or ``error`` within half the time limit, in wall-clock seconds (a
+    * the first run ended ``ok`` or ``error`` within half the time limit, in CPU seconds (a
       timeout, a memory or output kill, an infra error, or a run near the limit is run again);
     * its output (stdout, stderr, value) shows no object address (:data:`ADDRESS`, `` at 0x...``: a
       default ``repr`` of an object, function, generator, ...): addresses differ between workers
@@ -133,9 +133,10 @@ def identity_hashed(tree: ast.AST) -> bool:
 
 def reusable(res: Any, timeout_s: float) -> bool:
     """Whether a first run's result may answer the repeats of its call: a :class:`ToolResult` that
-    ended ``ok`` or ``error`` (:data:`REPEATABLE`) within half of ``timeout_s`` (seconds of wall
-    clock) and shows no object address (:data:`ADDRESS`) in its stdout, stderr or value."""
-    return (isinstance(res, ToolResult) and res.status in REPEATABLE and res.wall_s <= 0.5 * timeout_s
+    ended ``ok`` or ``error`` (:data:`REPEATABLE`) within half of ``timeout_s`` (CPU seconds, which
+    the machine's load does not stretch as it does the wall clock: issue #41) and shows no object
+    address (:data:`ADDRESS`) in its stdout, stderr or value."""
+    return (isinstance(res, ToolResult) and res.status in REPEATABLE and res.cpu_s <= 0.5 * timeout_s
             and not any(ADDRESS.search(t or "") for t in (res.stdout, res.stderr, res.value)))
 
 

@@ -15,14 +15,14 @@ from kit.sandbox.step_cache import StepCache, deterministic, reusable
 class Counting:
     """Executor double: runs ``status`` results, echoing the code, and records every call it ran."""
 
-    def __init__(self, status="ok", wall_s=0.01):
+    def __init__(self, status="ok", cpu_s=0.005, wall_s=0.01):
         self.ran: list[tuple[str, str]] = []
-        self.status, self.wall_s = status, wall_s
+        self.status, self.wall_s, self.cpu_s = status, wall_s, cpu_s
 
     async def run_batch(self, calls):
         await asyncio.sleep(0.01)  # repeats sent meanwhile must wait for this run, not start their own
         self.ran += [(c.code, c.input) for c in calls]
-        return [ToolResult(self.status, stdout=f"{c.code}|{c.input}\n", wall_s=self.wall_s, cpu_s=0.005,
+        return [ToolResult(self.status, stdout=f"{c.code}|{c.input}\n", wall_s=self.wall_s, cpu_s=self.cpu_s,
                            timings={"fork": 1.0}) for c in calls]
 
 
@@ -65,8 +65,8 @@ def test_what_a_rerun_could_change_runs_again():
         ex = Counting()
         out = asyncio.run(StepCache(ex, 5.0).run_batch([ToolCall(code), ToolCall(code)]))
         assert len(ex.ran) == 2 and not any(r.cached for r in out), code
-    for status, wall in (("timeout", 5.0), ("memory_limit", 0.1), ("ok", 3.0)):  # a limit, or near it
-        ex = Counting(status, wall)
+    for status, cpu in (("timeout", 5.0), ("memory_limit", 0.1), ("ok", 3.0)):  # a limit, or near it (CPU s)
+        ex = Counting(status, cpu)
         cache = StepCache(ex, 5.0)
         out = asyncio.run(cache.run_batch([ToolCall("print(2)")])) + asyncio.run(cache.run_batch([ToolCall("print(2)")]))
         assert len(ex.ran) == 2 and not any(r.cached for r in out), status
@@ -115,3 +115,12 @@ def test_on_real_workers_a_cached_answer_is_what_any_worker_prints():
     assert {r.stdout for r in cached[:4]} == {r.stdout for r in plain} and len({r.stdout for r in plain}) == 1
     assert all(" at 0x" in r.stdout for r in cached[4:])
     assert stats == {"hits": 3, "misses": 2, "uncached": 3}
+
+
+def test_a_first_run_the_load_slowed_is_still_reused():
+    """Whether a repeat is answered from the first run follows the run's CPU seconds, not its wall time,
+    which the machine's load stretches (issue #41): 4 s of wall clock at 0.01 CPU s is reused."""
+    ex = Counting("ok", cpu_s=0.01, wall_s=4.0)
+    cache = StepCache(ex, 5.0)
+    out = asyncio.run(cache.run_batch([ToolCall("print(2)")])) + asyncio.run(cache.run_batch([ToolCall("print(2)")]))
+    assert len(ex.ran) == 1 and [r.cached for r in out] == [False, True]

@@ -13,8 +13,10 @@ A repeat is answered only where a second run could not differ (:func:`determinis
     * the first run ended ``ok`` or ``error`` within half the time limit, in CPU seconds (a
       timeout, a memory or output kill, an infra error, or a run near the limit is run again);
     * its output (stdout, stderr, value) shows no object address (:data:`ADDRESS`, `` at 0x...``: a
-      default ``repr`` of an object, function, generator, ...): addresses differ between workers
-      and runs (issue #44 item 6; ``tests/sandbox/test_sandbox_repeatable.py`` measures what repeats);
+      default ``repr`` of an object, function, generator, ...; or a bare ``0x`` and 6 or more hex
+      digits, an address cut out of a repr): addresses differ between workers and runs (issue #44
+      item 6; ``tests/sandbox/test_sandbox_repeatable.py`` measures what repeats). An address
+      turned into decimal text by the code itself is not seen;
     * the code is deterministic by a conservative reading of its syntax tree: it imports only modules
       of :data:`PURE_MODULES` and uses none of :data:`IMPURE_NAMES` (randomness, clocks, files, the
       environment, object identity ``id``, process state). Sets (``set``, ``frozenset``, set
@@ -23,7 +25,9 @@ A repeat is answered only where a second run could not differ (:func:`determinis
       the same order on every worker of every run (same CPython build); but not in code that could
       hash an object it made by its address (:func:`identity_hashed`: it defines a class or a
       lambda, or uses its own function, an imported name or ``object``/``type`` as a value),
-      whose set order follows addresses.
+      whose set order follows addresses; nor in code that could make a NaN (:func:`makes_nan`:
+      ``float('nan')``, ``math.nan``, ``inf - inf``, ``float(input())``), since a NaN hashes by
+      its address from Python 3.10 on (``hash(float('nan'))`` gave 3 values in 6 runs).
       Code that does not parse is deterministic (the same ``SyntaxError`` every time).
 Anything else runs as it would without the cache. So with the cache on, every trajectory sees the same
 feedback text as without it; only the sandbox's CPU seconds and wall time change.
@@ -34,6 +38,7 @@ from __future__ import annotations
 import ast
 import asyncio
 import dataclasses
+import math
 import re
 import warnings
 from collections.abc import Iterable
@@ -55,8 +60,18 @@ IMPURE_NAMES = frozenset({"random", "time", "datetime", "os", "sys", "uuid", "se
 HASH_ORDER_NAMES = frozenset({"set", "frozenset", "hash"})
 #: names of objects that hash (and, by default, print) by address, or make new classes
 IDENTITY_NAMES = frozenset({"object", "type", "super", "__class__", "__hash__", "partial"})
-#: an object address in a default ``repr`` (``<A object at 0x7f...>``, ``<function f at 0x...>``)
-ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+#: names of values that are, or make by arithmetic (``inf - inf``, ``0 * inf``), a NaN: since Python
+#: 3.10 ``hash(nan)`` is its address (float, complex and ``Decimal``), so sets and ``hash`` of NaNs differ
+#: between runs (issue #44 item 6, review: 3 distinct ``hash(float('nan'))`` in 6 calls on real workers)
+NAN_NAMES = frozenset({"nan", "inf", "nanj", "infj"})
+#: constructors that read a NaN or an infinity from text (``float('nan')``, ``Decimal('-Infinity')``)
+FLOAT_PARSERS = frozenset({"float", "complex", "Decimal", "fromhex"})
+#: a string that may spell a NaN or an infinity for :data:`FLOAT_PARSERS`
+NAN_TEXT = re.compile(r"nan|inf", re.IGNORECASE)
+#: an object address: in a default ``repr`` (``<A object at 0x7f...>``, ``<function f at 0x...>``) or
+#: bare, cut out of one (``str(iter([])).split(' at ')[1]`` prints ``0x7ffff676beb0>``): 6 or more hex
+#: digits after ``0x`` (a ``hex()`` of a large number is refused too; it only runs again)
+ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+|0x[0-9a-fA-F]{6,}")
 #: statuses a rerun reproduces (the program's own outcome, not a limit or the service)
 REPEATABLE = ("ok", "error")
 
@@ -69,7 +84,7 @@ def deterministic(code: str) -> bool:
         code: the call's Python source.
     Returns:
         True: only pure imports, no impure name, and sets or ``hash`` only where no element can be
-        hashed by address; False otherwise. Never raises (code that does not parse is True).
+        hashed by address (an object it made, a NaN); False otherwise. Never raises (code that does not parse is True).
     """
     try:
         with warnings.catch_warnings():  # model-written code: its SyntaxWarnings are the model's, not ours
@@ -96,7 +111,46 @@ def deterministic(code: str) -> bool:
         if isinstance(node, ast.Name) and node.id in HASH_ORDER_NAMES or (
                 isinstance(node, ast.Attribute) and node.attr in HASH_ORDER_NAMES):
             hashes = True
-    return not (hashes and identity_hashed(tree))
+    return not (hashes and (identity_hashed(tree) or makes_nan(tree)))
+
+
+def makes_nan(tree: ast.AST) -> bool:
+    """Whether code could make a NaN (conservatively), which hashes by its address (Python >= 3.10).
+
+    True when it names one of :data:`NAN_NAMES` (``math.nan``, ``math.inf``, ``from math import
+    inf``: ``inf - inf`` is a NaN), holds an infinite float literal (``1e999``) or a string that
+    may spell one (:data:`NAN_TEXT`, or text ``float`` reads as non-finite, ``'1e400'``), or
+    uses one of :data:`FLOAT_PARSERS` other than called on literals (``float(input())`` or
+    ``map(float, ...)`` reads ``nan`` from the input). Not seen: a NaN made by overflowing arithmetic on finite literals
+    (``x = 1e308 * 10; x - x``), which needs the same unlikely chain as an address put in a set.
+    """
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and node.id in NAN_NAMES or (
+                isinstance(node, ast.Attribute) and node.attr in NAN_NAMES) or (
+                isinstance(node, ast.alias) and (node.asname or node.name) in NAN_NAMES):
+            return True
+        if isinstance(node, ast.Constant):
+            v = node.value
+            if isinstance(v, float | complex) and not _finite(v):
+                return True
+            if isinstance(v, str | bytes) and (NAN_TEXT.search(str(v)) or not _finite_text(v)):
+                return True
+    literal_parse = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call)
+                     and all(isinstance(a, ast.Constant) for a in [*n.args, *(k.value for k in n.keywords)])}
+    return any((isinstance(n, ast.Name) and n.id in FLOAT_PARSERS or isinstance(n, ast.Attribute)
+                and n.attr in FLOAT_PARSERS) and id(n) not in literal_parse for n in ast.walk(tree))
+
+
+def _finite(v: float | complex) -> bool:
+    return all(math.isfinite(x) for x in (v.real, v.imag))
+
+
+def _finite_text(v: str | bytes) -> bool:
+    """False if ``float`` reads ``v`` as an infinity or a NaN (``'1e400'``); True if finite or not a number."""
+    try:
+        return math.isfinite(float(v))
+    except (ValueError, TypeError, OverflowError):
+        return True
 
 
 def identity_hashed(tree: ast.AST) -> bool:
@@ -135,7 +189,8 @@ def reusable(res: Any, timeout_s: float) -> bool:
     """Whether a first run's result may answer the repeats of its call: a :class:`ToolResult` that
     ended ``ok`` or ``error`` (:data:`REPEATABLE`) within half of ``timeout_s`` (CPU seconds, which
     the machine's load does not stretch as it does the wall clock: issue #41) and shows no object
-    address (:data:`ADDRESS`) in its stdout, stderr or value."""
+    address (:data:`ADDRESS`: `` at 0x...`` or a bare ``0x`` with 6+ hex digits) in its stdout,
+    stderr or value."""
     return (isinstance(res, ToolResult) and res.status in REPEATABLE and res.cpu_s <= 0.5 * timeout_s
             and not any(ADDRESS.search(t or "") for t in (res.stdout, res.stderr, res.value)))
 

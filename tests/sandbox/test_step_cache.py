@@ -124,3 +124,53 @@ def test_a_first_run_the_load_slowed_is_still_reused():
     cache = StepCache(ex, 5.0)
     out = asyncio.run(cache.run_batch([ToolCall("print(2)")])) + asyncio.run(cache.run_batch([ToolCall("print(2)")]))
     assert len(ex.ran) == 1 and [r.cached for r in out] == [False, True]
+
+
+NAN_CODES = ("print(hash(float('nan')))",  # a NaN hashes by its address (Python >= 3.10)
+             "print(list({float('nan'), 1.0, float('nan'), 2.0, float('nan')}))",
+             "import math\nprint(list({math.nan, 1.5, math.inf - math.inf}))",
+             "from math import inf\nprint(hash(inf - inf))", "print({float('-NaN'), 2.0})",
+             "print(frozenset([1e999 * 0, 1.0]))", "print({float('1e400') - float('1e400'), 3.0})",
+             "from decimal import Decimal\nprint(hash(Decimal('NaN')))",
+             "print(set(map(float, input().split())))", "print({complex('nanj'), 1j})")
+
+
+def test_set_or_hash_code_that_could_make_a_nan_runs_again():
+    """hash(nan) is the NaN's address since Python 3.10, so a set of NaNs iterates in address order
+    (review of issue #44 item 6: 3 distinct outputs of ``print(hash(float('nan')))`` in 6 real calls)."""
+    for code in NAN_CODES:
+        assert not deterministic(code), code
+    # a NaN outside hash and sets prints 'nan' on every run; a set of finite floats repeats
+    for code in ("print(float('nan'))", "import math\nprint(math.inf - math.inf, math.isnan(math.nan))",
+                 "print({x / 4 for x in range(6)})", "print(hash(0.5), {float('2.5'), 1.0})"):
+        assert deterministic(code), code
+
+
+def test_a_bare_address_in_the_output_is_never_reused():
+    """An address cut out of a repr (``str(iter([])).split(' at ')[1]`` prints ``0x7ffff676beb0>``)
+    has no ' at ' before it; the code itself uses nothing impure."""
+    code = "print(str(iter([])).split(' at ')[1])"
+    assert deterministic(code)
+    for text in ("0x7ffff676beb0>\n", "addr=0x555555a0b1c0", "0xA0B1C0"):
+        assert not reusable(ToolResult("ok", stdout=text), 5.0), text
+        assert not reusable(ToolResult("ok", value=text), 5.0) and not reusable(ToolResult("error", stderr=text), 5.0)
+    for text in ("0x1f\n", "255 = 0xff", "0x12345 and 42"):  # short hex numbers are values, not addresses
+        assert reusable(ToolResult("ok", stdout=text), 5.0), text
+
+
+@pytest.mark.skipif(isolation.bwrap_path() is None, reason="bubblewrap is not installed")
+def test_on_real_workers_nan_hashes_and_bare_addresses_are_run_every_time():
+    """On a real pool each repeat of these runs again (measured when written: 3 distinct
+    ``hash(float('nan'))`` and 2 set orders in 6 calls each; not asserted, the worker's heap decides)."""
+    cfg = SandboxConfig(isolation="bwrap", timeout_s=5.0, cpu_s=5.0, memory_mb=768, num_workers=2, preimport=())
+    codes = [NAN_CODES[0], NAN_CODES[1], "print(str(iter([])).split(' at ')[1])"]
+
+    async def go():
+        async with SandboxPool(cfg) as pool:
+            cache = StepCache(pool, cfg.timeout_s)
+            return await cache.run_batch([ToolCall(c) for c in codes for _ in range(6)]), cache.stats
+
+    out, stats = asyncio.run(go())
+    assert all(r.status == "ok" for r in out), out
+    assert not any(r.cached for r in out) and stats["hits"] == 0
+    assert all(r.stdout.startswith("0x") for r in out[12:])

@@ -11,6 +11,13 @@ Two layers:
   turn and token budgets), grades with :func:`kit.reward.verify_batch`, scores, and writes
   ``run_dir/eval/<benchmark>.json`` with a manifest (:mod:`kit.eval.manifest`).
 
+A trajectory the budget cut (``finish_reason`` ``length`` or ``budget``, ``truncated``) is graded
+as training grades it: incorrect, reason ``no_answer``, whatever it boxed before the cut
+(:func:`kit.reward.verdict.cut_off`; rStar2-Agent §4.3, no overlong filtering). VERL's validation
+scores it 0 the same way (``compute_score`` reads ``extra_info["truncated"]``), so local and
+VERL pass@k, avg@n and maj@k agree. A trajectory that ends at ``max_turns`` with a tool call
+pending is not truncated: it is graded from its box, as in training.
+
 Defaults follow the report (§5: avg@16, temperature 0.6, up to 30K tokens and 30 turns; top_p
 0.95 is the common choice, the report does not state it). Pass ``temperature=0`` explicitly for
 greedy decoding; note that n > 1 greedy samples are near-identical (the release's eval scripts
@@ -38,6 +45,7 @@ from kit.eval.manifest import build_manifest
 from kit.jsonio import write_json
 from kit.reward import averify_batch, default_verifier
 from kit.reward.rules import quick_grade
+from kit.reward.verdict import cut_off
 from kit.rollout import rollout_batch, run_coroutine
 
 
@@ -142,7 +150,9 @@ def score_samples(benchmark: str, item_ids: Sequence[str], trajectories: Sequenc
         trajectories: (N, n) trajectories (``kit.rollout.Trajectory`` or dicts from
             ``samples.jsonl``) with ``response_ids`` (or ``response_len``), ``response_mask``,
             ``tool_calls``, ``tool_errors`` (dict kind -> count, or an int) and ``truncated``.
-        verdicts: (N, n) ``kit.reward.Verdict``-like objects with ``correct`` and ``extracted``.
+        verdicts: (N, n) ``kit.reward.Verdict``-like objects with ``correct`` and ``extracted``,
+            after the truncation rule (:func:`evaluate_async` applies it; VERL's validation
+            scores already follow it): this function grades nothing.
         maj_ks: k values for maj@k (default 1, n and the powers of two in between).
         bootstrap_samples: resamples of the 95% interval (``EvalConfig.bootstrap_samples``).
         seed: bootstrap / maj@k resampling seed.
@@ -282,7 +292,10 @@ async def evaluate_async(backend: Any, benchmark: str, *, tokenizer: Any, execut
         rollout_cfg: a ``kit.config.RolloutConfig`` for the remaining loop settings.
         seed: recorded in the manifest; the backend owns its RNG.
         verify_fn: ``verify_fn(pairs) -> verdicts`` with pairs ``(gold, response_text)``;
-            default ``kit.reward.averify_batch`` (killable verifier workers).
+            default ``kit.reward.averify_batch`` (killable verifier workers). Whatever it
+            returns for a trajectory the budget cut is replaced by
+            :func:`kit.reward.verdict.cut_off` (score 0, ``no_answer``, no extracted answer for
+            maj@k), the training reward's rule; a ``max_turns`` ending is graded as returned.
         run_dir: when given, the result is written to ``run_dir/eval/<benchmark>.json``.
         items: pre-loaded benchmark items (default: :func:`kit.eval.benchmarks.load_benchmark`).
         rollout_kwargs: more keywords for :func:`kit.rollout.run_trajectory` (``call_factory``,
@@ -308,6 +321,7 @@ async def evaluate_async(backend: Any, benchmark: str, *, tokenizer: Any, execut
         flat = list(await averify_batch(pairs))
     else:
         flat = list(verify_fn(pairs))
+    flat = [cut_off(v) if tr.truncated else v for v, tr in zip(flat, (t for row in groups for t in row), strict=True)]
     verdicts = [flat[i * n:(i + 1) * n] for i in range(len(items))]
     result = score_samples(benchmark, [it.id for it in items], groups, verdicts,
                            bootstrap_samples=bootstrap_samples, seed=seed or 0)

@@ -139,7 +139,10 @@ truncated trajectory (issue #44)      score 0, reason ``no_answer`` (detail ``tr
                                       (``verdict.cut_off``; rStar2-Agent §4.3, no overlong
                                       filtering): the local trainer for ``truncated``
                                       trajectories, ``compute_score`` for
-                                      ``extra_info["truncated"]`` (VERL's agent loop field).
+                                      ``extra_info["truncated"]`` (VERL's agent loop field),
+                                      the local evaluation (``kit.eval.evaluate``) too.
+                                      Ending at ``max_turns`` with a tool call pending is
+                                      not a cut: graded from its box.
 ====================================  ====================================================
 
 Departure from the release: it graded the whole response, tool output included

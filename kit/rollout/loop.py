@@ -25,7 +25,8 @@ Termination (``finish_reason``):
     ``budget``    the feedback of a turn's tool calls does not fit the remaining budget with room
                   for one more model token; the loop never ends on a tool turn, so the block is
                   not appended (``truncated``; those calls are recorded with ``shown=False``);
-    ``max_turns`` the last allowed turn asked for a tool; the calls are not run.
+    ``max_turns`` the last allowed turn asked for a tool; the calls are not run. Not
+                  ``truncated``: graded from its box (``kit.train.rollouts.cut_truncated``).
 
 Does not: retry infra errors, re-run a trajectory, or cap the prompt (a prompt longer than
 ``max_prompt_tokens`` raises).

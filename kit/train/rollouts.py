@@ -121,6 +121,12 @@ def cut_truncated(verdicts: Sequence[Any], trajectories: Sequence[Any]) -> list[
     whatever it boxed before the cut (:func:`kit.reward.verdict.cut_off`; rStar2-Agent §4.3: no
     overlong filtering, a truncated trajectory stays in as a failure).
 
+    A trajectory that ends at ``max_turns`` with a tool call pending (``finish_reason``
+    ``max_turns``) is not truncated: it ran out of turns, not of tokens, and every token it wrote
+    is complete, so it is graded from its box like any other (a box before the pending call can
+    earn 1). The same holds in evaluation (:func:`kit.eval.evaluate.evaluate_async`) and on VERL,
+    whose agent loop (:mod:`kit.bridge.agent_loop`) passes this loop's ``truncated`` on.
+
     Raises:
         ValueError: the two sequences differ in length.
     """

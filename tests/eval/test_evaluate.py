@@ -185,3 +185,44 @@ def test_maj_voting_key_keeps_the_spaces_that_carry_meaning():
     assert score_samples("toy", ["p"], trajs, verdicts, bootstrap_samples=10).maj_at_k[5] == 1.0
     verdicts = [[V(True, " 12"), V(False, "7"), V(True, "12 ")]]  # leading/trailing spaces still vote together
     assert score_samples("toy", ["p"], [[_tr(5, 5)] * 3], verdicts, bootstrap_samples=10, equivalent=None).maj_at_k[3] == 1.0
+
+
+def test_evaluate_scores_a_trajectory_the_budget_cut_as_training_does(tok, monkeypatch):
+    """A box written before the budget ran out earns nothing in evaluation either (rStar2-Agent
+    §4.3; kit.reward.verdict.cut_off, as VERL's validation through compute_score), so local and
+    VERL pass@k agree. A trajectory that ends at max_turns with a tool call pending is not cut:
+    its box is graded."""
+    from kit.rollout import ScriptedBackend
+
+    kinds = iter(["answer", "cut", "max_turns"])
+
+    def script(context):
+        if "<tool_response>" in context:  # the max_turns sample's last turn: this call never runs
+            return "still \\boxed{42} " + call("print(7*6)")
+        kind = next(kinds)  # first turns, one kind per sample
+        if kind == "answer":
+            return "6*7 = 42</reason> <answer> \\boxed{42} </answer>"
+        if kind == "cut":  # boxes the right value, then rambles past the token budget
+            return "\\boxed{42} then" + " and so on" * 400
+        return "so \\boxed{42} " + call("print(6*7)")
+
+    import kit.eval.evaluate as ev
+
+    seen = []
+
+    async def recorded(*a, **kw):
+        groups = await rollout_batch(*a, **kw)
+        seen.extend((t.finish_reason, int(t.truncated)) for t in groups[0])
+        return groups
+
+    rollout_batch = ev.rollout_batch
+    monkeypatch.setattr(ev, "rollout_batch", recorded)
+    r = evaluate(ScriptedBackend(tok, script), "toy", n=3, max_tokens=300, max_turns=2, tokenizer=tok,
+                 executor=FakeExecutor(_evaluate_print), items=[BenchItem("toy", "0", "What is 6 * 7?", "42")],
+                 max_concurrency=1, rollout_kwargs={"call_factory": lambda code, stdin: (code, stdin)},
+                 bootstrap_samples=10)
+    assert sorted(seen) == [("answer", 0), ("length", 1), ("max_turns", 0)]
+    p = r.per_problem[0]
+    assert sorted(zip(p["truncated"], p["correct"], p["answers"], strict=True)) == [(0, 1, "42"), (0, 1, "42"),
+                                                                                 (1, 0, None)]
+    assert r.avg_at_n == pytest.approx(2 / 3) and r.truncation_ratio == pytest.approx(1 / 3)

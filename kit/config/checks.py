@@ -56,6 +56,23 @@ RANGES: dict[str, tuple[str, object]] = {
     "rollout.batch_size": ("an integer >= 1", lambda v: v >= 1),
     "rollout.tool_delay_steps": ("an integer >= 0", lambda v: v >= 0),
     "ablation.steps": ("an integer >= 0", lambda v: v >= 0),
+    # the other counts (review of issue #44 part 9: a count < 1 sampled, split or resampled nothing,
+    # and a result computed from nothing is NaN or an empty table, found at the end of a run)
+    "algorithm.min_positive": ("an integer >= 0", lambda v: v >= 0),
+    "algorithm.min_negative": ("an integer >= 0", lambda v: v >= 0),
+    "algorithm.update_micro_tokens": ("an integer >= 1", lambda v: v >= 1),
+    "sft.max_seq_tokens": ("an integer >= 1", lambda v: v >= 1),
+    "sft.checkpoint_every": ("an integer >= 0 (0: only the final policy)", lambda v: v >= 0),
+    "data.decontam_ngram": ("an integer >= 1", lambda v: v >= 1),
+    "data.consistency_samples": ("an integer >= 1", lambda v: v >= 1),
+    "data.consistency_min_matches": ("an integer >= 0", lambda v: v >= 0),
+    "data.task_train_size": ("an integer >= 1", lambda v: v >= 1),
+    "data.task_heldout_size": ("an integer >= 1", lambda v: v >= 1),
+    "ablation.workers": ("an integer >= 1", lambda v: v >= 1),
+    "eval.bootstrap_samples": ("an integer >= 1", lambda v: v >= 1),
+    "eval.consistency_problems": ("an integer >= 0 (0: the whole pool)", lambda v: v >= 0),
+    "eval.passk_problems": ("an integer >= 0 (0: all of the source)", lambda v: v >= 0),
+    "eval.passk_n": ("an integer >= 1", lambda v: v >= 1),
     "eval.n_samples": ("an integer >= 1", lambda v: v >= 1),
     "eval.temperature": ("a finite number >= 0 (0: greedy)", lambda v: math.isfinite(v) and v >= 0),
     "eval.top_p": ("a number in (0, 1]", lambda v: 0 < v <= 1),
@@ -69,6 +86,8 @@ STAGE_RANGES: dict[str, tuple[str, object]] = {
     "max_response_tokens": ("an integer >= 0 (0: rollout.max_response_tokens)", lambda v: v >= 0),
     "max_turns": ("an integer >= 0 (0: rollout.max_turns)", lambda v: v >= 0),
     "checkpoint_every": ("an integer >= 0 (0: none)", lambda v: v >= 0),
+    # rollouts per candidate of a "hard" stage's filter (review of issue #44 part 9: -1 and 0 loaded)
+    "hard_filter_samples": ("an integer >= 1", lambda v: v >= 1),
 }
 
 
@@ -117,7 +136,8 @@ def check_limits(cfg: KitConfig | SandboxConfig) -> None:
 
 def check_ranges(cfg: KitConfig) -> None:
     """Every key of :data:`RANGES` and, for each stage, of :data:`STAGE_RANGES` holds a value of its
-    range, and ``ablation.seeds`` names each seed once (a repeated seed trained the same arm twice
+    range, ``data.consistency_min_matches <= data.consistency_samples``, and ``ablation.seeds``
+    names each seed once (a repeated seed trained the same arm twice
     and counted it twice in the ablation's interval).
 
     Raises:
@@ -137,6 +157,10 @@ def check_ranges(cfg: KitConfig) -> None:
             value = getattr(stage, name)
             if isinstance(value, bool) or not ok(value):
                 raise bad(f"stages.{stage.name}.{name}", rule, value)
+    d = cfg.data
+    if d.consistency_min_matches > d.consistency_samples:
+        raise ConfigError(f"data.consistency_min_matches: must be <= data.consistency_samples ({d.consistency_samples}); "
+                          f"more matches than answers keeps no problem, got {d.consistency_min_matches}")
     seeds = list(cfg.ablation.seeds)
     twice = sorted({s for s in seeds if seeds.count(s) > 1})
     if twice:

@@ -79,7 +79,7 @@ def load_benchmark(name: str) -> ModuleType:
 
 
 #: Modules that call TransferQueue through a module-level ``tq`` (VERL's v1 replay buffer, the kit's buffers).
-TQ_USERS = ("verl.trainer.ppo.v1.replay_buffer", "kit.bridge.sampler", "kit.bridge.roc_hook")
+TQ_USERS = ("verl.trainer.ppo.v1.replay_buffer", "kit.bridge.sampler")  # roc_hook clears through sampler
 
 
 class FakeTQ:

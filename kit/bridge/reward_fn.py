@@ -13,7 +13,10 @@ ordinary added tokens in Qwen and kit tokenizers, so they survive the decode) an
 The score is 1.0 when ``kit.reward`` finds the final answer in the model's own text and it
 matches ``ground_truth``, else 0.0 (rStar2-Agent §2.2.1: no format, tool or length term).
 The returned dict's other keys (``acc``, ``reason``, ``extracted``, ``verify_s``) become
-VERL's ``reward_extra_info``. It is a coroutine, so VERL awaits it on its event loop instead of
+VERL's ``reward_extra_info``, which VERL stores in the final output's
+``extra_fields["reward_extra_info"]``: a ``reason`` of ``infra_error`` (the verifier failed twice,
+never the model's fault) scores 0 here, and the kit's replay buffers leave that session out of the
+batch the trainer gets (:func:`kit.bridge.sampler.graded_rows`), as the local trainer does. It is a coroutine, so VERL awaits it on its event loop instead of
 a thread, and verification runs in ``kit.reward``'s guarded worker processes.
 """
 

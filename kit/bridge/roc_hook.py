@@ -55,7 +55,6 @@ from typing import Any
 
 import numpy as np
 import torch
-import transfer_queue as tq
 from tensordict import TensorDict
 from transfer_queue import KVBatchMeta
 from transformers import AutoTokenizer
@@ -64,7 +63,13 @@ from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopManagerTQ
 from verl.utils import tensordict_utils as tu
 
 from kit.algo import RocParams, counters, release_p_err, release_p_format, roc_step
-from kit.bridge.sampler import KitReplayBuffer, poll_interval_from_kwargs
+from kit.bridge.sampler import (
+    KitReplayBuffer,
+    graded_rows,
+    keep_sessions,
+    poll_interval_from_kwargs,
+    verifier_reasons,
+)
 from kit.config import AlgorithmConfig
 
 #: extra_fields keys the agent loop (kit.bridge.agent_loop) writes and RoC reads.
@@ -139,8 +144,14 @@ def select_trajectories(
     params: RocParams,
     seed: int | np.random.Generator,
     texts: Sequence[str] | None = None,
+    reasons: Sequence[str | None] | None = None,
 ) -> tuple[np.ndarray, dict[str, float]]:
     """RoC on one sampled batch as VERL stores it (shared by the v1 sampler and :func:`apply_roc`).
+
+    Rows the verifier answered ``infra_error`` (:func:`kit.bridge.sampler.graded_rows`) are left
+    out before RoC, as the local trainer does (:func:`kit.train.update.select`): never kept, they
+    enter neither the selection, nor their group's advantage, nor the loss; a group short of rows
+    is kept whole (:func:`kit.algo.roc_select`). If no row was graded nothing is kept.
 
     Args:
         uids: (N,) prompt uid of each trajectory.
@@ -151,17 +162,27 @@ def select_trajectories(
         seed: int or Generator.
         texts: (N,) decoded responses with special tokens; given, p_err and p_format use the
             release's text reading instead of the counters.
+        reasons: (N,) the verifier's reasons; default read from ``extra_fields``
+            (:func:`kit.bridge.sampler.verifier_reasons`, ``reward_extra_info["reason"]``).
     Returns:
         ``(kept, metrics)``: ascending row indices and ``rstar2/roc/``-prefixed floats.
     Raises:
         KeyError: a trajectory lacks a counter (names the row and the key).
     """
+    graded = graded_rows(verifier_reasons(extra_fields) if reasons is None else reasons)
+    if graded.size == 0:
+        return graded, {}
+    if graded.size < len(uids):
+        uids = [uids[i] for i in graded]
+        scores = np.asarray(scores, dtype=np.float64)[graded]
+        extra_fields = [extra_fields[i] for i in graded]
+        texts = None if texts is None else [texts[i] for i in graded]
     counts = counters(extra_fields)
     penalties = None
     if texts is not None:
         penalties = (release_p_err(texts), release_p_format(texts))
     sel, metrics = roc_step(np.asarray(scores, dtype=np.float64), list(uids), counts, params, seed, penalties)
-    return sel.kept, {METRIC_PREFIX + k: v for k, v in metrics.items()}
+    return graded[sel.kept], {METRIC_PREFIX + k: v for k, v in metrics.items()}
 
 
 def _decode(tokenizer: Any, responses: torch.Tensor, lengths: Sequence[int]) -> list[str]:
@@ -180,7 +201,9 @@ def apply_roc(
     Reads ``non_tensor_batch["uid"]``, the reward from ``batch["token_level_scores"]`` (else
     ``rm_scores``) summed over tokens, and the counters either from per-key columns of
     ``non_tensor_batch`` (how v0 ``AgentLoopWorker`` spreads ``extra_fields``) or from a
-    ``tool_extra_fields`` column of dicts. With ``tokenizer``, p_err/p_format use the release's
+    ``tool_extra_fields`` column of dicts; the verifier's ``reason`` column (VERL spreads
+    ``reward_extra_info`` into ``non_tensor_batch``) leaves ``infra_error`` rows out
+    (:func:`select_trajectories`). With ``tokenizer``, p_err/p_format use the release's
     text reading of ``batch["responses"]`` (decoded with special tokens, up to the attention
     mask's response length).
 
@@ -213,7 +236,8 @@ def apply_roc(
         responses = data.batch["responses"]
         lengths = data.batch["attention_mask"][:, -responses.shape[-1]:].sum(-1).tolist()
         texts = _decode(tokenizer, responses, lengths)
-    kept, metrics = select_trajectories(list(nt["uid"]), scores, rows, params, seed, texts)
+    reasons = [None if r is None else str(r) for r in nt["reason"]] if "reason" in nt else None
+    kept, metrics = select_trajectories(list(nt["uid"]), scores, rows, params, seed, texts, reasons)
     return data[kept], metrics
 
 
@@ -268,14 +292,8 @@ class RocReplayBuffer(KitReplayBuffer):
         rng = np.random.default_rng([self.roc_extra["seed"], self._global_steps])
         kept, metrics = select_trajectories(uids, scores, extras, self.roc_params, rng, texts)
         self._kept_sessions = kept  # the rollout records' RoC decision (kit.bridge.verl_records)
-        kept_sessions = {sessions[i] for i in kept.tolist()}
-        keep = [i for i, key in enumerate(meta.keys) if key.rsplit("_", 1)[0] in kept_sessions]
-        rejected = [key for key in meta.keys if key.rsplit("_", 1)[0] not in kept_sessions]
-        if rejected:
-            tq.kv_clear(keys=rejected, partition_id=meta.partition_id)
         self._step_metrics.update(metrics)
-        return KVBatchMeta(partition_id=meta.partition_id, keys=[meta.keys[i] for i in keep],
-                           tags=[meta.tags[i] for i in keep])
+        return keep_sessions(meta, sessions, kept)
 
 
 def with_oversampling(prompts: TensorDict, n: int) -> TensorDict:

@@ -18,6 +18,11 @@ ReTool's code-interpreter behaviour (:func:`behaviour_metrics`, ``code_ratio`` .
 the keys :mod:`kit.metrics` declares over the sampled population, which VERL's own data metrics
 (over the rows it trains on: RoC's kept G) cannot fill.
 
+Both leave out the sessions the verifier could not grade (``reward_extra_info["reason"] ==
+"infra_error"``, :func:`graded_rows`), as the local trainer does (``kit.train.update.select``):
+they enter neither their group's advantage, nor RoC's selection, nor the loss (a group left with
+one graded session gets GRPO's group-of-one advantage, its score, on both runtimes).
+
 Both also write the step's rollout records (:mod:`kit.bridge.verl_records`, ``sampler_kwargs.records_*``):
 every session's final output before RoC selects, with RoC's decision.
 
@@ -34,6 +39,7 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+import numpy as np
 import transfer_queue as tq
 from transfer_queue import KVBatchMeta
 from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
@@ -41,6 +47,7 @@ from verl.trainer.ppo.v1.replay_buffer import ReplayBuffer
 from kit.analysis import code_behaviour
 from kit.bridge.verl_records import VerlRecords
 from kit.metrics import KIT_PREFIX
+from kit.reward.pool import INFRA_ERROR
 
 #: extra_fields keys (written by ``kit.bridge.agent_loop.trajectory_to_output``) the tool metrics read.
 TOOL_KEYS = ("tool_calls", "infra_errors", "tool_wall_s")
@@ -155,6 +162,55 @@ def behaviour_metrics(extra_fields: Sequence[Mapping[str, Any]], scores: Sequenc
     return {KIT_PREFIX + k: v for k, v in m.items() if math.isfinite(v)}
 
 
+def verifier_reasons(extra_fields: Sequence[Any]) -> list[str | None]:
+    """(N,) the verifier's reason of each trajectory, as VERL 0.9.1 stores it.
+
+    :func:`kit.bridge.reward_fn.compute_score` returns ``reason`` beside ``score``; VERL's reward
+    loop keeps every key of that dict as ``reward_extra_info``, which the agent-loop worker puts
+    in the final output's ``extra_fields["reward_extra_info"]`` (v1, TransferQueue; the v0
+    ``DataProto`` also spreads it into a ``reason`` column of ``non_tensor_batch``).
+
+    Args:
+        extra_fields: (N,) ``extra_fields`` dicts (or VERL's ``NonTensorData`` around them).
+    Returns:
+        (N,) the reason, or None where a row carries none (a reward function without it).
+    """
+    out: list[str | None] = []
+    for extra in extra_fields:
+        extra = getattr(extra, "data", extra)
+        info = extra.get("reward_extra_info") if isinstance(extra, Mapping) else None
+        info = getattr(info, "data", info)
+        reason = info.get("reason") if isinstance(info, Mapping) else None
+        out.append(None if reason is None else str(getattr(reason, "data", reason)))
+    return out
+
+
+def graded_rows(reasons: Sequence[str | None]) -> np.ndarray:
+    """Ascending indices of the rows the verifier graded: every row but those it answered
+    ``infra_error`` (a verifier worker killed or starved twice, :mod:`kit.reward.pool`; never the
+    model's fault). The local trainer leaves such rows out of the update
+    (:func:`kit.train.update.select`); the VERL buffers do the same with these indices, so the rows
+    enter neither their group's advantage nor RoC's selection nor the loss (issue #44 item 5).
+
+    Returns:
+        (K,) int64 indices, K <= N.
+    """
+    return np.asarray([i for i, r in enumerate(reasons) if r != INFRA_ERROR], dtype=np.int64)
+
+
+def keep_sessions(meta: KVBatchMeta, sessions: Sequence[str], kept: Sequence[int]) -> KVBatchMeta:
+    """The sampled batch cut to the sessions ``kept`` (indices into ``sessions``): every output of
+    a kept session, in ``meta``'s order; the other sessions' outputs are cleared from TransferQueue
+    (they will not be trained on, and the trainer clears only what it is handed)."""
+    kept_names = {sessions[int(i)] for i in kept}
+    keep = [i for i, key in enumerate(meta.keys) if key.rsplit("_", 1)[0] in kept_names]
+    rejected = [key for key in meta.keys if key.rsplit("_", 1)[0] not in kept_names]
+    if rejected:
+        tq.kv_clear(keys=rejected, partition_id=meta.partition_id)
+    return KVBatchMeta(partition_id=meta.partition_id, keys=[meta.keys[i] for i in keep],
+                       tags=[meta.tags[i] for i in keep])
+
+
 def final_outputs(keys: Sequence[str]) -> tuple[list[str], list[int]]:
     """Sessions of a sampled batch and the row of each one's last output.
 
@@ -244,7 +300,9 @@ class KitReplayBuffer(ReplayBuffer):
 
     def _select_sessions(self, meta: KVBatchMeta, sessions: list[str], data: Any,
                          extras: list[Mapping[str, Any]]) -> KVBatchMeta:
-        """The batch the trainer gets, from the sampled one (all of it here).
+        """The batch the trainer gets, from the sampled one: every session the verifier graded
+        (:func:`graded_rows`); a session it answered ``infra_error`` is left out, so it enters
+        neither its group's GRPO advantage nor the loss (as :func:`kit.train.update.select`).
 
         Args:
             meta: the sampled batch (every output of every session).
@@ -252,7 +310,11 @@ class KitReplayBuffer(ReplayBuffer):
             data: the :meth:`_session_fields` of each session's final output, in ``sessions`` order.
             extras: (S,) their ``extra_fields`` dicts.
         """
-        return meta
+        kept = graded_rows(verifier_reasons(extras))
+        if kept.size == len(sessions):
+            return meta
+        self._kept_sessions = kept  # the rollout records' decision (kit.bridge.verl_records)
+        return keep_sessions(meta, sessions, kept)
 
     def sample(self, global_steps: int, partition_id: str, batch_size: int) -> tuple[KVBatchMeta, dict]:
         """As ``ReplayBuffer.sample``, plus this step's kit metrics (:func:`tool_metrics`,

@@ -13,7 +13,8 @@ verdict is a training bug, so grading is split in three:
    hard kill at ``timeout_s`` CPU seconds and an address-space cap (``pool.py``, :class:`Verifier`).
    CPU time decides a ``timeout``, never the wall clock (issue #41); a worker killed mid-item by
    something else, or starved past ``wall_factor * timeout_s`` wall seconds, is retried once and
-   then answered ``infra_error`` (issue #44; the local trainer drops such items, VERL's not yet).
+   then answered ``infra_error`` (issue #44; both trainers drop such items: the local one in
+   ``kit.train.update.select``, VERL's in the kit's replay buffers, ``kit.bridge.sampler.graded_rows``).
 
 Public API::
 
@@ -29,7 +30,7 @@ Public API::
 
 ``Verdict(correct, reason, extracted, seconds, detail)``; reason is one of ``correct``,
 ``wrong``, ``no_answer``, ``timeout`` (CPU-time or memory limit hit; scored 0), ``parse_error``,
-``infra_error`` (the verifier failed twice; scored 0, never the model's; the local trainer leaves it out).
+``infra_error`` (the verifier failed twice; scored 0, never the model's; both trainers leave it out).
 
 Lenient-case policy (each row is tested in ``tests/reward/test_reward_policy.py``):
 

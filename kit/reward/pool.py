@@ -17,8 +17,9 @@ the wall clock, so a loaded machine cannot turn a slow-but-fine verification int
   SIGKILLs it (detail ``hard_kill``) and starts another. The worker's own soft alarm fires
   earlier, at ``soft_fraction * timeout_s`` CPU seconds (``ITIMER_PROF``), and keeps the worker
   (detail ``soft_alarm``). A peak at the worker's ``RLIMIT_AS`` is ``timeout`` too (``memory_limit``).
-* ``infra_error`` (never the model's fault; the local trainer leaves the item out of the update,
-  :func:`kit.train.update.select`; VERL's trainer does not yet and sees a 0): the worker died mid-item by something else (the host's OOM
+* ``infra_error`` (never the model's fault; both trainers leave the item out of the update,
+  :func:`kit.train.update.select`; on VERL the kit's replay buffers, which read the reason from
+  ``reward_extra_info``, :func:`kit.bridge.sampler.graded_rows`): the worker died mid-item by something else (the host's OOM
   killer, a crash, a stray signal), or the item reached ``wall_factor * timeout_s`` wall seconds
   with CPU time left (the worker was starved or stopped). Either way the item is retried once
   on a fresh worker; a second such failure answers ``infra_error``, as the sandbox does

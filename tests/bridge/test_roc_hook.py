@@ -335,3 +335,52 @@ def test_v1_sampler_writes_the_step_s_rollout_records_with_roc_s_decision(hook, 
     # a step the recorder does not want reads no extra fields and writes nothing
     assert hook.RocReplayBuffer("sync", OmegaConf.create({}), 8, "drop", dict(kw, records_every=2),
                                 poll_interval=0.0)._records.fields(4) == []
+
+
+def _infra(rows, bad):
+    """compute_score's reward_extra_info on each row; the rows of ``bad`` (uid, session) are the
+    verifier's infra_error (score 0)."""
+    out = []
+    for r in rows:
+        why = "infra_error" if (r["uid"], r["session"]) in bad else ("correct" if r["score"].sum() > 0 else "wrong")
+        score = torch.zeros_like(r["score"]) if why == "infra_error" else r["score"]
+        out.append(dict(r, score=score, extra={**r["extra"], "reward_extra_info": {"score": float(score.sum()),
+                                                                                   "reason": why}}))
+    return out
+
+
+def test_roc_leaves_out_the_rows_the_verifier_could_not_grade(hook):
+    """As kit.train.update.select: infra_error rows are never kept and RoC runs on the graded rows
+    alone (same draw as on those rows by themselves); a group short of G graded rows is kept whole."""
+    from kit.algo import counters, roc_step
+
+    rows = _infra([r for r in _synthetic_batch() if r["uid"] in ("A", "C")],
+                  {("A", 1), ("A", 3), ("C", 0), ("C", 2), ("C", 4), ("C", 6), ("C", 7)})
+    uids = [r["uid"] for r in rows]
+    scores = np.array([float(r["score"].sum()) for r in rows])
+    extras = [r["extra"] for r in rows]
+    params = RocParams(group_size=G, mode="rank", min_positive=2, min_negative=2, drop_equal_reward_groups=False)
+    kept, metrics = hook.select_trajectories(uids, scores, extras, params, seed=3)
+    graded = np.array([i for i, r in enumerate(rows) if r["extra"]["reward_extra_info"]["reason"] != "infra_error"])
+    alone, _ = roc_step(scores[graded], [uids[i] for i in graded], counters([extras[i] for i in graded]), params, 3)
+    assert kept.tolist() == graded[alone.kept].tolist()
+    assert not {1, 3, 8, 10, 12, 14, 15} & set(kept.tolist())
+    assert [uids[i] for i in kept].count("A") == G and [uids[i] for i in kept].count("C") == 3  # C: 3 graded rows
+    assert metrics["rstar2/roc/sampled"] == len(graded)
+    assert hook.select_trajectories(uids[:2], scores[:2], extras[:2], params, 0,
+                                    reasons=["infra_error"] * 2)[0].tolist() == []
+    # v0: VERL spreads reward_extra_info into non_tensor_batch columns; the reason column decides
+    data = _dataproto(rows)
+    data.non_tensor_batch["reason"] = np.array([e["reward_extra_info"]["reason"] for e in extras], dtype=object)
+    out, _ = hook.apply_roc(data, params, seed=3)
+    assert out.non_tensor_batch["uid"].tolist() == [uids[i] for i in kept] and len(out) == G + 3
+
+
+def test_v1_roc_buffer_leaves_out_infra_error_sessions(hook, fake_tq):
+    rows = _infra([r for r in _synthetic_batch() if r["uid"] == "A"], {("A", 0), ("A", 4)})
+    fake_tq.add_group(rows)
+    buf = hook.RocReplayBuffer("sync", OmegaConf.create({}), 8, "drop",
+                               _sampler_kwargs(train_batch_size=1, drop_equal_reward_groups=False), poll_interval=0.0)
+    meta, metrics = buf.sample(global_steps=0, partition_id="train", batch_size=1)
+    assert len(meta.keys) == G and not {"A_0_0", "A_4_0"} & set(meta.keys)
+    assert metrics["rstar2/roc/sampled"] == N2 - 2 and set(fake_tq.values["train"]) == set(meta.keys)

@@ -209,3 +209,37 @@ def test_the_keys_every_verl_row_must_have_are_local_keys_the_metric_map_writes(
     assert {"tool_calls_per_traj", "time_tool_s"} <= set(checks.VERL_RL_KEYS) <= set(checks.LOCAL_RL_KEYS)
     assert set(checks.VERL_RL_KEYS) - tracking.IDENTIFIERS <= set(stages.METRIC_MAP)
     assert set(checks.LOCAL_RL_KEYS) <= set(RL_KEYS)  # every required key declared in the one schema
+
+
+def _with_reasons(rows, reasons):
+    """``rows`` with compute_score's reward_extra_info in each extra_fields, as VERL 0.9.1's reward loop
+    stores it on the final output (``extra_fields["reward_extra_info"]``)."""
+    return [dict(r, extra={**r["extra"], "reward_extra_info": {"score": float(r["score"].sum()), "reason": why,
+                                                                "extracted": "", "verify_s": 0.1}})
+            for r, why in zip(rows, reasons, strict=True)]
+
+
+def test_the_verifier_s_reason_is_read_from_reward_extra_info():
+    extras = [{"reward_extra_info": {"reason": "infra_error"}}, {"reward_extra_info": {"reason": "wrong"}},
+              {"tool_calls": 1}, {"reward_extra_info": {"score": 0.0}}]
+    assert sampler.verifier_reasons(extras) == ["infra_error", "wrong", None, None]
+    assert sampler.graded_rows(sampler.verifier_reasons(extras)).tolist() == [1, 2, 3]
+    assert sampler.graded_rows(["infra_error"] * 2).tolist() == []
+
+
+def test_grpo_buffer_leaves_out_the_sessions_the_verifier_could_not_grade(monkeypatch):
+    """A verifier that failed twice scores 0 with reason infra_error (kit.bridge.reward_fn); the local
+    trainer leaves the row out of the update, and so must VERL's buffer: out of the batch the trainer
+    gets (its group's advantage, the loss) and out of TransferQueue (issue #44 item 5)."""
+    store = FakeTQ().install(monkeypatch)
+    store.add_group(_with_reasons(_group("A", [1, 0, 0, 1], [0] * 4, [0.0] * 4, [1, 0, 0, 1]),
+                                  ["correct", "infra_error", "wrong", "correct"]))
+    store.add_group(_with_reasons(_group("B", [0] * 4, [0] * 4, [0.0] * 4, [0, 1, 0, 1]),
+                                  ["no_answer", "correct", "wrong", "correct"]))
+    buf = sampler.KitReplayBuffer("sync", OmegaConf.create({}), 8, "drop", _kwargs(train_batch_size=2),
+                                  poll_interval=0.0)
+    meta, metrics = buf.sample(global_steps=1, partition_id="train", batch_size=2)
+    assert sorted(meta.keys) == ["A_0_0", "A_2_0", "A_3_0", "B_0_0", "B_1_0", "B_2_0", "B_3_0"]
+    assert len(meta.tags) == 7 and "A_1_0" not in store.values["train"]
+    assert buf._kept_sessions.tolist() == [0, 2, 3, 4, 5, 6, 7]  # the rollout records' decision
+    assert metrics["rstar2/reward_mean"] == 0.5  # sampled-population metrics still count every session

@@ -15,10 +15,8 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from decimal import Decimal
 
 from kit.prompts import (
-    ANSWER_CLOSE,
     ANSWER_OPEN,
     TOOL_CALL_CLOSE,
     TOOL_CALL_OPEN,
@@ -26,6 +24,7 @@ from kit.prompts import (
     TOOL_RESPONSE_OPEN,
     json_call_end,
 )
+from kit.reward.rules import is_lone_symbol, normalize, plain_value, same_value
 
 # Fallback phrases (opt-in only), in the order tried; each takes the text after the phrase up
 # to the end of the line or sentence.
@@ -36,9 +35,30 @@ _PHRASE = re.compile(
 _BOLD = re.compile(r"\*\*([^*\n]{1,200})\*\*")
 # what TeX's brace-less "\boxed 5" may box here: a number or one control word, then an end of token
 _TEX_ARG = re.compile(r"(?:[+-]?(?:\d+(?:\.\d+)?|\.\d+)|\\[A-Za-z]+)(?=[\s$.,;:!?)]|$)")
-# numbers an answer block writes (thousands commas joined first: "2,500" is 2500)
-_NUMERAL = re.compile(r"\d+(?:\.\d+)?|\.\d+")
-_THOUSANDS_COMMA = re.compile(r"(?<=\d),(?=\d{3}(?!\d))|(?<=\d)\{,\}(?=\d{3}(?!\d))")
+# the answer tags, in any case and with spaces or attributes ("<ANSWER>", "<answer >"; issue #44 part 4)
+_ANSWER_OPEN_TAG = re.compile(re.escape(ANSWER_OPEN[:-1]) + r"\b[^<>]*>|<\s+answer\b[^<>]*>", re.IGNORECASE)
+_ANSWER_CLOSE_TAG = re.compile(r"<\s*/\s*answer\s*>", re.IGNORECASE)
+# words that take a stated answer back or hedge it ("not 6", "at least 6", "6 or more", "I don't know")
+_RETRACTION_WORDS = frozenset("""
+not no none nothing never neither nor cannot can't cant don't dont doesn't isn't aren't won't unknown know unsure
+unclear undefined undetermined indeterminate impossible maybe perhaps possibly probably likely guess think believe
+suspect approximately approx about around roughly nearly almost circa estimate estimated least most more less fewer
+greater smaller larger bigger exceeds between or either instead wrong incorrect mistake unless except infinitely
+infinite infinity many several any some
+""".split())
+_WORD = re.compile(r"[a-z]+(?:'[a-z]+)?")
+_NUMBER_WORDS = {w: n for n, w in enumerate(
+    "zero one two three four five six seven eight nine ten eleven twelve thirteen fourteen fifteen sixteen "
+    "seventeen eighteen nineteen".split())}
+_NUMBER_WORDS.update({w: 10 * n for n, w in enumerate("twenty thirty forty fifty sixty seventy eighty ninety".split(), 2)})
+_SCALES = {"hundred": 100, "thousand": 1000, "million": 10**6, "billion": 10**9}
+_FRACTION_WORDS = frozenset("half halves third thirds quarter quarters fourth fourths fifth fifths".split())
+# a remark in parentheses is prose when it holds a word ("(from step 2)"); "(C)" and "(2, 3)" are not remarks
+_REMARK = re.compile(r"\((?=[^()]*(?<![\\A-Za-z])[A-Za-z]{2})[^()]*\)")  # "\\frac", "\\infty" are no words
+_LEADING_PROSE = re.compile(r"^(?:[A-Za-z']{2,}[\s,:]*)+")
+_CHOICE = re.compile(r"(?<![A-Za-z\\])\(?([A-J])\)?(?![A-Za-z])")
+_CHAIN = re.compile(r"\\approx(?![A-Za-z])|≈|=")
+
 
 
 def strip_blocks(text: str, open_tag: str, close_tag: str, end_at: Callable[[str, int], int | None] | None = None) -> str:
@@ -118,7 +138,7 @@ def box_entries(text: str) -> list[str | None]:
     matches: dict[int, int] | None = None
     for m in re.finditer(r"\\(?:boxed|fbox)(?![A-Za-z])", text):
         i = m.end()
-        while i < len(text) and text[i] in " \t":
+        while i < len(text) and text[i].isspace():  # TeX skips any space, a newline too ("\boxed\n7")
             i += 1
         if i < len(text) and text[i] == "{":
             if matches is None:
@@ -142,32 +162,102 @@ def boxed_contents(text: str) -> list[str]:
     return [b for b in box_entries(text) if b is not None]
 
 
-def _last_answer_block(text: str) -> str | None:
-    """Body of the final ``<answer>`` block (an unclosed final block runs to the end)."""
-    start = text.rfind(ANSWER_OPEN)
-    if start < 0:
+def _last_answer_block(text: str) -> tuple[int, str] | None:
+    """``(start, body)`` of the final ``<answer>`` block (tags in any case, ``<answer >`` too); an unclosed
+    final block runs to the end."""
+    opens = list(_ANSWER_OPEN_TAG.finditer(text))
+    if not opens:
         return None
-    body = text[start + len(ANSWER_OPEN) :]
-    end = body.find(ANSWER_CLOSE)
-    return body if end < 0 else body[:end]
+    start = opens[-1]
+    end = _ANSWER_CLOSE_TAG.search(text, start.end())
+    return start.start(), text[start.end() : end.start() if end else len(text)]
 
 
-def _numbers(text: str) -> set[Decimal]:
-    """The numbers ``text`` writes, as values (``2,500`` is 2500, ``06`` is 6)."""
-    return {Decimal(n) for n in _NUMERAL.findall(_THOUSANDS_COMMA.sub("", text))}
+def _number_words(words: list[str]) -> list[int] | None:
+    """The integers written in words (``seven``, ``twenty five``, ``two hundred``); None when a fraction word
+    (``half``, ``third``) is among them."""
+    if any(w in _FRACTION_WORDS for w in words):
+        return None
+    values, cur, seen = [], 0, False
+    for w in [*words, ""]:
+        if w in _NUMBER_WORDS:
+            cur, seen = cur + _NUMBER_WORDS[w], True
+        elif w in _SCALES and seen:
+            cur *= _SCALES[w]
+        elif w == "and" and seen:
+            continue
+        elif seen:
+            values.append(cur)
+            cur, seen = 0, False
+    return values
+
+
+def _states_box(statement: str, box: str) -> bool:
+    """True when ``statement`` (an answer block without prose) states the box's value: read as a chain
+    ``[name =] v1 (= v2 | \\approx d)*``, every ``=`` value must equal the box (the kit's rules, then
+    :func:`kit.reward.rules.plain_value`; unknown counts as different) and a value after ``\\approx`` must be
+    the box rounded or cut to the decimals it writes (``1/3 \\approx 0.333``). An equation the box is
+    (``5x - 7y + 4 = 0``) is compared whole first."""
+    if same_value(box, statement):
+        return True
+    pieces, ops, pos = [], ["="], 0
+    for m in _CHAIN.finditer(statement):
+        pieces.append(statement[pos : m.start()].strip())
+        ops.append("=" if m.group(0) == "=" else "~")
+        pos = m.end()
+    pieces.append(statement[pos:].strip())
+    if len(pieces) > 1 and ops[1] == "=" and is_lone_symbol(pieces[0]):
+        pieces, ops = pieces[1:], ops[1:]
+    if not pieces[0] or ops[0] != "=" or not all(pieces):
+        return False
+    for op, piece in zip(ops, pieces, strict=True):
+        if op == "=":
+            if not same_value(box, piece):
+                return False
+            continue
+        decimals = re.fullmatch(r"[+-]?\d*\.(\d+)", normalize(piece))
+        exact, approx = plain_value(normalize(box)), plain_value(normalize(piece))
+        if not decimals or exact is None or approx is None:
+            return False
+        if abs(exact - approx) > 10.0 ** -len(decimals.group(1)) * 1.000001:
+            return False
+    return True
 
 
 def takes_back(block: str, box: str) -> bool:
-    """True when an unboxed final ``<answer>`` block takes back the box before it: the block is blank,
-    or it writes a number the box does not (``\\boxed{6}. <answer>7</answer>``; issue #44 part 4).
+    """True when an unboxed final ``<answer>`` block takes back the box before it (issue #44 part 4).
 
-    A block in words only (``<answer>six</answer>``, ``see above``) restates without contradicting;
-    a number in another form than the box's (``0.5`` after ``\\boxed{\\frac{1}{2}}``) counts as
-    another number: the final statement must restate the boxed answer's numbers.
+    The block is the model's last statement, read as an answer and graded against the box:
+
+    * blank: takes it back;
+    * a retraction or hedge word (``not``, ``no solution``, ``none``, ``at least``, ``or``, ``about``,
+      ``I don't know``: :data:`_RETRACTION_WORDS`), anywhere in the block: takes it back;
+    * number words (``seven``) must write the box's value (``six`` after ``\\boxed{6}`` leaves it);
+    * a choice-letter box (``C``): the block must name that letter and no other (``(C) 3/4`` leaves it);
+    * otherwise remarks in parentheses (``(from step 2)``) and leading prose (``The area is``) are dropped
+      and what is left, when anything, must state the box's value (:func:`_states_box`: ``x = 6``,
+      ``6 square units``, ``\\frac12`` for ``\\frac{1}{2}``, ``6^2 = 36`` for ``36``, ``1/3 \\approx 0.333``);
+      a block with no value left (``see above``) leaves the box.
     """
     if not block.strip():
         return True
-    return not _numbers(block) <= _numbers(box)
+    words = _WORD.findall(re.sub(r"\\[A-Za-z]+", " ", block).lower().replace("’", "'"))
+    if any(w in _RETRACTION_WORDS for w in words) or "?" in block:
+        return True
+    box_norm = normalize(box)
+    choice = re.fullmatch(r"\(?([A-J])\)?", box_norm)
+    if choice:
+        return set(_CHOICE.findall(block)) != {choice.group(1)}
+    said = _number_words(words)
+    if said is None or any(not same_value(box, str(n)) for n in said):
+        return True
+    whole = re.sub(r"[\s.;:,]+$", "", _REMARK.sub(" ", block).replace("$", " ").strip())  # not "!": "6!" is 6 factorial
+    statement = _LEADING_PROSE.sub("", whole).strip()
+    if not statement:
+        return False
+    if same_value(box, whole):  # "ab + 1": the whole block first (leading prose would take "ab")
+        return False
+    return not _states_box(statement, box)
 
 
 def _clean_fallback(ans: str) -> str | None:
@@ -188,8 +278,9 @@ def extract_final_answer(response: str, fallback: bool = False) -> str | None:
     2. If the final ``<answer>`` block starts a box, its *last* box is the answer (a complete box
        written after the block does not replace it; an abandoned one does, by rule 4).
     3. Else the last box anywhere in the model's own text is the answer, unless the final
-       ``<answer>`` block comes after it and takes it back (:func:`takes_back`: the block is blank,
-       or writes a number the box does not): then there is no answer (``None``), in both modes.
+       ``<answer>`` block comes after it and takes it back (:func:`takes_back`: the block, read as an
+       answer and graded against the box, is blank, retracts or hedges, or states another value):
+       then there is no answer (``None``), in both modes.
        The block is the model's last statement of its answer, like a box written after it.
     4. The last box decides alone: when it is abandoned (unclosed, empty, or cut off, see
        :func:`box_entries`) there is no answer (``None``), in both modes, wherever it stands (after
@@ -216,13 +307,14 @@ def extract_final_answer(response: str, fallback: bool = False) -> str | None:
     boxes = box_entries(text)
     if boxes and boxes[-1] is None:  # rule 4 over the whole text: a box abandoned after the answer block too
         return None
-    block = _last_answer_block(text)
+    found = _last_answer_block(text)
+    block = found[1] if found is not None else None
     if block is not None:
         in_block = box_entries(block)
         if in_block:
             return in_block[-1]
     if boxes:
-        after_last_box = block is not None and not box_entries(text[text.rfind(ANSWER_OPEN):])
+        after_last_box = found is not None and not box_entries(text[found[0]:])
         if after_last_box and takes_back(block, boxes[-1]):  # rule 3: "\boxed{6}. <answer>7</answer>"
             return None
         return boxes[-1]

@@ -4,7 +4,10 @@ How the release called math_verify (research note ``rstar2_agent_release.md`` §
 wrapped in ``\\boxed{}`` (a bare gold misparses: ``0,1`` becomes 0.1) and parsed with
 ``LatexExtractionConfig``, the prediction parsed with LaTeX and plain-expression extraction,
 ``verify(gold, pred)`` with the gold first (the check is asymmetric). The kit does the same on
-the already-extracted and normalized answer, and adds two guards for known wrong verdicts:
+the already-extracted and normalized answer, and adds three guards for known wrong verdicts:
+
+* whole-answer reading: the plain-expression reader is asked only when the LaTeX reader fails, and
+  its reading counts only when it covers the whole answer (it finds ``9`` in ``x \\big 9``);
 
 * magnitude guard: a numeric answer whose value (or reciprocal) has more than
   :data:`MAX_DIGITS` digits, e.g. ``7^{7^{7^{7^7}}}``, is graded wrong without evaluating it,
@@ -57,6 +60,7 @@ _NORMALIZATION = NormalizationConfig(basic_latex=True, units=False, malformed_op
                                      boxed="all", equations=False)
 _GOLD_CONFIG = [LatexExtractionConfig(normalization_config=_NORMALIZATION)]
 _PRED_CONFIG = [LatexExtractionConfig(normalization_config=_NORMALIZATION), ExprExtractionConfig()]
+_PRED_LATEX, _PRED_EXPR = _PRED_CONFIG[:1], _PRED_CONFIG[1:]
 
 
 def log10_bound(expr: Any, _depth: int = 0) -> float:
@@ -170,7 +174,16 @@ def grade_math(gold: str, answer: str) -> tuple[str, str]:
     golds = parse("\\boxed{" + gold + "}", _GOLD_CONFIG, parsing_timeout=None)
     if not golds:
         return "parse_error", "gold_unparsed"
-    preds = parse("\\boxed{" + answer + "}", _PRED_CONFIG, parsing_timeout=None)
+    preds = parse("\\boxed{" + answer + "}", _PRED_LATEX, parsing_timeout=None)
+    if not any(isinstance(p, (Basic, MatrixBase)) for p in preds):
+        # plain-expression reading, only of the whole answer: when the LaTeX reader fails it finds a
+        # number *in* the text ("x \\big 9", "\\lessgtr 9", "\\langle 9" read as 9; issue #44 part 2)
+        read = parse("\\boxed{" + answer + "}", _PRED_EXPR, parsing_timeout=None)
+        if any(isinstance(p, (Basic, MatrixBase)) for p in read):
+            text = next((p for p in read if isinstance(p, str)), "")
+            if "".join(text.split()) != "".join(answer.split()):
+                return "parse_error", "answer_partly_read"
+            preds = read
     pred_math = [p for p in preds if isinstance(p, (Basic, MatrixBase))]
     gold_math = [g for g in golds if isinstance(g, (Basic, MatrixBase))]
     if not pred_math:

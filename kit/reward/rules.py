@@ -18,9 +18,14 @@ from kit.reward.wording import (
     WRAP,
     drop_decorations,
     drop_unit,
+    ellipsis,
     hedged_relation,
+    leading_operator,
     leading_relation,
+    missing_argument,
     stray_words,
+    unevaluated,
+    unread_command,
     upright_constants,
 )
 
@@ -31,7 +36,7 @@ _WHOLEWRAP = re.compile(r"^" + WRAP + r"\s*\{([^{}]*)\}$")
 _DEGREES = re.compile(r"\^\s*\{?\s*\\circ\s*\}?|°|\\degree")
 #: a row break's spacing argument, a TeX dimension: \\[3pt], \\[1ex], \\[-2mm], \\[0.5em]
 _ROW_SPACING = re.compile(r"\\\\\s*\[\s*[+-]?(?:\d+\.?\d*|\.\d+)\s*(?:pt|em|ex|mm|cm|in|bp|pc|mu|sp|dd|cc)\s*\]")
-_THIN_SPACE = re.compile(r"(?<!\\)\\[!,;: ]|~")
+_THIN_SPACE = re.compile(r"(?<!\\)\\[!,;: ]|~|[\u00a0\u2000-\u200b\u202f\u205f\u3000]")
 _SCI_E = re.compile(r"(?<![\w.])(\d+(?:\.\d*)?|\.\d+)[eE]([+-]?\d+)(?![\w.])")
 _NUMBER = re.compile(
     r"^(?P<m>[+-]?(?:\d+(?:\.\d*)?|\.\d+))"
@@ -119,6 +124,7 @@ def normalize(s: str) -> str:
     s = re.sub(r",\s*\\!\s*", ",", s)  # 10,\!080 -> 10,080
     s = upright_constants(drop_decorations(s))
     s = _THIN_SPACE.sub(" ", s).strip()
+    s = re.sub(r"\.\.\.|…", r"\\ldots ", s).strip()  # "9..." trails off: not the full stop of "9."
     s = s.rstrip(".").strip()
     s = _strip_outer_braces(s)
     m = _WHOLEWRAP.match(s)
@@ -266,7 +272,8 @@ def quick_grade(gold: str, answer: str) -> tuple[str | None, str, str, str]:
         answer: extracted answer text.
     Returns:
         ``(reason, detail, gold_norm, answer_norm)``: ``reason`` is ``"correct"``,
-        ``"wrong"`` or None (undecided: give the normalized pair to math_verify); ``detail``
+        ``"wrong"``, ``"parse_error"`` (a control word or character the kit does not read, a
+        ``\\frac`` without its arguments) or None (undecided: give the normalized pair to math_verify); ``detail``
         names the rule that decided.
     """
     g, a = normalize(gold), normalize(answer)
@@ -281,6 +288,19 @@ def quick_grade(gold: str, answer: str) -> tuple[str | None, str, str, str]:
             return "wrong", "choice_not_a_letter", g, a
         ok = m.group(1).upper() == letter.group(1)
         return ("correct" if ok else "wrong"), "choice_letter", g, a
+    unread = unread_command(g, a)  # "\\lessgtr 9", "\\foo 9", "≦ 9": math_verify drops what it does not know
+    if unread:
+        return "parse_error", f"unread_command {unread}", g, a
+    unread = missing_argument(a)  # "\\frac 9": math_verify reads 9
+    if unread:
+        return "parse_error", f"missing_argument {unread}", g, a
+    if ellipsis(g, a):  # "9\\ldots", "9, \\dots": an unfinished list is not a value
+        return "wrong", "ellipsis", g, a
+    op = unevaluated(g, a)  # "\\max 30", "\\lim 30": sympy evaluates Max(30) to 30 (issue #44 part 1)
+    if op:
+        return "wrong", f"unevaluated {op}", g, a
+    if leading_operator(a) and not leading_operator(g):  # "\\cdot 9": no value before the operator
+        return "wrong", "operator_without_left_side", g, a
     if leading_relation(a) and not leading_relation(g):  # "< 9", "\\approx 9": no value stated
         return "wrong", "relation_without_left_side", g, a
     if hedged_relation(g, a):
@@ -326,3 +346,152 @@ def quick_grade(gold: str, answer: str) -> tuple[str | None, str, str, str]:
     if len(a) > MAX_ANSWER_CHARS:
         return "wrong", "answer_too_long", g, a
     return None, "", g, a
+
+
+# ---------------------------------------------------------------- a small, bounded evaluator (issue #44 part 4)
+# Reads the plain arithmetic a restatement uses ("\frac12", "6^2", "6!", "\sqrt{3}/2", "2x+1") as a float, so an
+# answer block can be compared with the box in the caller's process: no sympy, linear in the text, bounded values.
+_EVAL_TOKEN = re.compile(r"\s*(\d+(?:\.\d*)?|\.\d+|\\[A-Za-z]+|[A-Za-z]|[-+*/^!(){}])")
+_SAMPLE = {c: 0.37 + 0.113 * k for k, c in enumerate("abcdfghjklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ")}
+_MAX_EVAL_CHARS = 300
+
+
+class _Unreadable(Exception):
+    pass
+
+
+def _tokens(s: str) -> list[str]:
+    out, i = [], 0
+    s = s.replace("\\cdot", "*").replace("\\times", "*").replace("\\div", "/").rstrip()
+    while i < len(s):
+        m = _EVAL_TOKEN.match(s, i)
+        if not m:
+            raise _Unreadable(s[i:])
+        out.append(m.group(1))
+        i = m.end()
+    return out
+
+
+class _Reader:
+    """Recursive descent over ``expr := term (+|- term)*``, ``term := factor ((*|/)? factor)*`` (implicit
+    product), ``factor := -factor | atom (^ atom | !)*``; atoms: numbers, ``\\frac``, ``\\sqrt``, ``\\pi``,
+    ``e``, one-letter names (a sample value each), ``(...)``, ``{...}``."""
+
+    def __init__(self, tokens: list[str], shift: float):
+        self.t, self.i, self.shift = tokens, 0, shift
+
+    def peek(self) -> str | None:
+        return self.t[self.i] if self.i < len(self.t) else None
+
+    def take(self, want: str | None = None) -> str:
+        tok = self.peek()
+        if tok is None or (want is not None and tok != want):
+            raise _Unreadable(want or "end")
+        self.i += 1
+        return tok
+
+    def expr(self) -> float:
+        v = self.term()
+        while self.peek() in ("+", "-"):
+            v = v + self.term() if self.take() == "+" else v - self.term()
+        return v
+
+    def term(self) -> float:
+        v = self.factor()
+        while self.peek() is not None and self.peek() not in ("+", "-", ")", "}", "^", "!"):
+            if self.peek() in ("*", "/"):
+                op = self.take()
+                w = self.factor()
+                v = v * w if op == "*" else v / w
+            else:
+                v = v * self.factor()
+        return v
+
+    def factor(self) -> float:
+        if self.peek() in ("-", "+"):
+            return -self.factor() if self.take() == "-" else self.factor()
+        v = self.atom()
+        while self.peek() in ("^", "!"):
+            if self.take() == "!":
+                if v != int(v) or not 0 <= v <= 170:
+                    raise _Unreadable("!")
+                v = float(__import__("math").factorial(int(v)))
+            else:
+                ex = self.factor()
+                if abs(ex) > 1000:
+                    raise _Unreadable("^")
+                v = v**ex
+        if isinstance(v, complex) or v != v or abs(v) > 1e300:
+            raise _Unreadable("value")
+        return v
+
+    def group(self) -> float:
+        tok = self.take()
+        if tok == "{":
+            v = self.expr()
+            self.take("}")
+            return v
+        self.i -= 1
+        return self.atom()
+
+    def atom(self) -> float:
+        tok = self.take()
+        if tok[0].isdigit() or tok[0] == ".":
+            if len(tok) > 1 and tok[0].isdigit() and not tok.replace(".", "").isdigit():
+                raise _Unreadable(tok)
+            # "\frac12": TeX reads one digit per argument
+            return float(tok)
+        if tok in ("(", "{"):
+            v = self.expr()
+            self.take(")" if tok == "(" else "}")
+            return v
+        if tok == "\\frac":
+            self._split_digits()
+            num = self.group()
+            self._split_digits()
+            return num / self.group()
+        if tok == "\\sqrt":
+            self._split_digits()
+            return self.group() ** 0.5
+        if tok == "\\pi":
+            return 3.141592653589793
+        if tok == "e":
+            return 2.718281828459045
+        if len(tok) == 1 and tok in _SAMPLE:
+            return _SAMPLE[tok] + self.shift
+        raise _Unreadable(tok)
+
+    def _split_digits(self) -> None:
+        tok = self.peek()
+        if tok and len(tok) > 1 and tok.isdigit():  # \frac12 -> \frac{1}{2}
+            self.t[self.i : self.i + 1] = list(tok)
+
+
+def plain_value(s: str, shift: float = 0.0) -> float | None:
+    """The value of a plain arithmetic expression in LaTeX or text (``\\frac12``, ``6^2``, ``6!``,
+    ``\\sqrt{3}/2``, ``10^3``, ``2x+1``), one-letter names set to fixed sample values moved by ``shift``;
+    None when ``s`` uses anything else (functions, sets, ``\\pm``, relations, subscripts) or a value is out of
+    range. Bounded: at most 300 characters, exponents up to 1000, factorials up to 170!.
+    """
+    if len(s) > _MAX_EVAL_CHARS or not s.strip():
+        return None
+    try:
+        reader = _Reader(_tokens(s), shift)
+        v = reader.expr()
+        if reader.peek() is not None:
+            return None
+        return float(v)
+    except (_Unreadable, ZeroDivisionError, OverflowError, ValueError, RecursionError, TypeError):
+        return None
+
+
+def same_value(gold: str, answer: str) -> bool | None:
+    """Whether ``answer`` states ``gold``'s value by the kit's exact rules or, for plain arithmetic, by
+    :func:`plain_value` at two sample points (relative 1e-9); None when neither can tell."""
+    reason, _, g, a = quick_grade(gold, answer)
+    if reason is not None:
+        return reason == "correct"
+    values = [(plain_value(g, k), plain_value(a, k)) for k in (0.0, 0.291)]
+    if any(x is None or y is None for x, y in values):
+        return None
+    return all(abs(x - y) <= 1e-9 * max(abs(x), abs(y), 1e-300) for x, y in values)

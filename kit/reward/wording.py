@@ -64,20 +64,60 @@ _INVISIBLE = re.compile(r"\\(?:phantom|hphantom|vphantom)(?![A-Za-z])")
 _SHOWN = re.compile(r"\\(?:smash|rlap|llap|mathrlap|mathllap|mathclap|clap)(?![A-Za-z])\s*(?:\[[a-z]*\])?")
 _SPACING = re.compile(r"\\(?:hspace|vspace)\*?\s*\{[^{}]*\}|\\m?kern\s*-?[\d.]+\s*[a-z]{2}|\\hskip\s*-?[\d.]+\s*[a-z]{2}")
 _ONE_TOKEN = re.compile(r"\\[A-Za-z]+|\\.|\S")
-# \mathrm{e} and \mathrm{i} are Euler's number and the imaginary unit, as e and i (issue #44 part 9)
-_UPRIGHT_CONSTANT = re.compile(r"\\(?:mathrm|rm|mathit|textrm|text|operatorname|mathup)\s*\{\s*([ei])\s*\}")
+# \mathrm{e} and \mathrm{i} are Euler's number and the imaginary unit, as e and i (issue #44 part 9), braced or
+# not: "\mathrm e", "{\rm e}", "\rm e" (TeX takes one token as the argument; \rm switches the font for the group)
+_UPRIGHT_CONSTANT = re.compile(r"\\(?:mathrm|rm|mathit|textrm|text|operatorname|mathup)\s*\{\s*([ei])\s*\}"
+                               r"|\{\s*\\(?:rm|mathrm|it)\s+([ei])\s*\}"
+                               r"|\\(?:mathrm|rm|mathit|mathup)\s+([ei])(?![A-Za-z])")
 # a relation first: "< 9", "\\ge 9", "\\approx 9" state no value (issue #44 part 2)
 _RELATION_CMDS = (r"le|leq|leqq|leqslant|lt|ge|geq|geqq|geqslant|gt|ne|neq|approx|approxeq|sim|simeq|equiv|cong|ll|gg|"
                   r"lll|ggg|in|notin|ni|to|rightarrow|Rightarrow|longrightarrow|Longrightarrow|implies|iff|"
                   r"Leftrightarrow|leftrightarrow|mapsto|propto|subset|subseteq|supset|supseteq|subsetneq|supsetneq|"
                   r"prec|succ|preceq|succeq|asymp|doteq|lessapprox|gtrapprox|lesssim|gtrsim|nless|ngtr|nleq|ngeq|"
                   r"leftarrow|Leftarrow|gets|coloneqq|eqqcolon|triangleq|vdash|models")
-_LEADING_RELATION = re.compile(r"^(?:\\not\s*)?(?:[<>=≤≥≠≈∼≃≅≡∈∉→⇒⇔≪≫∝⊂⊆⊃⊇≲≳⩽⩾:]|\\(?:" + _RELATION_CMDS + r")(?![A-Za-z]))")
-# order and approximation between a name and a value: "x \\approx 9", "n \\ge 3" bound or round a value
-_HEDGE_RELATION = re.compile(r"[<>≤≥≠≈∼≃≲≳⩽⩾]|\\(?:le|leq|leqq|leqslant|lt|ge|geq|geqq|geqslant|gt|ne|neq|approx|"
-                             r"approxeq|sim|simeq|ll|gg|lesssim|gtrsim|lessapprox|gtrapprox|nless|ngtr|nleq|ngeq)"
-                             r"(?![A-Za-z])")
-_ANY_RELATION = re.compile(r"[<>=≤≥≠≈∼≃≅≡∈∉→⇒⇔≪≫∝⊂⊆⊃⊇≲≳⩽⩾]|\\(?:" + _RELATION_CMDS + r")(?![A-Za-z])")
+# a relation, possibly negated by \not; "=" is the only relation that states a value
+_REL_CHARS = "<>=≤≥≠≈∼≃≅≡∈∉→⇒⇔≪≫∝⊂⊆⊃⊇≲≳⩽⩾"
+_LEADING_RELATION = re.compile(r"^(?:\\not\s*)?(?:[" + _REL_CHARS + r":]|\\(?:" + _RELATION_CMDS + r")(?![A-Za-z]))")
+_ANY_RELATION = re.compile(r"[" + _REL_CHARS + r"]|\\(?:not|" + _RELATION_CMDS + r")(?![A-Za-z])")
+# every relation but "=": an order, approximation, limit, membership or map bounds or names a value, it does not state it
+_HEDGE_RELATION = re.compile(r"[" + _REL_CHARS.replace("=", "") + r"]|\\(?:not|" + _RELATION_CMDS + r")(?![A-Za-z])")
+# what may start a value: not a binary operator ("\\cdot 9", "\\times 9" read as 9 by math_verify)
+_LEADING_OPERATOR = re.compile(r"^(?:[*/^_!×·÷∪∩]|\\(?:cdot|times|div|choose|cup|cap|setminus|mid|lor|vee)(?![A-Za-z]))")
+_PLAIN_OPEN = re.compile(r"^(?:\{\s*)+")
+
+# ---------------------------------------------------------------- the control words the kit reads (issue #44 part 2)
+# math_verify drops control words it does not know ("\\lessgtr 9", "\\foo 9" read as 9) and several it does
+# ("\\frac 9", "\\det 9", "\\gcd 9"): an allowlist, not a blocklist, decides what an answer may use.
+#: Layout: they show what follows or only space it (wrappers' words are judged by :func:`stray_words`).
+LAYOUT_COMMANDS = frozenset("""
+left right big Big bigg Bigg bigl bigr Bigl Bigr biggl biggr Biggl Biggr bigm Bigm displaystyle textstyle scriptstyle
+limits nolimits quad qquad enspace thinspace medspace thickspace negthinspace text textbf textit textrm textsf texttt
+textnormal textup emph mbox hbox mathrm mathit mathbf mathsf mathtt mathcal mathbb mathup operatorname boldsymbol bm
+rm boxed fbox begin end
+""".split())
+#: Values, operators and delimiters math_verify reads as math (``\\frac``, ``\\sqrt``, ``\\binom`` also need their arguments).
+VALUE_COMMANDS = frozenset("""
+frac cfrac sqrt binom dbinom tbinom choose cdot times div pm mp pi infty ell
+alpha beta gamma delta epsilon varepsilon zeta eta theta vartheta iota kappa lambda mu nu xi rho varrho sigma varsigma
+tau upsilon phi varphi chi psi omega Gamma Delta Theta Lambda Xi Pi Sigma Upsilon Phi Psi Omega
+sin cos tan cot sec csc arcsin arccos arctan arccot arcsec arccsc sinh cosh tanh coth sech csch log ln exp
+langle rangle lfloor rfloor lceil rceil vert lvert rvert Vert lVert rVert mid lbrace rbrace lbrack rbrack
+cup cap setminus overline lor vee
+""".split())
+#: Operators whose value the answer should state, not apply: sympy evaluates ``Max(30)`` to 30, so ``\\max 30``
+#: earned 1 against 30 (issue #44 part 1). An answer applying one is wrong unless the gold applies it too.
+UNEVALUATED = frozenset("max min sup inf lim limsup liminf sum prod int gcd lcm det".split())
+#: An unfinished list or pattern is not a value ("9\\ldots", "9, \\ldots").
+ELLIPSIS_COMMANDS = frozenset("ldots dots cdots dotsc dotsb dotsm dotso dotsi hdots vdots ddots".split())
+RELATION_COMMANDS = frozenset(_RELATION_CMDS.split("|")) | {"not"}
+KNOWN_COMMANDS = LAYOUT_COMMANDS | VALUE_COMMANDS | UNEVALUATED | RELATION_COMMANDS
+#: Characters outside ASCII an answer may use (others, e.g. "≦", are not read: math_verify drops them).
+KNOWN_UNICODE = frozenset("°π∞√×·⋅÷−–±∓∪∩∅≤≥≠≈∈∉→⇒⇔…")
+_TOKEN = re.compile(r"\\(?:([A-Za-z]+)|.)|[^\x00-\x7f]")
+_TWO_ARGS = frozenset({"frac", "cfrac", "binom", "dbinom", "tbinom"})
+_ARG = re.compile(r"\s*(?:\{|\\[A-Za-z]+|\\.|[^\s{}\\])")
+_UNEVALUATED_WORD = re.compile(r"(?<![A-Za-z\\])(?:max|min|sup|inf|lim|limsup|liminf|gcd|lcm|det)\s*[({]", re.IGNORECASE)
+_ELLIPSIS = re.compile(r"\.\.\.|…|\\(?:" + "|".join(sorted(ELLIPSIS_COMMANDS)) + r")(?![A-Za-z])")
 #: names of functions and operators that math reads as such, not as words
 FUNCTION_WORDS = frozenset("""
 sin cos tan cot sec csc arcsin arccos arctan arccot sinh cosh tanh coth log ln lg exp lim max min gcd lcm mod bmod
@@ -173,8 +213,9 @@ def stray_words(gold: str, answer: str) -> list[str]:
 
 
 def _top_level_relation(s: str, pattern: re.Pattern[str]) -> bool:
-    """True when ``pattern`` matches outside braces, brackets and parentheses (``\\{ \\}`` too)."""
-    depth, i = 0, 0
+    """True when ``pattern`` matches outside brackets, parentheses, ``\\{ \\}`` and argument braces. A plain
+    brace group (not an argument of a command, ``_`` or ``^``) only groups: ``x {\\le} 9`` is ``x \\le 9``."""
+    depth, i, opened = 0, 0, []
     while i < len(s):
         if depth == 0 and pattern.match(s, i):
             return True
@@ -186,9 +227,16 @@ def _top_level_relation(s: str, pattern: re.Pattern[str]) -> bool:
             depth -= name in ("\\}", "\\rbrace", "\\rangle")
             i += len(name)
             continue
-        if c in "{[(":
+        if c == "{":
+            before = s[:i].rstrip()
+            argument = bool(before) and (before[-1] in "_^}]" or bool(re.search(r"\\[A-Za-z]+$", before[-40:])))
+            opened.append(argument)
+            depth += argument
+        elif c == "}":
+            depth -= opened.pop() if opened else 1
+        elif c in "[(":
             depth += 1
-        elif c in "}])":
+        elif c in "])":
             depth -= 1
         i += 1
     return False
@@ -197,15 +245,76 @@ def _top_level_relation(s: str, pattern: re.Pattern[str]) -> bool:
 def upright_constants(s: str) -> str:
     """``\\mathrm{e}``, ``\\mathrm{i}`` (and ``\\text{}``/``\\operatorname{}`` forms) as ``e``, ``i``: Euler's
     number and the imaginary unit, which math_verify otherwise reads as a word (issue #44 part 9)."""
-    return _UPRIGHT_CONSTANT.sub(r"\1", s)
+    return _UPRIGHT_CONSTANT.sub(lambda m: m.group(1) or m.group(2) or m.group(3), s)
 
 
 def leading_relation(s: str) -> bool:
-    """True when ``s`` starts with a relation (``< 9``, ``\\ge 9``, ``\\approx 9``, ``:= 9``, ``\\to 9``)."""
-    return bool(_LEADING_RELATION.match(s))
+    """True when ``s`` starts with a relation (``< 9``, ``\\ge 9``, ``\\approx 9``, ``:= 9``, ``\\to 9``), braces
+    around it removed (``{\\le} 9``)."""
+    return bool(_LEADING_RELATION.match(_PLAIN_OPEN.sub("", s)))
+
+
+def leading_operator(s: str) -> bool:
+    """True when ``s`` starts with a binary operator (``\\cdot 9``, ``\\times 9``, ``/9``): no value before it."""
+    return bool(_LEADING_OPERATOR.match(_PLAIN_OPEN.sub("", s)))
 
 
 def hedged_relation(gold: str, answer: str) -> bool:
-    """True when ``answer`` bounds or rounds a value at its top level (``x \\approx 9``, ``n \\ge 3``)
-    and ``gold`` states no relation at all (not even ``=``)."""
-    return _top_level_relation(answer, _HEDGE_RELATION) and not _top_level_relation(gold, _ANY_RELATION)
+    """True when ``answer`` has a relation other than ``=`` at its top level (``x \\approx 9``, ``n \\ge 3``,
+    ``x \\to 9``, ``x \\propto 9``, ``x \\in [2, 3]``) and ``gold`` has none: only ``=`` states a value."""
+    return _top_level_relation(answer, _HEDGE_RELATION) and not _top_level_relation(gold, _HEDGE_RELATION)
+
+
+def _commands(s: str) -> list[str]:
+    """The control words (``\\frac`` as ``frac``) and non-ASCII characters of ``s``, in order (``\\\\`` is skipped)."""
+    return [m.group(1) or m.group(0) for m in _TOKEN.finditer(s) if m.group(1) or not m.group(0).startswith("\\")]
+
+
+def unread_command(gold: str, answer: str) -> str | None:
+    """The first control word or non-ASCII character of ``answer`` that the kit does not read as math
+    (not in :data:`KNOWN_COMMANDS`, :data:`KNOWN_UNICODE` or ``gold``): ``\\lessgtr``, ``\\foo``,
+    ``\\textless``, ``\\uparrow``, ``≦``, ``\\stackrel``. None when every one is read."""
+    known = set(_commands(gold))
+    for c in _commands(answer):
+        if c not in KNOWN_COMMANDS and c not in KNOWN_UNICODE and c not in known and c not in ELLIPSIS_COMMANDS:
+            return c if len(c) == 1 and not c.isascii() else "\\" + c
+    return None
+
+
+def missing_argument(s: str) -> str | None:
+    """The first ``\\frac``/``\\binom`` without two arguments or ``\\sqrt`` without one (``\\frac 9``: math_verify
+    reads 9), as ``\\frac``; None when every one has its arguments (a brace group or one token each)."""
+    for m in re.finditer(r"\\(frac|cfrac|binom|dbinom|tbinom|sqrt)(?![A-Za-z])", s):
+        i = m.end()
+        if m.group(1) == "sqrt":
+            opt = re.match(r"\s*\[[^\[\]]*\]", s[i:])
+            i += opt.end() if opt else 0
+        for _ in range(2 if m.group(1) in _TWO_ARGS else 1):
+            arg = _ARG.match(s, i)
+            if not arg:
+                return "\\" + m.group(1)
+            i = arg.end()
+            if arg.group(0).endswith("{"):
+                depth = 1
+                while i < len(s) and depth:
+                    depth += {"{": 1, "}": -1}.get(s[i], 0)
+                    i += 2 if s[i] == "\\" else 1
+                if depth:
+                    return "\\" + m.group(1)
+    return None
+
+
+def unevaluated(gold: str, answer: str) -> str | None:
+    """The first operator of :data:`UNEVALUATED` the answer applies and the gold does not (``\\max 30``,
+    ``\\max(30)``, ``\\operatorname{max} 30``, ``\\lim 30``, ``max(30)``), as its name; None when there is none."""
+    def used(s: str) -> set[str]:
+        words = {c for c in _commands(s) if c in UNEVALUATED}
+        words |= {w for w in text_words(s) if w in UNEVALUATED}
+        return words | {m.group(0).rstrip("({ ").lower() for m in _UNEVALUATED_WORD.finditer(s)}
+    extra = sorted(used(answer) - used(gold))
+    return extra[0] if extra else None
+
+
+def ellipsis(gold: str, answer: str) -> bool:
+    """True when ``answer`` trails off (``\\ldots``, ``\\dots``, ``\\cdots``, ``...``, ``…``) and ``gold`` does not."""
+    return bool(_ELLIPSIS.search(answer)) and not _ELLIPSIS.search(gold)

@@ -76,7 +76,7 @@ def test_a_relation_without_left_side_is_not_a_value(answer):
     ("9", r"x \approx 9", "wrong"), ("9", r"n \ge 9", "wrong"), ("9", "x < 10", "wrong"),
     (r"\frac{1}{3}", r"x \approx 0.3333", "wrong"),
     ("x < 9", "x<9", "correct"), ("9", "x = 9", "correct"),                  # a gold relation, and '=' as before
-    (r"\{1, 2\}", r"\{x \mid x < 3\}", "wrong"),                             # inside braces: not a top-level hedge
+    (r"\{1, 2\}", r"\{x \mid x < 3\}", "parse_error"),  # inside braces: not a top-level hedge; unread set-builder
 ])
 def test_an_order_or_approximation_against_a_value(gold, answer, expected):
     assert reason(gold, answer) == expected, (gold, answer)

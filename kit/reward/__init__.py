@@ -60,12 +60,42 @@ words (issue #44)                     a word in a text group that is not a unit,
                                       ``5\text{ not}``, ``5\text{ apples}`` vs ``30``/``5``;
                                       bare letters are variables (``5x``, ``5t`` vs ``5``
                                       wrong), so are bare non-unit words (``5 less``).
-relations (issue #44)                 an answer that starts with a relation (``< 9``,
-                                      ``\ge 9``, ``\approx 9``, ``\in 9``, ``\to 9``) states
-                                      no value: wrong unless the gold starts with one too;
-                                      an order or approximation (``x \approx 9``,
-                                      ``n \ge 3``) against a gold without any relation is
-                                      wrong. ``=`` keeps its own row (``x=3``).
+counted nouns (decision)              only unit words may be dropped: ``12\text{ ways}``,
+                                      ``12 \text{ apples}`` vs ``12`` are wrong. Cost: a
+                                      model that names what it counted loses the reward;
+                                      the alternative (dropping any noun) let qualifiers
+                                      through (``30\text{ or less}``).
+relations (issue #44)                 an answer that starts with a relation, braces
+                                      removed (``< 9``, ``{\le} 9``, ``\in 9``, ``\to 9``)
+                                      states no value: wrong unless the gold starts with
+                                      one too. Every relation but ``=`` is a hedge when
+                                      the gold has none but ``=``: ``x \approx 9``,
+                                      ``n \ge 3``, ``x \to 9``, ``x \propto 9``,
+                                      ``x \equiv 9`` are wrong; cost: ``x \in [2,3]`` vs
+                                      ``[2,3]`` is wrong too. ``=`` keeps its own row.
+control words (issue #44)             an allowlist, not a blocklist (math_verify drops
+                                      words it does not know: ``\lessgtr 9`` read 9):
+                                      ``wording.KNOWN_COMMANDS`` (layout, ``\frac``,
+                                      ``\sqrt``, ``\binom``, ``\pi``, greek, trig, ``\log``,
+                                      delimiters, set operators, known relations) and the
+                                      gold's own; any other control word or non-ASCII sign
+                                      (``\foo``, ``\textless``, ``\uparrow``, ``\stackrel``,
+                                      ``≦``) is ``parse_error`` (detail
+                                      ``unread_command \foo``), so is ``\frac 9`` (missing
+                                      argument). A leading operator (``\cdot 9``) is wrong.
+                                      math_verify's plain-expression reading counts only
+                                      when it covers the whole answer (it found ``9`` in
+                                      ``x \big 9``): else ``answer_partly_read``.
+operators not evaluated (#44)         ``\max``, ``\min``, ``\sup``, ``\inf``, ``\lim``,
+                                      ``\limsup``, ``\liminf``, ``\sum``, ``\prod``,
+                                      ``\int``, ``\gcd``, ``\lcm``, ``\det`` (as commands,
+                                      ``\operatorname{max}`` or ``max(``) in an answer whose
+                                      gold applies none: wrong (``unevaluated max``);
+                                      ``\max 30``, ``\max(30)`` vs ``30`` (sympy made Max(30)
+                                      30). Cost: ``\max(3, 5)`` vs ``5`` is wrong too.
+unfinished lists (issue #44)          ``\ldots``, ``\dots``, ``\cdots``, ``...``, ``…`` are
+                                      not a value: ``9\ldots``, ``9,\ldots`` vs ``9`` wrong
+                                      (detail ``ellipsis``) unless the gold has one.
 invisible text (issue #44)            graded as the box shows it: ``\phantom``,
                                       ``\hphantom``, ``\vphantom`` and their argument are
                                       removed (``\hphantom{9}`` is empty: wrong;
@@ -73,7 +103,8 @@ invisible text (issue #44)            graded as the box shows it: ``\phantom``,
                                       ``\mathrlap{9}`` show ``9``, ``\hspace{}`` is space.
                                       Colour (``\color{white}``) is not read (parse_error).
 ``\mathrm{e}``, ``\mathrm{i}``        Euler's number and the imaginary unit, as ``e``, ``i``
-                                      (gold ``\mathrm{e}^2`` vs ``e^{2}`` correct).
+                                      (gold ``\mathrm{e}^2`` vs ``e^{2}`` correct), unbraced
+                                      too: ``\mathrm e^2``, ``{\rm e}^2``, ``\rm e^2``.
 ``3`` vs ``x=3``                      correct when the left side is a single name (``x``,
                                       ``a_1``, ``\theta``, ``f(2)``); an equation with
                                       anything else on the left (``2x-y+5=0`` vs ``0``) is
@@ -125,16 +156,34 @@ a response ending in ``\boxed``       ``\boxed`` means no answer; an earlier box
                                       and ``\boxed {`` are boxes too; boxes in tool output
                                       do not count either way (excluded by tag).
 ``\boxed`` then a word (issue #44)    not a box: the brace-less form ``\boxed 5`` boxes
-                                      only a number or one control word (``\boxed \pi``);
-                                      "I wrote \boxed around it" after ``\boxed{6}`` leaves
-                                      ``6`` the answer.
+                                      only a number or one control word (``\boxed \pi``),
+                                      after any space, a newline too (``\boxed``, newline,
+                                      ``7`` boxes 7); "I wrote \boxed around it" after
+                                      ``\boxed{6}`` leaves ``6`` the answer.
 answer block takes the box back       ``no_answer`` (score 0), in both modes: when the final
-(issue #44): ``\boxed{6}.``           ``<answer>`` block has no box and comes after the last
-``<answer>7</answer>``                box, it is the model's last statement; blank, or
-                                      writing a number the box does not (``7``, ``6 or 7``,
-                                      ``0.5`` after ``\frac{1}{2}``), it takes the answer
-                                      back. Words only (``six``) or the box's numbers
-                                      (``x = 6``, ``2,500`` for ``2500``) leave the box.
+(issue #44): ``\boxed{6}.``           ``<answer>`` block (tags in any case, ``<answer >``)
+``<answer>7</answer>``                has no box and comes after the last box, it is the
+                                      model's last statement, read as an answer and graded
+                                      against the box (``extract.takes_back``). It takes the
+                                      box back when blank; when it has a retraction or hedge
+                                      word anywhere (``not``, ``none``, ``no solution``,
+                                      ``at least``, ``or``, ``about``, ``I don't know``) or
+                                      ``?``; when a number word differs (``seven``); for a
+                                      letter box, unless it names that letter alone; else
+                                      when, remarks in parentheses (``(from step 2)``) and
+                                      leading prose (``The area is``) dropped, what is left
+                                      does not state the box's value by the kit's exact
+                                      rules or a bounded plain evaluator (``rules.
+                                      plain_value``): ``-6``, ``\sqrt{6}``, ``6!``, ``6^6``,
+                                      ``6 \times 6``, ``\approx 6`` take ``\boxed{6}`` back;
+                                      ``x = 6``, ``6 square units``, ``$6$ cm$^2$``,
+                                      ``\frac12`` (box ``\frac{1}{2}``), ``1000`` (box
+                                      ``10^3``), ``6^2 = 36`` (box 36), ``(C) 3/4`` (box C),
+                                      ``1/3 ≈ 0.333`` (``≈`` a decimal within one unit of
+                                      its last place) leave it; so does a block with no
+                                      value left (``see above``). A value the kit cannot
+                                      show equal (functions, sets it cannot evaluate)
+                                      takes the box back; a trailing ``!`` is a factorial.
 truncated trajectory (issue #44)      score 0, reason ``no_answer`` (detail ``truncated``),
                                       whatever it boxed before the budget ran out
                                       (``verdict.cut_off``; rStar2-Agent §4.3, no overlong

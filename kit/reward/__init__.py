@@ -173,7 +173,7 @@ answer block takes the box back       ``no_answer`` (score 0), in both modes: wh
                                       when, remarks in parentheses (``(from step 2)``) and
                                       leading prose (``The area is``) dropped, what is left
                                       does not state the box's value by the kit's exact
-                                      rules or a bounded plain evaluator (``rules.
+                                      rules or a bounded plain evaluator (``plain.
                                       plain_value``): ``-6``, ``\sqrt{6}``, ``6!``, ``6^6``,
                                       ``6 \times 6``, ``\approx 6`` take ``\boxed{6}`` back;
                                       ``x = 6``, ``6 square units``, ``$6$ cm$^2$``,

@@ -24,7 +24,8 @@ from kit.prompts import (
     TOOL_RESPONSE_OPEN,
     json_call_end,
 )
-from kit.reward.rules import is_lone_symbol, normalize, plain_value, same_value
+from kit.reward.plain import plain_value
+from kit.reward.rules import is_lone_symbol, normalize, same_value
 
 # Fallback phrases (opt-in only), in the order tried; each takes the text after the phrase up
 # to the end of the line or sentence.
@@ -195,7 +196,7 @@ def _number_words(words: list[str]) -> list[int] | None:
 def _states_box(statement: str, box: str) -> bool:
     """True when ``statement`` (an answer block without prose) states the box's value: read as a chain
     ``[name =] v1 (= v2 | \\approx d)*``, every ``=`` value must equal the box (the kit's rules, then
-    :func:`kit.reward.rules.plain_value`; unknown counts as different) and a value after ``\\approx`` must be
+    :func:`kit.reward.plain.plain_value`; unknown counts as different) and a value after ``\\approx`` must be
     the box rounded or cut to the decimals it writes (``1/3 \\approx 0.333``). An equation the box is
     (``5x - 7y + 4 = 0``) is compared whole first."""
     if same_value(box, statement):

@@ -81,7 +81,7 @@ def test_closed_pool_raises():
 def test_workers_that_cannot_start_mark_the_pool_broken(monkeypatch):
     monkeypatch.setenv("PYTHONPATH", "/nonexistent")
     v = Verifier(1, max_start_failures=2)
-    monkeypatch.setattr("kit.reward.pool._REPO_ROOT", "/nonexistent")
+    monkeypatch.setattr("kit.reward.dispatch._REPO_ROOT", "/nonexistent")
     monkeypatch.setattr("sys.executable", "/bin/false")
     with v:
         assert v.wait_ready(30) is False

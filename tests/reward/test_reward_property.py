@@ -1,5 +1,7 @@
-"""Property test: random and adversarial LaTeX never make a call exceed timeout + 1 s, and the
-pool stays healthy (issue #4, Measure)."""
+"""Property test: random and adversarial LaTeX never make a call run past the verifier's bound, and
+the pool stays healthy (issue #4, Measure). The bound: the item's CPU limit decides a timeout, and a
+worker the machine starves is stopped at ``wall_factor x timeout_s`` wall seconds and retried once
+(issue #41), so no call takes longer than two such attempts plus a worker start."""
 
 import time
 
@@ -44,7 +46,7 @@ def test_no_call_exceeds_timeout_and_pool_stays_healthy(small_pool, gold, answer
     t = time.monotonic()
     v = small_pool.verify(gold, "<answer>\\boxed{" + answer + "}</answer>")
     elapsed = time.monotonic() - t
-    assert elapsed <= TIMEOUT_S + 1.0, (gold, answer, v, elapsed, small_pool.stats)
+    assert elapsed <= 2 * small_pool.wall_factor * TIMEOUT_S + 5.0, (gold, answer, v, elapsed, small_pool.stats)
     assert v.reason in REASONS and (v.correct == (v.reason == "correct"))
     assert small_pool.alive
     assert small_pool.verify("4", r"\boxed{2+2}").correct  # still answers after anything

@@ -79,15 +79,16 @@ def test_a_worker_killed_twice_is_an_infra_error_not_the_models_timeout():
 
 
 def test_a_stopped_worker_past_the_wall_limit_is_retried_not_timed_out():
-    # 2 CPU s allowed, 2 wall s per attempt: the first attempt is frozen (SIGSTOP), using no CPU
-    with _ready(Verifier(1, timeout_s=2.0, wall_factor=1.0)) as v:
+    # 2 CPU s allowed, 4 wall s per attempt: the first attempt is frozen (SIGSTOP), using no CPU; the retry's
+    # ~0.6 CPU s item has 4 wall s, room for a loaded machine (at wall_factor 1 a loaded retry was wall-killed too)
+    with _ready(Verifier(1, timeout_s=2.0, wall_factor=2.0)) as v:
         fut = v.submit(WORK_GOLD, WORK_ANSWER)
         os.kill(_busy_worker(v), signal.SIGSTOP)
         t0 = time.monotonic()
         reason, detail, seconds = fut.result(timeout=60)
         assert (reason, detail) == ("wrong", "math_verify")
         assert v.stats["wall_kills"] == 1 and v.stats["retries"] == 1 and v.stats["hard_kills"] == 0
-        assert seconds >= 2.0 and time.monotonic() - t0 >= 1.5  # waited out the wall limit, then retried
+        assert seconds >= 4.0 and time.monotonic() - t0 >= 3.5  # waited out the wall limit, then retried
 
 
 def test_stopped_twice_is_an_infra_error_naming_the_wall_limit():

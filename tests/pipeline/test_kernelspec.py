@@ -39,3 +39,32 @@ def test_record_kernelspec_leaves_a_missing_or_broken_file(tmp_path):
     broken.write_text('{"cells": [')
     record_kernelspec(broken)
     assert broken.read_text() == '{"cells": ['
+
+
+def test_each_kernel_gets_a_private_socket_folder_removed_at_shutdown(tmp_path, monkeypatch):
+    """Two runs from one checkout must not share IPC socket names (jupyter_client's default is
+    ``kernel-ipc-N`` in the working directory; two runs picked the same N at once)."""
+    import asyncio
+    import os
+
+    from kit.pipeline.kernels import QuietKernelManager
+
+    monkeypatch.chdir(tmp_path)
+
+    async def go():
+        a, b = QuietKernelManager(kernel_name="python3"), QuietKernelManager(kernel_name="python3")
+        assert a.transport == "ipc" and os.path.dirname(a.ip) != os.path.dirname(b.ip)
+        await a.start_kernel()
+        kc = a.client()
+        kc.start_channels()
+        try:
+            await kc.wait_for_ready(timeout=60)
+            folder = os.path.dirname(a.ip)
+            assert os.path.basename(folder).startswith("kit-kernel-") and os.listdir(folder)  # the sockets
+            assert (os.stat(folder).st_mode & 0o777) == 0o700
+        finally:
+            kc.stop_channels()
+            await a.shutdown_kernel(now=True)
+        assert not os.path.exists(folder) and not list(tmp_path.iterdir())  # nothing left, nothing in the cwd
+
+    asyncio.run(go())

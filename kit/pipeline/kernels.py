@@ -23,9 +23,9 @@ import shutil
 import tempfile
 
 import nbformat
-from jupyter_core.paths import jupyter_runtime_dir
 from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
 from jupyter_client.manager import AsyncKernelManager
+from jupyter_core.paths import jupyter_runtime_dir
 from traitlets import default
 
 #: The kernel the runner executes every notebook on (the runner's own Python's ipykernel).

@@ -327,8 +327,9 @@ class ContinuousBatchingEngine(_BackendBase):
             try:
                 done, n = await asyncio.to_thread(self._advance, rows, admit, steps, soon)
             except Exception as exc:  # every row in flight fails with the error
-                self._fail(admit + rows.reqs, exc)
-                for r in admit + rows.reqs:
+                failed = [r for r in admit + rows.reqs if not r.future.done()]  # a finished row's caller has moved on
+                self._fail(failed, exc)
+                for r in failed:
                     if r.traj is not None:
                         co.finished(r.traj, 0)
                 rows = self._rows = RunningRows(self.model, self.pad_id, self.decode)
@@ -399,9 +400,9 @@ class BatchLoopBackend(_BackendBase):
                 await asyncio.to_thread(self._decode, batch)
             except Exception as exc:
                 self._fail(batch, exc)
-                continue
-            self._finish(batch)
-            for r in batch:
+            else:
+                self._finish(batch)
+            for r in batch:  # answered (or failed): each trajectory's next request, or its end, is due
                 if r.traj is not None:
                     co.finished(r.traj, 0)
 

@@ -97,3 +97,44 @@ def test_the_cohort_waits_for_a_due_trajectory_and_admits_in_due_order():
     assert co.leave(base) == 13 and not co.blocked()
     with pytest.raises(ValueError, match="not waiting"):
         co.submitted(base + 1)  # a second request while one is outstanding
+
+
+def test_a_failed_forward_fails_the_rows_in_flight_and_the_cohort_goes_on(product_tok, product_model):
+    """A forward error fails the requests still decoding; a trajectory whose row had already finished and
+    sent its next turn is untouched (marking it due again made the engine wait for it forever)."""
+    from kit import prompts
+    from kit.rollout.cohort import gather_trajectories
+    from kit.rollout.engine import ContinuousBatchingEngine
+
+    tok, model = product_tok, product_model
+    p = tok(prompts.render_prompt("What is 101 * 108?"))["input_ids"]
+    eng = ContinuousBatchingEngine(model, tok, slots=8, tool_delay_steps=3, max_steps_per_call=2)
+    real, base, raised = eng._advance, eng.cohort._next_id, []
+
+    def advance(rows, admit, steps, soon=0):
+        if not raised and any(r.traj == base and not r.future.done() for r in eng._pending) \
+                and any(r.traj == base and r.done for r in rows.reqs):
+            raised.append(1)  # A's second turn waits while A's first row is a dead slot: fail the forward
+            raise RuntimeError("injected forward failure")
+        return real(rows, admit, steps, soon)
+
+    eng._advance = advance
+
+    async def a():
+        g1 = await eng.generate(p, 2, 1.0, 1.0, [])
+        await eng.generate(p + g1.token_ids, 4, 1.0, 1.0, [])
+        return "ok"
+
+    async def b():
+        try:
+            await eng.generate(p, 40, 1.0, 1.0, [])
+            return "ok"
+        except RuntimeError as exc:
+            return str(exc)
+
+    async def run():
+        return await asyncio.wait_for(gather_trajectories(eng, [a, b, b, b, b, b]), 60)  # 1 dead row of 6: not compacted
+
+    out = asyncio.run(run())
+    assert raised and out == ["ok"] + ["injected forward failure"] * 5
+    assert not eng.cohort.due  # every trajectory left

@@ -126,9 +126,11 @@ def _claims(a: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _compare(a: argparse.Namespace, argv: list[str]) -> int:
-    from kit.pipeline.compare import compare_runs  # reads files only
+    from kit.pipeline.compare import compare_runs, run_notes  # reads files only
 
     diffs = compare_runs(a.run_a, a.run_b)
+    for note in run_notes(a.run_a, a.run_b):
+        print(f"note: {note}")
     for d in diffs:
         print(f"{d.path}: {d.what}")
     print(f"{len(diffs)} result files differ" if diffs else "same results: every result file is equal (time fields stripped)")

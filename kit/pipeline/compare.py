@@ -4,10 +4,11 @@ A run is a function of (code, seed, machine type): two runs of one profile and s
 type must write byte-identical result files (metrics, samples, rollout records, evaluation outputs,
 policy weights, ``claims.json``) whatever else the machine was doing. The fields that record *when*
 and *where* a run happened (wall and CPU seconds, dates, process ids, the host's load) are not
-results; they are stripped before comparing (:data:`TIME_KEY`). What is compared:
+results; they are stripped before comparing (:data:`TIME_KEYS`). What is compared:
 
-* ``*.json`` and ``*.jsonl``: parsed, time fields removed at every depth, the run folder's own path
-  written as ``<run>``, then compared as canonical JSON (floats by their exact ``repr``, so any
+* ``*.json`` and ``*.jsonl``: parsed, time fields (:data:`TIME_KEYS`, by name) removed at every depth
+  except in data files such as a tokenizer or a config (:data:`NEVER_STRIP`), the run folder's own
+  paths (where it is and where it was written) written as ``<run>``, then compared as canonical JSON (floats by their exact ``repr``, so any
   rounding difference shows);
 * every other file but renderings: bytes (weights, tokenizers, parquet, CSV, text);
 * not compared: the executed notebooks (``notebooks/``: cell timings and progress output), PDFs,
@@ -15,7 +16,8 @@ results; they are stripped before comparing (:data:`TIME_KEY`). What is compared
   ``tracking/`` (experiment-tracker files with timestamps) and ``pipeline_state.json`` (the runner's
   record: timings, load, the environment fingerprint).
 
-Use :func:`compare_runs` from Python or ``python -m kit compare RUN_A RUN_B``.
+Use :func:`compare_runs` from Python or ``python -m kit compare RUN_A RUN_B``, which first prints
+:func:`run_notes`: environment fingerprints, repeatability stamps and code versions that differ.
 """
 
 from __future__ import annotations
@@ -27,16 +29,21 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["TIME_KEY", "Difference", "compare_runs", "strip_time_fields"]
+__all__ = ["TIME_KEYS", "Difference", "compare_runs", "run_notes", "strip_time_fields"]
 
-#: keys that record when or where a run happened, not what it computed: ``time_*``, ``perf_*``,
-#: ``*_s``/``*_seconds``/``*seconds*`` (durations), wall/CPU/clock readings, dates, process and
-#: host identity, the machine's load, the environment fingerprint's free-text fields
-TIME_KEY = re.compile(
-    r"^(time_.*|perf_.*|timing_s/.*|timing/.*|.*_s|.*seconds.*|wall.*|cpu_.*|.*_cpu|busy.*|"
-    r"date|created|created_at|created_utc|started_at|finished_at|updated_at|timestamp|pid|pids|pid_namespace|host|"
-    r"hostname|loadavg|load_avg|environment|"
-    r".*_mfu|host_factor|tokens_per_s.*|.*_per_s|elapsed.*|duration.*)$")
+#: the keys, by name, that record when or where a run happened, not what it computed: wall and CPU
+#: durations the trainers and chains write (``metrics.jsonl``, ``summary.json``, ``ablation.json``,
+#: ``retool.json``, ``hard_subset.json``, Agent-R's ``search_cost.jsonl``), the evaluation manifest's
+#: date and host, and ``claims.json``'s date, environment and its own absolute path. Step counters
+#: (``perf_decode_steps``, ``perf_threads``, ...) are results of the schedule and are compared.
+TIME_KEYS = frozenset({
+    "time_s", "time_generate_s", "time_tool_s", "time_verify_s", "time_update_s", "time_step_s",
+    "time_cpu_generate_s", "time_cpu_update_s", "seconds", "train_seconds", "heldout_seconds", "wall_s", "cpu_s",
+    "created_utc", "host", "environment", "claims_file"})
+#: files whose keys are data, never time fields (a tokenizer's vocabulary has a token "date"; a config's
+#: ``sandbox.cpu_s`` is a setting): compared whole
+NEVER_STRIP = re.compile(r"^(config|generation_config|tokenizer|tokenizer_config|special_tokens_map|vocab|"
+                         r"added_tokens|preprocessor_config)\.json$")
 
 #: folders and suffixes that are renderings, logs or timings, never compared
 SKIP_DIRS = {"notebooks", "__pycache__", ".ipynb_checkpoints", "tracking"}
@@ -54,21 +61,40 @@ class Difference:
 
 
 def strip_time_fields(value: Any) -> Any:
-    """``value`` (parsed JSON) without the keys :data:`TIME_KEY` matches, at every depth."""
+    """``value`` (parsed JSON) without the keys of :data:`TIME_KEYS`, at every depth."""
     if isinstance(value, dict):
-        return {k: strip_time_fields(v) for k, v in value.items() if not TIME_KEY.match(str(k))}
+        return {k: strip_time_fields(v) for k, v in value.items() if k not in TIME_KEYS}
     if isinstance(value, list):
         return [strip_time_fields(v) for v in value]
     return value
 
 
-def _canonical_json(path: Path, root: Path) -> list[str]:
+def _recorded_roots(root: Path) -> list[str]:
+    """The absolute folders a run's files may name as its own: where it is now and where it was
+    written (``pipeline_state.json``'s run folders; a run copied or moved keeps the old paths)."""
+    roots = {str(root.resolve())}
+    try:
+        state = json.loads((root / "pipeline_state.json").read_text())
+    except (OSError, ValueError):
+        state = {}
+    for entry in state.values():
+        run_dir = entry.get("parameters", {}).get("run_dir") if isinstance(entry, dict) else None
+        if isinstance(run_dir, str) and os.path.isabs(run_dir):
+            roots.add(os.path.dirname(run_dir.rstrip("/")))
+    return sorted(roots, key=len, reverse=True)
+
+
+def _canonical_json(path: Path, roots: list[str]) -> list[str]:
     """One canonical line per JSON document of ``path`` (a ``.jsonl`` has one per line), the run
-    folder's absolute path written as ``<run>`` (two runs live in two folders)."""
-    text = path.read_text().replace(str(root.resolve()), "<run>")
+    folder's absolute paths written as ``<run>`` (two runs live in two folders), time fields
+    stripped unless the file is data (:data:`NEVER_STRIP`)."""
+    text = path.read_text()
+    for r in roots:
+        text = text.replace(r, "<run>")
     docs = [json.loads(line) for line in text.splitlines() if line.strip()] if path.suffix == ".jsonl" \
         else [json.loads(text)]
-    return [json.dumps(strip_time_fields(d), sort_keys=True) for d in docs]
+    keep = NEVER_STRIP.match(path.name)
+    return [json.dumps(d if keep else strip_time_fields(d), sort_keys=True) for d in docs]
 
 
 def _files(root: Path) -> set[str]:
@@ -110,13 +136,14 @@ def compare_runs(a: str | os.PathLike, b: str | os.PathLike) -> list[Difference]
         if not r.is_dir():
             raise FileNotFoundError(f"compare_runs: {r} is not a folder")
     fa, fb = _files(ra), _files(rb)
+    roots_a, roots_b = _recorded_roots(ra), _recorded_roots(rb)
     out = [Difference(p, "only in " + str(ra)) for p in sorted(fa - fb)]
     out += [Difference(p, "only in " + str(rb)) for p in sorted(fb - fa)]
     for p in sorted(fa & fb):
         pa, pb = ra / p, rb / p
         if pa.suffix in (".json", ".jsonl"):
             try:
-                ja, jb = _canonical_json(pa, ra), _canonical_json(pb, rb)
+                ja, jb = _canonical_json(pa, roots_a), _canonical_json(pb, roots_b)
             except json.JSONDecodeError as exc:
                 raise ValueError(f"compare_runs: {p} does not parse as JSON: {exc}") from exc
             if ja != jb:
@@ -124,3 +151,44 @@ def compare_runs(a: str | os.PathLike, b: str | os.PathLike) -> list[Difference]
         elif pa.read_bytes() != pb.read_bytes():
             out.append(Difference(p, "bytes differ"))
     return sorted(out, key=lambda d: d.path)
+
+
+def _state(root: Path) -> dict[str, Any]:
+    try:
+        return json.loads((root / "pipeline_state.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def _commits(root: Path) -> set[str]:
+    """The code versions a run's evaluation manifests record (``eval/*.json``: ``manifest.git_commit``)."""
+    out = set()
+    for p in (root / "eval").glob("*.json") if (root / "eval").is_dir() else []:
+        try:
+            c = json.loads(p.read_text()).get("manifest", {}).get("git_commit")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if c:
+            out.add(str(c))
+    return out
+
+
+def run_notes(a: str | os.PathLike, b: str | os.PathLike) -> list[str]:
+    """What may explain a difference between two runs, before any file is compared: environment
+    fingerprints that differ (another machine type computes other bits), a run stamped not bitwise
+    repeatable (the speed mode), and code versions that differ. Empty when none applies."""
+    ra, rb = Path(a), Path(b)
+    sa, sb = _state(ra), _state(rb)
+    notes = []
+    ka, kb = (s.get("environment", {}).get("key") for s in (sa, sb))
+    if ka != kb:
+        notes.append(f"environment fingerprints differ ({ka} against {kb}): another machine type or build "
+                     "computes other bits, so results may differ without any code change")
+    for r, s in ((ra, sa), (rb, sb)):
+        rep = s.get("repeatable")
+        if isinstance(rep, dict) and not rep.get("bitwise", False):
+            notes.append(f"{r} is not bitwise repeatable: {rep.get('why', '')}")
+    ca, cb = _commits(ra), _commits(rb)
+    if ca and cb and ca != cb:
+        notes.append(f"code versions differ ({', '.join(sorted(ca))} against {', '.join(sorted(cb))})")
+    return notes

@@ -13,7 +13,7 @@ import json
 
 import pytest
 
-from kit.pipeline.compare import compare_runs, strip_time_fields
+from kit.pipeline.compare import compare_runs, run_notes, strip_time_fields
 
 pytestmark = pytest.mark.slow
 
@@ -32,16 +32,35 @@ def test_the_smoke_chain_beside_two_busy_loops_is_the_same_run(smoke_run, smoke_
 def test_the_comparison_sees_a_one_ulp_change_and_ignores_time_fields(tmp_path):
     a, b = tmp_path / "a", tmp_path / "b"
     for r in (a, b):
-        (r / "sft").mkdir(parents=True)
-    row = {"step": 3, "loss": 0.1, "time_step_s": 1.5, "perf_threads": 2, "wall_s": 9.0}
+        (r / "sft" / "policy").mkdir(parents=True)
+    row = {"step": 3, "loss": 0.1, "time_step_s": 1.5, "perf_threads": 2, "perf_decode_steps": 40, "wall_s": 9.0}
     (a / "sft" / "metrics.jsonl").write_text(json.dumps(row) + "\n")
     (b / "sft" / "metrics.jsonl").write_text(json.dumps({**row, "time_step_s": 7.25, "wall_s": 1.0}) + "\n")
+    for r in (a, b):  # a tokenizer's vocabulary and a config's settings are data, even under time-like names
+        (r / "sft" / "policy" / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {"date": 7}}}))
+        (r / "sft" / "config.json").write_text(json.dumps({"sandbox": {"cpu_s": 5.0}}))
+        (r / "sft" / "summary.json").write_text(json.dumps({"policy_dir": str(r / "sft" / "policy"), "seconds": 3}))
     (a / "w.bin").write_bytes(b"\x00\x01")
     (b / "w.bin").write_bytes(b"\x00\x01")
-    assert compare_runs(a, b) == []
-    (b / "sft" / "metrics.jsonl").write_text(json.dumps({**row, "loss": 0.10000000000000002}) + "\n")
+    assert compare_runs(a, b) == []  # time fields and each run's own folder aside, the same run
+    (b / "sft" / "metrics.jsonl").write_text(json.dumps({**row, "loss": 0.10000000000000002, "perf_decode_steps": 41}) + "\n")
     (b / "w.bin").write_bytes(b"\x00\x02")
+    (b / "sft" / "policy" / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {"date": 8}}}))
+    (b / "sft" / "config.json").write_text(json.dumps({"sandbox": {"cpu_s": 6.0}}))
     got = {d.path: d.what for d in compare_runs(a, b)}
-    assert got == {"sft/metrics.jsonl": "record 0: loss", "w.bin": "bytes differ"}
+    assert got == {"sft/metrics.jsonl": "record 0: loss, perf_decode_steps", "w.bin": "bytes differ",
+                   "sft/policy/tokenizer.json": "record 0: model", "sft/config.json": "record 0: sandbox"}
     assert strip_time_fields({"cpu_s": 1, "loss_mean": 2, "nested": [{"seconds": 3, "accuracy": 4}]}) == \
         {"loss_mean": 2, "nested": [{"accuracy": 4}]}
+
+
+def test_notes_name_the_fingerprint_the_stamp_and_the_code_version(tmp_path):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for r, key, bitwise, commit in ((a, "k1", True, "c1"), (b, "k2", False, "c2")):
+        (r / "eval").mkdir(parents=True)
+        (r / "pipeline_state.json").write_text(json.dumps({
+            "environment": {"key": key}, "repeatable": {"bitwise": bitwise, "why": "model.torch_threads = -2: adaptive"}}))
+        (r / "eval" / "aime24.json").write_text(json.dumps({"manifest": {"git_commit": commit}}))
+    notes = run_notes(a, b)
+    assert len(notes) == 3 and "k1 against k2" in notes[0] and "not bitwise repeatable" in notes[1] and "c1" in notes[2]
+    assert run_notes(a, a) == []

@@ -48,6 +48,7 @@ from kit import report
 from kit.algo import adv_estimator
 from kit.config import ConfigError, available_profiles, load
 from kit.pipeline.failures import PipelineError, mark_not_run
+from kit.pipeline.lock import RunLocked, run_lock
 from kit.pipeline.series import (
     CELL_TIMEOUT_S,
     KERNEL_ENV,
@@ -175,17 +176,20 @@ def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overri
     print(f"kit.pipeline: profile {profile}, run {run} -> {layout.root}")
     t0, busy0 = time.perf_counter(), machine_busy_cpu_s()
     try:
-        records = run_series(series, layout, force=force, log_output=log_output, cell_timeout_s=timeout)
+        with run_lock(layout.root):  # one writer per run folder
+            records = run_series(series, layout, force=force, log_output=log_output, cell_timeout_s=timeout)
+            pdf = report.build_report(layout) if with_report and not until else None
+    except RunLocked as exc:
+        print(f"kit.pipeline: {exc}. Nothing was run.", file=sys.stderr)
+        return 2
     except PipelineError as exc:
         print(f"\nkit.pipeline: STOPPED. {exc}\n  Fix it and rerun; finished notebooks are skipped.",
               file=sys.stderr)
         return 1
-    if with_report and not until:
-        try:
-            pdf = report.build_report(layout)
-        except report.ReportError as exc:
-            print(f"kit.pipeline: no report: {exc}", file=sys.stderr)
-            return 1
+    except report.ReportError as exc:
+        print(f"kit.pipeline: no report: {exc}", file=sys.stderr)
+        return 1
+    if pdf is not None:
         print(f"kit.pipeline: report {pdf}")
     wall, busy1 = time.perf_counter() - t0, machine_busy_cpu_s()
     print(times_table(records))

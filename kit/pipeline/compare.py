@@ -49,7 +49,7 @@ NEVER_STRIP = re.compile(r"^(config|generation_config|tokenizer|tokenizer_config
 SKIP_DIRS = {"notebooks", "__pycache__", ".ipynb_checkpoints", "tracking"}
 #: files that are the runner's own record (timings, parameters with absolute paths), not results
 SKIP_FILES = {"pipeline_state.json"}
-SKIP_SUFFIXES = {".pdf", ".png", ".svg", ".jpg", ".html", ".log", ".ipynb", ".tex", ".aux"}
+SKIP_SUFFIXES = {".pdf", ".png", ".svg", ".jpg", ".html", ".log", ".ipynb", ".tex", ".aux", ".lock"}
 
 
 @dataclass(frozen=True)

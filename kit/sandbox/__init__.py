@@ -32,11 +32,14 @@ What the sandbox does:
       creates still is not, issue #41).
     * per call: a new session/process group, RLIMIT_AS (``memory_mb``), RLIMIT_CPU (``cpu_s``),
       RLIMIT_FSIZE (64 MiB), RLIMIT_NOFILE (256), RLIMIT_CORE=0, ``OPENBLAS_NUM_THREADS=1``;
+      ``random``, numpy's global ``np.random`` and sympy's generator seeded from the call's code and
+      input (:mod:`kit.sandbox.seeds`: the same call draws the same numbers everywhere; clock reads
+      and OS randomness still differ);
       a dedicated unprivileged uid per worker when the kit runs as root, which makes
       RLIMIT_NPROC (``max_procs``) hold and stops the call from signalling its worker or
       writing root-owned paths; a kill of the whole group at its time limit (used time, not
       load: :mod:`kit.sandbox.limits`; a call starved by load is retried once, then
-      ``infra_error``), then a sweep that kills
+      ``infra_error``; a call is judged again when it exits, on its processes' CPU), then a sweep that kills
       every leftover process of the call (setsid grandchildren included); output capped at
       ``max_output_chars`` with a visible marker, and a call that keeps printing (16x the cap,
       at least 1 MiB) is killed, so gigabytes of output never reach the host.

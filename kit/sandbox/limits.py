@@ -53,7 +53,8 @@ hostile calls got ``infra_error`` beside load 7 on 2 cores with a bare 4x backst
 CHECK_S = 1.0
 """Longest sleep (s) between two looks at a running call's used time: its processes' CPU can grow
 faster than the wall clock, so a multiprocess call overshoots ``time_s`` by at most this times its
-number of busy processes."""
+number of busy processes before it is stopped; one that exits first is judged on exit
+(:func:`verdict_at_exit`), so the verdict does not depend on when the looks fell."""
 MIN_CHECK_S = 0.01
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 
@@ -120,10 +121,23 @@ def verdict(used: float, wall: float, lim: Limits) -> str | None:
     return None
 
 
-def next_check(used: float, wall: float, lim: Limits) -> float:
+def verdict_at_exit(cpu_all: float, lim: Limits) -> str | None:
+    """The verdict on a call whose first process has exited: "timeout" if the CPU seconds of all its
+    processes (``cpu_all``, read before the rest are killed) reached ``lim.time_s``, else None.
+
+    Looks at a running call fall at most :data:`CHECK_S` apart, and the CPU of several processes grows
+    faster than the wall clock between them, so without this a multi-process call that used more than
+    its limit and exited before the next look would end ``ok``, by when the looks fell. Its own time
+    (wall minus run-queue wait) needs no second look: it grows no faster than the wall clock, and
+    :func:`next_check` looks before it could reach the limit."""
+    return "timeout" if cpu_all >= lim.time_s else None
+
+
+def next_check(used: float, wall: float, lim: Limits, check_s: float = CHECK_S) -> float:
     """Seconds to sleep before the next look: until the used time could reach ``time_s`` if it grew
-    as fast as the wall clock, or the backstop, whichever comes first, at most :data:`CHECK_S`."""
-    return max(MIN_CHECK_S, min(lim.time_s - used, lim.wall_s - wall, CHECK_S))
+    as fast as the wall clock, or the backstop, whichever comes first, at most ``check_s``
+    (:data:`CHECK_S`; the worker's option ``check_s``, which tests make large)."""
+    return max(MIN_CHECK_S, min(lim.time_s - used, lim.wall_s - wall, check_s))
 
 
 def run_delay(pid: int) -> float | None:

@@ -18,8 +18,13 @@ A repeat is answered only where a second run could not differ (:func:`determinis
       item 6; ``tests/sandbox/test_sandbox_repeatable.py`` measures what repeats). An address
       turned into decimal text by the code itself is not seen;
     * the code is deterministic by a conservative reading of its syntax tree: it imports only modules
-      of :data:`PURE_MODULES` and uses none of :data:`IMPURE_NAMES` (randomness, clocks, files, the
-      environment, object identity ``id``, process state). Sets (``set``, ``frozenset``, set
+      of :data:`PURE_MODULES` and uses none of :data:`IMPURE_NAMES` (OS randomness, clocks, files, the
+      environment, object identity ``id``, process state). ``random`` is allowed (issue #41): each
+      call's ``random`` is seeded from its code and input (:func:`kit.sandbox.seeds.call_seed`), so a
+      rerun on any worker draws what the first run drew and the cached answer is what the rerun would
+      print (``tests/sandbox/test_sandbox_random.py`` checks it on a real pool); not where the code could
+      reseed it from the OS (:func:`reseeds_from_os`: ``random.seed()``, ``random.Random()``) or uses
+      ``SystemRandom``. Sets (``set``, ``frozenset``, set
       displays and comprehensions) and ``hash`` are allowed since every worker runs with
       ``PYTHONHASHSEED=0`` (:data:`kit.sandbox.isolation.CLEAN_ENV`): a set of strings iterates in
       the same order on every worker of every run (same CPython build); but not in code that could
@@ -47,14 +52,18 @@ from typing import Any
 from kit.sandbox.types import ToolCall, ToolResult
 
 #: modules whose functions are pure given their arguments (no randomness, clock, I/O or process state)
+#: (``random``: each call's draws are seeded from its code and input, :func:`kit.sandbox.seeds.call_seed`)
 PURE_MODULES = frozenset({"math", "cmath", "fractions", "decimal", "itertools", "functools", "operator",
-                          "collections", "string", "re", "statistics", "heapq", "bisect", "numbers"})
+                          "collections", "string", "re", "statistics", "heapq", "bisect", "numbers", "random"})
 #: names (builtins, attributes) that can make a run's output differ from the next run's
-IMPURE_NAMES = frozenset({"random", "time", "datetime", "os", "sys", "uuid", "secrets", "id",
+IMPURE_NAMES = frozenset({"SystemRandom", "time", "datetime", "os", "sys", "uuid", "secrets", "id",
                           "open", "globals", "locals", "vars", "dir", "exec", "eval", "compile",
-                          "__import__", "breakpoint", "memoryview", "getrandbits", "urandom", "perf_counter",
+                          "__import__", "breakpoint", "memoryview", "urandom", "perf_counter",
                           "monotonic", "process_time", "now", "today", "getpid", "environ", "threading",
                           "subprocess", "gc", "resource", "signal", "socket", "tracemalloc"})
+#: ``random`` names that draw a fresh seed from the OS when called without one (``random.seed()``,
+#: ``random.Random()``): repeatable only when called with a literal seed (:func:`reseeds_from_os`)
+RESEED_NAMES = frozenset({"seed", "Random"})
 #: names whose result follows hash values: repeatable under the workers' fixed hash seed, unless an
 #: element is hashed by its address (:func:`identity_hashed`)
 HASH_ORDER_NAMES = frozenset({"set", "frozenset", "hash"})
@@ -83,8 +92,8 @@ def deterministic(code: str) -> bool:
     Args:
         code: the call's Python source.
     Returns:
-        True: only pure imports, no impure name, and sets or ``hash`` only where no element can be
-        hashed by address (an object it made, a NaN); False otherwise. Never raises (code that does not parse is True).
+        True: only pure imports, no impure name, no reseeding of ``random`` from the OS, and sets or
+        ``hash`` only where no element can be hashed by address (an object it made, a NaN); False otherwise. Never raises (code that does not parse is True).
     """
     try:
         with warnings.catch_warnings():  # model-written code: its SyntaxWarnings are the model's, not ours
@@ -111,7 +120,30 @@ def deterministic(code: str) -> bool:
         if isinstance(node, ast.Name) and node.id in HASH_ORDER_NAMES or (
                 isinstance(node, ast.Attribute) and node.attr in HASH_ORDER_NAMES):
             hashes = True
+    if reseeds_from_os(tree):
+        return False
     return not (hashes and (identity_hashed(tree) or makes_nan(tree)))
+
+
+def reseeds_from_os(tree: ast.AST) -> bool:
+    """Whether code could reseed a generator from the OS (conservatively): it names one of
+    :data:`RESEED_NAMES` other than as a call whose first argument is a literal other than None
+    (``random.seed(7)`` and ``random.Random(7)`` are fine; ``random.seed()``, ``random.Random()``,
+    ``random.seed(n)`` and ``f = random.seed`` are not), or imports one under another name.
+
+    Everything else ``random`` does is repeatable: the worker seeds ``random`` for each call from its
+    code and input (:func:`kit.sandbox.seeds.call_seed`), so two trajectories that send the same code
+    with the same input draw the same numbers on any worker, with the cache or without it.
+    """
+    literal_seeded = {id(n.func) for n in ast.walk(tree) if isinstance(n, ast.Call) and n.args
+                      and isinstance(n.args[0], ast.Constant) and n.args[0].value is not None}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.alias) and node.name in RESEED_NAMES and node.asname not in (None, node.name):
+            return True
+        if (isinstance(node, ast.Name) and node.id in RESEED_NAMES or isinstance(node, ast.Attribute)
+                and node.attr in RESEED_NAMES) and id(node) not in literal_seeded:
+            return True
+    return False
 
 
 def makes_nan(tree: ast.AST) -> bool:

@@ -9,17 +9,21 @@ never unpickles anything that came out of a sandbox.
 Per call the child gets: a new session and process group, rlimits (AS, CPU, FSIZE, NOFILE,
 CORE=0, NPROC), a dedicated unprivileged uid when the worker runs as root (so NPROC holds and
 the call can neither signal the worker nor write root-owned files), a private working
-directory, stdin from a memfd, stdout/stderr/result on three pipes, and fresh random seeds.
+directory, stdin from a memfd, stdout/stderr/result on three pipes, and random seeds derived from
+the call itself (`kit.sandbox.seeds`: the same code with the same input draws the same numbers on any
+worker of any run, issue #41).
 The worker enforces the time limit with a pidfd poll on the call's used time (its CPU, or its
 wall clock minus its waits for a CPU: :mod:`kit.sandbox.limits`; a call starved by load past a
 generous wall-clock backstop is answered ``infra_error`` marked ``starved``, which the host
-retries once), kills the whole group on exit or timeout, then sweeps every other process of the
+retries once), judges it once more when its first process exits (the CPU of all its processes
+against the limit, so a multi-process call that ends between two looks is judged the same as one
+that a look caught running), kills the whole group on exit or timeout, then sweeps every other process of the
 call (grandchildren that called setsid), and never waits for a pipe's EOF (a grandchild holding
 the pipe cannot hang it).
 
 Fixed costs off the critical path (issue #18): while idle, the worker forks the next call's
-child ahead of demand; that child makes its session, descriptors, signal dispositions and
-random seeds, then blocks reading its request from a pipe. The rest (uid, rlimits, stdin)
+child ahead of demand; that child makes its session and descriptors and signal dispositions,
+then blocks reading its request from a pipe. The rest (uid, rlimits, stdin)
 takes microseconds and is done only once the request is in, so a waiting child holds no user
 data, runs as the worker's uid and carries no call's limits. The sweep of what a call left
 (processes, IPC objects, files) runs after its reply is sent and before the next child is
@@ -42,8 +46,19 @@ from typing import NamedTuple
 
 from kit.sandbox.cleanup import LIBC, Cleaner
 from kit.sandbox.hugepages import collapse_heap
-from kit.sandbox.limits import cpu_seconds, limits, next_check, rlimit_cpu, run_delay, used_time, verdict
+from kit.sandbox.limits import (
+    CHECK_S,
+    cpu_seconds,
+    limits,
+    next_check,
+    rlimit_cpu,
+    run_delay,
+    used_time,
+    verdict,
+    verdict_at_exit,
+)
 from kit.sandbox.outcome import make_result, rss_mb
+from kit.sandbox.seeds import call_seed, seed_call
 from kit.sandbox.wire import HEADER, Capture, read_raw, write_frame
 
 FSIZE_BYTES = 64 << 20  # largest file a call may write
@@ -93,7 +108,6 @@ def _standby(opts: dict, fds: tuple[int, int, int, int], workdir: str) -> None:
         os.chdir(workdir)
         sys.stdout = open(1, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
         sys.stderr = open(2, "w", buffering=1, encoding="utf-8", errors="backslashreplace", closefd=False)  # noqa: SIM115
-        _reseed()
         from kit.sandbox import runner
 
         raw = read_raw(0)  # blocks until the worker hands over a call
@@ -102,6 +116,7 @@ def _standby(opts: dict, fds: tuple[int, int, int, int], workdir: str) -> None:
         t_start = time.monotonic()
         req = json.loads(raw)
         del raw
+        seed_call(call_seed(req))
         _enter_call(opts, req)
         t_exec = time.monotonic()
         if req["kind"] == "func":
@@ -161,19 +176,6 @@ def _enter_call(opts: dict, req: dict) -> None:
     resource.setrlimit(resource.RLIMIT_NPROC, (nproc, nproc))
     sys.stdin = open(0, encoding="utf-8", errors="replace", closefd=False)  # noqa: SIM115
     sys.__stdin__, sys.__stdout__, sys.__stderr__ = sys.stdin, sys.stdout, sys.stderr
-
-
-def _reseed() -> None:
-    """Forked children share the parent's RNG state; give each call fresh entropy."""
-    import random
-
-    random.seed()
-    np = sys.modules.get("numpy")
-    if np is not None:
-        try:
-            np.random.seed(int.from_bytes(os.urandom(4), "little"))
-        except Exception:  # noqa: BLE001
-            pass
 
 
 # --------------------------------------------------------------------------- the worker side
@@ -273,7 +275,8 @@ class Worker:
         killed_by = None
         open_fds = set(caps)
         used, delay = 0.0, None
-        look = t0 + next_check(0.0, 0.0, lim)  # the next look at the call's used time (kit.sandbox.limits)
+        check_s = float(opts.get("check_s") or CHECK_S)
+        look = t0 + next_check(0.0, 0.0, lim, check_s)  # the next look at the call's used time (kit.sandbox.limits)
         while True:
             now = time.monotonic()
             if now >= look:
@@ -283,7 +286,7 @@ class Worker:
                 killed_by = verdict(used, now - t0, lim)
                 if killed_by is not None:
                     break
-                look = now + next_check(used, now - t0, lim)
+                look = now + next_check(used, now - t0, lim, check_s)
             events = poller.poll(max(1, int((look - time.monotonic()) * 1000) + 1))
             exited = False
             for fd, _ev in events:
@@ -296,7 +299,10 @@ class Worker:
             if caps[out_r].total + caps[err_r].total > kill_at:
                 killed_by = "output"
                 break
-            if exited:
+            if exited:  # judged once more: its processes' CPU may have passed the limit since the last look
+                cpu_all = self._call_cpu(pid)  # a zombie's /proc stat still holds its (and its reaped children's) CPU
+                used = max(used, cpu_all)
+                killed_by = verdict_at_exit(cpu_all, lim)
                 break
         _kill_group(pid)
         _, status, ru = os.wait4(pid, 0)

@@ -53,6 +53,7 @@ class WorkerProc:
         return {"timeout_s": c.timeout_s, "cpu_s": c.cpu_s, "memory_mb": c.memory_mb,
                 "max_output_chars": c.max_output_chars, "max_procs": c.max_procs,
                 "wall_factor": time_limits.WALL_FACTOR, "wall_floor_s": time_limits.WALL_FLOOR_S,
+                "check_s": time_limits.CHECK_S,
                 "uid": isolation.worker_uid(self.index % 128 + 128 * (self.generation % 2), c.isolation), "isolation": c.isolation,
                 "preload": list(dict.fromkeys((*c.preimport, *self.preload)))}
 

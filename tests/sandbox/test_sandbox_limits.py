@@ -4,6 +4,7 @@ backstop whose reaching (a starved call) is retried once, then infra_error."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -139,3 +140,62 @@ def test_the_cpu_of_all_its_processes_is_a_calls_used_time(monkeypatch):
         r = pool.run(ToolCall(code))
     assert r.status == "timeout" and "1 s time limit" in r.stderr, r
     assert r.wall_s < 8.0 and r.cpu_s < 0.9, r  # killed by the CPU of all of them, not its own
+
+
+
+FORK_BURN = """import os, time
+t0 = time.monotonic()
+def burn(s):
+    t = time.process_time()
+    while time.process_time() - t < s:
+        pass
+kids = []
+for _ in range({n}):
+    pid = os.fork()
+    if pid == 0:
+        burn({each})
+        os._exit(0)
+    kids.append(pid)
+while kids and time.monotonic() - t0 < 2.5:  # wait for them, without reaping when {nowait}
+    kids = [p for p in kids if os.waitid(os.P_PID, p, os.WEXITED | os.WNOHANG | {nowait}) is None]
+    time.sleep(0.01)
+print("late" if kids else "done")  # late: the machine is too busy for it to end before the first look"""
+
+
+@pytest.mark.parametrize("reaped", [True, False], ids=["children-reaped", "children-left-as-zombies"])
+def test_a_multi_process_call_that_exits_between_two_looks_is_judged_at_exit(monkeypatch, reaped):
+    """Eight children burn 0.6 s of CPU each (4.8 s in all, past the 3 s limit) and the call exits
+    after ~2.4 s on 2 idle cores, before the first look at its used time (3 s in; the check interval
+    is made 30 s here, so no look falls earlier). It is the model's timeout all the same, judged on
+    exit by the CPU of all its processes (kit.sandbox.limits.verdict_at_exit), whether it reaped its
+    children or left them as zombies; two children of 0.3 s end ok. On a machine too busy for the
+    children to finish in 2.5 s the call gives up ("late") and the test skips: a look would judge it."""
+    if isolation.bwrap_path() is None:
+        pytest.skip("bubblewrap is not installed")
+    monkeypatch.setattr(lim_mod, "CHECK_S", 30.0)
+    monkeypatch.setattr(lim_mod, "WALL_FACTOR", 20.0)  # load must not turn it into a starved call
+    nowait = "0" if reaped else "os.WNOWAIT"
+    with SyncSandboxPool(SandboxConfig(isolation="bwrap", timeout_s=3.0, cpu_s=3.0, memory_mb=768, max_procs=32,
+                                       num_workers=1, preimport=())) as pool:
+        over = pool.run(ToolCall(FORK_BURN.format(n=8, each=0.6, nowait=nowait)))
+        under = pool.run(ToolCall(FORK_BURN.format(n=2, each=0.3, nowait=nowait)))
+    assert under.status == "ok" and under.stdout == "done\n", under
+    if over.stdout == "late\n":
+        pytest.skip(f"the machine was too busy for the call to end before the first look: {over}")
+    assert over.stdout == "done\n" and over.wall_s < 3.0, over  # it ran to its end, before any look
+    assert over.status == "timeout" and "3 s time limit" in over.stderr, over
+
+
+@pytest.mark.parametrize(("cpu_all", "status"), [(3.5, "timeout"), (2.5, "ok")])
+def test_the_worker_judges_a_call_on_the_cpu_its_processes_used_at_exit(monkeypatch, tmp_path, cpu_all, status):
+    """The worker loop itself, in this process (no bwrap, no load to depend on): a call that exits at
+    once, long before the first look (3 s in), whose processes' CPU reads ``cpu_all`` when it exits."""
+    from kit.sandbox.worker import Worker
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    w = Worker({"timeout_s": 3.0, "cpu_s": 3.0, "memory_mb": 1 << 20, "max_output_chars": 2000, "max_procs": 4096,
+                "check_s": 30.0, "isolation": "none", "uid": None})
+    monkeypatch.setattr(w, "_call_cpu", lambda pid: cpu_all)
+    req = {"kind": "code", "code": "print('done')", "input": "", "timeout_s": None}
+    out = w.run(req, json.dumps(req).encode())
+    assert (out["status"], out["stdout"]) == (status, "done\n") and out["wall_s"] < 3.0, out

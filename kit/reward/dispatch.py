@@ -6,6 +6,14 @@ reads each busy worker's CPU time from ``/proc/<pid>/stat`` (:func:`_cpu_seconds
 answers an attempt past its limits, by the policy in :mod:`kit.reward.pool`'s docstring (``timeout`` by the
 worker's CPU seconds; ``infra_error`` after a second death or wall-clock stall).
 
+Workers run with ``PYTHONHASHSEED=0`` (issue #41), whatever the host's environment says: the hashes of
+strings (sympy's symbol names among them) decide the order in which sets and hash-keyed dicts iterate,
+and sympy walks such sets while it simplifies and solves, so with a hash secret of its own each worker
+could take another path to a verdict (and reach a time limit on one worker but not on another); with
+one seed for every worker of every run the order repeats. The sandbox's workers run with the same seed
+(:data:`kit.sandbox.isolation.CLEAN_ENV`); unlike them, the verifier's inherit the rest of the host's
+environment.
+
 :func:`kit.sandbox.limits.cpu_seconds` reads the same file but counts waited-for children too and answers
 0.0 for a gone process; this one answers None, so the wall clock stands in. ``kit.reward`` and
 ``kit.sandbox`` are siblings in the package graph (DEVELOPERS.md), so the few lines are not shared.
@@ -85,7 +93,7 @@ class _Dispatcher:
             pass
 
     def _spawn(self) -> _Worker:
-        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1",
+        env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", MKL_NUM_THREADS="1", PYTHONHASHSEED="0",
                    PYTHONPATH=os.pathsep.join(p for p in (_REPO_ROOT, os.environ.get("PYTHONPATH", "")) if p))
         err = tempfile.TemporaryFile()
         proc = subprocess.Popen(

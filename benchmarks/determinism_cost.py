@@ -18,6 +18,7 @@ Two figures, each a ratio deterministic / adaptive of medians over ``--repeats``
   (fixed) against ``-2`` (the adaptive speed mode, re-measured before each step as the trainer does).
   On a quiet machine both run two threads: the ratio shows the policy's own overhead.
 
+The process runs with the runner's bounded OpenMP spin (``GOMP_SPINCOUNT``, as the notebooks' kernels do).
 Without ``--policy`` the policy is the tiny model fitted to call the tool (``tests/doubles.fit_tool_use``),
 so most trajectories make calls. Run it on a quiet machine; the target is at most 1.05 on each ratio.
 Last line: ``determinism_cost rollout_wall_ratio=<x> rollout_cpu_ratio=<y> sft_wall_ratio=<z> sft_cpu_ratio=<w>``.
@@ -28,6 +29,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import os
 import random
 import statistics
 import sys
@@ -36,6 +38,12 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
+
+if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
+    # the notebooks' kernels run with the runner's bounded OpenMP spin (kit.pipeline.series.KERNEL_ENV); it is
+    # read when OpenMP starts, so this process starts again with it
+    from kit import OPENMP_SPINCOUNT  # noqa: E402
+    os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "GOMP_SPINCOUNT": OPENMP_SPINCOUNT})
 
 import torch  # noqa: E402
 

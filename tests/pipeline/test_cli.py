@@ -18,7 +18,7 @@ from kit import cli, pipeline, report
 from kit.config import available_profiles, load
 from kit.config.keyhelp import config_rows, profile_notes
 
-VERBS = ["reproduce", "report", "launch", "prepare-data", "serve", "selftest", "claims", "config"]
+VERBS = ["reproduce", "report", "launch", "prepare-data", "serve", "selftest", "claims", "compare", "config"]
 KIT = Path(cli.__file__).resolve().parent
 
 
@@ -218,3 +218,14 @@ def test_config_and_help_load_neither_torch_nor_papermill():
             "print(sorted(m for m in ('torch', 'papermill', 'pandas') if m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.splitlines() == ["seed = 0", "    the run's seed (sampling, initialisation, data order)", "[]"]
+
+
+def test_compare_exits_0_when_equal_1_when_a_file_differs_2_when_a_folder_is_missing(tmp_path, capsys):
+    a, b = tmp_path / "a", tmp_path / "b"
+    for r in (a, b):
+        r.mkdir()
+        (r / "claims.json").write_text('{"claims": [1], "created_utc": "%s"}' % r.name)
+    assert cli.main(["compare", str(a), str(b)]) == 0 and "same results" in capsys.readouterr().out
+    (b / "claims.json").write_text('{"claims": [2]}')
+    assert cli.main(["compare", str(a), str(b)]) == 1 and "claims.json: record 0: claims" in capsys.readouterr().out
+    assert cli.main(["compare", str(a), str(tmp_path / "nope")]) == 2 and "is not a folder" in capsys.readouterr().err

@@ -39,7 +39,9 @@ __all__ = ["TIME_KEYS", "Difference", "compare_runs", "run_notes", "strip_time_f
 TIME_KEYS = frozenset({
     "time_s", "time_generate_s", "time_tool_s", "time_verify_s", "time_update_s", "time_step_s",
     "time_cpu_generate_s", "time_cpu_update_s", "seconds", "train_seconds", "heldout_seconds", "wall_s", "cpu_s",
-    "created_utc", "host", "environment", "claims_file"})
+    "created_utc", "host", "environment", "claims_file",
+    # the code version an evaluation manifest records (``-dirty`` as files change): run_notes reports it
+    "git_commit"})
 #: files whose keys are data, never time fields (a tokenizer's vocabulary has a token "date"; a config's
 #: ``sandbox.cpu_s`` is a setting): compared whole
 NEVER_STRIP = re.compile(r"^(config|generation_config|tokenizer|tokenizer_config|special_tokens_map|vocab|"

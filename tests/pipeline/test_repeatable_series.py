@@ -64,3 +64,13 @@ def test_notes_name_the_fingerprint_the_stamp_and_the_code_version(tmp_path):
     notes = run_notes(a, b)
     assert len(notes) == 3 and "k1 against k2" in notes[0] and "not bitwise repeatable" in notes[1] and "c1" in notes[2]
     assert run_notes(a, a) == []
+
+
+def test_the_code_version_is_a_note_not_a_difference(tmp_path):
+    """An evaluation manifest records the checkout's commit (``-dirty`` while files change): two runs of one
+    code whose checkout was edited between them differ there only; ``run_notes`` names the versions."""
+    a, b = tmp_path / "a", tmp_path / "b"
+    for r, commit in ((a, "c1"), (b, "c1-dirty")):
+        (r / "eval").mkdir(parents=True)
+        (r / "eval" / "aime24.json").write_text(json.dumps({"manifest": {"git_commit": commit, "seed": 0}, "acc": 0.5}))
+    assert compare_runs(a, b) == [] and "c1-dirty" in run_notes(a, b)[0]

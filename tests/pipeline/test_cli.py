@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import importlib.util
+import json
 import re
 import subprocess
 import sys
@@ -224,7 +225,7 @@ def test_compare_exits_0_when_equal_1_when_a_file_differs_2_when_a_folder_is_mis
     a, b = tmp_path / "a", tmp_path / "b"
     for r in (a, b):
         r.mkdir()
-        (r / "claims.json").write_text('{"claims": [1], "created_utc": "%s"}' % r.name)
+        (r / "claims.json").write_text(json.dumps({"claims": [1], "created_utc": r.name}))
     assert cli.main(["compare", str(a), str(b)]) == 0 and "same results" in capsys.readouterr().out
     (b / "claims.json").write_text('{"claims": [2]}')
     assert cli.main(["compare", str(a), str(b)]) == 1 and "claims.json: record 0: claims" in capsys.readouterr().out

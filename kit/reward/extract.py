@@ -26,6 +26,7 @@ from kit.prompts import (
 )
 from kit.reward.plain import plain_value
 from kit.reward.rules import is_lone_symbol, normalize, same_value
+from kit.reward.wording import brace_matches as _brace_matches
 
 # Fallback phrases (opt-in only), in the order tried; each takes the text after the phrase up
 # to the end of the line or sentence.
@@ -96,29 +97,6 @@ def model_text(response: str) -> str:
     ends where the tool-call parser ends it, :func:`kit.prompts.json_call_end`)."""
     text = strip_blocks(response, TOOL_RESPONSE_OPEN, TOOL_RESPONSE_CLOSE)
     return strip_blocks(text, TOOL_CALL_OPEN, TOOL_CALL_CLOSE, json_call_end)
-
-
-def _brace_matches(text: str) -> dict[int, int]:
-    """For every ``{`` in ``text`` that is closed, the index just past its matching ``}``.
-
-    One linear pass with a stack (a per-box forward scan was quadratic: a response repeating
-    an unclosed ``\\boxed{`` thousands of times took tens of seconds in the caller's process).
-    ``\\{`` and ``\\}`` are escaped braces and do not count.
-    """
-    out: dict[int, int] = {}
-    stack: list[int] = []
-    i, n = 0, len(text)
-    while i < n:
-        c = text[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "{":
-            stack.append(i)
-        elif c == "}" and stack:
-            out[stack.pop()] = i + 1
-        i += 1
-    return out
 
 
 def box_entries(text: str) -> list[str | None]:

@@ -128,6 +128,29 @@ _COMMAND = re.compile(r"\\(?:[A-Za-z]+|.)")
 _ORDINALS = frozenset({"st", "nd", "rd", "th"})
 
 
+def brace_matches(text: str) -> dict[int, int]:
+    """For every ``{`` in ``text`` that is closed, the index just past its matching ``}``.
+
+    One linear pass with a stack (a per-box forward scan was quadratic: a response repeating
+    an unclosed ``\\boxed{`` thousands of times took tens of seconds in the caller's process).
+    ``\\{`` and ``\\}`` are escaped braces and do not count.
+    """
+    out: dict[int, int] = {}
+    stack: list[int] = []
+    i, n = 0, len(text)
+    while i < n:
+        c = text[i]
+        if c == "\\":
+            i += 2
+            continue
+        if c == "{":
+            stack.append(i)
+        elif c == "}" and stack:
+            out[stack.pop()] = i + 1
+        i += 1
+    return out
+
+
 def drop_decorations(s: str) -> str:
     """Remove what renders blank (``\\phantom``, ``\\hphantom``, ``\\vphantom`` with their argument, a
     brace group or one token) and spacing commands; unwrap ``\\smash`` and the lap commands, which show
@@ -135,19 +158,7 @@ def drop_decorations(s: str) -> str:
     s = _SPACING.sub(" ", _SHOWN.sub("", s))
     if "phantom" not in s:
         return s
-    match: dict[int, int] = {}
-    stack: list[int] = []
-    i = 0
-    while i < len(s):
-        c = s[i]
-        if c == "\\":
-            i += 2
-            continue
-        if c == "{":
-            stack.append(i)
-        elif c == "}" and stack:
-            match[stack.pop()] = i + 1
-        i += 1
+    match = brace_matches(s)
     out, pos = [], 0
     for m in _INVISIBLE.finditer(s):
         if m.start() < pos:  # inside a phantom already removed

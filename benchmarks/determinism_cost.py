@@ -46,6 +46,7 @@ if "GOMP_SPINCOUNT" not in os.environ and "OMP_WAIT_POLICY" not in os.environ:
     os.execve(sys.executable, [sys.executable, *sys.argv], {**os.environ, "GOMP_SPINCOUNT": OPENMP_SPINCOUNT})
 
 import torch  # noqa: E402
+from doubles import sft_rows  # noqa: E402
 
 from kit.config import load  # noqa: E402
 from kit.data.tasks import TaskProblem  # noqa: E402
@@ -135,13 +136,7 @@ def main(argv=None) -> None:
     model = fresh().eval()
     sandbox_cfg = dataclasses.replace(cfg.sandbox)
     asyncio.run(_collect(cfg, model, tok, sandbox_cfg, 0))  # warm the sandbox, verifier, caches
-    rng = random.Random(3)
-    rows = []
-    for _ in range(48):
-        n = rng.randint(60, 384)
-        ids = [rng.randrange(len(tok)) for _ in range(n)]
-        k = rng.randint(10, n - 10)
-        rows.append((ids, [0] * k + [1] * (n - k)))
+    rows = sft_rows(len(tok))
     ro = {"deterministic": [], "arrival": []}
     sf = {"deterministic": [], "adaptive": []}
     for k in range(1, args.repeats + 1):

@@ -190,3 +190,18 @@ def fit_tool_use(tok, steps: int = 55):
     ids = torch.tensor([r[0] + [0] * (L - len(r[0])) for r in rows])
     mask = torch.tensor([r[1] + [0] * (L - len(r[1])) for r in rows])
     return fit_masked(model, ids, mask, steps)[0]
+
+
+def sft_rows(vocab: int, n: int = 48, seed: int = 3) -> list[tuple[list[int], list[int]]]:
+    """``n`` random SFT rows shaped like the tiny profile's batch: 60-384 token ids below ``vocab``, the
+    loss mask 0 over a prompt of 10 to length-10 tokens, then 1 (seeded)."""
+    import random
+
+    rng = random.Random(seed)
+    rows = []
+    for _ in range(n):
+        length = rng.randint(60, 384)
+        ids = [rng.randrange(vocab) for _ in range(length)]
+        k = rng.randint(10, length - 10)
+        rows.append((ids, [0] * k + [1] * (length - k)))
+    return rows

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 import torch
+from doubles import sft_rows
 from rl_cases import build_policy, rl_cfg, traj
 
 from kit.models import load_policy
@@ -54,13 +55,7 @@ def sft_steps(policy, threads: int) -> tuple[str, list]:
     torch.set_num_threads(threads)
     model, tok = load_policy(policy)
     model.train()
-    rng = random.Random(3)
-    rows = []
-    for _ in range(48):
-        n = rng.randint(60, 384)
-        ids = [rng.randrange(len(tok)) for _ in range(n)]
-        k = rng.randint(10, n - 10)
-        rows.append((ids, [0] * k + [1] * (n - k)))
+    rows = sft_rows(len(tok))
     opt = common.make_optimizer(model, 2e-3)
     out = [list(sft_step(model, opt, rows, tok.pad_token_id)) for _ in range(3)]
     return _digest(model), out

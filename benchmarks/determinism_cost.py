@@ -5,7 +5,9 @@ Usage::
 
     .venv/bin/python benchmarks/determinism_cost.py [--policy <run>/sft/policy] [--repeats 5]
 
-Two figures, each a ratio deterministic / adaptive of medians over ``--repeats`` interleaved pairs:
+Two figures, each a ratio deterministic / adaptive of medians over ``--repeats`` interleaved pairs, the
+order alternating from pair to pair (ABBA): whichever runs first in a pair runs slower (a probe of
+2026-12-06 at equal work, 164-171 decode steps each, found the first of a pair 10-25% slower):
 
 * **rollout step**: :func:`kit.train.rollouts.collect` on the tiny profile's stage-1 shape (6 problems
   x 16 samples, 256-token budget, real sandbox with the step cache, real verifier), once as the kit
@@ -21,7 +23,12 @@ Two figures, each a ratio deterministic / adaptive of medians over ``--repeats``
 The process runs with the runner's bounded OpenMP spin (``GOMP_SPINCOUNT``, as the notebooks' kernels do).
 Without ``--policy`` the policy is the tiny model fitted to call the tool (``tests/doubles.fit_tool_use``),
 so most trajectories make calls. Run it on a quiet machine; the target is at most 1.05 on each ratio.
-Last line: ``determinism_cost rollout_wall_ratio=<x> rollout_cpu_ratio=<y> sft_wall_ratio=<z> sft_cpu_ratio=<w>``.
+* **MKL_CBWR** (``--cbwr-pairs``, default 4): what oneMKL's conditional numerical reproducibility
+  (``MKL_CBWR=AUTO,STRICT``, the same bits at 1 and at 2 threads) would add: CPU seconds of three
+  SFT steps and three policy updates of the tiny model at 2 threads, in fresh processes, set against unset.
+
+Last line: ``determinism_cost rollout_wall_ratio=<x> rollout_cpu_ratio=<y> sft_wall_ratio=<z> sft_cpu_ratio=<w>
+sft_cbwr_cpu_ratio=<u> update_cbwr_cpu_ratio=<v>``.
 """
 
 from __future__ import annotations
@@ -29,10 +36,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import json
 import os
 import random
 import statistics
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -72,7 +82,7 @@ def _problems(k: int) -> list[TaskProblem]:
 
 def rollout_pair(cfg, model, tok, pool, k: int) -> dict[str, tuple[float, float]]:
     out = {}
-    for mode in ("deterministic", "arrival"):
+    for mode in ("deterministic", "arrival")[::1 if k % 2 else -1]:  # ABBA: the first of a pair runs slower
         real = loop.gather_trajectories
         if mode == "arrival":
             loop.gather_trajectories = _unmanaged
@@ -91,9 +101,9 @@ async def _collect(cfg, model, tok, sandbox_cfg, k):
                                       max_turns=4, temperature=1.0)
 
 
-def sft_pair(model_dir_or_model, tok, rows) -> dict[str, tuple[float, float]]:
+def sft_pair(model_dir_or_model, tok, rows, k: int) -> dict[str, tuple[float, float]]:
     out = {}
-    for mode, n in (("deterministic", 2), ("adaptive", -2)):
+    for mode, n in (("deterministic", 2), ("adaptive", -2))[::1 if k % 2 else -1]:
         model = model_dir_or_model()
         model.train()
         opt = common.make_optimizer(model, 2e-3)
@@ -108,11 +118,53 @@ def sft_pair(model_dir_or_model, tok, rows) -> dict[str, tuple[float, float]]:
     return out
 
 
+def _cbwr_child(policy: str) -> None:
+    """In a fresh process (``MKL_CBWR`` is read when oneMKL starts): wall and CPU seconds of three SFT
+    steps and three policy updates at 2 threads, after one warm-up of each; one JSON line."""
+    sys.path.insert(0, str(ROOT / "tests" / "train"))
+    import test_thread_invariance as t
+    out = {}
+    for name, fn in sorted(t.STEPS.items()):
+        fn(policy, 2)
+        w0, c0 = time.perf_counter(), time.process_time()
+        fn(policy, 2)
+        out[name] = [time.perf_counter() - w0, time.process_time() - c0]
+    print(json.dumps(out))
+
+
+def cbwr_ratios(pairs: int) -> dict[str, float]:
+    """CPU seconds of the tiny model's SFT step and policy update, ``MKL_CBWR=AUTO,STRICT`` / unset,
+    ratios of medians over ``pairs`` ABBA pairs of fresh processes."""
+    from kit.data import tasks
+    from kit.models import build_tiny_model, save_policy, train_tokenizer
+    cpu: dict[tuple[str, str], list[float]] = {}
+    with tempfile.TemporaryDirectory() as d:
+        split = tasks.make_split(60, 4, 0)
+        tok = train_tokenizer([p.question + " " + p.code for p in split.train] * 3, 500)
+        save_policy(build_tiny_model(load("tiny", write=False).model, tok, seed=0), tok, Path(d) / "policy")
+        base = {**os.environ, "MKL_CBWR": ""}  # empty: oneMKL's default (importing kit sets an unset variable)
+        for k in range(1, pairs + 1):
+            for arm in ("unset", "strict")[::1 if k % 2 else -1]:
+                env = {**base, "MKL_CBWR": "AUTO,STRICT"} if arm == "strict" else base
+                res = subprocess.run([sys.executable, __file__, "--cbwr-child", str(Path(d) / "policy")], env=env,
+                                     capture_output=True, text=True, check=True)
+                for step, (_, c) in json.loads(res.stdout.strip().splitlines()[-1]).items():
+                    cpu.setdefault((step, arm), []).append(c)
+            print(f"MKL_CBWR pair {k}: " + ", ".join(f"{s} {cpu[(s, 'strict')][-1]:.2f} vs {cpu[(s, 'unset')][-1]:.2f} CPU s"
+                                                     for s in ("sft_step", "policy_update")), flush=True)
+    return {f"{'sft' if s == 'sft_step' else 'update'}_cbwr_cpu_ratio":
+            statistics.median(cpu[(s, "strict")]) / statistics.median(cpu[(s, "unset")]) for s in ("sft_step", "policy_update")}
+
+
 def main(argv=None) -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--policy", help="a saved policy folder (default: the fitted tool-use double)")
     ap.add_argument("--repeats", type=int, default=5)
+    ap.add_argument("--cbwr-pairs", type=int, default=4, help="fresh-process pairs for the MKL_CBWR figure (0: skip)")
+    ap.add_argument("--cbwr-child", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.cbwr_child:
+        return _cbwr_child(args.cbwr_child)
     torch.set_num_threads(2)
     cfg = load("tiny", write=False)
     if args.policy:
@@ -142,7 +194,7 @@ def main(argv=None) -> None:
     for k in range(1, args.repeats + 1):
         for mode, v in rollout_pair(cfg, model.eval(), tok, sandbox_cfg, k).items():
             ro[mode].append(v)
-        for mode, v in sft_pair(fresh, tok, rows).items():
+        for mode, v in sft_pair(fresh, tok, rows, k).items():
             sf[mode].append(v)
         print(f"pair {k}: rollout wall {ro['deterministic'][-1][0]:.2f} vs {ro['arrival'][-1][0]:.2f} s, "
               f"SFT x3 wall {sf['deterministic'][-1][0]:.2f} vs {sf['adaptive'][-1][0]:.2f} s", flush=True)
@@ -151,6 +203,8 @@ def main(argv=None) -> None:
          "rollout_cpu_ratio": med(ro["deterministic"], 1) / med(ro["arrival"], 1),
          "sft_wall_ratio": med(sf["deterministic"], 0) / med(sf["adaptive"], 0),
          "sft_cpu_ratio": med(sf["deterministic"], 1) / med(sf["adaptive"], 1)}
+    if args.cbwr_pairs > 0:
+        r.update(cbwr_ratios(args.cbwr_pairs))
     print("determinism_cost " + " ".join(f"{k}={v:.3f}" for k, v in r.items()))
 
 

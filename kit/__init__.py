@@ -10,9 +10,17 @@ or ``OMP_WAIT_POLICY``: libgomp reads it once, when torch loads it, so a trainer
 (JupyterLab, a script, a benchmark) must have it set before its first ``import torch``; ``kit``
 is imported first everywhere the kit's own code runs. Unbounded spinning took a 2-core SFT step
 from 0.38 s to 2.24 s beside two busy processes (1.21 s bounded; measured in kit.pipeline).
+
+Importing ``kit`` also turns on oneMKL's conditional numerical reproducibility in strict mode
+(``MKL_CBWR=AUTO,STRICT``: the same bits at any thread count, issue #41), unless the user set
+``MKL_CBWR`` (an empty value leaves oneMKL's default). oneMKL reads the variable when torch loads
+it; where torch was imported before ``kit``, the mode is set through oneMKL's ``mkl_cbwr_set``,
+which works until the first oneMKL call and otherwise leaves a warning. Its cost on the tiny
+model's SFT step and policy update is within noise (``benchmarks/determinism_cost.py``).
 """
 
 import os as _os
+import sys as _sys
 
 __version__ = "0.1.0"
 
@@ -20,3 +28,31 @@ __version__ = "0.1.0"
 OPENMP_SPINCOUNT = "10000"
 if "OMP_WAIT_POLICY" not in _os.environ:
     _os.environ.setdefault("GOMP_SPINCOUNT", OPENMP_SPINCOUNT)
+
+#: oneMKL's conditional numerical reproducibility mode (see the module docstring)
+MKL_CBWR = "AUTO,STRICT"
+_MKL_CBWR_AUTO_STRICT = 0x2 | 0x10000  # mkl_cbwr.h: MKL_CBWR_AUTO | MKL_CBWR_STRICT
+
+
+def _pin_mkl_cbwr() -> None:
+    """Set ``MKL_CBWR`` for this process and its children; in a process that loaded torch before
+    ``kit``, set the mode through oneMKL (a torch without oneMKL: nothing to do)."""
+    if "MKL_CBWR" in _os.environ:
+        return
+    _os.environ["MKL_CBWR"] = MKL_CBWR
+    if "torch" not in _sys.modules:
+        return
+    import ctypes
+    import warnings
+    try:
+        lib = ctypes.CDLL(_os.path.join(_os.path.dirname(_sys.modules["torch"].__file__), "lib", "libtorch_cpu.so"))
+        set_mode = lib.mkl_serv_cbwr_set
+    except (OSError, AttributeError, TypeError):
+        return
+    set_mode.argtypes, set_mode.restype = [ctypes.c_int], ctypes.c_int
+    if set_mode(_MKL_CBWR_AUTO_STRICT) != 0:
+        warnings.warn("kit: torch ran oneMKL before kit was imported, so MKL_CBWR=AUTO,STRICT could not be set in "
+                      "this process; its float bits depend on the thread count (import kit before torch)", stacklevel=2)
+
+
+_pin_mkl_cbwr()

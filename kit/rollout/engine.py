@@ -78,8 +78,10 @@ class _BackendBase:
         self._worker: asyncio.Task | None = None
         #: tokens: sampled tokens; steps: decode forwards; row_steps: rows x steps (padding rows
         #: included); kv_cols: cache columns (padding included) summed over steps; prefills;
-        #: busy_s: seconds inside model forwards and sampling.
-        self.stats = {"tokens": 0, "steps": 0, "row_steps": 0, "kv_cols": 0, "prefills": 0, "busy_s": 0.0}
+        #: busy_s: seconds inside model forwards and sampling; stall_s: seconds the schedule waited
+        #: for a tool call that was due by the logical clock (wall time only, kit.rollout.cohort).
+        self.stats = {"tokens": 0, "steps": 0, "row_steps": 0, "kv_cols": 0, "prefills": 0, "busy_s": 0.0,
+                      "stall_s": 0.0}
 
     def _make(self, prompt_ids, max_new_tokens, temperature, top_p, stop_ids) -> EngineRequest | Generation:
         check_request(prompt_ids, max_new_tokens, temperature, top_p)
@@ -306,7 +308,9 @@ class ContinuousBatchingEngine(_BackendBase):
         co = self.cohort
         while True:  # the worker ends when idle; generate() and kick() start a new one
             if co.blocked():  # a trajectory due now is still in its tool call: wait for it (wall time only)
+                t0 = time.perf_counter()
                 await co.changed()
+                self.stats["stall_s"] += time.perf_counter() - t0
                 continue
             ready = self._ready()
             if not len(rows) and not ready:

@@ -11,8 +11,9 @@
   1.876654768624017 against 1.8766547683892374; review of issue #41); with ``MKL_CBWR=AUTO,STRICT``
   the two cold starts were equal over all 40 steps (reports/LOG.md, 2026-12-06). The second test runs
   the three steps at 1 and at 2 threads under ``MKL_CBWR=AUTO,STRICT`` in fresh processes (the
-  variable is read when oneMKL starts) and requires the same weights. The kit does not set the
-  variable by default yet: its cost is measured by ``benchmarks/determinism_cost.py``.
+  variable is read when oneMKL starts) and requires the same weights. Importing ``kit`` sets that
+  mode (:data:`kit.MKL_CBWR`), also where torch was imported first; the third test reads oneMKL's
+  own setting back. Its cost is measured by ``benchmarks/determinism_cost.py``.
 """
 
 from __future__ import annotations
@@ -113,3 +114,29 @@ def test_with_mkl_cbwr_one_and_two_threads_give_the_same_step(policy, step):
     one, two = _in_process(policy, step, 1), _in_process(policy, step, 2)
     assert one[1] == two[1]
     assert one[0] == two[0], "under MKL_CBWR=AUTO,STRICT the weights differ between 1 and 2 threads"
+
+
+_MODE = """
+import ctypes, os, sys
+if sys.argv[1] == "torch-first":
+    import torch
+import kit, torch
+get = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")).mkl_serv_cbwr_get
+get.argtypes, get.restype = [ctypes.c_int], ctypes.c_int
+a = torch.randn(64, 64)
+(a @ a).sum()
+print(hex(get(-1)))  # MKL_CBWR_ALL: the branch and the STRICT bit
+"""
+
+
+@pytest.mark.skipif(not torch.backends.mkl.is_available(), reason="torch is built without oneMKL")
+@pytest.mark.parametrize(("order", "value", "mode"), [("kit-first", None, "0x10002"), ("torch-first", None, "0x10002"),
+                                                      ("kit-first", "", "0x1")])
+def test_importing_kit_turns_on_strict_conditional_numerical_reproducibility(order, value, mode):
+    env = {k: v for k, v in os.environ.items() if k != "MKL_CBWR"}
+    if value is not None:
+        env["MKL_CBWR"] = value  # the user's choice wins; empty is oneMKL's default (branch off)
+    res = subprocess.run([sys.executable, "-c", _MODE, order], capture_output=True, text=True, env=env, cwd=ROOT,
+                         timeout=300)
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout.split()[-1] == mode  # 0x10002 = MKL_CBWR_AUTO | MKL_CBWR_STRICT

@@ -119,9 +119,28 @@ def _selftest(a: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _claims(a: argparse.Namespace, argv: list[str]) -> int:
+    from kit.claims import ClaimsError
     from kit.claims.over_seeds import seeds_table, write_csv  # reads claims.json files only
 
-    write_csv(seeds_table(a.runs, None if a.section == "all" else a.section), a.out)
+    if a.runs[0] != "pool":
+        write_csv(seeds_table(a.runs, None if a.section == "all" else a.section), a.out)
+        return 0
+    from kit.claims import pool  # scipy's bootstrap; matplotlib for the page
+
+    try:
+        doc = pool.pool_runs(a.runs[1:])
+    except ClaimsError as exc:
+        print(f"kit claims pool: {exc}", file=sys.stderr)
+        return 2
+    for note in doc["notes"]:
+        print(f"kit claims pool: {note}", file=sys.stderr)
+    rows = pool.table_rows(doc)
+    if a.section != "all":
+        rows = rows[:1] + [r for r in rows[1:] if r[0] == a.section]
+    write_csv(rows, None)
+    if a.out:
+        for path in pool.write_pooled(doc, a.out):
+            print(f"kit claims pool: wrote {path}", file=sys.stderr)
     return 0
 
 
@@ -253,12 +272,16 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bwrap: each call in bubblewrap namespaces (default); none: no isolation, for a machine without bubblewrap")
     p.add_argument("--workers", type=int, default=0, help="warm workers (0: one per core)")
 
-    p = verb("claims", _claims, "several runs' verdicts side by side, one row per claim (CSV)",
+    p = verb("claims", _claims, "several runs' verdicts side by side, or pooled over seeds (`claims pool`)",
              "Read each run folder's claims.json (notebook 09) and print, or write with --out, one row per claim of "
-             "--section with one `statistic (interval) verdict` cell per run (the README's tables over seeds).")
-    p.add_argument("runs", nargs="+", help="run folders with a claims.json, e.g. reports/tiny/s7")
+             "--section with one `statistic (interval) verdict` cell per run. `kit claims pool RUN...` judges every "
+             "claim over the runs instead (kit.claims.pool: the unit is the pipeline seed, t interval over runs below "
+             "10 runs, BCa bootstrap from 10, Holm over each paper's primary claims) and prints one row per test; "
+             "with --out DIR it writes pooled_claims.json, pooled_claims.csv and over_seeds.pdf there. Exit 2 on "
+             "runs that cannot be pooled (named).")
+    p.add_argument("runs", nargs="+", help="run folders with a claims.json, e.g. reports/tiny/s7; or `pool` and the runs")
     p.add_argument("--section", default="rStar2-Agent", help="the claims' paper: rStar2-Agent (default), ReTool, Agent-R, or all")
-    p.add_argument("--out", default=None, help="the CSV file to write (default: print)")
+    p.add_argument("--out", default=None, help="the CSV file to write (default: print); with `pool`, a folder")
 
     p = verb("compare", _compare, "are two run folders the same run? result files compared byte for byte",
              "Compare every result file of two run folders (metrics, samples, evaluation outputs, weights, claims.json) "

@@ -1,0 +1,386 @@
+"""Verdicts over pipeline seeds (issue #42): every claim judged over runs, the spread between runs
+in its interval.
+
+The unit is the **pipeline seed**: one run folder of ``python -m kit reproduce --seed s`` redraws the
+split, the cold start, the RL seeds and the evaluation draws. Each run's ``claims.json`` gives, per
+test, the run's statistic (``value``; a run's RL seeds are averaged first, as its own test does). The
+pooled test takes those statistics over runs and applies the claims file's rules (``rules.pooling``
+in ``kit/reference/claims.yaml``, registered before the first pooled run):
+
+* interval over runs: Student t for fewer than :data:`BOOTSTRAP_FROM` runs (:func:`t_interval`),
+  a BCa bootstrap over runs from there (``scipy.stats.bootstrap``, :data:`BOOTSTRAP_RESAMPLES`
+  resamples, seed 0). One level: a run's statistic already carries its own sampling noise, so its
+  spread over runs includes it (resampling within runs as well would count that noise twice;
+  Davison & Hinkley 1997, §3.8);
+* paired designs stay paired: a test that compares two arms of one run is pooled on the run's
+  difference, so resampling runs keeps both arms of a seed together;
+* the three-way verdict rule (:func:`kit.claims.stats.decide`) on the pooled interval; Holm's step-down
+  correction over the tests of each paper's ``role: primary`` claims decides whether a primary test
+  may say "reproduced" (:func:`holm`; a claim without ``role`` is secondary, uncorrected);
+* runs that fail a registered precondition (a claim's ``requires:``; each run's ``claims.json``
+  records its ``preconditions``) are listed and left out by that rule; a run without a statistic
+  for a test (too little data) is listed and left out of that test;
+* descriptions beside the verdict, never the verdict: the share of runs whose statistic lies on
+  the claimed side of the threshold, the share whose own verdict was "reproduced", and for arm
+  comparisons the probability of improvement (the share of runs whose difference favours the claimed
+  arm, ties counting half; Agarwal et al. 2021's measure for paired runs).
+
+Usage::
+
+    python -m kit claims pool reports/tiny/s1 reports/tiny/s2 ... --out reports/tiny/pooled
+
+writes ``pooled_claims.json``, ``pooled_claims.csv`` and the "over seeds" page (``over_seeds.pdf``,
+a forest plot per claim: :mod:`kit.claims.forest`).
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import time
+import warnings
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from scipy import stats
+
+from kit import fingerprint, jsonio
+from kit.claims import ClaimsError, load_claims, read_claims
+from kit.claims.over_seeds import environment_notes
+from kit.claims.results import DEFAULT_SECTION, VERDICTS
+from kit.claims.stats import CONFIDENCE, decide
+
+__all__ = ["ARM_COMPARISONS", "BOOTSTRAP_FROM", "BOOTSTRAP_RESAMPLES", "POOLED_FILE", "SCHEMA", "holm",
+           "interval_p", "pool_claims", "pool_runs", "pooled_interval", "probability_of_improvement",
+           "seeds_needed", "write_pooled"]
+
+SCHEMA = 1
+POOLED_FILE = "pooled_claims.json"
+#: runs from which the interval is a BCa bootstrap over runs instead of Student t (claims.yaml rules.pooling)
+BOOTSTRAP_FROM = 10
+BOOTSTRAP_RESAMPLES = 9999
+BOOTSTRAP_SEED = 0
+#: test kinds whose statistic is a difference of two arms (or two checkpoints) of one run
+ARM_COMPARISONS = frozenset({"ablation_paired_last", "heldout_rise", "heldout_no_drop", "stage_length_change",
+                             "passk_gap", "passk_gap_closing", "entropy_share_diff", "agent_r_paired",
+                             "agent_r_diff"})
+
+
+def _finite(values: Sequence[float]) -> np.ndarray:
+    v = np.asarray([x for x in values if x is not None], dtype=float)
+    return v[np.isfinite(v)]
+
+
+def _bca(v: np.ndarray, confidence: float) -> tuple[float, float]:
+    """BCa bootstrap interval of the mean of ``v`` (runs resampled); the mean itself where all runs agree."""
+    if np.ptp(v) == 0:
+        return float(v[0]), float(v[0])
+    with warnings.catch_warnings():  # a degenerate resample distribution warns; the bounds are still reported
+        warnings.simplefilter("ignore")
+        r = stats.bootstrap((v,), np.mean, confidence_level=confidence, n_resamples=BOOTSTRAP_RESAMPLES,
+                            method="BCa", random_state=np.random.default_rng(BOOTSTRAP_SEED))
+    return float(r.confidence_interval.low), float(r.confidence_interval.high)
+
+
+def pooled_interval(values: Sequence[float | None], confidence: float = CONFIDENCE) -> tuple[float, float, float, str]:
+    """Mean over runs with the pooled interval of claims.yaml ``rules.pooling``.
+
+    Args:
+        values: (R,) the runs' statistics; None and NaN (a run without the statistic) are dropped.
+        confidence: two-sided level (0.95 by the rules; :func:`interval_p` varies it).
+    Returns:
+        ``(mean, lo, hi, how)``: Student t over runs for fewer than :data:`BOOTSTRAP_FROM` runs, BCa
+        bootstrap over runs from there; NaN bounds for fewer than 2 runs; ``how`` says which, with the count.
+    """
+    v = _finite(values)
+    if v.size == 0:
+        return math.nan, math.nan, math.nan, "no run has the statistic"
+    m = float(v.mean())
+    if v.size < 2:
+        return m, math.nan, math.nan, "1 run: no interval over runs"
+    if v.size < BOOTSTRAP_FROM:
+        half = float(stats.t.ppf(0.5 + confidence / 2, v.size - 1) * v.std(ddof=1) / math.sqrt(v.size))
+        return m, m - half, m + half, f"t over {v.size} runs"
+    lo, hi = _bca(v, confidence)
+    return m, lo, hi, f"BCa bootstrap over {v.size} runs"
+
+
+def interval_p(values: Sequence[float | None], comparison: str, threshold: float) -> float:
+    """The smallest ``alpha`` at which the two-sided ``1 - alpha`` pooled interval lies strictly on the
+    claimed side of ``threshold``: the p-value Holm's correction orders (``< 0.05`` exactly when the 95%
+    interval says reproduced).
+
+    With fewer than :data:`BOOTSTRAP_FROM` runs it is twice the one-sided t-test p-value; from there it
+    is found by bisection over the bootstrap's level (same resamples each time). 1.0 for fewer than 2
+    runs; all runs equal: 0.0 on the claimed side, else 1.0.
+
+    Raises:
+        ValueError: a comparison other than ``">"`` / ``"<"``.
+    """
+    if comparison not in (">", "<"):
+        raise ValueError(f"comparison must be '>' or '<', got {comparison!r}")
+    v = _finite(values)
+    if v.size < 2:
+        return 1.0
+    sign = 1.0 if comparison == ">" else -1.0
+    if np.ptp(v) == 0:
+        return 0.0 if sign * (v[0] - threshold) > 0 else 1.0
+    if v.size < BOOTSTRAP_FROM:
+        p = stats.ttest_1samp(v, threshold, alternative="greater" if comparison == ">" else "less").pvalue
+        return float(min(1.0, 2 * p))
+
+    def clears(alpha: float) -> bool:
+        lo, hi = _bca(v, 1 - alpha)
+        return lo > threshold if comparison == ">" else hi < threshold
+
+    if not clears(0.999):
+        return 1.0
+    lo_a, hi_a = 0.0, 0.999  # clears(hi_a) holds; find the smallest alpha that clears
+    for _ in range(14):
+        mid = (lo_a + hi_a) / 2
+        lo_a, hi_a = (lo_a, mid) if clears(mid) else (mid, hi_a)
+    return hi_a
+
+
+def holm(pvalues: Mapping[str, float]) -> dict[str, float]:
+    """Holm's step-down adjusted p-values (Holm 1979): sorted ascending, ``p_(i)`` becomes
+    ``max_{j <= i} min(1, (m - j + 1) p_(j))``; a hypothesis is rejected at level ``alpha`` when its
+    adjusted p is below ``alpha``. Ties keep the input order. ``{}`` for no hypotheses."""
+    order = sorted(pvalues, key=lambda k: pvalues[k])
+    m, running, out = len(order), 0.0, {}
+    for i, k in enumerate(order):
+        running = max(running, min(1.0, (m - i) * pvalues[k]))
+        out[k] = running
+    return out
+
+
+def probability_of_improvement(values: Sequence[float | None], comparison: str) -> float:
+    """Share of runs whose arm difference favours the claimed arm (``> 0`` for ``">"``, ``< 0`` for
+    ``"<"``), ties at 0 counting half: the probability of improvement of paired runs. NaN for no runs."""
+    v = _finite(values)
+    if v.size == 0:
+        return math.nan
+    s = v if comparison == ">" else -v
+    return float(((s > 0).sum() + 0.5 * (s == 0).sum()) / v.size)
+
+
+def seeds_needed(values: Sequence[float | None], comparison: str, threshold: float, most: int = 200) -> int | None:
+    """Runs a test needs for its t interval over runs to clear ``threshold``, if the runs so far are
+    what the method gives: the smallest ``n >= 2`` with ``t(0.975, n-1) sd / sqrt(n) < |mean - threshold|``
+    (mean and sample sd of ``values``). None when the runs' mean is not on the claimed side, when there
+    are fewer than 2 runs, or when more than ``most`` would be needed. A planning figure, not a power
+    guarantee: the sd of a few runs is itself uncertain."""
+    v = _finite(values)
+    if v.size < 2:
+        return None
+    gap = (v.mean() - threshold) * (1.0 if comparison == ">" else -1.0)
+    if gap <= 0:
+        return None
+    sd = float(v.std(ddof=1))
+    for n in range(2, most + 1):
+        if stats.t.ppf(0.5 + CONFIDENCE / 2, n - 1) * sd / math.sqrt(n) < gap:
+            return n
+    return None
+
+
+# --------------------------------------------------------------------------- pooling claims.json documents
+
+
+def _seed(run: Path) -> int | None:
+    """The pipeline seed of a run folder (the ``seed`` parameter of the notebooks its
+    ``pipeline_state.json`` records), None when not recorded."""
+    try:
+        state = json.loads((run / "pipeline_state.json").read_text())
+    except (OSError, ValueError):
+        return None
+    for entry in state.values():
+        seed = entry.get("parameters", {}).get("seed") if isinstance(entry, dict) else None
+        if isinstance(seed, int):
+            return seed
+    return None
+
+
+def _precondition_failures(doc: Mapping[str, Any], requires: Sequence[str]) -> list[str]:
+    pre = doc.get("preconditions") or {}
+    out = []
+    for name in requires:
+        rec = pre.get(name)
+        if rec is None:
+            out.append(f"precondition {name!r} not recorded")
+        elif not rec.get("passed"):
+            out.append(f"precondition {name!r} failed: {rec.get('reason', '')}".rstrip(": "))
+    return out
+
+
+def pool_claims(docs: Sequence[tuple[str, Mapping[str, Any]]], claims: Sequence[Mapping[str, Any]] | None = None
+                ) -> list[dict[str, Any]]:
+    """Pool each claim's tests over runs.
+
+    Args:
+        docs: (R,) ``(run name, claims.json document)``; the first run's claim order is kept.
+        claims: the claims file's claims (default :func:`kit.claims.load_claims`): their ``role``
+            (``primary`` / ``secondary``, default secondary) and ``requires`` (precondition names).
+    Returns:
+        One dict per claim: ``id, section, source, claim, role, verdict, tests`` where each test has
+        ``name, kind, comparison, threshold, per_run {run: statistic or None}, used [runs], excluded
+        {run: reason}, value, ci95, interval, n, p_interval, p_holm, verdict, reason,
+        share_claimed_side, share_runs_reproduced, seeds_needed`` (:func:`seeds_needed` on these runs) and, for arm comparisons (:data:`ARM_COMPARISONS`),
+        ``probability_of_improvement``.
+    Raises:
+        ClaimsError: a claim of the first run is missing from another, or a test's comparison or
+            threshold differs between runs (the claims file changed: such runs test different claims).
+    """
+    if not docs:
+        raise ClaimsError("no runs to pool")
+    spec = {c["id"]: c for c in (load_claims() if claims is None else claims)}
+    by_run = [(name, {c["id"]: c for c in d["claims"]}, d) for name, d in docs]
+    out = []
+    for c0 in docs[0][1]["claims"]:
+        cid = c0["id"]
+        cspec = spec.get(cid, {})
+        role = str(cspec.get("role") or "secondary")
+        requires = list(cspec.get("requires") or [])
+        tests = []
+        for ti, t0 in enumerate(c0["tests"]):
+            per_run, excluded, verdicts = {}, {}, []
+            for name, claims_of, doc in by_run:
+                c = claims_of.get(cid)
+                if c is None:
+                    raise ClaimsError(f"claim {cid!r} is not in {name}/claims.json")
+                t = c["tests"][ti]
+                if (t["comparison"], t["threshold"]) != (t0["comparison"], t0["threshold"]):
+                    raise ClaimsError(f"claim {cid!r}, test {t0['name']!r}: {name} tests {t['comparison']} "
+                                      f"{t['threshold']}, {docs[0][0]} tests {t0['comparison']} {t0['threshold']}: "
+                                      "the runs were judged by different claims files")
+                per_run[name] = t.get("value")
+                failed = _precondition_failures(doc, requires)
+                if failed:
+                    excluded[name] = "; ".join(failed)
+                elif t.get("value") is None:
+                    excluded[name] = f"no statistic ({t.get('reason', 'too little data')})"
+                else:
+                    verdicts.append(t.get("verdict"))
+            used = [n for n in per_run if n not in excluded]
+            vals = [per_run[n] for n in used]
+            cmp_, thr = t0["comparison"], float(t0["threshold"])
+            mean, lo, hi, how = pooled_interval(vals)
+            verdict, reason = decide(lo, hi, cmp_, thr) if len(vals) >= 2 else (
+                "inconclusive", f"{len(vals)} run(s) with the statistic: an interval over runs needs 2")
+            v = _finite(vals)
+            side = (v > thr) if cmp_ == ">" else (v < thr)
+            test = {"name": t0["name"], "kind": t0["kind"], "comparison": cmp_, "threshold": thr,
+                    "per_run": per_run, "used": used, "excluded": excluded, "value": mean, "ci95": [lo, hi],
+                    "interval": how, "n": len(vals), "p_interval": interval_p(vals, cmp_, thr), "p_holm": None,
+                    "verdict": verdict, "reason": reason,
+                    "share_claimed_side": float(side.mean()) if v.size else math.nan,
+                    "share_runs_reproduced": (sum(x == "reproduced" for x in verdicts) / len(verdicts)
+                                              if verdicts else math.nan),
+                    "seeds_needed": seeds_needed(vals, cmp_, thr)}
+            if t0["kind"] in ARM_COMPARISONS:
+                test["probability_of_improvement"] = probability_of_improvement(vals, cmp_)
+            tests.append(test)
+        out.append({"id": cid, "section": c0.get("section") or DEFAULT_SECTION, "source": c0["source"],
+                    "claim": c0["claim"], "role": role, "requires": requires, "tests": tests})
+    _apply_holm(out)
+    for c in out:
+        vs = [t["verdict"] for t in c["tests"]]
+        c["verdict"] = ("reproduced" if all(v == "reproduced" for v in vs)
+                        else "not reproduced" if "not reproduced" in vs else "inconclusive")
+    return out
+
+
+def _apply_holm(pooled: list[dict[str, Any]]) -> None:
+    """Holm over the tests of each section's primary claims: a primary test says "reproduced" only
+    when its adjusted p-value is below 1 - confidence."""
+    alpha = 1 - CONFIDENCE
+    for section in {c["section"] for c in pooled}:
+        family = {(c["id"], i): t["p_interval"] for c in pooled if c["section"] == section and c["role"] == "primary"
+                  for i, t in enumerate(c["tests"])}
+        adjusted = holm(family)
+        for c in pooled:
+            for i, t in enumerate(c["tests"]):
+                if (c["id"], i) not in adjusted:
+                    continue
+                t["p_holm"] = adjusted[(c["id"], i)]
+                if t["verdict"] == "reproduced" and t["p_holm"] >= alpha:
+                    t["verdict"] = "inconclusive"
+                    t["reason"] += (f"; but not after Holm's correction over the {len(adjusted)} primary tests of "
+                                    f"{section} (adjusted p = {t['p_holm']:.3g})")
+
+
+def pool_runs(runs: Sequence[str | os.PathLike]) -> dict[str, Any]:
+    """The pooled document of run folders (each with a ``claims.json``, notebook 09).
+
+    Returns:
+        ``{schema_version, kind: "pooled", profile, created_utc, runs [{name, path, seed, environment_key,
+        repeatable}], notes [environment notes], counts {verdict: n}, claims [pool_claims rows]}``.
+    Raises:
+        ClaimsError: no runs, a missing or invalid ``claims.json`` (named), runs of different profiles,
+            two runs of one pipeline seed (the unit would count twice), or :func:`pool_claims`'s errors.
+    """
+    paths = [Path(r) for r in runs]
+    if not paths:
+        raise ClaimsError("no runs to pool")
+    docs = [(p.name, read_claims(p / "claims.json")) for p in paths]
+    names = [n for n, _ in docs]
+    if len(set(names)) != len(names):
+        raise ClaimsError(f"run folder names repeat ({', '.join(names)}): each run is named by its folder")
+    profiles = {d["profile"] for _, d in docs}
+    if len(profiles) > 1:
+        raise ClaimsError(f"the runs are of different profiles ({', '.join(sorted(profiles))}): pool one profile")
+    seeds = {}
+    for p in paths:
+        s = _seed(p)
+        if s is not None and s in seeds:
+            raise ClaimsError(f"{seeds[s]} and {p} are both pipeline seed {s}: the unit of the pool is the seed, "
+                              "so a seed counts once")
+        if s is not None:
+            seeds[s] = p
+    pooled = pool_claims(docs)
+    return {"schema_version": SCHEMA, "kind": "pooled", "profile": profiles.pop(),
+            "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "runs": [{"name": n, "path": str(p), "seed": _seed(p),
+                      "environment_key": fingerprint.fingerprint_key(d[fingerprint.ENVIRONMENT_KEY])
+                      if d.get(fingerprint.ENVIRONMENT_KEY) else None,
+                      "repeatable": d.get(fingerprint.REPEATABLE_KEY)} for (n, d), p in zip(docs, paths, strict=True)],
+            "notes": environment_notes(docs),
+            "counts": {v: sum(c["verdict"] == v for c in pooled) for v in VERDICTS}, "claims": pooled}
+
+
+def _fmt(x: Any) -> str:
+    return "n/a" if x is None or (isinstance(x, float) and not math.isfinite(x)) else f"{x:+.3f}"
+
+
+def table_rows(doc: Mapping[str, Any]) -> list[list[str]]:
+    """Rows ``[section, claim, test, runs, pooled statistic (interval), verdict, share of runs on the claimed
+    side, probability of improvement, seeds needed]`` (header first) of a pooled document."""
+    rows = [["section", "claim", "test", "runs", "pooled (95% interval over runs)", "verdict", "share claimed side",
+             "P(improvement)", "seeds needed"]]
+    for c in doc["claims"]:
+        for t in c["tests"]:
+            lo, hi = t["ci95"]
+            rows.append([c["section"], f"{c['source'].split(' (')[0]}: {c['claim']}", t["name"], str(t["n"]),
+                         f"{_fmt(t['value'])} ({_fmt(lo)} to {_fmt(hi)})", t["verdict"],
+                         f"{t['share_claimed_side']:.2f}" if t["share_claimed_side"] == t["share_claimed_side"] else "n/a",
+                         f"{t['probability_of_improvement']:.2f}" if "probability_of_improvement" in t else "",
+                         "" if t.get("seeds_needed") is None else str(t["seeds_needed"])])
+    return rows
+
+
+def write_pooled(doc: Mapping[str, Any], out: str | os.PathLike, *, page: bool = True) -> list[Path]:
+    """Write ``pooled_claims.json``, ``pooled_claims.csv`` and (``page``) the "over seeds" page
+    ``over_seeds.pdf`` into the folder ``out`` (created); returns the paths written."""
+    d = Path(out)
+    d.mkdir(parents=True, exist_ok=True)
+    paths = [d / POOLED_FILE, d / "pooled_claims.csv"]
+    paths[0].write_text(jsonio.dumps(doc, indent=2) + "\n")
+    with open(paths[1], "w", newline="") as fh:
+        csv.writer(fh).writerows(table_rows(doc))
+    if page:
+        from kit.claims.forest import over_seeds_page  # matplotlib: only for the page
+        paths.append(over_seeds_page(doc, d / "over_seeds.pdf"))
+    return paths

@@ -1,0 +1,186 @@
+"""kit.claims.pool (issue #42): claims judged over pipeline seeds, against hand-computed cases."""
+
+import json
+import math
+
+import pytest
+
+from kit import cli
+from kit.claims import ClaimsError
+from kit.claims.pool import (
+    BOOTSTRAP_FROM,
+    holm,
+    interval_p,
+    pool_claims,
+    pool_runs,
+    pooled_interval,
+    probability_of_improvement,
+    seeds_needed,
+    write_pooled,
+)
+
+
+def _test(value, verdict="inconclusive", kind="ablation_drop", comparison=">", threshold=0.0, name="t0"):
+    return {"name": name, "kind": kind, "comparison": comparison, "threshold": threshold, "value": value,
+            "verdict": verdict, "reason": "r"}
+
+
+def _claim(cid, tests, section="rStar2-Agent"):
+    return {"id": cid, "source": "Figure 4 (x)", "claim": f"claim {cid}", "paper": "p", "verdict": "inconclusive",
+            "value": tests[0]["value"], "ci95": [None, None], "interval": "", "note": "", "section": section,
+            "tests": tests}
+
+
+def _doc(claims, **extra):
+    return {"schema_version": 3, "profile": "tiny", "counts": {}, "claims": claims, "environment": {},
+            "repeatable": {"bitwise": True, "why": ""}, **extra}
+
+
+def _spec(cid, role="secondary", requires=()):
+    return {"id": cid, "role": role, "requires": list(requires)}
+
+
+def _run(root, name, claims, seed=None, **extra):
+    p = root / name
+    p.mkdir()
+    (p / "claims.json").write_text(json.dumps(_doc(claims, **extra)))
+    if seed is not None:
+        (p / "pipeline_state.json").write_text(json.dumps({"01_data_curation": {"parameters": {"seed": seed}}}))
+    return p
+
+
+# --------------------------------------------------------------------------- numbers by hand
+
+
+def test_t_interval_over_three_runs():
+    # mean 2, sd 1, t(0.975, 2) = 4.302653: half width 4.302653 / sqrt(3) = 2.484138
+    m, lo, hi, how = pooled_interval([1.0, 2.0, None, 3.0, float("nan")])
+    assert m == 2.0 and lo == pytest.approx(-0.484138, abs=1e-6) and hi == pytest.approx(4.484138, abs=1e-6)
+    assert how == "t over 3 runs"
+    assert math.isnan(pooled_interval([1.0])[1]) and math.isnan(pooled_interval([])[0])
+
+
+def test_interval_p_is_twice_the_one_sided_t_p_and_agrees_with_the_interval():
+    # [1, 2, 3, 4] against 0: t = 2.5 / (1.290994 / 2) = 3.872983, df 3, one-sided p = 0.0152331
+    assert interval_p([1.0, 2.0, 3.0, 4.0], ">", 0.0) == pytest.approx(0.0304663, abs=1e-6)
+    assert interval_p([1.0, 2.0, 3.0, 4.0], "<", 0.0) == pytest.approx(1.0)
+    # [1, 2, 3] against 0: t = 3.464102, df 2, one-sided p = 0.0370900: the 95% interval contains 0
+    p = interval_p([1.0, 2.0, 3.0], ">", 0.0)
+    assert p == pytest.approx(0.0741799, abs=1e-6) and pooled_interval([1.0, 2.0, 3.0])[1] < 0
+    assert interval_p([0.5, 0.5], ">", 0.0) == 0.0 and interval_p([0.5, 0.5], "<", 0.0) == 1.0
+    with pytest.raises(ValueError, match="comparison"):
+        interval_p([1.0, 2.0], ">=", 0.0)
+
+
+def test_holm_step_down_by_hand():
+    # sorted: a 0.01 x 3 = 0.03; c 0.03 x 2 = 0.06; b 0.04 x 1 = 0.04 -> kept monotone at 0.06
+    assert holm({"a": 0.01, "b": 0.04, "c": 0.03}) == pytest.approx({"a": 0.03, "c": 0.06, "b": 0.06})
+    assert holm({"a": 0.6, "b": 0.7}) == pytest.approx({"a": 1.0, "b": 1.0})
+    assert holm({}) == {}
+
+
+def test_probability_of_improvement_counts_ties_half():
+    assert probability_of_improvement([0.1, -0.2, 0.0, 0.3], ">") == 0.625
+    assert probability_of_improvement([0.1, -0.2, 0.0, 0.3], "<") == 0.375
+
+
+def test_seeds_needed_from_mean_and_spread():
+    # mean 0.02, sd 0.01: n = 3 gives 4.303 x 0.01 / 1.732 = 0.0248 > 0.02; n = 4 gives 3.182 x 0.01 / 2 = 0.0159
+    assert seeds_needed([0.01, 0.03, 0.02], ">", 0.0) == 4
+    assert seeds_needed([0.01, 0.03, 0.02], "<", 0.0) is None  # the runs point the other way
+    assert seeds_needed([0.02], ">", 0.0) is None
+
+
+def test_from_ten_runs_the_interval_is_a_bca_bootstrap_consistent_with_its_p():
+    clear = [0.05 + 0.01 * k for k in range(BOOTSTRAP_FROM + 2)]
+    m, lo, hi, how = pooled_interval(clear)
+    assert how == f"BCa bootstrap over {BOOTSTRAP_FROM + 2} runs" and lo < m < hi and lo > 0
+    assert interval_p(clear, ">", 0.0) < 0.05
+    near = [(-1) ** k * 0.1 + 0.01 for k in range(BOOTSTRAP_FROM)]
+    m, lo, hi, _ = pooled_interval(near)
+    assert lo < 0 < hi and interval_p(near, ">", 0.0) >= 0.05
+
+
+# --------------------------------------------------------------------------- pooling runs
+
+
+def test_runs_on_either_side_of_the_threshold(tmp_path):
+    up, down, mixed = [0.05, 0.06, 0.07, 0.04, 0.05], [-0.05, -0.03, -0.04, -0.06, -0.02], [0.3, -0.3, 0.2, -0.1, 0.0]
+    runs = [_run(tmp_path, f"s{i}", [_claim("up", [_test(up[i], "reproduced")]),
+                                     _claim("down", [_test(down[i], "not reproduced")]),
+                                     _claim("mixed", [_test(mixed[i])])], seed=i + 1) for i in range(5)]
+    doc = pool_runs(runs)
+    got = {c["id"]: c for c in doc["claims"]}
+    assert got["up"]["verdict"] == "reproduced" and got["down"]["verdict"] == "not reproduced"
+    assert got["mixed"]["verdict"] == "inconclusive"
+    t = got["up"]["tests"][0]
+    assert t["value"] == pytest.approx(0.054) and t["n"] == 5 and t["interval"] == "t over 5 runs"
+    assert t["share_claimed_side"] == 1.0 and t["share_runs_reproduced"] == 1.0
+    assert got["mixed"]["tests"][0]["share_claimed_side"] == 0.4
+    assert [r["seed"] for r in doc["runs"]] == [1, 2, 3, 4, 5] and doc["counts"]["reproduced"] == 1
+    paths = write_pooled(doc, tmp_path / "pooled")
+    assert [p.name for p in paths] == ["pooled_claims.json", "pooled_claims.csv", "over_seeds.pdf"]
+    assert paths[2].read_bytes()[:4] == b"%PDF"
+    assert json.loads(paths[0].read_text())["claims"][0]["tests"][0]["per_run"]["s0"] == 0.05
+
+
+def test_a_paired_arm_comparison_reports_the_probability_of_improvement(tmp_path):
+    diffs = [0.02, 0.03, -0.01, 0.04]
+    runs = [_run(tmp_path, f"s{i}", [_claim("c", [_test(d, kind="ablation_paired_last", comparison="<")])])
+            for i, d in enumerate(diffs)]
+    t = pool_runs(runs)["claims"][0]["tests"][0]
+    assert t["probability_of_improvement"] == 0.25  # one run of four has RoC below GRPO
+    assert t["verdict"] == "inconclusive"  # mean 0.02, t interval (-0.014, 0.054) contains 0
+
+
+def test_holm_over_primary_claims_turns_a_marginal_pair_inconclusive(tmp_path):
+    vals = [1.0, 2.0, 3.0, 4.0]  # p_interval 0.0305 each: reproduced alone, not after Holm over two
+    docs = [(f"s{i}", _doc([_claim("a", [_test(v)]), _claim("b", [_test(v)])])) for i, v in enumerate(vals)]
+    alone = pool_claims(docs, [_spec("a"), _spec("b")])
+    assert [c["verdict"] for c in alone] == ["reproduced", "reproduced"]
+    assert alone[0]["tests"][0]["p_holm"] is None
+    both = pool_claims(docs, [_spec("a", "primary"), _spec("b", "primary")])
+    assert [c["verdict"] for c in both] == ["inconclusive", "inconclusive"]
+    assert both[0]["tests"][0]["p_holm"] == pytest.approx(2 * 0.0304663, abs=1e-6)
+    assert "Holm" in both[0]["tests"][0]["reason"]
+    one = pool_claims(docs, [_spec("a", "primary"), _spec("b")])
+    assert [c["verdict"] for c in one] == ["reproduced", "reproduced"]  # a family of one: no correction
+
+
+def test_a_run_failing_a_precondition_is_listed_and_left_out_by_that_rule(tmp_path):
+    ok = {"cold_start_learns": {"passed": True}}
+    bad = {"cold_start_learns": {"passed": False, "reason": "held-out accuracy 0.15 < 0.30"}}
+    docs = [("s1", _doc([_claim("a", [_test(0.05)])], preconditions=ok)),
+            ("s2", _doc([_claim("a", [_test(-0.9)])], preconditions=bad)),
+            ("s3", _doc([_claim("a", [_test(0.06)])], preconditions=ok)),
+            ("s4", _doc([_claim("a", [_test(0.04)])])),
+            ("s5", _doc([_claim("a", [_test(None)])], preconditions=ok))]
+    t = pool_claims(docs, [_spec("a", requires=["cold_start_learns"])])[0]["tests"][0]
+    assert t["used"] == ["s1", "s3"] and t["n"] == 2
+    assert "failed: held-out accuracy 0.15 < 0.30" in t["excluded"]["s2"]
+    assert "not recorded" in t["excluded"]["s4"] and "no statistic" in t["excluded"]["s5"]
+    assert t["per_run"]["s2"] == -0.9  # listed with its number, not hidden
+    t = pool_claims(docs, [_spec("a")])[0]["tests"][0]
+    assert t["used"] == ["s1", "s2", "s3", "s4"]  # without the rule nothing is left out by outcome
+
+
+def test_runs_that_cannot_be_pooled_are_named(tmp_path):
+    a = _run(tmp_path, "a", [_claim("x", [_test(0.1)])], seed=3)
+    b = _run(tmp_path, "b", [_claim("x", [_test(0.2)])], seed=3)
+    with pytest.raises(ClaimsError, match="both pipeline seed 3"):
+        pool_runs([a, b])
+    c = _run(tmp_path, "c", [_claim("x", [_test(0.2, threshold=0.5)])], seed=4)
+    with pytest.raises(ClaimsError, match="different claims files"):
+        pool_runs([a, c])
+    d = _run(tmp_path, "d", [], seed=5)
+    with pytest.raises(ClaimsError, match="'x' is not in d"):
+        pool_runs([a, d])
+    assert cli.main(["claims", "pool", str(a), str(b)]) == 2
+
+
+def test_the_cli_prints_one_row_per_test_and_writes_the_folder(tmp_path, capsys):
+    runs = [_run(tmp_path, f"s{i}", [_claim("x", [_test(0.1 + 0.01 * i, "reproduced")])], seed=i) for i in range(3)]
+    assert cli.main(["claims", "pool", *map(str, runs), "--out", str(tmp_path / "p")]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("section,claim,test,runs,pooled") and out[1].startswith("rStar2-Agent,Figure 4: claim x,t0,3,")
+    assert (tmp_path / "p" / "over_seeds.pdf").exists()

@@ -184,3 +184,14 @@ def test_the_cli_prints_one_row_per_test_and_writes_the_folder(tmp_path, capsys)
     out = capsys.readouterr().out.splitlines()
     assert out[0].startswith("section,claim,test,runs,pooled") and out[1].startswith("rStar2-Agent,Figure 4: claim x,t0,3,")
     assert (tmp_path / "p" / "over_seeds.pdf").exists()
+
+
+def test_the_constants_are_the_registered_rules():
+    import yaml
+
+    from kit.claims import CLAIMS_FILE, pool
+
+    rules = yaml.safe_load(CLAIMS_FILE.read_text())["rules"]["pooling"]
+    assert rules["t_below_runs"] == pool.BOOTSTRAP_FROM
+    assert rules["bootstrap_over_runs"] == {"method": "BCa", "resamples": pool.BOOTSTRAP_RESAMPLES,
+                                            "seed": pool.BOOTSTRAP_SEED}

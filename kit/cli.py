@@ -66,10 +66,22 @@ def parse_sets(items: Sequence[str]) -> dict[str, Any]:
 def _reproduce(a: argparse.Namespace, argv: list[str]) -> int:
     from kit import pipeline  # papermill, nbclient and the notebooks' kernels: only for this verb
 
-    return pipeline.reproduce(a.profile, a.run, seed=a.seed, overrides=parse_sets(a.set), force=a.force,
-                              log_output=a.log_output, cell_timeout=a.cell_timeout, until=a.until,
-                              with_report=not a.no_report, overlap=not a.no_overlap, dry_run=a.dry_run,
-                              reports_root=a.reports_root, command=argv)
+    options = dict(overrides=parse_sets(a.set), force=a.force, log_output=a.log_output, cell_timeout=a.cell_timeout,
+                   until=a.until, with_report=not a.no_report, overlap=not a.no_overlap, dry_run=a.dry_run,
+                   reports_root=a.reports_root, command=argv)
+    if a.seeds is None:
+        return pipeline.reproduce(a.profile, a.run, seed=0 if a.seed is None else a.seed, **options)
+    from kit.pipeline.seeds import parse_seeds, reproduce_seeds
+
+    if a.seed is not None:
+        print("kit reproduce: give --seed or --seeds, not both", file=sys.stderr)
+        return 2
+    try:
+        seeds = parse_seeds(a.seeds)
+    except ValueError as exc:
+        print(f"kit reproduce: {exc}", file=sys.stderr)
+        return 2
+    return reproduce_seeds(pipeline.reproduce, a.profile, a.run, seeds, pool=not (a.until or a.dry_run), **options)
 
 
 def _report(a: argparse.Namespace, argv: list[str]) -> int:
@@ -199,8 +211,12 @@ def build_parser() -> argparse.ArgumentParser:
              "cell), 2 on bad arguments or when runtime=verl cannot launch here.")
     _profile(p, "tiny")
     _run(p)
-    p.add_argument("--seed", type=int, default=0,
-                   help="the run's seed, for every notebook (the ablation's seeds are offsets from it)")
+    p.add_argument("--seed", type=int, default=None,
+                   help="the run's seed, for every notebook (the ablation's seeds are offsets from it; default 0)")
+    p.add_argument("--seeds", default=None, metavar="SPEC",
+                   help="run the series once per pipeline seed (a range or a list: 101-105, 1,3,7), one after another, "
+                        "each into reports/<profile>/s<seed>/ (<run>-s<seed>/ with --run), then pool the claims over "
+                        "them into reports/<profile>/pooled/ (kit.claims.pool); resumable like one run")
     _sets(p)
     p.add_argument("--force", action="store_true", help="rerun notebooks that already finished")
     p.add_argument("--until", default=None, metavar="NN",

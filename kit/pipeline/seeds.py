@@ -1,0 +1,128 @@
+"""The series once per pipeline seed, then the claims pooled over the seeds (issue #42).
+
+``python -m kit reproduce --seeds 101-105`` runs :func:`kit.pipeline.reproduce` for each seed, one
+after another on this machine, into its own run folder (``reports/<profile>/s<seed>/``, or
+``<run>-s<seed>/`` with ``--run``), each resumable as any run is; then it pools the claims of every
+seed whose series finished (:func:`kit.claims.pool.pool_runs`) into ``reports/<profile>/pooled/``
+(``<run>-pooled/``): ``pooled_claims.json``, ``pooled_claims.csv`` and ``over_seeds.pdf``. A seed
+whose series fails does not stop the others; the exit code says it failed. Seeds side by side on
+a Ray cluster are the speed issue's (#48).
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from kit.plan import Layout
+
+__all__ = ["DEFAULT_RUN", "parse_seeds", "pooled_name", "reproduce_seeds", "seed_command", "seed_run_name"]
+
+#: the ``--run`` default of ``kit reproduce``: with ``--seeds`` the folders are then ``s<seed>``
+DEFAULT_RUN = "main"
+
+
+def parse_seeds(spec: str) -> list[int]:
+    """The seeds of ``--seeds``: ranges and lists, e.g. ``"1-5"``, ``"101-105,110"``, ``"3,7"``.
+
+    Returns:
+        (S,) seeds in the order given.
+    Raises:
+        ValueError: an empty or malformed part, a range that runs backwards, a negative seed or a seed
+            given twice (each named): a pipeline seed is the unit of a pool and counts once.
+    """
+    seeds: list[int] = []
+    for part in str(spec).split(","):
+        part = part.strip()
+        m = re.fullmatch(r"(\d+)(?:-(\d+))?", part)
+        if not m:
+            raise ValueError(f"--seeds {spec!r}: {part!r} is not a seed or a range like 1-5")
+        lo, hi = int(m.group(1)), int(m.group(2) or m.group(1))
+        if hi < lo:
+            raise ValueError(f"--seeds {spec!r}: the range {part!r} runs backwards")
+        for s in range(lo, hi + 1):
+            if s in seeds:
+                raise ValueError(f"--seeds {spec!r}: seed {s} is given twice")
+            seeds.append(s)
+    return seeds
+
+
+def seed_run_name(run: str, seed: int) -> str:
+    """The run folder's name of ``seed``: ``s<seed>``, or ``<run>-s<seed>`` for a ``run`` other than the default."""
+    return f"s{seed}" if run == DEFAULT_RUN else f"{run}-s{seed}"
+
+
+def pooled_name(run: str) -> str:
+    """The folder of the pooled claims: ``pooled``, or ``<run>-pooled``."""
+    return "pooled" if run == DEFAULT_RUN else f"{run}-pooled"
+
+
+def seed_command(command: Sequence[str], run: str, seed: int) -> list[str]:
+    """``python -m kit`` arguments of one seed's series: ``command`` without ``--seeds``, ``--seed`` and
+    ``--run`` (either ``--x v`` or ``--x=v``), with ``--run <run> --seed <seed>`` (what the VERL CPU
+    session re-runs, :func:`kit.pipeline.run_in_verl_cpu_session`)."""
+    out: list[str] = []
+    skip = False
+    for arg in command:
+        if skip:
+            skip = False
+            continue
+        name = arg.split("=", 1)[0]
+        if name in ("--seeds", "--seed", "--run"):
+            skip = "=" not in arg
+            continue
+        out.append(arg)
+    return [*out, "--run", run, "--seed", str(seed)]
+
+
+def reproduce_seeds(reproduce: Callable[..., int], profile: str, run: str, seeds: Sequence[int], *,
+                    command: Sequence[str] = (), reports_root: str | None = None, pool: bool = True,
+                    **kwargs: Any) -> int:
+    """Run the series for each seed, then pool the claims of those that finished.
+
+    Args:
+        reproduce: :func:`kit.pipeline.reproduce` (passed in: this module is imported by it).
+        profile, run: as ``kit reproduce``; each seed's folder is :func:`seed_run_name`.
+        seeds: (S,) pipeline seeds, in order (:func:`parse_seeds`).
+        command: the ``python -m kit`` arguments of this call (each seed gets :func:`seed_command`).
+        pool: pool the claims afterwards (off with ``--until`` or ``--dry-run``: no claims then).
+        kwargs: the other options of :func:`kit.pipeline.reproduce`.
+    Returns:
+        2 when a seed's arguments are bad (nothing more is run), 1 when some seed's series or the
+        pool failed (every seed is still run), else 0.
+    """
+    failed: list[int] = []
+    finished: list[Layout] = []
+    for i, seed in enumerate(seeds, 1):
+        name = seed_run_name(run, seed)
+        print(f"kit.pipeline: seed {seed} ({i} of {len(seeds)}) -> run {name}", flush=True)
+        code = reproduce(profile, name, seed=seed, command=seed_command(command, name, seed),
+                         reports_root=reports_root, **kwargs)
+        if code == 2:
+            return 2
+        if code:
+            failed.append(seed)
+        lay = Layout.for_run(profile, name, reports_root)
+        if (lay.root / "claims.json").exists():
+            finished.append(lay)
+    if failed:
+        print(f"kit.pipeline: the series failed for seed(s) {', '.join(map(str, failed))}; rerun the same command "
+              "to resume them (finished notebooks are skipped)", file=sys.stderr)
+    if pool and len(finished) >= 2:
+        from kit.claims import ClaimsError
+        from kit.claims.pool import pool_runs, write_pooled
+
+        out = Layout.for_run(profile, pooled_name(run), reports_root).root
+        try:
+            doc = pool_runs([lay.root for lay in finished])
+            write_pooled(doc, out)
+        except ClaimsError as exc:
+            print(f"kit.pipeline: the claims could not be pooled: {exc}", file=sys.stderr)
+            return 1
+        counts = ", ".join(f"{n} {v}" for v, n in doc["counts"].items())
+        print(f"kit.pipeline: claims pooled over {len(finished)} seeds: {counts} -> {out}")
+    elif pool:
+        print(f"kit.pipeline: {len(finished)} seed(s) with claims: nothing to pool (a pool needs 2)", file=sys.stderr)
+    return 1 if failed else 0

@@ -1,0 +1,96 @@
+"""``kit reproduce --seeds`` (issue #42): the series once per pipeline seed, then the claims pooled."""
+
+import json
+import shutil
+
+import pytest
+
+from kit import cli
+from kit.pipeline.seeds import parse_seeds, pooled_name, reproduce_seeds, seed_command, seed_run_name
+
+
+def test_seed_specs_are_ranges_and_lists_and_a_seed_counts_once():
+    assert parse_seeds("101-105") == [101, 102, 103, 104, 105]
+    assert parse_seeds("3, 7,1-2") == [3, 7, 1, 2]
+    for bad, msg in (("5-1", "backwards"), ("1,x", "'x' is not a seed"), ("1-3,2", "seed 2 is given twice"),
+                     ("", "is not a seed"), ("-1", "is not a seed")):
+        with pytest.raises(ValueError, match=msg):
+            parse_seeds(bad)
+
+
+def test_each_seed_has_its_folder_and_its_own_command():
+    assert seed_run_name("main", 7) == "s7" and seed_run_name("exp", 7) == "exp-s7"
+    assert pooled_name("main") == "pooled" and pooled_name("exp") == "exp-pooled"
+    cmd = ["reproduce", "--profile", "tiny", "--seeds", "1-2", "--run=exp", "--set", "a=1"]
+    assert seed_command(cmd, "exp-s1", 1) == ["reproduce", "--profile", "tiny", "--set", "a=1",
+                                              "--run", "exp-s1", "--seed", "1"]
+
+
+def _claims_doc(value):
+    test = {"name": "t", "kind": "ablation_drop", "comparison": ">", "threshold": 0.0, "value": value,
+            "verdict": "inconclusive", "reason": ""}
+    return {"schema_version": 3, "profile": "tiny", "counts": {}, "environment": {}, "repeatable": {"bitwise": True},
+            "claims": [{"id": "c", "source": "Figure 4 (x)", "claim": "c", "paper": "p", "verdict": "inconclusive",
+                        "value": value, "ci95": [None, None], "interval": "", "note": "", "tests": [test]}]}
+
+
+def test_every_seed_runs_a_failed_one_is_reported_and_the_finished_are_pooled(tmp_path, capsys):
+    calls = []
+
+    def fake(profile, run, *, seed, command, reports_root, **kw):
+        calls.append((run, seed, command[-4:]))
+        root = tmp_path / profile / run
+        root.mkdir(parents=True)
+        (root / "pipeline_state.json").write_text(json.dumps({"01": {"parameters": {"seed": seed}}}))
+        if seed == 2:
+            return 1  # this seed's series failed: no claims.json
+        (root / "claims.json").write_text(json.dumps(_claims_doc(0.05 + 0.01 * seed)))
+        return 0
+
+    code = reproduce_seeds(fake, "tiny", "main", [1, 2, 3, 4], command=["reproduce", "--seeds", "1-4"],
+                           reports_root=str(tmp_path))
+    assert code == 1
+    assert [c[:2] for c in calls] == [("s1", 1), ("s2", 2), ("s3", 3), ("s4", 4)]
+    assert calls[0][2] == ["--run", "s1", "--seed", "1"]
+    doc = json.loads((tmp_path / "tiny" / "pooled" / "pooled_claims.json").read_text())
+    assert [r["seed"] for r in doc["runs"]] == [1, 3, 4]
+    assert doc["claims"][0]["tests"][0]["n"] == 3 and doc["claims"][0]["verdict"] == "reproduced"
+    err = capsys.readouterr().err
+    assert "failed for seed(s) 2" in err
+
+
+def test_bad_arguments_stop_before_the_next_seed(tmp_path):
+    seen = []
+
+    def fake(profile, run, *, seed, **kw):
+        seen.append(seed)
+        return 2
+
+    assert reproduce_seeds(fake, "tiny", "main", [1, 2], reports_root=str(tmp_path)) == 2
+    assert seen == [1]
+
+
+def test_the_command_line_takes_a_range_and_refuses_seed_with_seeds(tmp_path, capsys):
+    assert cli.main(["reproduce", "--profile", "smoke", "--seeds", "1-2", "--dry-run", "--reports-root",
+                     str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "seed 1 (1 of 2) -> run s1" in out and "seed 2 (2 of 2) -> run s2" in out
+    assert cli.main(["reproduce", "--profile", "smoke", "--seeds", "1-2", "--seed", "3", "--dry-run"]) == 2
+    assert cli.main(["reproduce", "--profile", "smoke", "--seeds", "2-1", "--dry-run"]) == 2
+    assert "runs backwards" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_real_runs_claims_pool(smoke_chain, tmp_path):
+    """The smoke chain's claims.json, as notebook 09 writes it, pools (two copies stand in for two seeds)."""
+    lay, code = smoke_chain
+    assert code == 0
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        shutil.copy(lay.root / "claims.json", tmp_path / name / "claims.json")
+    assert cli.main(["claims", "pool", str(tmp_path / "a"), str(tmp_path / "b"), "--section", "all",
+                     "--out", str(tmp_path / "p")]) == 0
+    doc = json.loads((tmp_path / "p" / "pooled_claims.json").read_text())
+    run = json.loads((lay.root / "claims.json").read_text())
+    assert [c["id"] for c in doc["claims"]] == [c["id"] for c in run["claims"]]
+    assert sum(len(c["tests"]) for c in doc["claims"]) == sum(len(c["tests"]) for c in run["claims"])

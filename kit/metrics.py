@@ -180,6 +180,8 @@ SFT_KEYS: dict[str, Metric] = {
 SUMMARY_KEYS: dict[str, Metric] = {
     "heldout_sampled_reward": Metric("ratio", "sampled", "held-out accuracy of one T=1 sample per problem"),
     "heldout_n": Metric("count", "step", "held-out problems scored"),
+    "heldout_problems": Metric("ids", "n/a", "the held-out problems' ids, in order (a list)"),
+    "heldout_sampled_correct": Metric("0/1", "sampled", "per held-out problem, in order: its T=1 sample correct (a list)"),
 }
 
 #: The population of each VERL step-metric name a key may be filled from (and of VERL's own data

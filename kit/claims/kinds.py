@@ -17,13 +17,14 @@ from kit.claims.files import Missing, RunDirs, _json, _jsonl, _num
 from kit.claims.kinds_agent_r import KINDS as AGENT_R_KINDS
 from kit.claims.results import TestResult
 from kit.claims.stats import (
+    STEP_BATCHES,
+    batch_means_welch,
     bootstrap_mean,
     bootstrap_ratio,
-    bootstrap_ratio_diff,
+    bootstrap_ratio_diff_paired,
     decide,
     newcombe,
     t_interval,
-    welch,
     window_size,
 )
 from kit.eval.metrics import pass_at_k_one
@@ -172,27 +173,53 @@ def _heldout(dirs: RunDirs, name: str, spec: Mapping[str, Any]) -> tuple[float, 
     return p, int(n)
 
 
+def _heldout_outcomes(dirs: RunDirs, name: str) -> tuple[list[str], list[int]] | None:
+    """``(problem ids, 0/1 per problem)`` of a summary's sampled held-out evaluation
+    (``heldout_problems`` / ``heldout_sampled_correct``, written since issue #42), None without them."""
+    s = _json(dirs.folder(name) / "summary.json")
+    ids, correct = s.get("heldout_problems"), s.get("heldout_sampled_correct")
+    if not isinstance(ids, list) or not isinstance(correct, list) or len(ids) != len(correct):
+        return None
+    return [str(i) for i in ids], [int(c) for c in correct]
+
+
+def _heldout_diff(dirs: RunDirs, before: str, after: str, spec: Mapping[str, Any]) -> tuple[float, float, float, str]:
+    """``after - before`` held-out accuracy with its interval: a paired bootstrap over the problems when both
+    summaries list the same problems' outcomes (the held-out set is the same at every stage), else
+    Newcombe's interval for two independent proportions (a run written before issue #42)."""
+    p0, n0 = _heldout(dirs, before, spec)
+    p1, n1 = _heldout(dirs, after, spec)
+    a, b = _heldout_outcomes(dirs, before), _heldout_outcomes(dirs, after)
+    if a is not None and b is not None and a[0] == b[0]:
+        d, lo, hi = bootstrap_mean(np.asarray(b[1], dtype=float) - np.asarray(a[1], dtype=float))
+        return d, lo, hi, f"paired bootstrap over {len(a[0])} held-out problems (one seed)"
+    d, lo, hi = newcombe(p0, n0, p1, n1)
+    return d, lo, hi, f"Newcombe, {n0} and {n1} held-out problems, unpaired (no per-problem outcomes; one seed)"
+
+
 def stat_heldout_rise(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -> TestResult:
-    """``after`` minus ``before`` of a held-out proportion (summary.json), Newcombe interval."""
+    """``after`` minus ``before`` of a held-out proportion (summary.json); paired bootstrap over problems
+    (Newcombe for runs without per-problem outcomes)."""
     p0, n0 = _heldout(dirs, spec["before"], spec)
     p1, n1 = _heldout(dirs, spec["after"], spec)
-    res.value, lo, hi = newcombe(p0, n0, p1, n1)
-    res.ci95, res.n, res.interval = (lo, hi), min(n0, n1), f"Newcombe, {n0} and {n1} held-out problems (one seed)"
+    res.value, lo, hi, res.interval = _heldout_diff(dirs, spec["before"], spec["after"], spec)
+    res.ci95, res.n = (lo, hi), min(n0, n1)
     res.detail = {spec["before"]: p0, spec["after"]: p1}
     res.verdict, res.reason = decide(lo, hi, spec["comparison"], float(spec["threshold"]))
     return res
 
 
 def stat_heldout_no_drop(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -> TestResult:
-    """No consecutive pair of ``chain`` shows a drop whose interval lies entirely below 0."""
+    """No consecutive pair of ``chain`` shows a drop whose interval lies entirely below 0 (each pair's
+    interval as :func:`stat_heldout_rise`'s)."""
     vals = {name: _heldout(dirs, name, spec) for name in spec["chain"]}
     pairs = []
     for a, b in zip(spec["chain"], spec["chain"][1:], strict=False):
-        d, lo, hi = newcombe(*vals[a], *vals[b])
-        pairs.append((d, lo, hi, f"{a}->{b}"))
-    worst = min(pairs)
+        d, lo, hi, how = _heldout_diff(dirs, a, b, spec)
+        pairs.append((d, lo, hi, f"{a}->{b}", how))
+    worst = min(pairs, key=lambda p: p[0])
     res.value, res.ci95, res.n = worst[0], (worst[1], worst[2]), min(n for _, n in vals.values())
-    res.interval = f"Newcombe per pair ({worst[3]} shown, one seed)"
+    res.interval = f"{worst[4]} per pair ({worst[3]} shown)"
     res.detail = {"values": {k: v[0] for k, v in vals.items()},
                   "pairs": {p[3]: {"diff": p[0], "ci95": [p[1], p[2]]} for p in pairs}}
     drops = [p[3] for p in pairs if p[2] <= 0]
@@ -204,7 +231,8 @@ def stat_heldout_no_drop(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult
 
 
 def stat_stage_length_change(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -> TestResult:
-    """Mean of ``key`` over the steps of stage ``after`` minus over ``before``; Welch over steps."""
+    """Mean of ``key`` over the steps of stage ``after`` minus over ``before``; Welch over batch means
+    (:func:`kit.claims.stats.batch_means_welch`: consecutive steps are autocorrelated)."""
     def stage_rows(name):
         rows = [r for r in _jsonl(dirs.folder(name) / "metrics.jsonl") if r.get("stage", name) == name]
         if len(rows) < spec.get("min_steps", 1):
@@ -222,9 +250,9 @@ def stat_stage_length_change(dirs: RunDirs, spec: Mapping[str, Any], res: TestRe
         if not budgets[spec["after"]] > budgets[spec["before"]]:
             raise Missing(f"the response budget does not grow from {spec['before']} to {spec['after']}: {budgets}")
     a, b = stage_rows(spec["before"]), stage_rows(spec["after"])
-    res.value, lo, hi = welch(a[~np.isnan(a)], b[~np.isnan(b)])
+    res.value, lo, hi = batch_means_welch(a, b)
     res.ci95, res.n = (lo, hi), int(min(len(a), len(b)))
-    res.interval = f"Welch over steps ({len(a)} and {len(b)} steps, one seed)"
+    res.interval = f"Welch over {STEP_BATCHES} batch means of {len(a)} and {len(b)} steps (one seed)"
     res.detail.update({spec["before"]: float(np.nanmean(a)), spec["after"]: float(np.nanmean(b))})
     res.verdict, res.reason = decide(lo, hi, spec["comparison"], float(spec["threshold"]))
     return res
@@ -360,14 +388,22 @@ def stat_entropy_share(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) 
 
 
 def stat_entropy_share_diff(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -> TestResult:
-    """``label`` share of ``minuend`` minus that of ``subtrahend``; bootstrap over trajectories."""
+    """``label`` share of ``minuend`` minus that of ``subtrahend``; paired bootstrap over problems (each
+    checkpoint sampled one trajectory on each of the same held-out problems)."""
     a = _entropy_rows(dirs, spec["minuend"], spec)
     b = _entropy_rows(dirs, spec["subtrahend"], spec)
     lab = spec["label"]
-    res.value, lo, hi = bootstrap_ratio_diff([r.get(lab, 0) for r in a], [r.get("high", 0) for r in a],
-                                             [r.get(lab, 0) for r in b], [r.get("high", 0) for r in b])
-    res.ci95, res.n = (lo, hi), min(len(a), len(b))
-    res.interval = f"bootstrap over trajectories ({len(a)} and {len(b)}, one seed)"
+    by_a, by_b = {r.get("problem"): r for r in a}, {r.get("problem"): r for r in b}
+    common = sorted(set(by_a) & set(by_b), key=str)
+    if len(common) < spec.get("min_trajectories", 1):
+        raise Missing(f"{len(common)} problems sampled by both {spec['minuend']} and {spec['subtrahend']}, the test "
+                      f"needs at least {spec.get('min_trajectories', 1)}")
+    res.value, lo, hi = bootstrap_ratio_diff_paired([by_a[p].get(lab, 0) for p in common],
+                                                    [by_a[p].get("high", 0) for p in common],
+                                                    [by_b[p].get(lab, 0) for p in common],
+                                                    [by_b[p].get("high", 0) for p in common])
+    res.ci95, res.n = (lo, hi), len(common)
+    res.interval = f"paired bootstrap over {len(common)} problems (one seed)"
     res.verdict, res.reason = decide(lo, hi, spec["comparison"], float(spec["threshold"]))
     return res
 

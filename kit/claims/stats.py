@@ -156,3 +156,49 @@ def bootstrap_ratio_diff(num_a: Sequence[float], den_a: Sequence[float], num_b: 
     with np.errstate(all="ignore"):
         d = na[ia].sum(axis=1) / da[ia].sum(axis=1) - nb[ib].sum(axis=1) / db[ib].sum(axis=1)
     return (float(na.sum() / da.sum() - nb.sum() / db.sum()), *_percentiles(d))
+
+
+def bootstrap_ratio_diff_paired(num_a: Sequence[float], den_a: Sequence[float], num_b: Sequence[float],
+                                den_b: Sequence[float]) -> tuple[float, float, float]:
+    """``ratio(a) - ratio(b)`` (see :func:`bootstrap_ratio`) where unit ``i`` of ``a`` and of ``b`` is the
+    same problem (both policies or checkpoints sampled on it): the units are resampled together, so the
+    interval keeps what the two share (issue #42). Returns ``(diff, lo, hi)``.
+
+    Raises:
+        ValueError: ``a`` and ``b`` have different numbers of units.
+    """
+    na, da, nb, db = (np.asarray(x, dtype=float) for x in (num_a, den_a, num_b, den_b))
+    if not (na.size == da.size == nb.size == db.size):
+        raise ValueError(f"paired units differ in number: {na.size}, {da.size}, {nb.size}, {db.size}")
+    if na.size == 0 or da.sum() <= 0 or db.sum() <= 0:
+        return math.nan, math.nan, math.nan
+    idx = _rng().integers(0, na.size, size=(BOOTSTRAP_RESAMPLES, na.size))
+    with np.errstate(all="ignore"):
+        d = na[idx].sum(axis=1) / da[idx].sum(axis=1) - nb[idx].sum(axis=1) / db[idx].sum(axis=1)
+    return (float(na.sum() / da.sum() - nb.sum() / db.sum()), *_percentiles(d))
+
+
+#: contiguous blocks of training steps per stage for :func:`batch_means_welch`
+STEP_BATCHES = 5
+
+
+def batch_means_welch(a: Sequence[float], b: Sequence[float], batches: int = STEP_BATCHES) -> tuple[float, float, float]:
+    """``mean(b) - mean(a)`` of two series of training steps with a Welch t 95% interval over batch means:
+    each series is cut into ``batches`` contiguous blocks of near-equal length and each block's mean is
+    one unit (the batch-means method for autocorrelated output; consecutive steps share a policy, so
+    a Welch interval over single steps is too narrow). NaN steps are dropped first.
+
+    Returns:
+        ``(diff, lo, hi)``; the difference is of the step means; NaN bounds when either series has
+        fewer than ``batches`` steps.
+    """
+    a = np.asarray(a, dtype=float)
+    b = np.asarray(b, dtype=float)
+    a, b = a[np.isfinite(a)], b[np.isfinite(b)]
+    if a.size == 0 or b.size == 0:
+        return math.nan, math.nan, math.nan
+    d = float(b.mean() - a.mean())
+    if a.size < batches or b.size < batches:
+        return d, math.nan, math.nan
+    dm, lo, hi = welch([blk.mean() for blk in np.array_split(a, batches)], [blk.mean() for blk in np.array_split(b, batches)])
+    return d, lo + d - dm, hi + d - dm  # centred on the step means (blocks of unequal length shift the batch means')

@@ -170,7 +170,7 @@ def batch_stats(batch: Batch) -> dict[str, float]:
 
 
 def evaluate_policy(cfg: KitConfig, model, tokenizer, problems: Sequence[TaskProblem], *, seed: int = 0,
-                    prefix: str = "heldout", greedy_problems: int = 0) -> dict[str, float]:
+                    prefix: str = "heldout", greedy_problems: int = 0) -> dict[str, Any]:
     """Greedy and sampled accuracy of the policy on ``problems`` with the tool available.
 
     Greedy (temperature 0) is the "tool-assisted accuracy" of the issue's target; sampled
@@ -185,7 +185,9 @@ def evaluate_policy(cfg: KitConfig, model, tokenizer, problems: Sequence[TaskPro
         ``{prefix}_accuracy``, ``{prefix}_tool_rate``, ``{prefix}_tool_error_ratio_correct``
         (greedy, over ``{prefix}_greedy_n`` problems) and ``{prefix}_sampled_reward``,
         ``{prefix}_sampled_tool_rate``, ``{prefix}_sampled_tool_error_ratio_correct``,
-        ``{prefix}_n`` (sampled problems), ``{prefix}_greedy_n``, ``{prefix}_seconds``.
+        ``{prefix}_n`` (sampled problems), ``{prefix}_greedy_n``, ``{prefix}_seconds``, and per sampled
+        problem in order ``{prefix}_problems`` (ids) and ``{prefix}_sampled_correct`` (0/1): the same
+        held-out set scores every stage, so a claim can pair two stages problem by problem (issue #42).
     """
     t0 = time.perf_counter()
     greedy_set = list(problems)[:greedy_problems] if greedy_problems > 0 else list(problems)
@@ -206,4 +208,6 @@ def evaluate_policy(cfg: KitConfig, model, tokenizer, problems: Sequence[TaskPro
         f"{prefix}_sampled_tool_error_ratio_correct": s["tool_error_ratio_correct"],
         f"{prefix}_n": float(len(problems)), f"{prefix}_greedy_n": float(len(greedy_set)),
         f"{prefix}_seconds": time.perf_counter() - t0,
+        f"{prefix}_problems": [p.id for p in problems],
+        f"{prefix}_sampled_correct": [int(x > 0) for x in sampled.rewards[:, 0]],
     }

@@ -150,6 +150,26 @@ def test_fig8_accuracy_rise(tmp_path):
     assert verdict(stages(tmp_path / "d", (0.0, 0.5, 0.8, 1.0), n=32), "fig8_accuracy_rises_across_stages") == "inconclusive"
 
 
+def test_fig8_pairs_the_stages_problem_by_problem_when_the_summaries_list_them(tmp_path):
+    """The held-out set is the same at every stage: 8 more of 128 problems solved and none lost is a rise a
+    paired interval sees and Newcombe's unpaired one does not (issue #42)."""
+    root = stages(tmp_path / "a", (0.5, 0.5, 0.5, 0.5625))
+    ids = [f"p{i}" for i in range(128)]
+    before = [int(i < 64) for i in range(128)]
+    after = [int(i < 72) for i in range(128)]
+    for name, corr in (("sft", before), ("stage1", before), ("stage2", before), ("stage3", after)):
+        doc = json.loads((root / name / "summary.json").read_text())
+        (root / name / "summary.json").write_text(json.dumps({**doc, "heldout_problems": ids,
+                                                              "heldout_sampled_correct": corr}))
+    (res,) = evaluate_claims(RunDirs.under(root), [CLAIMS["fig8_accuracy_rises_across_stages"]])
+    rise = res.tests[0]
+    assert rise.value == pytest.approx(0.0625) and rise.interval.startswith("paired bootstrap over 128")
+    assert rise.verdict == "reproduced" and rise.ci95[0] > 0
+    unpaired = stages(tmp_path / "b", (0.5, 0.5, 0.5, 0.5625))
+    (res,) = evaluate_claims(RunDirs.under(unpaired), [CLAIMS["fig8_accuracy_rises_across_stages"]])
+    assert res.tests[0].interval.startswith("Newcombe") and res.tests[0].verdict == "inconclusive"
+
+
 def test_fig8_length_with_budget(tmp_path):
     assert verdict(stages(tmp_path / "a", lengths=((120, 4), (150, 4))), "fig8_length_grows_with_budget") == "reproduced"
     assert verdict(stages(tmp_path / "b", lengths=((150, 4), (120, 4))), "fig8_length_grows_with_budget") == "not reproduced"

@@ -54,3 +54,31 @@ def test_decide(lo, hi, cmp, thr, expected):
 
 def test_window_size():
     assert [window_size(s) for s in (3, 10, 24, 40, 60)] == [3, 5, 5, 8, 12]
+
+
+def test_a_paired_bootstrap_keeps_what_the_two_arms_share():
+    from kit.claims.stats import bootstrap_ratio_diff, bootstrap_ratio_diff_paired
+    # problems of very different difficulty, the second policy 0.1 better on every one of them
+    rng = np.random.default_rng(1)
+    base = rng.uniform(0.05, 0.95, size=40)
+    den = [100.0] * 40
+    a, b = list((base + 0.1) * 100), list(base * 100)
+    d, lo, hi = bootstrap_ratio_diff_paired(a, den, b, den)
+    assert d == pytest.approx(0.1) and lo == pytest.approx(0.1) and hi == pytest.approx(0.1)  # every resample: 0.1
+    d2, lo2, hi2 = bootstrap_ratio_diff(a, den, b, den)
+    assert d2 == pytest.approx(0.1) and lo2 < 0.0 < hi2  # unpaired, the difficulty spread swamps it
+    with pytest.raises(ValueError, match="differ in number"):
+        bootstrap_ratio_diff_paired([1, 2], [1, 1], [1], [1])
+
+
+def test_batch_means_welch_by_hand():
+    from kit.claims.stats import batch_means_welch
+    # 10 steps each in 5 blocks of 2: block means of a 1..5 (steps 0.5, 1.5, ...), of b 11..15
+    a = [m + s for m in (1, 2, 3, 4, 5) for s in (-0.5, 0.5)]
+    b = [m + 10 + s for m in (1, 2, 3, 4, 5) for s in (-0.5, 0.5)]
+    d, lo, hi = batch_means_welch(a, b)
+    # Welch over two sets of 5 block means, variance 2.5 each: se sqrt(2 * 2.5 / 5) = 1, df 8, t = 2.306004
+    assert d == 10 and hi - 10 == pytest.approx(2.306004, rel=1e-5) and 10 - lo == pytest.approx(2.306004, rel=1e-5)
+    # over single steps the interval would be narrower: the steps within a block are not independent units
+    assert hi - lo > welch(a, b)[2] - welch(a, b)[1]
+    assert math.isnan(batch_means_welch([1, 2, 3], b)[1])

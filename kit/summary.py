@@ -150,19 +150,41 @@ def _test_line(t: Mapping[str, Any], several: bool) -> str:
     return f"{t['name']}: {stat}" + (f" ({t['verdict']})" if several else "")
 
 
+#: how a claim's role (issue #45) opens its row: primaries first, world checks last and apart
+ROLE_LABEL = {"primary": "[primary] ", "world_check": "[world check, not counted] "}
+
+
+def ordered(docs: Any) -> list[Mapping[str, Any]]:
+    """Claims with the primaries first, then the secondaries, the world checks last (file order within each)."""
+    rank = {"primary": 0, "secondary": 1, "world_check": 2}
+    return sorted(docs, key=lambda c: rank.get(c.get("role", "secondary"), 1))
+
+
+def precondition_line(doc: Mapping[str, Any]) -> str:
+    """"" when every registered precondition passed (or none was recorded), else the line naming the failed
+    ones: the claims that require them were not judged on this run (issue #45)."""
+    failed = [f"{name} ({p.get('reason', '')})" for name, p in (doc.get("preconditions") or {}).items()
+              if not p.get("passed")]
+    if not failed:
+        return ""
+    return (f"Precondition failed: {'; '.join(failed)}. The claims that require it were not judged on this run "
+            "(shown inconclusive with their statistic); a pool over seeds leaves this run out of them.")
+
+
 def claim_rows(doc: Mapping[str, Any], section: str = claims.DEFAULT_SECTION) -> list[list[str]]:
     """Rows ``[claim, paper, this run, verdict]`` of the summary's claims table (wrapped text), for
     the claims of ``section`` (default the kit's paper's; each other paper's claims, e.g. ReTool's,
-    have a page of their own: :func:`section_page`)."""
+    have a page of their own: :func:`section_page`): primaries first, world checks last, each
+    labelled (:data:`ROLE_LABEL`)."""
     rows = []
-    for c in (c for c in doc["claims"] if _section(c) == section):
+    for c in ordered(c for c in doc["claims"] if _section(c) == section):
         run = "\n".join(_test_line(t, several=len(c["tests"]) > 1) for t in c["tests"])
         if c.get("interval"):  # the first test's interval kind (claims.json's ``interval``); the others' are in claims.json
             run += f"\n{c['interval']}"
         if c["verdict"] != "reproduced":  # the reason of the test that decided the verdict
             decider = next(t for t in c["tests"] if t["verdict"] == c["verdict"])
             run += f"\n{decider['reason'].replace('not enough data: ', '')}"
-        claim = textwrap.fill(f"{c['source'].split(' (')[0]}: {c['claim']}", 52)
+        claim = textwrap.fill(f"{ROLE_LABEL.get(c.get('role'), '')}{c['source'].split(' (')[0]}: {c['claim']}", 52)
         if c.get("note"):  # the claims file's note: what the verdict means at this scale
             claim += "\n" + textwrap.fill(f"Note: {c['note']}", 52)
         rows.append([claim,
@@ -268,22 +290,32 @@ def summary_page(root: str | os.PathLike, *, title: str = "", profile: str = "",
     profile = profile or root.parent.name
     doc = _claims_doc(root)
     fig = Figure(figsize=(8.27, 11.69))
-    own = [c for c in doc["claims"] if _section(c) == claims.DEFAULT_SECTION]
+    own = claims.counted([c for c in doc["claims"] if _section(c) == claims.DEFAULT_SECTION])
+    world = [c for c in doc["claims"] if _section(c) == claims.DEFAULT_SECTION and c.get("role") == "world_check"]
     counts = {v: sum(c["verdict"] == v for c in own) for v in claims.VERDICTS}
     fig.text(0.04, 0.982, title or f"rStar2-Agent reproduction: {root.parent.name}/{root.name}", fontsize=12,
              weight="bold", va="top")
     others = "".join(f"; {sum(_section(c) == x for c in doc['claims'])} {x} claims on page {k}"
                      for k, x in enumerate(sections(doc), start=2))
-    head = (f"Profile {profile}: {len(own)} claims pre-registered in kit/reference/claims.yaml before tuning; "
-            + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICT_COLOR) + others
+    primaries = sum(c.get("role") == "primary" for c in own)
+    head = (f"Profile {profile}: {len(own)} claims pre-registered in kit/reference/claims.yaml before tuning "
+            f"({primaries} primary); " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICT_COLOR)
+            + (f"; {len(world)} world checks (properties the tiny world guarantees) listed last, not counted" if world
+               else "") + others
             + ". A verdict compares the statistic's 95% interval with the pre-registered threshold: reproduced when "
               "it lies on the claimed side, not reproduced when on the other side, else inconclusive.")
     shift = 0.0
+    pre = precondition_line(doc)
+    if pre:
+        fig.text(0.04, 0.966, textwrap.fill(pre, 150), fontsize=7, va="top", color="#b00000", weight="bold",
+                 parse_math=False)
+        shift = 0.02
     if failed:
         names = "; ".join(f"{name} ({why[:160]})" for name, why in failed.items())
-        fig.text(0.04, 0.966, textwrap.fill(f"This run did not finish: {len(failed)} notebook(s) failed: {names}", 150),
+        fig.text(0.04, 0.966 - shift, textwrap.fill(f"This run did not finish: {len(failed)} notebook(s) failed: {names}",
+                                                    150),
                  fontsize=7, va="top", color="#b00000", weight="bold", parse_math=False)  # error text, not mathtext
-        shift = 0.02
+        shift += 0.02
     head = textwrap.fill(head, 160)
     fig.text(0.04, 0.962 - shift, head, fontsize=6.6, va="top", color="0.25", linespacing=1.3)
     # where it computed, and whether a rerun gives the same bits (issue #41): under the heading, ~0.0102 a line
@@ -358,11 +390,14 @@ def section_page(root: str | os.PathLike, section: str, *, profile: str = "") ->
     profile = profile or root.parent.name
     doc = _claims_doc(root)
     title, what, figs = SECTIONS.get(section, (f"{section} on this run", "", ()))
-    mine = [c for c in doc["claims"] if _section(c) == section]
+    everything = [c for c in doc["claims"] if _section(c) == section]
+    mine = claims.counted(everything)
+    world = len(everything) - len(mine)
     fig = Figure(figsize=(8.27, 11.69))
     fig.text(0.04, 0.982, title, fontsize=12, weight="bold", va="top")
     head = (f"Profile {profile}: {len(mine)} {section} claims pre-registered in kit/reference/claims.yaml before any run "
             "of them; " + ", ".join(f"{sum(c['verdict'] == v for c in mine)} {v}" for v in VERDICT_COLOR)
+            + (f"; {world} world checks listed last, not counted" if world else "")
             + ". Same verdict rule as the first page. " + what)
     fig.text(0.04, 0.962, textwrap.fill(head, 160), fontsize=6.6, va="top", color="0.25", linespacing=1.3)
     top = _claims_table(fig, doc, section, 0.925, 0.5) - 0.015

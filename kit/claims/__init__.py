@@ -49,22 +49,26 @@ import yaml
 from kit import fingerprint, jsonio
 from kit.claims.files import Missing, RunDirs
 from kit.claims.kinds import KINDS
-from kit.claims.results import DEFAULT_SECTION, VERDICTS, ClaimResult, TestResult
+from kit.claims.results import DEFAULT_SECTION, ROLES, VERDICTS, ClaimResult, TestResult
 from kit.config import ConfigError, available_profiles, load
 from kit.metrics import DECLARED
 from kit.plan import Layout, read_run_keys
 
 CLAIMS_FILE = Path(__file__).resolve().parent.parent / "reference" / "claims.yaml"
 #: 2: each claim and each test carries its ``note`` (the claims file's ``note:``, "" without one);
-#: 3: the run's ``environment`` fingerprint and ``repeatable`` stamp (:mod:`kit.fingerprint`, issue #41)
-SCHEMA_VERSION = 3
+#: 3: the run's ``environment`` fingerprint and ``repeatable`` stamp (:mod:`kit.fingerprint`, issue #41);
+#: 4: each claim's ``role`` and ``requires``, the run's ``preconditions``, ``counts`` without world checks and
+#: ``world_check_counts`` (issue #45)
+SCHEMA_VERSION = 4
 #: test fields that name a metrics key: each must be declared in :mod:`kit.metrics` (``DECLARED``)
 KEY_FIELDS = ("key", "n_key")
 TEST_KEYS = ("name", "kind", "statistic", "interval", "comparison", "threshold")
 CLAIM_KEYS = ("id", "source", "claim", "paper", "tests")
 
-__all__ = ["CLAIMS_FILE", "DEFAULT_SECTION", "VERDICTS", "ClaimResult", "ClaimsError", "RunDirs", "TestResult", "claims_table",
-           "evaluate_claims", "load_claims", "read_claims", "write_claims"]
+__all__ = ["CLAIMS_FILE", "DEFAULT_SECTION", "ROLES", "VERDICTS", "ClaimResult", "ClaimsError", "RunDirs", "TestResult",
+           "claims_table", "counted", "evaluate_claims", "evaluate_preconditions", "load_claims", "load_preconditions",
+           "read_claims", "write_claims"]
+PRECONDITION_KEYS = ("name", "statement", "folder", "file", "key", "comparison", "threshold")
 
 
 class ClaimsError(ValueError):
@@ -76,13 +80,15 @@ def load_claims(path: str | os.PathLike | None = None) -> list[dict[str, Any]]:
 
     Raises:
         ClaimsError: a claim or test lacks a required key, an id repeats, a comparison is not
-            ``>``/``<``, a test kind is unknown, or a test's ``key`` / ``n_key`` is not a key
-            :mod:`kit.metrics` declares (the message names the claim and the key).
+            ``>``/``<``, a test kind is unknown, a test's ``key`` / ``n_key`` is not a key
+            :mod:`kit.metrics` declares, a ``role`` is not one of :data:`ROLES`, or a claim
+            ``requires`` a precondition the file does not define (the message names the claim and the key).
     """
     p = Path(path) if path is not None else CLAIMS_FILE
     if not p.exists():
         raise ClaimsError(f"claims file not found: {p}")
     data = yaml.safe_load(p.read_text())
+    preconditions = {q["name"] for q in _preconditions(data, p)}
     claims = (data or {}).get("claims")
     if not isinstance(claims, list) or not claims:
         raise ClaimsError(f"{p}: expected a non-empty 'claims' list")
@@ -99,6 +105,11 @@ def load_claims(path: str | os.PathLike | None = None) -> list[dict[str, Any]]:
         seen.add(c["id"])
         if not c["tests"]:
             raise ClaimsError(f"{where}: no tests")
+        if c.get("role", "secondary") not in ROLES:
+            raise ClaimsError(f"{where}: role {c.get('role')!r} is not one of {ROLES}")
+        unknown = [r for r in c.get("requires") or [] if r not in preconditions]
+        if unknown:
+            raise ClaimsError(f"{where}: requires {unknown} not among the preconditions {sorted(preconditions)}")
         for t in c["tests"]:
             for k in TEST_KEYS:
                 if k not in t:
@@ -114,22 +125,85 @@ def load_claims(path: str | os.PathLike | None = None) -> list[dict[str, Any]]:
     return claims
 
 
+def _preconditions(data: Any, path: Path) -> list[dict[str, Any]]:
+    pre = (data or {}).get("preconditions") or []
+    for i, q in enumerate(pre):
+        for k in PRECONDITION_KEYS:
+            if not isinstance(q, dict) or k not in q:
+                raise ClaimsError(f"{path}: precondition {i}: missing key {k!r}")
+        if q["comparison"] not in (">=", "<="):
+            raise ClaimsError(f"{path}: precondition {q['name']!r}: comparison must be '>=' or '<=', got {q['comparison']!r}")
+    return pre
+
+
+def load_preconditions(path: str | os.PathLike | None = None) -> list[dict[str, Any]]:
+    """The registered preconditions of the claims file (issue #45): each ``name, statement, folder,
+    file, key, comparison (>= or <=), threshold`` and why; [] when the file has none.
+
+    Raises:
+        ClaimsError: the file is missing, or a precondition lacks a key or has another comparison.
+    """
+    p = Path(path) if path is not None else CLAIMS_FILE
+    if not p.exists():
+        raise ClaimsError(f"claims file not found: {p}")
+    return _preconditions(yaml.safe_load(p.read_text()), p)
+
+
+def evaluate_preconditions(dirs: RunDirs, preconditions: Sequence[Mapping[str, Any]] | None = None
+                           ) -> dict[str, dict[str, Any]]:
+    """Each precondition on the run's files: ``{name: {passed, value, comparison, threshold, reason}}``.
+
+    A precondition whose file or key is missing has not passed (``value`` None, the reason says what is
+    missing): a claim that requires it cannot be judged on this run.
+    """
+    out = {}
+    for q in load_preconditions() if preconditions is None else preconditions:
+        path = dirs.folder(q["folder"]) / q["file"]
+        try:
+            value = json.loads(path.read_text()).get(q["key"])
+        except (OSError, ValueError):
+            value = None
+        thr = float(q["threshold"])
+        if not isinstance(value, int | float) or value != value:
+            out[q["name"]] = {"passed": False, "value": None, "comparison": q["comparison"], "threshold": thr,
+                              "reason": f"{path} has no {q['key']!r}: the precondition could not be checked"}
+            continue
+        passed = value >= thr if q["comparison"] == ">=" else value <= thr
+        out[q["name"]] = {"passed": bool(passed), "value": float(value), "comparison": q["comparison"],
+                          "threshold": thr,
+                          "reason": f"{q['folder']}/{q['file']} {q['key']} = {value:.4g} "
+                                    f"{'meets' if passed else 'misses'} {q['comparison']} {thr:g}"}
+    return out
+
+
+def counted(claims_docs: Sequence[Mapping[str, Any]]) -> list[Mapping[str, Any]]:
+    """The claims that count in "x of N reproduced": every role but ``world_check`` (issue #45)."""
+    return [c for c in claims_docs if c.get("role", "secondary") != "world_check"]
+
+
 # --------------------------------------------------------------------------- evaluation
 
 
-def evaluate_claims(dirs: RunDirs, claims: Sequence[Mapping[str, Any]] | None = None) -> list[ClaimResult]:
+def evaluate_claims(dirs: RunDirs, claims: Sequence[Mapping[str, Any]] | None = None,
+                    preconditions: Mapping[str, Mapping[str, Any]] | None = None) -> list[ClaimResult]:
     """Evaluate every claim on the run's files.
 
     Args:
         dirs: the run's folders (:meth:`RunDirs.under`).
         claims: the claims (default :func:`load_claims`).
+        preconditions: :func:`evaluate_preconditions` of this run (default: evaluated here).
     Returns:
         One :class:`ClaimResult` per claim, in file order. A test whose inputs are missing or
-        too small is ``inconclusive`` with the reason (never an exception).
+        too small is ``inconclusive`` with the reason (never an exception). A claim that requires a
+        precondition the run did not pass is not judged: each test ``inconclusive``, its reason
+        ``precondition failed: ...`` (its statistic is still computed and shown).
     """
     claims = load_claims() if claims is None else claims
+    pre = evaluate_preconditions(dirs) if preconditions is None else preconditions
     out = []
     for c in claims:
+        failed = [f"{name} ({pre[name]['reason']})" for name in c.get("requires") or []
+                  if not pre.get(name, {}).get("passed")]
         tests = []
         for spec in c["tests"]:
             res = TestResult(spec["name"], spec["kind"], spec["statistic"], spec["comparison"], float(spec["threshold"]),
@@ -138,9 +212,13 @@ def evaluate_claims(dirs: RunDirs, claims: Sequence[Mapping[str, Any]] | None = 
                 res = KINDS[spec["kind"]](dirs, spec, res)
             except Missing as exc:
                 res.verdict, res.reason = "inconclusive", f"not enough data: {exc}"
+            if failed:  # what the run would have said stays in the reason
+                res.verdict, res.reason = "inconclusive", (f"not judged, precondition failed: {'; '.join(failed)}"
+                                                           + (f"; {res.reason}" if res.reason else ""))
             tests.append(res)
         out.append(ClaimResult(c["id"], c["source"], c["claim"], c["paper"], tests, note=_note(c),
-                               section=str(c.get("section") or DEFAULT_SECTION)))
+                               section=str(c.get("section") or DEFAULT_SECTION), role=str(c.get("role") or "secondary"),
+                               requires=tuple(c.get("requires") or ())))
     return out
 
 
@@ -150,10 +228,13 @@ def _note(spec: Mapping[str, Any]) -> str:
 
 
 def write_claims(results: Sequence[ClaimResult], path: str | os.PathLike, *, profile: str = "",
-                 run: str = "", claims_file: str | os.PathLike | None = None, cfg: Any = None) -> Path:
+                 run: str = "", claims_file: str | os.PathLike | None = None, cfg: Any = None,
+                 preconditions: Mapping[str, Any] | None = None) -> Path:
     """Write ``claims.json``: ``schema_version, profile, run, created_utc, claims_file,
-    claims_sha256, environment, repeatable, counts {verdict: n}, claims [ClaimResult.to_dict()]`` (each
-    claim's ``note``: what the claims file notes about it, for the reader of a verdict); returns the path.
+    claims_sha256, environment, repeatable, preconditions {name: evaluate_preconditions row}, counts
+    {verdict: n} (world checks left out), world_check_counts {verdict: n}, claims [ClaimResult.to_dict()]``
+    (each claim's ``note``: what the claims file notes about it, for the reader of a verdict); returns the path.
+    ``preconditions``: default evaluated on the run folder of ``path``.
 
     ``environment`` and ``repeatable`` (:mod:`kit.fingerprint`, issue #41) are the run's as the series
     recorded them in ``pipeline_state.json`` beside ``path``; without that file (a notebook run on its own)
@@ -162,13 +243,16 @@ def write_claims(results: Sequence[ClaimResult], path: str | os.PathLike, *, pro
     describe the host and the time, not the result: a comparer of two runs' files strips them.
     """
     src = Path(claims_file) if claims_file is not None else CLAIMS_FILE
-    counts = {v: sum(r.verdict == v for r in results) for v in VERDICTS}
+    counts = {v: sum(r.verdict == v for r in results if r.role != "world_check") for v in VERDICTS}
+    world = {v: sum(r.verdict == v for r in results if r.role == "world_check") for v in VERDICTS}
+    if preconditions is None:
+        preconditions = evaluate_preconditions(RunDirs.under(Path(path).parent))
     env, stamp = _run_stamp(Path(path).parent, profile, cfg)
     doc = {"schema_version": SCHEMA_VERSION, "profile": profile, "run": run,
            "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "claims_file": str(src), "claims_sha256": hashlib.sha256(src.read_bytes()).hexdigest() if src.exists() else None,
-           fingerprint.ENVIRONMENT_KEY: env, fingerprint.REPEATABLE_KEY: stamp,
-           "counts": counts, "claims": [r.to_dict() for r in results]}
+           fingerprint.ENVIRONMENT_KEY: env, fingerprint.REPEATABLE_KEY: stamp, "preconditions": dict(preconditions),
+           "counts": counts, "world_check_counts": world, "claims": [r.to_dict() for r in results]}
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(jsonio.dumps(doc, indent=2) + "\n")  # NaN as null, like every run file

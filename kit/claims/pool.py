@@ -242,7 +242,7 @@ def pool_claims(docs: Sequence[tuple[str, Mapping[str, Any]]], claims: Sequence[
     for c0 in docs[0][1]["claims"]:
         cid = c0["id"]
         cspec = spec.get(cid, {})
-        role = str(cspec.get("role") or "secondary")
+        role = str(cspec.get("role") or c0.get("role") or "secondary")
         requires = list(cspec.get("requires") or [])
         tests = []
         for ti, t0 in enumerate(c0["tests"]):
@@ -286,6 +286,8 @@ def pool_claims(docs: Sequence[tuple[str, Mapping[str, Any]]], claims: Sequence[
         out.append({"id": cid, "section": c0.get("section") or DEFAULT_SECTION, "source": c0["source"],
                     "claim": c0["claim"], "role": role, "requires": requires, "tests": tests})
     _apply_holm(out)
+    out.sort(key=lambda c: ("primary", "secondary", "world_check").index(c["role"]) if c["role"] in
+             ("primary", "secondary", "world_check") else 1)  # stable: file order within a role
     for c in out:
         vs = [t["verdict"] for t in c["tests"]]
         c["verdict"] = ("reproduced" if all(v == "reproduced" for v in vs)
@@ -317,7 +319,8 @@ def pool_runs(runs: Sequence[str | os.PathLike]) -> dict[str, Any]:
 
     Returns:
         ``{schema_version, kind: "pooled", profile, created_utc, runs [{name, path, seed, environment_key,
-        repeatable}], notes [environment notes], counts {verdict: n}, claims [pool_claims rows]}``.
+        repeatable}], notes [environment notes], counts {verdict: n} (world checks left out),
+        world_check_counts {verdict: n}, claims [pool_claims rows]}``.
     Raises:
         ClaimsError: no runs, a missing or invalid ``claims.json`` (named), runs of different profiles,
             two runs of one pipeline seed (the unit would count twice), or :func:`pool_claims`'s errors.
@@ -348,7 +351,10 @@ def pool_runs(runs: Sequence[str | os.PathLike]) -> dict[str, Any]:
                       if d.get(fingerprint.ENVIRONMENT_KEY) else None,
                       "repeatable": d.get(fingerprint.REPEATABLE_KEY)} for (n, d), p in zip(docs, paths, strict=True)],
             "notes": environment_notes(docs),
-            "counts": {v: sum(c["verdict"] == v for c in pooled) for v in VERDICTS}, "claims": pooled}
+            "counts": {v: sum(c["verdict"] == v for c in pooled if c["role"] != "world_check") for v in VERDICTS},
+            "world_check_counts": {v: sum(c["verdict"] == v for c in pooled if c["role"] == "world_check")
+                                   for v in VERDICTS},
+            "claims": pooled}
 
 
 def _fmt(x: Any) -> str:

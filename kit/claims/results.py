@@ -10,6 +10,9 @@ from typing import Any
 import numpy as np
 
 VERDICTS = ("reproduced", "not reproduced", "inconclusive")
+#: a claim's ``role`` in the claims file (issue #45): ``primary`` (Holm-corrected when pooled),
+#: ``secondary``, ``world_check`` (a property the tiny world guarantees: shown apart, never counted)
+ROLES = ("primary", "secondary", "world_check")
 #: the section of a claim without ``section:`` in the claims file (the kit's paper)
 DEFAULT_SECTION = "rStar2-Agent"
 
@@ -57,6 +60,7 @@ class ClaimResult:
     ``note``: the claims file's ``note:`` of the claim itself ("" without one); :attr:`notes` adds
     its tests' notes. ``section``: the paper the claim is from (the claims file's ``section:``,
     default :data:`DEFAULT_SECTION`), so claims.json and the summary page keep each paper's together.
+    ``role``: one of :data:`ROLES`; ``requires``: the preconditions the run must pass for it to be judged.
     """
 
     id: str
@@ -66,6 +70,8 @@ class ClaimResult:
     tests: list[TestResult]
     note: str = ""
     section: str = DEFAULT_SECTION
+    role: str = "secondary"
+    requires: tuple[str, ...] = ()
 
     @property
     def notes(self) -> str:
@@ -89,7 +95,8 @@ class ClaimResult:
         return {"id": self.id, "source": self.source, "claim": self.claim, "paper": self.paper,
                 "verdict": self.verdict, "statistic": head.name, "value": _finite(head.value),
                 "ci95": [_finite(head.ci95[0]), _finite(head.ci95[1])], "interval": head.interval,
-                "note": self.notes, "section": self.section, "tests": [t.to_dict() for t in self.tests]}
+                "note": self.notes, "section": self.section, "role": self.role, "requires": list(self.requires),
+                "tests": [t.to_dict() for t in self.tests]}
 
 
 def _finite(x: Any) -> Any:

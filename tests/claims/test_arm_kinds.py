@@ -32,7 +32,7 @@ def spec(kind, comparison, threshold, **kw):
 
 
 def one(root: Path, *tests, section=None):
-    (res,) = evaluate_claims(RunDirs.under(root), [claim(*tests, section=section)])
+    (res,) = evaluate_claims(RunDirs.under(root), [claim(*tests, section=section)], preconditions={})
     return res
 
 

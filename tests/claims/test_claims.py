@@ -8,8 +8,10 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import yaml
 
 from kit.claims import (
+    CLAIMS_FILE,
     VERDICTS,
     ClaimsError,
     RunDirs,
@@ -22,10 +24,13 @@ from kit.claims import (
 from kit.claims.kinds import KINDS, label_key
 
 CLAIMS = {c["id"]: c for c in load_claims()}
+#: the kinds' tests feed one part of a run: its cold start is taken to have learned (the precondition's
+#: own tests are below)
+PASS = {"cold_start_learns": {"passed": True, "reason": "a test's run"}}
 
 
 def verdict(root: Path, claim_id: str) -> str:
-    (res,) = evaluate_claims(RunDirs.under(root), [CLAIMS[claim_id]])
+    (res,) = evaluate_claims(RunDirs.under(root), [CLAIMS[claim_id]], preconditions=PASS)
     return res.verdict
 
 
@@ -72,16 +77,16 @@ def test_fig4_fall_reproduced_not_reproduced_inconclusive(tmp_path):
 
 def test_fig4_needs_two_seeds_and_ten_steps(tmp_path):
     one_seed = ablation(tmp_path / "a", seeds=(0,), roc={ERR: (0.14, 0.05)})
-    (res,) = evaluate_claims(RunDirs.under(one_seed), [CLAIMS["fig4_roc_tool_errors_fall"]])
+    (res,) = evaluate_claims(RunDirs.under(one_seed), [CLAIMS["fig4_roc_tool_errors_fall"]], preconditions=PASS)
     assert res.verdict == "inconclusive" and "at least 2" in res.tests[0].reason
     short = ablation(tmp_path / "b", steps=8, roc={ERR: (0.14, 0.05)})
-    (res,) = evaluate_claims(RunDirs.under(short), [CLAIMS["fig4_roc_tool_errors_fall"]])
+    (res,) = evaluate_claims(RunDirs.under(short), [CLAIMS["fig4_roc_tool_errors_fall"]], preconditions=PASS)
     assert res.verdict == "inconclusive" and "10 steps" in res.tests[0].reason
 
 
 def test_fig4_window_is_max_5_or_a_fifth(tmp_path):
     root = ablation(tmp_path, roc={ERR: (0.14, 0.05)})
-    (res,) = evaluate_claims(RunDirs.under(root), [CLAIMS["fig4_roc_tool_errors_fall"]])
+    (res,) = evaluate_claims(RunDirs.under(root), [CLAIMS["fig4_roc_tool_errors_fall"]], preconditions=PASS)
     w = res.tests[0].detail["windows"]["0"]
     assert (w["steps"], w["W"]) == (40, 8)
     # the statistic is first-8 mean minus last-8 mean: about (0.14 - 0.05) * 32 / 39
@@ -96,7 +101,7 @@ def test_fig4_below_grpo_needs_more_than_the_seed_spread(tmp_path):
     # a small consistent gap (paired interval above 0) inside a large seed spread: not enough
     spread = ablation(tmp_path / "c", roc={ERR: lambda s: (0.14, 0.05 + 0.04 * s)},
                       grpo={ERR: lambda s: (0.13, 0.056 + 0.04 * s)})
-    (res,) = evaluate_claims(RunDirs.under(spread), [CLAIMS["fig4_roc_below_grpo"]])
+    (res,) = evaluate_claims(RunDirs.under(spread), [CLAIMS["fig4_roc_below_grpo"]], preconditions=PASS)
     assert res.tests[0].ci95[0] > 0  # the paired interval alone would pass
     assert res.verdict == "inconclusive" and "seed spread" in res.tests[0].reason
 
@@ -161,12 +166,12 @@ def test_fig8_pairs_the_stages_problem_by_problem_when_the_summaries_list_them(t
         doc = json.loads((root / name / "summary.json").read_text())
         (root / name / "summary.json").write_text(json.dumps({**doc, "heldout_problems": ids,
                                                               "heldout_sampled_correct": corr}))
-    (res,) = evaluate_claims(RunDirs.under(root), [CLAIMS["fig8_accuracy_rises_across_stages"]])
+    (res,) = evaluate_claims(RunDirs.under(root), [CLAIMS["fig8_accuracy_rises_across_stages"]], preconditions=PASS)
     rise = res.tests[0]
     assert rise.value == pytest.approx(0.0625) and rise.interval.startswith("paired bootstrap over 128")
     assert rise.verdict == "reproduced" and rise.ci95[0] > 0
     unpaired = stages(tmp_path / "b", (0.5, 0.5, 0.5, 0.5625))
-    (res,) = evaluate_claims(RunDirs.under(unpaired), [CLAIMS["fig8_accuracy_rises_across_stages"]])
+    (res,) = evaluate_claims(RunDirs.under(unpaired), [CLAIMS["fig8_accuracy_rises_across_stages"]], preconditions=PASS)
     assert res.tests[0].interval.startswith("Newcombe") and res.tests[0].verdict == "inconclusive"
 
 
@@ -249,19 +254,19 @@ def test_cold_start_format_without_reasoning(tmp_path):
     assert verdict(good, "table1_cold_start_format_not_reasoning") == "reproduced"
     # answers guessed right without the tool: the reasoning test rules the claim out
     guessing = passk(tmp_path / "b", np.ones((N, n), dtype=int), matrix(0.9), calls=calls, errors=errors)
-    (res,) = evaluate_claims(RunDirs.under(guessing), [CLAIMS["table1_cold_start_format_not_reasoning"]])
+    (res,) = evaluate_claims(RunDirs.under(guessing), [CLAIMS["table1_cold_start_format_not_reasoning"]], preconditions=PASS)
     assert res.verdict == "not reproduced"
     assert [t.verdict for t in res.tests][-1] == "not reproduced"
     # a policy that never answers and never calls (an untrained one) does not pass the format tests,
     # even though it has "no reasoning"
     silent = passk(tmp_path / "c", np.zeros((N, n), dtype=int), matrix(0.9), calls=np.zeros((N, n)),
                    answered=np.zeros((N, n)))
-    (res,) = evaluate_claims(RunDirs.under(silent), [CLAIMS["table1_cold_start_format_not_reasoning"]])
+    (res,) = evaluate_claims(RunDirs.under(silent), [CLAIMS["table1_cold_start_format_not_reasoning"]], preconditions=PASS)
     assert res.verdict == "not reproduced" and res.tests[-1].verdict == "reproduced"
     # answer rate right at the threshold of 0.9: its interval contains it
     at = (rng.random((N, n)) < 0.9).astype(int)
     edge = passk(tmp_path / "d", correct, matrix(0.9), calls=calls, errors=errors, answered=at)
-    (res,) = evaluate_claims(RunDirs.under(edge), [CLAIMS["table1_cold_start_format_not_reasoning"]])
+    (res,) = evaluate_claims(RunDirs.under(edge), [CLAIMS["table1_cold_start_format_not_reasoning"]], preconditions=PASS)
     assert res.tests[0].verdict == "inconclusive" and res.verdict == "inconclusive"
 
 
@@ -297,7 +302,7 @@ def test_entropy_more_reflection_than_sft(tmp_path):
     rows = [{"checkpoint": ck, "problem": i, "forking": 4, "reflection": counts[i % 2],
              "other": 16 - counts[i % 2], "high": 20} for ck, counts in (("rl", (2, 6)), ("sft", (3, 4))) for i in range(24)]
     write_rows(tmp_path / "c" / "analysis" / "entropy_tokens.jsonl", rows)
-    (res,) = evaluate_claims(RunDirs.under(tmp_path / "c"), [CLAIMS["entropy_more_reflection_than_sft"]])
+    (res,) = evaluate_claims(RunDirs.under(tmp_path / "c"), [CLAIMS["entropy_more_reflection_than_sft"]], preconditions=PASS)
     assert res.tests[0].value == pytest.approx(0.025)
     assert res.verdict == "inconclusive"
 
@@ -316,10 +321,15 @@ def test_every_kind_in_the_claims_file_is_implemented_and_six_claims_at_least():
 def test_missing_run_is_inconclusive_and_claims_json_round_trips(tmp_path):
     results = evaluate_claims(RunDirs.under(tmp_path / "nothing"))
     assert {r.verdict for r in results} == {"inconclusive"}
-    assert all("not enough data" in t.reason for r in results for t in r.tests)
+    # no cold start: the claims that require it are not judged; the cold start's own has no data
+    assert all(("precondition failed: cold_start_learns" in t.reason) == bool(r.requires) for r in results for t in r.tests)
+    assert all("not enough data" in t.reason for r in results if not r.requires for t in r.tests)
     path = write_claims(results, tmp_path / "claims.json", profile="smoke", run="t")
     doc = read_claims(path)
-    assert doc["counts"] == {"reproduced": 0, "not reproduced": 0, "inconclusive": len(CLAIMS)}
+    world = sum(c.get("role") == "world_check" for c in CLAIMS.values())
+    assert doc["counts"] == {"reproduced": 0, "not reproduced": 0, "inconclusive": len(CLAIMS) - world}
+    assert doc["world_check_counts"] == {"reproduced": 0, "not reproduced": 0, "inconclusive": world}
+    assert doc["preconditions"]["cold_start_learns"]["passed"] is False
     assert [c["id"] for c in doc["claims"]] == list(CLAIMS)
     assert all(c["verdict"] in VERDICTS for c in doc["claims"])
     assert list(claims_table(doc).columns) == ["source", "statistic", "value", "ci95", "interval", "verdict"]
@@ -364,17 +374,66 @@ def test_each_claims_note_reaches_claims_json_and_the_summary_page(tmp_path):
 
     path = write_claims(evaluate_claims(RunDirs.under(tmp_path / "nothing")), tmp_path / "claims.json")
     doc = read_claims(path)
-    assert doc["schema_version"] == 3
+    assert doc["schema_version"] == 4
     notes = {c["id"]: c["note"] for c in doc["claims"]}
     # the reflection claim stays as registered (inconclusive on every untuned seed): its note says what that means
     assert "not shown at the tiny scale" in notes["entropy_more_reflection_than_sft"]
     assert notes["fig9_roc_accuracy_not_below"].startswith("training accuracy on the tiny task family")
     assert notes["fig4_roc_tool_errors_fall"] == ""
-    row = next(r for r, c in zip(summary.claim_rows(doc), doc["claims"], strict=True)
-               if c["id"] == "entropy_more_reflection_than_sft")
+    own = summary.ordered(c for c in doc["claims"] if c["section"] == "rStar2-Agent")  # the rows' order: by role
+    row = next(r for r, c in zip(summary.claim_rows(doc), own, strict=True) if c["id"] == "entropy_more_reflection_than_sft")
     assert "Note: Inconclusive on every run seed" in row[0] and "refuted" in row[0]
     old = json.loads(path.read_text())
     del old["claims"][0]["note"]
     path.write_text(json.dumps(old))
     with pytest.raises(ClaimsError, match="fig4_roc_tool_errors_fall: missing key 'note'"):
         read_claims(path)
+
+
+# --------------------------------------------------------------------------- roles and preconditions (issue #45)
+
+
+def test_every_claim_has_a_role_and_each_paper_one_or_two_primaries():
+    from kit.claims import ROLES
+    raw = yaml.safe_load(CLAIMS_FILE.read_text())["claims"]
+    assert [c["id"] for c in raw if c.get("role") not in ROLES] == []
+    primaries = {}
+    for c in raw:
+        if c["role"] == "primary":
+            primaries.setdefault(c.get("section", "rStar2-Agent"), []).append(c["id"])
+    assert set(primaries) == {"rStar2-Agent", "ReTool", "Agent-R"} and all(1 <= len(v) <= 2 for v in primaries.values())
+
+
+def _cold_start(root: Path, sampled: float | None) -> Path:
+    (root / "sft").mkdir(parents=True, exist_ok=True)
+    doc = {"heldout_n": 128} if sampled is None else {"heldout_sampled_reward": sampled, "heldout_n": 128}
+    (root / "sft" / "summary.json").write_text(json.dumps(doc))
+    return root
+
+
+def test_a_cold_start_that_did_not_learn_leaves_the_downstream_claims_unjudged(tmp_path):
+    from kit.claims import evaluate_preconditions
+    root = _cold_start(stages(tmp_path / "a", (0.60, 0.70, 0.75, 0.85)), 0.05)
+    pre = evaluate_preconditions(RunDirs.under(root))
+    assert pre["cold_start_learns"]["passed"] is False and pre["cold_start_learns"]["value"] == 0.05
+    (res,) = evaluate_claims(RunDirs.under(root), [CLAIMS["fig8_accuracy_rises_across_stages"]])
+    assert res.verdict == "inconclusive"
+    assert res.tests[0].value == pytest.approx(0.80)  # still computed and shown, not judged
+    assert "not judged, precondition failed: cold_start_learns (sft/summary.json heldout_sampled_reward = 0.05 " \
+           "misses >= 0.2)" in res.tests[0].reason
+    _cold_start(root, 0.20)  # the threshold itself passes
+    (res,) = evaluate_claims(RunDirs.under(root), [CLAIMS["fig8_accuracy_rises_across_stages"]])
+    assert res.verdict == "reproduced"
+    assert not evaluate_preconditions(RunDirs.under(_cold_start(tmp_path / "b", None)))["cold_start_learns"]["passed"]
+
+
+def test_a_role_or_precondition_the_file_does_not_know_is_refused(tmp_path):
+    raw = yaml.safe_load(CLAIMS_FILE.read_text())
+    bad = dict(raw, claims=[dict(raw["claims"][0], role="headline")])
+    (tmp_path / "a.yaml").write_text(yaml.safe_dump(bad))
+    with pytest.raises(ClaimsError, match="role 'headline' is not one of"):
+        load_claims(tmp_path / "a.yaml")
+    bad = dict(raw, claims=[dict(raw["claims"][0], requires=["base_is_weak"])])
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump(bad))
+    with pytest.raises(ClaimsError, match="requires \\['base_is_weak'\\] not among the preconditions"):
+        load_claims(tmp_path / "b.yaml")

@@ -56,8 +56,13 @@ def test_claim_rows_show_every_claim_with_its_verdict_and_why(run):
     retool, agent_r = summary.claim_rows(doc, "ReTool"), summary.claim_rows(doc, "Agent-R")
     assert len(retool) >= 4 and len(agent_r) == 4 and len(own) + len(retool) + len(agent_r) == len(doc["claims"])
     assert all("ReTool" in r[0] for r in retool) and all("Agent-R" in r[0] for r in agent_r)
-    assert "retool folder" in retool[0][2] and "policy_eval.jsonl" in agent_r[0][2]
-    assert "ablation folder" in rows[0][2]  # the reason an inconclusive claim is inconclusive
+    flat = [[" ".join(cell.split()) for cell in r] for r in (retool[0], agent_r[0], rows[0])]
+    assert "retool folder" in flat[0][2] and "policy_eval.jsonl" in flat[1][2]
+    assert "ablation folder" in flat[2][2]  # the reason an inconclusive claim is inconclusive
+    # primaries first, world checks last and labelled (issue #45); a run without a cold start was not judged
+    assert rows[0][0].startswith("[primary]") and rows[-1][0].startswith("[world check, not counted]")
+    assert "precondition failed: cold_start_learns" in flat[2][2]
+    assert summary.precondition_line(doc).startswith("Precondition failed: cold_start_learns")
 
 
 @needs_poppler

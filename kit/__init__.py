@@ -19,8 +19,10 @@ which works until the first oneMKL call and otherwise leaves a warning. Its cost
 model's SFT step and policy update is within noise (``benchmarks/determinism_cost.py``).
 """
 
+import ctypes as _ctypes
 import os as _os
 import sys as _sys
+import warnings as _warnings
 
 __version__ = "0.1.0"
 
@@ -42,16 +44,14 @@ def _pin_mkl_cbwr() -> None:
     _os.environ["MKL_CBWR"] = MKL_CBWR
     if "torch" not in _sys.modules:
         return
-    import ctypes
-    import warnings
     try:
-        lib = ctypes.CDLL(_os.path.join(_os.path.dirname(_sys.modules["torch"].__file__), "lib", "libtorch_cpu.so"))
+        lib = _ctypes.CDLL(_os.path.join(_os.path.dirname(_sys.modules["torch"].__file__), "lib", "libtorch_cpu.so"))
         set_mode = lib.mkl_serv_cbwr_set
     except (OSError, AttributeError, TypeError):
         return
-    set_mode.argtypes, set_mode.restype = [ctypes.c_int], ctypes.c_int
+    set_mode.argtypes, set_mode.restype = [_ctypes.c_int], _ctypes.c_int
     if set_mode(_MKL_CBWR_AUTO_STRICT) != 0:
-        warnings.warn("kit: torch ran oneMKL before kit was imported, so MKL_CBWR=AUTO,STRICT could not be set in "
+        _warnings.warn("kit: torch ran oneMKL before kit was imported, so MKL_CBWR=AUTO,STRICT could not be set in "
                       "this process; its float bits depend on the thread count (import kit before torch)", stacklevel=2)
 
 

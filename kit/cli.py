@@ -71,7 +71,7 @@ def _reproduce(a: argparse.Namespace, argv: list[str]) -> int:
                    reports_root=a.reports_root, command=argv)
     if a.seeds is None:
         return pipeline.reproduce(a.profile, a.run, seed=0 if a.seed is None else a.seed, **options)
-    from kit.pipeline.seeds import parse_seeds, reproduce_seeds
+    from kit.pipeline.seeds import parse_seeds, reproduce_seeds  # the claims' pooling: only with --seeds
 
     if a.seed is not None:
         print("kit reproduce: give --seed or --seeds, not both", file=sys.stderr)
@@ -131,7 +131,7 @@ def _selftest(a: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _claims(a: argparse.Namespace, argv: list[str]) -> int:
-    from kit.claims import ClaimsError
+    from kit.claims import ClaimsError  # reads claims.json files only
     from kit.claims.over_seeds import seeds_table, write_csv  # reads claims.json files only
 
     if a.runs[0] != "pool":

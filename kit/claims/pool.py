@@ -50,6 +50,7 @@ from scipy import stats
 
 from kit import fingerprint, jsonio
 from kit.claims import ClaimsError, load_claims, read_claims
+from kit.claims.forest import over_seeds_page
 from kit.claims.over_seeds import environment_notes
 from kit.claims.results import DEFAULT_SECTION, VERDICTS
 from kit.claims.stats import CONFIDENCE, decide
@@ -387,6 +388,5 @@ def write_pooled(doc: Mapping[str, Any], out: str | os.PathLike, *, page: bool =
     with open(paths[1], "w", newline="") as fh:
         csv.writer(fh).writerows(table_rows(doc))
     if page:
-        from kit.claims.forest import over_seeds_page  # matplotlib: only for the page
         paths.append(over_seeds_page(doc, d / "over_seeds.pdf"))
     return paths

@@ -16,6 +16,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from kit.claims import ClaimsError
+from kit.claims.pool import pool_runs, write_pooled
 from kit.plan import Layout
 
 __all__ = ["DEFAULT_RUN", "parse_seeds", "pooled_name", "reproduce_seeds", "seed_command", "seed_run_name"]
@@ -111,9 +113,6 @@ def reproduce_seeds(reproduce: Callable[..., int], profile: str, run: str, seeds
         print(f"kit.pipeline: the series failed for seed(s) {', '.join(map(str, failed))}; rerun the same command "
               "to resume them (finished notebooks are skipped)", file=sys.stderr)
     if pool and len(finished) >= 2:
-        from kit.claims import ClaimsError
-        from kit.claims.pool import pool_runs, write_pooled
-
         out = Layout.for_run(profile, pooled_name(run), reports_root).root
         try:
             doc = pool_runs([lay.root for lay in finished])

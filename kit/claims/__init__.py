@@ -75,14 +75,16 @@ class ClaimsError(ValueError):
     """The claims file or a claims.json is malformed (the message names the claim and the key)."""
 
 
-def load_claims(path: str | os.PathLike | None = None) -> list[dict[str, Any]]:
-    """The pre-registered claims (``kit/reference/claims.yaml`` by default), checked.
+def load_claims(path: str | os.PathLike | None = None, *, include_superseded: bool = False) -> list[dict[str, Any]]:
+    """The pre-registered claims (``kit/reference/claims.yaml`` by default), checked; a claim with
+    ``superseded_by:`` (kept in the file with its history, issue #45) only with ``include_superseded``.
 
     Raises:
         ClaimsError: a claim or test lacks a required key, an id repeats, a comparison is not
             ``>``/``<``, a test kind is unknown, a test's ``key`` / ``n_key`` is not a key
             :mod:`kit.metrics` declares, a ``role`` is not one of :data:`ROLES`, or a claim
-            ``requires`` a precondition the file does not define (the message names the claim and the key).
+            ``requires`` a precondition the file does not define, or is superseded by a claim the file does
+            not hold (the message names the claim and the key).
     """
     p = Path(path) if path is not None else CLAIMS_FILE
     if not p.exists():
@@ -122,7 +124,11 @@ def load_claims(path: str | os.PathLike | None = None) -> list[dict[str, Any]]:
                 if field in t and t[field] not in DECLARED:
                     raise ClaimsError(f"{where}, test {t['name']!r}: {field} {t[field]!r} is not a key kit.metrics "
                                       "declares (RL_KEYS, SFT_KEYS, SUMMARY_KEYS); declare it there with its population")
-    return claims
+    ids = {c["id"] for c in claims}
+    for c in claims:
+        if c.get("superseded_by") and c["superseded_by"] not in ids:
+            raise ClaimsError(f"{p}: claim {c['id']}: superseded_by {c['superseded_by']!r} is not a claim of the file")
+    return claims if include_superseded else [c for c in claims if not c.get("superseded_by")]
 
 
 def _preconditions(data: Any, path: Path) -> list[dict[str, Any]]:

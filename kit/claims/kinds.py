@@ -230,6 +230,46 @@ def stat_heldout_no_drop(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult
     return res
 
 
+def stat_heldout_non_inferior(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -> TestResult:
+    """Paired non-inferiority of each consecutive pair of ``chain`` (issue #45): the later stage's held-out
+    outcomes minus the earlier's, per problem, with a paired bootstrap over the problems. The statistic is the
+    smallest pair difference with its interval; reproduced when every pair's interval lies above the
+    threshold (minus the margin), not reproduced when some pair's lies at or below it.
+
+    Raises:
+        Missing: a summary lacks the held-out proportion, has fewer than ``min_n`` problems, or has no
+            per-problem outcomes (``heldout_sampled_correct``, written since issue #42), or two summaries list
+            different problems.
+    """
+    thr = float(spec["threshold"])
+    outcomes = {}
+    for name in spec["chain"]:
+        _heldout(dirs, name, spec)
+        got = _heldout_outcomes(dirs, name)
+        if got is None:
+            raise Missing(f"{name}/summary.json has no per-problem held-out outcomes (written since issue #42)")
+        outcomes[name] = got
+    pairs = []
+    for a, b in zip(spec["chain"], spec["chain"][1:], strict=False):
+        if outcomes[a][0] != outcomes[b][0]:
+            raise Missing(f"{a} and {b} were scored on different held-out problems")
+        d, lo, hi = bootstrap_mean(np.asarray(outcomes[b][1], dtype=float) - np.asarray(outcomes[a][1], dtype=float))
+        pairs.append((d, lo, hi, f"{a}->{b}"))
+    worst = min(pairs, key=lambda p: p[0])
+    res.value, res.ci95, res.n = worst[0], (worst[1], worst[2]), len(outcomes[spec["chain"][0]][0])
+    res.interval = f"paired bootstrap over {res.n} held-out problems per pair ({worst[3]} shown, one seed)"
+    res.detail = {"pairs": {p[3]: {"diff": p[0], "ci95": [p[1], p[2]]} for p in pairs}}
+    below = [p[3] for p in pairs if p[2] <= thr]
+    unclear = [p[3] for p in pairs if not p[1] > thr]
+    if below:
+        res.verdict, res.reason = "not reproduced", f"{', '.join(below)}: the interval lies at or below {thr:g}"
+    elif unclear:
+        res.verdict, res.reason = "inconclusive", f"{', '.join(unclear)}: the interval contains {thr:g}"
+    else:
+        res.verdict, res.reason = "reproduced", f"every pair's interval lies above {thr:g}"
+    return res
+
+
 def stat_stage_length_change(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -> TestResult:
     """Mean of ``key`` over the steps of stage ``after`` minus over ``before``; Welch over batch means
     (:func:`kit.claims.stats.batch_means_welch`: consecutive steps are autocorrelated)."""
@@ -415,6 +455,7 @@ KINDS: dict[str, Callable[[RunDirs, Mapping[str, Any], TestResult], TestResult]]
     "ablation_last": stat_ablation_last,
     "heldout_rise": stat_heldout_rise,
     "heldout_no_drop": stat_heldout_no_drop,
+    "heldout_non_inferior": stat_heldout_non_inferior,
     "stage_length_change": stat_stage_length_change,
     "passk_gap": stat_passk_gap,
     "passk_gap_closing": stat_passk_gap_closing,

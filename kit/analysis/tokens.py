@@ -100,6 +100,21 @@ def classify_tokens(pieces: Sequence[str], response_mask: Sequence[int], high: S
     return labels
 
 
+def post_feedback_tokens(response_mask: Sequence[int], reflection_window: int = 24) -> int:
+    """Model tokens inside the post-feedback windows: the first ``reflection_window`` model tokens after
+    each feedback block (a mask-0 run) ends, the tokens where :func:`classify_tokens` calls a
+    high-entropy token ``reflection``. The denominator of a reflection rate conditioned on there being a
+    tool response (issue #45): more tool responses give more window tokens, not a higher rate."""
+    since, n = 10**9, 0
+    for m in response_mask:
+        if not int(m):
+            since = 0
+        else:
+            n += since < reflection_window
+            since += 1
+    return n
+
+
 def count_labels(labels: Iterable[str | None]) -> dict[str, int]:
     """``{forking, reflection, other, high}`` counts of one trajectory's labels."""
     c = Counter(lab for lab in labels if lab is not None)

@@ -15,7 +15,7 @@ from typing import Any
 
 from kit import jsonio, prompts
 from kit.analysis.entropy import entropy_html, high_entropy_mask, trajectory_entropy
-from kit.analysis.tokens import classify_tokens, count_labels, counts_by_checkpoint
+from kit.analysis.tokens import classify_tokens, count_labels, counts_by_checkpoint, post_feedback_tokens
 from kit.chain.policies import heldout_problems, load_run_policy, model_context, sample_trajectories
 from kit.config import KitConfig
 from kit.eval.benchmarks import benchmark_path, load_benchmark
@@ -158,6 +158,7 @@ def analyze_checkpoints(cfg: KitConfig, policies: Mapping[str, str | os.PathLike
             rows.append({"checkpoint": name, "problem": i, "correct": bool(batch.rewards.reshape(-1)[i] > 0),
                          "tokens": len(tr.response_ids), "mean_entropy": float(ent[[m == 1 for m in tr.response_mask]].mean())
                          if sum(tr.response_mask) else float("nan"), **count_labels(labels),
+                         "window_tokens": post_feedback_tokens(tr.response_mask),
                          "high_tokens": [p for p, lab in zip(pieces, labels, strict=True) if lab is not None][:40]})
             if name not in pages:
                 pages[name] = entropy_html(pieces, ent, tr.response_mask, top_frac,

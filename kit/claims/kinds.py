@@ -413,6 +413,13 @@ def _entropy_rows(dirs: RunDirs, checkpoint: str, spec) -> list[dict]:
     high = sum(int(r.get("high", 0)) for r in rows)
     if high < spec.get("min_high_tokens", 1):
         raise Missing(f"{checkpoint}: {high} high-entropy tokens, the test needs at least {spec['min_high_tokens']}")
+    den = spec.get("denominator", "high")
+    if den != "high":
+        if any(den not in r for r in rows):
+            raise Missing(f"{checkpoint}: entropy_tokens.jsonl rows have no {den!r} (written since issue #45)")
+        total = sum(int(r[den]) for r in rows)
+        if total < spec.get(f"min_{den}", 1):
+            raise Missing(f"{checkpoint}: {total} {den}, the test needs at least {spec[f'min_{den}']}")
     return rows
 
 
@@ -429,19 +436,21 @@ def stat_entropy_share(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) 
 
 def stat_entropy_share_diff(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -> TestResult:
     """``label`` share of ``minuend`` minus that of ``subtrahend``; paired bootstrap over problems (each
-    checkpoint sampled one trajectory on each of the same held-out problems)."""
+    checkpoint sampled one trajectory on each of the same held-out problems). The share is over the
+    high-entropy tokens, or over ``denominator`` (a per-row count, e.g. ``window_tokens``: the model
+    tokens after tool responses, issue #45)."""
     a = _entropy_rows(dirs, spec["minuend"], spec)
     b = _entropy_rows(dirs, spec["subtrahend"], spec)
-    lab = spec["label"]
+    lab, den = spec["label"], spec.get("denominator", "high")
     by_a, by_b = {r.get("problem"): r for r in a}, {r.get("problem"): r for r in b}
     common = sorted(set(by_a) & set(by_b), key=str)
     if len(common) < spec.get("min_trajectories", 1):
         raise Missing(f"{len(common)} problems sampled by both {spec['minuend']} and {spec['subtrahend']}, the test "
                       f"needs at least {spec.get('min_trajectories', 1)}")
     res.value, lo, hi = bootstrap_ratio_diff_paired([by_a[p].get(lab, 0) for p in common],
-                                                    [by_a[p].get("high", 0) for p in common],
+                                                    [by_a[p].get(den, 0) for p in common],
                                                     [by_b[p].get(lab, 0) for p in common],
-                                                    [by_b[p].get("high", 0) for p in common])
+                                                    [by_b[p].get(den, 0) for p in common])
     res.ci95, res.n = (lo, hi), len(common)
     res.interval = f"paired bootstrap over {len(common)} problems (one seed)"
     res.verdict, res.reason = decide(lo, hi, spec["comparison"], float(spec["threshold"]))

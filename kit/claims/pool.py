@@ -66,7 +66,8 @@ BOOTSTRAP_FROM = 10
 BOOTSTRAP_RESAMPLES = 9999
 BOOTSTRAP_SEED = 0
 #: test kinds whose statistic is a difference of two arms (or two checkpoints) of one run
-ARM_COMPARISONS = frozenset({"ablation_paired_last", "heldout_rise", "heldout_no_drop", "stage_length_change",
+ARM_COMPARISONS = frozenset({"ablation_paired_last", "heldout_rise", "heldout_no_drop", "heldout_non_inferior",
+                             "stage_length_change",
                              "passk_gap", "passk_gap_closing", "entropy_share_diff", "agent_r_paired",
                              "agent_r_diff"})
 

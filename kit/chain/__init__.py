@@ -30,6 +30,7 @@ from kit.chain.boundary import (
     copy_passk_figure,
     passk_boundary,
     passk_figure,
+    passk_hard_boundary,
     passk_items,
 )
 from kit.chain.display import TrajectoryView, learning_note, show_learning_note
@@ -67,6 +68,7 @@ __all__ = [
     "learning_note",
     "load_run_policy",
     "passk_boundary",
+    "passk_hard_boundary",
     "passk_figure",
     "passk_items",
     "policy_backend",

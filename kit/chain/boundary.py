@@ -5,6 +5,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -25,6 +26,7 @@ from kit.figures import copy_figure, save_figure
 from kit.jsonio import write_json
 from kit.rollout import run_coroutine
 from kit.sandbox import SandboxPool
+from kit.train.common import step_seed
 
 
 @dataclass
@@ -176,7 +178,8 @@ async def _evaluate_items(cfg: KitConfig, backend: Any, tok: Any, rollout_cfg: A
 
 def passk_boundary(cfg: KitConfig, policies: Mapping[str, str | os.PathLike], run_dir: str | os.PathLike, *,
                    source: str | None = None, n_problems: int | None = None, n: int | None = None,
-                   backends: Mapping[str, tuple[Any, Any]] | None = None) -> PassK:
+                   backends: Mapping[str, tuple[Any, Any]] | None = None, items: list | None = None,
+                   folder: str = "passk", what: str = "") -> PassK:
     """Unbiased pass@k curves (k = 1..n) of several policies on the same problems: base (cold-start
     SFT) vs RL, as in Yue et al. 2025's RLVR-boundary study (report §5 evaluates at n = 16).
 
@@ -196,6 +199,9 @@ def passk_boundary(cfg: KitConfig, policies: Mapping[str, str | os.PathLike], ru
         n: samples per problem (default ``eval.passk_n``).
         backends: ``{label: (backend, tokenizer)}`` to use instead of loading a policy folder
             (e.g. ``OpenAIBackend`` for a served checkpoint).
+        items: the problems (``BenchItem``) instead of :func:`passk_items`' (with ``source`` naming them).
+        folder: the output folder's name inside ``run_dir`` (``passk_hard``: :func:`passk_hard_boundary`).
+        what: the problems in words for the figure title (default from ``source``).
     Returns:
         A :class:`PassK`.
     Raises:
@@ -214,8 +220,11 @@ def passk_boundary(cfg: KitConfig, policies: Mapping[str, str | os.PathLike], ru
         if not (backends and label in backends) and not (Path(policy) / "config.json").exists():
             raise FileNotFoundError(f"policy {label!r}: no model at {policy} (no config.json); "
                                     "run the notebook that trains it first")
-    source, items = passk_items(cfg, source, n_problems)
-    out = Path(run_dir) / "passk"
+    if items is None:
+        source, items = passk_items(cfg, source, n_problems)
+    else:
+        source = source or "heldout"
+    out = Path(run_dir) / folder
     out.mkdir(parents=True, exist_ok=True)
     results, paths = {}, {}
     for label, policy in policies.items():
@@ -229,8 +238,8 @@ def passk_boundary(cfg: KitConfig, policies: Mapping[str, str | os.PathLike], ru
         key = keys[label]
         paths[f"result_{key}"] = write_json(out / f"{source}_{key}.json", results[label].to_dict())
     curves = passk_curves(results)
-    what = (f"{len(items)} held-out tiny task problems (not a benchmark)" if source == "heldout"
-            else f"{source}, {len(items)} problems")
+    what = what or (f"{len(items)} held-out tiny task problems (not a benchmark)" if source == "heldout"
+                     else f"{source}, {len(items)} problems")
     title = f"pass@k, {what}; n = {n}, T = {cfg.eval.temperature}; profile {cfg.profile}"
     fig = passk_figure(curves, title)
     paths["curves"] = out / "passk_curves.csv"
@@ -239,6 +248,57 @@ def passk_boundary(cfg: KitConfig, policies: Mapping[str, str | os.PathLike], ru
                                                            "n": n, "labels": list(results), "policies": {k: str(v) for k, v in policies.items()}})
     paths.update(zip(("png", "pdf"), save_figure(fig, out, "passk_curves"), strict=True))
     return PassK(curves=curves, results=results, figure=fig, paths=paths)
+
+
+#: the key of the hard subset's selection draw (:func:`kit.train.common.step_seed`), apart from the evaluation's
+HARD_SELECTION_KEY = "passk_hard_selection"
+
+
+def passk_hard_boundary(cfg: KitConfig, policies: Mapping[str, str | os.PathLike], run_dir: str | os.PathLike
+                        ) -> PassK | None:
+    """The pass@k curves on a hard subset (issue #45; claims.yaml ``passk_crossing_on_hard_problems``):
+    the problems the first policy (the cold start) rarely solves, where Yue et al. 2025 find the base
+    overtaking RL at large k.
+
+    Selection: the first ``eval.passk_hard_pool`` problems of :func:`passk_items`' source are sampled
+    ``eval.passk_hard_select_n`` times by the first policy with a seed of its own (``step_seed(cfg.seed,``
+    :data:`HARD_SELECTION_KEY` ``)``), so the evaluation draw that follows is independent of the one that
+    chose the problems (choosing and scoring on one draw would favour the cold start's unlucky problems
+    regressing upward). Hard: solved at most ``eval.passk_hard_max_correct`` times; the first
+    ``eval.passk_hard_problems`` of them in source order. Then :func:`passk_boundary` with
+    ``eval.passk_hard_n`` samples into ``run_dir/passk_hard/``, beside ``selection.json`` (each screened
+    problem's id and count).
+
+    Returns:
+        The :class:`PassK`, or None when ``eval.passk_hard_problems`` is 0 (off) or no problem is hard
+        (``selection.json`` says so).
+    Raises:
+        as :func:`passk_boundary`.
+    """
+    ev = cfg.eval
+    if ev.passk_hard_problems <= 0:
+        return None
+    first = next(iter(policies))
+    source, pool = passk_items(cfg, None, ev.passk_hard_pool)
+    backend, tok, context = policy_backend(cfg, policies[first])
+    rollout_cfg = eval_rollout_cfg(cfg, context)
+    pool = [it for it in pool if prompt_fits(tok, it.question, rollout_cfg)]
+    select_cfg = dataclasses.replace(cfg, seed=step_seed(cfg.seed, HARD_SELECTION_KEY))
+    screened = run_coroutine(_evaluate_items(select_cfg, backend, tok, rollout_cfg, source, pool, ev.passk_hard_select_n,
+                                             str(policies[first])))
+    counts = {p["id"]: int(sum(p["correct"])) for p in screened.to_dict()["per_problem"]}
+    hard = [it for it in pool if counts.get(str(it.id), ev.passk_hard_select_n) <= ev.passk_hard_max_correct]
+    hard = hard[:ev.passk_hard_problems]
+    out = Path(run_dir) / "passk_hard"
+    out.mkdir(parents=True, exist_ok=True)
+    write_json(out / "selection.json", {"source": source, "screened": len(pool), "select_n": ev.passk_hard_select_n,
+                                        "max_correct": ev.passk_hard_max_correct, "policy": first,
+                                        "counts": counts, "hard": [it.id for it in hard]})
+    if not hard:
+        return None
+    return passk_boundary(cfg, policies, run_dir, source=source, items=hard, n=ev.passk_hard_n, folder="passk_hard",
+                          what=f"{len(hard)} hard {source} problems (the first policy solved them at most "
+                               f"{ev.passk_hard_max_correct} of {ev.passk_hard_select_n} times)")
 
 
 def passk_figure(curves: Any, title: str = ""):

@@ -306,9 +306,10 @@ def label_key(label: str) -> str:
     return "_".join("".join(c if c.isalnum() else " " for c in label).lower().split())
 
 
-def _passk_results(dirs: RunDirs) -> tuple[list[dict], list[dict], str]:
-    """(per_problem of the first label, per_problem of the last label, source)."""
-    base = dirs.eval / "passk"
+def _passk_results(dirs: RunDirs, folder: str = "passk") -> tuple[list[dict], list[dict], str]:
+    """(per_problem of the first label, per_problem of the last label, source) of ``eval/<folder>/``
+    (``passk``: the held-out curves; ``passk_hard``: the hard subset, issue #45)."""
+    base = dirs.eval / folder
     meta = _json(base / "passk_curves.json")
     labels = meta.get("labels") or []
     if len(labels) < 2:
@@ -334,7 +335,7 @@ def _pass_at(correct: Sequence[int], k: int) -> float:
 
 
 def _paired_problems(spec, res: TestResult, dirs: RunDirs) -> tuple[list, list, int]:
-    sft, rl, what = _passk_results(dirs)
+    sft, rl, what = _passk_results(dirs, spec.get("folder", "passk"))
     by_id = {p["id"]: p for p in sft}
     pairs = [(by_id[p["id"]], p) for p in rl if p["id"] in by_id]
     n = _check_problems(spec, [q for _, q in pairs])
@@ -343,9 +344,10 @@ def _paired_problems(spec, res: TestResult, dirs: RunDirs) -> tuple[list, list, 
 
 
 def stat_passk_gap(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -> TestResult:
-    """Per problem pass@k (unbiased) of RL minus SFT, mean; bootstrap over problems."""
+    """Per problem pass@k (unbiased) of RL minus SFT, mean; bootstrap over problems. ``k``: a number, or
+    ``"n"`` for the samples per problem (pass@n: solved at least once, the coverage)."""
     sft, rl, n = _paired_problems(spec, res, dirs)
-    k = int(spec["k"])
+    k = n if str(spec["k"]) == "n" else int(spec["k"])
     gaps = [_pass_at(b["correct"], k) - _pass_at(a["correct"], k) for a, b in zip(sft, rl, strict=True)]
     return _bootstrap_test(res, spec, gaps, f"bootstrap over {len(gaps)} problems (n = {n}, one seed)")
 

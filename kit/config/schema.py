@@ -311,6 +311,16 @@ class EvalConfig:
     # ones) and samples per problem (k = 1..passk_n; the report's n = 16)
     passk_problems: int = 0
     passk_n: int = 16  # samples per problem of the pass@k curves
+    # the pass@k crossing on a hard subset (issue #45, claims.yaml passk_crossing_on_hard_problems):
+    # the first passk_hard_pool problems of the source are screened with passk_hard_select_n samples of
+    # the cold start (a selection draw, seeded apart from the evaluation draw); those it solved at most
+    # passk_hard_max_correct times, the first passk_hard_problems of them in source order, are then
+    # evaluated with passk_hard_n samples per policy into eval/passk_hard/. 0 problems = off
+    passk_hard_problems: int = 0
+    passk_hard_pool: int = 128  # problems screened (0 = all of the source)
+    passk_hard_select_n: int = 8  # cold-start samples per screened problem
+    passk_hard_max_correct: int = 1  # a problem is hard when the cold start solved it at most this often
+    passk_hard_n: int = 128  # samples per problem per policy on the hard subset (pass@k for k = 1..n)
 
 
 @dataclass(frozen=True)

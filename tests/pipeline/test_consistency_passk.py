@@ -144,4 +144,22 @@ def test_profiles_size_the_new_steps():
     assert (tiny.eval.consistency_problems, tiny.eval.passk_problems, tiny.eval.passk_n) == (3, 64, 16)
     assert smoke.eval.consistency_problems * smoke.data.consistency_samples <= 8
     assert smoke.eval.passk_problems * smoke.eval.passk_n <= 16
+    assert (tiny.eval.passk_hard_problems, tiny.eval.passk_hard_n) == (16, 128) and paper.eval.passk_hard_problems == 0
     assert chain.passk_items(smoke)[0] == "heldout" and chain.passk_items(paper, n_problems=1)[0] == "aime24"
+
+
+def test_the_hard_subset_is_chosen_on_a_draw_of_its_own_and_evaluated_apart(tok, tmp_path):
+    """Issue #45: screening with the selection seed, the hard problems, then both policies on them into passk_hard/."""
+    cfg = _cfg(**{"eval.max_tokens": 12, "eval.max_turns": 1, "eval.passk_hard_pool": 4, "eval.passk_hard_select_n": 2,
+                  "eval.passk_hard_max_correct": 2, "eval.passk_hard_problems": 3, "eval.passk_hard_n": 3})
+    save_policy(build_tiny_model(cfg.model, tok, seed=0), tok, tmp_path / "policy")
+    policies = {"SFT (cold start)": tmp_path / "policy", "RL (stage 3)": tmp_path / "policy"}
+    out = chain.passk_hard_boundary(cfg, policies, tmp_path / "run")
+    sel = json.loads((tmp_path / "run" / "passk_hard" / "selection.json").read_text())
+    assert sel["screened"] == 4 and sel["select_n"] == 2 and len(sel["hard"]) == 3  # max_correct 2 of 2: all hard
+    assert sel["hard"] == list(sel["counts"])[:3]  # the first ones in source order
+    assert out is not None and out.curves.shape == (3, 2)
+    meta = json.loads((tmp_path / "run" / "passk_hard" / "passk_curves.json").read_text())
+    assert meta["n"] == 3 and meta["problems"] == 3 and "hard heldout problems" in meta["title"]
+    assert chain.passk_hard_boundary(load("smoke", {"eval.passk_hard_problems": 0}, write=False), policies,
+                                     tmp_path / "off") is None

@@ -14,7 +14,7 @@ APT_STAMP := $(VENV)/.kit-apt
 # install: the venv's pip is the one `make setup` chose, so the notice names nothing to act on here.
 export PIP_DISABLE_PIP_VERSION_CHECK := 1
 
-.PHONY: setup test test-verl reproduce report lint clean selftest
+.PHONY: setup test test-fast test-verl reproduce report lint clean selftest
 
 setup: $(STAMP) $(APT_STAMP)
 
@@ -48,6 +48,10 @@ $(APT_STAMP): Makefile | $(VENV)/bin/python
 
 test: setup
 	$(PY) -m pytest $(PYTEST_ARGS)
+
+# The inner loop: everything but the slow, VERL-on-CPU and browser tests (under 5 minutes on 2 cores).
+test-fast: setup
+	$(PY) -m pytest -m 'not gpu and not slow and not verl_cpu and not browser' $(PYTEST_ARGS)
 
 # Only VERL's own trainer on CPU (Ray in a private network namespace, minutes): issue #15's tests, also in `make test`.
 test-verl: setup

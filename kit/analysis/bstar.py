@@ -12,6 +12,15 @@ knob: B-STaR itself tunes temperature and reward thresholds to maximise it.
 
 "Distinct" compares responses by a key (default: the response text with whitespace removed),
 since math answers of correct samples are all equal by construction.
+
+Two variants (issue #47): :func:`balance_score` is the kit's monitor above (all samples, n* = 4,
+whitespace-blind distinctness); :func:`balance_score_selected` / :func:`balance_score_authors` compute
+it as the authors' code does (hkust-nlp/B-STaR, ``determine_hyper.py``, read 2026-12-06): per query
+only the *selected* samples count (score above the reward threshold, the best ``cap`` of them by score),
+exact-text duplicates are removed, with ``c`` correct of ``s`` selected the score is
+``min(c / n*, 1) * c / s`` with n* = 8, and the mean is over the queries with at least one selected
+sample. The authors also add the reference solution to every pool with score 1 (``reference``: off by
+default here, since it lifts every query's score).
 """
 
 from __future__ import annotations
@@ -107,3 +116,60 @@ def balance_by_step(records, n_star: int = 4, key: Callable[[str], object] = _de
     out = df[["balance", "accuracy", "distinct_correct"]].mean()
     out.insert(1, "queries", df.size())
     return out
+
+
+def balance_score_selected(correct: Sequence[bool], responses: Sequence[str], scores: Sequence[float],
+                           threshold: float, n_star: int = 8, cap: int | None = None,
+                           reference: str | None = None) -> float | None:
+    """The authors' balance score of one query (see the module docstring).
+
+    Args:
+        correct: (n,) correctness of each sample.
+        responses: (n,) response texts; duplicates are exact-text (no normalisation).
+        scores: (n,) the reward each sample is selected by (a verifier's 0/1, or a reward model's score).
+        threshold: a sample is selected when its score is strictly above it.
+        n_star: correct selected samples at which exploration saturates (the authors' 8).
+        cap: at most this many selected samples per query, the highest scores first (None: all).
+        reference: a reference solution joined to the pool as correct with score 1.0 (the authors' code).
+    Returns:
+        ``min(c / n_star, 1) * c / s`` over the ``s`` distinct selected samples of which ``c`` are
+        correct; None when nothing is selected (the query drops out of the mean).
+    Raises:
+        ValueError: lengths differ, ``n_star < 1`` or ``cap < 1``.
+    """
+    if not len(correct) == len(responses) == len(scores):
+        raise ValueError(f"{len(correct)} correctness flags, {len(responses)} responses, {len(scores)} scores")
+    if n_star < 1 or (cap is not None and cap < 1):
+        raise ValueError(f"n_star and cap must be >= 1, got {n_star} and {cap}")
+    pool = [(float(sc), str(r), bool(c)) for c, r, sc in zip(correct, responses, scores, strict=True)]
+    if reference is not None:
+        pool.append((1.0, str(reference), True))
+    chosen = [p for p in sorted(pool, key=lambda p: -p[0]) if p[0] > threshold][:cap]  # stable: sample order in ties
+    seen: set[str] = set()
+    kept = [p for p in chosen if not (p[1] in seen or seen.add(p[1]))]
+    if not kept:
+        return None
+    c, s = sum(p[2] for p in kept), len(kept)
+    return min(c / n_star, 1.0) * c / s
+
+
+def balance_score_authors(correct: Sequence[Sequence[bool]], responses: Sequence[Sequence[str]],
+                          scores: Sequence[Sequence[float]], threshold: float, n_star: int = 8,
+                          cap: int | None = None, references: Sequence[str] | None = None) -> float:
+    """Mean of :func:`balance_score_selected` over the P queries that select at least one sample.
+
+    Args:
+        correct, responses, scores: (P, n_p) per query.
+        references: (P,) reference solutions, or None.
+    Returns:
+        The mean; NaN when no query selects anything.
+    Raises:
+        ValueError: P differs between the arguments, or as :func:`balance_score_selected`.
+    """
+    refs = [None] * len(correct) if references is None else list(references)
+    if not len(correct) == len(responses) == len(scores) == len(refs):
+        raise ValueError("correct, responses, scores and references must have one entry per query")
+    vals = [balance_score_selected(c, r, s, threshold, n_star, cap, ref)
+            for c, r, s, ref in zip(correct, responses, scores, refs, strict=True)]
+    vals = [v for v in vals if v is not None]
+    return float(np.mean(vals)) if vals else float("nan")

@@ -53,6 +53,8 @@ def test_figure_findings_and_verdicts_from_synthetic_arms(tmp_path):
     assert "no defined value in this run" in [t.get_text() for t in bare.axes[2].texts]
     labels = [t.get_text() for t in fig.axes[4].get_legend().get_texts()]
     assert "PPO (ReTool), correct (3 seeds)" in labels and "GRPO-RoC, all (3 seeds)" in labels
+    (root / "sft").mkdir(parents=True)  # a cold start that learned (the precondition of every ReTool claim)
+    (root / "sft" / "summary.json").write_text(json.dumps({"heldout_sampled_reward": 0.5, "heldout_n": 128}))
     results, table = retool.retool_verdicts(root, root / "retool", root / "ablation")
     verdicts = {r.id: r.verdict for r in results}
     assert set(verdicts) == {"retool_code_ratio_rises", "retool_first_call_stays_at_start",

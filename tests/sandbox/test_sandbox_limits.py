@@ -179,9 +179,9 @@ def test_a_multi_process_call_that_exits_between_two_looks_is_judged_at_exit(mon
                                        num_workers=1, preimport=())) as pool:
         over = pool.run(ToolCall(FORK_BURN.format(n=8, each=0.6, nowait=nowait)))
         under = pool.run(ToolCall(FORK_BURN.format(n=2, each=0.3, nowait=nowait)))
+    if "late\n" in (over.stdout, under.stdout):
+        pytest.skip(f"the machine was too busy for the calls to end before the first look: {over}, {under}")
     assert under.status == "ok" and under.stdout == "done\n", under
-    if over.stdout == "late\n":
-        pytest.skip(f"the machine was too busy for the call to end before the first look: {over}")
     assert over.stdout == "done\n" and over.wall_s < 3.0, over  # it ran to its end, before any look
     assert over.status == "timeout" and "3 s time limit" in over.stderr, over
 

@@ -42,11 +42,16 @@ class Cohort:
     Attributes:
         clock: the logical time in decode steps (the backend advances it).
         due: ``{trajectory id: due step}`` for waiting trajectories, ``None`` for submitted ones.
+        ended: ``{trajectory id: due step}`` of trajectories that left before the step they were due at:
+            the schedule sees their end at that step, not when it happened (a trajectory that ends
+            after a tool call leaves once the call returns; the wall time of that must not move the
+            engine's stops, compaction or "due soon" counts).
     """
 
     def __init__(self) -> None:
         self.clock = 0
         self.due: dict[int, int | None] = {}
+        self.ended: dict[int, int] = {}
         self._next_id = 0
         self._event: asyncio.Event | None = None
         self._event_loop: asyncio.AbstractEventLoop | None = None
@@ -69,6 +74,8 @@ class Cohort:
         """Trajectory ``j`` ended (no more requests); returns the step it was due at (None if it
         left with a request outstanding, e.g. cancelled)."""
         d = self.due.pop(j, None)
+        if d is not None and d > self.clock:
+            self.ended[j] = d
         self.wake()
         return d
 
@@ -101,9 +108,17 @@ class Cohort:
         return any(d is not None for d in self.due.values())
 
     def next_due(self) -> int | None:
-        """The earliest due step after the clock among waiting trajectories (None if none)."""
-        later = [d for d in self.due.values() if d is not None and d > self.clock]
+        """The earliest due step after the clock among waiting trajectories and those that left ahead
+        of their due step (None if none)."""
+        self.ended = {j: d for j, d in self.ended.items() if d > self.clock}
+        later = [d for d in self.due.values() if d is not None and d > self.clock] + list(self.ended.values())
         return min(later) if later else None
+
+    def due_within(self, horizon: int) -> int:
+        """Trajectories due at or before ``horizon``: waiting ones, and those that left ahead of a due step
+        in ``(clock, horizon]`` (counted as if still waiting, so when they left does not change the count)."""
+        return (sum(d is not None and d <= horizon for d in self.due.values())
+                + sum(self.clock < d <= horizon for d in self.ended.values()))
 
     def __len__(self) -> int:
         return len(self.due)

@@ -326,8 +326,7 @@ class ContinuousBatchingEngine(_BackendBase):
             nxt = self._next_event()
             steps = self.max_steps_per_call if nxt is None else max(1, min(self.max_steps_per_call, nxt - co.clock))
             horizon = co.clock + steps
-            soon = sum(d is not None and d <= horizon for d in co.due.values()) \
-                + sum(r.traj is None or r.due <= horizon for r in self._pending)
+            soon = co.due_within(horizon) + sum(r.traj is None or r.due <= horizon for r in self._pending)
             try:
                 done, n = await asyncio.to_thread(self._advance, rows, admit, steps, soon)
             except Exception as exc:  # every row in flight fails with the error

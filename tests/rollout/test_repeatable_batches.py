@@ -77,8 +77,12 @@ def test_tool_latency_does_not_change_a_single_bit_of_the_batch(scheduler, fitte
     assert calls >= 10, "the fitted model should call the tool in most trajectories"
     assert len({len(t.response_ids) for t in plain.flat()}) > 3  # rows end at different steps: batches change
     ref = _fingerprint(plain)
+    counters = lambda b: {k: v for k, v in b.engine.items() if not k.endswith(("_s", "seconds"))}  # noqa: E731
     for seed in (1, 2):
-        assert _fingerprint(_collect(scheduler, fitted, tok, seed)) == ref, f"jitter stream {seed} changed the batch"
+        jittered = _collect(scheduler, fitted, tok, seed)
+        assert _fingerprint(jittered) == ref, f"jitter stream {seed} changed the batch"
+        # the schedule itself (decode steps, rows x steps, prefills, KV columns), not only its outputs
+        assert counters(jittered) == counters(plain), f"jitter stream {seed} changed the engine's schedule"
 
 
 def test_the_cohort_waits_for_a_due_trajectory_and_admits_in_due_order():
@@ -97,6 +101,29 @@ def test_the_cohort_waits_for_a_due_trajectory_and_admits_in_due_order():
     assert co.leave(base) == 13 and not co.blocked()
     with pytest.raises(ValueError, match="not waiting"):
         co.submitted(base + 1)  # a second request while one is outstanding
+
+
+def test_a_trajectory_that_ends_ahead_of_its_due_step_is_seen_ending_at_that_step():
+    """A trajectory ends after a tool call once the call returns (wall time); the schedule must see the end at its
+    due step whether it came early or at the step (review of issue #41)."""
+    early, late = Cohort(), Cohort()
+    for co in (early, late):
+        j = co.reserve(2)
+        co.join(j)
+        co.join(j + 1)
+        co.submitted(j)
+        co.submitted(j + 1)
+        co.clock = 3
+        co.finished(j, delay=8)  # due at 11
+        co.finished(j + 1, delay=20)  # due at 23
+    early.leave(0)  # it left at step 3, before its due step 11
+    for co in (early, late):
+        assert co.next_due() == 11 and co.due_within(11) == 1 and co.due_within(23) == 2
+    early.clock = late.clock = 11
+    assert late.blocked() and not early.blocked()  # the late one is waited for; the early one has ended
+    late.leave(0)
+    for co in (early, late):
+        assert co.next_due() == 23 and co.due_within(30) == 1 and not co.ended
 
 
 def test_a_failed_forward_fails_the_rows_in_flight_and_the_cohort_goes_on(product_tok, product_model):

@@ -302,7 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = verb("compare", _compare, "are two run folders the same run? result files compared byte for byte",
              "Compare every result file of two run folders (metrics, samples, evaluation outputs, weights, claims.json) "
              "with time and host fields stripped (kit.pipeline.compare); executed notebooks and renderings are not "
-             "compared. Exit 0 when equal, 1 when a file differs (each named), 2 when a folder is missing.")
+             "compared; notes name what may explain a difference (fingerprint, stamp, code version, profile, seed, "
+             "an unfinished run). Exit 0 when equal, 1 when a file differs (each named), 2 when a folder is "
+             "missing, both are the same folder, or neither holds a result file.")
     p.add_argument("run_a", help="a run folder, e.g. reports/tiny/main")
     p.add_argument("run_b", help="another run folder of the same profile and seed")
 

@@ -41,7 +41,9 @@ TIME_KEYS = frozenset({
     "time_cpu_generate_s", "time_cpu_update_s", "seconds", "train_seconds", "heldout_seconds", "wall_s", "cpu_s",
     "created_utc", "host", "environment", "claims_file",
     # the code version an evaluation manifest records (``-dirty`` as files change): run_notes reports it
-    "git_commit"})
+    "git_commit",
+    # the run's folder name claims.json records (two runs of one seed live in two folders)
+    "run"})
 #: files whose keys are data, never time fields (a tokenizer's vocabulary has a token "date"; a config's
 #: ``sandbox.cpu_s`` is a setting): compared whole
 NEVER_STRIP = re.compile(r"^(config|generation_config|tokenizer|tokenizer_config|special_tokens_map|vocab|"
@@ -131,23 +133,39 @@ def compare_runs(a: str | os.PathLike, b: str | os.PathLike) -> list[Difference]
         fields are stripped; empty when ``b`` is bitwise the same run as ``a``. Sorted by path.
     Raises:
         FileNotFoundError: ``a`` or ``b`` is not a folder.
-        ValueError: a ``.json``/``.jsonl`` file that does not parse (named).
+        ValueError: ``a`` and ``b`` are the same folder, or neither holds a result file (nothing to compare
+            is not "the same results").
+    A ``.json``/``.jsonl`` file that does not parse on one side (a run killed mid-write) is one difference.
     """
     ra, rb = Path(a), Path(b)
     for r in (ra, rb):
         if not r.is_dir():
             raise FileNotFoundError(f"compare_runs: {r} is not a folder")
+    if ra.resolve() == rb.resolve():
+        raise ValueError(f"compare_runs: {ra} and {rb} are the same folder")
     fa, fb = _files(ra), _files(rb)
+    if not fa and not fb:
+        raise ValueError(f"compare_runs: neither {ra} nor {rb} holds a result file: nothing to compare")
     roots_a, roots_b = _recorded_roots(ra), _recorded_roots(rb)
     out = [Difference(p, "only in " + str(ra)) for p in sorted(fa - fb)]
     out += [Difference(p, "only in " + str(rb)) for p in sorted(fb - fa)]
     for p in sorted(fa & fb):
         pa, pb = ra / p, rb / p
         if pa.suffix in (".json", ".jsonl"):
-            try:
-                ja, jb = _canonical_json(pa, roots_a), _canonical_json(pb, roots_b)
-            except json.JSONDecodeError as exc:
-                raise ValueError(f"compare_runs: {p} does not parse as JSON: {exc}") from exc
+            bad = []
+            for side, path, roots in ((ra, pa, roots_a), (rb, pb, roots_b)):
+                try:
+                    got = _canonical_json(path, roots)
+                except json.JSONDecodeError as exc:  # a run killed mid-write: that file differs, the rest is compared
+                    bad.append(f"does not parse as JSON in {side} ({exc})")
+                    continue
+                if side is ra:
+                    ja = got
+                else:
+                    jb = got
+            if bad:
+                out.append(Difference(p, "; ".join(bad)))
+                continue
             if ja != jb:
                 out.append(Difference(p, _first_json_difference(ja, jb)))
         elif pa.read_bytes() != pb.read_bytes():
@@ -193,4 +211,28 @@ def run_notes(a: str | os.PathLike, b: str | os.PathLike) -> list[str]:
     ca, cb = _commits(ra), _commits(rb)
     if ca and cb and ca != cb:
         notes.append(f"code versions differ ({', '.join(sorted(ca))} against {', '.join(sorted(cb))})")
+    pa, pb = _run_parameters(sa), _run_parameters(sb)
+    for key in ("profile", "seed", "overrides"):
+        if pa.get(key) != pb.get(key):
+            notes.append(f"the runs differ in {key} ({pa.get(key)!r} against {pb.get(key)!r}): they are not the same "
+                         "run, so their results are not expected to match")
+    for r, s in ((ra, sa), (rb, sb)):
+        done = [k for k, v in s.items() if isinstance(v, dict) and v.get("status") == "done"]
+        if s and len(done) < len([k for k, v in s.items() if isinstance(v, dict) and "status" in v]):
+            notes.append(f"{r} has not finished: {len(done)} notebooks done, the last {done[-1] if done else 'none'}")
+    if not sa or not sb:
+        notes.append("no pipeline_state.json in " + " and ".join(str(r) for r, s in ((ra, sa), (rb, sb)) if not s)
+                     + ": profile, seed and whether the run finished are unknown")
     return notes
+
+
+def _run_parameters(state: dict[str, Any]) -> dict[str, Any]:
+    """``profile``, ``seed`` and ``overrides`` of a run, from the first notebook entry that records them."""
+    out: dict[str, Any] = {}
+    for entry in state.values():
+        params = entry.get("parameters", {}) if isinstance(entry, dict) else {}
+        for key in ("profile", "seed", "overrides"):
+            if key in params and key not in out:
+                out[key] = params[key]
+    out.setdefault("overrides", {})
+    return out

@@ -74,3 +74,40 @@ def test_the_code_version_is_a_note_not_a_difference(tmp_path):
         (r / "eval").mkdir(parents=True)
         (r / "eval" / "aime24.json").write_text(json.dumps({"manifest": {"git_commit": commit, "seed": 0}, "acc": 0.5}))
     assert compare_runs(a, b) == [] and "c1-dirty" in run_notes(a, b)[0]
+
+
+def _state(r, seed, statuses, profile="smoke"):
+    r.mkdir(parents=True, exist_ok=True)
+    (r / "pipeline_state.json").write_text(json.dumps(
+        {f"0{i}_nb": {"status": st, "parameters": {"profile": profile, "seed": seed}} for i, st in enumerate(statuses)}))
+
+
+def test_comparing_nothing_a_folder_with_itself_or_runs_that_are_not_the_same_says_so(tmp_path):
+    """Review of issue #41: "same results" must mean two runs of one seed agree, not that nothing was compared."""
+    import pytest as _pytest
+
+    a, b = tmp_path / "tiny" / "main", tmp_path / "tiny" / "again"
+    a.mkdir(parents=True)
+    b.mkdir(parents=True)
+    with _pytest.raises(ValueError, match="nothing to compare"):
+        compare_runs(a, b)
+    with _pytest.raises(ValueError, match="the same folder"):
+        compare_runs(a, a / ".." / "main")
+    # claims.json names its run folder: two finished runs of one seed in two folders are still the same run
+    for r in (a, b):
+        (r / "claims.json").write_text(json.dumps({"profile": "tiny", "run": r.name, "claims": [{"id": "x", "value": 1}]}))
+        (r / "sft").mkdir()
+    assert compare_runs(a, b) == []
+    # a file a killed run left half-written is one difference; the others are still compared
+    (a / "sft" / "metrics.jsonl").write_text('{"step": 1, "loss": 0.5}\n')
+    (b / "sft" / "metrics.jsonl").write_text('{"step": 1, "lo')
+    (b / "claims.json").write_text(json.dumps({"profile": "tiny", "run": "again", "claims": [{"id": "x", "value": 2}]}))
+    got = {d.path: d.what for d in compare_runs(a, b)}
+    assert set(got) == {"sft/metrics.jsonl", "claims.json"} and "does not parse as JSON in" in got["sft/metrics.jsonl"]
+    # another seed, or a run that stopped half-way: said before any file
+    assert any("no pipeline_state.json" in n for n in run_notes(a, b))
+    _state(a, 0, ["done", "done"])
+    _state(b, 1, ["done", "failed"])
+    notes = run_notes(a, b)
+    assert any("differ in seed (0 against 1)" in n for n in notes)
+    assert any(f"{b} has not finished: 1 notebooks done" in n for n in notes)

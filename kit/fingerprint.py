@@ -29,6 +29,7 @@ Two machines with equal keys are expected, not proven, to compute the same bits.
 
 from __future__ import annotations
 
+import ctypes
 import hashlib
 import json
 import os
@@ -46,8 +47,9 @@ from kit.plan import ENVIRONMENT_KEY, REPEATABLE_KEY
 __all__ = ["ENVIRONMENT_KEY", "FLOAT_FLAGS", "KEY_FIELDS", "REPEATABLE_KEY", "SCHEMA", "THREAD_ENV", "describe",
            "differences", "environment_fingerprint", "fingerprint_key", "repeatability", "resume_warning", "stamp",
            "stamp_state"]
-#: version of the fingerprint's layout (a new field or another hash input: a new version)
-SCHEMA = 1
+#: version of the fingerprint's layout (a new field or another hash input: a new version); 2: the CPU's
+#: family, model and stepping (one model name covers several generations) and oneMKL's mode in effect
+SCHEMA = 2
 #: ``/proc/cpuinfo`` flags that select float kernels in oneMKL, oneDNN or torch's own dispatch
 FLOAT_FLAGS = ("sse4_2", "avx", "avx2", "fma", "f16c", "avx_vnni", "avx512f", "avx512dq", "avx512bw", "avx512vl",
                "avx512_vnni", "avx512_bf16", "avx512_fp16", "amx_tile", "amx_bf16", "amx_int8", "amx_fp16",
@@ -60,14 +62,20 @@ THREAD_ENV = ("MKL_CBWR", "OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_TH
 #: ``cpu.logical_cores``, ``cpu.usable_cores`` and ``threads.torch_intra_op`` (the runner's own; they decide
 #: nothing once the thread count is fixed, and ``threads.effective`` carries them when it is torch's default),
 #: ``platform`` (free-form: kernel release), ``key`` and ``warnings``.
-KEY_FIELDS = ("schema", "cpu.model", "cpu.arch", "cpu.flags", "python", "libc", "numpy", "torch.version", "torch.blas",
+KEY_FIELDS = ("schema", "cpu.model", "cpu.arch", "cpu.flags", "cpu.family", "cpu.model_number", "cpu.stepping",
+              "python", "libc", "numpy", "torch.version", "torch.blas", "torch.mkl_cbwr",
               "torch.lapack", "torch.mkl", "torch.onednn", "torch.openmp", "torch.cpu_capability", "torch.mkl_available",
               "torch.mkldnn_available", "threads.torch_threads", "threads.effective", "threads.env")
 
 
-def _cpuinfo(path: str = "/proc/cpuinfo") -> tuple[str, list[str]]:
-    """``(model name, float flags present)`` from ``path``; ``(platform.processor() or "unknown", [])`` without it."""
+def _cpuinfo(path: str = "/proc/cpuinfo") -> tuple[str, list[str], dict[str, str | None]]:
+    """``(model name, float flags present, {"family", "model_number", "stepping"})`` from ``path`` (x86's
+    ``cpu family``/``model``/``stepping``; Arm's ``CPU implementer``/``CPU part``/``CPU revision``);
+    ``(platform.processor() or "unknown", [], all None)`` without it."""
     model, flags = "", set()
+    ids: dict[str, str | None] = {"family": None, "model_number": None, "stepping": None}
+    names = {"cpu family": "family", "model": "model_number", "stepping": "stepping", "cpu implementer": "family",
+             "cpu part": "model_number", "cpu revision": "stepping"}
     try:
         with open(path) as fh:
             for line in fh:
@@ -77,9 +85,31 @@ def _cpuinfo(path: str = "/proc/cpuinfo") -> tuple[str, list[str]]:
                     model = " ".join(value.split())
                 elif name in ("flags", "features") and not flags:  # x86: flags; Arm: Features
                     flags = set(value.split())
+                elif name in names and ids[names[name]] is None:
+                    ids[names[name]] = value.strip()
     except OSError:
         pass
-    return model or platform.processor() or "unknown", [f for f in FLOAT_FLAGS if f in flags]
+    return model or platform.processor() or "unknown", [f for f in FLOAT_FLAGS if f in flags], ids
+
+
+#: oneMKL's conditional-numerical-reproducibility branches (``mkl_cbwr.h``), for :func:`_mkl_cbwr`
+_CBWR_BRANCHES = {0: "OFF", 1: "BRANCH_OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSE4_2", 8: "AVX",
+                  9: "AVX2", 10: "AVX512_MIC", 11: "AVX512", 12: "AVX512_MIC_E1", 14: "AVX512_E1"}
+
+
+def _mkl_cbwr() -> str | None:
+    """oneMKL's conditional-numerical-reproducibility mode in effect in this process (``"AUTO,STRICT"``,
+    ``"BRANCH_OFF"``, ...), read from torch's oneMKL; None for a torch without oneMKL. ``MKL_CBWR`` in the
+    environment says what new processes get; this is what this one runs (issue #41: importing torch and
+    using oneMKL before ``kit`` leaves it off)."""
+    try:
+        get = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")).mkl_serv_cbwr_get
+    except (OSError, AttributeError):
+        return None
+    get.argtypes, get.restype = [ctypes.c_int], ctypes.c_int
+    mode = int(get(-1))  # MKL_CBWR_ALL: the branch and the STRICT bit
+    name = _CBWR_BRANCHES.get(mode & 0xFFFF, hex(mode & 0xFFFF))
+    return name + (",STRICT" if mode & 0x10000 else "")
 
 
 def _torch_build() -> dict[str, Any]:
@@ -100,7 +130,7 @@ def _torch_build() -> dict[str, Any]:
             "lapack": find(r"LAPACK_INFO=([^,\s]+)"), "mkl": find(r"Math Kernel Library Version ([^\s-]+)"),
             "onednn": find(r"MKL-DNN (v[\d.]+)") or find(r"oneDNN (v[\d.]+)"), "openmp": find(r"OpenMP (\d+)"),
             "cpu_capability": capability, "mkl_available": bool(torch.backends.mkl.is_available()),
-            "mkldnn_available": bool(torch.backends.mkldnn.is_available())}
+            "mkldnn_available": bool(torch.backends.mkldnn.is_available()), "mkl_cbwr": _mkl_cbwr()}
 
 
 def _effective_threads(torch_threads: int | None, intra_op: int) -> str:
@@ -124,16 +154,17 @@ def environment_fingerprint(cfg: Any = None, *, environ: Mapping[str, str] | Non
             kernels' environment).
         cpuinfo: the file to read the CPU model and flags from (tests pass their own).
     Returns:
-        ``{"schema", "key", "cpu": {"model", "arch", "flags", "logical_cores", "usable_cores"}, "python",
-        "libc", "numpy", "torch": {"version", "blas", "lapack", "mkl", "onednn", "openmp", "cpu_capability",
-        "mkl_available", "mkldnn_available"}, "threads": {"torch_threads", "effective", "torch_intra_op",
+        ``{"schema", "key", "cpu": {"model", "arch", "flags", "family", "model_number", "stepping",
+        "logical_cores", "usable_cores"}, "python", "libc", "numpy", "torch": {"version", "blas", "lapack", "mkl",
+        "onednn", "openmp", "cpu_capability", "mkl_available", "mkldnn_available", "mkl_cbwr" (the mode in effect in
+        this process)}, "threads": {"torch_threads", "effective", "torch_intra_op",
         "env": {name: value} of :data:`THREAD_ENV` that are set}, "platform"}``; ``key`` is
         :func:`fingerprint_key` of the rest. Versions are strings; a build field torch does not state is None.
     Raises:
         Nothing: a missing ``/proc/cpuinfo`` gives ``platform.processor()`` as the model and no flags.
     """
     env = os.environ if environ is None else environ
-    model, flags = _cpuinfo(cpuinfo)
+    model, flags, ids = _cpuinfo(cpuinfo)
     try:
         usable = len(os.sched_getaffinity(0))
     except (AttributeError, OSError):  # not Linux
@@ -143,7 +174,7 @@ def environment_fingerprint(cfg: Any = None, *, environ: Mapping[str, str] | Non
     libc = " ".join(x for x in platform.libc_ver() if x) or "unknown"
     fp: dict[str, Any] = {
         "schema": SCHEMA,
-        "cpu": {"model": model, "arch": platform.machine(), "flags": flags, "logical_cores": os.cpu_count() or 0,
+        "cpu": {"model": model, "arch": platform.machine(), "flags": flags, **ids, "logical_cores": os.cpu_count() or 0,
                 "usable_cores": usable},
         "python": platform.python_version(), "libc": libc, "numpy": str(numpy.__version__),
         "torch": _torch_build(),

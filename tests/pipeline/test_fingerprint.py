@@ -137,3 +137,31 @@ def test_a_run_begun_before_fingerprints_warns_that_its_environment_is_unknown(t
     assert any("stored environment (not recorded)" in line for line in lines if line.startswith("WARNING"))
     stamp = read_run_keys(lay)["repeatable"]  # the speed mode the overrides chose
     assert stamp["bitwise"] is False and "load-adaptive" in stamp["why"]
+
+
+def test_cpu_generations_and_the_mkl_mode_in_effect_change_the_key(tmp_path):
+    """Review of issue #41: one model name ("AMD EPYC") covers several generations, and MKL_CBWR in the
+    environment is not the mode a process that used oneMKL before importing kit runs."""
+    import subprocess
+    import sys
+
+    from kit import fingerprint
+
+    def info(family, model):
+        p = tmp_path / f"cpu{family}_{model}"
+        p.write_text(f"model name\t: AMD EPYC\ncpu family\t: {family}\nmodel\t\t: {model}\nstepping\t: 1\n"
+                     "flags\t\t: sse4_2 avx avx2 fma\n")
+        return str(p)
+
+    a = fingerprint.environment_fingerprint(None, environ={}, cpuinfo=info(23, 49))
+    b = fingerprint.environment_fingerprint(None, environ={}, cpuinfo=info(25, 1))
+    assert (a["cpu"]["family"], a["cpu"]["model_number"], a["cpu"]["stepping"]) == ("23", "49", "1")
+    assert a["key"] != b["key"] and "cpu.family: '23' -> '25'" in fingerprint.differences(a, b)
+    code = ("import sys\nif sys.argv[1] == 'used':\n    import torch; (torch.ones(64, 64) @ torch.ones(64, 64)).sum()\n"
+            "import warnings; warnings.simplefilter('ignore')\nimport kit.fingerprint as f; print(f._mkl_cbwr())")
+    env = {k: v for k, v in __import__("os").environ.items() if k != "MKL_CBWR"}
+    modes = [subprocess.run([sys.executable, "-c", code, how], capture_output=True, text=True, env=env,
+                            timeout=300).stdout.split()[-1] for how in ("kit-first", "used")]
+    if modes[0] == "None":
+        return  # a torch without oneMKL
+    assert modes == ["AUTO,STRICT", "BRANCH_OFF"]

@@ -82,7 +82,8 @@ class Verifier(_Dispatcher):
             slow items end without killing (and restarting) the worker.
         wall_factor: an attempt still running ``wall_factor * timeout_s`` wall seconds after
             dispatch with CPU time left is killed and retried once; the second time the item is
-            ``infra_error`` (the machine's fault, not the answer's).
+            ``infra_error`` (the machine's fault, not the answer's). 30, as the sandbox's backstop
+            (:data:`kit.sandbox.limits.WALL_FACTOR`): a smaller factor lets load decide outcomes.
         recycle_after: a worker is replaced after this many items (bounds sympy's caches).
         max_start_failures: consecutive workers dying before "ready" that mark the pool broken.
 
@@ -99,7 +100,7 @@ class Verifier(_Dispatcher):
 
     def __init__(self, workers: int | None = None, *, timeout_s: float = 5.0, memory_mb: int = 1024,
                  soft_fraction: float = 0.8, recycle_after: int = 5000, max_start_failures: int = 3,
-                 wall_factor: float = 6.0):
+                 wall_factor: float = 30.0):
         if workers is not None and workers < 1:
             raise ValueError(f"workers must be >= 1, got {workers}")
         _check_timeout(timeout_s)

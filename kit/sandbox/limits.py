@@ -40,12 +40,14 @@ from __future__ import annotations
 import os
 from typing import NamedTuple
 
-WALL_FACTOR = 4.0
+WALL_FACTOR = 30.0
 """Wall-clock backstop as a multiple of the call's time limit: a call is declared starved only after
-the machine ran it at least this many times slower than an idle one would have. 4 covers a 2-core
-box where the trainer's threads and the sandbox workers each want every core (measured: a busy call
-of 1 s took 2-3 s of wall clock beside two busy processes), and costs a starved call 4x its limit
-before its retry."""
+the machine ran it at least this many times slower than an idle one would have. Used time (CPU, or
+wall minus run-queue wait) keeps growing for any call the scheduler runs at all, so the backstop only
+bounds how long a starved call may take; a smaller factor makes the outcome depend on load again.
+Measured 2026-12-06: two tiny runs of one seed at load ~25 on 2 cores (12-fold oversubscribed) with a
+4-fold backstop differed in one call of the RoC ablation (``timeout`` in one run, ``infra_error`` in
+the other) and so in every step after it; 30-fold covers what the kit's own jobs put on a machine."""
 WALL_FLOOR_S = 5.0
 """Least slack (s) of the backstop over ``time_s``: a short limit (a verifier's 0.3 s) is otherwise
 within reach of one burst of run-queue waiting on a busy machine (the 5,000-call soak with 0.3 s

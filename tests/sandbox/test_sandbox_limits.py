@@ -21,10 +21,10 @@ OPTS = {"timeout_s": 10.0, "cpu_s": 10.0}
 
 
 def test_limits_of_a_request():
-    assert limits(OPTS, {}) == Limits(10.0, 10.0, 40.0)  # 4x the time limit
-    assert limits(OPTS, {"timeout_s": 2.0}) == Limits(2.0, 2.0, 8.0)
-    assert limits(OPTS, {"timeout_s": 0.5}) == Limits(0.5, 0.5, 5.5)  # the 5 s floor wins for short limits
-    assert limits({"timeout_s": 10.0, "cpu_s": 3.0}, {}) == Limits(3.0, 10.0, 40.0)
+    assert limits(OPTS, {}) == Limits(10.0, 10.0, 300.0)  # 30x the time limit
+    assert limits(OPTS, {"timeout_s": 2.0}) == Limits(2.0, 2.0, 60.0)
+    assert limits({**OPTS, "wall_factor": 4.0}, {"timeout_s": 0.5}) == Limits(0.5, 0.5, 5.5)  # the 5 s floor wins
+    assert limits({"timeout_s": 10.0, "cpu_s": 3.0}, {}) == Limits(3.0, 10.0, 300.0)
     assert limits({**OPTS, "wall_factor": 1.5, "wall_floor_s": 0.0}, {"timeout_s": 2.0}).wall_s == 3.0
     assert rlimit_cpu(0.3) == (1, 2) and rlimit_cpu(10.0) == (10, 11)
     with pytest.raises(KeyError):

@@ -374,7 +374,8 @@ def table_rows(doc: Mapping[str, Any]) -> list[list[str]]:
             rows.append([c["section"], f"{c['source'].split(' (')[0]}: {c['claim']}", t["name"], str(t["n"]),
                          f"{_fmt(t['value'])} ({_fmt(lo)} to {_fmt(hi)})", t["verdict"],
                          f"{t['share_claimed_side']:.2f}" if t["share_claimed_side"] == t["share_claimed_side"] else "n/a",
-                         f"{t['probability_of_improvement']:.2f}" if "probability_of_improvement" in t else "",
+                         (f"{t['probability_of_improvement']:.2f}" if t["probability_of_improvement"] == t["probability_of_improvement"]
+                          else "n/a") if "probability_of_improvement" in t else "",
                          "" if t.get("seeds_needed") is None else str(t["seeds_needed"])])
     return rows
 

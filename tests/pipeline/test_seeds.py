@@ -92,5 +92,7 @@ def test_a_real_runs_claims_pool(smoke_chain, tmp_path):
                      "--out", str(tmp_path / "p")]) == 0
     doc = json.loads((tmp_path / "p" / "pooled_claims.json").read_text())
     run = json.loads((lay.root / "claims.json").read_text())
-    assert [c["id"] for c in doc["claims"]] == [c["id"] for c in run["claims"]]
+    assert sorted(c["id"] for c in doc["claims"]) == sorted(c["id"] for c in run["claims"])
+    roles = [c["role"] for c in doc["claims"]]
+    assert roles == sorted(roles, key=["primary", "secondary", "world_check"].index)  # primaries first
     assert sum(len(c["tests"]) for c in doc["claims"]) == sum(len(c["tests"]) for c in run["claims"])

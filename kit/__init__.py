@@ -36,6 +36,17 @@ MKL_CBWR = "AUTO,STRICT"
 _MKL_CBWR_AUTO_STRICT = 0x2 | 0x10000  # mkl_cbwr.h: MKL_CBWR_AUTO | MKL_CBWR_STRICT
 
 
+def _mkl_function(name: str):
+    """oneMKL's ``name`` in the loaded torch (``ctypes``, ``int -> int``), None without torch or oneMKL."""
+    torch = _sys.modules.get("torch")
+    try:
+        fn = getattr(_ctypes.CDLL(_os.path.join(_os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")), name)
+    except (OSError, AttributeError, TypeError):
+        return None
+    fn.argtypes, fn.restype = [_ctypes.c_int], _ctypes.c_int
+    return fn
+
+
 def _pin_mkl_cbwr() -> None:
     """Set ``MKL_CBWR`` for this process and its children; in a process that loaded torch before
     ``kit``, set the mode through oneMKL (a torch without oneMKL: nothing to do)."""
@@ -44,13 +55,8 @@ def _pin_mkl_cbwr() -> None:
     _os.environ["MKL_CBWR"] = MKL_CBWR
     if "torch" not in _sys.modules:
         return
-    try:
-        lib = _ctypes.CDLL(_os.path.join(_os.path.dirname(_sys.modules["torch"].__file__), "lib", "libtorch_cpu.so"))
-        set_mode = lib.mkl_serv_cbwr_set
-    except (OSError, AttributeError, TypeError):
-        return
-    set_mode.argtypes, set_mode.restype = [_ctypes.c_int], _ctypes.c_int
-    if set_mode(_MKL_CBWR_AUTO_STRICT) != 0:
+    set_mode = _mkl_function("mkl_serv_cbwr_set")
+    if set_mode is not None and set_mode(_MKL_CBWR_AUTO_STRICT) != 0:
         _warnings.warn("kit: torch ran oneMKL before kit was imported, so MKL_CBWR=AUTO,STRICT could not be set in "
                       "this process; its float bits depend on the thread count (import kit before torch)", stacklevel=2)
 

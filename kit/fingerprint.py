@@ -29,7 +29,6 @@ Two machines with equal keys are expected, not proven, to compute the same bits.
 
 from __future__ import annotations
 
-import ctypes
 import hashlib
 import json
 import os
@@ -41,6 +40,7 @@ from typing import Any
 import numpy
 import torch
 
+import kit
 from kit.config import ConfigError, load
 from kit.plan import ENVIRONMENT_KEY, REPEATABLE_KEY
 
@@ -102,11 +102,9 @@ def _mkl_cbwr() -> str | None:
     ``"BRANCH_OFF"``, ...), read from torch's oneMKL; None for a torch without oneMKL. ``MKL_CBWR`` in the
     environment says what new processes get; this is what this one runs (issue #41: importing torch and
     using oneMKL before ``kit`` leaves it off)."""
-    try:
-        get = ctypes.CDLL(os.path.join(os.path.dirname(torch.__file__), "lib", "libtorch_cpu.so")).mkl_serv_cbwr_get
-    except (OSError, AttributeError):
+    get = kit._mkl_function("mkl_serv_cbwr_get")
+    if get is None:
         return None
-    get.argtypes, get.restype = [ctypes.c_int], ctypes.c_int
     mode = int(get(-1))  # MKL_CBWR_ALL: the branch and the STRICT bit
     name = _CBWR_BRANCHES.get(mode & 0xFFFF, hex(mode & 0xFFFF))
     return name + (",STRICT" if mode & 0x10000 else "")

@@ -106,6 +106,20 @@ def read_run_keys(layout: Layout) -> dict[str, Any]:
     return {k: state[k] for k in RUN_KEYS if k in state}
 
 
+def run_parameters(state: dict[str, Any]) -> dict[str, Any]:
+    """``profile``, ``seed`` and ``overrides`` of a run from its ``pipeline_state.json`` (parsed): the
+    first notebook entry that records each; ``overrides`` defaults to ``{}``, the others are absent when
+    no entry records them (:mod:`kit.pipeline.compare`'s notes, :mod:`kit.claims.pool`'s seed)."""
+    out: dict[str, Any] = {}
+    for entry in state.values():
+        params = entry.get("parameters", {}) if isinstance(entry, dict) else {}
+        for key in ("profile", "seed", "overrides"):
+            if key in params and key not in out:
+                out[key] = params[key]
+    out.setdefault("overrides", {})
+    return out
+
+
 def _read_state_file(layout: Layout) -> dict[str, Any]:
     if not layout.state_path.exists():
         return {}

@@ -54,6 +54,7 @@ from kit.claims.forest import over_seeds_page
 from kit.claims.over_seeds import environment_notes
 from kit.claims.results import DEFAULT_SECTION, VERDICTS
 from kit.claims.stats import CONFIDENCE, decide
+from kit.plan import run_parameters
 
 __all__ = ["ARM_COMPARISONS", "BOOTSTRAP_FROM", "BOOTSTRAP_RESAMPLES", "POOLED_FILE", "SCHEMA", "holm",
            "interval_p", "pool_claims", "pool_runs", "pooled_interval", "probability_of_improvement",
@@ -193,17 +194,14 @@ def seeds_needed(values: Sequence[float | None], comparison: str, threshold: flo
 
 
 def _seed(run: Path) -> int | None:
-    """The pipeline seed of a run folder (the ``seed`` parameter of the notebooks its
-    ``pipeline_state.json`` records), None when not recorded."""
+    """The pipeline seed of a run folder (its ``pipeline_state.json``, :func:`kit.plan.run_parameters`),
+    None when not recorded."""
     try:
         state = json.loads((run / "pipeline_state.json").read_text())
     except (OSError, ValueError):
         return None
-    for entry in state.values():
-        seed = entry.get("parameters", {}).get("seed") if isinstance(entry, dict) else None
-        if isinstance(seed, int):
-            return seed
-    return None
+    seed = run_parameters(state).get("seed") if isinstance(state, dict) else None
+    return seed if isinstance(seed, int) else None
 
 
 def _precondition_failures(doc: Mapping[str, Any], requires: Sequence[str]) -> list[str]:

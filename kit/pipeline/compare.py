@@ -29,6 +29,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kit.plan import run_parameters
+
 __all__ = ["TIME_KEYS", "Difference", "compare_runs", "run_notes", "strip_time_fields"]
 
 #: the keys, by name, that record when or where a run happened, not what it computed: wall and CPU
@@ -211,7 +213,7 @@ def run_notes(a: str | os.PathLike, b: str | os.PathLike) -> list[str]:
     ca, cb = _commits(ra), _commits(rb)
     if ca and cb and ca != cb:
         notes.append(f"code versions differ ({', '.join(sorted(ca))} against {', '.join(sorted(cb))})")
-    pa, pb = _run_parameters(sa), _run_parameters(sb)
+    pa, pb = run_parameters(sa), run_parameters(sb)
     for key in ("profile", "seed", "overrides"):
         if pa.get(key) != pb.get(key):
             notes.append(f"the runs differ in {key} ({pa.get(key)!r} against {pb.get(key)!r}): they are not the same "
@@ -224,15 +226,3 @@ def run_notes(a: str | os.PathLike, b: str | os.PathLike) -> list[str]:
         notes.append("no pipeline_state.json in " + " and ".join(str(r) for r, s in ((ra, sa), (rb, sb)) if not s)
                      + ": profile, seed and whether the run finished are unknown")
     return notes
-
-
-def _run_parameters(state: dict[str, Any]) -> dict[str, Any]:
-    """``profile``, ``seed`` and ``overrides`` of a run, from the first notebook entry that records them."""
-    out: dict[str, Any] = {}
-    for entry in state.values():
-        params = entry.get("parameters", {}) if isinstance(entry, dict) else {}
-        for key in ("profile", "seed", "overrides"):
-            if key in params and key not in out:
-                out[key] = params[key]
-    out.setdefault("overrides", {})
-    return out

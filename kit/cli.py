@@ -39,6 +39,7 @@ from typing import Any
 
 from kit.config import ConfigError, SandboxConfig, available_profiles, load
 from kit.config.keyhelp import config_rows, format_rows
+from kit.studies import STUDIES
 
 
 def parse_sets(items: Sequence[str]) -> dict[str, Any]:
@@ -296,7 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
              "with --out DIR it writes pooled_claims.json, pooled_claims.csv and over_seeds.pdf there. Exit 2 on "
              "runs that cannot be pooled (named).")
     p.add_argument("runs", nargs="+", help="run folders with a claims.json, e.g. reports/tiny/s7; or `pool` and the runs")
-    p.add_argument("--section", default="rStar2-Agent", help="the claims' paper: rStar2-Agent (default), ReTool, Agent-R, or all")
+    p.add_argument("--section", default="rStar2-Agent",
+                   help=f"the claims' paper: rStar2-Agent (default), {', '.join(s.section for s in STUDIES)}, or all")
     p.add_argument("--out", default=None, help="the CSV file to write (default: print); with `pool`, a folder")
 
     p = verb("compare", _compare, "are two run folders the same run? result files compared byte for byte",

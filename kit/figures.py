@@ -23,7 +23,7 @@ import os
 import shutil
 import textwrap
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 
 import numpy as np
@@ -34,6 +34,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from kit.metrics import MetricsError, read_rows
+from kit.studies import STUDIES
 
 ALGO_LABEL = {"grpo": "GRPO", "grpo_roc": "GRPO-RoC"}
 ALGO_COLOR = {"grpo": "#d62728", "grpo_roc": "#1f77b4"}
@@ -423,6 +424,18 @@ def copy_figure(src_dir: str | os.PathLike, fig_dir: str | os.PathLike, name: st
     if found:
         Path(fig_dir).mkdir(parents=True, exist_ok=True)
     return [Path(shutil.copy2(p, Path(fig_dir) / p.name)) for p in found]
+
+
+def copy_study_figures(study_dirs: Mapping[str, str | os.PathLike], fig_dir: str | os.PathLike) -> dict[str, list[Path]]:
+    """Copy each study's figures (:data:`kit.studies.STUDIES`, its ``figures``) from its run folder in
+    ``study_dirs`` (notebook 09's ``{study key: folder}``) into ``fig_dir``, where its summary page
+    finds them; returns ``{notebook: copies}`` ([] for a study that drew none).
+
+    Raises:
+        KeyError: ``study_dirs`` lacks a registered study.
+    """
+    return {s.notebook: [p for name, _ in s.figures for p in copy_figure(study_dirs[s.key], fig_dir, name)]
+            for s in STUDIES}
 
 
 def save_figure(fig: Figure, out_dir: str | os.PathLike, name: str, formats: Sequence[str] = ("png", "pdf"),

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kit.studies import STUDIES
 from kit.train.ablation import die_with_parent
 
 #: ``nice`` increment of a background job: 19, so the latency-bound notebooks in the foreground keep
@@ -62,18 +63,20 @@ class Background:
     after: str
 
 
-#: the background job of each notebook of the standard series that has one
+#: the background job of each notebook of the standard series that has one: 06's arms, and each study's
+#: that declares one (kit.studies: ReTool's PPO arms, issue #33, need only the SFT policy too; notebook 10
+#: then draws them beside 06's arms)
 STANDARD_JOBS: dict[str, Background] = {
     "06_roc_ablation": Background((sys.executable, "-m", "kit.chain.ablation_job"), after="02_cold_start_sft"),
-    # ReTool's PPO arms (issue #33) need only the SFT policy too; notebook 10 then draws them beside 06's arms
-    "10_retool": Background((sys.executable, "-m", "kit.chain.retool_job"), after="02_cold_start_sft"),
+    **{s.notebook: Background((sys.executable, "-m", s.job), after=s.job_after) for s in STUDIES if s.job},
 }
 
 
 def mentions(parameters: dict[str, Any], run_dir: str) -> bool:
-    """Whether any parameter value (or list item) is ``run_dir``: the notebook reads that folder."""
+    """Whether any parameter value (a list item, a dict value: 09's ``study_dirs``) is ``run_dir``: the
+    notebook reads that folder."""
     for v in parameters.values():
-        items = v if isinstance(v, list | tuple) else [v]
+        items = list(v.values()) if isinstance(v, dict) else v if isinstance(v, list | tuple) else [v]
         if any(isinstance(x, str) and x == run_dir for x in items):
             return True
     return False

@@ -30,6 +30,7 @@ from typing import Any
 
 from kit.config import KitConfig, StagesConfig, load
 from kit.paths import REPO_ROOT
+from kit.studies import STUDIES
 
 REPORTS_ROOT = REPO_ROOT / "reports"
 STATE_FILE = "pipeline_state.json"
@@ -145,7 +146,8 @@ class Entry:
         notebook: the source notebook's file name without ``.ipynb`` (a stage without a notebook
             of its own: :data:`STAGE_TEMPLATE`).
         folder: its run directory inside the run (``"stage2"``; ``""``: the run folder itself, 09).
-        upstream: parameter -> the entry that writes that folder (a tuple: one folder per entry).
+        upstream: parameter -> the entry that writes that folder (a tuple: a list of folders, one per
+            entry; a dict: ``{key: folder}``, one per entry, 09's ``study_dirs``).
         product: what it leaves in its folder for later notebooks (``""``: nothing they read).
         fixed: parameters besides ``profile, seed, overrides`` and the folders (``{"stage": ...}``).
         seeded: whether it gets ``seed`` (09 trains nothing).
@@ -154,7 +156,7 @@ class Entry:
     name: str
     notebook: str
     folder: str
-    upstream: dict[str, str | tuple[str, ...]] = field(default_factory=dict)
+    upstream: dict[str, str | tuple[str, ...] | dict[str, str]] = field(default_factory=dict)
     product: str = ""
     fixed: dict[str, Any] = field(default_factory=dict)
     seeded: bool = True
@@ -194,16 +196,12 @@ def series(stages: Sequence[str]) -> list[Entry]:
                   {"sft_dir": "02_cold_start_sft", "rl_dir": last.name}, "entropy_tokens.jsonl"),
             Entry("08_evaluation", "08_evaluation", "eval",
                   {"policy_dir": last.name, "sft_dir": "02_cold_start_sft", "data_dir": "01_data_curation"}, "eval"),
-            # ReTool's comparison (issue #33): PPO arms beside 06's GRPO-RoC arms; it runs before 09, which reads it
-            Entry("10_retool", "10_retool", "retool",
-                  {"init_dir": "02_cold_start_sft", "data_dir": "01_data_curation", "ablation_dir": "06_roc_ablation"},
-                  "retool.json"),
-            # Agent-R (issue #34) from the cold start; it runs before 09, which reads it (claims.json carries its verdicts)
-            Entry("11_agent_r", "11_agent_r", "agent_r", {"sft_dir": "02_cold_start_sft"}, "summary.json"),
+            # the related-work studies (kit.studies.STUDIES: ReTool's PPO arms, Agent-R), each before 09, which reads them
+            *(Entry(s.notebook, s.notebook, s.key, dict(s.upstream), s.product) for s in STUDIES),
             Entry("09_figures_and_tables", "09_figures_and_tables", "",
                   {"stage_dirs": tuple(stage_entries), "ablation_dir": "06_roc_ablation", "eval_dir": "08_evaluation",
-                   "sft_dir": "02_cold_start_sft", "analysis_dir": "07_behavior_analysis", "retool_dir": "10_retool",
-                   "agent_r_dir": "11_agent_r"},
+                   "sft_dir": "02_cold_start_sft", "analysis_dir": "07_behavior_analysis",
+                   "study_dirs": {s.key: s.notebook for s in STUDIES}},
                   seeded=False)]
     return out
 
@@ -235,7 +233,10 @@ def series_parameters(lay: Layout, seed: int, overrides: dict[str, Any] | None =
         params: dict[str, Any] = dict(common) if e.seeded else {"profile": lay.profile}
         params["run_dir"] = folder[e.name] if e.folder else str(lay.root)
         for key, maker in e.upstream.items():
-            params[key] = [folder[m] for m in maker] if isinstance(maker, tuple) else folder[maker]
+            if isinstance(maker, dict):
+                params[key] = {k: folder[m] for k, m in maker.items()}
+            else:
+                params[key] = [folder[m] for m in maker] if isinstance(maker, tuple) else folder[maker]
         for key, value in e.fixed.items():
             params[key] = [folder[value.name]] if isinstance(value, Entry) else value
         out.append((e.name, params))
@@ -318,7 +319,8 @@ def require_upstream(notebook: str, *, profile: str | None = None, **dirs: str |
             latest notebook missing) when one pipeline run writes them all where the notebook looks
             (else how to point the parameters at a pipeline run's folders).
         KeyError: a parameter name is not one of the notebook's upstream parameters.
-        ValueError: a list parameter (09's ``stage_dirs``) has not one folder per producing notebook.
+        ValueError: a list parameter (09's ``stage_dirs``) has not one folder per producing notebook, or a
+            dict parameter (09's ``study_dirs``) not one folder per study key.
     """
     entries = _entries(profile)
     producers = entries[notebook].upstream if notebook in entries else {}
@@ -327,10 +329,18 @@ def require_upstream(notebook: str, *, profile: str | None = None, **dirs: str |
         if name not in producers:
             raise KeyError(f"{notebook} has no upstream parameter {name!r}; known: {sorted(producers)}")
         makers = producers[name]
-        if isinstance(makers, tuple) and (isinstance(value, str | os.PathLike) or len(value) != len(makers)):
-            raise ValueError(f"{notebook}: {name} takes {len(makers)} folders, one per notebook "
-                             f"({', '.join(makers)}), got {value!r}")
-        pairs = zip(value, makers, strict=True) if isinstance(makers, tuple) else [(value, makers)]
+        if isinstance(makers, dict):
+            if not isinstance(value, dict) or set(value) != set(makers):
+                raise ValueError(f"{notebook}: {name} takes one folder per study, keyed {sorted(makers)} "
+                                 f"(kit.studies.STUDIES), got {value!r}")
+            pairs = [(value[k], m) for k, m in makers.items()]
+        elif isinstance(makers, tuple):
+            if isinstance(value, str | os.PathLike) or len(value) != len(makers):
+                raise ValueError(f"{notebook}: {name} takes {len(makers)} folders, one per notebook "
+                                 f"({', '.join(makers)}), got {value!r}")
+            pairs = list(zip(value, makers, strict=True))
+        else:
+            pairs = [(value, makers)]
         for folder, maker in pairs:
             product = Path(folder) / entries[maker].product
             if not product.exists():

@@ -33,6 +33,7 @@ from matplotlib.figure import Figure
 
 from kit import claims, fingerprint, tables
 from kit.plan import Layout, read_run_keys
+from kit.studies import by_section
 
 VERDICT_COLOR = {"reproduced": "#1a7f37", "not reproduced": "#cf222e", "inconclusive": "#9a6700"}
 FIGURES = (("figure4_tool_errors", "Figure 4"), ("figure9_roc_ablation", "Figure 9"), ("figure8_stages", "Figure 8"),
@@ -116,21 +117,6 @@ def _fmt(x: Any, digits: int = 3) -> str:
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "\u2014"
     return f"{x:.{digits}g}" if isinstance(x, float) else str(x)
-
-
-#: the page of each paper's claims after the kit's own (a claim's ``section`` in claims.json): its
-#: title, what it compares, and the figures of the run it shows (``figures/<name>.png``)
-SECTIONS = {"ReTool": ("ReTool (Feng et al. 2025) on this run: PPO against GRPO-RoC",
-                       "Notebook 10 trains PPO (algorithm.adv_estimator = \"gae\" with a critic) from the same cold-start "
-                       "policy, for the same steps and seeds as notebook 06's GRPO-RoC arms, and logs ReTool §3.3's "
-                       "code-interpreter behaviour every step (kit.analysis.code_behaviour) on both.",
-                       (("retool_behaviour", "ReTool's Figure (a)-(f) panels"),)),
-            "Agent-R": ("Agent-R (Yuan et al. 2025) on this run: revision trajectories against good-only",
-                        "Notebook 11 searches the cold-start policy's trajectories (MCTS over assistant turns), trains "
-                        "agent_r.iterations rounds of SFT on revision + good trajectories (Agent-R) and, with the same "
-                        "search budget, on good trajectories only, and samples every policy on the same held-out tasks "
-                        "(agent_r/policy_eval.jsonl).",
-                        (("agent_r_policies", "Agent-R's policies by iteration and one search tree"),))}
 
 
 def _section(c: Mapping[str, Any]) -> str:
@@ -381,7 +367,8 @@ def _explorer_links(fig: Figure, root: Path) -> None:
 
 def section_page(root: str | os.PathLike, section: str, *, profile: str = "") -> Figure:
     """The summary page of another paper's claims on the run in ``root`` (``section``, e.g. ``ReTool``):
-    their statistic, 95% interval and verdict, and the run's figures for them (:data:`SECTIONS`).
+    their statistic, 95% interval and verdict, and the run's figures for them (the study's record,
+    :data:`kit.studies.STUDIES`).
 
     Returns:
         A portrait A4 Figure.
@@ -389,7 +376,8 @@ def section_page(root: str | os.PathLike, section: str, *, profile: str = "") ->
     root = Path(root)
     profile = profile or root.parent.name
     doc = _claims_doc(root)
-    title, what, figs = SECTIONS.get(section, (f"{section} on this run", "", ()))
+    study = by_section(section)  # its page's title, text and figures (kit.studies)
+    title, what, figs = (study.title, study.what, study.figures) if study else (f"{section} on this run", "", ())
     everything = [c for c in doc["claims"] if _section(c) == section]
     mine = claims.counted(everything)
     world = len(everything) - len(mine)

@@ -67,7 +67,8 @@ from kit.bridge.overrides import stage_step_offset
 from kit.bridge.sft import sft_command
 from kit.config import KitConfig, save
 from kit.data.pool import curated_file
-from kit.plan import ablation_arms, arm_name, retool_arms, series
+from kit.plan import ablation_arms, arm_name, series
+from kit.studies import STUDIES, resolve
 from kit.train.critic import CRITIC_DIR
 
 #: VERL's own per-step log (its file logger), beside the kit's ``metrics.jsonl``: not named like it, since
@@ -377,22 +378,10 @@ def describe_chain(cfg: KitConfig, dirs: Mapping[str, str], *, cluster: Cluster 
 
 
 def _related_work(cfg: KitConfig, dirs: Mapping[str, str], cluster: Cluster, shown) -> list[str]:
-    """The dry-run lines of notebooks 10 (ReTool's PPO arms: VERL's critic and GAE, one first-stage run
-    per seed) and 11 (Agent-R: searched on the local engine only; at scale its rows go to VERL's SFT)."""
+    """The dry-run lines of each study of the series (:data:`kit.studies.STUDIES`, its ``dry_run``)
+    whose notebook is shown and whose folder ``dirs`` names."""
     lines: list[str] = []
-    if shown("10_retool") and "retool" in dirs:
-        ret = Path(dirs["retool"]).resolve()
-        lines.append(f"## 10_retool  run_dir {ret}  (ReTool's PPO: algorithm.adv_estimator=gae with VERL's critic, "
-                     f"one {cfg.stages[0].name} run per seed, beside 06's GRPO-RoC arms, from {Path(dirs['sft']).resolve()}/policy)")
-        for folder, arm_cfg in retool_arms(cfg, ret):
-            sub = Path(arm_cfg.run_dir)
-            plan = plan_stage(arm_cfg, arm_cfg.stages[0].name, sub, dirs["sft"], dirs["data"], cluster=cluster, check=False)
-            lines += [f"   {folder}: writes {plan.writes['metrics']}, {plan.writes['policy']} (and critic/)",
-                      "   $ " + " ".join(plan.launch_command), "   $ " + " ".join(plan.merge_command), ""]
-    if shown("11_agent_r") and "agent_r" in dirs:
-        lines += [f"## 11_agent_r  run_dir {Path(dirs['agent_r']).resolve()}",
-                  "   the tree search runs on the local engine only (kit.agent_r); on this runtime the notebook searches "
-                  "nothing and its claims read inconclusive. At scale: search with a served policy, then train on the "
-                  "rows' parquet with VERL's SFT trainer (kit.bridge.revision_sft; notebook 11 prints that command "
-                  "for its own rows)", ""]
+    for study in STUDIES:
+        if study.dry_run and shown(study.notebook) and study.key in dirs:
+            lines += resolve(study.dry_run)(cfg, Path(dirs[study.key]).resolve(), dirs, cluster)
     return lines

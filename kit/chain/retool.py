@@ -27,7 +27,7 @@ from kit import claims, jsonio, runtime
 from kit.analysis import code_behaviour
 from kit.chain.policies import sample_trajectories
 from kit.config import KitConfig, load
-from kit.figures import collect_metrics, copy_figure, save_figure
+from kit.figures import collect_metrics, save_figure
 from kit.figures_retool import figure_retool_behaviour
 from kit.metrics import read_rows
 from kit.plan import RETOOL_BASELINE, retool_arms
@@ -145,9 +145,3 @@ def last_rows(run_dir: str | os.PathLike) -> pd.DataFrame:
         if got:
             rows.append({"arm": f.parent.name, **{k: got[-1].get(k) for k in ("step", "accuracy", *code_behaviour.KEYS)}})
     return pd.DataFrame(rows)
-
-
-def copy_retool_figure(run_dir: str | os.PathLike, fig_dir: str | os.PathLike) -> list[Path]:
-    """Copy ``run_dir/retool_behaviour.{png,pdf}`` (:func:`behaviour_figure`, notebook 10) into the
-    report's figures folder (notebook 09), where the summary's ReTool page finds it; returns the copies."""
-    return copy_figure(run_dir, fig_dir, "retool_behaviour")

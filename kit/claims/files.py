@@ -13,6 +13,7 @@ from typing import Any
 
 from kit.config import StagesConfig
 from kit.metrics import MetricsError, read_rows
+from kit.studies import STUDIES
 
 
 class Missing(Exception):
@@ -28,9 +29,10 @@ class RunDirs:
 
     Attributes:
         root: the pipeline run folder ``reports/<profile>/<run>/``.
-        sft, ablation, eval, analysis, retool, agent_r: notebook run directories (``retool``:
-            notebook 10's ReTool comparison; ``agent_r``: notebook 11's Agent-R policies).
+        sft, ablation, eval, analysis: notebook run directories (02, 06, 08, 07).
         stages: each RL stage's run directory by stage name, in training order.
+        studies: each related-work study's run directory by its key (:data:`kit.studies.STUDIES`:
+            ``retool`` notebook 10's ReTool comparison, ``agent_r`` notebook 11's Agent-R policies).
     """
 
     root: Path
@@ -38,42 +40,51 @@ class RunDirs:
     ablation: Path
     eval: Path
     analysis: Path
-    retool: Path
-    agent_r: Path
     stages: Mapping[str, Path] = dataclasses.field(default_factory=dict)
+    studies: Mapping[str, Path] = dataclasses.field(default_factory=dict)
 
     @classmethod
     def under(cls, root: str | os.PathLike, *, stages: Mapping[str, str | os.PathLike] | Sequence[str] | None = None,
-              **overrides: str | os.PathLike) -> RunDirs:
-        """The standard folders of a pipeline run (``root/sft``, ``root/<stage>``, ...); keyword
-        arguments replace single folders (empty values are ignored).
+              studies: Mapping[str, str | os.PathLike] | None = None, **overrides: str | os.PathLike) -> RunDirs:
+        """The standard folders of a pipeline run (``root/sft``, ``root/<stage>``, ``root/<study>``, ...);
+        keyword arguments replace single folders (empty values are ignored).
 
         Args:
             root: the pipeline run folder.
             stages: the RL stages: ``{name: folder}`` (an empty folder: ``root/<name>``) or names
                 (folders ``root/<name>``); default the paper's (``kit.config.StagesConfig().names``).
-            overrides: ``sft``, ``ablation``, ``eval``, ``analysis``, ``retool``, ``agent_r`` folders.
+            studies: ``{study key: folder}`` (notebook 09's ``study_dirs``); every registered study
+                not given (or given empty) is ``root/<key>``.
+            overrides: ``sft``, ``ablation``, ``eval``, ``analysis`` folders, or a study's by its key
+                (``retool=...``).
         Raises:
-            ValueError: an unknown folder name.
+            ValueError: an unknown folder name or study key.
         """
         root = Path(root)
-        names = [f.name for f in dataclasses.fields(cls) if f.name not in ("root", "stages")]
-        unknown = set(overrides) - set(names)
+        names = [f.name for f in dataclasses.fields(cls) if f.name not in ("root", "stages", "studies")]
+        keys = [s.key for s in STUDIES]
+        given_studies = {**(studies or {}), **{k: v for k, v in overrides.items() if k in keys}}
+        unknown = (set(overrides) - set(names) - set(keys)) | (set(given_studies) - set(keys))
         if unknown:
-            raise ValueError(f"unknown run folder(s) {sorted(unknown)}; expected some of {names} (RL stages: stages=)")
+            raise ValueError(f"unknown run folder(s) {sorted(unknown)}; expected some of {names} or a study's "
+                             f"{keys} (RL stages: stages=)")
         given = dict(stages) if isinstance(stages, Mapping) else dict.fromkeys(stages or StagesConfig().names, "")
         return cls(root=root, **{n: Path(overrides[n]) if overrides.get(n) else root / n for n in names},
-                   stages={n: Path(f) if f else root / n for n, f in given.items()})
+                   stages={n: Path(f) if f else root / n for n, f in given.items()},
+                   studies={k: Path(given_studies[k]) if given_studies.get(k) else root / k for k in keys})
 
     def folder(self, name: str) -> Path:
-        """The run directory ``name``: a notebook's (``sft``, ...) or an RL stage's (``stage2``).
+        """The run directory ``name``: a notebook's (``sft``, ...), an RL stage's (``stage2``) or a
+        study's (``retool``).
 
         Raises:
             Missing: no such folder.
         """
         if name in self.stages:
             return self.stages[name]
-        if name in ("root", "stages") or name not in {f.name for f in dataclasses.fields(self)}:
+        if name in self.studies:
+            return self.studies[name]
+        if name in ("root", "stages", "studies") or name not in {f.name for f in dataclasses.fields(self)}:
             raise Missing(f"no run folder called {name!r}")
         return getattr(self, name)
 

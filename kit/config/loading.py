@@ -25,6 +25,7 @@ from typing import Any, Literal
 
 from kit.config.checks import ConfigError, check
 from kit.config.schema import KitConfig, StageConfig, StagesConfig
+from kit.studies import STUDIES
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "profiles"
 #: more folders of profile files, searched after ``kit/profiles`` (``os.pathsep``-separated; the
@@ -52,8 +53,9 @@ def _profile_file(name: str) -> Path:
 #: Folders of a pipeline run that are not a stage's (kit.plan's series and the runner write them): a
 #: stage is its own folder, so a stage named like one of these would share it, and the runner empties
 #: a stage's folder before it runs afresh (tests/pipeline/test_stage_list.py keeps the two lists equal).
-RUN_FOLDERS = frozenset({"setup", "data", "sft", "ablation", "analysis", "eval", "retool", "agent_r", "figures", "tables", "notebooks",
-                         "verl_session", "tracking", "checkpoints", "policy"})
+#: Each related-work study's folder (kit.studies.STUDIES) is one of them.
+RUN_FOLDERS = frozenset({"setup", "data", "sft", "ablation", "analysis", "eval", "figures", "tables", "notebooks",
+                         "verl_session", "tracking", "checkpoints", "policy", *(s.key for s in STUDIES)})
 _STAGE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 

@@ -77,6 +77,7 @@ from kit.pipeline.verl_runtime import (
     run_in_verl_cpu_session,
 )
 from kit.plan import SERIES, Layout, series_parameters
+from kit.studies import STUDIES
 
 __all__ = [
     "CELL_TIMEOUT_S", "KERNEL_ENV", "LAUNCHES_VERL", "NOTEBOOK_DIR", "OTHER_PROFILE_CELL_TIMEOUT_S", "SERIES",
@@ -105,7 +106,7 @@ def dry_run_text(series: Sequence[NotebookRun], layout: Layout, overrides: dict[
     if cfg.runtime == "verl":
         from kit.bridge.stages import describe_chain  # kit.bridge (VERL): only for a paper profile's dry run
 
-        dirs = {k: layout.dir(k) for k in ("data", "sft", *cfg.stages.names, "ablation", "retool", "agent_r")}
+        dirs = {k: layout.dir(k) for k in ("data", "sft", *cfg.stages.names, "ablation", *(s.key for s in STUDIES))}
         lines += ["", describe_chain(cfg, dirs, notebooks=[nb.name for nb in series])]
     return "\n".join(lines)
 

@@ -24,6 +24,7 @@ from typing import Any
 
 from kit.config import load
 from kit.plan import SERIES, Layout, is_stage_entry
+from kit.studies import STUDIES
 
 #: the environment variable that picks VERL's device (``kit.bridge.verl_cpu.runner.DEVICE_ENV``,
 #: named here too so that a local run reads it without importing kit.bridge; a test keeps them equal)
@@ -31,8 +32,10 @@ DEVICE_ENV = "KIT_VERL_DEVICE"
 #: the notebooks that launch VERL under ``runtime=verl`` (for the paper's stages; any RL stage's entry,
 #: :func:`kit.plan.is_stage_entry`, does): :func:`kit.runtime.verl.run_stage` (03-05) and
 #: :func:`kit.runtime.verl.run_ablation` (06) start stages through :mod:`kit.bridge.stages`,
-#: whose launcher :func:`kit.bridge.verl_cpu.runner.default_launcher` picks from ``KIT_VERL_DEVICE``
-LAUNCHES_VERL = (*(n for n in SERIES if is_stage_entry(n)), "06_roc_ablation", "10_retool")
+#: whose launcher :func:`kit.bridge.verl_cpu.runner.default_launcher` picks from ``KIT_VERL_DEVICE``, and
+#: each study that declares it (:data:`kit.studies.STUDIES`: ReTool's PPO arms, 10)
+LAUNCHES_VERL = (*(n for n in SERIES if is_stage_entry(n)), "06_roc_ablation",
+                 *(s.notebook for s in STUDIES if s.launches_verl))
 
 
 class VerlDeviceError(RuntimeError):

@@ -11,6 +11,7 @@ from kit.analysis import code_behaviour
 from kit.chain import retool
 from kit.chain.findings import retool_findings
 from kit.config import load
+from kit.figures import copy_study_figures
 from kit.figures_retool import figure_retool_behaviour
 from kit.plan import ablation_arms, retool_arms
 
@@ -65,7 +66,8 @@ def test_figure_findings_and_verdicts_from_synthetic_arms(tmp_path):
     text = retool_findings(root / "retool")
     assert "PPO (3 seeds" in text and "code ratio 0.8" in text and "retool_code_ratio_rises` reproduced" in text
     retool.save_figure(fig, root / "retool", "retool_behaviour", formats=("png",))
-    assert [p.name for p in retool.copy_retool_figure(root / "retool", root / "figures")] == ["retool_behaviour.png"]
+    copies = copy_study_figures({"retool": root / "retool", "agent_r": root / "agent_r"}, root / "figures")
+    assert {nb: [p.name for p in c] for nb, c in copies.items()} == {"10_retool": ["retool_behaviour.png"], "11_agent_r": []}
     last = retool.last_rows(root / "retool")
     assert list(last["arm"]) == ["ppo_seed0", "ppo_seed1", "ppo_seed2"] and not math.isnan(last["code_ratio"][0])
     assert set(code_behaviour.KEYS) <= set(last.columns)

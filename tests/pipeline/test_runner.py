@@ -96,8 +96,8 @@ def test_standard_series_passes_upstream_run_dirs(tmp_path):
     # ReTool's comparison (issue #33) and Agent-R (issue #34) run before 09, which reads their folders;
     # ReTool's training is a background job, Agent-R's search is not
     assert [r.name for r in series][-3:] == ["10_retool", "11_agent_r", "09_figures_and_tables"]
-    assert by["09_figures_and_tables"]["retool_dir"] == by["10_retool"]["run_dir"]
-    assert by["09_figures_and_tables"]["agent_r_dir"] == by["11_agent_r"]["run_dir"]
+    assert by["09_figures_and_tables"]["study_dirs"] == {"retool": by["10_retool"]["run_dir"],
+                                                         "agent_r": by["11_agent_r"]["run_dir"]}
     assert by["10_retool"]["ablation_dir"] == by["06_roc_ablation"]["run_dir"]
     assert by["10_retool"]["init_dir"] == by["02_cold_start_sft"]["run_dir"]
     assert by["11_agent_r"]["sft_dir"] == by["02_cold_start_sft"]["run_dir"]

@@ -1,0 +1,125 @@
+"""The related-work studies as data: one :class:`Study` record each, one registry (:data:`STUDIES`).
+
+A study is a paper the kit reruns beside rStar2-Agent on the same seams (ReTool's PPO arms, issue
+#33; Agent-R's revision self-training, issue #34): a notebook of the series with its own run folder,
+its claims section in ``kit/reference/claims.yaml``, its page in the report. Everything that used to
+name the studies one by one reads this registry instead (issue #43):
+
+- the series (:func:`kit.plan.series`: one entry per study, before 09) and notebook 09's one
+  ``study_dirs`` parameter (``{study key: run folder}``);
+- the claims' run folders (:class:`kit.claims.RunDirs` ``studies``) and the summary's pages
+  (:func:`kit.summary.section_page`: title, text, figures);
+- the config's reserved run folders (:data:`kit.config.loading.RUN_FOLDERS`), the background jobs
+  (:data:`kit.overlap.STANDARD_JOBS`), the notebooks that launch VERL
+  (:data:`kit.pipeline.LAUNCHES_VERL`), the paper profiles' dry run (:mod:`kit.bridge.stages`) and
+  ``python -m kit claims --section``.
+
+This module imports nothing of the kit: the config, the plan and the bridge all read it. A study's
+code is named by dotted paths (``module:function``), resolved only when used (:func:`resolve`).
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+#: the cold start's series entry: what a study's ``upstream`` most often names
+COLD_START = "02_cold_start_sft"
+
+
+@dataclass(frozen=True)
+class Study:
+    """One related-work study of the series.
+
+    Attributes:
+        key: its run folder inside a pipeline run (``reports/<profile>/<run>/<key>/``), its key in
+            notebook 09's ``study_dirs`` and its name in :meth:`kit.claims.RunDirs.folder` (a claim's
+            ``folder:``).
+        section: its claims' ``section`` in ``kit/reference/claims.yaml`` (the report page's name).
+        notebook: its notebook's stem in ``notebooks/`` (also its name in the series and in
+            ``pipeline_state.json``).
+        upstream: parameter -> the series entry whose run folder it reads (``{"sft_dir": COLD_START}``);
+            the runner passes each folder explicitly.
+        product: the file its notebook leaves in its folder when done (what 09's upstream check looks for).
+        title, what: its report page's title and the paragraph saying what the notebook compares.
+        figures: ``(figure file stem, label)`` drawn by its notebook into its folder; notebook 09 copies
+            them into ``figures/`` and its page shows them.
+        job: a module run as ``python -m <job> '<papermill parameters as JSON>'`` in the background
+            once :attr:`job_after` has finished (:mod:`kit.overlap`); ``""``: none.
+        job_after: the series entry after which :attr:`job` may start.
+        launches_verl: whether its notebook launches VERL stages under ``runtime=verl``
+            (:func:`kit.pipeline.check_verl_device` checks the device before anything runs).
+        dry_run: ``"module:function"`` giving its lines of a paper profile's dry run, called as
+            ``f(cfg, run_dir, dirs, cluster) -> list[str]`` (``dirs``: run folder by name); ``""``: none.
+    """
+
+    key: str
+    section: str
+    notebook: str
+    upstream: Mapping[str, str]
+    product: str
+    title: str
+    what: str
+    figures: tuple[tuple[str, str], ...] = ()
+    job: str = ""
+    job_after: str = COLD_START
+    launches_verl: bool = False
+    dry_run: str = ""
+
+
+RETOOL = Study(
+    key="retool", section="ReTool", notebook="10_retool",
+    upstream={"init_dir": COLD_START, "data_dir": "01_data_curation", "ablation_dir": "06_roc_ablation"},
+    product="retool.json",
+    title="ReTool (Feng et al. 2025) on this run: PPO against GRPO-RoC",
+    what=("Notebook 10 trains PPO (algorithm.adv_estimator = \"gae\" with a critic) from the same cold-start "
+          "policy, for the same steps and seeds as notebook 06's GRPO-RoC arms, and logs ReTool §3.3's "
+          "code-interpreter behaviour every step (kit.analysis.code_behaviour) on both."),
+    figures=(("retool_behaviour", "ReTool's Figure (a)-(f) panels"),),
+    job="kit.chain.retool_job", launches_verl=True, dry_run="kit.bridge.study_runs:retool_dry_run")
+
+AGENT_R = Study(
+    key="agent_r", section="Agent-R", notebook="11_agent_r",
+    upstream={"sft_dir": COLD_START}, product="summary.json",
+    title="Agent-R (Yuan et al. 2025) on this run: revision trajectories against good-only",
+    what=("Notebook 11 searches the cold-start policy's trajectories (MCTS over assistant turns), trains "
+          "agent_r.iterations rounds of SFT on revision + good trajectories (Agent-R) and, with the same "
+          "search budget, on good trajectories only, and samples every policy on the same held-out tasks "
+          "(agent_r/policy_eval.jsonl)."),
+    figures=(("agent_r_policies", "Agent-R's policies by iteration and one search tree"),),
+    dry_run="kit.bridge.study_runs:agent_r_dry_run")
+
+#: the registry: every study of the series, in the order the series runs them (all before notebook 09)
+STUDIES: tuple[Study, ...] = (RETOOL, AGENT_R)
+
+
+def by_key(key: str) -> Study:
+    """The study whose run folder is ``key``.
+
+    Raises:
+        KeyError: no such study (the message lists the registered keys).
+    """
+    for s in STUDIES:
+        if s.key == key:
+            return s
+    raise KeyError(f"no study {key!r}; registered: {[s.key for s in STUDIES]}")
+
+
+def by_section(section: str) -> Study | None:
+    """The study whose claims section is ``section`` (None: the kit's own paper's, or unknown)."""
+    return next((s for s in STUDIES if s.section == section), None)
+
+
+def resolve(dotted: str) -> Callable[..., Any]:
+    """The function ``"package.module:function"`` names (a study's :attr:`Study.dry_run`).
+
+    Raises:
+        ValueError: ``dotted`` is not ``module:function``.
+        ImportError, AttributeError: no such module or function.
+    """
+    module, sep, name = dotted.partition(":")
+    if not sep or not module or not name:
+        raise ValueError(f"expected 'module:function', got {dotted!r}")
+    return getattr(importlib.import_module(module), name)

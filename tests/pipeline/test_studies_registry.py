@@ -1,0 +1,79 @@
+"""The related-work studies as data (issue #43): one :class:`kit.studies.Study` record each, and every
+part of the kit that used to name ReTool and Agent-R one by one reads the registry instead."""
+
+from __future__ import annotations
+
+import ast
+import importlib
+
+import nbformat
+import pytest
+
+from kit import claims, overlap, pipeline, plan, studies
+from kit.config import StagesConfig
+from kit.config.loading import RUN_FOLDERS
+from kit.plan import Layout, UpstreamMissing, require_upstream
+
+SERIES = plan.series(StagesConfig().names)
+BY_NAME = {e.name: e for e in SERIES}
+
+
+@pytest.mark.parametrize("study", studies.STUDIES, ids=lambda s: s.key)
+def test_each_study_is_a_series_entry_with_its_folder_claims_job_and_dry_run(study):
+    names = [e.name for e in SERIES]
+    entry = BY_NAME[study.notebook]
+    assert (entry.folder, dict(entry.upstream), entry.product) == (study.key, dict(study.upstream), study.product)
+    assert (pipeline.NOTEBOOK_DIR / f"{study.notebook}.ipynb").exists()
+    # it runs after everything it reads and before 09, which reads it
+    assert all(names.index(up) < names.index(study.notebook) for up in study.upstream.values())
+    assert names.index(study.notebook) < names.index("09_figures_and_tables")
+    assert study.key in RUN_FOLDERS  # no RL stage may be named like its folder
+    assert any(c.get("section") == study.section for c in claims.load_claims())
+    assert (study.notebook in overlap.STANDARD_JOBS) == bool(study.job)
+    if study.job:
+        assert overlap.STANDARD_JOBS[study.notebook].argv[-1] == study.job and importlib.util.find_spec(study.job)
+    assert (study.notebook in pipeline.LAUNCHES_VERL) == study.launches_verl
+    assert callable(studies.resolve(study.dry_run))
+
+
+def test_notebook_09_takes_one_folder_per_study_and_reads_its_figures():
+    nb = nbformat.read(pipeline.NOTEBOOK_DIR / "09_figures_and_tables.ipynb", as_version=4)
+    params = next(c.source for c in nb.cells if "parameters" in c.metadata.get("tags", []))
+    (default,) = [ast.literal_eval(n.value) for n in ast.parse(params).body
+                  if isinstance(n, ast.AnnAssign) and n.target.id == "study_dirs"]
+    assert list(default) == [s.key for s in studies.STUDIES]
+    assert BY_NAME["09_figures_and_tables"].upstream["study_dirs"] == {s.key: s.notebook for s in studies.STUDIES}
+    params = dict(plan.series_parameters(Layout.for_run("smoke", "t", "/tmp/r"), 0))
+    assert params["09_figures_and_tables"]["study_dirs"] == {s.key: params[s.notebook]["run_dir"]
+                                                             for s in studies.STUDIES}
+
+
+def test_the_claims_find_each_study_s_folder_by_its_key(tmp_path):
+    dirs = claims.RunDirs.under(tmp_path, studies={"retool": tmp_path / "elsewhere"})
+    assert dirs.folder("retool") == tmp_path / "elsewhere" and dirs.folder("agent_r") == tmp_path / "agent_r"
+    assert claims.RunDirs.under(tmp_path, agent_r=tmp_path / "x").folder("agent_r") == tmp_path / "x"
+    with pytest.raises(ValueError, match=r"unknown run folder\(s\) \['bstar'\]"):
+        claims.RunDirs.under(tmp_path, studies={"bstar": tmp_path})
+    with pytest.raises(claims.Missing, match="no run folder called 'studies'"):
+        dirs.folder("studies")
+
+
+def test_09_s_upstream_check_names_the_study_that_writes_a_missing_folder(tmp_path):
+    lay = Layout.for_run("smoke", "t", tmp_path)
+    (tmp_path / "smoke" / "t" / "retool").mkdir(parents=True)
+    (tmp_path / "smoke" / "t" / "retool" / "retool.json").write_text("{}")
+    dirs = {s.key: lay.dir(s.key) for s in studies.STUDIES}
+    with pytest.raises(UpstreamMissing, match=r"needs .*agent_r/summary.json, which 11_agent_r writes"):
+        require_upstream("09_figures_and_tables", profile="smoke", study_dirs=dirs)
+    with pytest.raises(ValueError, match=r"study_dirs takes one folder per study, keyed \['agent_r', 'retool'\]"):
+        require_upstream("09_figures_and_tables", study_dirs={"retool": lay.dir("retool")})
+
+
+def test_each_study_has_its_report_page_text_and_a_resolvable_dry_run():
+    for s in studies.STUDIES:
+        assert studies.by_section(s.section) is s and studies.by_key(s.key) is s and s.title and s.what
+    assert studies.by_section("rStar2-Agent") is None
+    with pytest.raises(KeyError, match="registered: \\['retool', 'agent_r'\\]"):
+        studies.by_key("bstar")
+    with pytest.raises(ValueError, match="expected 'module:function'"):
+        studies.resolve("kit.bridge.study_runs")

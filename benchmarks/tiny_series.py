@@ -128,9 +128,9 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], Path, float, fl
         mach = [r["machine_cpu_seconds"] for r in recs if r.get("machine_cpu_seconds") is not None]
         return recs, root, sum(r.get("seconds", 0.0) for r in recs), sum(mach) if mach else None, \
             cfg.get("profile", args.profile), overrides
-    from kit import report
     from kit.pipeline import default_cell_timeout, run_series, standard_series
     from kit.plan import Layout
+    from kit.report import builder
 
     layout = Layout.for_run(args.profile, args.run, args.reports_root)
     series = standard_series(layout, seed=args.seed, overrides=overrides, overlap_jobs=not args.no_overlap)
@@ -143,7 +143,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], Path, float, fl
     recs = run_series(series, layout, force=args.force, cell_timeout_s=default_cell_timeout(args.profile))
     if not (args.until or args.no_report):
         t1, b1 = time.perf_counter(), machine_busy_cpu_s()
-        print(f"report: {report.build_report(layout)}")
+        print(f"report: {builder.build_report(layout)}")
         recs.append({"notebook": "report (kit.report)", "status": "done", "seconds": time.perf_counter() - t1,
                      "cpu_seconds": 0.0, **({} if b1 is None else {"machine_cpu_seconds": machine_busy_cpu_s() - b1})})
     busy1 = machine_busy_cpu_s()

@@ -86,11 +86,11 @@ def _reproduce(a: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _report(a: argparse.Namespace, argv: list[str]) -> int:
-    from kit import report  # nbconvert, matplotlib: only for this verb
+    from kit.report import builder  # nbconvert, matplotlib: only for this verb
 
     try:
-        pdf = report.build_report(report.Layout.for_run(a.profile, a.run, a.reports_root), allow_failed=a.allow_failed)
-    except report.ReportError as exc:
+        pdf = builder.build_report(builder.Layout.for_run(a.profile, a.run, a.reports_root), allow_failed=a.allow_failed)
+    except builder.ReportError as exc:
         print(f"kit report: {exc}", file=sys.stderr)
         return 1
     print(f"kit report: wrote {pdf}")

@@ -5,7 +5,7 @@ Six panels in ReTool's order of quantities: (a) response length, (b) code ratio,
 call, (d) training accuracy (ReTool: AIME accuracy), (e) code pass rate in correct responses and over all
 (ReTool: correct and incorrect), (f) first-call position (ReTool's code invocation timing), plus the
 self-correction rate of correct responses drawn into (e)'s twin quantity panel as a dotted line. Each
-arm is the mean over its seeds with a min-max band, as :mod:`kit.figures` draws the ablation.
+arm is the mean over its seeds with a min-max band, as :mod:`kit.report.figures` draws the ablation.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
-from kit.figures import ALGO_COLOR, ALGO_LABEL, require_keys
+from kit.report.figures import ALGO_COLOR, ALGO_LABEL, require_keys
 
 #: the arms' labels and colours beside the ablation's (``algorithm`` of the rows: ``ppo`` from kit.train.critic)
 LABEL = {**ALGO_LABEL, "ppo": "PPO (ReTool)"}
@@ -62,7 +62,7 @@ def figure_retool_behaviour(metrics: pd.DataFrame, *, note: str = "", smooth: in
     """ReTool's Figure (a)-(f) for PPO against GRPO-RoC (see the module docstring).
 
     Args:
-        metrics: rows of both arms (``kit.figures.collect_metrics``) with :data:`KEYS` (and :data:`OPTIONAL` where defined).
+        metrics: rows of both arms (``kit.report.figures.collect_metrics``) with :data:`KEYS` (and :data:`OPTIONAL` where defined).
         note: the profile/model line under the title.
         smooth: trailing moving-average window in steps.
     Returns:

@@ -17,7 +17,7 @@ same order each time. What decides that order besides the code is recorded here:
 Where they go: ``pipeline_state.json`` (the runner, :mod:`kit.pipeline.series`: keys
 :data:`ENVIRONMENT_KEY` and :data:`REPEATABLE_KEY`, and each finished notebook's
 ``environment_key``), ``claims.json`` (:func:`kit.claims.write_claims`) and the summary page
-(:mod:`kit.summary`). A file comparer strips the ``environment`` key: it describes the host, not
+(:mod:`kit.report.summary`). A file comparer strips the ``environment`` key: it describes the host, not
 the result. Resuming a run on another fingerprint is allowed and said (:func:`resume_warning`);
 ``python -m kit claims`` says when the runs it puts side by side differ (:func:`differences`).
 

@@ -4,7 +4,7 @@ Every file a run leaves (``metrics.jsonl``, ``summary.json``, ``ablation.json``,
 results, samples) goes through :func:`dumps`, so it is valid JSON (``json.dumps``'s default
 writes bare ``NaN``, which other JSON readers reject). A ratio that is undefined at a step
 (e.g. the tool-error ratio among correct trajectories when none is correct) is therefore
-``null`` in the file; readers turn it back into NaN (``kit.figures.read_metrics``, pandas).
+``null`` in the file; readers turn it back into NaN (``kit.report.figures.read_metrics``, pandas).
 Paths and other objects JSON does not know are written as ``str``; numpy scalars as numbers.
 """
 

@@ -21,8 +21,8 @@ from typing import Any
 
 import pandas as pd
 
-from kit import latex_pdf
 from kit.paths import data_dir as resolve_data_dir
+from kit.report import latex_pdf
 from kit.sandbox import selftest
 
 #: Data files the tiny chain reads (relative to the data directory); all are required.
@@ -72,7 +72,7 @@ def preflight(data_dir: str = "") -> list[dict[str, str]]:
 
 def report_converter_rows() -> list[dict[str, str]]:
     """Rows for what the PDF report converts with: ``rsvg-convert`` (SVG outputs, Debian
-    ``librsvg2-bin``) and the fonts of :mod:`kit.latex_pdf` (box drawing, arrows, Greek, CJK).
+    ``librsvg2-bin``) and the fonts of :mod:`kit.report.latex_pdf` (box drawing, arrows, Greek, CJK).
     Missing ones are warnings: the PDF is still written, with a note or blank characters, and
     the report names what it left out."""
     svg = latex_pdf.svg_converter()

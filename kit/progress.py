@@ -5,7 +5,7 @@ papermill, a widget's output is saved as its first state and logged once; with `
 (the pipeline runner sets it for its kernels) the bar is text on the kernel's stdout instead, so
 ``--log-output`` and the executed notebook show it advance. :class:`StepBar` is a trainer's
 ``progress`` callback (metrics rows, :mod:`kit.runtime`) that advances a bar and passes each row on
-(to :class:`kit.figures.LiveCurves`, say); it is drawn when created, before the trainer's first
+(to :class:`kit.report.figures.LiveCurves`, say); it is drawn when created, before the trainer's first
 step, so a cell shows something from its first second.
 """
 

@@ -184,7 +184,7 @@ def test_the_pending_lists_name_only_what_still_breaks_the_rule(rule):
 HOMONYMS = ("run_sync", "run_coroutine", "make_backend", "read_metrics", "metric_rows", "write_json", "problem_key",
             "source_id", "Problem", "TaskProblem", "Trajectory", "SimTrajectory",
             # kit.train.common's (a Path or None) vs kit.bridge.checkpoints' (now latest_verl_checkpoint: a
-            # Checkpoint, or CheckpointError); kit.tables' table display vs kit.rollout.view's (now show_trajectory)
+            # Checkpoint, or CheckpointError); kit.report.tables' table display vs kit.rollout.view's (now show_trajectory)
             "latest_checkpoint", "show")
 
 

@@ -72,7 +72,7 @@ from kit.studies import STUDIES, resolve
 from kit.train.critic import CRITIC_DIR
 
 #: VERL's own per-step log (its file logger), beside the kit's ``metrics.jsonl``: not named like it, since
-#: every reader of a run folder tree takes each ``metrics.jsonl`` below it (``kit.figures.collect_metrics``)
+#: every reader of a run folder tree takes each ``metrics.jsonl`` below it (``kit.report.figures.collect_metrics``)
 METRICS_FILE = "verl/step_metrics.jsonl"
 
 

@@ -34,9 +34,9 @@ from kit.algo.roc_penalties import tool_failure_count
 from kit.analysis.tokens import analyze_trajectory
 from kit.config import KitConfig, load, save
 from kit.data import tasks
-from kit.figures import save_figure
 from kit.figures_agent_r import figure_agent_r
 from kit.models import load_policy, save_policy
+from kit.report.figures import save_figure
 from kit.rollout import run_coroutine
 from kit.sandbox import SandboxPool
 from kit.train import common

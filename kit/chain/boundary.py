@@ -22,8 +22,8 @@ from kit.data.curate import answers_match, consistency_filter, sample_answers
 from kit.data.pools import Problem
 from kit.eval.benchmarks import BenchItem, load_benchmark
 from kit.eval.evaluate import evaluate_async, passk_curves, plot_passk_curves
-from kit.figures import copy_figure, save_figure
 from kit.jsonio import write_json
+from kit.report.figures import copy_figure, save_figure
 from kit.rollout import run_coroutine
 from kit.sandbox import SandboxPool
 from kit.train.common import step_seed

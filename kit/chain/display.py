@@ -11,8 +11,8 @@ from typing import Any
 from IPython.display import Markdown, display
 
 from kit.config import KitConfig
+from kit.report.tables import LATEX_SPECIALS
 from kit.rollout import legend_html, trajectory_html
-from kit.tables import LATEX_SPECIALS
 
 #: fewer cold-start steps than this and the tiny model has not learned the task format yet (it learns
 #: to copy numbers around step 200: reports/LOG.md, 2026-11-29; the smoke profile runs 40)

@@ -26,7 +26,7 @@ from typing import Any
 
 import pandas as pd
 
-from kit.figures import collect_metrics, read_metrics
+from kit.report.figures import collect_metrics, read_metrics
 
 
 def _windows(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, int]:

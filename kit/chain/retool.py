@@ -27,11 +27,11 @@ from kit import claims, jsonio, runtime
 from kit.analysis import code_behaviour
 from kit.chain.policies import sample_trajectories
 from kit.config import KitConfig, load
-from kit.figures import collect_metrics, save_figure
 from kit.figures_retool import figure_retool_behaviour
 from kit.metrics import read_rows
 from kit.plan import RETOOL_BASELINE, retool_arms
 from kit.progress import StepBar
+from kit.report.figures import collect_metrics, save_figure
 
 SECTION = "ReTool"  # the claims' section in kit/reference/claims.yaml
 

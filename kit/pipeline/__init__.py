@@ -44,7 +44,6 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from kit import report
 from kit.algo import adv_estimator
 from kit.config import ConfigError, available_profiles, load
 from kit.pipeline.failures import PipelineError, mark_not_run
@@ -77,6 +76,7 @@ from kit.pipeline.verl_runtime import (
     run_in_verl_cpu_session,
 )
 from kit.plan import SERIES, Layout, series_parameters
+from kit.report import builder
 from kit.studies import STUDIES
 
 __all__ = [
@@ -179,7 +179,7 @@ def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overri
     try:
         with run_lock(layout.root):  # one writer per run folder
             records = run_series(series, layout, force=force, log_output=log_output, cell_timeout_s=timeout)
-            pdf = report.build_report(layout) if with_report and not until else None
+            pdf = builder.build_report(layout) if with_report and not until else None
     except RunLocked as exc:
         print(f"kit.pipeline: {exc}. Nothing was run.", file=sys.stderr)
         return 2
@@ -187,7 +187,7 @@ def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overri
         print(f"\nkit.pipeline: STOPPED. {exc}\n  Fix it and rerun; finished notebooks are skipped.",
               file=sys.stderr)
         return 1
-    except report.ReportError as exc:
+    except builder.ReportError as exc:
         print(f"kit.pipeline: no report: {exc}", file=sys.stderr)
         return 1
     if pdf is not None:

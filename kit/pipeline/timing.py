@@ -18,7 +18,7 @@ from typing import Any
 
 import yaml
 
-from kit.figures import read_metrics
+from kit.report.figures import read_metrics
 
 
 def own_cpu_seconds(cpu: float, job: Any, jobs: Iterable[Any], t0: float, t1: float) -> float:

@@ -8,7 +8,7 @@ name the studies one by one reads this registry instead (issue #43):
 - the series (:func:`kit.plan.series`: one entry per study, before 09) and notebook 09's one
   ``study_dirs`` parameter (``{study key: run folder}``);
 - the claims' run folders (:class:`kit.claims.RunDirs` ``studies``) and the summary's pages
-  (:func:`kit.summary.section_page`: title, text, figures);
+  (:func:`kit.report.summary.section_page`: title, text, figures);
 - the config's reserved run folders (:data:`kit.config.loading.RUN_FOLDERS`), the background jobs
   (:data:`kit.overlap.STANDARD_JOBS`), the notebooks that launch VERL
   (:data:`kit.pipeline.LAUNCHES_VERL`), the paper profiles' dry run (:mod:`kit.bridge.stages`) and

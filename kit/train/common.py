@@ -227,7 +227,7 @@ def nanmean(values: Sequence[float]) -> float:
 def metric_rows(run_dir: str | os.PathLike) -> list[dict[str, Any]]:
     """The rows of ``run_dir/metrics.jsonl`` as dicts (empty list if absent; an undefined value is
     None, written as null; a partial last line is skipped): :func:`kit.metrics.read_rows`, the one
-    reader; :func:`kit.figures.read_metrics` reads the same file as a DataFrame (NaN for null)."""
+    reader; :func:`kit.report.figures.read_metrics` reads the same file as a DataFrame (NaN for null)."""
     return MetricsWriter(run_dir).rows()
 
 

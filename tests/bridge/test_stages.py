@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from test_checkpoints import fake_checkpoint, fake_merger
 
-from kit import figures, plan
+from kit import plan
 from kit.bridge import hard_subset, sft, stages
 from kit.config import load
+from kit.report import figures
 
 CLUSTER = stages.Cluster(nnodes=1, gpus_per_node=8, rollout_tp=4, python="python3")
 

@@ -441,7 +441,7 @@ def test_every_claimed_key_is_a_declared_key_and_an_undeclared_one_is_refused_na
 
 
 def test_each_claims_note_reaches_claims_json_and_the_summary_page(tmp_path):
-    from kit import summary
+    from kit.report import summary
 
     path = write_claims(evaluate_claims(RunDirs.under(tmp_path / "nothing")), tmp_path / "claims.json")
     doc = read_claims(path)

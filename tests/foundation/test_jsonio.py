@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from kit import jsonio
-from kit.figures import read_metrics
+from kit.report.figures import read_metrics
 from kit.train.common import MetricsWriter, metric_rows
 
 

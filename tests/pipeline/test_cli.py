@@ -15,9 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from kit import cli, pipeline, report
+from kit import cli, pipeline
 from kit.config import available_profiles, load
 from kit.config.keyhelp import config_rows, profile_notes
+from kit.report import builder
 
 VERBS = ["reproduce", "report", "launch", "prepare-data", "serve", "selftest", "claims", "compare", "config"]
 KIT = Path(cli.__file__).resolve().parent
@@ -72,7 +73,7 @@ def test_paper_dry_run_prints_the_verl_chain_and_writes_nothing(tmp_path, capsys
 
 def test_report_and_allow_failed_reach_the_report_builder(monkeypatch, tmp_path, capsys):
     seen: dict = {}
-    monkeypatch.setattr(report, "build_report", lambda layout, **kw: seen.update(layout=layout, **kw) or Path("r.pdf"))
+    monkeypatch.setattr(builder, "build_report", lambda layout, **kw: seen.update(layout=layout, **kw) or Path("r.pdf"))
     assert cli.main(["report", "--profile", "tiny", "--run", "r", "--allow-failed", "--reports-root", str(tmp_path)]) == 0
     assert seen["layout"].root == tmp_path / "tiny" / "r" and seen["allow_failed"] is True
     assert "kit report: wrote r.pdf" in capsys.readouterr().out
@@ -119,7 +120,7 @@ def test_the_older_command_lines_are_gone():
         parsers |= {name} if "ArgumentParser(" in text else set()
         guards |= {name} if "if __name__ ==" in text else set()
     assert parsers == {"cli.py", "reward/worker.py"}
-    assert not guards & {"recipe.py", "report.py", "rollout/serve.py", "pipeline/__init__.py", "config/keyhelp.py"}
+    assert not guards & {"recipe.py", "report/builder.py", "rollout/serve.py", "pipeline/__init__.py", "config/keyhelp.py"}
     makefile = (KIT.parent / "Makefile").read_text()
     assert "-m kit.sandbox" not in makefile and "-m kit selftest" in makefile
     old = re.compile(r"-m kit\.(pipeline|recipe|sandbox|report|rollout\.serve)\b")

@@ -8,9 +8,9 @@ import warnings
 import numpy as np
 import pytest
 
-from kit import figures
 from kit.metrics import MetricsError
 from kit.progress import StepBar
+from kit.report import figures
 
 
 def _ablation(tmp_path, rl_metrics, seeds=(0, 1)):

@@ -7,10 +7,11 @@ import json
 
 import pytest
 
-from kit import fingerprint, report
+from kit import fingerprint
 from kit.config import load
 from kit.pipeline import Layout, NotebookRun, run_series
 from kit.plan import read_run_keys, read_state
+from kit.report import builder
 
 CPUINFO = """processor\t: 0
 model name\t: Intel(R) Xeon(R) Platinum 8480+
@@ -100,7 +101,7 @@ def test_the_series_records_the_environment_and_a_resume_elsewhere_warns_and_is_
     assert env["threads"]["torch_threads"] == 2 and env["key"] == fingerprint.fingerprint_key(env)
     assert raw["a"]["environment_key"] == env["key"]
     assert list(read_state(lay)) == ["a"] and read_run_keys(lay)["environment"] == env
-    assert report.failed_notebooks(lay) == {}  # the run's keys are no notebook
+    assert builder.failed_notebooks(lay) == {}  # the run's keys are no notebook
     assert not any(line.startswith("WARNING") for line in lines)
 
     # the same folder resumed on "another machine": skipped as finished, the difference said and stored

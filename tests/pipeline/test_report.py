@@ -12,8 +12,9 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from kit import cli, figures, report, tables
+from kit import cli
 from kit.pipeline import Layout
+from kit.report import builder, figures, tables
 
 needs_poppler = pytest.mark.skipif(shutil.which("pdftoppm") is None or shutil.which("pdfimages") is None,
                                    reason="poppler-utils (pdftoppm, pdfimages) not installed")
@@ -65,7 +66,7 @@ def _first_page_ink(pdf, tmp_path) -> float:
 
 
 @needs_poppler
-@pytest.mark.skipif(not report.latex_available(), reason="xelatex not installed")
+@pytest.mark.skipif(not builder.latex_available(), reason="xelatex not installed")
 def test_latex_route_merges_notebooks_with_figures(tmp_path):
     lay = Layout(root=tmp_path / "run", profile="smoke")
     _executed(lay, "01_data_curation", with_image=False)
@@ -81,7 +82,7 @@ def test_latex_route_merges_notebooks_with_figures(tmp_path):
                                                                 "text/plain": "md"})]
     nb.cells.append(md)
     nbformat.write(nb, path)
-    pdf = report.build_report(lay, echo=pytest.fail)  # any notice would mean the fallback ran
+    pdf = builder.build_report(lay, echo=pytest.fail)  # any notice would mean the fallback ran
     assert pdf == lay.report_pdf and pdf.read_bytes().startswith(b"%PDF")
     text = " ".join(_pdftext(pdf).split())
     assert r"ratio \frac{a}{b} here, x^2_1 and \alpha; typeset" in text and r"an output with \sqrt{2} too" in text
@@ -89,7 +90,7 @@ def test_latex_route_merges_notebooks_with_figures(tmp_path):
     assert _pages(pdf) >= 2
     assert _images(pdf) >= 1
     assert _first_page_ink(pdf, tmp_path) > 0.002
-    merged = report.merge_notebooks(report._executed_notebooks(lay), "t")
+    merged = builder.merge_notebooks(builder._executed_notebooks(lay), "t")
     heads = [c.source for c in merged.cells if c.source.startswith("# Notebook")]
     assert heads == ["# Notebook `00_setup_and_sandbox_check`", "# Notebook `01_data_curation`",
                      "# Notebook `09_figures_and_tables`"]  # series order, not file order
@@ -104,11 +105,11 @@ def test_fallback_without_tex_prints_notice_and_keeps_figures(tmp_path, monkeypa
     figures.save_figure(figures.figure4_tool_errors(m), lay.root / "figures", "figure4", formats=("png",))
     tables.write_table(tables.table3_math({"aime24": {"accuracy": 0.0}}, tables.RunInfo("smoke", "tiny")),
                        lay.root / "tables")
-    monkeypatch.setattr(report, "latex_available", lambda: False)
+    monkeypatch.setattr(builder, "latex_available", lambda: False)
     notices: list[str] = []
-    pdf = report.build_report(lay, echo=notices.append)
+    pdf = builder.build_report(lay, echo=notices.append)
     assert len(notices) == 1 and "xelatex not found" in notices[0]
-    assert _pages(pdf) == 3 + 1 + 2 + 1  # the summary (kit.summary: the kit's claims, ReTool's, Agent-R's), title, two figures, one table
+    assert _pages(pdf) == 3 + 1 + 2 + 1  # the summary (kit.report.summary: the kit's claims, ReTool's, Agent-R's), title, two figures, one table
     assert _images(pdf) == 2
 
 
@@ -119,7 +120,7 @@ def test_nothing_to_report_is_an_error(tmp_path, capsys):
 
 # ---------------------------------------------------------------- issue #17: failed runs, SVG, glyphs, long lines
 
-needs_latex = pytest.mark.skipif(not report.latex_available() or shutil.which("pdftotext") is None,
+needs_latex = pytest.mark.skipif(not builder.latex_available() or shutil.which("pdftotext") is None,
                                  reason="xelatex or poppler-utils not installed")
 
 
@@ -147,25 +148,25 @@ def _failed_run(tmp_path) -> Layout:
 def test_a_failed_run_is_refused_unless_asked(tmp_path, capsys):
     """Issue #17: a run with a dead notebook used to give a PDF and exit code 0 with no sign of it."""
     lay = _failed_run(tmp_path)
-    assert report.failed_notebooks(lay) == {"02_cold_start_sft": "notebook 02_cold_start_sft failed in cell 1 "
+    assert builder.failed_notebooks(lay) == {"02_cold_start_sft": "notebook 02_cold_start_sft failed in cell 1 "
                                                                  "`print('hello')`: DeadKernelError: Kernel died"}
     argv = ["report", "--profile", "smoke", "--run", "r1", "--reports-root", str(tmp_path)]
     assert cli.main(argv) == 1
     err = capsys.readouterr().err
     assert "did not finish" in err and "02_cold_start_sft" in err and "--allow-failed" in err
     assert not lay.report_pdf.exists()
-    with pytest.raises(report.ReportError, match="02_cold_start_sft"):
-        report.build_report(lay, echo=lambda s: None)
+    with pytest.raises(builder.ReportError, match="02_cold_start_sft"):
+        builder.build_report(lay, echo=lambda s: None)
     # the state file may be gone (a copied run folder): the executed notebook's metadata still says it failed
     lay.state_path.unlink()
-    assert "stopped in cell 1" in report.failed_notebooks(lay)["02_cold_start_sft"]
+    assert "stopped in cell 1" in builder.failed_notebooks(lay)["02_cold_start_sft"]
 
 
 @needs_latex
 def test_an_allowed_failed_run_says_so_on_its_first_page(tmp_path):
     lay = _failed_run(tmp_path)
     notes: list[str] = []
-    pdf = report.build_report(lay, echo=notes.append, allow_failed=True)
+    pdf = builder.build_report(lay, echo=notes.append, allow_failed=True)
     first = " ".join(_pdftext(pdf, "-f", "1", "-l", "1").split())
     assert "This run did not finish: 1 notebook(s) failed" in first and "02_cold_start_sft" in first
     assert "DeadKernelError" in first
@@ -176,7 +177,7 @@ def test_an_allowed_failed_run_says_so_on_its_first_page(tmp_path):
 @pytest.mark.skipif(shutil.which("rsvg-convert") is None, reason="rsvg-convert (librsvg2-bin) not installed")
 def test_svg_only_output_is_rasterised_and_without_a_converter_noted(tmp_path, monkeypatch):
     """Issue #17: an SVG-only output made the LaTeX export fail."""
-    from kit import latex_pdf
+    from kit.report import latex_pdf
 
     fig = Figure(figsize=(3, 2), layout="tight")
     fig.subplots().bar(["a", "b"], [3, 1])
@@ -189,11 +190,11 @@ def test_svg_only_output_is_rasterised_and_without_a_converter_noted(tmp_path, m
     cell.outputs = [nbformat.v4.new_output("display_data", data={"image/svg+xml": buf.getvalue(), "text/plain": "<F>"})]
     nb.cells.append(cell)
     nbformat.write(nb, lay.executed / "01_data_curation.ipynb")
-    pdf = report.build_report(lay, echo=pytest.fail)  # LaTeX route, no notice, no warning
+    pdf = builder.build_report(lay, echo=pytest.fail)  # LaTeX route, no notice, no warning
     assert _images(pdf) == 1
     monkeypatch.setattr(latex_pdf, "svg_converter", lambda: None)
     notes: list[str] = []
-    pdf = report.build_report(lay, echo=notes.append)
+    pdf = builder.build_report(lay, echo=notes.append)
     assert notes and "SVG output in notebook 01_data_curation could not be converted" in notes[0]
     assert _images(pdf) == 0 and "SVG figure left out of the PDF" in " ".join(_pdftext(pdf).split())
     from kit import preflight
@@ -209,7 +210,7 @@ def _fonts(pdf) -> str:
 @needs_latex
 def test_box_drawing_arrows_greek_and_cjk_print_and_missing_glyphs_are_named(tmp_path):
     """Issue #17: these characters printed as blanks with no warning."""
-    from kit import latex_pdf
+    from kit.report import latex_pdf
 
     if latex_pdf.font_charset(latex_pdf.MONO_FONT) is None or latex_pdf.font_charset(latex_pdf.CJK_FONT) is None:
         pytest.skip("fonts-dejavu-core / fonts-wqy-microhei not installed")
@@ -223,7 +224,7 @@ def test_box_drawing_arrows_greek_and_cjk_print_and_missing_glyphs_are_named(tmp
     lay.executed.mkdir(parents=True)
     nbformat.write(nb, lay.executed / "08_evaluation.ipynb")
     notes: list[str] = []
-    pdf = report.build_report(lay, echo=notes.append)
+    pdf = builder.build_report(lay, echo=notes.append)
     text = _pdftext(pdf)
     for s in ("╔═══╗", "║ θ ║", "⇒", "答案", "ψ", "↓", "λ", "数学"):
         assert s in text, s
@@ -246,7 +247,7 @@ def test_a_long_code_line_wraps_inside_the_page(tmp_path):
     nb.cells.append(code)
     lay.executed.mkdir(parents=True)
     nbformat.write(nb, lay.executed / "08_evaluation.ipynb")
-    pdf = report.build_report(lay, echo=pytest.fail)
+    pdf = builder.build_report(lay, echo=pytest.fail)
     bbox = _pdftext(pdf, "-f", "4", "-bbox")  # after the three summary pages (the kit's claims, ReTool's, Agent-R's)
     width = float(re.search(r'<page width="([\d.]+)"', bbox).group(1))
     right = [float(x) for x in re.findall(r'xMax="([\d.]+)"', bbox)]
@@ -260,11 +261,11 @@ def test_a_corrupt_state_file_is_a_report_error_naming_it(tmp_path):
     and turns its error into a ReportError that names the file."""
     lay = _failed_run(tmp_path)
     lay.state_path.write_text("{not json")
-    with pytest.raises(report.ReportError, match="pipeline_state.json: not valid JSON"):
-        report.failed_notebooks(lay)
+    with pytest.raises(builder.ReportError, match="pipeline_state.json: not valid JSON"):
+        builder.failed_notebooks(lay)
     lay.state_path.write_text("[1, 2]")
-    with pytest.raises(report.ReportError, match="expected a JSON object, got list"):
-        report.failed_notebooks(lay)
+    with pytest.raises(builder.ReportError, match="expected a JSON object, got list"):
+        builder.failed_notebooks(lay)
 
 
 @needs_poppler
@@ -272,8 +273,8 @@ def test_the_figures_only_fallback_also_lists_failed_notebooks(tmp_path, monkeyp
     lay = _failed_run(tmp_path)
     m = rl_metrics(tmp_path / "m" / "metrics.jsonl", stage="ablation", algorithm="grpo", seed=0, steps=3)
     figures.save_figure(figures.figure9_roc_ablation(m), lay.root / "figures", "figure9", formats=("png",))
-    monkeypatch.setattr(report, "latex_available", lambda: False)
-    pdf = report.build_report(lay, echo=lambda s: None, allow_failed=True)
+    monkeypatch.setattr(builder, "latex_available", lambda: False)
+    pdf = builder.build_report(lay, echo=lambda s: None, allow_failed=True)
     first = " ".join(_pdftext(pdf, "-f", "1", "-l", "1").split())
     assert "this run did not finish: 1 notebook(s) failed" in first.lower() and "02_cold_start_sft" in first
 
@@ -290,7 +291,7 @@ def test_a_failure_message_with_tex_specials_prints_as_written(tmp_path):
     lay.state_path.write_text(json.dumps({"01_data_curation": {"status": "done"},
                                           "02_cold_start_sft": {"status": "failed", "error": error}}))
     notes: list[str] = []
-    pdf = report.build_report(lay, echo=notes.append, allow_failed=True)
+    pdf = builder.build_report(lay, echo=notes.append, allow_failed=True)
     assert not any("LaTeX export failed" in n for n in notes), notes
     first = " ".join(_pdftext(pdf, "-f", "1", "-l", "1").split())
     assert r"cost $5 \frac{1}{0 and $x_1$ \nosuchmacro *a* #2" in first
@@ -307,7 +308,7 @@ def test_the_figures_only_fallback_prints_tex_specials_as_written(tmp_path, monk
                                                                 "error": r"ValueError: cost $\frac{1}{0$ and $x_1$"}}))
     m = rl_metrics(tmp_path / "m" / "metrics.jsonl", stage="ablation", algorithm="grpo", seed=0, steps=3)
     figures.save_figure(figures.figure9_roc_ablation(m), lay.root / "figures", "figure9", formats=("png",))
-    monkeypatch.setattr(report, "latex_available", lambda: False)
-    pdf = report.build_report(lay, echo=lambda s: None, allow_failed=True)
+    monkeypatch.setattr(builder, "latex_available", lambda: False)
+    pdf = builder.build_report(lay, echo=lambda s: None, allow_failed=True)
     first = " ".join(_pdftext(pdf, "-f", "1", "-l", "1").split())
     assert r"cost $\frac{1}{0$ and $x_1$" in first

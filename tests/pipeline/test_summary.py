@@ -1,4 +1,4 @@
-"""kit.summary: the report's one-page summary (claims, figures, tables, limits) and how it opens the PDF."""
+"""kit.report.summary: the report's one-page summary (claims, figures, tables, limits) and how it opens the PDF."""
 
 from __future__ import annotations
 
@@ -10,7 +10,8 @@ import pytest
 from matplotlib.backends.backend_pdf import PdfPages
 from matplotlib.figure import Figure
 
-from kit import claims, figures, summary, tables
+from kit import claims
+from kit.report import figures, summary, tables
 
 needs_poppler = pytest.mark.skipif(shutil.which("pdfinfo") is None or shutil.which("pdftotext") is None,
                                    reason="poppler-utils not installed")

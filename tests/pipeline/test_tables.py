@@ -7,8 +7,8 @@ import math
 import pandas as pd
 import pytest
 
-from kit import tables
-from kit.tables import RunInfo
+from kit.report import tables
+from kit.report.tables import RunInfo
 
 RUN = RunInfo("smoke", "tiny Qwen3 (0.45M params)", n_samples=2, temperature=0.6)
 SUMMARY = {"aime24": {"accuracy": 0.0, "response_len_mean": 87.5}, "math500": {"accuracy": 0.125},

@@ -28,7 +28,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
-BUNDLED_REFERENCE = Path(__file__).resolve().parent / "reference" / "paper_values.yaml"
+BUNDLED_REFERENCE = Path(__file__).resolve().parents[1] / "reference" / "paper_values.yaml"  # kit/reference/
 ABSENT = "\u2014"  # em dash, how an absent value is shown
 
 BENCH_LABEL = {"math500": "MATH-500", "aime24": "AIME24", "aime25": "AIME25", "hmmt25": "HMMT25",

@@ -4,7 +4,7 @@ Route 1 (preferred): the executed notebooks of ``reports/<profile>/<run>/noteboo
 series order into one notebook and exported with nbconvert ``--to pdf`` (xelatex): prose, code,
 tables, figures and math as the reader saw them in JupyterLab.
 
-Before the export (:mod:`kit.latex_pdf`): SVG outputs are rasterised (``rsvg-convert``), fonts
+Before the export (:mod:`kit.report.latex_pdf`): SVG outputs are rasterised (``rsvg-convert``), fonts
 that cover box drawing, arrows, Greek and CJK are set, characters still without a glyph are named
 in a warning, and long runs of letters/digits in code may break at the page edge.
 
@@ -35,9 +35,9 @@ import pandas as pd
 from matplotlib.backends.backend_pdf import PdfPages
 from matplotlib.figure import Figure
 
-from kit import latex_pdf
 from kit.plan import SERIES, Layout, read_state
-from kit.summary import prepend_summary
+from kit.report import latex_pdf
+from kit.report.summary import prepend_summary
 
 # control characters xelatex rejects ("Text line contains an invalid character"); \t \n \r and ESC
 # (ANSI colours, which nbconvert converts) are kept. A tiny model's samples are full of them.
@@ -160,7 +160,7 @@ def notebook_pdf(paths: Sequence[Path], out: Path, title: str, failed: Mapping[s
     """Export the merged notebooks to ``out`` through nbconvert's LaTeX PDF exporter.
 
     SVG outputs are rasterised, long letter/digit runs broken, and characters the fonts lack are
-    named in a warning through ``echo`` (:mod:`kit.latex_pdf`).
+    named in a warning through ``echo`` (:mod:`kit.report.latex_pdf`).
 
     Raises:
         nbconvert.exporters.pdf.LatexFailed: xelatex failed (its log is in the exception).
@@ -267,6 +267,6 @@ def build_report(layout: Layout, *, echo=print, allow_failed: bool = False) -> P
 
 
 def _with_summary(layout: Layout, pdf: Path, title: str, echo, failed: Mapping[str, str] | None = None) -> Path:
-    """Open ``pdf`` with the one-page summary of :mod:`kit.summary` (claims, figures, tables); a
+    """Open ``pdf`` with the one-page summary of :mod:`kit.report.summary` (claims, figures, tables); a
     failed run's summary page opens with the failed notebooks."""
     return prepend_summary(layout.root, pdf, title=title, echo=echo, failed=failed)

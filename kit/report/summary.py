@@ -31,8 +31,9 @@ import pandas as pd
 from matplotlib.backends.backend_pdf import PdfPages
 from matplotlib.figure import Figure
 
-from kit import claims, fingerprint, tables
+from kit import claims, fingerprint
 from kit.plan import Layout, read_run_keys
+from kit.report import tables
 from kit.studies import by_section
 
 VERDICT_COLOR = {"reproduced": "#1a7f37", "not reproduced": "#cf222e", "inconclusive": "#9a6700"}
@@ -181,7 +182,7 @@ def claim_rows(doc: Mapping[str, Any], section: str = claims.DEFAULT_SECTION) ->
 
 def eval_subsets(eval_dir: Path) -> dict[str, tuple[int, int]]:
     """``{benchmark label: (n evaluated, N in the benchmark)}`` for the benchmarks that notebook 08 ran on
-    fewer problems than the file holds (``eval.max_problems``; :func:`kit.tables.eval_summary`); ``{}`` when
+    fewer problems than the file holds (``eval.max_problems``; :func:`kit.report.tables.eval_summary`); ``{}`` when
     ``eval_dir`` holds no results."""
     try:
         found = tables.eval_summary(eval_dir)
@@ -267,7 +268,7 @@ def summary_page(root: str | os.PathLike, *, title: str = "", profile: str = "",
         root: the run folder (reads ``claims.json``, ``figures/*.png``, ``tables/*.csv``).
         title: page title (default names the folder).
         profile: the profile name, for the limits box (default: the parent folder's name).
-        failed: notebook -> why, for a run with failed notebooks (``kit.report.failed_notebooks``):
+        failed: notebook -> why, for a run with failed notebooks (``kit.report.builder.failed_notebooks``):
             the page then opens with a red line naming them (issue #17: a failed run says so first).
     Returns:
         A portrait A4 Figure (8.27 x 11.69 in).

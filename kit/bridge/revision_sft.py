@@ -2,7 +2,7 @@
 
 VERL 0.9.1's ``MultiTurnSFTDataset`` gives every assistant message loss, so a revision trajectory in
 its ``messages`` schema would imitate the bad branch. The kit's parquet
-(:mod:`kit.agent_r.parquet`: ``input_ids``, ``loss_mask`` per row) is read instead by
+(:mod:`kit.studies.agent_r.parquet`: ``input_ids``, ``loss_mask`` per row) is read instead by
 :class:`TokenSFTDataset`, plugged in through VERL's own extension point ``data.custom_cls``
 (``verl.trainer.sft_trainer.create_sft_dataset`` loads it by file path and class name); the rest
 of the launch is :func:`kit.bridge.sft.sft_command` (``[sft]`` settings, one node, torchrun) with
@@ -43,7 +43,7 @@ class TokenSFTDataset(torch.utils.data.Dataset):
         df = pd.concat([pd.read_parquet(f) for f in files], ignore_index=True)
         for c in ("input_ids", "loss_mask"):
             if c not in df.columns:
-                raise ValueError(f"{files}: no column {c!r} (write the rows with kit.agent_r.parquet.write_rows)")
+                raise ValueError(f"{files}: no column {c!r} (write the rows with kit.studies.agent_r.parquet.write_rows)")
         if max_samples and max_samples > 0:
             df = df.iloc[:max_samples]
         self.ids = [list(map(int, x)) for x in df["input_ids"]]

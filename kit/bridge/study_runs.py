@@ -28,7 +28,7 @@ def agent_r_dry_run(cfg: KitConfig, run_dir: Path, dirs: Mapping[str, str], clus
     """Notebook 11's dry-run lines: the search runs on the local engine only; at scale its rows go to
     VERL's SFT trainer (``kit.studies.AGENT_R``'s ``dry_run``)."""
     return [f"## 11_agent_r  run_dir {run_dir}",
-            "   the tree search runs on the local engine only (kit.agent_r); on this runtime the notebook searches "
+            "   the tree search runs on the local engine only (kit.studies.agent_r); on this runtime the notebook searches "
             "nothing and its claims read inconclusive. At scale: search with a served policy, then train on the "
             "rows' parquet with VERL's SFT trainer (kit.bridge.revision_sft; notebook 11 prints that command "
             "for its own rows)", ""]

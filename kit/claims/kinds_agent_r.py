@@ -1,6 +1,6 @@
 """The test kind of the Agent-R claims (issue #34): policies compared on held-out samples.
 
-Notebook 11 (:mod:`kit.chain.agent_r`) samples every policy it compares (the cold start, the
+Notebook 11 (:mod:`kit.studies.agent_r.chain`) samples every policy it compares (the cold start, the
 good-only baseline, each Agent-R iteration) on the same held-out problems and writes one row per
 trajectory to ``agent_r/policy_eval.jsonl``::
 

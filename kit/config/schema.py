@@ -326,7 +326,7 @@ class EvalConfig:
 @dataclass(frozen=True)
 class AgentRConfig:
     """Agent-R (Yuan et al. 2025; issue #34, notebook 11): MCTS revision trajectories and iterative
-    self-training from the cold-start policy (:mod:`kit.agent_r`). Checked by ``kit.config.check``."""
+    self-training from the cold-start policy (:mod:`kit.studies.agent_r`). Checked by ``kit.config.check``."""
 
     iterations: int = 3  # Phase II iterations (paper: 3), each collecting new trees with the current model
     # good-trajectory threshold alpha per iteration, r(good) >= alpha (paper: 0.5, 0.7, 1.0); later iterations

@@ -1,16 +1,16 @@
 """Search through the kit's agent loop with a scripted policy; pairs, transition, revision masks,
-the alpha schedule (kit/agent_r/)."""
+the alpha schedule (kit/studies/agent_r/)."""
 
 import random
 
 import pytest
 from ar_doubles import BAD_CALL, GOOD_CALL, Task, TwoWay, fake_grade, sandbox
 
-from kit.agent_r import iterate, revision
-from kit.agent_r.replay import turn_bounds
-from kit.agent_r.search import SearchParams, search
 from kit.config import RolloutConfig
 from kit.rollout import ScriptedBackend, run_coroutine
+from kit.studies.agent_r import iterate, revision
+from kit.studies.agent_r.replay import turn_bounds
+from kit.studies.agent_r.search import SearchParams, search
 
 TASK = Task("t0", "What is 6 * 7?", "42")
 RCFG = RolloutConfig(max_prompt_tokens=512, max_response_tokens=400, max_turns=3)
@@ -90,7 +90,7 @@ def test_calls_are_real_strings():
 
 
 def test_the_verl_parquet_carries_general_data_at_eta_per_agent_r_row():
-    from kit.agent_r.parquet import general_share
+    from kit.studies.agent_r.parquet import general_share
 
     general = [([i], [1]) for i in range(100)]
     mix = general_share(general, 20, 0.2, seed=3)

@@ -1,16 +1,16 @@
 """The search on the real continuous-batching engine (untrained tiny model): reproducible under a
-fixed seed, and siblings reuse their shared prefix's KV (kit/agent_r/search.py, replay.py)."""
+fixed seed, and siblings reuse their shared prefix's KV (kit/studies/agent_r/search.py, replay.py)."""
 
 import pytest
 import torch
 from ar_doubles import Task, fake_grade, sandbox
 
-from kit.agent_r.replay import SharedPrefixEngine
-from kit.agent_r.search import SearchParams, search
 from kit.config import RolloutConfig, load
 from kit.models import build_tiny_model, stop_token_ids
 from kit.rollout import run_coroutine
 from kit.rollout.engine import ContinuousBatchingEngine
+from kit.studies.agent_r.replay import SharedPrefixEngine
+from kit.studies.agent_r.search import SearchParams, search
 
 RCFG = RolloutConfig(max_prompt_tokens=512, max_response_tokens=32, max_turns=2)
 TASKS = [Task("a", "What is 6 * 7?", "42"), Task("b", "What is 3 * 9?", "27")]

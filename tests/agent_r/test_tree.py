@@ -1,10 +1,10 @@
-"""UCT selection and backpropagation on a hand-built tree (kit/agent_r/tree.py)."""
+"""UCT selection and backpropagation on a hand-built tree (kit/studies/agent_r/tree.py)."""
 
 import math
 
 import pytest
 
-from kit.agent_r.tree import Node, backpropagate, insert, lowest_common, select, uct
+from kit.studies.agent_r.tree import Node, backpropagate, insert, lowest_common, select, uct
 
 
 def _tree():
@@ -74,13 +74,13 @@ def test_notebook_11_teaches_and_closes_with_its_findings():
     nb = nbformat.read(plan.NOTEBOOK_DIR / "11_agent_r.ipynb", as_version=4)
     opening = nb.cells[0].source
     assert "## The method" in opening and "## What to look at" in opening and r"\mathrm{UCT}(s)" in opening
-    assert "from kit.chain.agent_r import agent_r_findings" in nb.cells[-1].source
+    assert "from kit.studies.agent_r.chain import agent_r_findings" in nb.cells[-1].source
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code")
 
 
 def test_notebook_11_on_the_verl_runtime_searches_nothing_and_says_so(tmp_path):
-    from kit.chain.agent_r import agent_r_config, agent_r_findings, run_agent_r
-    from kit.chain.agent_r_views import first_tree_figure, revisions_html
+    from kit.studies.agent_r.chain import agent_r_config, agent_r_findings, run_agent_r
+    from kit.studies.agent_r.views import first_tree_figure, revisions_html
 
     cfg = agent_r_config("paper-14b", {}, str(tmp_path), 0)
     assert "local engine" in run_agent_r(cfg, tmp_path, tmp_path / "sft")["skipped"]

@@ -1,10 +1,10 @@
-"""Agent-R's figure (kit.figures_agent_r): the per-policy statistics it draws, on hand-made rows."""
+"""Agent-R's figure (kit.studies.agent_r.figures): the per-policy statistics it draws, on hand-made rows."""
 
 import numpy as np
 import pandas as pd
 import pytest
 
-from kit.figures_agent_r import PANELS, bootstrap_ratio, figure_agent_r, policy_curves
+from kit.studies.agent_r.figures import PANELS, bootstrap_ratio, figure_agent_r, policy_curves
 
 
 def _rows():

@@ -1,4 +1,4 @@
-"""Agent-R's rows on VERL's SFT route (kit/agent_r/parquet.py, kit/bridge/revision_sft.py): the parquet
+"""Agent-R's rows on VERL's SFT route (kit/studies/agent_r/parquet.py, kit/bridge/revision_sft.py): the parquet
 carries ids and loss mask, the dataset VERL loads through data.custom_cls gives them back unchanged,
 and the launch names it."""
 
@@ -6,10 +6,10 @@ from pathlib import Path
 
 import pytest
 
-from kit.agent_r.parquet import read_rows, write_rows
-from kit.agent_r.revision import RevisionRow
 from kit.bridge.revision_sft import TokenSFTDataset, dry_run_text, revision_sft_command
 from kit.config import load
+from kit.studies.agent_r.parquet import read_rows, write_rows
+from kit.studies.agent_r.revision import RevisionRow
 
 ROWS = [RevisionRow([5, 6, 7, 8, 9], [0, 0, 0, 1, 1], [], "revision", "t0"), RevisionRow([5, 6, 7], [0, 1, 1], [], "good", "t1")]
 

@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from kit import overlap, pipeline
+from kit.chain import ablation_job
 from kit.pipeline import Layout, NotebookRun, PipelineError, run_series
+from kit.studies.retool import job as retool_job
 
 WRITE = "from pathlib import Path\nPath(run_dir).mkdir(parents=True, exist_ok=True)\n"
 
@@ -153,11 +155,7 @@ def test_standard_series_gives_06_its_job_only_where_it_cannot_change_a_result(t
 
 
 def test_the_ablation_job_refuses_bad_parameters(capsys):
-    from kit.chain import ablation_job
-
     assert ablation_job.main([]) == 2 and ablation_job.main(["not json"]) == 2 and ablation_job.main(["[1]"]) == 2
-    from kit.chain import retool_job
-
     assert retool_job.main([]) == 2 and retool_job.main(["{}"]) == 2
     assert "usage" in capsys.readouterr().err
     with pytest.raises(KeyError, match="init_dir"):

@@ -8,12 +8,12 @@ import math
 from pathlib import Path
 
 from kit.analysis import code_behaviour
-from kit.chain import retool
 from kit.chain.findings import retool_findings
 from kit.config import load
-from kit.figures_retool import figure_retool_behaviour
 from kit.plan import ablation_arms, retool_arms
 from kit.report.figures import copy_study_figures
+from kit.studies.retool import chain as retool
+from kit.studies.retool.figures import figure_retool_behaviour
 
 
 def _arm(root: Path, folder: str, alg: str, seed: int, steps: int = 12, ratio=(0.8, 0.95)) -> None:

@@ -6,7 +6,7 @@ with a failed call that end correct: what Agent-R's revision trajectories teach)
 trajectories with a failed call, (d) reflection share of high-entropy tokens (the §5.4 labeller of
 :mod:`kit.analysis`). Each point is the mean over the held-out trajectories with a 95% bootstrap
 interval over problems (samples of one problem are not independent); the cold-start policy is
-iteration 0 of both arms. The first Agent-R tree (:func:`kit.chain.agent_r_views.tree_figure`) is
+iteration 0 of both arms. The first Agent-R tree (:func:`kit.studies.agent_r.views.tree_figure`) is
 drawn beneath when one is given.
 """
 
@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
-from kit.chain.agent_r_views import tree_figure
+from kit.studies.agent_r.views import tree_figure
 
 #: the arms' labels and colours (``policy`` of the rows)
 LABEL = {"agent_r": "Agent-R (revision + good)", "good_only": "good only (rejection-sampling FT)", "cold_start": "cold start"}

@@ -1,10 +1,10 @@
 """Phase I of Agent-R: MCTS over assistant turns with the kit's agent loop, sandbox and verifier.
 
-Per task a :class:`kit.agent_r.tree.Node` tree. Each round, in every tree at once:
+Per task a :class:`kit.studies.agent_r.tree.Node` tree. Each round, in every tree at once:
 
-1. **selection** (:func:`kit.agent_r.tree.select`, UCT) picks a node;
+1. **selection** (:func:`kit.studies.agent_r.tree.select`, UCT) picks a node;
 2. **expansion + simulation**: ``width`` trajectories continue from that node's prefix through
-   :func:`kit.rollout.run_trajectory` (the prefix replayed, :mod:`kit.agent_r.replay`; new turns
+   :func:`kit.rollout.run_trajectory` (the prefix replayed, :mod:`kit.studies.agent_r.replay`; new turns
    sampled from the current policy on the continuous-batching engine, tool calls in the
    sandbox) to the end;
 3. each is graded by the verifier (:func:`kit.train.rollouts.grade`), inserted as a path
@@ -13,7 +13,7 @@ Per task a :class:`kit.agent_r.tree.Node` tree. Each round, in every tree at onc
 Selection never stops on a finished path (a node whose children are all terminal is expanded
 again), so every round spends ``width`` rollouts per task. All trees' simulations of a round run
 concurrently, so the engine batches them; siblings reuse their node's KV
-(:class:`kit.agent_r.replay.SharedPrefixEngine`).
+(:class:`kit.studies.agent_r.replay.SharedPrefixEngine`).
 
 Determinism: the engine seeds each request from ``(seed, prompt ids, repeat count)``; a round's
 new trajectories are inserted sorted by their response ids, so the tree is a function of the
@@ -28,18 +28,18 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kit.agent_r.replay import (
+from kit.algo.roc_penalties import tool_failure_count
+from kit.rollout import run_trajectory
+from kit.rollout.cohort import gather_trajectories
+from kit.rollout.loop import Trajectory
+from kit.studies.agent_r.replay import (
     ReplayBackend,
     ReplayExecutor,
     SharedPrefixEngine,
     failed_turns,
     turn_generations,
 )
-from kit.agent_r.tree import Node, backpropagate, insert, select
-from kit.algo.roc_penalties import tool_failure_count
-from kit.rollout import run_trajectory
-from kit.rollout.cohort import gather_trajectories
-from kit.rollout.loop import Trajectory
+from kit.studies.agent_r.tree import Node, backpropagate, insert, select
 from kit.train.rollouts import grade
 
 
@@ -82,7 +82,7 @@ def score(tr: Trajectory, reward: float) -> float:
     """Agent-R's trajectory score on 0/1 tool tasks: ``reward * (1 - failed calls / calls)``
     (calls without infra errors; 1 - 0 without calls), so a correct trajectory that needed failed
     calls scores below a clean one and ``alpha`` has something to select (a deviation, see
-    :mod:`kit.agent_r`)."""
+    :mod:`kit.studies.agent_r`)."""
     calls = tr.tool_calls - tr.infra_errors
     fails = tool_failure_count(tr.tool_errors)
     return float(reward) * (1.0 - fails / calls if calls > 0 else 1.0)
@@ -126,7 +126,7 @@ async def search(engine, tokenizer, problems: Sequence[Any], executor, p: Search
     """Build one MCTS tree per problem (Agent-R Phase I).
 
     Args:
-        engine: a backend; a :class:`~kit.agent_r.replay.SharedPrefixEngine` shares siblings' prefix KV.
+        engine: a backend; a :class:`~kit.studies.agent_r.replay.SharedPrefixEngine` shares siblings' prefix KV.
         tokenizer: the policy's tokenizer.
         problems: P tasks (``question``, ``answer``).
         executor: a started ``kit.sandbox.SandboxPool`` (or a test double).

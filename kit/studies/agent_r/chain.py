@@ -1,6 +1,6 @@
 """Notebook 11: Agent-R from the cold-start policy against two baselines with the same budget (issue #34).
 
-Arms, each ``agent_r.iterations`` iterations from the cold-start policy (:mod:`kit.agent_r.iterate`):
+Arms, each ``agent_r.iterations`` iterations from the cold-start policy (:mod:`kit.studies.agent_r.iterate`):
 ``agent_r`` (revision + good trajectories) and ``good_only`` (good trajectories only: rejection-
 sampling fine-tuning from the same search budget); the third policy is the cold start itself.
 Every policy is sampled on the same held-out tasks (``policy_eval.jsonl``, the file the Agent-R
@@ -27,18 +27,18 @@ from typing import Any
 import pandas as pd
 
 from kit import jsonio
-from kit.agent_r import iterate, parquet
-from kit.agent_r.search import params_from_config
-from kit.agent_r.tree import lowest_common
 from kit.algo.roc_penalties import tool_failure_count
 from kit.analysis.tokens import analyze_trajectory
 from kit.config import KitConfig, load, save
 from kit.data import tasks
-from kit.figures_agent_r import figure_agent_r
 from kit.models import load_policy, save_policy
 from kit.report.figures import save_figure
 from kit.rollout import run_coroutine
 from kit.sandbox import SandboxPool
+from kit.studies.agent_r import iterate, parquet
+from kit.studies.agent_r.figures import figure_agent_r
+from kit.studies.agent_r.search import params_from_config
+from kit.studies.agent_r.tree import lowest_common
 from kit.train import common
 from kit.train.rollouts import collect
 from kit.train.sft import SFT_DATA_FILE, encode_rows, prepare_sft_data
@@ -132,7 +132,7 @@ def run_agent_r(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None
     """Agent-R and its two baselines from ``sft_dir/policy`` (module docstring: what it writes).
 
     On ``runtime = "verl"`` nothing is searched (the search runs on the local engine; the paper
-    scale trains the parquet of :func:`kit.agent_r.parquet.write_rows` with VERL's SFT trainer,
+    scale trains the parquet of :func:`kit.studies.agent_r.parquet.write_rows` with VERL's SFT trainer,
     ``kit.bridge.revision_sft``): ``summary.json`` says so and the Agent-R claims are inconclusive.
 
     Raises:
@@ -143,7 +143,7 @@ def run_agent_r(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None
     save(cfg, run)
     if cfg.runtime != "local":  # the paper chain goes on; the claims read no file and are inconclusive
         summary = {"skipped": f"runtime {cfg.runtime!r}: the search runs on the local engine only; at paper scale "
-                              "write the rows with kit.agent_r.parquet and train them with kit.bridge.revision_sft"}
+                              "write the rows with kit.studies.agent_r.parquet and train them with kit.bridge.revision_sft"}
         jsonio.write_json(run / "summary.json", summary)
         return summary
     for name in (EVAL_FILE, COST_FILE, ITER_FILE, REV_FILE):
@@ -237,7 +237,7 @@ def policy_table(run_dir: str | os.PathLike):
 
 
 def policies_figure(run_dir: str | os.PathLike, note: str = ""):
-    """Agent-R's figure for this run (:func:`kit.figures_agent_r.figure_agent_r`: the policies on the
+    """Agent-R's figure for this run (:func:`kit.studies.agent_r.figures.figure_agent_r`: the policies on the
     held-out tasks by iteration, and the first Agent-R tree), saved as ``run_dir/agent_r_policies.png/.pdf``
     where notebook 09 copies it for the summary's Agent-R page; returns the Figure, or None (with a
     line saying so) when the run evaluated no policy.

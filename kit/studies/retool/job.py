@@ -1,8 +1,8 @@
 """Notebook 10's training, run by the pipeline as a background job beside notebooks 03-08
-(:mod:`kit.overlap`): ``python -m kit.chain.retool_job '<notebook 10 parameters as JSON>'``.
+(:mod:`kit.overlap`): ``python -m kit.studies.retool.job '<notebook 10 parameters as JSON>'``.
 
-It does what the notebook's training cell does with the same parameters (:func:`kit.chain.retool.retool_config`
-and :func:`kit.chain.retool.train_retool`); the notebook, executed afterwards, finds every PPO arm
+It does what the notebook's training cell does with the same parameters (:func:`kit.studies.retool.chain.retool_config`
+and :func:`kit.studies.retool.chain.train_retool`); the notebook, executed afterwards, finds every PPO arm
 finished and draws them. Exit code 0 when every arm finished, 1 on an error (the traceback is in the
 job's log), 2 on bad parameters.
 """
@@ -13,8 +13,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from kit.chain.job_cli import check_parameters, job_main
-from kit.chain.retool import retool_config, train_retool
 from kit.plan import require_upstream
+from kit.studies.retool.chain import retool_config, train_retool
 
 
 def run(parameters: dict[str, Any]) -> dict[str, Any]:

@@ -27,7 +27,7 @@ def general_share(general: Sequence[Any], n_rows: int, eta: float, seed: int = 0
     """``round(eta * n_rows)`` of the ``general`` rows (at least one when ``eta > 0`` and there are
     rows), drawn without replacement with ``seed``: a trainer that reads rows uniformly (VERL's SFT)
     then sees general data at ``eta`` per Agent-R row, the weight the local loop gives it as a batch
-    share ``eta / (1 + eta)`` (:mod:`kit.agent_r.iterate`)."""
+    share ``eta / (1 + eta)`` (:mod:`kit.studies.agent_r.iterate`)."""
     if eta <= 0 or not general or n_rows <= 0:
         return []
     k = min(len(general), max(1, round(eta * n_rows)))
@@ -37,7 +37,7 @@ def general_share(general: Sequence[Any], n_rows: int, eta: float, seed: int = 0
 
 def write_rows(rows: Sequence[Any], path: str | os.PathLike, tokenizer: Any = None,
                general: Sequence[tuple[Sequence[int], Sequence[int]]] = ()) -> Path:
-    """Write ``rows`` (:class:`kit.agent_r.revision.RevisionRow`) and ``general`` ``(ids, mask)``
+    """Write ``rows`` (:class:`kit.studies.agent_r.revision.RevisionRow`) and ``general`` ``(ids, mask)``
     rows (already sized, :func:`general_share`) to ``path`` (zstd parquet); returns the path.
 
     Raises:

@@ -11,7 +11,7 @@ policy's samples, and :func:`retool_verdicts` evaluates the ReTool claims of
 ``kit/reference/claims.yaml`` (``section: ReTool``) on the two folders.
 
 :func:`train_retool` is what the notebook's training cell runs and what the pipeline's background
-job runs (:mod:`kit.chain.retool_job`), with the same parameters; a finished arm is not trained again.
+job runs (:mod:`kit.studies.retool.job`), with the same parameters; a finished arm is not trained again.
 """
 
 from __future__ import annotations
@@ -27,18 +27,18 @@ from kit import claims, jsonio, runtime
 from kit.analysis import code_behaviour
 from kit.chain.policies import sample_trajectories
 from kit.config import KitConfig, load
-from kit.figures_retool import figure_retool_behaviour
 from kit.metrics import read_rows
 from kit.plan import RETOOL_BASELINE, retool_arms
 from kit.progress import StepBar
 from kit.report.figures import collect_metrics, save_figure
+from kit.studies.retool.figures import figure_retool_behaviour
 
 SECTION = "ReTool"  # the claims' section in kit/reference/claims.yaml
 
 
 def retool_config(profile: str, overrides: Mapping[str, Any] | None, run_dir, seed: int) -> KitConfig:
     """Notebook 10's config (``profile`` with ``overrides``); writes ``run_dir/config.json``. The notebook
-    and the background job (:mod:`kit.chain.retool_job`) both build it here, so they train the same arms.
+    and the background job (:mod:`kit.studies.retool.job`) both build it here, so they train the same arms.
 
     Raises:
         kit.config.ConfigError: an unknown key or a value of the wrong type.
@@ -92,7 +92,7 @@ def arm_metrics(run_dir: str | os.PathLike, ablation_dir: str | os.PathLike, see
 
 
 def behaviour_figure(run_dir, ablation_dir, seeds, *, note: str = "", smooth: int = 1):
-    """ReTool's Figure panels (a)-(f) for this run (:func:`kit.figures_retool.figure_retool_behaviour`),
+    """ReTool's Figure panels (a)-(f) for this run (:func:`kit.studies.retool.figures.figure_retool_behaviour`),
     saved as ``run_dir/retool_behaviour.png/.pdf``; returns the Figure."""
     fig = figure_retool_behaviour(arm_metrics(run_dir, ablation_dir, seeds), note=note, smooth=smooth)
     save_figure(fig, run_dir, "retool_behaviour")

@@ -1,16 +1,21 @@
 """Agent-R (Yuan et al. 2025, "Agent-R: Training Language Model Agents to Reflect via Iterative
-Self-Training") on the kit's tool tasks, issue #34; notebook 11 runs it (:mod:`kit.chain.agent_r`).
+Self-Training") on the kit's tool tasks, issue #34, as a study of the series (its record:
+:data:`kit.studies.AGENT_R`); notebook 11 runs it (:mod:`kit.studies.agent_r.chain`).
 
 Files, one concept each:
 
-- :mod:`kit.agent_r.tree`: nodes at turn boundaries, UCT selection, backpropagation, insertion;
-- :mod:`kit.agent_r.replay`: continuing a node's prefix through the kit's unchanged agent loop, and
+- :mod:`kit.studies.agent_r.chain`: what notebook 11 calls (the arms, the held-out samples of every
+  policy, the tables, the findings); :mod:`kit.studies.agent_r.views` and
+  :mod:`kit.studies.agent_r.figures`: its search tree and policies figures;
+
+- :mod:`kit.studies.agent_r.tree`: nodes at turn boundaries, UCT selection, backpropagation, insertion;
+- :mod:`kit.studies.agent_r.replay`: continuing a node's prefix through the kit's unchanged agent loop, and
   the engine whose kept prefix KV survives reuse (siblings do not recompute their shared prefix);
-- :mod:`kit.agent_r.search`: Phase I, MCTS through the agent loop, sandbox and verifier;
-- :mod:`kit.agent_r.revision`: good/bad pairs, the transition point, revision rows with loss masks;
-- :mod:`kit.agent_r.iterate`: Phase II, the alpha schedule, the rows of each arm, training with the
+- :mod:`kit.studies.agent_r.search`: Phase I, MCTS through the agent loop, sandbox and verifier;
+- :mod:`kit.studies.agent_r.revision`: good/bad pairs, the transition point, revision rows with loss masks;
+- :mod:`kit.studies.agent_r.iterate`: Phase II, the alpha schedule, the rows of each arm, training with the
   cold-start SFT trainer (:func:`kit.train.sft.fit_rows`);
-- :mod:`kit.agent_r.parquet`: the rows as a parquet with ids and loss mask, for VERL's SFT trainer
+- :mod:`kit.studies.agent_r.parquet`: the rows as a parquet with ids and loss mask, for VERL's SFT trainer
   (``kit.bridge.revision_sft``).
 
 Differences from the paper (what the kit does instead, and why):

@@ -8,8 +8,8 @@ first erroneous action of the bad trajectory (the *transition point*); the revis
     + a revision signal rs + the good branch's continuation,
 
 trained with loss only after ``rs`` (the wrong part is not imitated). Here rewards are the
-search's :func:`kit.agent_r.search.score`; the transition point is a stated rule, not the
-actor's judgement (the tiny model cannot critique; see :mod:`kit.agent_r`):
+search's :func:`kit.studies.agent_r.search.score`; the transition point is a stated rule, not the
+actor's judgement (the tiny model cannot critique; see :mod:`kit.studies.agent_r`):
 
 - ``first_failed_call``: the first turn of the bad branch (below the shared node) with a failed
   tool call; without one, the ``value_drop`` rule;
@@ -29,9 +29,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from kit.agent_r.replay import turn_bounds
-from kit.agent_r.search import TaskTree
-from kit.agent_r.tree import Node, lowest_common
+from kit.studies.agent_r.replay import turn_bounds
+from kit.studies.agent_r.search import TaskTree
+from kit.studies.agent_r.tree import Node, lowest_common
 
 #: Hand-written revision signals (Agent-R §3.2 uses about ten such sentences, sampled at random).
 REVISION_SIGNALS = (

@@ -11,7 +11,7 @@ and the tool feedback that answered it. A finished simulation is inserted as a w
 turn a node, identical turns merged), so every complete trajectory is a root-to-leaf path and two
 trajectories share exactly the prefix of their lowest common node.
 
-Pure Python, no model: :mod:`kit.agent_r.search` drives it with the kit's agent loop.
+Pure Python, no model: :mod:`kit.studies.agent_r.search` drives it with the kit's agent loop.
 """
 
 from __future__ import annotations

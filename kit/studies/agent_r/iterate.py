@@ -3,9 +3,9 @@
 Iteration ``k`` (1-based) of an arm, from the arm's current policy:
 
 1. search ``agent_r.tasks`` training tasks (a new slice each iteration) with the current policy
-   (:func:`kit.agent_r.search.search`, ``agent_r.simulations`` rollouts per task);
+   (:func:`kit.studies.agent_r.search.search`, ``agent_r.simulations`` rollouts per task);
 2. build rows: good trajectories (``score >= alpha_k``) and, for the ``agent_r`` arm, the revision
-   trajectories of each tree's good/bad pairs (:func:`kit.agent_r.revision.tree_rows`); the
+   trajectories of each tree's good/bad pairs (:func:`kit.studies.agent_r.revision.tree_rows`); the
    ``good_only`` baseline (rejection-sampling fine-tuning) takes the good ones only, from the same
    search budget;
 3. fine-tune with the cold-start trainer (:func:`kit.train.sft.fit_rows`): the rows mixed with the
@@ -20,8 +20,8 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
-from kit.agent_r.revision import RevisionRow, tree_rows
-from kit.agent_r.search import SearchParams, TaskTree, make_engine, search, stop_engine
+from kit.studies.agent_r.revision import RevisionRow, tree_rows
+from kit.studies.agent_r.search import SearchParams, TaskTree, make_engine, search, stop_engine
 from kit.train import common
 from kit.train.sft import fit_rows
 
@@ -55,7 +55,7 @@ def task_slice(problems: Sequence[Any], n: int, iteration: int) -> list[Any]:
 
 async def collect_trees(model, tokenizer, problems: Sequence[Any], executor, p: SearchParams, cfg_rollout, *,
                         seed: int) -> tuple[list[TaskTree], dict[str, float]]:
-    """One search with a fresh engine seeded ``seed`` (:func:`kit.agent_r.search.search`)."""
+    """One search with a fresh engine seeded ``seed`` (:func:`kit.studies.agent_r.search.search`)."""
     engine = make_engine(model.eval(), tokenizer, cfg_rollout, seed)
     try:
         return await search(engine, tokenizer, problems, executor, p, cfg_rollout)

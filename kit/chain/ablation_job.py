@@ -1,5 +1,5 @@
 """Notebook 06's training, run by the pipeline as a background job beside notebooks 03-08
-(:mod:`kit.overlap`): ``python -m kit.chain.ablation_job '<notebook 06 parameters as JSON>'``.
+(:mod:`kit.pipeline.overlap`): ``python -m kit.chain.ablation_job '<notebook 06 parameters as JSON>'``.
 
 It does what the notebook's training cells do with the same parameters (:func:`ablation_config`
 and :func:`kit.chain.train_ablation`), without the live figures; the notebook, executed

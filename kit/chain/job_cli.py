@@ -1,4 +1,4 @@
-"""The command line shared by the notebooks' background training jobs (:mod:`kit.overlap` starts
+"""The command line shared by the notebooks' background training jobs (:mod:`kit.pipeline.overlap` starts
 them: ``python -m kit.chain.<job> '<the notebook's parameters as JSON>'``): the parameters' checks
 and the exit codes, 0 when the work finished, 1 on an error (the traceback is in the job's log), 2 on
 bad parameters (nothing trained).

@@ -26,7 +26,7 @@ and ``session.json``. ``KIT_VERL_DEVICE`` set with ``runtime=local`` is ignored,
 
 On the local runtime the RoC ablation's training (06) runs as a background job beside 03-05, 07
 and 08, which are latency-bound and leave a core idle; notebook 06 itself executes just before 09
-and finds its arms trained (:mod:`kit.overlap`; ``--no-overlap`` runs strictly in order). No other
+and finds its arms trained (:mod:`kit.pipeline.overlap`; ``--no-overlap`` runs strictly in order). No other
 notebooks run in parallel. It does not track data files outside the run directory; delete the
 run folder or pass ``--force`` after changing the data directory (``KIT_DATA_DIR``).
 

@@ -1,6 +1,6 @@
 """The notebook series runner: each notebook of :data:`kit.plan.SERIES` executed in order with
 papermill, resumable through ``pipeline_state.json`` (see :mod:`kit.pipeline` for the run layout);
-on the local runtime 06's training runs as a background job beside 03-05, 07 and 08 (:mod:`kit.overlap`).
+on the local runtime 06's and 10's training run as background jobs (:mod:`kit.pipeline.overlap`).
 
 :func:`standard_series` gives the ordered notebooks with their parameters; :func:`run_series`
 runs them, skipping a notebook that already finished with the same parameters and source and
@@ -24,9 +24,10 @@ from typing import Any
 
 import nbformat
 
-from kit import OPENMP_SPINCOUNT, fingerprint, overlap
+from kit import OPENMP_SPINCOUNT, fingerprint
 from kit.config import load
 from kit.paths import REPO_ROOT
+from kit.pipeline import overlap
 from kit.pipeline.failures import PipelineError, describe_failure, failed_cell, mark_not_run
 from kit.pipeline.kernels import KERNEL_NAME, QuietKernelManager, record_kernelspec
 from kit.pipeline.timing import children_cpu_s, machine_busy_cpu_s, own_cpu_seconds
@@ -39,8 +40,7 @@ NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 #: sleep while waiting. Measured here, median tiny-profile SFT step (48 rows, 2 torch threads,
 #: 2 cores): idle machine 0.35 s spinning (libgomp's default), 0.38 s with ``GOMP_SPINCOUNT=10000``,
 #: 0.54 s with ``OMP_WAIT_POLICY=PASSIVE``; with two busy processes beside it 2.24 s, 1.21 s and
-#: 0.76 s. The bounded spin is within 10% of the best on an idle machine and avoids the 3x
-#: collapse of unbounded spinning on a shared one.
+#: 0.76 s. The bounded spin is within 10% of the best idle and avoids the 3x collapse of unbounded spinning.
 #: KIT_PROGRESS=text: the kit's progress bars as text the executed notebook and ``--log-output`` show advance (kit.progress)
 KERNEL_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1", "GOMP_SPINCOUNT": OPENMP_SPINCOUNT, "KIT_PROGRESS": "text"}
 #: Default per-cell limit of each profile, seconds (``--cell-timeout`` overrides it; 0 = no limit),
@@ -67,7 +67,7 @@ class NotebookRun:
         parameters: papermill parameters it gets.
         outputs: folders it writes; emptied before it runs afresh (see :func:`run_series`).
         background: its work as a job that starts early and runs beside later notebooks
-            (:class:`kit.overlap.Background`); None: the notebook does its work when it runs.
+            (:class:`kit.pipeline.overlap.Background`); None: the notebook does its work when it runs.
     """
 
     source: Path
@@ -91,7 +91,7 @@ def standard_series(layout: Layout, seed: int = 0, notebook_dir: Path = NOTEBOOK
         notebook_dir: where the source notebooks are.
         overrides: dotted config keys passed to every notebook's ``overrides`` parameter
             (``{"rollout.max_response_tokens": 64}``); checked by ``kit.config.load``.
-        overlap_jobs: give 06 its background job (:data:`kit.overlap.STANDARD_JOBS`) where that
+        overlap_jobs: give 06 its background job (:data:`kit.pipeline.overlap.STANDARD_JOBS`) where that
             cannot change a result: the local runtime, and a main stage-1 run that cannot be one
             of the ablation's arms (another budget or step count; else 06 may copy that run, and
             whether it is finished when the job reaches the arm would depend on timing).

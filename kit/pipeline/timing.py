@@ -25,7 +25,7 @@ def own_cpu_seconds(cpu: float, job: Any, jobs: Iterable[Any], t0: float, t1: fl
     """A notebook's CPU seconds from its window ``[t0, t1]``'s ``RUSAGE_CHILDREN`` delta ``cpu``: a
     job's CPU joins that count when the job is reaped, in whichever window is open then, so another
     notebook's job reaped in this window is taken out, and this notebook's own ``job`` counts here
-    wherever it was reaped. ``job``, ``jobs``: :class:`kit.overlap.BackgroundRun` (``cpu_seconds``,
+    wherever it was reaped. ``job``, ``jobs``: :class:`kit.pipeline.overlap.BackgroundRun` (``cpu_seconds``,
     ``reaped_at``); ``t0``, ``t1``: ``time.perf_counter()`` seconds."""
     def inside(j: Any) -> bool:
         return j.reaped_at is not None and t0 <= j.reaped_at <= t1

@@ -10,7 +10,7 @@ name the studies one by one reads this registry instead (issue #43):
 - the claims' run folders (:class:`kit.claims.RunDirs` ``studies``) and the summary's pages
   (:func:`kit.report.summary.section_page`: title, text, figures);
 - the config's reserved run folders (:data:`kit.config.loading.RUN_FOLDERS`), the background jobs
-  (:data:`kit.overlap.STANDARD_JOBS`), the notebooks that launch VERL
+  (:data:`kit.pipeline.overlap.STANDARD_JOBS`), the notebooks that launch VERL
   (:data:`kit.pipeline.LAUNCHES_VERL`), the paper profiles' dry run (:mod:`kit.bridge.stages`) and
   ``python -m kit claims --section``.
 
@@ -47,7 +47,7 @@ class Study:
         figures: ``(figure file stem, label)`` drawn by its notebook into its folder; notebook 09 copies
             them into ``figures/`` and its page shows them.
         job: a module run as ``python -m <job> '<papermill parameters as JSON>'`` in the background
-            once :attr:`job_after` has finished (:mod:`kit.overlap`); ``""``: none.
+            once :attr:`job_after` has finished (:mod:`kit.pipeline.overlap`); ``""``: none.
         job_after: the series entry after which :attr:`job` may start.
         launches_verl: whether its notebook launches VERL stages under ``runtime=verl``
             (:func:`kit.pipeline.check_verl_device` checks the device before anything runs).

@@ -1,4 +1,4 @@
-"""The runner's background jobs (kit.overlap): a notebook's training starts once its inputs are
+"""The runner's background jobs (kit.pipeline.overlap): a notebook's training starts once its inputs are
 ready, runs beside later notebooks, and the notebook itself runs just before the first notebook
 that reads its folder; a failure stops the job; a failed job leaves the work to the notebook."""
 
@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from kit import overlap, pipeline
+from kit import pipeline
 from kit.chain import ablation_job
-from kit.pipeline import Layout, NotebookRun, PipelineError, run_series
+from kit.pipeline import Layout, NotebookRun, PipelineError, overlap, run_series
 from kit.studies.retool import job as retool_job
 
 WRITE = "from pathlib import Path\nPath(run_dir).mkdir(parents=True, exist_ok=True)\n"

@@ -1,4 +1,4 @@
-"""The bounds of notebook 06's background job (kit.overlap, kit.chain.ablation_job), property by property:
+"""The bounds of notebook 06's background job (kit.pipeline.overlap, kit.chain.ablation_job), property by property:
 
 - it never outlives the runner: a runner ended by SIGTERM (``timeout``, a CI cancel, ``kill``) or SIGHUP
   (the terminal closed) stops the job's whole process group, so no later invocation finds a second job
@@ -26,8 +26,7 @@ from pathlib import Path
 import pytest
 from conftest import write_notebook
 
-from kit import overlap
-from kit.pipeline import Layout, NotebookRun, PipelineError, run_series
+from kit.pipeline import Layout, NotebookRun, PipelineError, overlap, run_series
 
 #: a job that records its pid and then sleeps (a training that is still running)
 HANG = ("import json, os, sys, time\nfrom pathlib import Path\np = json.loads(sys.argv[-1])\n"
@@ -85,7 +84,7 @@ def test_a_runner_ended_by_a_signal_leaves_no_background_job(tmp_path, sig):
         import json, signal, sys
         from pathlib import Path
         signal.signal(signal.SIGHUP, signal.SIG_DFL)  # as in a terminal: under nohup (CI) it arrives ignored
-        from kit import overlap
+        from kit.pipeline import overlap
         from kit.pipeline import Layout, NotebookRun, run_series
         s = json.loads(Path(sys.argv[1]).read_text())
         runs = [NotebookRun(Path(r["source"]), r["parameters"], tuple(r["outputs"]),

@@ -10,8 +10,8 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from kit import cli, overlap, pipeline
-from kit.pipeline import Layout, NotebookRun, PipelineError, run_series
+from kit import cli, pipeline
+from kit.pipeline import Layout, NotebookRun, PipelineError, overlap, run_series
 
 WRITE = "from pathlib import Path\nPath(run_dir).mkdir(parents=True, exist_ok=True)\n"
 

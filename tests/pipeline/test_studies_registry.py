@@ -9,9 +9,10 @@ import importlib
 import nbformat
 import pytest
 
-from kit import claims, overlap, pipeline, plan, studies
+from kit import claims, pipeline, plan, studies
 from kit.config import StagesConfig
 from kit.config.loading import RUN_FOLDERS
+from kit.pipeline import overlap
 from kit.plan import Layout, UpstreamMissing, require_upstream
 
 SERIES = plan.series(StagesConfig().names)

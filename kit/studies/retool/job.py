@@ -1,5 +1,5 @@
 """Notebook 10's training, run by the pipeline as a background job beside notebooks 03-08
-(:mod:`kit.overlap`): ``python -m kit.studies.retool.job '<notebook 10 parameters as JSON>'``.
+(:mod:`kit.pipeline.overlap`): ``python -m kit.studies.retool.job '<notebook 10 parameters as JSON>'``.
 
 It does what the notebook's training cell does with the same parameters (:func:`kit.studies.retool.chain.retool_config`
 and :func:`kit.studies.retool.chain.train_retool`); the notebook, executed afterwards, finds every PPO arm

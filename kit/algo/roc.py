@@ -101,7 +101,7 @@ def roc_metrics(
     p_format_values: Sequence[float] | np.ndarray,
     answer_tags: Sequence[int] | np.ndarray | None = None,
 ) -> dict[str, float]:
-    """Step metrics of a RoC selection (the keys of ``metrics.jsonl`` in DEVELOPERS.md).
+    """Step metrics of a RoC selection (keys of ``metrics.jsonl``, declared in :mod:`kit.metrics`).
 
     ``tool_error_ratio_correct_*`` is failed calls / calls summed over the correct
     trajectories, before (all sampled rows) and after (kept rows) selection; NaN when it is

@@ -166,7 +166,7 @@ def plan_stage(cfg: KitConfig, stage: str, run_dir: str | os.PathLike, init_dir:
 def convert_metrics(verl_file: str | os.PathLike, out_file: str | os.PathLike, *, stage: str, start_step: int,
                     algorithm: str, seed: int) -> int:
     """Rewrite VERL's file-logger lines (``{"step": N, "data": {...}}``) as kit ``metrics.jsonl``
-    rows (keys in DEVELOPERS.md, mapped by :data:`METRIC_MAP`; absent ones left out), one per
+    rows (keys declared in kit.metrics, mapped by :data:`METRIC_MAP`; absent ones left out), one per
     training step; validation-only lines are skipped, and so is a line that is not JSON (the partial
     last line of a killed run, with a warning naming ``file:line``); VERL's bare ``NaN`` is written
     as ``null``. Returns the number of rows written.

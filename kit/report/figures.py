@@ -10,7 +10,7 @@ and returns a matplotlib Figure, so notebooks show it and :func:`save_figure` wr
 - :func:`figure9_roc_ablation`: accuracy and mean training response length against step, GRPO vs
   GRPO-RoC (rStar2-Agent §5.3, Figure 9).
 
-The metrics keys are those of DEVELOPERS.md ("metrics keys per RL step"). Accuracy here is what the
+The metrics keys are those :mod:`kit.metrics` declares. Accuracy here is what the
 metrics hold: the training rollouts' accuracy on the profile's own problems (for the tiny profile,
 generated tool tasks), not AIME accuracy as in the paper's panels; the axis labels say so. Several
 seeds of one algorithm are drawn as their mean with a min-max band.

@@ -15,7 +15,7 @@ them), and ``kit.chain`` picks one with :func:`get` and calls it the same way::
 Arguments, the same for both runtimes:
 
 - ``run_dir``: the run folder this step writes (``summary.json``, ``metrics.jsonl``,
-  ``policy/``, ...; DEVELOPERS.md "Run directories").
+  ``policy/``, ...; docs/contracts.md "Run directories").
 - ``init_dir``: always the upstream *run folder* (its ``policy/`` is the starting policy, and on
   VERL its ``checkpoints/`` the state to resume); never a policy folder. ``None`` for the cold
   start, which starts from ``cfg.model``.

@@ -1,6 +1,6 @@
 """Local CPU training engine: SFT, RL stages, the RoC ablation.
 
-Entry points for notebooks (each writes only under its ``run_dir``; see DEVELOPERS.md)::
+Entry points for notebooks (each writes only under its ``run_dir``; see docs/contracts.md)::
 
     from kit.train.sft import build_tokenizer_and_model, run_sft
     from kit.train.rl import run_stage

@@ -1,8 +1,8 @@
 """Pieces shared by the local SFT and RL trainers: seeds, schedule, metrics file, checkpoints.
 
-Run-directory files (DEVELOPERS.md "Run directories"):
+Run-directory files (docs/contracts.md "Run directories"):
     ``metrics.jsonl``                one JSON object per optimizer step (SFT and RL rows; RL
-                                     rows carry the keys listed in DEVELOPERS.md);
+                                     rows carry the keys kit.metrics declares);
     ``checkpoints/step_<n>/``        ``save_policy`` format plus ``trainer_state.pt``
                                      (optimizer, step, RNG states, stage state);
     ``policy/``                      the final policy of the run (``save_policy`` format);

@@ -36,7 +36,7 @@ otherwise the optimizer state saved with the previous stage's policy (``optimize
 loaded. ``problems = "hard"`` (the paper's stage 3) first samples ``hard_filter_samples`` trajectories per
 candidate problem with the latest policy and drops the problems solved every time.
 
-Run directory: ``metrics.jsonl`` (keys in DEVELOPERS.md plus extras), ``samples.jsonl`` (a few
+Run directory: ``metrics.jsonl`` (keys declared in kit.metrics), ``samples.jsonl`` (a few
 trajectories per step), ``rollouts/`` (the rollout records of :mod:`kit.records`, ``[logging]``
 ``records_every`` / ``records_max_prompts``; :mod:`kit.train.recording`), ``checkpoints/step_<n>/``, ``hard_subset.json`` (stage 3),
 ``policy/`` (+ ``optimizer.pt``), ``summary.json``. A run killed mid-stage and started again

@@ -30,7 +30,7 @@ def make_notebook():
 def write_rl_metrics(path: Path, *, stage: str, algorithm: str, seed: int, steps: int, start_global: int = 0,
                      acc0: float = 0.3, acc_slope: float = 0.02, err0: float = 0.3, err_slope: float = -0.01,
                      length0: float = 100.0) -> Path:
-    """A synthetic ``metrics.jsonl`` with every documented RL key (DEVELOPERS.md), values linear in step."""
+    """A synthetic ``metrics.jsonl`` with every RL key kit.metrics declares, values linear in step."""
     import json
 
     path.parent.mkdir(parents=True, exist_ok=True)

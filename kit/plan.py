@@ -151,6 +151,8 @@ class Entry:
         product: what it leaves in its folder for later notebooks (``""``: nothing they read).
         fixed: parameters besides ``profile, seed, overrides`` and the folders (``{"stage": ...}``).
         seeded: whether it gets ``seed`` (09 trains nothing).
+        notebook_dir: the folder of its notebook (``""``: :data:`NOTEBOOK_DIR`; a study from outside the
+            kit brings its own, :attr:`kit.studies.Study.notebook_dir`).
     """
 
     name: str
@@ -160,6 +162,12 @@ class Entry:
     product: str = ""
     fixed: dict[str, Any] = field(default_factory=dict)
     seeded: bool = True
+    notebook_dir: str = ""
+
+    @property
+    def source(self) -> Path:
+        """The notebook file this entry executes."""
+        return (Path(self.notebook_dir) if self.notebook_dir else NOTEBOOK_DIR) / f"{self.notebook}.ipynb"
 
 
 def _stage_notebook(stage: str, notebook_dir: Path = NOTEBOOK_DIR) -> str | None:
@@ -197,7 +205,8 @@ def series(stages: Sequence[str]) -> list[Entry]:
             Entry("08_evaluation", "08_evaluation", "eval",
                   {"policy_dir": last.name, "sft_dir": "02_cold_start_sft", "data_dir": "01_data_curation"}, "eval"),
             # the related-work studies (kit.studies.STUDIES: ReTool's PPO arms, Agent-R), each before 09, which reads them
-            *(Entry(s.notebook, s.notebook, s.key, dict(s.upstream), s.product) for s in STUDIES),
+            *(Entry(s.notebook, s.notebook, s.key, dict(s.upstream), s.product, notebook_dir=s.notebook_dir)
+              for s in STUDIES),
             Entry("09_figures_and_tables", "09_figures_and_tables", "",
                   {"stage_dirs": tuple(stage_entries), "ablation_dir": "06_roc_ablation", "eval_dir": "08_evaluation",
                    "sft_dir": "02_cold_start_sft", "analysis_dir": "07_behavior_analysis",

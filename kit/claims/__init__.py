@@ -53,6 +53,7 @@ from kit.claims.results import DEFAULT_SECTION, ROLES, VERDICTS, ClaimResult, Te
 from kit.config import ConfigError, available_profiles, load
 from kit.metrics import DECLARED
 from kit.plan import Layout, read_run_keys
+from kit.studies import STUDIES
 
 CLAIMS_FILE = Path(__file__).resolve().parent.parent / "reference" / "claims.yaml"
 #: 2: each claim and each test carries its ``note`` (the claims file's ``note:``, "" without one);
@@ -76,7 +77,8 @@ class ClaimsError(ValueError):
 
 
 def load_claims(path: str | os.PathLike | None = None, *, include_superseded: bool = False) -> list[dict[str, Any]]:
-    """The pre-registered claims (``kit/reference/claims.yaml`` by default), checked; a claim with
+    """The pre-registered claims (``kit/reference/claims.yaml`` by default, then the claims file of each
+    study that brings its own, :attr:`kit.studies.Study.claims_file`), checked; a claim with
     ``superseded_by:`` (kept in the file with its history, issue #45) only with ``include_superseded``.
 
     Raises:
@@ -84,17 +86,40 @@ def load_claims(path: str | os.PathLike | None = None, *, include_superseded: bo
             ``>``/``<``, a test kind is unknown, a test's ``key`` / ``n_key`` is not a key
             :mod:`kit.metrics` declares, a ``role`` is not one of :data:`ROLES`, or a claim
             ``requires`` a precondition the file does not define, or is superseded by a claim the file does
-            not hold (the message names the claim and the key).
+            not hold, or a study's own file holds a claim of another section (the message names the file,
+            the claim and the key).
     """
     p = Path(path) if path is not None else CLAIMS_FILE
+    data = _read_yaml(p)
+    preconditions = {q["name"] for q in _preconditions(data, p)}
+    claims = _checked(data, p, preconditions)
+    for study in STUDIES if path is None else ():
+        if study.claims_file:
+            own = Path(study.claims_file)
+            claims += _checked(_read_yaml(own), own, preconditions, section=study.section)
+    seen: set[str] = set()
+    for c in claims:
+        if c["id"] in seen:
+            raise ClaimsError(f"{p}: claim {c['id']}: id repeated")
+        seen.add(c["id"])
+    for c in claims:
+        if c.get("superseded_by") and c["superseded_by"] not in seen:
+            raise ClaimsError(f"{p}: claim {c['id']}: superseded_by {c['superseded_by']!r} is not a claim of the file")
+    return claims if include_superseded else [c for c in claims if not c.get("superseded_by")]
+
+
+def _read_yaml(p: Path) -> Any:
     if not p.exists():
         raise ClaimsError(f"claims file not found: {p}")
-    data = yaml.safe_load(p.read_text())
-    preconditions = {q["name"] for q in _preconditions(data, p)}
+    return yaml.safe_load(p.read_text())
+
+
+def _checked(data: Any, p: Path, preconditions: set[str], section: str = "") -> list[dict[str, Any]]:
+    """The ``claims`` list of a parsed claims file, each claim checked (:func:`load_claims`); ``section``:
+    the one section a study's own file may hold."""
     claims = (data or {}).get("claims")
     if not isinstance(claims, list) or not claims:
         raise ClaimsError(f"{p}: expected a non-empty 'claims' list")
-    seen = set()
     for i, c in enumerate(claims):
         where = f"{p}: claim {c.get('id', i) if isinstance(c, dict) else i}"
         if not isinstance(c, dict):
@@ -102,9 +127,8 @@ def load_claims(path: str | os.PathLike | None = None, *, include_superseded: bo
         for k in CLAIM_KEYS:
             if k not in c:
                 raise ClaimsError(f"{where}: missing key {k!r}")
-        if c["id"] in seen:
-            raise ClaimsError(f"{where}: id repeated")
-        seen.add(c["id"])
+        if section and c.get("section") != section:
+            raise ClaimsError(f"{where}: section {c.get('section')!r}, but this file is study {section!r}'s own")
         if not c["tests"]:
             raise ClaimsError(f"{where}: no tests")
         if c.get("role", "secondary") not in ROLES:
@@ -124,11 +148,7 @@ def load_claims(path: str | os.PathLike | None = None, *, include_superseded: bo
                 if field in t and t[field] not in DECLARED:
                     raise ClaimsError(f"{where}, test {t['name']!r}: {field} {t[field]!r} is not a key kit.metrics "
                                       "declares (RL_KEYS, SFT_KEYS, SUMMARY_KEYS); declare it there with its population")
-    ids = {c["id"] for c in claims}
-    for c in claims:
-        if c.get("superseded_by") and c["superseded_by"] not in ids:
-            raise ClaimsError(f"{p}: claim {c['id']}: superseded_by {c['superseded_by']!r} is not a claim of the file")
-    return claims if include_superseded else [c for c in claims if not c.get("superseded_by")]
+    return list(claims)
 
 
 def _preconditions(data: Any, path: Path) -> list[dict[str, Any]]:

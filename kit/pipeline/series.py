@@ -10,11 +10,9 @@ and the cell); :func:`kit.pipeline.timing.times_table` prints their wall and CPU
 
 from __future__ import annotations
 
-import hashlib
 import json
 import logging
 import os
-import shutil
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -30,6 +28,7 @@ from kit.paths import REPO_ROOT
 from kit.pipeline import overlap
 from kit.pipeline.failures import PipelineError, describe_failure, failed_cell, mark_not_run
 from kit.pipeline.kernels import KERNEL_NAME, QuietKernelManager, record_kernelspec
+from kit.pipeline.state import clear_outputs, is_finished, notebook_sha, resumable, write_state
 from kit.pipeline.timing import children_cpu_s, machine_busy_cpu_s, own_cpu_seconds
 from kit.plan import Layout, ablation_arms, read_run_keys, read_state, series, series_parameters
 
@@ -106,56 +105,13 @@ def standard_series(layout: Layout, seed: int = 0, notebook_dir: Path = NOTEBOOK
     runs = []
     entries = series(cfg.stages.names)
     for entry, (name, params) in zip(entries, series_parameters(layout, seed, overrides, cfg.stages.names), strict=True):
-        path = notebook_dir / f"{entry.notebook}.ipynb"
+        path = entry.source if entry.notebook_dir else notebook_dir / f"{entry.notebook}.ipynb"
         if not path.exists():
             raise FileNotFoundError(f"notebook of the series not found: {path}")
         own = params["run_dir"]
         outputs = (own,) if own != str(layout.root) else (layout.dir("figures"), layout.dir("tables"))
         runs.append(NotebookRun(path, params, outputs, jobs.get(name), "" if name == path.stem else name))
     return runs
-
-
-# --------------------------------------------------------------------------- state
-
-
-def _sha(path: Path) -> str:
-    """Hash of the notebook's cell sources (outputs and metadata do not count)."""
-    nb = json.loads(path.read_text())
-    text = json.dumps([(c.get("cell_type"), "".join(c.get("source", ""))) for c in nb.get("cells", [])])
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
-def _write_state(layout: Layout, state: dict[str, Any]) -> None:
-    layout.root.mkdir(parents=True, exist_ok=True)
-    tmp = layout.state_path.with_suffix(".tmp")
-    tmp.write_text(json.dumps(state, indent=2) + "\n")
-    tmp.replace(layout.state_path)
-
-
-def _clear_outputs(nb: NotebookRun, layout: Layout, echo: Callable[[str], None]) -> None:
-    """Empty the notebook's output folders (only ones inside the run folder)."""
-    root = layout.root.resolve()
-    for d in map(Path, nb.outputs):
-        d = d.resolve()
-        if d == root or root not in d.parents:
-            raise ValueError(f"{nb.name}: refusing to clear {d}, which is not inside the run folder {root}")
-        if d.exists():
-            shutil.rmtree(d)
-            echo(f"    cleared {d} (a fresh run; stale checkpoints would be resumed otherwise)")
-
-
-def _is_finished(entry: dict[str, Any] | None, nb: NotebookRun, out: Path) -> tuple[bool, str]:
-    if not entry:
-        return False, "not run yet"
-    if entry.get("status") != "done":
-        return False, f"{entry.get('status', 'unfinished')} last time"
-    if not out.exists():
-        return False, "executed notebook missing"
-    if entry.get("parameters") != json.loads(json.dumps(nb.parameters)):
-        return False, "parameters changed"
-    if entry.get("source_sha") != _sha(nb.source):
-        return False, "notebook source changed"
-    return True, ""
 
 
 # --------------------------------------------------------------------------- running
@@ -236,14 +192,6 @@ def run_series(
                 os.environ[k] = v
 
 
-def _resumable(entry: dict[str, Any] | None, nb: NotebookRun) -> bool:
-    """Whether ``nb`` failed or was interrupted last time with the same parameters: it then resumes
-    into its output folders (trainers continue from their last checkpoint) instead of starting afresh."""
-    entry = entry or {}
-    return (entry.get("status") in ("failed", "running")
-            and entry.get("parameters") == json.loads(json.dumps(nb.parameters)))
-
-
 def check_parameters_cell(nb: NotebookRun) -> None:
     """Refuse a notebook without a code cell tagged ``parameters`` (issue #30), before it runs.
 
@@ -282,7 +230,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
     # issue #41: the run's fingerprint and repeatability stamp first (kit.fingerprint); a resume elsewhere warns
     state = fingerprint.stamp_state(state, read_run_keys(layout), layout.profile, [nb.parameters for nb in notebooks],
                                     names if force else (), echo)
-    _write_state(layout, state)  # also when every notebook is skipped: the warning is kept with the run
+    write_state(layout, state)  # also when every notebook is skipped: the warning is kept with the run
     deferred = [nb.name for nb in notebooks if nb.background is not None and nb.background.after in names]
     jobs: dict[str, overlap.BackgroundRun] = {}
 
@@ -298,13 +246,13 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
             if nb.name not in deferred or nb.background.after != name:
                 continue
             rerun_downstream = upstream_rerun(idx)
-            done, _ = _is_finished(state.get(nb.name), nb, layout.executed / f"{nb.name}.ipynb")
+            done, _ = is_finished(state.get(nb.name), nb, layout.executed / f"{nb.name}.ipynb", layout.root)
             if done and not force and not rerun_downstream:
                 continue  # finished earlier: the loop skips it too
-            if not (not force and not rerun_downstream and _resumable(state.get(nb.name), nb)):
-                _clear_outputs(nb, layout, echo)
+            if not (not force and not rerun_downstream and resumable(state.get(nb.name), nb, layout.root)):
+                clear_outputs(nb, layout, echo)
             state[nb.name] = {"status": "running", "parameters": nb.parameters}
-            _write_state(layout, state)
+            write_state(layout, state)
             log = layout.executed / f"{nb.name}.background.log"
             jobs[nb.name] = overlap.start(nb.name, nb.background, nb.parameters, log, cwd=nb.source.parent)
             ran.append(idx)  # it reruns from now on: the notebooks after it in the series rerun too
@@ -316,7 +264,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
         for i, idx in enumerate(order, 1):
             nb = notebooks[idx]
             out = layout.executed / f"{nb.name}.ipynb"
-            done, why = _is_finished(state.get(nb.name), nb, out)
+            done, why = is_finished(state.get(nb.name), nb, out, layout.root)
             rerun_downstream = upstream_rerun(idx)
             if done and not force and not rerun_downstream:
                 echo(f"[{i}/{total}] {nb.name}: finished earlier ({state[nb.name]['seconds']:.0f} s), "
@@ -340,7 +288,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
                     job.stop()
                     state[nb.name] = {"status": "failed", "parameters": nb.parameters,
                                       "seconds": time.perf_counter() - t0, "error": "background job timed out"}
-                    _write_state(layout, state)
+                    write_state(layout, state)
                     raise PipelineError(f"notebook {nb.name}: its background job was still running {cell_timeout_s} s "
                                         f"after the runner began waiting for it (the cell limit) and was stopped; "
                                         f"see {job.log}. Rerun to resume its arms from their checkpoints.", nb.name)
@@ -349,11 +297,11 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
             else:
                 # an interrupted notebook with unchanged inputs resumes (trainers continue from their last
                 # checkpoint); any other rerun starts from empty output folders
-                if not (not force and not rerun_downstream and _resumable(state.get(nb.name), nb)):
-                    _clear_outputs(nb, layout, echo)
+                if not (not force and not rerun_downstream and resumable(state.get(nb.name), nb, layout.root)):
+                    clear_outputs(nb, layout, echo)
             state[nb.name] = {"status": "running", "parameters": nb.parameters}
-            _write_state(layout, state)
-            sha = _sha(nb.source)  # of the source that runs, not of a later edit
+            write_state(layout, state)
+            sha = notebook_sha(nb.source)  # of the source that runs, not of a later edit
             kwargs: dict[str, Any] = {}
             if cell_timeout_s:  # None or 0: no limit
                 kwargs["execution_timeout"] = int(cell_timeout_s)
@@ -375,7 +323,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
                 mark_not_run(out, failed_cell(out)[0], err.error)
                 state[nb.name] = {"status": "failed", "parameters": nb.parameters, "seconds": seconds,
                                   "error": str(err)}
-                _write_state(layout, state)
+                write_state(layout, state)
                 raise err from exc
             t1 = time.perf_counter()
             seconds, cpu, m1 = t1 - t0, children_cpu_s() - c0, machine_busy_cpu_s()
@@ -388,7 +336,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
                               "source_sha": sha, "seconds": seconds, "cpu_seconds": cpu, "load_avg": load_avg,
                               "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **extra,
                               "environment_key": state[fingerprint.ENVIRONMENT_KEY]["key"]}
-            _write_state(layout, state)
+            write_state(layout, state)
             echo(f"[{i}/{total}] {nb.name}: done in {seconds:.0f} s ({cpu:.0f} CPU s; load average {load_avg:.1f})")
             records.append({"notebook": nb.name, "status": "done", "seconds": seconds, "cpu_seconds": cpu,
                             "load_avg": load_avg, **extra})

@@ -16,11 +16,17 @@ name the studies one by one reads this registry instead (issue #43):
 
 This module imports nothing of the kit: the config, the plan and the bridge all read it. A study's
 code is named by dotted paths (``module:function``), resolved only when used (:func:`resolve`).
+
+A study may also live outside the kit, in a package of its own with its notebook and its claims file
+beside it: ``KIT_STUDIES=mypackage.study:STUDY`` (several separated by commas) appends each named
+:class:`Study` to the registry when this module is first imported, in every process that sees the
+variable (the runner's kernels inherit it). ``tests/studies/toy_study`` is such a study.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -53,6 +59,9 @@ class Study:
             (:func:`kit.pipeline.check_verl_device` checks the device before anything runs).
         dry_run: ``"module:function"`` giving its lines of a paper profile's dry run, called as
             ``f(cfg, run_dir, dirs, cluster) -> list[str]`` (``dirs``: run folder by name); ``""``: none.
+        notebook_dir: the folder of its notebook (``""``: the kit's ``notebooks/``).
+        claims_file: a YAML file of its own claims, all of ``section`` (``""``: they are in
+            ``kit/reference/claims.yaml``; :func:`kit.claims.load_claims` reads both).
     """
 
     key: str
@@ -67,6 +76,8 @@ class Study:
     job_after: str = COLD_START
     launches_verl: bool = False
     dry_run: str = ""
+    notebook_dir: str = ""
+    claims_file: str = ""
 
 
 RETOOL = Study(
@@ -91,8 +102,38 @@ AGENT_R = Study(
     figures=(("agent_r_policies", "Agent-R's policies by iteration and one search tree"),),
     dry_run="kit.bridge.study_runs:agent_r_dry_run")
 
-#: the registry: every study of the series, in the order the series runs them (all before notebook 09)
-STUDIES: tuple[Study, ...] = (RETOOL, AGENT_R)
+#: the environment variable naming studies that live outside the kit (``module:attribute``, comma-separated)
+STUDIES_ENV = "KIT_STUDIES"
+
+
+def plugin_studies(spec: str) -> tuple[Study, ...]:
+    """The studies ``spec`` names (``"pkg.mod:STUDY,other:STUDY"``, the value of :data:`STUDIES_ENV`).
+
+    Raises:
+        ValueError: an entry is not ``module:attribute``, names no :class:`Study`, or its key, section or
+            notebook is already registered (the message names the entry and the variable).
+        ImportError: its module cannot be imported.
+    """
+    out: list[Study] = []
+    for item in filter(None, (x.strip() for x in spec.split(","))):
+        module, sep, name = item.partition(":")
+        if not sep or not module or not name:
+            raise ValueError(f"{STUDIES_ENV}: {item!r} is not 'module:attribute'")
+        study = getattr(importlib.import_module(module), name, None)
+        if not isinstance(study, Study):
+            raise ValueError(f"{STUDIES_ENV}: {item!r} is {type(study).__name__}, not a kit.studies.Study")
+        for s in (RETOOL, AGENT_R, *out):
+            clash = [f for f in ("key", "section", "notebook") if getattr(s, f) == getattr(study, f)]
+            if clash:
+                raise ValueError(f"{STUDIES_ENV}: {item!r} has the {clash[0]} {getattr(study, clash[0])!r} of study "
+                                 f"{s.key!r}; pick another")
+        out.append(study)
+    return tuple(out)
+
+
+#: the registry: every study of the series, in the order the series runs them (all before notebook 09):
+#: the kit's own, then those :data:`STUDIES_ENV` names
+STUDIES: tuple[Study, ...] = (RETOOL, AGENT_R, *plugin_studies(os.environ.get(STUDIES_ENV, "")))
 
 
 def by_key(key: str) -> Study:

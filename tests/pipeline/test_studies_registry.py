@@ -4,15 +4,18 @@ part of the kit that used to name ReTool and Agent-R one by one reads the regist
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
+from pathlib import Path
 
 import nbformat
 import pytest
+import yaml
 
 from kit import claims, pipeline, plan, studies
 from kit.config import StagesConfig
 from kit.config.loading import RUN_FOLDERS
-from kit.pipeline import overlap
+from kit.pipeline import overlap, state
 from kit.plan import Layout, UpstreamMissing, require_upstream
 
 SERIES = plan.series(StagesConfig().names)
@@ -78,3 +81,39 @@ def test_each_study_has_its_report_page_text_and_a_resolvable_dry_run():
         studies.by_key("bstar")
     with pytest.raises(ValueError, match="expected 'module:function'"):
         studies.resolve("kit.bridge.study_runs")
+
+
+def test_a_study_from_outside_the_kit_is_named_by_module_and_attribute():
+    assert studies.plugin_studies("") == () and studies.plugin_studies(" , ") == ()
+    with pytest.raises(ValueError, match="KIT_STUDIES: 'toy' is not 'module:attribute'"):
+        studies.plugin_studies("toy")
+    with pytest.raises(ValueError, match="KIT_STUDIES: 'kit.studies:by_key' is function, not a kit.studies.Study"):
+        studies.plugin_studies("kit.studies:by_key")
+    with pytest.raises(ValueError, match="has the key 'retool' of study 'retool'"):
+        studies.plugin_studies("kit.studies:RETOOL")
+    with pytest.raises(ImportError):
+        studies.plugin_studies("no_such_module_here:STUDY")
+
+
+def test_a_study_s_own_claims_file_holds_only_its_section(tmp_path, monkeypatch):
+    own = tmp_path / "claims.yaml"
+    claim = next(c for c in claims.load_claims() if c.get("section") == "ReTool")
+    own.write_text(yaml.safe_dump({"claims": [{**claim, "id": "toy_x", "section": "Toy"}]}))
+    toy = dataclasses.replace(studies.RETOOL, key="toy", section="Toy", notebook="90_toy", claims_file=str(own))
+    monkeypatch.setattr(claims, "STUDIES", (*studies.STUDIES, toy))
+    assert [c["id"] for c in claims.load_claims() if c.get("section") == "Toy"] == ["toy_x"]
+    own.write_text(yaml.safe_dump({"claims": [{**claim, "id": "toy_x"}]}))
+    with pytest.raises(claims.ClaimsError, match="claim toy_x: section 'ReTool', but this file is study 'Toy''s own"):
+        claims.load_claims()
+
+
+def test_a_moved_run_folder_keeps_its_finished_notebooks():
+    old, new = "/old/reports/smoke/t", Path("/new/r/smoke/t2")
+    stored = {"profile": "smoke", "run_dir": f"{old}/retool", "init_dir": f"{old}/sft", "data_dir": "/data/elsewhere"}
+    now = {"profile": "smoke", "run_dir": f"{new}/retool", "init_dir": f"{new}/sft", "data_dir": "/data/elsewhere"}
+    assert state.same_parameters(stored, now, new)
+    assert not state.same_parameters({**stored, "data_dir": f"{old}/data"}, now, new)  # a parameter that changed
+    nine = {"run_dir": old, "stage_dirs": [f"{old}/stage1"], "study_dirs": {"retool": f"{old}/retool"}}
+    assert state.same_parameters(nine, {"run_dir": str(new), "stage_dirs": [f"{new}/stage1"],
+                                        "study_dirs": {"retool": f"{new}/retool"}}, new)
+    assert state.relocated(f"{old}x/sft", old, str(new)) == f"{old}x/sft"  # a sibling folder is not inside

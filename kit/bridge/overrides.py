@@ -317,7 +317,7 @@ def to_hydra_overrides(
             ("+trainer.v1.sampler.sampler_kwargs.records_every", lg.records_every),
             ("+trainer.v1.sampler.sampler_kwargs.records_max_prompts", lg.records_max_prompts),
             ("+trainer.v1.sampler.sampler_kwargs.records_stage", stage),
-            ("+trainer.v1.sampler.sampler_kwargs.records_algorithm", a.name),
+            ("+trainer.v1.sampler.sampler_kwargs.records_algorithm", sampling_plan(a)[2]),  # the local rows' label
             ("+trainer.v1.sampler.sampler_kwargs.records_seed", config.seed),
             ("+trainer.v1.sampler.sampler_kwargs.records_step_offset", offset),
             ("+trainer.v1.sampler.sampler_kwargs.records_tokenizer", model_path or config.model.name_or_path),

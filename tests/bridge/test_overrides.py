@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from kit.algo import sampling_plan
 from kit.bridge.overrides import GRPO_SAMPLER, RecipePaths, command, stage_step_offset, to_hydra_overrides
 from kit.config import load
 
@@ -163,3 +164,14 @@ def test_ppo_is_verl_s_gae_with_its_critic_from_the_actor_s_model_and_no_roc():
     assert list(c3.critic.checkpoint.load_contents) == ["model"] and list(c1.critic.checkpoint.load_contents)[1] == "optimizer"
     roc = load("paper-14b", write=False, overrides={**over, "algorithm.roc_with_gae": True})
     assert "trainer.v1.sampler.custom_sampler.name=RocReplayBuffer" in to_hydra_overrides(roc, "stage1")
+
+
+@pytest.mark.parametrize(("fields", "label"), [({}, "grpo_roc"), ({"algorithm.name": "grpo"}, "grpo"),
+                                               ({"algorithm.adv_estimator": "gae"}, "ppo"),
+                                               ({"algorithm.adv_estimator": "gae", "algorithm.roc_with_gae": True},
+                                                "ppo_roc")])
+def test_rollout_records_of_an_arm_carry_the_label_its_local_rows_carry(fields, label):
+    """Issue #43: a PPO arm's records were filed as ``grpo_roc`` on VERL and ``ppo`` on the local trainer."""
+    cfg = load("paper-14b", write=False, overrides=fields)
+    (value,) = [o.split("=", 1)[1] for o in to_hydra_overrides(cfg, "stage1") if "records_algorithm=" in o]
+    assert value == label == sampling_plan(cfg.algorithm)[2]

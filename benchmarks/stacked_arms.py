@@ -190,7 +190,7 @@ def arm_process_cpu(policy: Path, out: Path, algorithm: str, steps: int) -> tupl
     sandbox and verifier children included) training ``steps`` steps from ``policy``, and the
     in-step CPU seconds its metrics rows count (``time_cpu_generate_s + time_cpu_update_s``)."""
     cfg = load("tiny", {"ablation.steps": steps, "ablation.seeds": [0]})
-    arm = next(a for a in ablation_arms(cfg, out / f"steps{steps}") if a.algorithm.name == algorithm)
+    arm = next(a for a in ablation_arms(cfg, out / f"steps{steps}") if a.algorithm.label == algorithm)
     rd = Path(arm.run_dir)
     shutil.rmtree(rd, ignore_errors=True)
     rd.mkdir(parents=True)

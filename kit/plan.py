@@ -376,8 +376,10 @@ def require_upstream(notebook: str, *, profile: str | None = None, **dirs: str |
 
 # --------------------------------------------------------------------------- the ablation's arms
 
-#: the ablation's algorithms, in the order their arms train (report §5.3: GRPO against GRPO-RoC)
-ABLATION_ALGORITHMS: tuple[str, ...] = ("grpo", "grpo_roc")
+#: the ablation's arms by label, in the order they train (report §5.3: GRPO against GRPO-RoC) -> the selection
+#: each sets (``algorithm.selection``; the estimator is the run's, GRPO's on every profile)
+ABLATION_SELECTIONS: dict[str, str] = {"grpo": "all", "grpo_roc": "roc"}
+ABLATION_ALGORITHMS: tuple[str, ...] = tuple(ABLATION_SELECTIONS)
 
 
 def arm_seeds(cfg: KitConfig) -> tuple[int, ...]:
@@ -390,8 +392,8 @@ def arm_seeds(cfg: KitConfig) -> tuple[int, ...]:
 
 
 def arm_name(arm: KitConfig) -> str:
-    """The arm's folder inside the ablation's run directory: ``<algorithm>_seed<seed>``."""
-    return f"{arm.algorithm.name}_seed{arm.seed}"
+    """The arm's folder inside the ablation's run directory: ``<label>_seed<seed>`` (``algorithm.label``)."""
+    return f"{arm.algorithm.label}_seed{arm.seed}"
 
 
 def ablation_arms(cfg: KitConfig, run_dir: str | os.PathLike = "") -> list[KitConfig]:
@@ -399,7 +401,7 @@ def ablation_arms(cfg: KitConfig, run_dir: str | os.PathLike = "") -> list[KitCo
     (:func:`arm_seeds`), algorithms inner (:data:`ABLATION_ALGORITHMS`); both runtimes train these.
 
     Each arm is ``cfg`` (``dataclasses.replace``; nothing reloaded) with the arm's ``seed`` and
-    ``algorithm.name``, ``data.split_seed`` the run's (the arms train on the run's problems), and its first stage (``cfg.stages[0]``, the stage the arms train) with
+    ``algorithm.selection``, ``data.split_seed`` the run's (the arms train on the run's problems), and its first stage (``cfg.stages[0]``, the stage the arms train) with
     ``steps = ablation.steps`` and ``max_response_tokens = rollout.max_response_tokens``: the
     recipe's base budget (8K on the paper profiles, where stage 1 has it too). The tiny profile
     gives its main stage 1 a tighter budget that binds (for Figure 8's budget step) and keeps the
@@ -419,8 +421,8 @@ def ablation_arms(cfg: KitConfig, run_dir: str | os.PathLike = "") -> list[KitCo
     arms = []
     for seed in arm_seeds(cfg):
         for alg in ABLATION_ALGORITHMS:
-            arm = dataclasses.replace(cfg, seed=seed, algorithm=dataclasses.replace(cfg.algorithm, name=alg),
-                                      stages=stages, data=data)
+            arm = dataclasses.replace(cfg, seed=seed, stages=stages, data=data,
+                                      algorithm=dataclasses.replace(cfg.algorithm, selection=ABLATION_SELECTIONS[alg]))
             arms.append(dataclasses.replace(arm, run_dir=str(Path(run_dir) / arm_name(arm))) if run_dir else arm)
     return arms
 
@@ -431,7 +433,7 @@ def ablation_arms(cfg: KitConfig, run_dir: str | os.PathLike = "") -> list[KitCo
 #: GRPO-RoC arm of the same seed. PPO: VERL's ``algorithm.adv_estimator = "gae"`` with a critic (G samples
 #: per prompt, no RoC selection; ``kit.train.critic``). The baseline is not trained again: it is 06's
 #: ``ablation/grpo_roc_seed<s>/`` (:data:`RETOOL_BASELINE`), the same cold start, steps and seeds.
-RETOOL_ARMS: dict[str, dict[str, Any]] = {"ppo": {"adv_estimator": "gae"}}
+RETOOL_ARMS: dict[str, dict[str, Any]] = {"ppo": {"adv_estimator": "gae", "selection": "all"}}
 RETOOL_BASELINE = "grpo_roc"
 #: the ReTool arms train the first this many of the ablation's seeds (:func:`arm_seeds`)
 RETOOL_SEEDS = 3
@@ -451,7 +453,7 @@ def retool_arms(cfg: KitConfig, run_dir: str | os.PathLike = "", arms: dict[str,
     Raises:
         TypeError: an arm names a field ``AlgorithmConfig`` lacks.
     """
-    base = [a for a in ablation_arms(cfg) if a.algorithm.name == RETOOL_BASELINE][:max(0, n_seeds)]
+    base = [a for a in ablation_arms(cfg) if a.algorithm.label == RETOOL_BASELINE][:max(0, n_seeds)]
     out = []
     for b in base:
         for name, fields in (RETOOL_ARMS if arms is None else arms).items():

@@ -85,16 +85,14 @@ def needs_critic(algo: Any) -> bool:
 
 
 def sampling_plan(algo: Any) -> tuple[int, str, str]:
-    """``(n sampled per prompt, selection, metrics label)`` of a step, on both runtimes.
+    """``(n sampled per prompt, selection procedure, arm label)`` of a step, on both runtimes.
 
-    GRPO-RoC: ``(2G, "grpo_roc", "grpo_roc")``; GRPO: ``(G, "grpo", "grpo")``. PPO (``"gae"``, ReTool, which
-    has no RoC): ``(G, "grpo", "ppo")``, i.e. G sampled and every row kept, whatever ``algo.name`` says;
-    ``algo.roc_with_gae`` keeps ``algo.name``'s selection (``(2G, "grpo_roc", "ppo_roc")`` for ``grpo_roc``).
+    ``algo.selection = "roc"``: 2G sampled, RoC's selection (``"grpo_roc"``, :func:`kit.train.update.select`);
+    ``"all"``: G sampled, every row kept (``"grpo"``). The label is ``algo.label`` (``grpo_roc``, ``grpo``,
+    ``ppo``, ``ppo_roc``).
     """
-    ppo = needs_critic(algo)
-    sel = algo.name if not ppo or algo.roc_with_gae else "grpo"
-    label = algo.name if not ppo else ("ppo_roc" if sel == "grpo_roc" else "ppo")
-    return (algo.oversample if sel == "grpo_roc" else algo.group_size), sel, label
+    roc = algo.selection == "roc"
+    return (algo.oversample if roc else algo.group_size), ("grpo_roc" if roc else "grpo"), algo.label
 
 
 @register_adv_estimator("grpo")

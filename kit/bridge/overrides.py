@@ -10,7 +10,7 @@ through the kit's agent loop (``kit.bridge.agent_loop``, registered as ``rstar2_
 token-mean loss, no KL and no entropy term, lr 1e-6, one optimizer step per RL step (with
 ``algorithm.adv_estimator = "gae"``, ReTool's PPO: VERL's own GAE and critic worker, ``critic.*`` from
 the kit's ``[critic]``, the critic initialised from the same model as the actor, ``rollout.n = G`` and
-no RoC unless ``algorithm.roc_with_gae``; :func:`kit.algo.sampling_plan`), and the
+no RoC unless ``algorithm.selection = "roc"``; :func:`kit.algo.sampling_plan`), and the
 stage's response length, turn limit, step count and checkpoint resumption, and (``rollout.balancer =
 "kv_cache"``, report §3.2) the kit's KV-cache-aware request balancer as VERL's router
 (``rollout.router_config_path``, the YAML ``kit.bridge.launch.write_router_config`` writes):
@@ -180,7 +180,7 @@ def to_hydra_overrides(
     _check_stage(config, stage)
     a, r, st = config.algorithm, config.rollout, config.stages[stage]
     G, oversample, P = a.group_size, a.oversample, a.prompts_per_step
-    roc = sampling_plan(a)[1] == "grpo_roc"  # PPO ("gae") keeps every row unless algorithm.roc_with_gae
+    roc = a.selection == "roc"  # RoC's 2G -> G selection, whatever the estimator (PPO: selection = "all")
     if roc and oversample < G:
         raise ValueError(f"algorithm.oversample ({oversample}) must be >= algorithm.group_size ({G}) for RoC")
     if roc:

@@ -126,7 +126,7 @@ def roc_step_anatomy(cfg: KitConfig, init_dir: str | os.PathLike, *, stage_name:
     a = cfg.algorithm
     # the stage's GRPO-RoC step as the trainer runs it: the same function, config and seeds
     data = cfg.data if cfg.data.split_seed >= 0 else dataclasses.replace(cfg.data, split_seed=cfg.seed)  # the run's problems
-    cfg = dataclasses.replace(cfg, seed=seed, algorithm=dataclasses.replace(a, name="grpo_roc"), data=data)
+    cfg = dataclasses.replace(cfg, seed=seed, algorithm=dataclasses.replace(a, selection="roc"), data=data)
     model, tok = load_run_policy(Path(init_dir))
 
     async def go():

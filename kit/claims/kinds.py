@@ -40,8 +40,8 @@ class SpecError(ValueError):
 def _arms(dirs: RunDirs, algorithm: str, folder: str = "ablation") -> dict[int, list[dict[str, Any]]]:
     """``{seed: rows sorted by step}`` of the arms ``<algorithm>_seed<s>`` in the run folder ``folder``
     (``ablation``: notebook 06's; ``retool``: notebook 10's). The ablation's rows must also carry
-    the arm's algorithm; another folder's arms are named by their comparison (ReTool's ``ppo`` arm
-    trains ``algorithm.name = "grpo"`` with the GAE estimator), so their rows are taken as they are."""
+    the arm's algorithm; another folder's arms are named by their comparison (ReTool's ``ppo`` arm),
+    so their rows are taken as they are."""
     base = dirs.folder(folder)
     if not base.is_dir():
         raise Missing(f"{folder} folder {base} not found")

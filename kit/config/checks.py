@@ -229,7 +229,7 @@ def check(cfg: KitConfig) -> KitConfig:
     a = cfg.algorithm
     try:
         check_minimums(a.group_size, a.min_positive, a.min_negative)
-    except ConfigError as exc:  # the ablation runs a grpo_roc arm whatever algorithm.name says
+    except ConfigError as exc:  # the ablation runs a RoC arm whatever algorithm.selection says
         raise ConfigError(f"algorithm: {exc}") from None
     twice = sorted({b for b in cfg.logging.backends if cfg.logging.backends.count(b) > 1})
     if twice:

@@ -200,10 +200,22 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     raise ConfigError(f"{key}: unsupported annotation {tp}")
 
 
+#: keys that no longer exist -> what replaces them (issue #43: one meaning per knob)
+RETIRED_KEYS = {
+    "algorithm.name": 'algorithm.selection ("grpo_roc" is selection = "roc", "grpo" is selection = "all"; '
+                      'the arm\'s label follows from selection and adv_estimator)',
+    "algorithm.roc_with_gae": 'algorithm.selection = "roc" with algorithm.adv_estimator = "gae" (PPO keeps every '
+                              'trajectory with selection = "all")',
+}
+
+
 def _build(cls: type, values: Mapping[str, Any], prefix: str) -> Any:
     hints = typing.get_type_hints(cls)
     names = {f.name for f in dataclasses.fields(cls)}
     unknown = sorted(set(values) - names)
+    retired = [f"{prefix}{k}" for k in unknown if f"{prefix}{k}" in RETIRED_KEYS]
+    if retired:
+        raise ConfigError(f"config key '{retired[0]}' is retired: use {RETIRED_KEYS[retired[0]]}")
     if unknown:
         where = f" in [{prefix.rstrip('.')}]" if prefix else ""
         raise ConfigError(

@@ -128,10 +128,16 @@ class RolloutConfig:
 
 @dataclass(frozen=True)
 class AlgorithmConfig:
-    """GRPO-RoC (report §2.2) and the optimizer (report §4.3)."""
+    """GRPO-RoC (report §2.2) and the optimizer (report §4.3).
 
-    # advantage estimator: "grpo_roc" (RoC down-sampling, report §2.2) or plain "grpo"
-    name: Literal["grpo_roc", "grpo"] = "grpo_roc"
+    Two knobs, one meaning each (issue #43): ``selection`` is which of a group's sampled trajectories the
+    update keeps, ``adv_estimator`` how their advantages are computed; an arm's label (:attr:`label`) is
+    derived from both, the same on both runtimes.
+    """
+
+    # which trajectories of a group the update keeps: "roc" samples 2G (oversample) and keeps G by Resample-on-Correct
+    # (report §2.2); "all" samples G and keeps every one (plain GRPO; ReTool's PPO)
+    selection: Literal["roc", "all"] = "roc"
     group_size: int = 16  # G, trajectories kept per prompt
     oversample: int = 32  # 2G trajectories sampled per prompt when RoC is on
     prompts_per_step: int = 512  # P
@@ -166,9 +172,13 @@ class AlgorithmConfig:
     # PPO's GAE (adv_estimator = "gae", ReTool; VERL's algorithm.gamma / algorithm.lam, defaults 1.0)
     gamma: float = 1.0  # discount over response tokens
     lam: float = 1.0  # GAE lambda (1.0: Monte-Carlo return minus the critic's value)
-    # adv_estimator = "gae" samples G per prompt and keeps all (ReTool has no RoC); true: RoC's 2G -> G
-    # selection too (algorithm.name = "grpo_roc" then picks it, as for GRPO)
-    roc_with_gae: bool = False
+
+    @property
+    def label(self) -> str:
+        """The arm's name in metrics rows, rollout records, run folders and claims: the estimator's family
+        (``grpo``; ``ppo`` for GAE with a critic) with ``_roc`` under RoC's selection: ``grpo_roc``, ``grpo``,
+        ``ppo``, ``ppo_roc``."""
+        return ("ppo" if self.adv_estimator == "gae" else "grpo") + ("_roc" if self.selection == "roc" else "")
 
 
 @dataclass(frozen=True)

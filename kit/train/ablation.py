@@ -117,7 +117,7 @@ def _run_arms(cfg: KitConfig, policy_dir: Path, jobs: list[tuple[KitConfig, Path
             seen[rd] = len(rows)
 
     # longest first (GRPO-RoC arms sample 2G), so the last wave is a short arm
-    queue, running = sorted(jobs, key=lambda j: j[0].algorithm.name != "grpo_roc"), []
+    queue, running = sorted(jobs, key=lambda j: j[0].algorithm.selection != "roc"), []
     code = "import sys; from kit.train.ablation import _arm_cli; _arm_cli(sys.argv[1:])"
     try:
         while queue or running:
@@ -128,7 +128,7 @@ def _run_arms(cfg: KitConfig, policy_dir: Path, jobs: list[tuple[KitConfig, Path
                 log = (rd / "worker.log").open("w")
                 proc = subprocess.Popen([sys.executable, "-c", code, str(rd), str(policy_dir)],
                                         stdout=log, stderr=subprocess.STDOUT, preexec_fn=die_with_parent)
-                running.append((proc, log, arm.algorithm.name, arm.seed, rd))
+                running.append((proc, log, arm.algorithm.label, arm.seed, rd))
             time.sleep(1.0)
             relay()
             for item in list(running):
@@ -193,7 +193,7 @@ def run_ablation(cfg: KitConfig, policy_dir: str | Path, run_dir: str | Path, se
     jobs = []
     for arm in arms:
         rd = Path(arm.run_dir)
-        expect = {"stage": stage_name, "algorithm": arm.algorithm.name, "seed": arm.seed, "steps": steps,
+        expect = {"stage": stage_name, "algorithm": arm.algorithm.label, "seed": arm.seed, "steps": steps,
                   "init_dir": str(policy_dir), "max_response_tokens": arm.stages[0].max_response_tokens}
         if common.finished_summary(rd, expect) is not None:  # e.g. trained by the pipeline's background job
             if progress is not None:  # shown as trained: the live curves and the bar get its rows

@@ -20,11 +20,10 @@ freshly initialised (VERL: ``AutoModelForTokenClassification.from_pretrained(<ac
 ``optimizer.pt``), and in each checkpoint (``checkpoints/step_<n>/critic/``); a later stage starts
 from the previous stage's (``<init run>/critic/``; a fresh optimizer with ``reset_optimizer``).
 
-Sampling and RoC (:func:`sampling`): ReTool samples G per prompt and trains on all of them, so with
-``"gae"`` a step samples ``algorithm.group_size`` per prompt and keeps every row, whatever
-``algorithm.name`` says; ``algorithm.roc_with_gae = true`` restores ``algorithm.name``'s selection
-(``grpo_roc``: 2G sampled, RoC keeps G). The metrics rows then carry ``algorithm = "ppo"`` (or
-``"ppo_roc"``). The reference policy and KL stay off (``algorithm.kl_coef = 0``, ReTool).
+Sampling and RoC (:func:`sampling`): ReTool samples G per prompt and trains on all of them
+(``algorithm.selection = "all"``: ``algorithm.group_size`` sampled, every row kept); ``selection = "roc"``
+gives PPO RoC's selection too (2G sampled, RoC keeps G). The metrics rows carry ``algorithm = "ppo"``
+(or ``"ppo_roc"``), ``algorithm.label``. The reference policy and KL stay off (``algorithm.kl_coef = 0``, ReTool).
 
 Does not: share the policy's trunk (a separate model, as VERL's critic), warm up the critic before the
 policy (VERL's ``trainer.critic_warmup = 0``), or normalise values.
@@ -67,7 +66,7 @@ def uses_critic(cfg: KitConfig) -> bool:
 
 def sampling(cfg: KitConfig) -> tuple[int, str, str]:
     """``(n per prompt, selection, row label)`` of a step: :func:`kit.algo.sampling_plan` of ``cfg.algorithm``
-    (PPO: G sampled, all kept, ``"ppo"``; ``algorithm.roc_with_gae`` keeps ``algorithm.name``'s selection)."""
+    (``algorithm.selection`` decides the sampling; PPO's label is ``"ppo"`` or ``"ppo_roc"``)."""
     return sampling_plan(cfg.algorithm)
 
 

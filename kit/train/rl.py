@@ -110,7 +110,7 @@ def run_stage(cfg: KitConfig, stage_name: str, policy_dir: str | Path, run_dir: 
     without running.
 
     Args:
-        cfg: resolved config: ``cfg.seed``, ``cfg.algorithm`` (its ``name``: ``grpo_roc`` or
+        cfg: resolved config: ``cfg.seed``, ``cfg.algorithm`` (its ``label``: ``grpo_roc`` or
             ``grpo``), ``cfg.rollout``, ``cfg.stages[stage_name]`` (steps, budget, turns, level);
             an ablation arm is such a config (:func:`kit.plan.ablation_arms`).
         stage_name: a name of ``cfg.stages``.
@@ -135,9 +135,7 @@ async def _run_stage(cfg: KitConfig, stage_name: str, policy_dir: Path, run_dir:
                      progress: Callable[[dict], None] | None, evaluate: bool,
                      data_dir: str | Path | None = None) -> dict[str, Any]:
     stage = stage_config(cfg, stage_name)
-    algorithm, seed, steps = cfg.algorithm.name, cfg.seed, stage.steps
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {algorithm!r}; expected one of {ALGORITHMS}")
+    algorithm, seed, steps = cfg.algorithm.label, cfg.seed, stage.steps
     if cfg.algorithm.kl_coef > 0:
         raise ValueError("algorithm.kl_coef > 0 is not supported by the local engine (the report trains without KL)")
     identity = {"stage": stage_name, "algorithm": sampling(cfg)[2], "seed": seed, "steps": steps, "init_dir": str(policy_dir),

@@ -30,7 +30,7 @@ from kit.data.tasks import TaskProblem
 from kit.train import common, recording
 from kit.train import critic as ppo
 from kit.train.rollouts import Batch, batch_stats, collect
-from kit.train.update import ALGORITHMS, advantages, policy_update, select
+from kit.train.update import advantages, policy_update, select
 
 #: the update's keys of a metrics row when nothing was kept (or ``update=False``)
 NO_UPDATE = {"loss": 0.0, "grad_norm": 0.0, "clipfrac": 0.0, "neg_logp": 0.0, "update_tokens": 0.0,
@@ -88,7 +88,7 @@ async def rl_step(cfg: KitConfig, stage: StageConfig, model: Any, tok: Any, opti
     policy update on the kept rows (report §2.2.1-2.2.2).
 
     Args:
-        cfg: the run's resolved config: ``cfg.seed`` and ``cfg.algorithm.name`` (``grpo_roc`` or
+        cfg: the run's resolved config: ``cfg.seed`` and ``cfg.algorithm.label`` (``grpo_roc`` or
             ``grpo``) pick the seeds and the selection; ``cfg.algorithm`` P, G, 2G, lr.
         stage: the stage (its name seeds the step; budget and turn limit of the rollouts; its
             ``steps`` set the learning-rate schedule's length).
@@ -111,9 +111,7 @@ async def rl_step(cfg: KitConfig, stage: StageConfig, model: Any, tok: Any, opti
     Raises:
         ValueError: an unknown algorithm, an empty pool, or ``"gae"`` without a critic.
     """
-    a, seed, algorithm, name = cfg.algorithm, cfg.seed, cfg.algorithm.name, stage.name
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"unknown algorithm {algorithm!r}; expected one of {ALGORITHMS}")
+    a, seed, algorithm, name = cfg.algorithm, cfg.seed, cfg.algorithm.label, stage.name
     if ppo.uses_critic(cfg) and critic is None:
         raise ValueError("algorithm.adv_estimator = 'gae' (PPO) needs the stage's critic: rl_step(..., "
                          "critic=kit.train.critic.open_critic(cfg, policy_dir, run_dir))")

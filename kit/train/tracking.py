@@ -290,8 +290,8 @@ def experiment_name(cfg: KitConfig, stage: str, algorithm: str | None = None, se
     """``<profile>-<stage>`` as the VERL runtime names its runs, plus ``-<algorithm>-seed<s>`` for a
     run whose algorithm or seed differs from the config's (the ablation's arms)."""
     name = f"{cfg.profile}-{stage}"
-    if (algorithm or cfg.algorithm.name) != cfg.algorithm.name or (cfg.seed if seed is None else seed) != cfg.seed:
-        name += f"-{algorithm or cfg.algorithm.name}-seed{cfg.seed if seed is None else seed}"
+    if (algorithm or cfg.algorithm.label) != cfg.algorithm.label or (cfg.seed if seed is None else seed) != cfg.seed:
+        name += f"-{algorithm or cfg.algorithm.label}-seed{cfg.seed if seed is None else seed}"
     return name
 
 

@@ -86,7 +86,7 @@ def test_verl_accepts_the_config_objects(composed):
 def test_plain_grpo_ablation_has_no_roc_pieces_but_the_kit_s_tool_metrics_buffer():
     from hydra import compose, initialize_config_module
 
-    cfg = load("paper-14b", write=False, overrides={"algorithm.name": "grpo"})
+    cfg = load("paper-14b", write=False, overrides={"algorithm.selection": "all"})
     ov = to_hydra_overrides(cfg, "stage1")
     assert not any("roc_hook" in o or "oversample" in o for o in ov)
     assert "actor_rollout_ref.rollout.n=16" in ov
@@ -144,12 +144,12 @@ def test_check_minimums_is_the_one_roc_count_check():
 
 
 def test_ppo_is_verl_s_gae_with_its_critic_from_the_actor_s_model_and_no_roc():
-    """Issue #33: ``algorithm.adv_estimator = "gae"`` alone gives VERL's critic worker (initialised from the
+    """Issue #33: ``algorithm.adv_estimator = "gae"`` (``selection = "all"``) gives VERL's critic worker (initialised from the
     model the actor starts from, the kit's [critic] settings), G sampled and all kept; stage 3's fresh
     optimizer resets the critic's too (VERL's critic config loads the model, so the live check is the verl_cpu e2e run)."""
     from hydra import compose, initialize_config_module
     from verl.trainer.ppo.utils import need_critic
-    over = {"algorithm.adv_estimator": "gae", "algorithm.gamma": 0.99, "algorithm.lam": 0.95, "critic.lr": 2e-6,
+    over = {"algorithm.adv_estimator": "gae", "algorithm.selection": "all", "algorithm.gamma": 0.99, "algorithm.lam": 0.95, "critic.lr": 2e-6,
             "critic.cliprange_value": 0.2}
     cfg = load("paper-14b", write=False, overrides=over)
     with initialize_config_module("verl.trainer.config", version_base=None):
@@ -162,13 +162,13 @@ def test_ppo_is_verl_s_gae_with_its_critic_from_the_actor_s_model_and_no_roc():
     assert c1.actor_rollout_ref.rollout.n == 16 and c1.trainer.v1.sampler.custom_sampler.name == GRPO_SAMPLER[1]
     assert "agent_loop_manager_class" not in c1.actor_rollout_ref.rollout.agent
     assert list(c3.critic.checkpoint.load_contents) == ["model"] and list(c1.critic.checkpoint.load_contents)[1] == "optimizer"
-    roc = load("paper-14b", write=False, overrides={**over, "algorithm.roc_with_gae": True})
+    roc = load("paper-14b", write=False, overrides={**over, "algorithm.selection": "roc"})
     assert "trainer.v1.sampler.custom_sampler.name=RocReplayBuffer" in to_hydra_overrides(roc, "stage1")
 
 
-@pytest.mark.parametrize(("fields", "label"), [({}, "grpo_roc"), ({"algorithm.name": "grpo"}, "grpo"),
-                                               ({"algorithm.adv_estimator": "gae"}, "ppo"),
-                                               ({"algorithm.adv_estimator": "gae", "algorithm.roc_with_gae": True},
+@pytest.mark.parametrize(("fields", "label"), [({}, "grpo_roc"), ({"algorithm.selection": "all"}, "grpo"),
+                                               ({"algorithm.adv_estimator": "gae", "algorithm.selection": "all"}, "ppo"),
+                                               ({"algorithm.adv_estimator": "gae", "algorithm.selection": "roc"},
                                                 "ppo_roc")])
 def test_rollout_records_of_an_arm_carry_the_label_its_local_rows_carry(fields, label):
     """Issue #43: a PPO arm's records were filed as ``grpo_roc`` on VERL and ``ppo`` on the local trainer."""

@@ -1,6 +1,6 @@
 """VERL 0.9.1's own trainer, end to end on this CPU machine, through the kit's CPU runtime (issues #15, #19, #33).
 
-Two PPO steps with RoC's selection (``algorithm.adv_estimator = "gae"``, ``algorithm.roc_with_gae``: VERL's
+Two PPO steps with RoC's selection (``algorithm.adv_estimator = "gae"``, ``algorithm.selection = "roc"``: VERL's
 own GAE and critic worker beside the FSDP2 actor; P = 2 prompts x 2G = 8 rollouts -> G = 4) from a tiny SFT policy that
 solves its problems sometimes (mixed rewards), with the kit's agent loop, sandbox, reward
 function and RoC sampler, the FSDP2 actor and the ``kit_cpu`` rollout; in a private network and
@@ -38,7 +38,7 @@ from kit.models import load_policy  # noqa: E402
 
 pytestmark = [pytest.mark.verl_cpu, pytest.mark.slow]
 #: PPO (issue #33) with RoC's selection kept, so this one VERL start-up checks both; a critic lr that moves bf16 weights
-PPO = {"algorithm.adv_estimator": "gae", "algorithm.roc_with_gae": True, "critic.lr": 1e-3}
+PPO = {"algorithm.adv_estimator": "gae", "algorithm.selection": "roc", "critic.lr": 1e-3}
 
 
 @pytest.fixture(scope="module")

@@ -1,10 +1,12 @@
 import dataclasses
 import json
+import re
 
 import pytest
 
 from kit import config
-from kit.config import ConfigError, load
+from kit.algo import sampling_plan
+from kit.config import ConfigError, from_json, load
 
 
 def test_tiny_profile_loads_with_tiny_values():
@@ -173,3 +175,25 @@ def test_records_default_to_every_prompt_on_tiny_and_a_sample_on_the_paper_profi
     tiny, paper = load("smoke", write=False).logging, load("paper-32b", write=False).logging
     assert (tiny.records_every, tiny.records_max_prompts) == (1, 0)
     assert paper.records_every == 1 and 0 < paper.records_max_prompts < load("paper-32b", write=False).algorithm.prompts_per_step
+
+
+@pytest.mark.parametrize(("key", "value", "names"), [("algorithm.name", "grpo", 'algorithm.selection ("grpo_roc" is'),
+                                                     ("algorithm.roc_with_gae", True, 'algorithm.selection = "roc" with')])
+def test_a_retired_key_is_refused_naming_what_replaces_it(key, value, names, tmp_path):
+    """Issue #43: one meaning per knob; the old keys say which key took their place, from --set and from a file."""
+    with pytest.raises(ConfigError, match=f"config key '{key}' is retired: use {re.escape(names)}"):
+        load("smoke", {key: value}, write=False)
+    old = load("smoke", write=False).to_dict()
+    section, field = key.split(".")
+    old[section][field] = value
+    (tmp_path / "config.json").write_text(json.dumps(old))
+    with pytest.raises(ConfigError, match=f"config.json: config key '{key}' is retired"):
+        from_json(tmp_path / "config.json")
+
+
+@pytest.mark.parametrize(("fields", "label", "n"), [({}, "grpo_roc", "oversample"), ({"selection": "all"}, "grpo", "group_size"),
+                                                    ({"adv_estimator": "gae", "selection": "all"}, "ppo", "group_size"),
+                                                    ({"adv_estimator": "gae"}, "ppo_roc", "oversample")])
+def test_an_arm_s_label_follows_from_its_selection_and_estimator(fields, label, n):
+    algo = dataclasses.replace(load("smoke", write=False).algorithm, **fields)
+    assert algo.label == label and sampling_plan(algo) == (getattr(algo, n), "grpo_roc" if "roc" in label else "grpo", label)

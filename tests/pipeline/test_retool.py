@@ -32,7 +32,7 @@ def _arm(root: Path, folder: str, alg: str, seed: int, steps: int = 12, ratio=(0
 def test_retool_arms_are_the_ablation_s_roc_arms_with_the_gae_estimator(tmp_path):
     cfg = load("tiny", write=False, seed=7)
     arms = retool_arms(cfg, tmp_path)
-    roc = [a for a in ablation_arms(cfg) if a.algorithm.name == "grpo_roc"][:3]
+    roc = [a for a in ablation_arms(cfg) if a.algorithm.label == "grpo_roc"][:3]
     assert [name for name, _ in arms] == ["ppo_seed7", "ppo_seed8", "ppo_seed9"]  # the run's first 3 ablation seeds
     for (name, arm), base in zip(arms, roc, strict=True):
         assert arm.algorithm.adv_estimator == "gae" and arm.run_dir == str(tmp_path / name)

@@ -1,4 +1,4 @@
-"""PPO on the local engine (issue #33): ``algorithm.adv_estimator = "gae"`` alone trains a critic beside the
+"""PPO on the local engine (issue #33): ``algorithm.adv_estimator = "gae"`` with ``selection = "all"`` trains a critic beside the
 policy, samples G per prompt and keeps all (no RoC), and interpreter feedback enters no loss."""
 
 import copy
@@ -30,7 +30,7 @@ def test_two_local_ppo_steps_train_the_critic_and_the_policy(policy, tmp_path, m
 
     monkeypatch.setattr(rollouts, "grade", grade)
     monkeypatch.setattr(rollouts, "cut_truncated", lambda verdicts, trajectories: list(verdicts))  # the double decides
-    cfg = rl_cfg(**{"algorithm.adv_estimator": "gae", "stages.stage1.steps": 2, "stages.stage1.checkpoint_every": 1,
+    cfg = rl_cfg(**{"algorithm.adv_estimator": "gae", "algorithm.selection": "all", "stages.stage1.steps": 2, "stages.stage1.checkpoint_every": 1,
                                 "critic.lr": 1e-3})
     assert critic.sampling(cfg) == (cfg.algorithm.group_size, "grpo", "ppo")  # the override alone: no RoC
     rl.run_stage(cfg, "stage1", policy, tmp_path, evaluate=False)
@@ -62,7 +62,7 @@ def _feedback_trajs():
 
 
 def test_feedback_tokens_contribute_nothing_to_the_value_or_the_policy_loss(policy):
-    cfg = rl_cfg(**{"algorithm.adv_estimator": "gae", "critic.cliprange_value": 0.05})
+    cfg = rl_cfg(**{"algorithm.adv_estimator": "gae", "algorithm.selection": "all", "critic.cliprange_value": 0.05})
     model, tok = load_policy(policy)
     trs = _feedback_trajs()
     c0 = critic.critic_from(policy, cfg, optimizer=False, seed=0)
@@ -85,7 +85,7 @@ def test_feedback_tokens_contribute_nothing_to_the_value_or_the_policy_loss(poli
 
 
 def test_rl_step_refuses_gae_without_a_critic_and_roc_comes_back_only_when_asked():
-    cfg = rl_cfg(**{"algorithm.adv_estimator": "gae", "algorithm.roc_with_gae": True})
+    cfg = rl_cfg(**{"algorithm.adv_estimator": "gae", "algorithm.selection": "roc"})
     assert critic.sampling(cfg) == (cfg.algorithm.oversample, "grpo_roc", "ppo_roc")
     assert critic.sampling(rl_cfg()) == (cfg.algorithm.oversample, "grpo_roc", "grpo_roc")
     assert critic.open_critic(rl_cfg(), "/nonexistent/policy", "/nonexistent/run") is None
@@ -101,7 +101,7 @@ def test_a_killed_ppo_stage_resumes_with_its_critic_and_writes_the_same_rows(pol
         return [SimpleNamespace(correct=len(text) % 2 == 0, reason="test-double") for _, text in pairs]
 
     monkeypatch.setattr(rollouts, "grade", grade)
-    cfg = rl_cfg(**{"algorithm.adv_estimator": "gae", "stages.stage1.steps": 3, "stages.stage1.checkpoint_every": 1,
+    cfg = rl_cfg(**{"algorithm.adv_estimator": "gae", "algorithm.selection": "all", "stages.stage1.steps": 3, "stages.stage1.checkpoint_every": 1,
                     "critic.lr": 1e-3, "model.torch_threads": 1})
     rl.run_stage(cfg, "stage1", policy, tmp_path / "a", evaluate=False)
 

@@ -32,18 +32,26 @@ from kit.algo.grpo import group_advantage
 AdvEstimator = Callable[..., torch.Tensor]
 #: The registered estimators by VERL name, in registration order.
 ADV_ESTIMATORS: dict[str, AdvEstimator] = {}
+#: What each registered estimator needs besides the rewards: ``"group"`` (a baseline over the prompt's
+#: group, so G >= 2), ``"critic"`` (a value model the trainer keeps beside the policy: PPO's)
+ADV_NEEDS: dict[str, frozenset[str]] = {}
+NEEDS = frozenset({"group", "critic"})
 
 
-def register_adv_estimator(name: str) -> Callable[[AdvEstimator], AdvEstimator]:
-    """Register ``fn`` as the advantage estimator ``name`` (a VERL ``algorithm.adv_estimator`` value).
+def register_adv_estimator(name: str, *, needs: tuple[str, ...] = ("group",)) -> Callable[[AdvEstimator], AdvEstimator]:
+    """Register ``fn`` as the advantage estimator ``name`` (a VERL ``algorithm.adv_estimator`` value) with
+    what it ``needs`` (:data:`NEEDS`; :func:`needs_critic` reads it).
 
     Raises:
-        ValueError: ``name`` is already registered.
+        ValueError: ``name`` is already registered, or ``needs`` names something not in :data:`NEEDS`.
     """
+    if not set(needs) <= NEEDS:
+        raise ValueError(f"advantage estimator {name!r}: needs {sorted(set(needs) - NEEDS)} unknown; known: {sorted(NEEDS)}")
+
     def add(fn: AdvEstimator) -> AdvEstimator:
         if name in ADV_ESTIMATORS:
             raise ValueError(f"advantage estimator {name!r} is registered twice")
-        ADV_ESTIMATORS[name] = fn
+        ADV_ESTIMATORS[name], ADV_NEEDS[name] = fn, frozenset(needs)
         return fn
     return add
 
@@ -80,8 +88,14 @@ def compute_advantage(algo: Any, rewards: torch.Tensor | Sequence[float] | np.nd
 
 
 def needs_critic(algo: Any) -> bool:
-    """Whether ``algo`` (an ``AlgorithmConfig``) trains PPO's critic: ``adv_estimator = "gae"``."""
-    return algo.adv_estimator == "gae"
+    """Whether ``algo`` (an ``AlgorithmConfig``) trains a critic: its estimator was registered with
+    ``needs=("critic",)`` (PPO's ``"gae"``).
+
+    Raises:
+        ValueError: an unregistered ``algo.adv_estimator`` (see :func:`adv_estimator`).
+    """
+    adv_estimator(algo.adv_estimator)
+    return "critic" in ADV_NEEDS[algo.adv_estimator]
 
 
 def sampling_plan(algo: Any) -> tuple[int, str, str]:
@@ -103,7 +117,7 @@ def grpo_advantage(rewards: torch.Tensor | Sequence[float] | np.ndarray,
     return group_advantage(torch.as_tensor(rewards, dtype=torch.float32), group_ids, algo.adv_eps, norm_by_std=True)
 
 
-@register_adv_estimator("gae")
+@register_adv_estimator("gae", needs=("critic",))
 def gae_advantage(rewards: torch.Tensor | Sequence[float] | np.ndarray,
                   group_ids: Sequence[Hashable] | np.ndarray | torch.Tensor, algo: Any, *,
                   values: torch.Tensor, response_mask: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:

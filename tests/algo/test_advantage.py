@@ -1,6 +1,7 @@
 """kit.algo.advantage: ``algorithm.adv_estimator`` picks a registered estimator for the local update and the
 VERL overrides alike; an unregistered name is an error naming the key and the registered names."""
 
+import dataclasses
 from types import SimpleNamespace
 
 import numpy as np
@@ -48,6 +49,7 @@ def test_an_unknown_estimator_names_the_key_and_the_registered_ones():
 
 def test_a_new_estimator_is_one_registered_function_plus_config(monkeypatch):
     monkeypatch.setattr(advantage, "ADV_ESTIMATORS", dict(advantage.ADV_ESTIMATORS))
+    monkeypatch.setattr(advantage, "ADV_NEEDS", dict(advantage.ADV_NEEDS))
 
     @advantage.register_adv_estimator("rloo")  # VERL's leave-one-out baseline, as an example
     def rloo(rewards, group_ids, algo):
@@ -62,3 +64,16 @@ def test_a_new_estimator_is_one_registered_function_plus_config(monkeypatch):
     assert got.tolist() == pytest.approx([1.0, -0.5, -0.5])
     assert _verl_estimator(load("paper-14b", {"algorithm.adv_estimator": "rloo"}, write=False)) == \
         ["algorithm.adv_estimator=rloo"]
+
+
+def test_each_estimator_is_registered_with_what_it_needs(monkeypatch):
+    """Issue #43: the estimator says whether it needs a group baseline or a critic; the trainers ask it."""
+    assert advantage.ADV_NEEDS == {"grpo": {"group"}, "gae": {"critic"}}
+    grpo = load("smoke", write=False).algorithm
+    assert not advantage.needs_critic(grpo) and advantage.needs_critic(dataclasses.replace(grpo, adv_estimator="gae"))
+    with pytest.raises(ValueError, match=r"'vtrace': needs \['replay'\] unknown; known: \['critic', 'group'\]"):
+        advantage.register_adv_estimator("vtrace", needs=("replay",))
+    monkeypatch.setattr(advantage, "ADV_ESTIMATORS", dict(advantage.ADV_ESTIMATORS))
+    monkeypatch.setattr(advantage, "ADV_NEEDS", dict(advantage.ADV_NEEDS))
+    advantage.register_adv_estimator("my_ppo", needs=("critic",))(lambda r, g, a, **kw: r)
+    assert advantage.needs_critic(dataclasses.replace(grpo, adv_estimator="my_ppo"))

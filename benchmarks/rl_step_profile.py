@@ -3,7 +3,7 @@
 Usage::
 
     .venv/bin/python benchmarks/rl_step_profile.py --policy reports/tiny/main/sft/policy [--steps 4]
-        [--algorithm grpo_roc] [--set rollout.batch_size=128 ...] [--heldout 0]
+        [--algorithm roc] [--set rollout.batch_size=128 ...] [--heldout 0]
 
 Runs ``--steps`` steps of stage 1 (the profile's budget, turns, prompts per step) from the policy,
 each as the trainer does it (:func:`kit.train.rl.run_stage`'s phases: rollout with tool calls,
@@ -65,7 +65,7 @@ def profile_steps(cfg, policy_dir: Path, steps: int, algorithm: str, update_ab: 
     opt = common.make_optimizer(model, cfg.algorithm.lr)
     stage = rl.stage_config(cfg, "stage1")
     pool = rl.stage_pool(cfg, stage)
-    n = cfg.algorithm.oversample if algorithm == "grpo_roc" else cfg.algorithm.group_size
+    n = cfg.algorithm.oversample if algorithm == "roc" else cfg.algorithm.group_size
     out = []
 
     async def go():
@@ -124,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--policy", required=True, help="a save_policy folder (e.g. <run>/sft/policy)")
     ap.add_argument("--profile", default="tiny")
     ap.add_argument("--steps", type=int, default=4)
-    ap.add_argument("--algorithm", default="grpo_roc", choices=rl.ALGORITHMS)
+    ap.add_argument("--algorithm", default="roc", choices=rl.SELECTIONS)  # algorithm.selection
     ap.add_argument("--set", action="append", default=[], help="config override key=value (JSON values)")
     ap.add_argument("--update-ab", action="store_true",
                     help="also time each update with every row run (before skipping advantage-0 rows)")

@@ -223,7 +223,7 @@ def full_training(args) -> None:
         # the stage-1 run is the grpo_roc arm of the main seed when the steps agree (as in the pipeline)
         ab = ablation.run_ablation(cfg, sft_dir / "policy", root / "ablation", seeds=seeds, reuse=[root / "stage1"])
         times["ablation"] = time.perf_counter() - t
-        for alg in rl.ALGORITHMS:
+        for alg in ablation.ABLATION_ALGORITHMS:
             f, l_ = ab[alg]["tool_error_ratio_correct_first"], ab[alg]["tool_error_ratio_correct_last"]
             r = ab[alg]["reward_last"]
             line(f"ablation {alg}: tool-error ratio among correct {f['mean']:.3f}+-{f['std']:.3f} -> "

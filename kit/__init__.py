@@ -1,7 +1,7 @@
 """rStar2-Agent reproducibility kit: agentic RL for math with a Python tool (GRPO-RoC).
 
 Modules are named by concept (see DEVELOPERS.md): ``config``, ``sandbox``, ``reward``,
-``rollout``, ``algo``, ``data``, ``train``, ``eval``, ``analysis``, ``figures``, ``pipeline``;
+``rollout``, ``algo``, ``data``, ``train``, ``eval``, ``analysis``, ``report``, ``pipeline``, ``studies``;
 ``bridge`` is the one package that talks to VERL, Ray and SGLang.
 
 Importing ``kit`` bounds how long idle OpenMP threads spin (``GOMP_SPINCOUNT``, the value

@@ -377,7 +377,7 @@ def require_upstream(notebook: str, *, profile: str | None = None, **dirs: str |
 # --------------------------------------------------------------------------- the ablation's arms
 
 #: the ablation's arms by label, in the order they train (report §5.3: GRPO against GRPO-RoC) -> the selection
-#: each sets (``algorithm.selection``; the estimator is the run's, GRPO's on every profile)
+#: each sets (``algorithm.selection``; every arm uses GRPO's estimator, so its label is its key)
 ABLATION_SELECTIONS: dict[str, str] = {"grpo": "all", "grpo_roc": "roc"}
 ABLATION_ALGORITHMS: tuple[str, ...] = tuple(ABLATION_SELECTIONS)
 
@@ -422,7 +422,8 @@ def ablation_arms(cfg: KitConfig, run_dir: str | os.PathLike = "") -> list[KitCo
     for seed in arm_seeds(cfg):
         for alg in ABLATION_ALGORITHMS:
             arm = dataclasses.replace(cfg, seed=seed, stages=stages, data=data,
-                                      algorithm=dataclasses.replace(cfg.algorithm, selection=ABLATION_SELECTIONS[alg]))
+                                      algorithm=dataclasses.replace(cfg.algorithm, selection=ABLATION_SELECTIONS[alg],
+                                                                    adv_estimator="grpo"))
             arms.append(dataclasses.replace(arm, run_dir=str(Path(run_dir) / arm_name(arm))) if run_dir else arm)
     return arms
 

@@ -99,14 +99,12 @@ def needs_critic(algo: Any) -> bool:
 
 
 def sampling_plan(algo: Any) -> tuple[int, str, str]:
-    """``(n sampled per prompt, selection procedure, arm label)`` of a step, on both runtimes.
+    """``(n sampled per prompt, selection, arm label)`` of a step, on both runtimes.
 
-    ``algo.selection = "roc"``: 2G sampled, RoC's selection (``"grpo_roc"``, :func:`kit.train.update.select`);
-    ``"all"``: G sampled, every row kept (``"grpo"``). The label is ``algo.label`` (``grpo_roc``, ``grpo``,
-    ``ppo``, ``ppo_roc``).
+    ``algo.selection = "roc"``: 2G sampled, RoC keeps G (:func:`kit.train.update.select`); ``"all"``: G
+    sampled, every row kept. The label is ``algo.label`` (``grpo_roc``, ``grpo``, ``ppo``, ``ppo_roc``).
     """
-    roc = algo.selection == "roc"
-    return (algo.oversample if roc else algo.group_size), ("grpo_roc" if roc else "grpo"), algo.label
+    return (algo.oversample if algo.selection == "roc" else algo.group_size), algo.selection, algo.label
 
 
 @register_adv_estimator("grpo")

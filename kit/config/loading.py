@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from kit.config.checks import ConfigError, check
 from kit.config.schema import KitConfig, StageConfig, StagesConfig
-from kit.studies import STUDIES
+from kit.studies import FIXED_FOLDERS, STUDIES
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "profiles"
 #: more folders of profile files, searched after ``kit/profiles`` (``os.pathsep``-separated; the
@@ -54,8 +54,7 @@ def _profile_file(name: str) -> Path:
 #: stage is its own folder, so a stage named like one of these would share it, and the runner empties
 #: a stage's folder before it runs afresh (tests/pipeline/test_stage_list.py keeps the two lists equal).
 #: Each related-work study's folder (kit.studies.STUDIES) is one of them.
-RUN_FOLDERS = frozenset({"setup", "data", "sft", "ablation", "analysis", "eval", "figures", "tables", "notebooks",
-                         "verl_session", "tracking", "checkpoints", "policy", *(s.key for s in STUDIES)})
+RUN_FOLDERS = frozenset(FIXED_FOLDERS - {"root", "stages", "studies"} | {s.key for s in STUDIES})
 _STAGE_NAME = re.compile(r"[A-Za-z][A-Za-z0-9_]*")
 
 
@@ -317,14 +316,32 @@ def save(cfg: KitConfig, run_dir: str | os.PathLike) -> Path:
     return path
 
 
+def _migrated_algorithm(a: dict[str, Any]) -> dict[str, Any]:
+    """A stored ``algorithm`` table with the retired keys (:data:`RETIRED_KEYS`) translated: a run folder written
+    before issue #43 stays readable. ``name = "grpo_roc"`` kept RoC's selection unless the estimator was
+    ``"gae"`` without ``roc_with_gae`` (PPO kept every row); ``"grpo"`` never selected."""
+    if "name" not in a and "roc_with_gae" not in a:
+        return a
+    a = dict(a)
+    name, with_gae = a.pop("name", "grpo_roc"), a.pop("roc_with_gae", False)
+    roc = name == "grpo_roc" and (a.get("adv_estimator", "grpo") != "gae" or with_gae)
+    a.setdefault("selection", "roc" if roc else "all")
+    return a
+
+
 def from_json(path: str | os.PathLike) -> KitConfig:
     """Read a ``config.json`` written by :func:`save` back into a :class:`KitConfig`.
+
+    A file written before issue #43 (``algorithm.name``, ``algorithm.roc_with_gae``) is read with those keys
+    translated to ``algorithm.selection``; a profile or an override naming them is refused instead.
 
     Raises:
         ConfigError: the file holds unknown keys or wrong types (e.g. written by another
             version of the kit); the message names the file and the key.
     """
     data = json.loads(Path(path).read_text())
+    if isinstance(data, dict) and isinstance(data.get("algorithm"), dict):
+        data["algorithm"] = _migrated_algorithm(data["algorithm"])
     if isinstance(data, dict) and "stages" in data:
         data["stages"] = _stage_tables(data["stages"], str(path))
     try:

@@ -1,6 +1,6 @@
 """The notebook series runner: each notebook of :data:`kit.plan.SERIES` executed in order with
 papermill, resumable through ``pipeline_state.json`` (see :mod:`kit.pipeline` for the run layout);
-on the local runtime 06's and 10's training run as background jobs (:mod:`kit.pipeline.overlap`).
+on the local runtime 06's and each study's training run as background jobs (:mod:`kit.pipeline.overlap`).
 
 :func:`standard_series` gives the ordered notebooks with their parameters; :func:`run_series`
 runs them, skipping a notebook that already finished with the same parameters and source and

@@ -16,7 +16,7 @@ environment.
 
 :func:`kit.sandbox.limits.cpu_seconds` reads the same file but counts waited-for children too and answers
 0.0 for a gone process; this one answers None, so the wall clock stands in. ``kit.reward`` and
-``kit.sandbox`` are siblings in the package graph (DEVELOPERS.md), so the few lines are not shared.
+``kit.sandbox`` are siblings in the package layers (DEVELOPERS.md), so the few lines are not shared.
 """
 
 from __future__ import annotations

@@ -20,7 +20,9 @@ code is named by dotted paths (``module:function``), resolved only when used (:f
 A study may also live outside the kit, in a package of its own with its notebook and its claims file
 beside it: ``KIT_STUDIES=mypackage.study:STUDY`` (several separated by commas) appends each named
 :class:`Study` to the registry when this module is first imported, in every process that sees the
-variable (the runner's kernels inherit it). ``tests/studies/toy_study`` is such a study.
+variable (the runner's kernels inherit it). The module named is imported while this one loads, so it
+may import nothing of the kit but ``kit.studies`` (keep the record in a module of its own; the study's
+code in others). ``tests/studies/toy_study`` is such a study.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import importlib
 import os
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 #: the cold start's series entry: what a study's ``upstream`` most often names
@@ -104,6 +107,13 @@ AGENT_R = Study(
 
 #: the environment variable naming studies that live outside the kit (``module:attribute``, comma-separated)
 STUDIES_ENV = "KIT_STUDIES"
+#: the kit's own studies (a study from outside may not reuse their key, section or notebook)
+KIT_STUDIES: tuple[Study, ...] = (RETOOL, AGENT_R)
+#: folders of a pipeline run that are not a study's (nor a stage's: :data:`kit.config.loading.RUN_FOLDERS`),
+#: and the names :meth:`kit.claims.RunDirs.folder` keeps for itself
+FIXED_FOLDERS = frozenset({"setup", "data", "sft", "ablation", "analysis", "eval", "figures", "tables", "notebooks",
+                           "verl_session", "tracking", "checkpoints", "policy", "root", "stages", "studies"})
+_NOTEBOOKS = Path(__file__).resolve().parents[2] / "notebooks"
 
 
 def plugin_studies(spec: str) -> tuple[Study, ...]:
@@ -122,18 +132,23 @@ def plugin_studies(spec: str) -> tuple[Study, ...]:
         study = getattr(importlib.import_module(module), name, None)
         if not isinstance(study, Study):
             raise ValueError(f"{STUDIES_ENV}: {item!r} is {type(study).__name__}, not a kit.studies.Study")
-        for s in (RETOOL, AGENT_R, *out):
+        for s in (*KIT_STUDIES, *out):
             clash = [f for f in ("key", "section", "notebook") if getattr(s, f) == getattr(study, f)]
             if clash:
                 raise ValueError(f"{STUDIES_ENV}: {item!r} has the {clash[0]} {getattr(study, clash[0])!r} of study "
                                  f"{s.key!r}; pick another")
+        if not study.key.isidentifier() or study.key in FIXED_FOLDERS:
+            raise ValueError(f"{STUDIES_ENV}: {item!r}: key {study.key!r} must be a plain identifier that is not one of "
+                             f"the run's own folders ({', '.join(sorted(FIXED_FOLDERS))})")
+        if (_NOTEBOOKS / f"{study.notebook}.ipynb").exists():
+            raise ValueError(f"{STUDIES_ENV}: {item!r}: notebook {study.notebook!r} is a notebook of the kit's series")
         out.append(study)
     return tuple(out)
 
 
 #: the registry: every study of the series, in the order the series runs them (all before notebook 09):
 #: the kit's own, then those :data:`STUDIES_ENV` names
-STUDIES: tuple[Study, ...] = (RETOOL, AGENT_R, *plugin_studies(os.environ.get(STUDIES_ENV, "")))
+STUDIES: tuple[Study, ...] = (*KIT_STUDIES, *plugin_studies(os.environ.get(STUDIES_ENV, "")))
 
 
 def by_key(key: str) -> Study:

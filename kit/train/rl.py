@@ -68,10 +68,10 @@ from kit.train import common, recording, tracking
 from kit.train.critic import CRITIC_DIR, open_critic, sampling
 from kit.train.rollouts import Batch, collect, evaluate_policy
 from kit.train.step import rl_step, step_problems
-from kit.train.update import ALGORITHMS, MICRO_TOKENS, policy_update, select, token_logprobs
+from kit.train.update import MICRO_TOKENS, SELECTIONS, policy_update, select, token_logprobs
 
 __all__ = [
-    "ALGORITHMS", "MICRO_TOKENS", "RL_STATE", "SAMPLES_PER_STEP", "STAGE_GREEDY_PROBLEMS",
+    "MICRO_TOKENS", "SELECTIONS", "RL_STATE", "SAMPLES_PER_STEP", "STAGE_GREEDY_PROBLEMS",
     "policy_update", "prepare_hard_subset", "run_stage", "select", "stage_config", "stage_pool", "step_problems",
     "token_logprobs",
 ]

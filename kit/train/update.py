@@ -24,7 +24,8 @@ from kit.reward.pool import INFRA_ERROR
 from kit.train.batching import micro_batches, pad_rows, place_response
 from kit.train.rollouts import Batch
 
-ALGORITHMS = ("grpo", "grpo_roc")
+#: ``algorithm.selection`` values: RoC's 2G -> G selection, or every row kept
+SELECTIONS = ("roc", "all")
 MICRO_TOKENS = 16384  # the no-grad forwards' micro-batch; the update's is algorithm.update_micro_tokens (same default)
 
 
@@ -183,11 +184,11 @@ def _reasons(batch: Batch, size: int) -> list[str]:
     return flat if len(flat) == size else [""] * size
 
 
-def select(cfg: KitConfig, batch: Batch, algorithm: str, seed: int) -> tuple[np.ndarray, dict[str, float]]:
-    """Rows kept for the update and the selection metrics.
+def select(cfg: KitConfig, batch: Batch, selection: str, seed: int) -> tuple[np.ndarray, dict[str, float]]:
+    """Rows kept for the update and the selection metrics (``selection``: ``algorithm.selection``).
 
-    ``grpo_roc``: :func:`kit.algo.roc_step` (2G -> G, penalties from the structured counters).
-    ``grpo``: every row kept; the same metrics computed with ``kept = all``.
+    ``roc``: :func:`kit.algo.roc_step` (2G -> G, penalties from the structured counters).
+    ``all``: every row kept; the same metrics computed with ``kept = all``.
     Rows the verifier could not grade (reason ``infra_error``, :mod:`kit.reward.pool`: never the
     model's fault, like the sandbox's ``infra_error`` calls RoC leaves out of ``p_err``) are left
     out before either: they are never kept, so they enter neither their group's advantage
@@ -203,15 +204,15 @@ def select(cfg: KitConfig, batch: Batch, algorithm: str, seed: int) -> tuple[np.
     gids = np.repeat(np.arange(len(batch.groups)), n)
     cnt = counters(flat)
     graded = np.flatnonzero([r != INFRA_ERROR for r in _reasons(batch, rewards.size)])  # issue #44
-    if algorithm == "grpo_roc":
+    if selection == "roc":
         if graded.size == rewards.size:
             sel, m = roc_step(rewards, gids, cnt, RocParams.from_config(cfg.algorithm), seed=seed)
             return sel.kept, m
         sel, m = roc_step(rewards[graded], gids[graded], {k: v[graded] for k, v in cnt.items()},
                           RocParams.from_config(cfg.algorithm), seed=seed)
         return graded[sel.kept], m
-    if algorithm != "grpo":
-        raise ValueError(f"unknown algorithm {algorithm!r}; expected one of {ALGORITHMS}")
+    if selection != "all":
+        raise ValueError(f"unknown selection {selection!r}; expected one of {SELECTIONS}")
     kept = graded
     pf = p_format(cnt["answer_tags"], cnt["turns"], cnt["answered"])
     m = roc_metrics(rewards, kept, cnt["tool_calls"] - cnt["infra_errors"], cnt["tool_failures"], pf, cnt["answer_tags"])

@@ -180,15 +180,20 @@ def test_records_default_to_every_prompt_on_tiny_and_a_sample_on_the_paper_profi
 @pytest.mark.parametrize(("key", "value", "names"), [("algorithm.name", "grpo", 'algorithm.selection ("grpo_roc" is'),
                                                      ("algorithm.roc_with_gae", True, 'algorithm.selection = "roc" with')])
 def test_a_retired_key_is_refused_naming_what_replaces_it(key, value, names, tmp_path):
-    """Issue #43: one meaning per knob; the old keys say which key took their place, from --set and from a file."""
+    """Issue #43: one meaning per knob; the old keys say which key took their place (profiles, --set)."""
     with pytest.raises(ConfigError, match=f"config key '{key}' is retired: use {re.escape(names)}"):
         load("smoke", {key: value}, write=False)
-    old = load("smoke", write=False).to_dict()
-    section, field = key.split(".")
-    old[section][field] = value
-    (tmp_path / "config.json").write_text(json.dumps(old))
-    with pytest.raises(ConfigError, match=f"config.json: config key '{key}' is retired"):
-        from_json(tmp_path / "config.json")
+
+
+@pytest.mark.parametrize(("old", "selection"), [({"name": "grpo_roc"}, "roc"), ({"name": "grpo"}, "all"),
+                                                ({"name": "grpo_roc", "adv_estimator": "gae"}, "all"),
+                                                ({"name": "grpo_roc", "adv_estimator": "gae", "roc_with_gae": True}, "roc")])
+def test_a_config_json_written_before_the_rename_is_read_with_the_same_meaning(old, selection, tmp_path):
+    stored = load("smoke", write=False).to_dict()
+    del stored["algorithm"]["selection"]
+    stored["algorithm"].update(old)
+    (tmp_path / "config.json").write_text(json.dumps(stored))
+    assert from_json(tmp_path / "config.json").algorithm.selection == selection
 
 
 @pytest.mark.parametrize(("fields", "label", "n"), [({}, "grpo_roc", "oversample"), ({"selection": "all"}, "grpo", "group_size"),
@@ -196,4 +201,4 @@ def test_a_retired_key_is_refused_naming_what_replaces_it(key, value, names, tmp
                                                     ({"adv_estimator": "gae"}, "ppo_roc", "oversample")])
 def test_an_arm_s_label_follows_from_its_selection_and_estimator(fields, label, n):
     algo = dataclasses.replace(load("smoke", write=False).algorithm, **fields)
-    assert algo.label == label and sampling_plan(algo) == (getattr(algo, n), "grpo_roc" if "roc" in label else "grpo", label)
+    assert algo.label == label and sampling_plan(algo) == (getattr(algo, n), "roc" if "roc" in label else "all", label)

@@ -83,7 +83,7 @@ def test_each_study_has_its_report_page_text_and_a_resolvable_dry_run():
         studies.resolve("kit.bridge.study_runs")
 
 
-def test_a_study_from_outside_the_kit_is_named_by_module_and_attribute():
+def test_a_study_from_outside_the_kit_is_named_by_module_and_attribute(monkeypatch):
     assert studies.plugin_studies("") == () and studies.plugin_studies(" , ") == ()
     with pytest.raises(ValueError, match="KIT_STUDIES: 'toy' is not 'module:attribute'"):
         studies.plugin_studies("toy")
@@ -93,6 +93,11 @@ def test_a_study_from_outside_the_kit_is_named_by_module_and_attribute():
         studies.plugin_studies("kit.studies:RETOOL")
     with pytest.raises(ImportError):
         studies.plugin_studies("no_such_module_here:STUDY")
+    for bad in ({"key": "figures"}, {"key": "a/b"}, {"notebook": "07_behavior_analysis"}):
+        fields = {"key": "toy", "section": "Toy", "notebook": "90_toy", **bad}
+        monkeypatch.setattr(studies, "_probe", dataclasses.replace(studies.RETOOL, **fields), raising=False)
+        with pytest.raises(ValueError, match="must be a plain identifier|is a notebook of the kit's series"):
+            studies.plugin_studies("kit.studies:_probe")
 
 
 def test_a_study_s_own_claims_file_holds_only_its_section(tmp_path, monkeypatch):

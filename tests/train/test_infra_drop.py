@@ -18,7 +18,7 @@ def test_the_trainer_leaves_ungraded_rows_out_of_the_update():
     rewards = np.array([[1.0, 1.0, 0.0, 0.0]])
     batch = Batch(probs, trajs, rewards, [["correct", "correct", "wrong", "infra_error"]], 0.0, 0.0, 0.0)
     cfg = rl_cfg()
-    kept, _ = rl.select(cfg, batch, "grpo", seed=0)
+    kept, _ = rl.select(cfg, batch, "all", seed=0)
     assert kept.tolist() == [0, 1, 2]
     adv = rl.advantages(cfg, batch, kept)
     # the group's mean and std are those of (1, 1, 0): the 0 of row 3 is not the model's
@@ -26,7 +26,7 @@ def test_the_trainer_leaves_ungraded_rows_out_of_the_update():
     assert torch.allclose(adv.float(), expected.float()) and float(adv[2]) < 0
     # without the infra row's verdict the same batch keeps every row (the old behaviour)
     batch.verdict_reasons = [["correct", "correct", "wrong", "wrong"]]
-    assert rl.select(cfg, batch, "grpo", seed=0)[0].tolist() == [0, 1, 2, 3]
+    assert rl.select(cfg, batch, "all", seed=0)[0].tolist() == [0, 1, 2, 3]
 
 
 def test_roc_selects_among_the_graded_rows_only():
@@ -37,6 +37,6 @@ def test_roc_selects_among_the_graded_rows_only():
     reasons = [["correct"] * 4 + ["infra_error", "wrong", "infra_error", "wrong"]]
     batch = Batch(probs, trajs, rewards, reasons, 0.0, 0.0, 0.0)
     cfg = rl_cfg(**{"algorithm.roc_mode": "rank"})
-    kept, _ = rl.select(cfg, batch, "grpo_roc", seed=0)
+    kept, _ = rl.select(cfg, batch, "roc", seed=0)
     assert kept.size == 4 and not {4, 6} & set(kept.tolist())
     assert {5, 7} & set(kept.tolist())  # a negative is kept: the graded ones

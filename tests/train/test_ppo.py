@@ -32,7 +32,7 @@ def test_two_local_ppo_steps_train_the_critic_and_the_policy(policy, tmp_path, m
     monkeypatch.setattr(rollouts, "cut_truncated", lambda verdicts, trajectories: list(verdicts))  # the double decides
     cfg = rl_cfg(**{"algorithm.adv_estimator": "gae", "algorithm.selection": "all", "stages.stage1.steps": 2, "stages.stage1.checkpoint_every": 1,
                                 "critic.lr": 1e-3})
-    assert critic.sampling(cfg) == (cfg.algorithm.group_size, "grpo", "ppo")  # the override alone: no RoC
+    assert critic.sampling(cfg) == (cfg.algorithm.group_size, "all", "ppo")  # ReTool: no RoC
     rl.run_stage(cfg, "stage1", policy, tmp_path, evaluate=False)
     rows = common.metric_rows(tmp_path)
     assert [r["algorithm"] for r in rows] == ["ppo", "ppo"]
@@ -86,8 +86,8 @@ def test_feedback_tokens_contribute_nothing_to_the_value_or_the_policy_loss(poli
 
 def test_rl_step_refuses_gae_without_a_critic_and_roc_comes_back_only_when_asked():
     cfg = rl_cfg(**{"algorithm.adv_estimator": "gae", "algorithm.selection": "roc"})
-    assert critic.sampling(cfg) == (cfg.algorithm.oversample, "grpo_roc", "ppo_roc")
-    assert critic.sampling(rl_cfg()) == (cfg.algorithm.oversample, "grpo_roc", "grpo_roc")
+    assert critic.sampling(cfg) == (cfg.algorithm.oversample, "roc", "ppo_roc")
+    assert critic.sampling(rl_cfg()) == (cfg.algorithm.oversample, "roc", "grpo_roc")
     assert critic.open_critic(rl_cfg(), "/nonexistent/policy", "/nonexistent/run") is None
     from kit.rollout import run_coroutine
     from kit.train.step import rl_step

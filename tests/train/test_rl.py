@@ -57,24 +57,24 @@ def test_select_grpo_keeps_all_roc_keeps_g_and_prefers_clean_positives():
     # one group of 2G = 8: 4 correct (2 with a failed call), 4 wrong
     rewards = [[1, 1, 1, 1, 0, 0, 0, 0]]
     trajs = [[_traj(2, 1), _traj(2, 1), _traj(1, 0), _traj(1, 0), _traj(), _traj(), _traj(), _traj()]]
-    kept, m = rl.select(cfg, _batch(rewards, trajs), "grpo_roc", seed=0)
+    kept, m = rl.select(cfg, _batch(rewards, trajs), "roc", seed=0)
     assert kept.size == 4
     assert m["tool_error_ratio_correct_before"] == pytest.approx(2 / 6)
     assert m["tool_error_ratio_correct_after"] == 0.0  # the two clean positives are kept
-    kept_all, m_all = rl.select(cfg, _batch(rewards, trajs), "grpo", seed=0)
+    kept_all, m_all = rl.select(cfg, _batch(rewards, trajs), "all", seed=0)
     assert kept_all.tolist() == list(range(8))
     assert m_all["tool_error_ratio_correct_after"] == m_all["tool_error_ratio_correct_before"]
-    with pytest.raises(ValueError, match="unknown algorithm"):
-        rl.select(cfg, _batch(rewards, trajs), "ppo", seed=0)
+    with pytest.raises(ValueError, match="unknown selection 'grpo_roc'"):  # the label is not a selection
+        rl.select(cfg, _batch(rewards, trajs), "grpo_roc", seed=0)
 
 
 def test_tool_error_ratio_is_undefined_without_correct_tool_calls():
     cfg = _cfg(**{"algorithm.roc_mode": "rank"})
     wrong = [[0] * 8]
-    _, m = rl.select(cfg, _batch(wrong, [[_traj(2, 1) for _ in range(8)]]), "grpo_roc", seed=0)
+    _, m = rl.select(cfg, _batch(wrong, [[_traj(2, 1) for _ in range(8)]]), "roc", seed=0)
     assert math.isnan(m["tool_error_ratio_correct_before"]) and math.isnan(m["tool_error_ratio_correct_after"])
     no_calls = [[1, 1, 0, 0, 0, 0, 0, 0]]
-    _, m = rl.select(cfg, _batch(no_calls, [[_traj(0, 0) for _ in range(8)]]), "grpo", seed=0)
+    _, m = rl.select(cfg, _batch(no_calls, [[_traj(0, 0) for _ in range(8)]]), "all", seed=0)
     assert math.isnan(m["tool_error_ratio_correct_before"])
     stats = batch_stats(_batch(wrong, [[_traj(2, 1) for _ in range(8)]]))
     assert math.isnan(stats["tool_error_ratio_correct"]) and stats["accuracy"] == 0.0

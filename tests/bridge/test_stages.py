@@ -107,8 +107,8 @@ def test_ablation_runs_one_stage1_per_algorithm(tmp_path):
     out = stages.run_ablation(cfg, d["ablation"], d["sft"], d["data"], cluster=CLUSTER, launcher=fake_verl(log),
                               merge_runner=fake_merger([]))
     assert sorted(out["runs"]) == ["grpo_roc_seed0", "grpo_seed0"]
-    algs = {json.loads((d["ablation"] / k / "config.json").read_text())["algorithm"]["name"] for k in out["runs"]}
-    assert algs == {"grpo", "grpo_roc"} and (d["ablation"] / "ablation.json").exists()
+    sels = {k: json.loads((d["ablation"] / k / "config.json").read_text())["algorithm"]["selection"] for k in out["runs"]}
+    assert sels == {"grpo_seed0": "all", "grpo_roc_seed0": "roc"} and (d["ablation"] / "ablation.json").exists()
     # each arm launches the caller's config with only seed, algorithm, steps, budget, split seed and run_dir replaced
     for stage, kw in log:
         arm = kw["config"]

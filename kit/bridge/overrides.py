@@ -255,7 +255,7 @@ def to_hydra_overrides(
         ("trainer.use_v1", True),
         ("trainer.v1.trainer_mode", "sync"),
         ("trainer.project_name", "rstar2-kit"),
-        ("trainer.experiment_name", f"{config.profile}-{stage}"),
+        ("trainer.experiment_name", config.tracker_name(stage)),
         ("trainer.logger", list(logger)),
         ("trainer.n_gpus_per_node", n_gpus_per_node),
         ("trainer.nnodes", nnodes),

@@ -47,7 +47,7 @@ def sft_command(cfg: Any, train_files: str, run_dir: str | os.PathLike, *, gpus_
         *([f"trainer.total_training_steps={s.steps}"] if s.steps else []),
         f"trainer.default_local_dir={run / 'checkpoints'}",
         "trainer.project_name=rstar2-kit",
-        f"trainer.experiment_name={cfg.profile}-sft",
+        f"trainer.experiment_name={cfg.tracker_name('sft')}",
         f"trainer.logger=[{','.join(dict.fromkeys((*cfg.logging.backends, 'file')))}]",  # file: verl/metrics.jsonl
         f"trainer.seed={cfg.seed}",
     ]

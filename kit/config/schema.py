@@ -425,6 +425,15 @@ class KitConfig:
         if resolved != self.stages.items:
             object.__setattr__(self, "stages", StagesConfig(resolved))
 
+    def tracker_name(self, stage: str) -> str:
+        """The run's name in the tracker (wandb, tensorboard, VERL's ``trainer.experiment_name``), the same
+        on both runtimes: ``<profile>-<stage>-<label>-seed<seed>`` for an RL stage
+        (``tiny-stage1-grpo_roc-seed3``) and ``<profile>-sft-seed<seed>`` for the cold start, so two arms
+        or seeds of one stage never share a tracker run (issue #43)."""
+        if stage == "sft":
+            return f"{self.profile}-sft-seed{self.seed}"
+        return f"{self.profile}-{stage}-{self.algorithm.label}-seed{self.seed}"
+
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (tuples become lists; ``stages`` a list of tables), as written to ``config.json``."""
         out = json.loads(json.dumps(dataclasses.asdict(self)))

@@ -151,7 +151,7 @@ async def _run_stage(cfg: KitConfig, stage_name: str, policy_dir: Path, run_dir:
     critic = open_critic(cfg, policy_dir, run_dir, reset_optimizer=stage.reset_optimizer)  # PPO ("gae") only
     writer = common.MetricsWriter(run_dir)
     writer.truncate(lambda r: not (r.get("stage") == stage_name and r.get("step", 0) > start))
-    tracker = tracking.open_tracker(cfg, run_dir, stage_name, algorithm=algorithm, seed=seed)  # [logging] backends
+    tracker = tracking.open_tracker(cfg, run_dir, stage_name)  # [logging] backends
     samples = run_dir / "samples.jsonl"
     if samples.exists():
         keep = [ln for ln in samples.read_text().splitlines() if ln and json.loads(ln)["step"] <= start]

@@ -211,7 +211,7 @@ class LocalTracker:
     Args:
         logging_cfg: :class:`kit.config.LoggingConfig`; its ``backends`` must not be empty.
         run_dir: the run folder; trackers write under ``run_dir/tracking``.
-        experiment: run name shown by the tracker (e.g. ``tiny-stage1``).
+        experiment: run name shown by the tracker (:meth:`kit.config.KitConfig.tracker_name`, e.g. ``tiny-stage1-grpo_roc-seed0``).
         config: the resolved kit config as a dict, recorded by wandb, mlflow and trackio.
     Raises:
         ValueError, ImportError: from :func:`check_backends`.
@@ -224,6 +224,7 @@ class LocalTracker:
             raise ValueError("LocalTracker needs at least one backend in logging.backends")
         check_backends(backends)
         self.backends = tuple(backends)
+        self.experiment = experiment  # the tracker run's name (VERL's trainer.experiment_name)
         self.dir = tracking_dir(run_dir)
         self.dir.mkdir(parents=True, exist_ok=True)
         # W&B's console lines (run start, history, sync hint: the README has it) would fill a training
@@ -286,18 +287,9 @@ class NullTracker:
         pass
 
 
-def experiment_name(cfg: KitConfig, stage: str, algorithm: str | None = None, seed: int | None = None) -> str:
-    """``<profile>-<stage>`` as the VERL runtime names its runs, plus ``-<algorithm>-seed<s>`` for a
-    run whose algorithm or seed differs from the config's (the ablation's arms)."""
-    name = f"{cfg.profile}-{stage}"
-    if (algorithm or cfg.algorithm.label) != cfg.algorithm.label or (cfg.seed if seed is None else seed) != cfg.seed:
-        name += f"-{algorithm or cfg.algorithm.label}-seed{cfg.seed if seed is None else seed}"
-    return name
-
-
-def open_tracker(cfg: KitConfig, run_dir: str | os.PathLike, stage: str, *, algorithm: str | None = None,
-                 seed: int | None = None) -> Any:
-    """The tracker of one local run (SFT or an RL stage) in ``run_dir``.
+def open_tracker(cfg: KitConfig, run_dir: str | os.PathLike, stage: str) -> Any:
+    """The tracker of one local run (SFT or an RL stage) in ``run_dir``, named
+    :meth:`kit.config.KitConfig.tracker_name` as VERL's runs are.
 
     Returns:
         :class:`LocalTracker` (VERL's tracker, its file loaded only now: ~0.1 s) over ``cfg.logging.backends``, or
@@ -307,4 +299,4 @@ def open_tracker(cfg: KitConfig, run_dir: str | os.PathLike, stage: str, *, algo
     """
     if not cfg.logging.backends:
         return NullTracker()
-    return LocalTracker(cfg.logging, run_dir, experiment_name(cfg, stage, algorithm, seed), cfg.to_dict())
+    return LocalTracker(cfg.logging, run_dir, cfg.tracker_name(stage), cfg.to_dict())

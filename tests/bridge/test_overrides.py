@@ -175,3 +175,22 @@ def test_rollout_records_of_an_arm_carry_the_label_its_local_rows_carry(fields, 
     cfg = load("paper-14b", write=False, overrides=fields)
     (value,) = [o.split("=", 1)[1] for o in to_hydra_overrides(cfg, "stage1") if "records_algorithm=" in o]
     assert value == label == sampling_plan(cfg.algorithm)[2]
+
+
+@pytest.mark.parametrize(("fields", "name"), [({}, "paper-14b-stage1-grpo_roc-seed0"),
+                                              ({"algorithm.selection": "all", "seed": 3}, "paper-14b-stage1-grpo-seed3"),
+                                              ({"algorithm.adv_estimator": "gae", "algorithm.selection": "all"},
+                                               "paper-14b-stage1-ppo-seed0")])
+def test_an_arm_s_tracker_run_has_its_label_and_seed_on_both_runtimes(fields, name, tmp_path):
+    """Issue #43: every arm of a stage was ``<profile>-<stage>`` in the tracker on both runtimes, so the
+    ablation's arms and seeds shared one wandb run. VERL's ``trainer.experiment_name`` and the local
+    tracker's name are now the one :meth:`KitConfig.tracker_name`."""
+    from kit.train import tracking
+
+    cfg = load("paper-14b", write=False, overrides={**fields, "logging.backends": ["file"]})
+    (value,) = [o.split("=", 1)[1] for o in to_hydra_overrides(cfg, "stage1") if o.startswith("trainer.experiment_name=")]
+    local = tracking.open_tracker(cfg, tmp_path, "stage1")
+    try:
+        assert value == name == local.experiment
+    finally:
+        local.finish()

@@ -30,7 +30,7 @@ import time
 
 import pandas as pd
 
-from kit.paths import data_file
+from kit.config.paths import data_file
 from kit.prompts import ANSWER_CLOSE, ANSWER_OPEN, REASON_CLOSE
 from kit.reward import Verifier, count_reasons
 

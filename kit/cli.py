@@ -21,7 +21,7 @@ Examples::
     python -m kit config --profile tiny stages
 
 Each verb's options are declared once, here; the work is done by the functions of
-:mod:`kit.pipeline` (:func:`kit.pipeline.reproduce`), :mod:`kit.report`, :mod:`kit.recipe`,
+:mod:`kit.pipeline` (:func:`kit.pipeline.reproduce`), :mod:`kit.report`, :mod:`kit.runtime.paper`,
 :mod:`kit.rollout.serve`, :mod:`kit.sandbox.selftest` and :mod:`kit.config.keyhelp`, imported only
 when their verb runs (``--help`` and ``config`` load neither torch nor papermill). Exit codes: 0 ok,
 1 the work failed (a notebook, the report; ``compare``: the runs differ), 2 bad arguments (the message names the option, key or
@@ -98,7 +98,7 @@ def _report(a: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _launch(a: argparse.Namespace, argv: list[str]) -> int:
-    from kit import recipe  # kit.bridge (VERL, Hydra): only for the paper-scale verbs
+    from kit.runtime import paper as recipe  # kit.bridge (VERL, Hydra): only for the paper-scale verbs
 
     if a.smoke:
         return recipe.smoke(a.run_dir or recipe.SMOKE_RUN_DIR, a.n_gpus_per_node or 1, a.dry_run)
@@ -109,7 +109,7 @@ def _launch(a: argparse.Namespace, argv: list[str]) -> int:
 
 
 def _prepare_data(a: argparse.Namespace, argv: list[str]) -> int:
-    from kit import recipe  # kit.bridge (VERL, Hydra): only for the paper-scale verbs
+    from kit.runtime import paper as recipe  # kit.bridge (VERL, Hydra): only for the paper-scale verbs
 
     for name, path in recipe.prepare_data(a.profile, a.run_dir).items():
         print(f"{name}: {path}")

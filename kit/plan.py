@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.config import KitConfig, StagesConfig, load
-from kit.paths import REPO_ROOT
+from kit.config.paths import REPO_ROOT
 from kit.studies import STUDIES
 
 REPORTS_ROOT = REPO_ROOT / "reports"

@@ -21,7 +21,7 @@ from typing import Any
 
 import pandas as pd
 
-from kit.paths import data_dir as resolve_data_dir
+from kit.config.paths import data_dir as resolve_data_dir
 from kit.report import latex_pdf
 from kit.sandbox import selftest
 
@@ -41,7 +41,7 @@ def preflight(data_dir: str = "") -> list[dict[str, str]]:
     """Check what the chain needs before the expensive steps run.
 
     Args:
-        data_dir: ``DataConfig.data_dir`` (empty: ``KIT_DATA_DIR`` or :func:`kit.paths.data_dir`'s default).
+        data_dir: ``DataConfig.data_dir`` (empty: ``KIT_DATA_DIR`` or :func:`kit.config.paths.data_dir`'s default).
     Returns:
         Rows ``{"check", "status" ("ok" | "missing" | "warning"), "detail"}``: Python packages
         (versions from their metadata, nothing heavy is imported), bubblewrap, xelatex, the

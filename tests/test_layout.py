@@ -36,7 +36,7 @@ PRIVATE_PENDING = {("kit.bridge.ray_sandbox", "kit.sandbox.workers", "_infra"): 
                    ("kit.bridge.verl_cpu.tiny_run", "kit.bridge.launch", "_task_rows"): "#15 (tiny_run's parquet rows)"}
 #: the only modules that may import kit.bridge (the rest of the kit runs without VERL)
 #: (kit.pipeline: the paper profiles' dry run; kit.pipeline.verl_runtime: the device check, the VERL CPU session)
-BRIDGE_IMPORTERS = {"kit.runtime.verl", "kit.recipe", "kit.pipeline", "kit.pipeline.verl_runtime"}
+BRIDGE_IMPORTERS = {"kit.runtime.verl", "kit.runtime.paper", "kit.pipeline", "kit.pipeline.verl_runtime"}
 
 
 @cache
@@ -228,13 +228,25 @@ def test_required_layout_exists():
         assert (ROOT / p).exists(), p
 
 
+#: the modules that may sit loose at the top of ``kit/`` (issue #43: everything else lives in a package)
+LOOSE_MODULES = {"__init__", "__main__", "cli", "fingerprint", "jsonio", "metrics", "plan", "preflight", "progress",
+                 "prompts"}
+
+
+def test_at_most_eight_loose_modules_at_the_top_of_kit():
+    """A new module goes into the package of its layer (DEVELOPERS.md's map), not beside ``kit/cli.py``."""
+    loose = {p.stem for p in KIT.glob("*.py")}
+    assert loose <= LOOSE_MODULES, f"new loose modules in kit/: {sorted(loose - LOOSE_MODULES)}"
+    assert len(loose - {"__init__", "__main__"}) <= 8
+
+
 #: a path beside or above the checkout: the shared folders (``../shared/...``, ``shared/data`` ...), an
 #: absolute path of this workplace, or code that climbs above the repository root
 OUTSIDE = re.compile(r"\.\./shared\b|(?<![\w/])shared/(?:data|research|reference|tools|hooks|STYLE)|/work/"
                      r"|REPO_ROOT\.parent|ROOT\.parent")
 #: where a path outside the repository is the point: the data directory's default (a run-time setting,
 #: ``KIT_DATA_DIR``) and its test; this file holds the rule's own examples
-OUTSIDE_ALLOWED = {"kit/paths.py", "tests/foundation/test_paths.py", "tests/test_layout.py"}
+OUTSIDE_ALLOWED = {"kit/config/paths.py", "tests/foundation/test_paths.py", "tests/test_layout.py"}
 
 
 def _named_outside(text: str) -> list[str]:

@@ -14,7 +14,7 @@ same VERL row schema). Stage 3's ``hard.parquet`` needs solve counts of the stag
 
 Config flows one way: every function takes the ``KitConfig`` it is given and never reloads a
 profile; ``cfg.run_dir`` (``runs/<profile>`` when empty) is the run folder. The command line
-that resolves a profile is :mod:`kit.recipe` (``python -m kit launch``); the chain across notebook run folders is
+that resolves a profile is :mod:`kit.runtime.paper` (``python -m kit launch``); the chain across notebook run folders is
 :mod:`kit.bridge.stages`. What it does not do: install SGLang (see README), or start or size a
 Ray cluster.
 """
@@ -149,7 +149,7 @@ def prepare_data(cfg: KitConfig, *, curated: CurationResult | None = None,
     Returns:
         ``{"train": path, "val": path}``.
     Raises:
-        kit.paths.DataFileMissing: a pool or benchmark file is absent (names it).
+        kit.config.paths.DataFileMissing: a pool or benchmark file is absent (names it).
     """
     run_dir = Path(run_dir_of(cfg))
     result = curated if curated is not None else curate_from_config(cfg.data)

@@ -45,7 +45,7 @@ class ModelConfig:
 class DataConfig:
     """Data directory, curation filters and the tiny task family (report §4.2)."""
 
-    data_dir: str = ""  # empty: KIT_DATA_DIR, else kit.paths' default beside the checkout
+    data_dir: str = ""  # empty: KIT_DATA_DIR, else kit.config.paths' default beside the checkout
     # the RL stages' pool (kit.data.pool): "curated" = <01 run>/data/curated.parquet (both runtimes),
     # "tasks" = the generated task family at each stage's difficulty (local runtime only),
     # "auto" = "tasks" on the local runtime, "curated" on VERL

@@ -138,7 +138,7 @@ def benchmark_index(benchmarks: Sequence[str], n: int = 8, data_dir: str | None 
 
     Raises:
         KeyError: an unknown benchmark name.
-        kit.paths.DataFileMissing: a benchmark file is absent.
+        kit.config.paths.DataFileMissing: a benchmark file is absent.
     """
     items = {}
     for name in benchmarks:

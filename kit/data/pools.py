@@ -38,7 +38,7 @@ from typing import Any
 
 import pyarrow.parquet as pq
 
-from kit.paths import data_file
+from kit.config.paths import data_file
 
 #: Pool names accepted by :func:`load_pool` (the values of ``DataConfig.train_pools``).
 POOLS = ("dapo", "gsm8k", "project_euler", "aime_history", "openmathreasoning")
@@ -117,7 +117,7 @@ def load_dapo(data_dir: str | Path | None = None) -> list[Problem]:
     Raises:
         PoolFormatError: a row without ``prompt[0].content`` or ``reward_model.ground_truth``,
             or a file that is not a readable parquet with those columns (names the file).
-        kit.paths.DataFileMissing: the parquet file is absent.
+        kit.config.paths.DataFileMissing: the parquet file is absent.
     """
     path = data_file("train/dapo_math_17k.parquet", override=data_dir)
     try:

@@ -35,7 +35,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from kit import paths, prompts
+from kit import prompts
+from kit.config import paths
 from kit.data.tasks import Demo, tool_call_text
 from kit.rollout.protocol import render_result, truncate_tokens
 from kit.sandbox import ToolCall, run_sync
@@ -316,7 +317,7 @@ def load_function_calling(names: Iterable[str], data_dir: str = "") -> list[Conv
 
     Raises:
         ValueError: an unknown set name.
-        kit.paths.DataFileMissing: a file is not in the data directory.
+        kit.config.paths.DataFileMissing: a file is not in the data directory.
     """
     out = []
     for name in names:

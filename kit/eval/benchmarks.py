@@ -31,7 +31,7 @@ from typing import Any
 import datasets
 import pyarrow.parquet as pq
 
-from kit.paths import data_file
+from kit.config.paths import data_file
 
 BENCHMARKS = ("aime24", "aime24_figures", "aime25", "math500", "hmmt25", "gpqa")
 _FILES = {
@@ -64,7 +64,7 @@ def benchmark_path(name: str, data_dir: str | Path | None = None, gpqa_path: str
 
     Raises:
         KeyError: unknown name. ValueError: ``gpqa`` without ``gpqa_path``.
-        kit.paths.DataFileMissing: the file is absent.
+        kit.config.paths.DataFileMissing: the file is absent.
     """
     if name == "gpqa":
         if not gpqa_path:
@@ -123,7 +123,7 @@ def load_benchmark(name: str, data_dir: str | Path | None = None, gpqa_path: str
         max_problems: keep the first N items (0 = all; ``EvalConfig.max_problems``).
     Raises:
         KeyError: unknown name. BenchmarkFormatError: a row without question or answer (names
-        file and row). kit.paths.DataFileMissing / FileNotFoundError: the file is absent.
+        file and row). kit.config.paths.DataFileMissing / FileNotFoundError: the file is absent.
     """
     path = benchmark_path(name, data_dir, gpqa_path)
     if name == "gpqa":

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 import kit
-from kit.paths import REPO_ROOT
+from kit.config.paths import REPO_ROOT
 
 
 def sha256_file(path: str | Path, chunk: int = 1 << 20) -> str:

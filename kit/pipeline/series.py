@@ -24,7 +24,7 @@ import nbformat
 
 from kit import OPENMP_SPINCOUNT, fingerprint
 from kit.config import load
-from kit.paths import REPO_ROOT
+from kit.config.paths import REPO_ROOT
 from kit.pipeline import overlap
 from kit.pipeline.failures import PipelineError, describe_failure, failed_cell, mark_not_run
 from kit.pipeline.kernels import KERNEL_NAME, QuietKernelManager, record_kernelspec

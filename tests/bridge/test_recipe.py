@@ -1,4 +1,4 @@
-"""kit.recipe (`python -m kit launch`) and kit.bridge.launch: prints the VERL command, writes what it points
+"""kit.runtime.paper (`python -m kit launch`) and kit.bridge.launch: prints the VERL command, writes what it points
 at, finds the Ray cluster, runs it."""
 
 import json
@@ -8,9 +8,10 @@ import sys
 
 import pytest
 
-from kit import cli, recipe
+from kit import cli
 from kit.bridge import launch
 from kit.config import load
+from kit.runtime import paper as recipe
 
 
 def _paper(run_dir=None, **over):

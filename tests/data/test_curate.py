@@ -4,6 +4,7 @@ import pandas as pd
 import pytest
 
 from kit.config import DataConfig
+from kit.config.paths import data_dir
 from kit.data.curate import (
     FILTERS,
     AnswerTooLarge,
@@ -17,7 +18,6 @@ from kit.data.curate import (
 )
 from kit.data.decontam import NgramIndex
 from kit.data.pools import Problem
-from kit.paths import data_dir
 
 
 @pytest.mark.parametrize("raw, value", [

@@ -2,8 +2,8 @@
 
 import pytest
 
+from kit.config.paths import data_dir
 from kit.data.decontam import NgramIndex, benchmark_index, ngrams, normalize_tokens
-from kit.paths import data_dir
 
 BENCH = ("Let $x$ and $y$ be positive reals with $xy = 12$. Find the least possible value of "
          "$x^2 + 3y^2$ and give its integer part.")

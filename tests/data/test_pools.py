@@ -6,8 +6,8 @@ import shutil
 
 import pytest
 
+from kit.config.paths import data_dir
 from kit.data import pools
-from kit.paths import data_dir
 
 REAL = data_dir()
 needs_data = pytest.mark.skipif(not (REAL / "train").is_dir(), reason=f"no shared data at {REAL}")

@@ -4,6 +4,7 @@ import csv
 
 import pytest
 
+from kit.config.paths import data_dir
 from kit.eval.benchmarks import (
     HMMT_SUFFIX,
     BenchmarkFormatError,
@@ -12,7 +13,6 @@ from kit.eval.benchmarks import (
     load_gpqa,
     strip_hmmt_suffix,
 )
-from kit.paths import data_dir
 
 needs_data = pytest.mark.skipif(not (data_dir() / "benchmarks").is_dir(), reason="no shared data")
 

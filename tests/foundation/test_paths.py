@@ -1,6 +1,6 @@
 import pytest
 
-from kit import paths
+from kit.config import paths
 
 
 def test_env_var_sets_data_dir(tmp_path, monkeypatch):

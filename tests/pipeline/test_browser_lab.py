@@ -35,7 +35,7 @@ from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.support.select import Select
 
 from kit import pipeline
-from kit.paths import REPO_ROOT
+from kit.config.paths import REPO_ROOT
 from kit.plan import Layout
 
 pytestmark = pytest.mark.browser

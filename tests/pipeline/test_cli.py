@@ -110,7 +110,7 @@ def test_unknown_verb_and_bad_option_are_named(capsys):
 
 
 def test_the_older_command_lines_are_gone():
-    """One command line: no `python -m kit.pipeline run`, `kit.recipe`, `kit.sandbox selftest`,
+    """One command line: no `python -m kit.pipeline run`, `kit.runtime.paper`, `kit.sandbox selftest`,
     `kit.rollout.serve`, `kit.report`; only kit/cli.py (and the verifier worker) builds a parser."""
     for package in ("kit.pipeline", "kit.sandbox"):
         assert importlib.util.find_spec(f"{package}.__main__") is None, package

@@ -8,7 +8,7 @@ import re
 import subprocess
 import sys
 
-from kit.paths import REPO_ROOT
+from kit.config.paths import REPO_ROOT
 
 
 class _Item:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 DEFAULT_SHARED_DATA = REPO_ROOT.parent / "shared" / "data"
 
 

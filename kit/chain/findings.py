@@ -9,7 +9,8 @@ and their direction), never a fixed sentence. Read from the run folder the noteb
   ``summary.json`` (held-out sampled reward);
 - :func:`ablation_findings`: every arm's ``metrics.jsonl`` under the ablation folder, per algorithm
   over its seeds (Figure 4's and Figure 9's quantities);
-- :func:`retool_findings`: ReTool's PPO arms of notebook 10 (its §3.3 behaviour keys) and their verdicts.
+- :func:`thirds`, :func:`column_mean`, :func:`bullets`, :func:`fmt`, :func:`plural`: the helpers a study's own
+  findings use (``kit.studies.retool.chain.retool_findings``).
 
 "First" and "last" are the means over the first and the last third of the steps (at least one step
 each), the same reading as the claims' first and last windows, without their intervals: the verdicts
@@ -29,14 +30,15 @@ import pandas as pd
 from kit.report.figures import collect_metrics, read_metrics
 
 
-def _windows(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, int]:
+def thirds(df: pd.DataFrame) -> tuple[pd.DataFrame, pd.DataFrame, int]:
     """The first and last third of ``df``'s rows ordered by ``step`` (at least one row each) and its width."""
     df = df.sort_values("step") if "step" in df else df
     k = max(1, len(df) // 3)
     return df.head(k), df.tail(k), k
 
 
-def _mean(df: pd.DataFrame, key: str) -> float:
+def column_mean(df: pd.DataFrame, key: str) -> float:
+    """The mean of ``df[key]`` as numbers (non-numbers skipped); NaN when the column is absent or empty."""
     if key not in df:
         return math.nan
     v = pd.to_numeric(df[key], errors="coerce").mean()
@@ -69,11 +71,13 @@ def _number(d: dict[str, Any], key: str) -> float:
     return float(v) if isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) else math.nan
 
 
-def _n(k: int, word: str) -> str:
+def plural(k: int, word: str) -> str:
+    """``1 seed``, ``3 seeds``."""
     return f"{k} {word}" if k == 1 else f"{k} {word}s"
 
 
-def _bullets(title: str, lines: list[str | None]) -> str:
+def bullets(title: str, lines: list[str | None]) -> str:
+    """Markdown: ``title`` in bold, then one bullet per line that is not None."""
     return "\n".join([f"**{title}**", "", *(f"- {line}." for line in lines if line)])
 
 
@@ -92,14 +96,14 @@ def sft_findings(run_dir: str | os.PathLike) -> str:
     run_dir = Path(run_dir)
     s = _summary(run_dir)
     if not (run_dir / "metrics.jsonl").exists() and s.get("engine") == "linked":
-        return _bullets("What this run showed", [
+        return bullets("What this run showed", [
             f"This run trained no cold start: its policy is linked from `{s.get('sft_checkpoint', '?')}` "
             "(`summary.json`), so there are no SFT steps to read here"])
     df = read_metrics(run_dir / "metrics.jsonl")
-    first, last, k = _windows(df)
+    first, last, k = thirds(df)
     acc, sampled, tool = (_number(s, key) for key in ("heldout_accuracy", "heldout_sampled_reward", "heldout_tool_rate"))
-    return _bullets(f"What this run showed ({_n(len(df), 'SFT step')}; first and last {_n(k, 'step')})", [
-        _change("The training loss", _mean(first, "loss"), _mean(last, "loss")),
+    return bullets(f"What this run showed ({plural(len(df), 'SFT step')}; first and last {plural(k, 'step')})", [
+        _change("The training loss", column_mean(first, "loss"), column_mean(last, "loss")),
         None if math.isnan(acc) else (f"On held-out task problems the policy answers {acc:.1%} correctly greedily "
                                       f"(tool allowed) and {sampled:.1%} when sampled at T = 1, the reward RL starts from"),
         None if math.isnan(tool) else f"It calls the tool on {tool:.0%} of held-out problems",
@@ -117,33 +121,33 @@ def stage_findings(run_dir: str | os.PathLike) -> str:
     """
     run_dir = Path(run_dir)
     df = read_metrics(run_dir / "metrics.jsonl")
-    first, last, k = _windows(df)
+    first, last, k = thirds(df)
     lines: list[str | None] = [
         _change("Training accuracy (the fraction of sampled trajectories the verifier accepts)",
-                _mean(first, "accuracy"), _mean(last, "accuracy")),
-        _change("The mean response length", _mean(first, "response_len_mean"), _mean(last, "response_len_mean"), 1,
+                column_mean(first, "accuracy"), column_mean(last, "accuracy")),
+        _change("The mean response length", column_mean(first, "response_len_mean"), column_mean(last, "response_len_mean"), 1,
                 " tokens"),
-        _change("The share of responses cut at the token budget", _mean(first, "truncation_ratio"),
-                _mean(last, "truncation_ratio")),
-        _change("Tool calls per trajectory", _mean(first, "tool_calls_per_traj"), _mean(last, "tool_calls_per_traj"), 2),
+        _change("The share of responses cut at the token budget", column_mean(first, "truncation_ratio"),
+                column_mean(last, "truncation_ratio")),
+        _change("Tool calls per trajectory", column_mean(first, "tool_calls_per_traj"), column_mean(last, "tool_calls_per_traj"), 2),
     ]
-    before, after = _mean(df, "tool_error_ratio_correct_before"), _mean(df, "tool_error_ratio_correct_after")
+    before, after = column_mean(df, "tool_error_ratio_correct_before"), column_mean(df, "tool_error_ratio_correct_after")
     if not (math.isnan(before) or math.isnan(after)):
         lines.append(f"Over all steps, correct trajectories had a tool-error ratio of {before:.3f} as sampled and "
                      f"{after:.3f} among those RoC kept: the selection {'lowered' if after < before else 'did not lower'} "
                      "the errors the update learns from")
         lines.append(_change("The sampled tool-error ratio among correct trajectories",
-                             _mean(first, "tool_error_ratio_correct_before"), _mean(last, "tool_error_ratio_correct_before")))
+                             column_mean(first, "tool_error_ratio_correct_before"), column_mean(last, "tool_error_ratio_correct_before")))
     else:
         lines.append("No step had a correct trajectory that called the tool, so RoC's tool-error ratio has no value here")
     s = _summary(run_dir)
     sampled = _number(s, "heldout_sampled_reward")
     if not math.isnan(sampled):
         lines.append(f"At the stage's end the held-out sampled reward (T = 1, the RL objective) is {sampled:.3f}")
-    title = f"What this run showed ({_n(len(df), 'step')}; first and last {_n(k, 'step')})"
+    title = f"What this run showed ({plural(len(df), 'step')}; first and last {plural(k, 'step')})"
     if len(df) < 3:
         title += ": too few steps to read a trend"
-    return _bullets(title, lines)
+    return bullets(title, lines)
 
 
 def ablation_findings(run_dir: str | os.PathLike) -> str:
@@ -161,15 +165,15 @@ def ablation_findings(run_dir: str | os.PathLike) -> str:
         raise ValueError(f"{run_dir}: ablation metrics need 'algorithm' and 'seed' columns")
     ends: dict[str, dict[int, dict[str, float]]] = {}
     for (alg, seed), arm in df.groupby(["algorithm", "seed"]):
-        _, last, _ = _windows(arm)
-        ends.setdefault(str(alg), {})[int(seed)] = {key: _mean(last, key) for key in (
+        _, last, _ = thirds(arm)
+        ends.setdefault(str(alg), {})[int(seed)] = {key: column_mean(last, key) for key in (
             "tool_error_ratio_correct_before", "accuracy", "response_len_mean")}
     lines: list[str | None] = []
     for alg in sorted(ends):
         arms = pd.DataFrame(ends[alg]).T
-        lines.append(f"`{alg}` ({_n(len(arms), 'seed')}, last third of each arm's steps): tool-error ratio among correct "
-                     f"trajectories {_fmt(arms['tool_error_ratio_correct_before'].mean())}, accuracy "
-                     f"{_fmt(arms['accuracy'].mean())}, response length {_fmt(arms['response_len_mean'].mean(), 1)} tokens")
+        lines.append(f"`{alg}` ({plural(len(arms), 'seed')}, last third of each arm's steps): tool-error ratio among correct "
+                     f"trajectories {fmt(arms['tool_error_ratio_correct_before'].mean())}, accuracy "
+                     f"{fmt(arms['accuracy'].mean())}, response length {fmt(arms['response_len_mean'].mean(), 1)} tokens")
     if {"grpo", "grpo_roc"} <= ends.keys():
         seeds = sorted(ends["grpo"].keys() & ends["grpo_roc"].keys())
         key = "tool_error_ratio_correct_before"
@@ -179,34 +183,9 @@ def ablation_findings(run_dir: str | os.PathLike) -> str:
             lower = sum(d > 0 for d in diffs)
             lines.append(f"RoC ended with the lower tool-error ratio on {lower} of {len(diffs)} seeds "
                          f"(GRPO minus RoC, mean {sum(diffs) / len(diffs):+.3f}); notebook 09 gives the interval and the verdict")
-    return _bullets("What this run showed", lines)
+    return bullets("What this run showed", lines)
 
 
-def retool_findings(run_dir: str | os.PathLike) -> str:
-    """Markdown: ReTool's comparison in ``run_dir`` (notebook 10): for the PPO arms, the first-third and
-    last-third means over seeds of ReTool's behaviour keys and accuracy, and the ReTool verdicts the
-    notebook wrote to ``verdicts.json`` (``{claim id: verdict}``; notebook 09 writes them to claims.json).
-
-    Raises:
-        kit.metrics.MetricsError: no ``metrics.jsonl`` under ``run_dir``, or a malformed one.
-    """
-    df = collect_metrics(sorted(Path(run_dir).glob("*_seed*/metrics.jsonl")))
-    keys = {"code_ratio": "code ratio", "code_lines_per_call": "code lines per call", "code_pass_rate": "code pass rate",
-            "self_correction_rate_correct": "self-correction rate of correct responses",
-            "first_call_position": "first-call position", "accuracy": "training accuracy"}
-    ends = {}
-    for seed, arm in df.groupby("seed"):
-        first, last, _ = _windows(arm)
-        ends[int(seed)] = {f"{k}_{w}": _mean(d, k) for k in keys for w, d in (("first", first), ("last", last))}
-    arms = pd.DataFrame(ends).T
-    lines: list[str | None] = [f"PPO ({_n(len(arms), 'seed')}), first third -> last third of each arm's steps: " + "; ".join(
-        f"{label} {_fmt(arms[f'{k}_first'].mean())} -> {_fmt(arms[f'{k}_last'].mean())}" for k, label in keys.items())]
-    verdicts = Path(run_dir) / "verdicts.json"
-    if verdicts.exists():
-        got = json.loads(verdicts.read_text())
-        lines.append("ReTool's pre-registered claims: " + ", ".join(f"`{k}` {v}" for k, v in got.items()))
-    return _bullets("What this run showed", lines)
-
-
-def _fmt(v: float, digits: int = 3) -> str:
+def fmt(v: float, digits: int = 3) -> str:
+    """``v`` with ``digits`` decimals, or an em dash for NaN."""
     return "—" if pd.isna(v) else f"{v:.{digits}f}"

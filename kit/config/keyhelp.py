@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from kit.config.checks import ConfigError
-from kit.config.loading import PROFILE_DIR
+from kit.config.loading import PROFILE_DIR, RETIRED_KEYS
 
 
 @dataclass(frozen=True)
@@ -180,6 +180,9 @@ def config_rows(cfg: Any, profile: str, key: str = "") -> list[KeyRow]:
         names = [name for name, _, _ in kids or []]
         match = next((k for k in kids or [] if part in (k[0], k[2] is None and getattr(k[1], "name", None))), None)
         if match is None:
+            retired = ".".join(parts[:i + 1])
+            if retired in RETIRED_KEYS:
+                raise ConfigError(f"config key '{retired}' is retired: use {RETIRED_KEYS[retired]}")
             where = ".".join(parts[:i]) or "the config"
             raise ConfigError(f"unknown config key {key!r}: {where} has " + (
                 f"no key {part!r}; its keys: {', '.join(names)}" if kids else "no keys under it (it is a value)"))

@@ -30,7 +30,7 @@ from __future__ import annotations
 import importlib
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +70,7 @@ class Study:
     key: str
     section: str
     notebook: str
-    upstream: Mapping[str, str]
+    upstream: Mapping[str, str] = field(hash=False)  # a dict: compared, not hashed
     product: str
     title: str
     what: str

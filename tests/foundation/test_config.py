@@ -7,6 +7,7 @@ import pytest
 from kit import config
 from kit.algo import sampling_plan
 from kit.config import ConfigError, from_json, load
+from kit.config.keyhelp import config_rows
 
 
 def test_tiny_profile_loads_with_tiny_values():
@@ -183,6 +184,8 @@ def test_a_retired_key_is_refused_naming_what_replaces_it(key, value, names, tmp
     """Issue #43: one meaning per knob; the old keys say which key took their place (profiles, --set)."""
     with pytest.raises(ConfigError, match=f"config key '{key}' is retired: use {re.escape(names)}"):
         load("smoke", {key: value}, write=False)
+    with pytest.raises(ConfigError, match=f"config key '{key}' is retired: use {re.escape(names)}"):
+        config_rows(load("smoke", write=False), "smoke", key)
 
 
 @pytest.mark.parametrize(("old", "selection"), [({"name": "grpo_roc"}, "roc"), ({"name": "grpo"}, "all"),

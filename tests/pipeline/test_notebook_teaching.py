@@ -14,9 +14,10 @@ from papermill.translators import PythonTranslator
 from kit import pipeline
 from kit.config import load
 
-#: training notebooks and the findings function their last cell shows
+#: training notebooks and the findings function their last cell shows (a study's own findings live in its wing)
 FINDINGS = {"02_cold_start_sft": "sft_findings", "03_rl_stage1": "stage_findings", "04_rl_stage2": "stage_findings",
-            "05_rl_stage3": "stage_findings", "06_roc_ablation": "ablation_findings", "10_retool": "retool_findings"}
+            "05_rl_stage3": "stage_findings", "06_roc_ablation": "ablation_findings",
+            "10_retool": "kit.studies.retool.chain:retool_findings"}
 #: training notebooks that end with the rollout explorer (issue #32), after their findings
 EXPLORED = ("03_rl_stage1", "06_roc_ablation")
 #: config fields a notebook may take as parameters: the run's identity and folders, which ``load`` takes too
@@ -59,8 +60,9 @@ def test_training_notebooks_open_with_the_method_and_end_with_this_run_s_finding
     if name in EXPLORED:  # then the explorer: the static export and the widget, thin calls into kit.explore
         assert "export_html(run_dir)" in code[-1].source and "explore(run_dir)" in code[-1].source
         assert nb.cells[-1] is code[-1]
-    assert f"from kit.chain.findings import {FINDINGS[name]}" in last.source
-    assert f"Markdown({FINDINGS[name]}(run_dir))" in last.source
+    module, _, function = FINDINGS[name].rpartition(":")
+    assert f"from {module or 'kit.chain.findings'} import {function}" in last.source
+    assert f"Markdown({function}(run_dir))" in last.source
     assert all(not c.get("outputs") for c in nb.cells if c.cell_type == "code"), "commit notebooks without outputs"
 
 

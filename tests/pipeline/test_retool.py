@@ -8,7 +8,6 @@ import math
 from pathlib import Path
 
 from kit.analysis import code_behaviour
-from kit.chain.findings import retool_findings
 from kit.config import load
 from kit.plan import ablation_arms, retool_arms
 from kit.report.figures import copy_study_figures
@@ -63,7 +62,7 @@ def test_figure_findings_and_verdicts_from_synthetic_arms(tmp_path):
     assert verdicts["retool_code_ratio_rises"] == "reproduced" and verdicts["retool_self_correction_after_rl"] == "reproduced"
     assert verdicts["retool_ppo_accuracy_not_far_below_roc"] == "reproduced"  # equal accuracy: 0 > -0.10
     (root / "retool" / "verdicts.json").write_text(json.dumps(verdicts))
-    text = retool_findings(root / "retool")
+    text = retool.retool_findings(root / "retool")
     assert "PPO (3 seeds" in text and "code ratio 0.8" in text and "retool_code_ratio_rises` reproduced" in text
     retool.save_figure(fig, root / "retool", "retool_behaviour", formats=("png",))
     copies = copy_study_figures({"retool": root / "retool", "agent_r": root / "agent_r"}, root / "figures")

@@ -38,6 +38,7 @@ def test_each_study_is_a_series_entry_with_its_folder_claims_job_and_dry_run(stu
         assert overlap.STANDARD_JOBS[study.notebook].argv[-1] == study.job and importlib.util.find_spec(study.job)
     assert (study.notebook in pipeline.LAUNCHES_VERL) == study.launches_verl
     assert callable(studies.resolve(study.dry_run))
+    assert len({study, studies.by_key(study.key)}) == 1  # a record is hashable (its upstream dict is not hashed)
 
 
 def test_notebook_09_takes_one_folder_per_study_and_reads_its_figures():

@@ -16,6 +16,7 @@ job runs (:mod:`kit.studies.retool.job`), with the same parameters; a finished a
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -25,6 +26,7 @@ import pandas as pd
 
 from kit import claims, jsonio, runtime
 from kit.analysis import code_behaviour
+from kit.chain.findings import bullets, column_mean, fmt, plural, thirds
 from kit.chain.policies import sample_trajectories
 from kit.config import KitConfig, load
 from kit.metrics import read_rows
@@ -145,3 +147,29 @@ def last_rows(run_dir: str | os.PathLike) -> pd.DataFrame:
         if got:
             rows.append({"arm": f.parent.name, **{k: got[-1].get(k) for k in ("step", "accuracy", *code_behaviour.KEYS)}})
     return pd.DataFrame(rows)
+
+
+def retool_findings(run_dir: str | os.PathLike) -> str:
+    """Markdown: ReTool's comparison in ``run_dir`` (notebook 10): for the PPO arms, the first-third and
+    last-third means over seeds of ReTool's behaviour keys and accuracy, and the ReTool verdicts the
+    notebook wrote to ``verdicts.json`` (``{claim id: verdict}``; notebook 09 writes them to claims.json).
+
+    Raises:
+        kit.metrics.MetricsError: no ``metrics.jsonl`` under ``run_dir``, or a malformed one.
+    """
+    df = collect_metrics(sorted(Path(run_dir).glob("*_seed*/metrics.jsonl")))
+    keys = {"code_ratio": "code ratio", "code_lines_per_call": "code lines per call", "code_pass_rate": "code pass rate",
+            "self_correction_rate_correct": "self-correction rate of correct responses",
+            "first_call_position": "first-call position", "accuracy": "training accuracy"}
+    ends = {}
+    for seed, arm in df.groupby("seed"):
+        first, last, _ = thirds(arm)
+        ends[int(seed)] = {f"{k}_{w}": column_mean(d, k) for k in keys for w, d in (("first", first), ("last", last))}
+    arms = pd.DataFrame(ends).T
+    lines: list[str | None] = [f"PPO ({plural(len(arms), 'seed')}), first third -> last third of each arm's steps: " + "; ".join(
+        f"{label} {fmt(arms[f'{k}_first'].mean())} -> {fmt(arms[f'{k}_last'].mean())}" for k, label in keys.items())]
+    verdicts = Path(run_dir) / "verdicts.json"
+    if verdicts.exists():
+        got = json.loads(verdicts.read_text())
+        lines.append("ReTool's pre-registered claims: " + ", ".join(f"`{k}` {v}" for k, v in got.items()))
+    return bullets("What this run showed", lines)

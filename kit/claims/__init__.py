@@ -48,7 +48,7 @@ import yaml
 
 from kit import fingerprint, jsonio
 from kit.claims.files import Missing, RunDirs
-from kit.claims.kinds import KINDS
+from kit.claims.kinds import all_kinds
 from kit.claims.results import DEFAULT_SECTION, ROLES, VERDICTS, ClaimResult, TestResult
 from kit.config import ConfigError, available_profiles, load
 from kit.metrics import DECLARED
@@ -120,6 +120,7 @@ def _checked(data: Any, p: Path, preconditions: set[str], section: str = "") -> 
     claims = (data or {}).get("claims")
     if not isinstance(claims, list) or not claims:
         raise ClaimsError(f"{p}: expected a non-empty 'claims' list")
+    kinds = all_kinds()
     for i, c in enumerate(claims):
         where = f"{p}: claim {c.get('id', i) if isinstance(c, dict) else i}"
         if not isinstance(c, dict):
@@ -142,8 +143,8 @@ def _checked(data: Any, p: Path, preconditions: set[str], section: str = "") -> 
                     raise ClaimsError(f"{where}, test {t.get('name', '?')!r}: missing key {k!r}")
             if t["comparison"] not in (">", "<"):
                 raise ClaimsError(f"{where}, test {t['name']!r}: comparison must be '>' or '<', got {t['comparison']!r}")
-            if t["kind"] not in KINDS:
-                raise ClaimsError(f"{where}, test {t['name']!r}: unknown kind {t['kind']!r}; known: {sorted(KINDS)}")
+            if t["kind"] not in kinds:
+                raise ClaimsError(f"{where}, test {t['name']!r}: unknown kind {t['kind']!r}; known: {sorted(kinds)}")
             for field in KEY_FIELDS:
                 if field in t and t[field] not in DECLARED:
                     raise ClaimsError(f"{where}, test {t['name']!r}: {field} {t[field]!r} is not a key kit.metrics "
@@ -226,6 +227,7 @@ def evaluate_claims(dirs: RunDirs, claims: Sequence[Mapping[str, Any]] | None = 
     """
     claims = load_claims() if claims is None else claims
     pre = evaluate_preconditions(dirs) if preconditions is None else preconditions
+    kinds = all_kinds()
     out = []
     for c in claims:
         failed = [f"{name} ({pre[name]['reason']})" for name in c.get("requires") or []
@@ -235,7 +237,7 @@ def evaluate_claims(dirs: RunDirs, claims: Sequence[Mapping[str, Any]] | None = 
             res = TestResult(spec["name"], spec["kind"], spec["statistic"], spec["comparison"], float(spec["threshold"]),
                              note=_note(spec))
             try:
-                res = KINDS[spec["kind"]](dirs, spec, res)
+                res = kinds[spec["kind"]](dirs, spec, res)
             except Missing as exc:
                 res.verdict, res.reason = "inconclusive", f"not enough data: {exc}"
             if failed:  # what the run would have said stays in the reason

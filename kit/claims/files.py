@@ -98,7 +98,12 @@ def _json(path: Path) -> Any:
         raise Missing(f"{path}: not valid JSON ({exc.msg})") from exc
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
+def read_jsonl(path: Path) -> list[dict[str, Any]]:
+    """The rows of a run's JSON-lines file (a partial last line of a killed run skipped).
+
+    Raises:
+        Missing: the file is absent, not UTF-8 text, or holds no rows (a test is then inconclusive).
+    """
     if not path.exists():
         raise Missing(f"{path} not found")
     try:

@@ -13,8 +13,8 @@ from typing import Any
 
 import numpy as np
 
-from kit.claims.files import Missing, RunDirs, _json, _jsonl, _num
-from kit.claims.kinds_agent_r import KINDS as AGENT_R_KINDS
+from kit import studies
+from kit.claims.files import Missing, RunDirs, _json, _num, read_jsonl
 from kit.claims.results import TestResult
 from kit.claims.stats import (
     STEP_BATCHES,
@@ -50,7 +50,7 @@ def _arms(dirs: RunDirs, algorithm: str, folder: str = "ablation") -> dict[int, 
         tail = d.name[len(algorithm) + len("_seed"):]
         if not tail.isdigit() or not (d / "metrics.jsonl").exists():
             continue
-        rows = [r for r in _jsonl(d / "metrics.jsonl")
+        rows = [r for r in read_jsonl(d / "metrics.jsonl")
                 if folder != "ablation" or r.get("algorithm", algorithm) == algorithm]
         out[int(tail)] = sorted(rows, key=lambda r: r.get("step", 0))
     if not out:
@@ -274,7 +274,7 @@ def stat_stage_length_change(dirs: RunDirs, spec: Mapping[str, Any], res: TestRe
     """Mean of ``key`` over the steps of stage ``after`` minus over ``before``; Welch over batch means
     (:func:`kit.claims.stats.batch_means_welch`: consecutive steps are autocorrelated)."""
     def stage_rows(name):
-        rows = [r for r in _jsonl(dirs.folder(name) / "metrics.jsonl") if r.get("stage", name) == name]
+        rows = [r for r in read_jsonl(dirs.folder(name) / "metrics.jsonl") if r.get("stage", name) == name]
         if len(rows) < spec.get("min_steps", 1):
             raise Missing(f"{name}: {len(rows)} steps, the test needs at least {spec['min_steps']}")
         return np.array([_num(r.get(spec["key"])) for r in rows], dtype=float)
@@ -409,7 +409,7 @@ def stat_sft_samples(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) ->
 
 
 def _entropy_rows(dirs: RunDirs, checkpoint: str, spec) -> list[dict]:
-    rows = [r for r in _jsonl(dirs.analysis / "entropy_tokens.jsonl") if r.get("checkpoint") == checkpoint]
+    rows = [r for r in read_jsonl(dirs.analysis / "entropy_tokens.jsonl") if r.get("checkpoint") == checkpoint]
     if len(rows) < spec.get("min_trajectories", 1):
         raise Missing(f"{checkpoint}: {len(rows)} trajectories, the test needs at least {spec['min_trajectories']}")
     high = sum(int(r.get("high", 0)) for r in rows)
@@ -473,5 +473,27 @@ KINDS: dict[str, Callable[[RunDirs, Mapping[str, Any], TestResult], TestResult]]
     "sft_samples": stat_sft_samples,
     "entropy_share": stat_entropy_share,
     "entropy_share_diff": stat_entropy_share_diff,
-    **AGENT_R_KINDS,  # issue #34 (kit/claims/kinds_agent_r.py)
 }
+
+
+def all_kinds() -> dict[str, Callable[[RunDirs, Mapping[str, Any], TestResult], TestResult]]:
+    """:data:`KINDS` and every registered study's own kinds (:attr:`kit.studies.Study.claim_kinds`, e.g. Agent-R's
+    ``agent_r_diff``), resolved now (a study's kinds module is imported only when claims are judged).
+
+    Raises:
+        ValueError: a study's kinds are not a dict, or one reuses a kind name already taken (names both).
+        ImportError, AttributeError: a study's ``claim_kinds`` names no module or attribute.
+    """
+    out = dict(KINDS)
+    owner = dict.fromkeys(KINDS, "kit.claims.kinds")
+    for study in studies.STUDIES:
+        if not study.claim_kinds:
+            continue
+        own = studies.resolve(study.claim_kinds)
+        if not isinstance(own, Mapping):
+            raise ValueError(f"study {study.key!r}: claim_kinds {study.claim_kinds!r} is {type(own).__name__}, not a dict")
+        for name, fn in own.items():
+            if name in out:
+                raise ValueError(f"study {study.key!r}: claim kind {name!r} is already {owner[name]}'s")
+            out[name], owner[name] = fn, study.claim_kinds
+    return out

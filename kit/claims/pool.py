@@ -48,7 +48,7 @@ from typing import Any
 import numpy as np
 from scipy import stats
 
-from kit import fingerprint, jsonio
+from kit import fingerprint, jsonio, studies
 from kit.claims import ClaimsError, load_claims, read_claims
 from kit.claims.forest import over_seeds_page
 from kit.claims.over_seeds import environment_notes
@@ -58,7 +58,7 @@ from kit.plan import run_parameters
 
 __all__ = ["ARM_COMPARISONS", "BOOTSTRAP_FROM", "BOOTSTRAP_RESAMPLES", "POOLED_FILE", "SCHEMA", "holm",
            "interval_p", "pool_claims", "pool_runs", "pooled_interval", "probability_of_improvement",
-           "seeds_needed", "write_pooled"]
+           "arm_comparisons", "seeds_needed", "write_pooled"]
 
 SCHEMA = 1
 POOLED_FILE = "pooled_claims.json"
@@ -66,11 +66,15 @@ POOLED_FILE = "pooled_claims.json"
 BOOTSTRAP_FROM = 10
 BOOTSTRAP_RESAMPLES = 9999
 BOOTSTRAP_SEED = 0
-#: test kinds whose statistic is a difference of two arms (or two checkpoints) of one run
+#: the kit's test kinds whose statistic is a difference of two arms (or two checkpoints) of one run; a
+#: study adds its own (:attr:`kit.studies.Study.paired_kinds`, :func:`arm_comparisons`)
 ARM_COMPARISONS = frozenset({"ablation_paired_last", "heldout_rise", "heldout_no_drop", "heldout_non_inferior",
-                             "stage_length_change",
-                             "passk_gap", "passk_gap_closing", "entropy_share_diff", "agent_r_paired",
-                             "agent_r_diff"})
+                             "stage_length_change", "passk_gap", "passk_gap_closing", "entropy_share_diff"})
+
+
+def arm_comparisons() -> frozenset[str]:
+    """:data:`ARM_COMPARISONS` and every registered study's :attr:`~kit.studies.Study.paired_kinds`."""
+    return ARM_COMPARISONS.union(*(s.paired_kinds for s in studies.STUDIES))
 
 
 def _finite(values: Sequence[float]) -> np.ndarray:
@@ -280,7 +284,7 @@ def pool_claims(docs: Sequence[tuple[str, Mapping[str, Any]]], claims: Sequence[
                     "share_runs_reproduced": (sum(x == "reproduced" for x in verdicts) / len(verdicts)
                                               if verdicts else math.nan),
                     "seeds_needed": seeds_needed(vals, cmp_, thr)}
-            if t0["kind"] in ARM_COMPARISONS:
+            if t0["kind"] in arm_comparisons():
                 test["probability_of_improvement"] = probability_of_improvement(vals, cmp_)
             tests.append(test)
         out.append({"id": cid, "section": c0.get("section") or DEFAULT_SECTION, "source": c0["source"],

@@ -65,6 +65,11 @@ class Study:
         notebook_dir: the folder of its notebook (``""``: the kit's ``notebooks/``).
         claims_file: a YAML file of its own claims, all of ``section`` (``""``: they are in
             ``kit/reference/claims.yaml``; :func:`kit.claims.load_claims` reads both).
+        claim_kinds: ``"module:attribute"`` naming a dict of its own claim test kinds (kind name ->
+            ``f(RunDirs, spec, TestResult) -> TestResult``, as :data:`kit.claims.kinds.KINDS`); ``""``: it
+            uses the kit's. :func:`kit.claims.kinds.all_kinds` adds them.
+        paired_kinds: which of :attr:`claim_kinds` compare two arms or checkpoints of one run (pooled over
+            seeds as paired differences, :func:`kit.claims.pool.arm_comparisons`).
     """
 
     key: str
@@ -81,6 +86,8 @@ class Study:
     dry_run: str = ""
     notebook_dir: str = ""
     claims_file: str = ""
+    claim_kinds: str = ""
+    paired_kinds: tuple[str, ...] = ()
 
 
 RETOOL = Study(
@@ -103,7 +110,8 @@ AGENT_R = Study(
           "search budget, on good trajectories only, and samples every policy on the same held-out tasks "
           "(agent_r/policy_eval.jsonl)."),
     figures=(("agent_r_policies", "Agent-R's policies by iteration and one search tree"),),
-    dry_run="kit.bridge.study_runs:agent_r_dry_run")
+    dry_run="kit.bridge.study_runs:agent_r_dry_run", claim_kinds="kit.studies.agent_r.kinds:KINDS",
+    paired_kinds=("agent_r_diff",))
 
 #: the environment variable naming studies that live outside the kit (``module:attribute``, comma-separated)
 STUDIES_ENV = "KIT_STUDIES"
@@ -169,7 +177,7 @@ def by_section(section: str) -> Study | None:
 
 
 def resolve(dotted: str) -> Callable[..., Any]:
-    """The function ``"package.module:function"`` names (a study's :attr:`Study.dry_run`).
+    """The object ``"package.module:attribute"`` names (a study's :attr:`Study.dry_run`, :attr:`Study.claim_kinds`).
 
     Raises:
         ValueError: ``dotted`` is not ``module:function``.

@@ -1,9 +1,10 @@
-"""The Agent-R claim kind (kit/claims/kinds_agent_r.py) on hand-written policy_eval rows."""
+"""The Agent-R claim kind (kit/studies/agent_r/kinds.py, registered by its study record) on hand-written
+policy_eval rows."""
 
 import json
 
 from kit.claims import RunDirs, results
-from kit.claims.kinds import KINDS
+from kit.claims.kinds import all_kinds
 
 
 def _rows(policy, iteration, recover_p, n_problems=30, samples=4):
@@ -23,7 +24,7 @@ def _run(tmp_path, rows, spec):
     (d / "policy_eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     spec = {"comparison": ">", "threshold": 0.0, **spec}
     res = results.TestResult("t", "agent_r_diff", "s", spec["comparison"], spec["threshold"])
-    return KINDS["agent_r_diff"](RunDirs.under(tmp_path), spec, res)
+    return all_kinds()["agent_r_diff"](RunDirs.under(tmp_path), spec, res)
 
 
 def test_recovery_difference_and_last_iteration(tmp_path):

@@ -123,3 +123,26 @@ def test_a_moved_run_folder_keeps_its_finished_notebooks():
     assert state.same_parameters(nine, {"run_dir": str(new), "stage_dirs": [f"{new}/stage1"],
                                         "study_dirs": {"retool": f"{new}/retool"}}, new)
     assert state.relocated(f"{old}x/sft", old, str(new)) == f"{old}x/sft"  # a sibling folder is not inside
+
+
+def test_a_study_brings_its_own_claim_kinds_and_may_not_take_a_kit_kind_s_name(tmp_path, monkeypatch):
+    """Agent-R's ``agent_r_diff`` lives in its wing (kit/studies/agent_r/kinds.py) and reaches the claims through
+    its record; the toy study's ``toy_figures`` the same way, judged on a folder with one figure."""
+    from kit.claims import files, kinds, pool
+
+    assert "agent_r_diff" not in kinds.KINDS and kinds.all_kinds()["agent_r_diff"].__module__ == "kit.studies.agent_r.kinds"
+    assert "agent_r_diff" in pool.arm_comparisons()  # pooled as a paired difference
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "studies"))
+    toy = importlib.import_module("toy_study").STUDY
+    for module in (studies, claims, files):
+        monkeypatch.setattr(module, "STUDIES", (*studies.KIT_STUDIES, toy))
+    (tmp_path / "toy").mkdir()
+    (tmp_path / "toy" / "toy_figure.png").write_bytes(b"")
+    (claim,) = [c for c in claims.load_claims() if c.get("section") == "Toy"]
+    (res,) = claims.evaluate_claims(claims.RunDirs.under(tmp_path), [{**claim, "tests": claim["tests"][1:]}],
+                                    preconditions={})
+    assert (res.tests[0].kind, res.tests[0].value, res.tests[0].verdict) == ("toy_figures", 1.0, "reproduced")
+    clash = dataclasses.replace(toy, claim_kinds="kit.studies.agent_r.kinds:KINDS")
+    monkeypatch.setattr(studies, "STUDIES", (*studies.KIT_STUDIES, clash))
+    with pytest.raises(ValueError, match="study 'toy': claim kind 'agent_r_diff' is already kit.studies.agent_r"):
+        kinds.all_kinds()

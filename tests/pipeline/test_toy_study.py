@@ -44,6 +44,7 @@ def test_a_study_from_outside_the_kit_runs_in_the_series_and_gets_its_page(smoke
     doc = json.loads((run / "claims.json").read_text())
     (toy,) = [c for c in doc["claims"] if c["section"] == "Toy"]
     assert toy["id"] == "toy_heldout_reaches_the_claims" and toy["tests"][0]["value"] == 0.0
+    assert toy["tests"][1]["kind"] == "toy_figures" and toy["tests"][1]["verdict"] == "reproduced"  # its own kind
     pages = subprocess.run(["pdfinfo", str(run / "summary.pdf")], capture_output=True, text=True, check=True).stdout
     assert re.search(r"^Pages:\s+(\d+)$", pages, re.M).group(1) == "4"  # the kit's, ReTool's, Agent-R's, the toy's
     last = subprocess.run(["pdftotext", "-f", "4", "-l", "4", str(run / "summary.pdf"), "-"],

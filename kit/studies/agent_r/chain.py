@@ -4,7 +4,7 @@ Arms, each ``agent_r.iterations`` iterations from the cold-start policy (:mod:`k
 ``agent_r`` (revision + good trajectories) and ``good_only`` (good trajectories only: rejection-
 sampling fine-tuning from the same search budget); the third policy is the cold start itself.
 Every policy is sampled on the same held-out tasks (``policy_eval.jsonl``, the file the Agent-R
-claims read, :mod:`kit.claims.kinds_agent_r`).
+claims read, :mod:`kit.studies.agent_r.kinds`).
 
 Files in ``run_dir``: ``config.json``, ``search_cost.jsonl`` (per arm and iteration: rollouts, model
 turns sampled and replayed, sandbox calls run and replayed, the engine's prefill and reused

@@ -1,5 +1,5 @@
-"""A throwaway study that lives outside the kit (issue #43): a package, a notebook, a claims file and
-one :class:`kit.studies.Study` record, registered with ``KIT_STUDIES=toy_study:STUDY`` and nothing
+"""A throwaway study that lives outside the kit (issue #43): a package, a notebook, a claims file (with a
+test kind of its own) and one :class:`kit.studies.Study` record, registered with ``KIT_STUDIES=toy_study:STUDY`` and nothing
 else. tests/pipeline/test_toy_study.py runs it in the smoke series and finds its page in the report.
 
 It trains nothing: its notebook copies the cold start's held-out outcomes and draws one bar, and its
@@ -17,4 +17,4 @@ STUDY = Study(
     title="Toy study (a test fixture) on this run",
     what="Notebook 90_toy copies the cold start's held-out outcomes into its folder and draws them as one bar.",
     figures=(("toy_figure", "the toy study's one bar"),),
-    notebook_dir=str(HERE), claims_file=str(HERE / "claims.yaml"))
+    notebook_dir=str(HERE), claims_file=str(HERE / "claims.yaml"), claim_kinds="toy_study.kinds:KINDS")

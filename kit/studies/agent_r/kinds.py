@@ -1,5 +1,7 @@
 """The test kind of the Agent-R claims (issue #34): policies compared on held-out samples.
 
+Registered through the study record (:attr:`kit.studies.Study.claim_kinds`), not in :mod:`kit.claims`.
+
 Notebook 11 (:mod:`kit.studies.agent_r.chain`) samples every policy it compares (the cold start, the
 good-only baseline, each Agent-R iteration) on the same held-out problems and writes one row per
 trajectory to ``agent_r/policy_eval.jsonl``::
@@ -22,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from kit.claims.files import Missing, RunDirs, _jsonl
+from kit.claims.files import Missing, RunDirs, read_jsonl
 from kit.claims.results import TestResult
 from kit.claims.stats import bootstrap_ratio_diff_paired, decide
 
@@ -75,7 +77,7 @@ def stat_agent_r_diff(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -
     """
     if spec["measure"] not in MEASURES:
         raise KeyError(f"agent_r_diff: unknown measure {spec['measure']!r}; known: {sorted(MEASURES)}")
-    rows = _jsonl(dirs.folder("agent_r") / EVAL_FILE)
+    rows = read_jsonl(dirs.folder("agent_r") / EVAL_FILE)
     by = {side: _per_problem(_policy_rows(rows, spec[side]), spec["measure"]) for side in ("minuend", "subtrahend")}
     common = sorted(set(by["minuend"]) & set(by["subtrahend"]))
     parts = {}

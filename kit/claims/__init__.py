@@ -259,7 +259,7 @@ def write_claims(results: Sequence[ClaimResult], path: str | os.PathLike, *, pro
                  run: str = "", claims_file: str | os.PathLike | None = None, cfg: Any = None,
                  preconditions: Mapping[str, Any] | None = None) -> Path:
     """Write ``claims.json``: ``schema_version, profile, run, created_utc, claims_file,
-    claims_sha256, environment, repeatable, preconditions {name: evaluate_preconditions row}, counts
+    claims_sha256, study_claims_sha256 {study key: sha256 of its own claims file} (studies with one), environment, repeatable, preconditions {name: evaluate_preconditions row}, counts
     {verdict: n} (world checks left out), world_check_counts {verdict: n}, claims [ClaimResult.to_dict()]``
     (each claim's ``note``: what the claims file notes about it, for the reader of a verdict); returns the path.
     ``preconditions``: default evaluated on the run folder of ``path``.
@@ -279,6 +279,8 @@ def write_claims(results: Sequence[ClaimResult], path: str | os.PathLike, *, pro
     doc = {"schema_version": SCHEMA_VERSION, "profile": profile, "run": run,
            "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
            "claims_file": str(src), "claims_sha256": hashlib.sha256(src.read_bytes()).hexdigest() if src.exists() else None,
+           "study_claims_sha256": {s.key: hashlib.sha256(Path(s.claims_file).read_bytes()).hexdigest()
+                                   for s in STUDIES if s.claims_file and Path(s.claims_file).exists()},
            fingerprint.ENVIRONMENT_KEY: env, fingerprint.REPEATABLE_KEY: stamp, "preconditions": dict(preconditions),
            "counts": counts, "world_check_counts": world, "claims": [r.to_dict() for r in results]}
     p = Path(path)

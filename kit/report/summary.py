@@ -384,14 +384,16 @@ def section_page(root: str | os.PathLike, section: str, *, profile: str = "") ->
     world = len(everything) - len(mine)
     fig = Figure(figsize=(8.27, 11.69))
     fig.text(0.04, 0.982, title, fontsize=12, weight="bold", va="top")
-    head = (f"Profile {profile}: {len(mine)} {section} claims pre-registered in kit/reference/claims.yaml before any run "
+    source = Path(study.claims_file).name if study and study.claims_file else "kit/reference/claims.yaml"
+    head = (f"Profile {profile}: {len(mine)} {section} claims pre-registered in {source} before any run "
             "of them; " + ", ".join(f"{sum(c['verdict'] == v for c in mine)} {v}" for v in VERDICT_COLOR)
             + (f"; {world} world checks listed last, not counted" if world else "")
             + ". Same verdict rule as the first page. " + what)
     fig.text(0.04, 0.962, textwrap.fill(head, 160), fontsize=6.6, va="top", color="0.25", linespacing=1.3)
     top = _claims_table(fig, doc, section, 0.925, 0.5) - 0.015
-    for name, label in figs:
-        _figure_image(fig, (0.04, 0.03, 0.92, top - 0.03), root, name, label)
+    band = (top - 0.03) / max(1, len(figs))  # the figures share the space below the table, one band each
+    for i, (name, label) in enumerate(figs):
+        _figure_image(fig, (0.04, top - (i + 1) * band, 0.92, band - 0.01), root, name, label)
     return fig
 
 

@@ -206,3 +206,19 @@ def test_the_environment_lines_leave_the_claims_table_below_them(run, tmp_path):
     table_top = max(ax.get_window_extent(renderer).y1 for ax in fig.axes if ax.tables)
     assert table_top <= lowest
     assert max(t.get_window_extent(renderer).x1 for t in env) <= fig.bbox.width  # and inside the page
+
+
+def test_a_study_page_gives_each_of_its_figures_its_own_band_below_the_claims(run, monkeypatch):
+    """Issue #43: a study with several figures had them drawn over each other in one rectangle."""
+    import dataclasses
+
+    from kit import studies
+
+    two = dataclasses.replace(studies.RETOOL, figures=(("figure4_tool_errors", "a"), ("figure9_roc_ablation", "b")))
+    monkeypatch.setattr(summary, "by_section", lambda section: two if section == "ReTool" else None)
+    fig = summary.section_page(run, "ReTool", profile="tiny")
+    images = sorted((ax for ax in fig.axes if ax.images), key=lambda ax: -ax.get_position().y0)
+    assert len(images) == 2
+    (upper, lower) = (ax.get_position() for ax in images)
+    table_bottom = min(ax.get_position().y0 for ax in fig.axes if ax.tables)
+    assert lower.y1 <= upper.y0 and upper.y1 <= table_bottom

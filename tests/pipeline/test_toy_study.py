@@ -7,6 +7,7 @@ folder is relocatable, kit.pipeline.state), so only the toy notebook, 09 and the
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import re
@@ -43,6 +44,8 @@ def test_a_study_from_outside_the_kit_runs_in_the_series_and_gets_its_page(smoke
     assert (run / "figures" / "toy_figure.png").exists()
     doc = json.loads((run / "claims.json").read_text())
     (toy,) = [c for c in doc["claims"] if c["section"] == "Toy"]
+    own = ROOT / "tests" / "studies" / "toy_study" / "claims.yaml"
+    assert doc["study_claims_sha256"] == {"toy": hashlib.sha256(own.read_bytes()).hexdigest()}
     assert toy["id"] == "toy_heldout_reaches_the_claims" and toy["tests"][0]["value"] == 0.0
     assert toy["tests"][1]["kind"] == "toy_figures" and toy["tests"][1]["verdict"] == "reproduced"  # its own kind
     pages = subprocess.run(["pdfinfo", str(run / "summary.pdf")], capture_output=True, text=True, check=True).stdout

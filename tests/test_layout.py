@@ -154,6 +154,34 @@ def test_no_import_cycles_among_kit_modules():
     assert not cycles, "\n".join(" -> ".join(c) for c in cycles)
 
 
+#: DEVELOPERS.md's layers, lowest first: a module imports from its own layer or below (the longest matching
+#: prefix decides; ``kit/__init__.py`` and ``kit.studies``' registry are foundations, its study wings are not)
+LAYERS = (
+    ("foundations", ("kit.config", "kit.prompts", "kit.jsonio", "kit.metrics", "kit.progress", "kit.fingerprint",
+                     "kit.plan", "kit.studies")),
+    ("the method's parts", ("kit.sandbox", "kit.reward", "kit.algo", "kit.models", "kit.rollout", "kit.sched",
+                            "kit.sim", "kit.data", "kit.eval", "kit.analysis", "kit.records", "kit.explore")),
+    ("training and runtimes", ("kit.train", "kit.runtime", "kit.bridge")),
+    ("the recipe and its studies", ("kit.studies.retool", "kit.studies.agent_r", "kit.chain", "kit.claims",
+                                    "kit.report", "kit.pipeline", "kit.cli", "kit.preflight", "kit.__main__")),
+)
+
+
+def _layer(module: str) -> int:
+    """The index in :data:`LAYERS` of ``module`` (the longest prefix that names it; ``kit`` itself is 0)."""
+    found = [(len(p), i) for i, (_, prefixes) in enumerate(LAYERS) for p in prefixes if _is(module, [p])]
+    if module != "kit" and not found:
+        raise AssertionError(f"{module} is in no layer of tests/test_layout.py LAYERS (add it where DEVELOPERS.md puts it)")
+    return max(found)[1] if found else 0
+
+
+def test_no_module_imports_from_a_layer_above_its_own():
+    """Issue #43: no upward import, at any level (a lazy import is still a dependency)."""
+    offenders = [f"{m} ({LAYERS[_layer(m)][0]}) imports {t} ({LAYERS[_layer(t)][0]})"
+                 for m in _modules() for t in _targets(m) if _layer(t) > _layer(m)]
+    assert not offenders, offenders
+
+
 def test_no_module_imports_a_private_name_of_another_package():
     offenders = []
     for m in _modules():

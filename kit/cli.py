@@ -290,7 +290,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=int, default=0, help="warm workers (0: one per core)")
 
     p = verb("claims", _claims, "several runs' verdicts side by side, or pooled over seeds (`claims pool`)",
-             "Read each run folder's claims.json (notebook 09) and print, or write with --out, one row per claim of "
+             "Read each run folder's claims.json (notebook 20) and print, or write with --out, one row per claim of "
              "--section with one `statistic (interval) verdict` cell per run. `kit claims pool RUN...` judges every "
              "claim over the runs instead (kit.claims.pool: the unit is the pipeline seed, t interval over runs below "
              "10 runs, BCa bootstrap from 10, Holm over each paper's primary claims) and prints one row per test; "

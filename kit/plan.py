@@ -3,14 +3,14 @@
 One run of the notebook series lives in ``reports/<profile>/<run>/`` (:class:`Layout`): one run
 directory per notebook (``data/ sft/ <stage>/ ... ablation/ analysis/ eval/``, one folder per RL
 stage of the profile's ``[[stages]]`` list, ``stage1/ stage2/ stage3/`` for the paper's),
-``figures/`` and ``tables/`` (09), ``notebooks/`` (the executed copies), ``report.pdf`` and
+``figures/`` and ``tables/`` (20), ``notebooks/`` (the executed copies), ``report.pdf`` and
 ``pipeline_state.json``.
 
 The series is written once, in :func:`series`: each entry's notebook, folder, parameters, the
 upstream notebooks its parameters name and what it leaves for the notebooks after it. The RL
 stages are one entry each, in the profile's order: a stage with a notebook of its own
 (``notebooks/NN_rl_<stage>.ipynb``: 03-05 for the paper's three) runs it, any other stage runs the
-template ``notebooks/05_rl_stage.ipynb`` with its ``stage`` parameter (executed as
+template ``notebooks/05_rl_stage_n.ipynb`` with its ``stage`` parameter (executed as
 ``05_rl_<stage>``, after the stage before it). The runner (:mod:`kit.pipeline`) and the report
 builder (:mod:`kit.report`) both read this module; it imports neither.
 
@@ -36,7 +36,7 @@ REPORTS_ROOT = REPO_ROOT / "reports"
 STATE_FILE = "pipeline_state.json"
 NOTEBOOK_DIR = REPO_ROOT / "notebooks"
 #: the notebook a stage without a notebook of its own runs (its ``stage`` parameter names the stage)
-STAGE_TEMPLATE = "05_rl_stage"
+STAGE_TEMPLATE = "05_rl_stage_n"
 
 
 @dataclass(frozen=True)
@@ -145,12 +145,12 @@ class Entry:
             ``--until``'s prefix), e.g. ``"04_rl_stage2"``.
         notebook: the source notebook's file name without ``.ipynb`` (a stage without a notebook
             of its own: :data:`STAGE_TEMPLATE`).
-        folder: its run directory inside the run (``"stage2"``; ``""``: the run folder itself, 09).
+        folder: its run directory inside the run (``"stage2"``; ``""``: the run folder itself, 20).
         upstream: parameter -> the entry that writes that folder (a tuple: a list of folders, one per
-            entry; a dict: ``{key: folder}``, one per entry, 09's ``study_dirs``).
+            entry; a dict: ``{key: folder}``, one per entry, 20's ``study_dirs``).
         product: what it leaves in its folder for later notebooks (``""``: nothing they read).
         fixed: parameters besides ``profile, seed, overrides`` and the folders (``{"stage": ...}``).
-        seeded: whether it gets ``seed`` (09 trains nothing).
+        seeded: whether it gets ``seed`` (20 trains nothing).
         notebook_dir: the folder of its notebook (``""``: :data:`NOTEBOOK_DIR`; a study from outside the
             kit brings its own, :attr:`kit.studies.Study.notebook_dir`).
     """
@@ -204,10 +204,10 @@ def series(stages: Sequence[str]) -> list[Entry]:
                   {"sft_dir": "02_cold_start_sft", "rl_dir": last.name}, "entropy_tokens.jsonl"),
             Entry("08_evaluation", "08_evaluation", "eval",
                   {"policy_dir": last.name, "sft_dir": "02_cold_start_sft", "data_dir": "01_data_curation"}, "eval"),
-            # the related-work studies (kit.studies.STUDIES: ReTool's PPO arms, Agent-R), each before 09, which reads them
+            # the related-work studies (kit.studies.STUDIES: ReTool's PPO arms, Agent-R), each before 20, which reads them
             *(Entry(s.notebook, s.notebook, s.key, dict(s.upstream), s.product, notebook_dir=s.notebook_dir)
               for s in STUDIES),
-            Entry("09_figures_and_tables", "09_figures_and_tables", "",
+            Entry("20_figures_and_tables", "20_figures_and_tables", "",
                   {"stage_dirs": tuple(stage_entries), "ablation_dir": "06_roc_ablation", "eval_dir": "08_evaluation",
                    "sft_dir": "02_cold_start_sft", "analysis_dir": "07_behavior_analysis",
                    "study_dirs": {s.key: s.notebook for s in STUDIES}},
@@ -328,8 +328,8 @@ def require_upstream(notebook: str, *, profile: str | None = None, **dirs: str |
             latest notebook missing) when one pipeline run writes them all where the notebook looks
             (else how to point the parameters at a pipeline run's folders).
         KeyError: a parameter name is not one of the notebook's upstream parameters.
-        ValueError: a list parameter (09's ``stage_dirs``) has not one folder per producing notebook, or a
-            dict parameter (09's ``study_dirs``) not one folder per study key.
+        ValueError: a list parameter (20's ``stage_dirs``) has not one folder per producing notebook, or a
+            dict parameter (20's ``study_dirs``) not one folder per study key.
     """
     entries = _entries(profile)
     producers = entries[notebook].upstream if notebook in entries else {}

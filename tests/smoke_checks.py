@@ -116,7 +116,7 @@ def consistency_filter_and_passk_curves(lay, cfg) -> None:
     assert json.loads((ev / "passk" / "passk_curves.json").read_text())["problems"] == cfg.eval.passk_problems
     for ext in ("png", "pdf"):
         assert (ev / "passk" / f"passk_curves.{ext}").stat().st_size > 5000
-        assert (lay.root / "figures" / f"passk_curves.{ext}").exists()  # copied by 09
+        assert (lay.root / "figures" / f"passk_curves.{ext}").exists()  # copied by 20
 
 
 def figures_tables_and_report(lay) -> None:
@@ -144,7 +144,7 @@ def figures_tables_and_report(lay) -> None:
 
 
 def claims_file_and_summary_page(lay) -> None:
-    """Notebook 09 writes claims.json in its schema; smoke is too short to reproduce anything, so no
+    """Notebook 20 writes claims.json in its schema; smoke is too short to reproduce anything, so no
     verdict may say it did; the report opens with the one-page summary (issue #16)."""
     doc = claims.read_claims(lay.root / "claims.json")  # raises on a missing key or an unknown verdict
     assert doc["profile"] == lay.profile and doc["schema_version"] == claims.SCHEMA_VERSION
@@ -163,7 +163,7 @@ def claims_file_and_summary_page(lay) -> None:
 
 def retool_arms_and_inconclusive_verdicts(lay, cfg) -> None:
     """Notebook 10 (issue #33): a PPO arm per ablation seed (smoke: one) with ReTool's behaviour keys in
-    every row, its figure copied by 09 for the summary's ReTool page, and ReTool's claims, all
+    every row, its figure copied by 20 for the summary's ReTool page, and ReTool's claims, all
     inconclusive on a run this short (one seed, two steps), in its verdicts.json and in claims.json."""
     arms = [name for name, _ in plan.retool_arms(cfg)]
     assert arms and all(len(rows(lay.root / "retool" / a / "metrics.jsonl")) == cfg.ablation.steps for a in arms)
@@ -194,4 +194,4 @@ def agent_r_runs_both_arms_and_stays_inconclusive(lay, cfg) -> None:
     doc = claims.read_claims(lay.root / "claims.json")
     mine = [c for c in doc["claims"] if c["section"] == "Agent-R"]
     assert len(mine) == 4 and all(c["id"].startswith("agentr_") and c["verdict"] == "inconclusive" for c in mine)
-    assert (lay.root / "figures" / "agent_r_policies.png").stat().st_size > 5000  # drawn by 11, copied by 09
+    assert (lay.root / "figures" / "agent_r_policies.png").stat().st_size > 5000  # drawn by 11, copied by 20

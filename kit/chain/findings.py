@@ -14,7 +14,7 @@ and their direction), never a fixed sentence. Read from the run folder the noteb
 
 "First" and "last" are the means over the first and the last third of the steps (at least one step
 each), the same reading as the claims' first and last windows, without their intervals: the verdicts
-with intervals are notebook 09's (:mod:`kit.claims`).
+with intervals are notebook 20's (:mod:`kit.claims`).
 """
 
 from __future__ import annotations
@@ -182,7 +182,7 @@ def ablation_findings(run_dir: str | os.PathLike) -> str:
         if diffs:
             lower = sum(d > 0 for d in diffs)
             lines.append(f"RoC ended with the lower tool-error ratio on {lower} of {len(diffs)} seeds "
-                         f"(GRPO minus RoC, mean {sum(diffs) / len(diffs):+.3f}); notebook 09 gives the interval and the verdict")
+                         f"(GRPO minus RoC, mean {sum(diffs) / len(diffs):+.3f}); notebook 20 gives the interval and the verdict")
     return bullets("What this run showed", lines)
 
 

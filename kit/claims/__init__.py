@@ -315,7 +315,7 @@ def read_claims(path: str | os.PathLike) -> dict[str, Any]:
     """
     p = Path(path)
     if not p.exists():
-        raise ClaimsError(f"claims file not found: {p} (written by notebook 09)")
+        raise ClaimsError(f"claims file not found: {p} (written by notebook 20)")
     doc = json.loads(p.read_text())
     top = ("schema_version", "profile", "counts", "claims")
     if doc.get("schema_version", 0) >= 3:

@@ -53,7 +53,7 @@ class RunDirs:
             root: the pipeline run folder.
             stages: the RL stages: ``{name: folder}`` (an empty folder: ``root/<name>``) or names
                 (folders ``root/<name>``); default the paper's (``kit.config.StagesConfig().names``).
-            studies: ``{study key: folder}`` (notebook 09's ``study_dirs``); every registered study
+            studies: ``{study key: folder}`` (notebook 20's ``study_dirs``); every registered study
                 not given (or given empty) is ``root/<key>``.
             overrides: ``sft``, ``ablation``, ``eval``, ``analysis`` folders, or a study's by its key
                 (``retool=...``).

@@ -319,7 +319,7 @@ def _apply_holm(pooled: list[dict[str, Any]]) -> None:
 
 
 def pool_runs(runs: Sequence[str | os.PathLike]) -> dict[str, Any]:
-    """The pooled document of run folders (each with a ``claims.json``, notebook 09).
+    """The pooled document of run folders (each with a ``claims.json``, notebook 20).
 
     Returns:
         ``{schema_version, kind: "pooled", profile, created_utc, runs [{name, path, seed, environment_key,

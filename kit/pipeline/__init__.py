@@ -5,7 +5,7 @@ One run of the series lives in ``reports/<profile>/<run>/``::
     notebooks/NN_*.ipynb   the executed notebooks (with outputs; the sources in notebooks/ stay clean)
     data/ sft/ stage1/ stage2/ stage3/ ablation/ analysis/ eval/
                            one run directory per notebook; notebooks share state only through them
-    figures/ tables/       written by 09_figures_and_tables
+    figures/ tables/       written by 20_figures_and_tables
     report.pdf             built by :mod:`kit.report` after the last notebook
     pipeline_state.json    which notebooks finished, with their parameters and wall time
 
@@ -25,7 +25,7 @@ and ``session.json``. ``KIT_VERL_DEVICE`` set with ``runtime=local`` is ignored,
 (:func:`ignored_device_warning`).
 
 On the local runtime the RoC ablation's training (06) runs as a background job beside 03-05, 07
-and 08, which are latency-bound and leave a core idle; notebook 06 itself executes just before 09
+and 08, which are latency-bound and leave a core idle; notebook 06 itself executes just before 20
 and finds its arms trained (:mod:`kit.pipeline.overlap`; ``--no-overlap`` runs strictly in order). No other
 notebooks run in parallel. It does not track data files outside the run directory; delete the
 run folder or pass ``--force`` after changing the data directory (``KIT_DATA_DIR``).

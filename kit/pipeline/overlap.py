@@ -6,7 +6,7 @@ of two cores busy (tiny profile, seed 0: 03 used 176 CPU s in 190 s). The RoC ab
 needs only the SFT policy and the curated data, and is most of the series' CPU work. So the
 runner starts 06's training as a background job, at lower priority, as soon as 02 has finished,
 runs 03-05, 07 and 08 beside it, and executes notebook 06 itself just before the first notebook
-that reads its folder (10, then 09). ReTool's PPO arms (notebook 10, issue #33) are a second such job. By then the job has trained every arm, and the notebook finds them
+that reads its folder (10, then 20). ReTool's PPO arms (notebook 10, issue #33) are a second such job. By then the job has trained every arm, and the notebook finds them
 finished (:func:`kit.train.ablation.run_ablation` returns a finished arm's summary without
 training it) and draws its figures. If the job failed or was stopped, the notebook trains what
 is missing itself, resuming from the arms' checkpoints; a job is never the only place work happens.
@@ -73,7 +73,7 @@ STANDARD_JOBS: dict[str, Background] = {
 
 
 def mentions(parameters: dict[str, Any], run_dir: str) -> bool:
-    """Whether any parameter value (a list item, a dict value: 09's ``study_dirs``) is ``run_dir``: the
+    """Whether any parameter value (a list item, a dict value: 20's ``study_dirs``) is ``run_dir``: the
     notebook reads that folder."""
     for v in parameters.values():
         items = list(v.values()) if isinstance(v, dict) else v if isinstance(v, list | tuple) else [v]
@@ -86,7 +86,7 @@ def execution_order(names: Sequence[str], parameters: Sequence[dict[str, Any]],
                     deferred: Sequence[str]) -> list[int]:
     """Indices of the series in the order to execute it: each ``deferred`` notebook moves to just
     before the first later notebook whose parameters name its ``run_dir`` and that is already placed
-    (a deferred reader is placed after it: 06 before 10, both before 09; the end if none is);
+    (a deferred reader is placed after it: 06 before 10, both before 20; the end if none is);
     every other notebook keeps its place.
 
     Args:

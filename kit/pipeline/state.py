@@ -66,7 +66,7 @@ def relocated(value: Any, old: str, new: str) -> Any:
 def same_parameters(stored: dict[str, Any] | None, current: dict[str, Any], root: Path) -> bool:
     """Whether a notebook's ``stored`` parameters (its entry in ``pipeline_state.json``) are its ``current``
     ones in the run folder ``root``, up to where the run folder lies: the stored run folder is read off the
-    stored ``run_dir`` (the run folder itself for 09, else its parent)."""
+    stored ``run_dir`` (the run folder itself for 20, else its parent)."""
     if not isinstance(stored, dict) or not isinstance(stored.get("run_dir"), str):
         return stored == current
     now = json.loads(json.dumps(current))

@@ -417,7 +417,7 @@ class LiveCurves:
 
 def copy_figure(src_dir: str | os.PathLike, fig_dir: str | os.PathLike, name: str) -> list[Path]:
     """Copy ``src_dir/name.{png,pdf}`` (a figure a notebook drew into its run folder) into the
-    report's figures folder ``fig_dir`` (notebook 09), where the summary pages find it; returns the
+    report's figures folder ``fig_dir`` (notebook 20), where the summary pages find it; returns the
     copies ([] when there are none)."""
     found = [Path(src_dir) / f"{name}.{ext}" for ext in ("png", "pdf")]
     found = [p for p in found if p.exists()]
@@ -428,7 +428,7 @@ def copy_figure(src_dir: str | os.PathLike, fig_dir: str | os.PathLike, name: st
 
 def copy_study_figures(study_dirs: Mapping[str, str | os.PathLike], fig_dir: str | os.PathLike) -> dict[str, list[Path]]:
     """Copy each study's figures (:data:`kit.studies.STUDIES`, its ``figures``) from its run folder in
-    ``study_dirs`` (notebook 09's ``{study key: folder}``) into ``fig_dir``, where its summary page
+    ``study_dirs`` (notebook 20's ``{study key: folder}``) into ``fig_dir``, where its summary page
     finds them; returns ``{notebook: copies}`` ([] for a study that drew none).
 
     Raises:

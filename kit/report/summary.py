@@ -2,8 +2,8 @@
 other paper whose claims the run tests (ReTool's, issue #33; Agent-R's, issue #34: :func:`section_page`).
 
 One A4 page drawn with matplotlib (no TeX needed): the pre-registered claims with this run's
-statistic, 95% interval and verdict (``claims.json`` from notebook 09, else computed here with
-:mod:`kit.claims`), Figures 4, 8 and 9 (``figures/*.png`` of notebook 09), Tables 3-6 with this
+statistic, 95% interval and verdict (``claims.json`` from notebook 20, else computed here with
+:mod:`kit.claims`), Figures 4, 8 and 9 (``figures/*.png`` of notebook 20), Tables 3-6 with this
 run's value beside the paper's (``tables/*.csv``), what the profile cannot show, and at its foot links
 to the static rollout-explorer pages of the run (``<folder>/explorer.html``, :func:`explorer_pages`).
 Under its heading, the environment the run computed on and whether it is bitwise repeatable

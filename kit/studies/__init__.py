@@ -5,7 +5,7 @@ A study is a paper the kit reruns beside rStar2-Agent on the same seams (ReTool'
 its claims section in ``kit/reference/claims.yaml``, its page in the report. Everything that used to
 name the studies one by one reads this registry instead (issue #43):
 
-- the series (:func:`kit.plan.series`: one entry per study, before 09) and notebook 09's one
+- the series (:func:`kit.plan.series`: one entry per study, before 20) and notebook 20's one
   ``study_dirs`` parameter (``{study key: run folder}``);
 - the claims' run folders (:class:`kit.claims.RunDirs` ``studies``) and the summary's pages
   (:func:`kit.report.summary.section_page`: title, text, figures);
@@ -44,16 +44,16 @@ class Study:
 
     Attributes:
         key: its run folder inside a pipeline run (``reports/<profile>/<run>/<key>/``), its key in
-            notebook 09's ``study_dirs`` and its name in :meth:`kit.claims.RunDirs.folder` (a claim's
+            notebook 20's ``study_dirs`` and its name in :meth:`kit.claims.RunDirs.folder` (a claim's
             ``folder:``).
         section: its claims' ``section`` in ``kit/reference/claims.yaml`` (the report page's name).
         notebook: its notebook's stem in ``notebooks/`` (also its name in the series and in
             ``pipeline_state.json``).
         upstream: parameter -> the series entry whose run folder it reads (``{"sft_dir": COLD_START}``);
             the runner passes each folder explicitly.
-        product: the file its notebook leaves in its folder when done (what 09's upstream check looks for).
+        product: the file its notebook leaves in its folder when done (what 20's upstream check looks for).
         title, what: its report page's title and the paragraph saying what the notebook compares.
-        figures: ``(figure file stem, label)`` drawn by its notebook into its folder; notebook 09 copies
+        figures: ``(figure file stem, label)`` drawn by its notebook into its folder; notebook 20 copies
             them into ``figures/`` and its page shows them.
         job: a module run as ``python -m <job> '<papermill parameters as JSON>'`` in the background
             once :attr:`job_after` has finished (:mod:`kit.pipeline.overlap`); ``""``: none.
@@ -154,7 +154,7 @@ def plugin_studies(spec: str) -> tuple[Study, ...]:
     return tuple(out)
 
 
-#: the registry: every study of the series, in the order the series runs them (all before notebook 09):
+#: the registry: every study of the series, in the order the series runs them (all before notebook 20):
 #: the kit's own, then those :data:`STUDIES_ENV` names
 STUDIES: tuple[Study, ...] = (*KIT_STUDIES, *plugin_studies(os.environ.get(STUDIES_ENV, "")))
 

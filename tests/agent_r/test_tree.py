@@ -70,7 +70,7 @@ def test_notebook_11_teaches_and_closes_with_its_findings():
     from kit import plan
 
     assert "11_agent_r" in plan.SERIES and plan.SERIES.index("11_agent_r") < plan.SERIES.index(
-        "09_figures_and_tables")  # before 09, so that claims.json carries the Agent-R verdicts
+        "20_figures_and_tables")  # before 20, so that claims.json carries the Agent-R verdicts
     nb = nbformat.read(plan.NOTEBOOK_DIR / "11_agent_r.ipynb", as_version=4)
     opening = nb.cells[0].source
     assert "## The method" in opening and "## What to look at" in opening and r"\mathrm{UCT}(s)" in opening

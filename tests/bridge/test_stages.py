@@ -118,7 +118,7 @@ def test_ablation_runs_one_stage1_per_algorithm(tmp_path):
     assert (d["ablation"] / "grpo_seed0" / "metrics.jsonl").exists()
     # the readers of an ablation folder (figures 4 and 9, the claims) take every metrics.jsonl below it:
     # only the kit rows, not VERL's raw log beside them (before, verl/metrics.jsonl added rows without
-    # an algorithm and a `data` column to 06's and 09's frames)
+    # an algorithm and a `data` column to 06's and 20's frames)
     df = figures.collect_metrics(d["ablation"])
     assert len(df) == 4 and set(df["algorithm"]) == {"grpo", "grpo_roc"} and "data" not in df
 

@@ -1,4 +1,4 @@
-"""The whole `smoke` notebook chain 00-09 with ``runtime=verl`` through VERL's own trainer on CPU (issue #15).
+"""The whole `smoke` notebook chain 00-20 with ``runtime=verl`` through VERL's own trainer on CPU (issue #15).
 
 ``python -m kit reproduce --profile smoke --set runtime=verl`` with ``KIT_VERL_DEVICE=cpu`` (what
 ``kit reproduce`` runs): the runner wraps the whole papermill series in ONE kit session (private
@@ -63,7 +63,7 @@ def chain(tiny_verl_root, tmp_path_factory):
         code = cli.main(argv)
     seconds = time.perf_counter() - t0
     session = json.loads((lay.root / pipeline.VERL_SESSION_DIR / "session.json").read_text())
-    print(f"verl_cpu smoke chain 00-09: {seconds:.0f} s; session {session['timings']}; peak PSS "
+    print(f"verl_cpu smoke chain 00-20: {seconds:.0f} s; session {session['timings']}; peak PSS "
           f"{session['peak_pss_bytes'] / 2**30:.2f} GiB; sandbox workers steady {session['sandbox_workers_steady']}")
     log = lay.root / pipeline.VERL_SESSION_DIR / "chain.log"
     assert code == 0, f"the VERL smoke chain failed; chain log tail:\n{log.read_text()[-3000:]}"

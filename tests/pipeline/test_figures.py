@@ -166,7 +166,7 @@ def test_live_curves_split_groups_into_lines():
 
 def test_figure4_of_runs_that_never_logged_the_ratio_says_so(tmp_path):
     # VERL's rows (kit.bridge.metric_map.METRIC_MAP): the GRPO arm never has the key, a RoC step without a
-    # correct tool-calling trajectory neither; before, figure 4 raised MetricsError and stopped 06 and 09
+    # correct tool-calling trajectory neither; before, figure 4 raised MetricsError and stopped 06 and 20
     for alg in ("grpo", "grpo_roc"):
         (tmp_path / alg).mkdir()
         (tmp_path / alg / "metrics.jsonl").write_text(json.dumps({"step": 1, "algorithm": alg, "seed": 0,

@@ -64,10 +64,10 @@ def test_missing_upstream_is_one_line_naming_the_notebook_and_the_command(tmp_pa
                                               r"\(and the notebooks before\) first, or .*--until 02 "):
         empty = Layout.for_run("smoke", "empty", tmp_path)
         require_upstream("03_rl_stage1", init_dir=empty.dir("sft"), data_dir=empty.dir("data"))
-    # 09's list parameter: one producer per item
+    # 20's list parameter: one producer per item
     with pytest.raises(UpstreamMissing, match="04_rl_stage2 writes"):
         (tmp_path / "s1" / "policy").mkdir(parents=True)
-        require_upstream("09_figures_and_tables", stage_dirs=[tmp_path / "s1", tmp_path / "s2", tmp_path / "s3"])
+        require_upstream("20_figures_and_tables", stage_dirs=[tmp_path / "s1", tmp_path / "s2", tmp_path / "s3"])
     with pytest.raises(KeyError, match="no upstream parameter 'init_dir'"):
         require_upstream("07_behavior_analysis", init_dir=lay.dir("sft"))
     assert plan.pipeline_command(plan.REPORTS_ROOT / "tiny" / "lab" / "sft", "02") == \
@@ -108,7 +108,7 @@ def test_no_pipeline_command_is_offered_for_folders_no_pipeline_run_writes(tmp_p
     with pytest.raises(UpstreamMissing, match=r"`python -m kit reproduce --profile smoke --run a --until 04 "):
         require_upstream("05_rl_stage3", init_dir=a.dir("stage2"), data_dir=a.dir("data"))
     with pytest.raises(ValueError, match=r"stage_dirs takes 3 folders, one per notebook \(03_rl_stage1, "):
-        require_upstream("09_figures_and_tables", stage_dirs=[a.dir("stage1")])
+        require_upstream("20_figures_and_tables", stage_dirs=[a.dir("stage1")])
 
 
 def test_folders_of_another_profile_get_this_profile_s_command(tmp_path):

@@ -42,5 +42,5 @@ def test_the_command_line_runs_the_package(tmp_path):
                           "--reports-root", str(tmp_path)], capture_output=True, text=True, timeout=600, cwd=ROOT, env=env)
     assert res.returncode == 0, res.stderr
     assert "kit.pipeline (dry run): profile smoke" in res.stdout
-    assert "[12/12] 09_figures_and_tables:" in res.stdout  # 10_retool and 11_agent_r run before it (issues #33, #34)
+    assert "[12/12] 20_figures_and_tables:" in res.stdout  # 10_retool and 11_agent_r run before it (issues #33, #34)
     assert not any(tmp_path.iterdir())

@@ -1,6 +1,6 @@
 """Same code, same seed, same machine: the same result files, whatever else the machine runs (issue #41).
 
-The session's smoke chain (notebooks 00-09 and the report, ``tests/conftest.py::smoke_chain``) is run
+The session's smoke chain (notebooks 00-11, 20 and the report, ``tests/conftest.py::smoke_chain``) is run
 a second time with the same command into another folder while two busy loops keep both cores loaded
 (``smoke_chain_loaded``). Every result file (metrics, samples and rollout records, evaluation outputs,
 policy weights and trainer states, ``claims.json``, the tables' CSVs) must be byte-identical once the

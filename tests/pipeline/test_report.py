@@ -70,7 +70,7 @@ def _first_page_ink(pdf, tmp_path) -> float:
 def test_latex_route_merges_notebooks_with_figures(tmp_path):
     lay = Layout(root=tmp_path / "run", profile="smoke")
     _executed(lay, "01_data_curation", with_image=False)
-    _executed(lay, "09_figures_and_tables", with_image=True)
+    _executed(lay, "20_figures_and_tables", with_image=True)
     _executed(lay, "00_setup_and_sandbox_check", with_image=False)
     # issue #30: TeX outside math delimiters, in a Markdown cell and in a Markdown output, stopped xelatex
     # ("Missing $ inserted"); it is printed as the text the reader saw, math inside $...$ still typeset
@@ -93,13 +93,13 @@ def test_latex_route_merges_notebooks_with_figures(tmp_path):
     merged = builder.merge_notebooks(builder._executed_notebooks(lay), "t")
     heads = [c.source for c in merged.cells if c.source.startswith("# Notebook")]
     assert heads == ["# Notebook `00_setup_and_sandbox_check`", "# Notebook `01_data_curation`",
-                     "# Notebook `09_figures_and_tables`"]  # series order, not file order
+                     "# Notebook `20_figures_and_tables`"]  # series order, not file order
 
 
 @needs_poppler
 def test_fallback_without_tex_prints_notice_and_keeps_figures(tmp_path, monkeypatch, rl_metrics):
     lay = Layout(root=tmp_path / "run", profile="smoke")
-    _executed(lay, "09_figures_and_tables", with_image=False)
+    _executed(lay, "20_figures_and_tables", with_image=False)
     m = rl_metrics(tmp_path / "m" / "metrics.jsonl", stage="ablation", algorithm="grpo", seed=0, steps=3)
     figures.save_figure(figures.figure9_roc_ablation(m), lay.root / "figures", "figure9", formats=("png",))
     figures.save_figure(figures.figure4_tool_errors(m), lay.root / "figures", "figure4", formats=("png",))

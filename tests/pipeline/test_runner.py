@@ -91,12 +91,12 @@ def test_standard_series_passes_upstream_run_dirs(tmp_path):
     lay = Layout.for_run("smoke", "t", reports_root=tmp_path)
     series = pipeline.standard_series(lay)
     assert [r.name for r in series] == list(pipeline.SERIES)
-    assert len(series) == 12 and series[0].name.startswith("00_") and series[-1].name.startswith("09_")
+    assert len(series) == 12 and series[0].name.startswith("00_") and series[-1].name.startswith("20_")
     by = {r.name: r.parameters for r in series}
-    # ReTool's comparison (issue #33) and Agent-R (issue #34) run before 09, which reads their folders;
+    # ReTool's comparison (issue #33) and Agent-R (issue #34) run before 20, which reads their folders;
     # ReTool's training is a background job, Agent-R's search is not
-    assert [r.name for r in series][-3:] == ["10_retool", "11_agent_r", "09_figures_and_tables"]
-    assert by["09_figures_and_tables"]["study_dirs"] == {"retool": by["10_retool"]["run_dir"],
+    assert [r.name for r in series][-3:] == ["10_retool", "11_agent_r", "20_figures_and_tables"]
+    assert by["20_figures_and_tables"]["study_dirs"] == {"retool": by["10_retool"]["run_dir"],
                                                          "agent_r": by["11_agent_r"]["run_dir"]}
     assert by["10_retool"]["ablation_dir"] == by["06_roc_ablation"]["run_dir"]
     assert by["10_retool"]["init_dir"] == by["02_cold_start_sft"]["run_dir"]
@@ -105,7 +105,7 @@ def test_standard_series_passes_upstream_run_dirs(tmp_path):
     order = [names[i] for i in overlap.execution_order(names, [r.parameters for r in series],
                                                                  ["06_roc_ablation", "10_retool"])]
     # each deferred notebook just before its first reader
-    assert order[-4:] == ["11_agent_r", "06_roc_ablation", "10_retool", "09_figures_and_tables"]
+    assert order[-4:] == ["11_agent_r", "06_roc_ablation", "10_retool", "20_figures_and_tables"]
     assert by["04_rl_stage2"]["init_dir"] == by["03_rl_stage1"]["run_dir"]
     assert by["05_rl_stage3"]["init_dir"] == by["04_rl_stage2"]["run_dir"]
     assert by["08_evaluation"]["policy_dir"] == by["05_rl_stage3"]["run_dir"]
@@ -160,10 +160,10 @@ def test_set_overrides_reach_every_notebook_and_bad_keys_stop_early(tmp_path, ca
     lay = Layout.for_run("smoke", "t", reports_root=tmp_path)
     series = pipeline.standard_series(lay, overrides=cli.parse_sets(["rollout.max_response_tokens=64",
                                                                            "data.train_pools=dapo,gsm8k"]))
-    # every notebook that resolves a config; 09 reads the config.json the stages trained with (#20: no unused parameters)
+    # every notebook that resolves a config; 20 reads the config.json the stages trained with (#20: no unused parameters)
     assert all(r.parameters["overrides"] == {"rollout.max_response_tokens": 64, "data.train_pools": "dapo,gsm8k"}
-               for r in series if r.name != "09_figures_and_tables")
-    assert "overrides" not in series[-1].parameters and series[-1].name == "09_figures_and_tables"
+               for r in series if r.name != "20_figures_and_tables")
+    assert "overrides" not in series[-1].parameters and series[-1].name == "20_figures_and_tables"
     assert "overrides" not in pipeline.standard_series(lay)[0].parameters
     assert cli.main(["reproduce", "--profile", "smoke", "--set", "rollout.no_such_key=1",
                           "--reports-root", str(tmp_path)]) == 2

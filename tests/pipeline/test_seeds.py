@@ -82,7 +82,7 @@ def test_the_command_line_takes_a_range_and_refuses_seed_with_seeds(tmp_path, ca
 
 @pytest.mark.slow
 def test_a_real_runs_claims_pool(smoke_chain, tmp_path):
-    """The smoke chain's claims.json, as notebook 09 writes it, pools (two copies stand in for two seeds)."""
+    """The smoke chain's claims.json, as notebook 20 writes it, pools (two copies stand in for two seeds)."""
     lay, code = smoke_chain
     assert code == 0
     for name in ("a", "b"):

@@ -21,7 +21,7 @@ def test_a_fourth_stage_in_a_test_profile_adds_one_notebook_run_after_stage_3():
     assert names[3:7] == ["03_rl_stage1", "04_rl_stage2", "05_rl_stage3", "05_rl_stage4"]
     assert params["05_rl_stage4"]["stage"] == "stage4" and params["05_rl_stage4"]["init_dir"] == lay.dir("stage3")
     assert params["08_evaluation"]["policy_dir"] == lay.dir("stage4") and params["07_behavior_analysis"]["rl_dir"] == lay.dir("stage4")
-    assert params["09_figures_and_tables"]["stage_dirs"] == [lay.dir(s) for s in cfg.stages.names]
+    assert params["20_figures_and_tables"]["stage_dirs"] == [lay.dir(s) for s in cfg.stages.names]
     runs = pipeline.standard_series(lay, overlap_jobs=False)
     assert [nb.source.name for nb in runs][3:7] == ["03_rl_stage1.ipynb", "04_rl_stage2.ipynb", "05_rl_stage3.ipynb",
                                                     f"{plan.STAGE_TEMPLATE}.ipynb"]

@@ -28,9 +28,9 @@ def test_each_study_is_a_series_entry_with_its_folder_claims_job_and_dry_run(stu
     entry = BY_NAME[study.notebook]
     assert (entry.folder, dict(entry.upstream), entry.product) == (study.key, dict(study.upstream), study.product)
     assert (pipeline.NOTEBOOK_DIR / f"{study.notebook}.ipynb").exists()
-    # it runs after everything it reads and before 09, which reads it
+    # it runs after everything it reads and before 20, which reads it
     assert all(names.index(up) < names.index(study.notebook) for up in study.upstream.values())
-    assert names.index(study.notebook) < names.index("09_figures_and_tables")
+    assert names.index(study.notebook) < names.index("20_figures_and_tables")
     assert study.key in RUN_FOLDERS  # no RL stage may be named like its folder
     assert any(c.get("section") == study.section for c in claims.load_claims())
     assert (study.notebook in overlap.STANDARD_JOBS) == bool(study.job)
@@ -41,15 +41,15 @@ def test_each_study_is_a_series_entry_with_its_folder_claims_job_and_dry_run(stu
     assert len({study, studies.by_key(study.key)}) == 1  # a record is hashable (its upstream dict is not hashed)
 
 
-def test_notebook_09_takes_one_folder_per_study_and_reads_its_figures():
-    nb = nbformat.read(pipeline.NOTEBOOK_DIR / "09_figures_and_tables.ipynb", as_version=4)
+def test_notebook_20_takes_one_folder_per_study_and_reads_its_figures():
+    nb = nbformat.read(pipeline.NOTEBOOK_DIR / "20_figures_and_tables.ipynb", as_version=4)
     params = next(c.source for c in nb.cells if "parameters" in c.metadata.get("tags", []))
     (default,) = [ast.literal_eval(n.value) for n in ast.parse(params).body
                   if isinstance(n, ast.AnnAssign) and n.target.id == "study_dirs"]
     assert list(default) == [s.key for s in studies.STUDIES]
-    assert BY_NAME["09_figures_and_tables"].upstream["study_dirs"] == {s.key: s.notebook for s in studies.STUDIES}
+    assert BY_NAME["20_figures_and_tables"].upstream["study_dirs"] == {s.key: s.notebook for s in studies.STUDIES}
     params = dict(plan.series_parameters(Layout.for_run("smoke", "t", "/tmp/r"), 0))
-    assert params["09_figures_and_tables"]["study_dirs"] == {s.key: params[s.notebook]["run_dir"]
+    assert params["20_figures_and_tables"]["study_dirs"] == {s.key: params[s.notebook]["run_dir"]
                                                              for s in studies.STUDIES}
 
 
@@ -63,15 +63,15 @@ def test_the_claims_find_each_study_s_folder_by_its_key(tmp_path):
         dirs.folder("studies")
 
 
-def test_09_s_upstream_check_names_the_study_that_writes_a_missing_folder(tmp_path):
+def test_20_s_upstream_check_names_the_study_that_writes_a_missing_folder(tmp_path):
     lay = Layout.for_run("smoke", "t", tmp_path)
     (tmp_path / "smoke" / "t" / "retool").mkdir(parents=True)
     (tmp_path / "smoke" / "t" / "retool" / "retool.json").write_text("{}")
     dirs = {s.key: lay.dir(s.key) for s in studies.STUDIES}
     with pytest.raises(UpstreamMissing, match=r"needs .*agent_r/summary.json, which 11_agent_r writes"):
-        require_upstream("09_figures_and_tables", profile="smoke", study_dirs=dirs)
+        require_upstream("20_figures_and_tables", profile="smoke", study_dirs=dirs)
     with pytest.raises(ValueError, match=r"study_dirs takes one folder per study, keyed \['agent_r', 'retool'\]"):
-        require_upstream("09_figures_and_tables", study_dirs={"retool": lay.dir("retool")})
+        require_upstream("20_figures_and_tables", study_dirs={"retool": lay.dir("retool")})
 
 
 def test_each_study_has_its_report_page_text_and_a_resolvable_dry_run():
@@ -119,8 +119,8 @@ def test_a_moved_run_folder_keeps_its_finished_notebooks():
     now = {"profile": "smoke", "run_dir": f"{new}/retool", "init_dir": f"{new}/sft", "data_dir": "/data/elsewhere"}
     assert state.same_parameters(stored, now, new)
     assert not state.same_parameters({**stored, "data_dir": f"{old}/data"}, now, new)  # a parameter that changed
-    nine = {"run_dir": old, "stage_dirs": [f"{old}/stage1"], "study_dirs": {"retool": f"{old}/retool"}}
-    assert state.same_parameters(nine, {"run_dir": str(new), "stage_dirs": [f"{new}/stage1"],
+    report = {"run_dir": old, "stage_dirs": [f"{old}/stage1"], "study_dirs": {"retool": f"{old}/retool"}}
+    assert state.same_parameters(report, {"run_dir": str(new), "stage_dirs": [f"{new}/stage1"],
                                         "study_dirs": {"retool": f"{new}/retool"}}, new)
     assert state.relocated(f"{old}x/sft", old, str(new)) == f"{old}x/sft"  # a sibling folder is not inside
 
@@ -146,3 +146,13 @@ def test_a_study_brings_its_own_claim_kinds_and_may_not_take_a_kit_kind_s_name(t
     monkeypatch.setattr(studies, "STUDIES", (*studies.KIT_STUDIES, clash))
     with pytest.raises(ValueError, match="study 'toy': claim kind 'agent_r_diff' is already kit.studies.agent_r"):
         kinds.all_kinds()
+
+
+def test_the_file_order_of_notebooks_is_the_series_order():
+    """Issue #43: ``ls notebooks/`` reads in the order the series runs: the studies (10-19) before the
+    report (20), and the template of added stages right after the last stage notebook it follows."""
+    files = sorted(p.stem for p in pipeline.NOTEBOOK_DIR.glob("*.ipynb"))
+    kit_series = [e.name for e in SERIES if not e.name.startswith(tuple(s.notebook for s in studies.STUDIES
+                                                                         if s not in studies.KIT_STUDIES))]
+    assert [f for f in files if f != plan.STAGE_TEMPLATE] == kit_series
+    assert files.index(plan.STAGE_TEMPLATE) == files.index("05_rl_stage3") + 1

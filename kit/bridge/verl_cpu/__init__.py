@@ -28,13 +28,13 @@ takes more than ~16 s to start.
 What runs. ``make test`` (``make test-verl`` alone, marker ``verl_cpu``) runs two GRPO-RoC steps of a
 tiny SFT policy through the route the notebooks take (``kit.runtime.verl.run_stage`` ->
 ``kit.bridge.stages`` -> VERL -> ``verl.model_merger`` -> ``metrics.jsonl``), and the whole ``smoke``
-notebook chain 00-09 through VERL's trainer as one command inside one kit session
+notebook chain 00-20 through VERL's trainer as one command inside one kit session
 (``kit.pipeline.run_in_verl_cpu_session``; log and ``session.json`` in ``<run>/verl_session/``; every
 VERL stage of 03-06 uses its one Ray head). 02 takes the linked-checkpoint route; 03-05 chain through
 VERL (stage 2 resumes stage 1's model and optimizer, stage 3 loads stage 2's weights with a fresh
 optimizer and trains on ``hard.parquet``, built from the stage-2 policy the kit serves on loopback with
 :mod:`kit.rollout.serve`); 06 trains both arms; each is merged into ``<stage>/policy`` with a
-``metrics.jsonl``, and 07-09 analyse, evaluate and report on those policies. The test
+``metrics.jsonl``, and 07-11 and 20 analyse, evaluate and report on those policies. The test
 (``tests/bridge/test_verl_cpu_chain.py``) uses one step per stage and arm on a 2-problem pool
 (:data:`.tiny_run.SMOKE_CHAIN`); the smoke profile's own sizes are not meant for VERL on CPU (its stage 3
 would sample every curated problem of all five pools 8 times). To run it by hand::

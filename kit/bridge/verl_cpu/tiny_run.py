@@ -28,7 +28,7 @@ TWO_STEP = {"algorithm.prompts_per_step": 2, "algorithm.group_size": 4, "algorit
             "stages.stage1.steps": 2, "sandbox.num_workers": 2}
 
 
-#: the smoke chain through VERL (``kit reproduce --profile smoke --set runtime=verl``, 00-09): one
+#: the smoke chain through VERL (``kit reproduce --profile smoke --set runtime=verl``, 00-20): one
 #: GRPO-RoC step per stage (stage 3 on its hard subset) and per ablation arm (grpo, grpo_roc; seed 0),
 #: each of :data:`TWO_STEP`'s size; the rest is the smoke profile. The RL pool is the one training
 #: pool with 2 curated problems (``openmathreasoning`` in the data directory): stage 3's hard subset

@@ -44,7 +44,7 @@ from kit.train.rollouts import collect
 from kit.train.sft import SFT_DATA_FILE, encode_rows, prepare_sft_data
 
 EVAL_FILE, COST_FILE, ITER_FILE, REV_FILE = "policy_eval.jsonl", "search_cost.jsonl", "iterations.jsonl", "revisions.jsonl"
-#: the run's figure (:func:`policies_figure`), ``run_dir/<name>.png/.pdf``, copied into the report by notebook 09
+#: the run's figure (:func:`policies_figure`), ``run_dir/<name>.png/.pdf``, copied into the report by notebook 20
 AGENT_R_FIGURE = "agent_r_policies"
 
 
@@ -239,7 +239,7 @@ def policy_table(run_dir: str | os.PathLike):
 def policies_figure(run_dir: str | os.PathLike, note: str = ""):
     """Agent-R's figure for this run (:func:`kit.studies.agent_r.figures.figure_agent_r`: the policies on the
     held-out tasks by iteration, and the first Agent-R tree), saved as ``run_dir/agent_r_policies.png/.pdf``
-    where notebook 09 copies it for the summary's Agent-R page; returns the Figure, or None (with a
+    where notebook 20 copies it for the summary's Agent-R page; returns the Figure, or None (with a
     line saying so) when the run evaluated no policy.
     """
     path = Path(run_dir) / EVAL_FILE
@@ -282,6 +282,6 @@ def agent_r_findings(run_dir: str | os.PathLike) -> str:
                      + ", ".join(f"`{lab}` {tab.loc[lab, 'accuracy']:.3f}" for lab in worse)
                      + "): the self-training itself hurts at this scale, for both arms, so the Agent-R against "
                        "good-only comparison is between two damaged policies. reports/LOG.md has the runs.")
-    lines.append("- The verdicts are notebook 09's (`claims.json`, section Agent-R); a short run is inconclusive by design.")
+    lines.append("- The verdicts are notebook 20's (`claims.json`, section Agent-R); a short run is inconclusive by design.")
     return "\n".join(lines)
 

@@ -127,7 +127,7 @@ def find_self_correction(cfg: KitConfig, run_dir: str | os.PathLike, *, n_proble
 
 def retool_verdicts(root: str | os.PathLike, run_dir: str | os.PathLike, ablation_dir: str | os.PathLike):
     """The ReTool claims (``section: ReTool``) evaluated on the PPO arms in ``run_dir`` and the
-    ablation's arms in ``ablation_dir`` (notebook 09 evaluates them again for ``claims.json``).
+    ablation's arms in ``ablation_dir`` (notebook 20 evaluates them again for ``claims.json``).
 
     Returns:
         ``(results, table)``: the :class:`kit.claims.ClaimResult` list and one row per test.
@@ -152,7 +152,7 @@ def last_rows(run_dir: str | os.PathLike) -> pd.DataFrame:
 def retool_findings(run_dir: str | os.PathLike) -> str:
     """Markdown: ReTool's comparison in ``run_dir`` (notebook 10): for the PPO arms, the first-third and
     last-third means over seeds of ReTool's behaviour keys and accuracy, and the ReTool verdicts the
-    notebook wrote to ``verdicts.json`` (``{claim id: verdict}``; notebook 09 writes them to claims.json).
+    notebook wrote to ``verdicts.json`` (``{claim id: verdict}``; notebook 20 writes them to claims.json).
 
     Raises:
         kit.metrics.MetricsError: no ``metrics.jsonl`` under ``run_dir``, or a malformed one.

@@ -69,6 +69,7 @@ def test_readme_marks_runnable_blocks_and_every_other_command_block_is_plain():
 
 
 @pytest.mark.parametrize("block", runnable_blocks(README.read_text()), ids=lambda b: b.splitlines()[0][:60])
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_runnable_blocks_run(block, tmp_path):
     env = {**os.environ, "PATH": f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}",
            "PYTHONPATH": str(ROOT)}

@@ -42,6 +42,7 @@ def _cfg(run_dir):
         "sandbox.num_workers": 1, "model.torch_threads": 1, **({"sandbox.isolation": iso} if iso else {})})
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_on_cpu_the_stage2_policy_is_served_on_loopback_sampled_and_stopped(folders, tmp_path, monkeypatch):
     monkeypatch.setenv(DEVICE_ENV, "cpu")
     for var in ("KIT_HARD_COUNTS", "KIT_SAMPLER_URL"):

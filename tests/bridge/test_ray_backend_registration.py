@@ -6,11 +6,14 @@ kit.bridge.ray_sandbox by hand."""
 import subprocess
 import sys
 
+import pytest
+
 
 def _in_fresh_process(code):
     return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_importing_any_bridge_module_registers_the_ray_backend_without_importing_ray():
     code = ("import sys\n"
             "import kit.bridge.stages\n"

@@ -202,6 +202,7 @@ print(json.dumps({{"verl": "verl" in sys.modules, "ray": "ray" in sys.modules,
 
 
 @pytest.mark.parametrize("verl_first", [False, True])
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_a_local_run_process_gets_verl_s_tracker_without_importing_verl_and_ray(tmp_path, verl_first):
     """A fresh local-run process (a stage kernel, an ablation arm) loads VERL's own tracker file
     without VERL's package (which imports Ray: ~3-5 CPU s per process); where VERL is already

@@ -82,6 +82,7 @@ def cpu_process():
     return _verl_python(CPU_PROCESS, VERL_PLATFORM="cpu")
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_plugin_registers_the_cpu_platform_rollout_and_patches(cpu_process):
     out = cpu_process
     assert "cpu" in out["names"] and out["error"] is None
@@ -90,6 +91,7 @@ def test_plugin_registers_the_cpu_platform_rollout_and_patches(cpu_process):
     assert (out["adapter"], out["replica"]) == ("KitCpuRolloutAdapter", "KitCpuReplica")
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_without_verl_platform_cpu_only_the_platform_is_registered():
     code = ("import json, verl\nfrom verl.plugin.platform.platform_manager import PlatformRegistry\n"
             "from kit.bridge.verl_cpu import plugin\n"
@@ -98,6 +100,7 @@ def test_without_verl_platform_cpu_only_the_platform_is_registered():
     assert "cpu" in out["names"] and out["reg"] == ["platform:cpu"]
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_patched_process_group_starts_on_gloo_and_the_original_would_not(cpu_process):
     assert "Duplicate device type cpu" in cpu_process["orig"]  # why the patch exists
     assert (cpu_process["pg_backend"], cpu_process["world"]) == ("gloo", 1)

@@ -115,6 +115,7 @@ def test_hard_subset_drops_only_fully_solved():
 
 
 @pytest.mark.skipif(not (data_dir() / "train").is_dir(), reason="no shared data")
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_real_curation_removes_benchmark_rows_and_writes_parquet(tmp_path):
     r = curate_from_config(DataConfig())
     table = funnel_table(r.counts)

@@ -88,6 +88,7 @@ def test_the_paper_profile_is_never_stamped_repeatable():
     assert not stamp["bitwise"] and "VERL" in stamp["why"] and "torch_threads = 0" in stamp["why"]
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_the_series_records_the_environment_and_a_resume_elsewhere_warns_and_is_stored(tmp_path, make_notebook):
     a = make_notebook(tmp_path / "src" / "a.ipynb", 'run_dir = ""', "x = 1")
     lay = Layout(root=tmp_path / "out", profile="tiny")
@@ -140,6 +141,7 @@ def test_a_run_begun_before_fingerprints_warns_that_its_environment_is_unknown(t
     assert stamp["bitwise"] is False and "load-adaptive" in stamp["why"]
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_cpu_generations_and_the_mkl_mode_in_effect_change_the_key(tmp_path):
     """Review of issue #41: one model name ("AMD EPYC") covers several generations, and MKL_CBWR in the
     environment is not the mode a process that used oneMKL before importing kit runs."""

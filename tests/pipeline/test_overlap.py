@@ -82,6 +82,7 @@ def test_execution_order_defers_a_notebook_to_its_first_reader():
     assert overlap.execution_order(names[:3], params[:3], ["b"]) == [0, 2, 1]  # no reader: last
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_the_job_runs_beside_the_next_notebooks_and_the_notebook_uses_its_work(tmp_path, make_notebook):
     runs, lay = _series(tmp_path, make_notebook)
     lines: list[str] = []
@@ -103,6 +104,7 @@ def test_the_job_runs_beside_the_next_notebooks_and_the_notebook_uses_its_work(t
     assert [r["status"] for r in again] == ["skipped"] * 4 and not any("[bg]" in x for x in lines)
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_a_job_reaped_during_another_notebook_counts_for_its_own(tmp_path, make_notebook):
     runs, lay = _series(tmp_path, make_notebook, mode="burn")
     src = tmp_path / "src"  # c waits until the job is done, so the job is reaped in c's window
@@ -120,6 +122,7 @@ def test_a_job_reaped_during_another_notebook_counts_for_its_own(tmp_path, make_
     assert by["c2"]["cpu_seconds"] < by["b"]["cpu_seconds"] - 0.5
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_a_failed_job_leaves_the_work_to_the_notebook(tmp_path, make_notebook):
     runs, lay = _series(tmp_path, make_notebook, mode="fail")
     lines: list[str] = []

@@ -186,6 +186,7 @@ def test_rerunning_a_notebook_after_it_in_the_series_does_not_rerun_the_deferred
 # ------------------------------------------------ its seconds are its run time
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_the_job_seconds_are_its_run_time_not_the_time_until_it_was_joined(tmp_path):
     job = overlap.start("b", overlap.Background((sys.executable, "-c", "pass"), after="a"), {}, tmp_path / "b.log")
     time.sleep(3.0)  # the job exits at once; the runner is busy with other notebooks

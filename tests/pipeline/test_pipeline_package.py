@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from kit import pipeline
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,6 +37,7 @@ def test_each_module_holds_one_concept_under_400_lines():
     assert not (ROOT / "kit" / "pipeline.py").exists()
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_the_command_line_runs_the_package(tmp_path):
     """``python -m kit reproduce`` is the one entry point (issue #31: ``python -m kit.pipeline`` is gone)."""
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")]))}

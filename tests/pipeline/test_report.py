@@ -67,6 +67,7 @@ def _first_page_ink(pdf, tmp_path) -> float:
 
 @needs_poppler
 @pytest.mark.skipif(not builder.latex_available(), reason="xelatex not installed")
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_latex_route_merges_notebooks_with_figures(tmp_path):
     lay = Layout(root=tmp_path / "run", profile="smoke")
     _executed(lay, "01_data_curation", with_image=False)
@@ -163,6 +164,7 @@ def test_a_failed_run_is_refused_unless_asked(tmp_path, capsys):
 
 
 @needs_latex
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_an_allowed_failed_run_says_so_on_its_first_page(tmp_path):
     lay = _failed_run(tmp_path)
     notes: list[str] = []
@@ -175,6 +177,7 @@ def test_an_allowed_failed_run_says_so_on_its_first_page(tmp_path):
 
 @needs_latex
 @pytest.mark.skipif(shutil.which("rsvg-convert") is None, reason="rsvg-convert (librsvg2-bin) not installed")
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_svg_only_output_is_rasterised_and_without_a_converter_noted(tmp_path, monkeypatch):
     """Issue #17: an SVG-only output made the LaTeX export fail."""
     from kit.report import latex_pdf
@@ -208,6 +211,7 @@ def _fonts(pdf) -> str:
 
 
 @needs_latex
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_box_drawing_arrows_greek_and_cjk_print_and_missing_glyphs_are_named(tmp_path):
     """Issue #17: these characters printed as blanks with no warning."""
     from kit.report import latex_pdf
@@ -234,6 +238,7 @@ def test_box_drawing_arrows_greek_and_cjk_print_and_missing_glyphs_are_named(tmp
 
 
 @needs_latex
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_a_long_code_line_wraps_inside_the_page(tmp_path):
     """Issue #17: a line without spaces (a long literal) ran off the right edge and was lost. The
     report omits code inputs (#16), so the printed line is what must wrap; pages 1-3 are the summary."""
@@ -280,6 +285,7 @@ def test_the_figures_only_fallback_also_lists_failed_notebooks(tmp_path, monkeyp
 
 
 @needs_latex
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_a_failure_message_with_tex_specials_prints_as_written(tmp_path):
     """Review r17: the failure list went into markdown as it was, so an error message with ``$``
     and a backslash (a sympy or LaTeX error, a price) became TeX math, the LaTeX export failed

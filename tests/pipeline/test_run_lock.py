@@ -15,6 +15,7 @@ from kit.pipeline.lock import LOCK_NAME, RunLocked, run_lock
 HOLD = "import sys, time\nfrom kit.pipeline.lock import run_lock\nwith run_lock(sys.argv[1]):\n    print('held', flush=True)\n    time.sleep(60)\n"
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_a_second_run_into_a_held_folder_stops_and_runs_nothing(tmp_path, capsys):
     root = tmp_path / "reports"
     run = root / "smoke" / "r"

@@ -33,6 +33,7 @@ def _series(tmp_path, make_notebook, fail_second: bool):
     return runs, lay
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_failure_names_notebook_and_cell_then_resume_skips_finished(tmp_path, make_notebook):
     runs, lay = _series(tmp_path, make_notebook, fail_second=True)
     lines: list[str] = []
@@ -191,6 +192,7 @@ def test_kernels_get_the_kernel_env_without_overriding_the_user(tmp_path, make_n
     assert "HF_HUB_DISABLE_PROGRESS_BARS" not in os.environ and "GOMP_SPINCOUNT" not in os.environ  # restored
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_a_hanging_cell_is_killed_and_named(tmp_path, make_notebook):
     nb = make_notebook(tmp_path / "src" / "hang.ipynb", 'run_dir = ""', "x = 1", "import time\ntime.sleep(60)")
     lay = Layout(root=tmp_path / "out", profile="tiny")
@@ -263,6 +265,7 @@ def test_the_command_line_applies_the_profile_cell_timeout(monkeypatch, tmp_path
     assert pipeline.default_cell_timeout("smoke") < pipeline.default_cell_timeout("tiny")
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_each_notebook_gets_its_cpu_seconds_and_the_run_a_times_table(tmp_path, make_notebook):
     """Wall time on a shared machine is an upper bound; the runner also records the CPU seconds
     of each notebook's kernel (children's rusage) and prints a table at the end (issue #16)."""
@@ -395,6 +398,7 @@ def test_machine_busy_cpu_s_counts_this_process_spinning_on_its_own_cpus_only():
     assert before is not None and after - before >= 0.4
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_log_output_streams_what_the_cells_print(tmp_path, make_notebook, capfd):
     # --log-output: papermill logs a cell's stdout at INFO, which Python drops without a handler, so
     # before the fix a papermill log showed no cell output and no progress bar at all

@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from kit.config.paths import REPO_ROOT
 
 
@@ -22,6 +24,7 @@ def test_the_smoke_run_is_shared_only_when_a_selected_test_asserts_it(smoke_run_
     assert not smoke_run_wanted([lab]) and not smoke_run_wanted([])
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_the_browser_test_alone_plans_no_smoke_chain():
     """``--setup-plan`` lists the fixtures a selection sets up without running any: the browser test's
     own list names no smoke chain (it asks for one only when another selected test asserts it)."""

@@ -67,6 +67,7 @@ def test_claim_rows_show_every_claim_with_its_verdict_and_why(run):
 
 
 @needs_poppler
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_summary_is_one_page_with_claims_figures_tables_and_limits(run, tmp_path):
     pdf = summary.write_summary_pdf(run, tmp_path / "s.pdf")
     assert _pages(pdf) == 3  # the kit's claims, then ReTool's section (issue #33), then Agent-R's (issue #34)

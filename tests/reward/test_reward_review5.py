@@ -49,6 +49,7 @@ def test_math_verify_may_not_read_a_part_of_the_answer(answer):
     assert reason("9", answer) in ("wrong", "parse_error"), answer
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_every_allowlisted_command_keeps_the_value_it_is_next_to():
     # what math_verify drops silently is on no list the kit trusts: a known command next to 9 is not 9,
     # unless it is layout that only shows or spaces what follows

@@ -78,6 +78,7 @@ def test_a_worker_killed_twice_is_an_infra_error_not_the_models_timeout():
         assert v.verify(WORK_GOLD, rf"\boxed{{{WORK_ANSWER}}}").reason == "wrong"
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_a_stopped_worker_past_the_wall_limit_is_retried_not_timed_out():
     # 2 CPU s allowed, 4 wall s per attempt: the first attempt is frozen (SIGSTOP), using no CPU; the retry's
     # ~0.6 CPU s item has 4 wall s, room for a loaded machine (at wall_factor 1 a loaded retry was wall-killed too)
@@ -91,6 +92,7 @@ def test_a_stopped_worker_past_the_wall_limit_is_retried_not_timed_out():
         assert seconds >= 4.0 and time.monotonic() - t0 >= 3.5  # waited out the wall limit, then retried
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_stopped_twice_is_an_infra_error_naming_the_wall_limit():
     with _ready(Verifier(1, timeout_s=2.0, wall_factor=1.0)) as v:
         fut = v.submit(WORK_GOLD, WORK_ANSWER)
@@ -129,6 +131,7 @@ class _Throttle(threading.Thread):
             pass
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_a_slow_item_on_a_starved_worker_is_graded_not_timed_out():
     # issue #41: the worker gets 1/4 of the wall clock, so the ~0.6 CPU s item takes ~2.5 wall s, past
     # the 2 s limit a wall clock would apply; CPU time (~0.6 of 2 s) decides: graded, not the model's 0
@@ -159,6 +162,7 @@ def test_an_expensive_item_on_a_starved_worker_is_still_the_models_timeout():
         assert v.stats["wall_kills"] == v.stats["retries"] == 0
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_the_soft_alarm_counts_cpu_time_not_a_pause():
     # a worker paused for 2.5 wall s (longer than its 1.6 s soft alarm and its 2 s CPU limit) finishes
     # the item: both count CPU seconds (ITIMER_PROF; the pool reads /proc), so the pause ends neither

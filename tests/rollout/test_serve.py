@@ -154,6 +154,7 @@ def _engine_stats(url):
         return json.loads(resp.read())["engine"]
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_clients_that_disconnect_do_not_keep_the_engine_decoding_for_nobody(policy_dir, product_tok):
     body = json.dumps({"model": str(policy_dir), "prompt": _prompts(product_tok, 1)[0], "max_tokens": 10**9,
                        "ignore_eos": True}).encode()
@@ -232,6 +233,7 @@ def test_a_body_declared_over_the_default_limit_is_a_413_before_it_is_sent(serve
     assert f"limit of {MAX_BODY_BYTES} bytes" in reply["detail"]
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_bodies_over_the_limit_are_413_sent_whole_or_chunked_and_the_server_keeps_serving(policy_dir):
     limit = 2048
     ok = {"model": str(policy_dir), "prompt": [1, 2, 3], "max_tokens": 1}
@@ -260,6 +262,7 @@ def test_parse_adds_eos_to_the_stop_ids_unless_ignore_eos():
         parse_completion_request([1, 2], model_name="m", vocab_size=10, eos_id=None)
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_the_server_is_stopped_and_its_port_closed_even_when_the_body_raises(policy_dir):
     before = {p.pid for p in psutil.Process().children(recursive=True)}
     with pytest.raises(RuntimeError, match="body failed"), serve_policy(policy_dir, threads=1) as url:
@@ -281,6 +284,7 @@ def test_serve_policy_refuses_other_interfaces_and_missing_folders(tmp_path, pol
         pass
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_a_server_that_cannot_load_its_policy_is_reported_with_its_output(tmp_path):
     (tmp_path / "policy").mkdir()
     with pytest.raises(RuntimeError, match="exited with code"), serve_policy(tmp_path / "policy", threads=1):

@@ -106,6 +106,7 @@ def _hogs(n: int) -> list[subprocess.Popen]:
                              start_new_session=True) for _ in range(n)]
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_a_call_starved_by_load_is_retried_then_infra_error(short_pool):
     """Six busy processes outside the sandbox share CPU 0 with a busy call pinned there: it gets
     about a seventh of the CPU, so after its 2 s backstop it has used ~0.3 s of its 1 s."""
@@ -163,6 +164,7 @@ print("late" if kids else "done")  # late: the machine is too busy for it to end
 
 
 @pytest.mark.parametrize("reaped", [True, False], ids=["children-reaped", "children-left-as-zombies"])
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_a_multi_process_call_that_exits_between_two_looks_is_judged_at_exit(monkeypatch, reaped):
     """Eight children burn 0.6 s of CPU each (4.8 s in all, past the 3 s limit) and the call exits
     after ~2.4 s on 2 idle cores, before the first look at its used time (3 s in; the check interval

@@ -35,6 +35,7 @@ def test_verdict_needs_both_sides():
 
 
 @needs_bwrap
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 async def test_selftest_catches_an_injected_regression(make_cfg, monkeypatch):
     """Every call held back 0.1 s on its way to the worker (a regression injected into the
     pool's request path) fails the relative latency check; the bare fork is unaffected."""

@@ -231,6 +231,7 @@ def test_ablation_reuses_a_matching_stage_run_and_only_that(policy, tmp_path, pa
                                                                        "seed": 1, "steps": 2, "init_dir": str(policy)})
 
 
+@pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_ablation_arms_in_worker_processes(policy, tmp_path):
     cfg = _cfg(**{"ablation.workers": 2})
     seen = []

@@ -11,7 +11,7 @@ import torch
 from kit.algo import advantage
 from kit.algo.grpo import group_advantage
 from kit.bridge.overrides import RecipePaths, to_hydra_overrides
-from kit.config import load
+from kit.config import AlgorithmConfig, load
 from kit.train.update import advantages
 
 
@@ -77,3 +77,13 @@ def test_each_estimator_is_registered_with_what_it_needs(monkeypatch):
     monkeypatch.setattr(advantage, "ADV_NEEDS", dict(advantage.ADV_NEEDS))
     advantage.register_adv_estimator("my_ppo", needs=("critic",))(lambda r, g, a, **kw: r)
     assert advantage.needs_critic(dataclasses.replace(grpo, adv_estimator="my_ppo"))
+
+
+@pytest.mark.parametrize("selection", ["roc", "all"])
+def test_every_registered_estimator_s_arm_label_says_whether_it_trains_a_critic(selection):
+    """Issue #43: an arm's label (``AlgorithmConfig.label``, its folder, records and tracker name) is ``ppo*``
+    exactly when its estimator needs a critic; an estimator registered with a critic under another name
+    fails here until the label learns it."""
+    for name in advantage.ADV_ESTIMATORS:
+        algo = dataclasses.replace(AlgorithmConfig(), adv_estimator=name, selection=selection)
+        assert algo.label.startswith("ppo") == advantage.needs_critic(algo), (name, algo.label)

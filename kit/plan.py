@@ -23,7 +23,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -308,6 +308,21 @@ def _pipeline_run(missing: list[tuple[str, Path, str, str]], entries: dict[str, 
     if len(roots) == 1 and all(Path(f).resolve().name == entries[m].folder for m, _, f, _ in missing):
         return roots.pop()
     return None
+
+
+def study_folders(run_dir: str | os.PathLike, study_dirs: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Every registered study's run folder (:data:`kit.studies.STUDIES`) by key: ``study_dirs``'s where it names
+    one, else ``run_dir/<key>`` (notebook 20's default ``study_dirs = {}``: a study added to the registry needs
+    no edit of the notebook).
+
+    Raises:
+        ValueError: a key of ``study_dirs`` is no registered study (names the registered keys).
+    """
+    given = dict(study_dirs or {})
+    unknown = sorted(set(given) - {s.key for s in STUDIES})
+    if unknown:
+        raise ValueError(f"study_dirs: {unknown} are no registered study; registered: {[s.key for s in STUDIES]}")
+    return {s.key: str(given.get(s.key) or Path(run_dir) / s.key) for s in STUDIES}
 
 
 def require_upstream(notebook: str, *, profile: str | None = None, **dirs: str | os.PathLike | list) -> None:

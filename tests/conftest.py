@@ -18,6 +18,9 @@ from pathlib import Path
 
 import pytest
 
+# the kit's tests are about the kit's own studies: a study registered from outside (KIT_STUDIES, DEVELOPERS.md
+# "Add a study") would join every registry the tests enumerate; the toy-study test sets it for its subprocess
+os.environ.pop("KIT_STUDIES", None)
 os.environ["KIT_PROFILE_PATH"] = os.pathsep.join(
     p for p in (os.environ.get("KIT_PROFILE_PATH", ""), str(Path(__file__).resolve().parent / "profiles")) if p)
 
@@ -28,7 +31,7 @@ SMOKE_PROFILE = "four_stages"
 
 @pytest.fixture(scope="session")
 def smoke_chain(tmp_path_factory):
-    """The whole notebook series 00-09 with :data:`SMOKE_PROFILE` (the smoke profile plus a fourth
+    """The whole notebook series (00-11, then 20) with :data:`SMOKE_PROFILE` (the smoke profile plus a fourth
     RL stage of one step, defined only in tests/profiles/four_stages.toml: the recipe's stages are
     data, issue #29), run once per session by the runner `make reproduce` uses: ``(Layout, exit code)``,
     not asserted (:func:`smoke_run` asserts it; the browser test needs only its 01 and 02 to have

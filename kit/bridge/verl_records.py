@@ -17,7 +17,7 @@ here: VERL computes its own after the buffer returns (for GRPO the same numbers)
 so the records' ``advantage`` is then the GRPO one, not the one VERL trained with (a known gap).
 
 Settings: ``trainer.v1.sampler.sampler_kwargs.records_*``, written by
-:func:`kit.bridge.overrides.build_overrides` from ``[logging]`` (``records_dir`` = the stage's run
+:func:`kit.bridge.overrides.to_hydra_overrides` from ``[logging]`` (``records_dir`` = the stage's run
 folder; ``records_log_probs`` by the CPU runtime, which turns on ``calculate_log_probs``).
 """
 

@@ -41,7 +41,7 @@ class RocAnatomy:
     """Output of :func:`roc_step_anatomy`.
 
     Attributes:
-        problem: the prompt's ``kit.data.tasks.Problem``.
+        problem: the prompt's ``kit.data.pools.Problem``.
         table: DataFrame, one row per sampled trajectory (2G rows): ``reward, tool_calls,
             tool_failures, answer_tags, turns, p_err, p_format, p_total, kept, advantage``
             (NaN when not kept), ``tokens`` and ``ending`` (the last characters of the response).

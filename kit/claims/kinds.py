@@ -481,7 +481,8 @@ def all_kinds() -> dict[str, Callable[[RunDirs, Mapping[str, Any], TestResult], 
     ``agent_r_diff``), resolved now (a study's kinds module is imported only when claims are judged).
 
     Raises:
-        ValueError: a study's kinds are not a dict, or one reuses a kind name already taken (names both).
+        ValueError: a study's kinds are not a dict, one reuses a kind name already taken (names both), or its
+            ``paired_kinds`` name a kind it does not define.
         ImportError, AttributeError: a study's ``claim_kinds`` names no module or attribute.
     """
     out = dict(KINDS)
@@ -496,4 +497,9 @@ def all_kinds() -> dict[str, Callable[[RunDirs, Mapping[str, Any], TestResult], 
             if name in out:
                 raise ValueError(f"study {study.key!r}: claim kind {name!r} is already {owner[name]}'s")
             out[name], owner[name] = fn, study.claim_kinds
+    for study in studies.STUDIES:
+        stray = sorted(k for k in study.paired_kinds if owner.get(k) != study.claim_kinds or not study.claim_kinds)
+        if stray:
+            raise ValueError(f"study {study.key!r}: paired_kinds {stray} are not kinds of its claim_kinds "
+                             f"{study.claim_kinds or '(none)'}")
     return out

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import typing
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal
 
 
@@ -126,6 +127,10 @@ class RolloutConfig:
     balancer: Literal["kv_cache", "verl"] = "kv_cache"
 
 
+#: an advantage estimator whose arms carry another name than the estimator's (VERL's "gae" is PPO's)
+ESTIMATOR_FAMILY = {"gae": "ppo"}
+
+
 @dataclass(frozen=True)
 class AlgorithmConfig:
     """GRPO-RoC (report §2.2) and the optimizer (report §4.3).
@@ -176,9 +181,10 @@ class AlgorithmConfig:
     @property
     def label(self) -> str:
         """The arm's name in metrics rows, rollout records, run folders and claims: the estimator's family
-        (``grpo``; ``ppo`` for GAE with a critic) with ``_roc`` under RoC's selection: ``grpo_roc``, ``grpo``,
-        ``ppo``, ``ppo_roc``."""
-        return ("ppo" if self.adv_estimator == "gae" else "grpo") + ("_roc" if self.selection == "roc" else "")
+        (``ppo`` for GAE with a critic, else the estimator's own name: ``grpo``, or e.g. ``rloo`` once
+        registered) with ``_roc`` under RoC's selection: ``grpo_roc``, ``grpo``, ``ppo``, ``ppo_roc``. Two
+        estimators never share a label (``tests/algo/test_advantage.py`` holds it for every registered one)."""
+        return ESTIMATOR_FAMILY.get(self.adv_estimator, self.adv_estimator) + ("_roc" if self.selection == "roc" else "")
 
 
 @dataclass(frozen=True)
@@ -427,12 +433,19 @@ class KitConfig:
 
     def tracker_name(self, stage: str) -> str:
         """The run's name in the tracker (wandb, tensorboard, VERL's ``trainer.experiment_name``), the same
-        on both runtimes: ``<profile>-<stage>-<label>-seed<seed>`` for an RL stage
-        (``tiny-stage1-grpo_roc-seed3``) and ``<profile>-sft-seed<seed>`` for the cold start, so two arms
-        or seeds of one stage never share a tracker run (issue #43)."""
+        on both runtimes: ``<profile>[-<where>]-<stage>-<label>-seed<seed>`` for an RL stage and
+        ``<profile>[-<where>]-sft-seed<seed>`` for the cold start. ``<where>`` is the run folder's place in
+        the pipeline run, the folders of :attr:`run_dir` after ``<profile>/`` less the last
+        (``reports/tiny/main/stage1`` -> ``main``, ``reports/tiny/main/ablation/grpo_seed3`` ->
+        ``main-ablation``), so the main chain's stage 1, an ablation arm of the same label and seed, and two
+        pipeline runs never share a tracker run (issue #43); empty outside a pipeline run folder
+        (``tiny-stage1-grpo_roc-seed3``)."""
+        parts = Path(self.run_dir).parts if self.run_dir else ()
+        inner = parts[len(parts) - parts[::-1].index(self.profile):-1] if self.profile in parts else ()
+        head = "-".join((self.profile, *inner))
         if stage == "sft":
-            return f"{self.profile}-sft-seed{self.seed}"
-        return f"{self.profile}-{stage}-{self.algorithm.label}-seed{self.seed}"
+            return f"{head}-sft-seed{self.seed}"
+        return f"{head}-{stage}-{self.algorithm.label}-seed{self.seed}"
 
     def to_dict(self) -> dict[str, Any]:
         """Plain nested dict (tuples become lists; ``stages`` a list of tables), as written to ``config.json``."""

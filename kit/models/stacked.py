@@ -9,7 +9,7 @@ arm axis, every norm one broadcast, attention one SDPA over all arms' rows. The 
 are :class:`kit.models.decode.Qwen3DecodeStep`'s (decode and prefill after a KV cache) and
 transformers' ``Qwen3Model`` forward (training, right-padded rows); ``bmm`` over the arm axis
 gives each arm the bits ``F.linear`` gives it alone at these shapes (checked in
-``tests/models/test_stacked.py``), so an arm's logits equal its own model's up to the float
+``tests/foundation/test_stacked_model.py``), so an arm's logits equal its own model's up to the float
 summation order of attention over a longer padded cache.
 
 Shapes: K arms, B rows per arm (arms with fewer rows are padded), T new tokens, L cached columns,

@@ -258,7 +258,7 @@ def show(df: pd.DataFrame):
 
 
 def eval_summary(eval_dir: str | os.PathLike, tag: str = "") -> dict[str, dict[str, Any]]:
-    """Headline numbers of the ``<benchmark>[_<tag>].json`` files written by ``kit.eval.save_result``.
+    """Headline numbers of the ``<benchmark>[_<tag>].json`` files written by ``kit.eval.evaluate.save_result``.
 
     Args:
         eval_dir: the evaluation run directory (its ``eval/`` subfolder is used when present).

@@ -87,7 +87,7 @@ Modelling assumptions (all of them):
 The preset (:data:`PAPER_ENGINE`, :data:`PAPER_WORKLOAD`) is derived from public hardware and
 model figures in its comments, not fitted to any result.
 
-Known answers (tests/train/test_sim.py): with one engine and room for every request, every
+Known answers (tests/sim/test_sim.py): with one engine and room for every request, every
 policy's makespan equals :func:`lower_bound`; with equal trajectories the policies tie.
 
 Layout (``from kit.sim import X`` reaches every public name; the code lives in):

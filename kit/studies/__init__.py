@@ -130,14 +130,22 @@ def plugin_studies(spec: str) -> tuple[Study, ...]:
     Raises:
         ValueError: an entry is not ``module:attribute``, names no :class:`Study`, or its key, section or
             notebook is already registered (the message names the entry and the variable).
-        ImportError: its module cannot be imported.
+        ImportError: its module cannot be imported (the message names the variable and the entry).
     """
     out: list[Study] = []
     for item in filter(None, (x.strip() for x in spec.split(","))):
         module, sep, name = item.partition(":")
         if not sep or not module or not name:
             raise ValueError(f"{STUDIES_ENV}: {item!r} is not 'module:attribute'")
-        study = getattr(importlib.import_module(module), name, None)
+        try:
+            mod = importlib.import_module(module)
+        except ImportError as exc:
+            raise ImportError(f"{STUDIES_ENV}: {item!r}: {exc}") from exc
+        study = getattr(mod, name, None)
+        if study is None and getattr(getattr(mod, "__spec__", None), "_initializing", False):
+            raise ValueError(f"{STUDIES_ENV}: {item!r}: module {module!r} is still being imported (it imported the "
+                             "kit before defining the record): keep the Study record in a module of its own that "
+                             "imports only kit.studies, e.g. mypackage/study.py")
         if not isinstance(study, Study):
             raise ValueError(f"{STUDIES_ENV}: {item!r} is {type(study).__name__}, not a kit.studies.Study")
         for s in (*KIT_STUDIES, *out):

@@ -80,10 +80,16 @@ def test_each_estimator_is_registered_with_what_it_needs(monkeypatch):
 
 
 @pytest.mark.parametrize("selection", ["roc", "all"])
-def test_every_registered_estimator_s_arm_label_says_whether_it_trains_a_critic(selection):
+def test_every_registered_estimator_s_arm_label_says_whether_it_trains_a_critic(selection, monkeypatch):
     """Issue #43: an arm's label (``AlgorithmConfig.label``, its folder, records and tracker name) is ``ppo*``
-    exactly when its estimator needs a critic; an estimator registered with a critic under another name
-    fails here until the label learns it."""
+    exactly when its estimator needs a critic, and no two estimators share one (a new ``rloo`` is its own
+    arm, not a second ``grpo``); an estimator registered with a critic under another name fails here until
+    ``kit.config.schema.ESTIMATOR_FAMILY`` names its family."""
+    monkeypatch.setitem(advantage.ADV_ESTIMATORS, "rloo", advantage.ADV_ESTIMATORS["grpo"])
+    monkeypatch.setitem(advantage.ADV_NEEDS, "rloo", frozenset({"group"}))
+    labels = {}
     for name in advantage.ADV_ESTIMATORS:
         algo = dataclasses.replace(AlgorithmConfig(), adv_estimator=name, selection=selection)
         assert algo.label.startswith("ppo") == advantage.needs_critic(algo), (name, algo.label)
+        labels[algo.label] = labels.get(algo.label, ()) + (name,)
+    assert all(len(names) == 1 for names in labels.values()), labels  # an arm's folder names one estimator

@@ -194,3 +194,18 @@ def test_an_arm_s_tracker_run_has_its_label_and_seed_on_both_runtimes(fields, na
         assert value == name == local.experiment
     finally:
         local.finish()
+
+
+def test_the_main_chain_an_ablation_arm_and_another_pipeline_run_are_different_tracker_runs():
+    """The reviewer's case: stage 1 of the main chain and the ablation's ``grpo_roc_seed0`` arm have the same
+    label and seed; their run folders tell them apart, on both runtimes (the VERL overrides read the same name)."""
+    from kit.plan import ablation_arms
+
+    main = load("tiny", run_dir="reports/tiny/main/stage1", write=False)
+    (arm,) = [a for a in ablation_arms(load("tiny", run_dir="reports/tiny/main/ablation", write=False),
+                                       "reports/tiny/main/ablation") if a.algorithm.label == "grpo_roc" and a.seed == 0]
+    other = load("tiny", run_dir="/elsewhere/tiny/s1/stage1", write=False)
+    names = [c.tracker_name("stage1") for c in (main, arm, other)]
+    assert names == ["tiny-main-stage1-grpo_roc-seed0", "tiny-main-ablation-stage1-grpo_roc-seed0",
+                     "tiny-s1-stage1-grpo_roc-seed0"]
+    assert main.tracker_name("sft") == "tiny-main-sft-seed0"

@@ -6,7 +6,7 @@ network and PID namespace, one Ray head; ``kit.pipeline.run_in_verl_cpu_session`
 VERL on that head. 02 takes the linked-checkpoint route (``KIT_SFT_CHECKPOINT`` = the shared tiny SFT
 policy, ``conftest.tiny_verl_root``; VERL's SFT trainer on CPU is not run here); 03-05 chain through
 VERL (stage 2 resumes stage 1's checkpoint, stage 3 loads stage 2's weights with a fresh optimizer
-and trains on its hard subset, sampled from the stage-2 policy the kit serves on loopback); 06 trains both arms through VERL; 07-09 analyse, evaluate and
+and trains on its hard subset, sampled from the stage-2 policy the kit serves on loopback); 06 trains both arms through VERL; 07, 08, 10, 11 and 20 analyse, evaluate and
 report on the merged policies. One GRPO-RoC step per stage and per arm
 (:data:`kit.bridge.verl_cpu.tiny_run.SMOKE_CHAIN`).
 

@@ -46,7 +46,10 @@ def test_notebook_20_takes_one_folder_per_study_and_reads_its_figures():
     params = next(c.source for c in nb.cells if "parameters" in c.metadata.get("tags", []))
     (default,) = [ast.literal_eval(n.value) for n in ast.parse(params).body
                   if isinstance(n, ast.AnnAssign) and n.target.id == "study_dirs"]
-    assert list(default) == [s.key for s in studies.STUDIES]
+    assert default == {}  # every registered study's folder under run_dir: a new study needs no edit here
+    assert plan.study_folders("/r", {"retool": "/x/retool"}) == {"retool": "/x/retool", "agent_r": "/r/agent_r"}
+    with pytest.raises(ValueError, match=r"study_dirs: \['nope'\] are no registered study"):
+        plan.study_folders("/r", {"nope": "/x"})
     assert BY_NAME["20_figures_and_tables"].upstream["study_dirs"] == {s.key: s.notebook for s in studies.STUDIES}
     params = dict(plan.series_parameters(Layout.for_run("smoke", "t", "/tmp/r"), 0))
     assert params["20_figures_and_tables"]["study_dirs"] == {s.key: params[s.notebook]["run_dir"]
@@ -92,7 +95,7 @@ def test_a_study_from_outside_the_kit_is_named_by_module_and_attribute(monkeypat
         studies.plugin_studies("kit.studies:by_key")
     with pytest.raises(ValueError, match="has the key 'retool' of study 'retool'"):
         studies.plugin_studies("kit.studies:RETOOL")
-    with pytest.raises(ImportError):
+    with pytest.raises(ImportError, match="KIT_STUDIES: 'no_such_module_here:STUDY': No module named"):
         studies.plugin_studies("no_such_module_here:STUDY")
     for bad in ({"key": "figures"}, {"key": "a/b"}, {"notebook": "07_behavior_analysis"}):
         fields = {"key": "toy", "section": "Toy", "notebook": "90_toy", **bad}
@@ -133,7 +136,7 @@ def test_a_study_brings_its_own_claim_kinds_and_may_not_take_a_kit_kind_s_name(t
     assert "agent_r_diff" not in kinds.KINDS and kinds.all_kinds()["agent_r_diff"].__module__ == "kit.studies.agent_r.kinds"
     assert "agent_r_diff" in pool.arm_comparisons()  # pooled as a paired difference
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1] / "studies"))
-    toy = importlib.import_module("toy_study").STUDY
+    toy = importlib.import_module("toy_study.study").STUDY
     for module in (studies, claims, files):
         monkeypatch.setattr(module, "STUDIES", (*studies.KIT_STUDIES, toy))
     (tmp_path / "toy").mkdir()
@@ -156,3 +159,31 @@ def test_the_file_order_of_notebooks_is_the_series_order():
                                                                          if s not in studies.KIT_STUDIES))]
     assert [f for f in files if f != plan.STAGE_TEMPLATE] == kit_series
     assert files.index(plan.STAGE_TEMPLATE) == files.index("05_rl_stage3") + 1
+
+
+def test_a_record_in_a_package_that_imports_the_kit_first_is_named_as_the_cycle_it_is(tmp_path):
+    """The reviewer's case: the record in the package's ``__init__``, and a process (a background job) that
+    imports the package before the kit: ``kit.studies`` then finds the package half imported."""
+    import os
+    import subprocess
+    import sys
+
+    pkg = tmp_path / "halfpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("from kit.studies import COLD_START, Study\n\nSTUDY = Study(key='half', "
+                                     "section='Half', notebook='91_half', upstream={'sft_dir': COLD_START}, "
+                                     "product='summary.json', title='t', what='w')\n")
+    env = {**os.environ, "KIT_STUDIES": "halfpkg:STUDY",
+           "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(studies.__file__).resolve().parents[2])])}
+    res = subprocess.run([sys.executable, "-c", "import halfpkg"], env=env, capture_output=True, text=True)
+    assert res.returncode == 1 and "'halfpkg' is still being imported" in res.stderr, res.stderr[-2000:]
+    assert "keep the Study record in a module of its own" in res.stderr
+
+
+def test_a_study_s_paired_kinds_must_be_its_own_kinds(monkeypatch):
+    from kit.claims import kinds
+
+    bogus = dataclasses.replace(studies.AGENT_R, paired_kinds=("agent_r_diff", "no_such_kind"))
+    monkeypatch.setattr(studies, "STUDIES", (studies.RETOOL, bogus))
+    with pytest.raises(ValueError, match=r"study 'agent_r': paired_kinds \['no_such_kind'\] are not kinds of"):
+        kinds.all_kinds()

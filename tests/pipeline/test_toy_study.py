@@ -27,7 +27,7 @@ def test_a_study_from_outside_the_kit_runs_in_the_series_and_gets_its_page(smoke
     run = tmp_path / "reports" / lay.profile / "t"
     shutil.copytree(lay.root, run, symlinks=True)
     (run / "report.pdf").unlink(missing_ok=True)
-    env = {**os.environ, "KIT_STUDIES": "toy_study:STUDY",
+    env = {**os.environ, "KIT_STUDIES": "toy_study.study:STUDY",
            "PYTHONPATH": os.pathsep.join(filter(None, [str(ROOT / "tests" / "studies"), str(ROOT),
                                                        os.environ.get("PYTHONPATH")]))}
     res = subprocess.run([sys.executable, "-m", "kit", "reproduce", "--profile", lay.profile, "--run", "t",

@@ -4,7 +4,7 @@ VERL's public extension points (``verl.plugins`` entry point, ``PlatformRegistry
 ``RolloutReplicaRegistry``, ``VERL_ENGINE_DEVICE``) carry most of the CPU runtime. Three things
 have no public hook; each is patched here, named, applied only by :func:`apply` (called by the
 plugin when ``VERL_PLATFORM=cpu``), and checked by :func:`check` (and by
-``tests/bridge/test_verl_cpu_patches.py``) so that a VERL upgrade that moves them fails loudly
+``tests/bridge/test_verl_cpu_runtime.py``) so that a VERL upgrade that moves them fails loudly
 instead of silently training with CUDA assumptions:
 
 1. ``process_group_backend``: ``verl.utils.distributed.initialize_global_process_group_ray``

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from pathlib import Path
 
+from kit import studies
 from kit.bridge.stages import Cluster, plan_stage
 from kit.config import KitConfig
 from kit.plan import retool_arms
@@ -14,7 +15,7 @@ from kit.plan import retool_arms
 def retool_dry_run(cfg: KitConfig, run_dir: Path, dirs: Mapping[str, str], cluster: Cluster) -> list[str]:
     """Notebook 10's dry-run lines: ReTool's PPO arms, VERL's critic and GAE, one first-stage run per
     seed beside 06's GRPO-RoC arms (``kit.studies.RETOOL``'s ``dry_run``)."""
-    lines = [f"## 10_retool  run_dir {run_dir}  (ReTool's PPO: algorithm.adv_estimator=gae with VERL's critic, "
+    lines = [f"## {studies.RETOOL.notebook}  run_dir {run_dir}  (ReTool's PPO: algorithm.adv_estimator=gae with VERL's critic, "
              f"one {cfg.stages[0].name} run per seed, beside 06's GRPO-RoC arms, from {Path(dirs['sft']).resolve()}/policy)"]
     for folder, arm_cfg in retool_arms(cfg, run_dir):
         sub = Path(arm_cfg.run_dir)
@@ -27,7 +28,7 @@ def retool_dry_run(cfg: KitConfig, run_dir: Path, dirs: Mapping[str, str], clust
 def agent_r_dry_run(cfg: KitConfig, run_dir: Path, dirs: Mapping[str, str], cluster: Cluster) -> list[str]:
     """Notebook 11's dry-run lines: the search runs on the local engine only; at scale its rows go to
     VERL's SFT trainer (``kit.studies.AGENT_R``'s ``dry_run``)."""
-    return [f"## 11_agent_r  run_dir {run_dir}",
+    return [f"## {studies.AGENT_R.notebook}  run_dir {run_dir}",
             "   the tree search runs on the local engine only (kit.studies.agent_r); on this runtime the notebook searches "
             "nothing and its claims read inconclusive. At scale: search with a served policy, then train on the "
             "rows' parquet with VERL's SFT trainer (kit.bridge.revision_sft; notebook 11 prints that command "

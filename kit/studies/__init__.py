@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -156,6 +157,9 @@ def plugin_studies(spec: str) -> tuple[Study, ...]:
         if not study.key.isidentifier() or study.key in FIXED_FOLDERS:
             raise ValueError(f"{STUDIES_ENV}: {item!r}: key {study.key!r} must be a plain identifier that is not one of "
                              f"the run's own folders ({', '.join(sorted(FIXED_FOLDERS))})")
+        if not re.fullmatch(r"1\d_\w+", study.notebook):
+            raise ValueError(f"{STUDIES_ENV}: {item!r}: notebook {study.notebook!r} must be numbered 10-19 (e.g. "
+                             "'15_mystudy'): a study runs, and its executed copy sorts, before the report's 20")
         if (_NOTEBOOKS / f"{study.notebook}.ipynb").exists():
             raise ValueError(f"{STUDIES_ENV}: {item!r}: notebook {study.notebook!r} is a notebook of the kit's series")
         out.append(study)

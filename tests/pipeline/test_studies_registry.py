@@ -97,10 +97,10 @@ def test_a_study_from_outside_the_kit_is_named_by_module_and_attribute(monkeypat
         studies.plugin_studies("kit.studies:RETOOL")
     with pytest.raises(ImportError, match="KIT_STUDIES: 'no_such_module_here:STUDY': No module named"):
         studies.plugin_studies("no_such_module_here:STUDY")
-    for bad in ({"key": "figures"}, {"key": "a/b"}, {"notebook": "07_behavior_analysis"}):
-        fields = {"key": "toy", "section": "Toy", "notebook": "90_toy", **bad}
+    for bad in ({"key": "figures"}, {"key": "a/b"}, {"notebook": "07_behavior_analysis"}, {"notebook": "90_toy"}):
+        fields = {"key": "toy", "section": "Toy", "notebook": "19_toy", **bad}
         monkeypatch.setattr(studies, "_probe", dataclasses.replace(studies.RETOOL, **fields), raising=False)
-        with pytest.raises(ValueError, match="must be a plain identifier|is a notebook of the kit's series"):
+        with pytest.raises(ValueError, match="must be a plain identifier|is a notebook of the kit's series|numbered 10-19"):
             studies.plugin_studies("kit.studies:_probe")
 
 
@@ -108,7 +108,7 @@ def test_a_study_s_own_claims_file_holds_only_its_section(tmp_path, monkeypatch)
     own = tmp_path / "claims.yaml"
     claim = next(c for c in claims.load_claims() if c.get("section") == "ReTool")
     own.write_text(yaml.safe_dump({"claims": [{**claim, "id": "toy_x", "section": "Toy"}]}))
-    toy = dataclasses.replace(studies.RETOOL, key="toy", section="Toy", notebook="90_toy", claims_file=str(own))
+    toy = dataclasses.replace(studies.RETOOL, key="toy", section="Toy", notebook="19_toy", claims_file=str(own))
     monkeypatch.setattr(claims, "STUDIES", (*studies.STUDIES, toy))
     assert [c["id"] for c in claims.load_claims() if c.get("section") == "Toy"] == ["toy_x"]
     own.write_text(yaml.safe_dump({"claims": [{**claim, "id": "toy_x"}]}))
@@ -171,7 +171,7 @@ def test_a_record_in_a_package_that_imports_the_kit_first_is_named_as_the_cycle_
     pkg = tmp_path / "halfpkg"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("from kit.studies import COLD_START, Study\n\nSTUDY = Study(key='half', "
-                                     "section='Half', notebook='91_half', upstream={'sft_dir': COLD_START}, "
+                                     "section='Half', notebook='18_half', upstream={'sft_dir': COLD_START}, "
                                      "product='summary.json', title='t', what='w')\n")
     env = {**os.environ, "KIT_STUDIES": "halfpkg:STUDY",
            "PYTHONPATH": os.pathsep.join([str(tmp_path), str(Path(studies.__file__).resolve().parents[2])])}

@@ -36,9 +36,9 @@ def test_a_study_from_outside_the_kit_runs_in_the_series_and_gets_its_page(smoke
     assert res.returncode == 0, res.stdout[-3000:] + res.stderr[-3000:]
     ran = [line.split(":")[0].split("] ")[1] for line in res.stdout.splitlines()
            if line.startswith("[") and ": done in" in line]
-    assert ran == ["90_toy", "20_figures_and_tables"], res.stdout[-3000:]  # the copied series was finished
+    assert ran == ["19_toy", "20_figures_and_tables"], res.stdout[-3000:]  # the copied series was finished
     state = json.loads((run / "pipeline_state.json").read_text())
-    assert state["90_toy"]["status"] == "done"
+    assert state["19_toy"]["status"] == "done"
     assert state["20_figures_and_tables"]["parameters"]["study_dirs"]["toy"] == str(run / "toy")
     assert json.loads((run / "toy" / "summary.json").read_text())["heldout_n"] > 0
     assert (run / "figures" / "toy_figure.png").exists()

@@ -15,8 +15,8 @@ from kit.studies import COLD_START, Study
 HERE = Path(__file__).resolve().parent
 
 STUDY = Study(
-    key="toy", section="Toy", notebook="90_toy", upstream={"sft_dir": COLD_START}, product="summary.json",
+    key="toy", section="Toy", notebook="19_toy", upstream={"sft_dir": COLD_START}, product="summary.json",
     title="Toy study (a test fixture) on this run",
-    what="Notebook 90_toy copies the cold start's held-out outcomes into its folder and draws them as one bar.",
+    what="Notebook 19_toy copies the cold start's held-out outcomes into its folder and draws them as one bar.",
     figures=(("toy_figure", "the toy study's one bar"),),
     notebook_dir=str(HERE), claims_file=str(HERE / "claims.yaml"), claim_kinds="toy_study.kinds:KINDS")

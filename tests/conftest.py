@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
+from loaded_chain import SMOKE_PROFILE, LoadedChain
 
 # the kit's tests are about the kit's own studies: a study registered from outside (KIT_STUDIES, DEVELOPERS.md
 # "Add a study") would join every registry the tests enumerate; the toy-study test sets it for its subprocess
@@ -25,8 +26,12 @@ os.environ["KIT_PROFILE_PATH"] = os.pathsep.join(
     p for p in (os.environ.get("KIT_PROFILE_PATH", ""), str(Path(__file__).resolve().parent / "profiles")) if p)
 
 
-#: the session's smoke chain profile: smoke with a fourth RL stage (tests/profiles/four_stages.toml)
-SMOKE_PROFILE = "four_stages"
+@pytest.fixture(scope="session", autouse=True)
+def _stop_the_loaded_chain():
+    """Leave no loaded chain running after the session, even when a test failed."""
+    yield
+    if LoadedChain.job is not None:
+        LoadedChain.job.stop()
 
 
 @pytest.fixture(scope="session")
@@ -35,9 +40,12 @@ def smoke_chain(tmp_path_factory):
     RL stage of one step, defined only in tests/profiles/four_stages.toml: the recipe's stages are
     data, issue #29), run once per session by the runner `make reproduce` uses: ``(Layout, exit code)``,
     not asserted (:func:`smoke_run` asserts it; the browser test needs only its 01 and 02 to have
-    finished). Nobody writes into it after it is built."""
+    finished). Nobody writes into it after it is built. It runs on a quiet machine: a loaded chain started
+    earlier in the session is finished first."""
     from kit import cli, pipeline  # here: every test loads this conftest, few run the chain
 
+    if LoadedChain.job is not None:
+        LoadedChain.job.finish()
     root = tmp_path_factory.mktemp("reports")
     t0 = time.perf_counter()
     # a cell that hangs fails the test with the notebook and cell named instead of blocking the suite
@@ -49,27 +57,14 @@ def smoke_chain(tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def smoke_chain_loaded(smoke_chain, tmp_path_factory):
-    """The same chain (profile, seed, command; no report PDF, which is not compared) again, into another
-    folder, beside two busy loops that keep both cores loaded for its whole length (issue #41):
-    ``(Layout, exit code)``. Compared file by file with :func:`smoke_chain` in
-    tests/pipeline/test_repeatable_series.py."""
-    import subprocess
-    import sys
+    """The same chain again, under load (:class:`LoadedChain`): ``(Layout, exit code, what it ran beside)``.
+    Compared file by file with :func:`smoke_chain` in tests/pipeline/test_repeatable_series.py. Asks for the
+    quiet chain first, so a loaded chain is never started beside it."""
+    from kit import pipeline
 
-    from kit import cli, pipeline
-
-    root = tmp_path_factory.mktemp("reports_loaded")
-    loops = [subprocess.Popen([sys.executable, "-c", "while True: pass"]) for _ in range(2)]
-    t0 = time.perf_counter()
-    try:
-        code = cli.main(["reproduce", "--profile", SMOKE_PROFILE, "--run", "t", "--reports-root", str(root),
-                         "--cell-timeout", "900", "--no-report"])  # the PDF is a rendering, not compared
-    finally:
-        for p in loops:
-            p.kill()
-            p.wait()
-    print(f"smoke chain beside two busy loops: {time.perf_counter() - t0:.0f} s")
-    return pipeline.Layout.for_run(SMOKE_PROFILE, "t", root), code
+    job = LoadedChain.start(tmp_path_factory, "two busy loops")
+    code = job.finish()
+    return pipeline.Layout.for_run(SMOKE_PROFILE, "t", job.root), code, job.beside
 
 
 @pytest.fixture(scope="session")

@@ -24,6 +24,7 @@ import pandas as pd
 import pytest
 import smoke_checks as checks
 import torch
+from loaded_chain import LoadedChain, loaded_chain_wanted
 
 pytest.importorskip("verl")
 
@@ -48,7 +49,9 @@ def adam_steps(run, step: int) -> set[int]:
 
 
 @pytest.fixture(scope="module")
-def chain(tiny_verl_root, tmp_path_factory):
+def chain(tiny_verl_root, tmp_path_factory, request):
+    if loaded_chain_wanted(request.session.items):  # the repeatability test's loaded chain runs beside this one
+        LoadedChain.start(tmp_path_factory, "the VERL chain")
     root = tmp_path_factory.mktemp("verl_reports")
     sets = {**tiny_run.SMOKE_CHAIN, **tiny_run.sandbox_overrides(), "runtime": "verl"}
     argv = ["reproduce", "--profile", "smoke", "--run", RUN, "--reports-root", str(root), "--cell-timeout", "900",

@@ -15,8 +15,8 @@ trajectory to ``agent_r/policy_eval.jsonl``::
 ``subtrahend``: ``cold_start``, ``good_only``, ``agent_r_first``, ``agent_r_last``, or
 ``agent_r_<k>``) and a ``measure``; the statistic is the ratio of the minuend minus that of the
 subtrahend, each ratio ``sum(num) / sum(den)`` over the problems both policies were sampled on, with
-a paired percentile bootstrap over those problems (:func:`kit.claims.stats.bootstrap_ratio_diff_paired`,
-one seed: the policies share the problems and the sampling streams, issue #42).
+a paired percentile bootstrap over those problems (:mod:`kit.claims.paired`, one seed: the policies share
+the problems and the sampling streams, issue #42).
 """
 
 from __future__ import annotations
@@ -25,12 +25,12 @@ from collections.abc import Mapping
 from typing import Any
 
 from kit.claims.files import Missing, RunDirs, read_jsonl
+from kit.claims.paired import SIDES, Measure, paired_ratio_diff
 from kit.claims.results import TestResult
-from kit.claims.stats import bootstrap_ratio_diff_paired, decide
 
 EVAL_FILE = "policy_eval.jsonl"
 #: measure -> (numerator, denominator) of one trajectory row
-MEASURES = {
+MEASURES: dict[str, Measure] = {
     "recovery": (lambda r: r["correct"] * r["failed_call"], lambda r: r["failed_call"]),
     "accuracy": (lambda r: r["correct"], lambda r: 1),
     "reflection": (lambda r: r["reflection"], lambda r: r["high"]),
@@ -55,21 +55,11 @@ def _policy_rows(rows: list[dict[str, Any]], label: str) -> list[dict[str, Any]]
     return [r for r in rows if r.get("policy") == "agent_r" and int(r.get("iteration", 0)) == it]
 
 
-def _per_problem(rows: list[dict[str, Any]], measure: str) -> dict[str, list[float]]:
-    """``{problem: [numerator, denominator]}`` of ``measure`` summed over the problem's trajectories."""
-    num_f, den_f = MEASURES[measure]
-    by: dict[str, list[float]] = {}
-    for r in rows:
-        acc = by.setdefault(str(r["problem"]), [0.0, 0.0])
-        acc[0] += float(num_f(r))
-        acc[1] += float(den_f(r))
-    return by
-
-
 def stat_agent_r_diff(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -> TestResult:
     """``measure`` of ``minuend`` minus that of ``subtrahend`` (``agent_r/policy_eval.jsonl``) over the
-    problems both were sampled on; paired bootstrap over those problems. Minimums: ``min_problems`` per policy, ``min_units`` (the summed
-    denominator: trajectories with a failed call, trajectories, or high-entropy tokens) per policy.
+    problems both were sampled on; paired bootstrap over those problems (:func:`kit.claims.paired.paired_ratio_diff`).
+    Minimums: ``min_problems`` per policy, ``min_units`` (the summed denominator: trajectories with a failed
+    call, trajectories, or high-entropy tokens) per policy.
 
     Raises:
         Missing: the file, a policy or the minimum data is absent (the test is inconclusive).
@@ -78,26 +68,8 @@ def stat_agent_r_diff(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -
     if spec["measure"] not in MEASURES:
         raise KeyError(f"agent_r_diff: unknown measure {spec['measure']!r}; known: {sorted(MEASURES)}")
     rows = read_jsonl(dirs.folder("agent_r") / EVAL_FILE)
-    by = {side: _per_problem(_policy_rows(rows, spec[side]), spec["measure"]) for side in ("minuend", "subtrahend")}
-    common = sorted(set(by["minuend"]) & set(by["subtrahend"]))
-    parts = {}
-    for side in ("minuend", "subtrahend"):
-        num, den = [by[side][k][0] for k in common], [by[side][k][1] for k in common]
-        if len(num) < spec.get("min_problems", 1):
-            raise Missing(f"{spec[side]}: {len(num)} problems shared with the other policy, the test needs at least "
-                          f"{spec.get('min_problems', 1)}")
-        if sum(den) < spec.get("min_units", 1):
-            raise Missing(f"{spec[side]}: {int(sum(den))} units for {spec['measure']}, the test needs at least "
-                          f"{spec.get('min_units', 1)}")
-        parts[side] = (num, den)
-        res.detail[spec[side]] = {"ratio": sum(num) / sum(den) if sum(den) else None, "units": sum(den),
-                                  "problems": len(num)}
-    (na, da), (nb, db) = parts["minuend"], parts["subtrahend"]
-    res.value, lo, hi = bootstrap_ratio_diff_paired(na, da, nb, db)
-    res.ci95, res.n = (lo, hi), len(common)
-    res.interval = f"paired bootstrap over {len(common)} problems (one seed)"
-    res.verdict, res.reason = decide(lo, hi, spec["comparison"], float(spec["threshold"]))
-    return res
+    sides = {side: _policy_rows(rows, spec[side]) for side in SIDES}
+    return paired_ratio_diff(sides, MEASURES[spec["measure"]], spec, res, f"units for {spec['measure']}")
 
 
 KINDS = {"agent_r_diff": stat_agent_r_diff}

@@ -46,6 +46,7 @@ from kit.config.schema import (
     LogBackend,
     LoggingConfig,
     ModelConfig,
+    RetoolConfig,
     RolloutConfig,
     SandboxConfig,
     SFTConfig,
@@ -55,7 +56,7 @@ from kit.config.schema import (
 
 __all__ = [
     "LOG_BACKENDS", "POSITIVE_LIMITS", "PROFILE_DIR", "AblationConfig", "AgentRConfig", "AlgorithmConfig", "ConfigError", "CriticConfig",
-    "DataConfig", "EvalConfig", "KitConfig", "LogBackend", "LoggingConfig", "ModelConfig", "RolloutConfig", "SFTConfig", "SandboxConfig",
+    "DataConfig", "EvalConfig", "KitConfig", "LogBackend", "LoggingConfig", "ModelConfig", "RetoolConfig", "RolloutConfig", "SFTConfig", "SandboxConfig",
     "StageConfig", "StagesConfig", "available_profiles", "check", "check_agent_r", "check_limits", "check_minimums", "check_ranges",
     "RANGES", "from_json", "load", "save",
 ]

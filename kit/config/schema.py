@@ -70,6 +70,9 @@ class DataConfig:
                                       "gcd_lcm", "prime_count", "range_sum")
     demo_error_fraction: float = 0.25  # SFT demos whose first tool call fails and is then fixed
     demo_direct_fraction: float = 0.2  # SFT demos that answer without the tool (a guess RL can fix)
+    # a tool demo opens with 0 to this many reasoning sentences (uniform) before its first call; 0 = one opener
+    # sentence only, the call pinned near the start (ReTool's clean cold start varies it, issue #45)
+    demo_preamble_max: int = 0
 
 
 @dataclass(frozen=True)
@@ -368,6 +371,20 @@ class AgentRConfig:
     eval_samples: int = 4  # samples per held-out task and policy, at T = 1 (the policies' own distribution)
 
 
+@dataclass(frozen=True)
+class RetoolConfig:
+    """ReTool (Feng et al. 2025; notebook 10, :mod:`kit.studies.retool`): its emergence arm (issue #45). Beside
+    the PPO arms from the run's cold start, notebook 10 trains a *clean* cold start (the same recipe with
+    ``data.demo_error_fraction = 0``, no demo whose call fails and is then fixed, and ``data.demo_preamble_max =
+    clean_preamble_max``, so the first call is not pinned) and PPO from it, then samples both on the same held-out
+    tasks: whether self-correction and an earlier first call *emerge* under RL, as ReTool reports."""
+
+    emergence_seeds: int = 1  # PPO seeds trained from the clean cold start (the ReTool arms' first); 0 = no emergence arm
+    clean_preamble_max: int = 3  # the clean cold start's data.demo_preamble_max (0-6 reasoning sentences before a call)
+    eval_problems: int = 0  # held-out tasks both policies are sampled on (0 = all of data.task_heldout_size)
+    eval_samples: int = 4  # samples per held-out task and policy, at T = 1 (the policies' own distribution)
+
+
 #: Experiment trackers the kit passes to VERL's ``verl.utils.tracking.Tracking`` (VERL 0.9.1 also knows
 #: swanlab, clearml, vemlp_wandb and rl_insight; they are left out because they log to a server by
 #: default). ``tests/bridge/test_tracking.py`` checks each name against VERL's ``supported_backend``.
@@ -422,6 +439,7 @@ class KitConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     agent_r: AgentRConfig = field(default_factory=AgentRConfig)
+    retool: RetoolConfig = field(default_factory=RetoolConfig)
 
     def __post_init__(self) -> None:
         # stages without their own budget or turn limit take rollout's (the one source)

@@ -330,6 +330,11 @@ def task_split(cfg: KitConfig) -> TaskSplit:
 _OPENERS = ("I should compute this exactly with python.", "Let me compute this with python.",
             "I will use python to get the exact value.")
 _FIXES = ("The code failed. Let me fix it.", "There is an error in my code. Let me correct it.")
+#: reasoning sentences a tool demo may open with before its opener (``data.demo_preamble_max``, issue #45): they
+#: move the first call later by a varied amount, so that a cold start does not pin where the call starts
+_PREAMBLE = ("The answer is an exact integer.", "Working this out by hand would be slow and error-prone.",
+             "The numbers involved are too large to handle in my head.", "Let me first think about what to compute.",
+             "A short program can read the input and print the result.", "I need the exact value, not an estimate.")
 
 
 def _break(code: str, rng: random.Random) -> str:
@@ -354,26 +359,42 @@ def answer_text(answer: str, lead: str) -> str:
             f"The answer is \\boxed{{{answer}}}.\n{prompts.ANSWER_CLOSE}")
 
 
-def make_demo(problem: TaskProblem, kind: str, rng: random.Random) -> Demo:
+def opening(rng: random.Random, preamble_max: int = 0) -> str:
+    """The text a tool-using demo writes before its first call: 0 to ``preamble_max`` reasoning sentences
+    (uniform count, distinct sentences of :data:`_PREAMBLE`), then one opener. With ``preamble_max = 0``
+    it draws only the opener, so the demos of earlier runs are unchanged.
+
+    Raises:
+        ValueError: ``preamble_max`` outside [0, len(_PREAMBLE)].
+    """
+    if not 0 <= preamble_max <= len(_PREAMBLE):
+        raise ValueError(f"data.demo_preamble_max must be in [0, {len(_PREAMBLE)}], got {preamble_max}")
+    pre = rng.sample(_PREAMBLE, rng.randint(0, preamble_max)) if preamble_max else []
+    return " ".join([*pre, rng.choice(_OPENERS)])
+
+
+def make_demo(problem: TaskProblem, kind: str, rng: random.Random, preamble_max: int = 0) -> Demo:
     """The model side of one demonstration of ``problem``.
 
     Args:
         problem: the problem.
         kind: ``tool``, ``tool_error`` or ``direct`` (see the module docstring).
         rng: random source for the wording and the kind of mistake.
+        preamble_max: a tool-using demo opens with 0 to this many reasoning sentences before its opener
+            (:func:`opening`; ``cfg.data.demo_preamble_max``).
     Returns:
         A :class:`Demo`. For ``tool_error`` the first call is a broken variant of
         ``problem.code`` that raises (NameError or SyntaxError) and the second is the fixed one.
     Raises:
-        ValueError: unknown ``kind``.
+        ValueError: unknown ``kind``; ``preamble_max`` out of range.
     """
     good = DemoCall(problem.code, problem.input)
     if kind == "tool":
-        return Demo(problem, kind, ((rng.choice(_OPENERS), good),),
+        return Demo(problem, kind, ((opening(rng, preamble_max), good),),
                     answer_text(problem.answer, "The tool printed the result."))
     if kind == "tool_error":
-        bad = DemoCall(_break(problem.code, rng), problem.input)
-        return Demo(problem, kind, ((rng.choice(_OPENERS), bad), (rng.choice(_FIXES), good)),
+        bad = DemoCall(_break(problem.code, rng), problem.input)  # draws in this order: earlier runs' demos stay
+        return Demo(problem, kind, ((opening(rng, preamble_max), bad), (rng.choice(_FIXES), good)),
                     answer_text(problem.answer, "The fixed code printed the result."))
     if kind == "direct":
         return Demo(problem, kind, (), answer_text(problem.answer, "I will work it out in my head."))

@@ -54,7 +54,8 @@ def prepare_sft_data(cfg: KitConfig, run_dir: str | Path) -> dict[str, Any]:
     """Task demos with their sandbox feedback, cached in ``run_dir/sft_data.json``.
 
     One demo per train problem; kinds from :func:`kit.data.tasks.demo_kinds` with
-    ``cfg.data.demo_direct_fraction`` and ``cfg.data.demo_error_fraction``. Every tool call runs
+    ``cfg.data.demo_direct_fraction`` and ``cfg.data.demo_error_fraction``, openings with
+    ``cfg.data.demo_preamble_max`` reasoning sentences at most. Every tool call runs
     once in the sandbox (``cfg.sandbox``); the feedback is rendered untruncated here and cut by
     tokens when encoding (the tokenizer does not exist yet).
 
@@ -75,7 +76,7 @@ def prepare_sft_data(cfg: KitConfig, run_dir: str | Path) -> dict[str, Any]:
     kinds = tasks.demo_kinds(len(split.train), cfg.data.demo_error_fraction, cfg.data.demo_direct_fraction,
                              common.step_seed(cfg.seed, "demo-kinds"))
     rng = random.Random(common.step_seed(cfg.seed, "demos"))
-    demos = [tasks.make_demo(p, k, rng) for p, k in zip(split.train, kinds, strict=True)]
+    demos = [tasks.make_demo(p, k, rng, cfg.data.demo_preamble_max) for p, k in zip(split.train, kinds, strict=True)]
     results = sft_data.run_demo_calls(demos, cfg.sandbox)
     feedback = sft_data.render_feedback(results, timeout_s=cfg.sandbox.timeout_s)
     statuses: dict[str, int] = {}

@@ -144,3 +144,27 @@ def test_an_unknown_family_names_the_registered_ones_and_a_new_one_is_one_functi
                                                         f"print({n} ** 2)", ""))
     ps = tasks.generate(5, 0, families=("square",))
     assert [p.family for p in ps] == ["square"] * 5 and all(int(p.answer) == int(p.code[6:8]) ** 2 for p in ps)
+
+
+def test_preambles_vary_the_opening_and_zero_keeps_earlier_demos():
+    """data.demo_preamble_max (issue #45): 0 draws exactly what the demos drew before the key existed (one
+    opener per turn, the break first), so earlier runs' demos are unchanged; 3 opens tool demos with 0-3
+    distinct reasoning sentences, every count seen, the opener last."""
+    p = tasks.make_split(1, 0, seed=0).train[0]
+    for kind, draws in (("tool", lambda r: [r.choice(tasks._OPENERS)]),
+                        ("tool_error", lambda r: [tasks._break(p.code, r), r.choice(tasks._OPENERS), r.choice(tasks._FIXES)])):
+        for seed in range(20):
+            old, new = random.Random(seed), random.Random(seed)
+            expected = draws(old)
+            d = tasks.make_demo(p, kind, new, 0)
+            assert d.turns[0][0] == expected[1 if kind == "tool_error" else 0] and new.getstate() == old.getstate()
+    rng, counts = random.Random(1), set()
+    for _ in range(200):
+        text = tasks.make_demo(p, "tool", rng, 3).turns[0][0]
+        opener = next(o for o in tasks._OPENERS if text.endswith(o))
+        pre = [s for s in tasks._PREAMBLE if s in text[: len(text) - len(opener)]]
+        assert text == " ".join([*sorted(pre, key=text.index), opener])
+        counts.add(len(pre))
+    assert counts == {0, 1, 2, 3}
+    with pytest.raises(ValueError, match="demo_preamble_max"):
+        tasks.make_demo(p, "tool", random.Random(0), 7)

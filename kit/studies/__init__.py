@@ -100,7 +100,8 @@ RETOOL = Study(
           "policy, for the same steps and seeds as notebook 06's GRPO-RoC arms, and logs ReTool §3.3's "
           "code-interpreter behaviour every step (kit.analysis.code_behaviour) on both."),
     figures=(("retool_behaviour", "ReTool's Figure (a)-(f) panels"),),
-    job="kit.studies.retool.job", launches_verl=True, dry_run="kit.bridge.study_runs:retool_dry_run")
+    job="kit.studies.retool.job", launches_verl=True, dry_run="kit.bridge.study_runs:retool_dry_run",
+    claim_kinds="kit.studies.retool.kinds:KINDS", paired_kinds=("retool_emergence_diff",))
 
 AGENT_R = Study(
     key="agent_r", section="Agent-R", notebook="11_agent_r",

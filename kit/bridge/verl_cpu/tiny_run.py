@@ -37,6 +37,9 @@ TWO_STEP = {"algorithm.prompts_per_step": 2, "algorithm.group_size": 4, "algorit
 SMOKE_CHAIN = {**TWO_STEP, "stages.stage1.steps": 1, "stages.stage2.steps": 1, "stages.stage3.steps": 1,
                "stages.stage2.max_response_tokens": 256, "stages.stage3.max_response_tokens": 256,
                "ablation.steps": 1, "ablation.seeds": [0], "data.train_pools": ["openmathreasoning"],
+               # ReTool's emergence arm is the ReTool arms' run_stage from another cold start (the local smoke chain
+               # runs it); here it would cost another VERL launch
+               "retool.emergence_seeds": 0,
                # the ablation's arms run at rollout's budget on both runtimes (kit.plan.ablation_arms): 256 as the stages
                "rollout.max_response_tokens": 256}
 

@@ -33,6 +33,7 @@ from kit.metrics import read_rows
 from kit.plan import RETOOL_BASELINE, retool_arms
 from kit.progress import StepBar
 from kit.report.figures import collect_metrics, save_figure
+from kit.studies.retool.emergence import EMERGENCE_DIR, EVAL_FILE, train_emergence
 from kit.studies.retool.figures import figure_retool_behaviour
 
 SECTION = "ReTool"  # the claims' section in kit/reference/claims.yaml
@@ -52,10 +53,14 @@ def train_retool(cfg: KitConfig, run_dir: str | os.PathLike, init_dir: str | os.
                  data_dir: str | os.PathLike | None, progress=None) -> dict[str, Any]:
     """Train every arm of :func:`kit.plan.retool_arms` (PPO per seed) from the upstream run folder
     ``init_dir`` (the cold start), one first-stage run each through the runtime's ``run_stage``, in
-    ``run_dir/<arm>_seed<s>/``; writes ``run_dir/retool.json`` (the arms and their summaries).
+    ``run_dir/<arm>_seed<s>/``, then the emergence arm (:func:`kit.studies.retool.emergence.train_emergence`:
+    a clean cold start, PPO from it, both sampled on held-out tasks; none when ``retool.emergence_seeds`` is 0);
+    writes ``run_dir/retool.json`` (the arms and their summaries).
 
     Returns:
-        ``{"arms": {folder: summary}, "baseline": "grpo_roc", "steps", "seeds"}``.
+        ``{"arms": {folder: summary}, "baseline": "grpo_roc", "steps", "seeds", "emergence": {...}}``.
+    Raises:
+        ValueError: ``retool.emergence_seeds`` > 0 with a model other than the tiny one.
     """
     arms = retool_arms(cfg, run_dir)
     rt = runtime.get(cfg)
@@ -75,9 +80,10 @@ def train_retool(cfg: KitConfig, run_dir: str | os.PathLike, init_dir: str | os.
             # an arm finished earlier (the background job) reports nothing: its rows are shown as trained
             for row in read_rows(Path(arm.run_dir) / "metrics.jsonl", missing_ok=True)[sum("step" in r for r in seen):]:
                 bar(row)
-        out = jsonio.jsonable(out)
-        jsonio.write_json(Path(run_dir) / "retool.json", out)
-        bar({"stage": "retool", "summary": out})
+        bar({"stage": "retool", "summary": jsonio.jsonable(out)})
+    out["emergence"] = train_emergence(cfg, run_dir, data_dir)
+    out = jsonio.jsonable(out)
+    jsonio.write_json(Path(run_dir) / "retool.json", out)
     return out
 
 
@@ -149,6 +155,29 @@ def last_rows(run_dir: str | os.PathLike) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def emergence_table(run_dir: str | os.PathLike) -> pd.DataFrame:
+    """The emergence arm (``run_dir/emergence/eval.jsonl``, :mod:`kit.studies.retool.emergence`), one row per
+    policy (the clean cold start, PPO from it): trajectories, accuracy, the share with a failed call, the share of
+    those fixed by a later clean call, and the first-call position (over trajectories with a call). Empty when the
+    arm did not run (``retool.emergence_seeds = 0``).
+
+    Raises:
+        kit.metrics.MetricsError: the file is not JSON lines.
+    """
+    rows = read_rows(Path(run_dir) / EMERGENCE_DIR / EVAL_FILE, missing_ok=True)
+    if not rows:
+        return pd.DataFrame()
+    df = pd.DataFrame(rows)
+    df["first_call_position"] = pd.to_numeric(df["first_call_position"], errors="coerce")
+    out = {}
+    for policy, d in df.groupby("policy", sort=False):
+        failed = d[d["failed_call"] == 1]
+        out[policy] = {"trajectories": len(d), "accuracy": d["correct"].mean(), "with a failed call": d["failed_call"].mean(),
+                       "fixed after a failure": failed["self_corrected"].mean() if len(failed) else float("nan"),
+                       "failed, n": len(failed), "first-call position": d["first_call_position"].mean()}
+    return pd.DataFrame(out).T.rename_axis("policy")
+
+
 def retool_findings(run_dir: str | os.PathLike) -> str:
     """Markdown: ReTool's comparison in ``run_dir`` (notebook 10): for the PPO arms, the first-third and
     last-third means over seeds of ReTool's behaviour keys and accuracy, and the ReTool verdicts the
@@ -168,6 +197,12 @@ def retool_findings(run_dir: str | os.PathLike) -> str:
     arms = pd.DataFrame(ends).T
     lines: list[str | None] = [f"PPO ({plural(len(arms), 'seed')}), first third -> last third of each arm's steps: " + "; ".join(
         f"{label} {fmt(arms[f'{k}_first'].mean())} -> {fmt(arms[f'{k}_last'].mean())}" for k, label in keys.items())]
+    em = emergence_table(run_dir)
+    if {"cold_start", "ppo"} <= set(em.index):
+        a, b = em.loc["cold_start"], em.loc["ppo"]
+        lines.append("Emergence arm (a cold start never shown a fix, then PPO), on the same held-out tasks: " + "; ".join(
+            f"{k} {fmt(a[k])} -> {fmt(b[k])}" for k in ("fixed after a failure", "first-call position", "accuracy"))
+            + f" ({int(a['failed, n'])} and {int(b['failed, n'])} trajectories with a failed call)")
     verdicts = Path(run_dir) / "verdicts.json"
     if verdicts.exists():
         got = json.loads(verdicts.read_text())

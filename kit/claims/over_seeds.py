@@ -95,7 +95,7 @@ def seeds_table(runs: Sequence[str | os.PathLike], section: str | None = DEFAULT
     docs = [(Path(r).name, read_claims(Path(r) / "claims.json")) for r in runs]
     for line in environment_notes(docs) if echo is not None else ():
         echo(line)
-    current = {c["id"]: c for c in load_claims()}
+    current = {c["id"]: c for c in load_claims(include_superseded=True)}  # an older run may hold a superseded one
     by_run = [(name, {c["id"]: c for c in d["claims"]}) for name, d in docs]
     rows = [["claim", *(name for name, _ in docs)]]
     for c in docs[0][1]["claims"]:

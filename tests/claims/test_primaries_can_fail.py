@@ -12,6 +12,7 @@ import pytest
 from test_agent_r_kind import _rows
 from test_arm_kinds import arm
 from test_claims import CLAIMS, ERR, PASS, ablation
+from test_retool_emergence_kind import _rows as emergence_rows
 
 from kit.claims import RunDirs, evaluate_claims
 
@@ -41,8 +42,16 @@ def _agent_r(root: Path, wrong: bool) -> Path:
     return root
 
 
+def _emergence(root: Path, wrong: bool) -> Path:
+    ppo = 0.0 if wrong else 0.6  # PPO fixes none of its failed calls while the clean cold start fixes 30%
+    rows = emergence_rows("cold_start", 0.3, 0.2, n_problems=40) + emergence_rows("ppo", ppo, 0.2, n_problems=40)
+    (root / "retool" / "emergence").mkdir(parents=True)
+    (root / "retool" / "emergence" / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return root
+
+
 CASES = {"fig4_roc_below_grpo": _fig4, "fig9_roc_accuracy_not_below": _fig9, "retool_code_ratio_rises": _retool,
-         "agentr_recovery_vs_baselines": _agent_r}
+         "agentr_recovery_vs_baselines": _agent_r, "retool_self_correction_emerges": _emergence}
 
 
 def test_every_primary_claim_has_a_case():

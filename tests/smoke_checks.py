@@ -174,6 +174,21 @@ def retool_arms_and_inconclusive_verdicts(lay, cfg) -> None:
     doc = claims.read_claims(lay.root / "claims.json")
     assert {c["id"]: c["verdict"] for c in doc["claims"] if c["section"] == "ReTool"} == dict.fromkeys(ids, "inconclusive")
     assert (lay.root / "figures" / "retool_behaviour.png").stat().st_size > 5000
+    # the emergence arm (issue #45): a clean cold start without fixed demos, PPO from it, both sampled alike
+    em, summary = lay.root / "retool" / "emergence", json.loads((lay.root / "retool" / "retool.json").read_text())
+    if cfg.retool.emergence_seeds == 0:  # the VERL chain
+        assert summary["emergence"] == {} and not em.exists()
+        return
+    clean = json.loads((em / "cold_start" / "config.json").read_text())["data"]
+    assert clean["demo_error_fraction"] == 0 and clean["demo_preamble_max"] == cfg.retool.clean_preamble_max
+    sft_data = json.loads((em / "cold_start" / "sft_data.json").read_text())
+    assert {d["kind"] for d in sft_data["demos"]} <= {"tool", "direct"}  # no demo fails and is then fixed
+    assert sorted(summary["emergence"]["arms"]) == [f"ppo_seed{s}" for s in plan.arm_seeds(cfg)[:cfg.retool.emergence_seeds]]
+    ev = rows(em / "eval.jsonl")
+    n = (cfg.retool.eval_problems or cfg.data.task_heldout_size) * cfg.retool.eval_samples
+    assert [sum(r["policy"] == p for r in ev) for p in ("cold_start", "ppo")] == [n, n * cfg.retool.emergence_seeds]
+    by_policy = {p: [(r["problem"], r["sample"]) for r in ev if r["policy"] == p] for p in ("cold_start", "ppo")}
+    assert by_policy["cold_start"] == by_policy["ppo"][:n]  # the same problems, in the same order
 
 
 def agent_r_runs_both_arms_and_stays_inconclusive(lay, cfg) -> None:

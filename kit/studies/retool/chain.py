@@ -175,7 +175,7 @@ def emergence_table(run_dir: str | os.PathLike) -> pd.DataFrame:
         out[policy] = {"trajectories": len(d), "accuracy": d["correct"].mean(), "with a failed call": d["failed_call"].mean(),
                        "fixed after a failure": failed["self_corrected"].mean() if len(failed) else float("nan"),
                        "failed, n": len(failed), "first-call position": d["first_call_position"].mean()}
-    return pd.DataFrame(out).T.rename_axis("policy")
+    return pd.DataFrame.from_dict(out, orient="index").rename_axis("policy")
 
 
 def retool_findings(run_dir: str | os.PathLike) -> str:

@@ -29,8 +29,7 @@ def test_every_verl_source_of_a_key_has_the_population_the_schema_declares():
 
 def test_every_claimed_metrics_key_is_declared_with_a_population_verl_can_fill_or_says_why():
     keys = {t["key"] for c in load_claims() for t in c["tests"] if t["kind"].startswith(("ablation", "stage_"))}
-    assert keys == {"tool_error_ratio_correct_before", "accuracy", "response_len_mean",
-                    "code_ratio", "first_call_position", "self_correction_rate_correct"}  # the last three: ReTool's
+    assert keys == {"tool_error_ratio_correct_before", "accuracy", "response_len_mean", "code_ratio"}  # the last: ReTool's
     assert {RL_KEYS[k].population for k in keys} == {"sampled"}
 
 

@@ -293,16 +293,16 @@ def summary_page(root: str | os.PathLike, *, title: str = "", profile: str = "",
               "it lies on the claimed side, not reproduced when on the other side, else inconclusive.")
     shift = 0.0
     pre = precondition_line(doc)
-    if pre:
-        fig.text(0.04, 0.966, textwrap.fill(pre, 150), fontsize=7, va="top", color="#b00000", weight="bold",
-                 parse_math=False)
-        shift = 0.02
+    if pre:  # a line or more (two failed preconditions wrap): the heading moves down by as many (~0.0105 a line)
+        pre = textwrap.fill(pre, 150)
+        fig.text(0.04, 0.966, pre, fontsize=7, va="top", color="#b00000", weight="bold", parse_math=False)
+        shift = 0.0095 + 0.0105 * (pre.count("\n") + 1)
     if failed:
         names = "; ".join(f"{name} ({why[:160]})" for name, why in failed.items())
-        fig.text(0.04, 0.966 - shift, textwrap.fill(f"This run did not finish: {len(failed)} notebook(s) failed: {names}",
-                                                    150),
-                 fontsize=7, va="top", color="#b00000", weight="bold", parse_math=False)  # error text, not mathtext
-        shift += 0.02
+        line = textwrap.fill(f"This run did not finish: {len(failed)} notebook(s) failed: {names}", 150)
+        fig.text(0.04, 0.966 - shift, line, fontsize=7, va="top", color="#b00000", weight="bold",
+                 parse_math=False)  # error text, not mathtext
+        shift += 0.0095 + 0.0105 * (line.count("\n") + 1)
     head = textwrap.fill(head, 160)
     fig.text(0.04, 0.962 - shift, head, fontsize=6.6, va="top", color="0.25", linespacing=1.3)
     # where it computed, and whether a rerun gives the same bits (issue #41): under the heading, ~0.0102 a line

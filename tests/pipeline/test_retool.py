@@ -7,6 +7,8 @@ import json
 import math
 from pathlib import Path
 
+import pytest
+
 from kit.analysis import code_behaviour
 from kit.config import load
 from kit.plan import ablation_arms, retool_arms
@@ -57,9 +59,11 @@ def test_figure_findings_and_verdicts_from_synthetic_arms(tmp_path):
     (root / "sft" / "summary.json").write_text(json.dumps({"heldout_sampled_reward": 0.5, "heldout_n": 128}))
     results, table = retool.retool_verdicts(root, root / "retool", root / "ablation")
     verdicts = {r.id: r.verdict for r in results}
-    assert set(verdicts) == {"retool_code_ratio_rises", "retool_first_call_stays_at_start",
-                             "retool_self_correction_after_rl", "retool_ppo_accuracy_not_far_below_roc"}
-    assert verdicts["retool_code_ratio_rises"] == "reproduced" and verdicts["retool_self_correction_after_rl"] == "reproduced"
+    assert set(verdicts) == {"retool_code_ratio_rises", "retool_first_call_moves_earlier",
+                             "retool_self_correction_emerges", "retool_ppo_accuracy_not_far_below_roc"}
+    assert verdicts["retool_code_ratio_rises"] == "reproduced"
+    # no emergence arm in this run (no retool/emergence/): its claims are not judged
+    assert verdicts["retool_self_correction_emerges"] == verdicts["retool_first_call_moves_earlier"] == "inconclusive"
     assert verdicts["retool_ppo_accuracy_not_far_below_roc"] == "reproduced"  # equal accuracy: 0 > -0.10
     (root / "retool" / "verdicts.json").write_text(json.dumps(verdicts))
     text = retool.retool_findings(root / "retool")
@@ -73,7 +77,7 @@ def test_figure_findings_and_verdicts_from_synthetic_arms(tmp_path):
 
 
 def test_train_retool_runs_each_arm_through_the_runtime_and_shows_finished_ones(tmp_path, monkeypatch):
-    cfg = load("smoke", write=False)
+    cfg = load("smoke", {"retool.emergence_seeds": 0}, write=False)  # the emergence arm: the next test
     calls, shown = [], []
 
     class Runtime:  # the runtime contract's run_stage; an arm with rows already is one the background job trained
@@ -87,5 +91,41 @@ def test_train_retool_runs_each_arm_through_the_runtime_and_shows_finished_ones(
     out = retool.train_retool(cfg, tmp_path / "retool", tmp_path / "sft", tmp_path / "data", progress=shown.append)
     assert calls == [("gae", "stage1", str(tmp_path / "retool" / "ppo_seed0"), tmp_path / "sft")]
     assert out["arms"] == {"ppo_seed0": {"stage": "stage1", "steps": 2}} and out["baseline"] == "grpo_roc"
+    assert out["emergence"] == {} and not (tmp_path / "retool" / "emergence").exists()
     assert json.loads((tmp_path / "retool" / "retool.json").read_text()) == out
     assert [r.get("step") for r in shown] == [1, 2, None] and "summary" in shown[-1]  # its rows, then the end
+
+
+def test_the_emergence_arm_trains_a_clean_cold_start_then_ppo_from_it(tmp_path, monkeypatch):
+    """Issue #45: the clean cold start is the run's cold start with two data keys changed (no fixed demos, varied
+    preambles), trained by the kit's SFT trainer into emergence/cold_start/; PPO per emergence seed starts from
+    it; the evaluation follows; retool.emergence_seeds = 0 trains nothing; a non-tiny model is refused."""
+    from kit.studies.retool import emergence
+
+    cfg = load("smoke", {"retool.emergence_seeds": 1, "retool.clean_preamble_max": 2}, write=False)
+    order = []
+
+    def fake_sft(clean, run_dir, progress=None):
+        order.append(("sft", clean.data.demo_error_fraction, clean.data.demo_preamble_max, clean.seed, str(run_dir)))
+        return {"steps": clean.sft.steps}
+
+    class Runtime:
+        @staticmethod
+        def run_stage(arm, stage, *, run_dir, init_dir, data_dir, progress):
+            order.append(("ppo", arm.algorithm.adv_estimator, arm.algorithm.selection, run_dir, str(init_dir)))
+            return {"stage": stage}
+
+    monkeypatch.setattr(emergence.sft, "run_sft", fake_sft)
+    monkeypatch.setattr(emergence.runtime, "get", lambda c: Runtime)
+    monkeypatch.setattr(emergence, "evaluate_emergence", lambda c, root: order.append(("eval", str(root))) or {"rows": 0})
+    out = emergence.train_emergence(cfg, tmp_path / "retool", None)
+    em = tmp_path / "retool" / "emergence"
+    assert order == [("sft", 0.0, 2, cfg.seed, str(em / "cold_start")),
+                     ("ppo", "gae", "all", str(em / "ppo_seed0"), str(em / "cold_start")), ("eval", str(em))]
+    saved = json.loads((em / "cold_start" / "config.json").read_text())
+    assert saved["data"]["demo_error_fraction"] == 0.0 and saved["sft"] == json.loads(json.dumps(cfg.to_dict()["sft"]))
+    assert json.loads((em / "emergence.json").read_text()) == out and list(out["arms"]) == ["ppo_seed0"]
+    off = load("smoke", {"retool.emergence_seeds": 0}, write=False)
+    assert emergence.train_emergence(off, tmp_path / "off", None) == {} and not (tmp_path / "off").exists()
+    with pytest.raises(ValueError, match="retool.emergence_seeds = 0"):
+        emergence.train_emergence(load("paper-14b", {"retool.emergence_seeds": 1}, write=False), tmp_path / "p", None)

@@ -72,7 +72,7 @@ def test_summary_is_one_page_with_claims_figures_tables_and_limits(run, tmp_path
     pdf = summary.write_summary_pdf(run, tmp_path / "s.pdf")
     assert _pages(pdf) == 3  # the kit's claims, then ReTool's section (issue #33), then Agent-R's (issue #34)
     first = " ".join(_text(pdf).split())
-    assert "ReTool claims on page 2" in first and "4 Agent-R claims on page 3" in first
+    assert "ReTool claims on page 2" in first and "4 Agent-R claims on page 3" in first, first
     second, third = " ".join(_text(pdf, 2).split()), " ".join(_text(pdf, 3).split())
     assert "ReTool (Feng et al. 2025) on this run" in second and "not drawn in this run" in second
     assert "Agent-R (Yuan et al. 2025) on this run" in third and "4 Agent-R claims pre-registered" in third

@@ -294,12 +294,12 @@ def summary_page(root: str | os.PathLike, *, title: str = "", profile: str = "",
     shift = 0.0
     pre = precondition_line(doc)
     if pre:  # a line or more (two failed preconditions wrap): the heading moves down by as many (~0.0105 a line)
-        pre = textwrap.fill(pre, 150)
+        pre = textwrap.fill(pre, 130)  # bold 7 pt: 130 characters fill the A4 width
         fig.text(0.04, 0.966, pre, fontsize=7, va="top", color="#b00000", weight="bold", parse_math=False)
         shift = 0.0095 + 0.0105 * (pre.count("\n") + 1)
     if failed:
         names = "; ".join(f"{name} ({why[:160]})" for name, why in failed.items())
-        line = textwrap.fill(f"This run did not finish: {len(failed)} notebook(s) failed: {names}", 150)
+        line = textwrap.fill(f"This run did not finish: {len(failed)} notebook(s) failed: {names}", 130)
         fig.text(0.04, 0.966 - shift, line, fontsize=7, va="top", color="#b00000", weight="bold",
                  parse_math=False)  # error text, not mathtext
         shift += 0.0095 + 0.0105 * (line.count("\n") + 1)

@@ -39,7 +39,7 @@ def sums_by_problem(rows: Sequence[Row], measure: Measure) -> dict[str, list[flo
 
 
 def paired_ratio_diff(sides: Mapping[str, Sequence[Row]], measure: Measure, spec: Mapping[str, Any],
-                      res: TestResult, units: str = "units") -> TestResult:
+                      res: TestResult, units: str = "units", within: str = "one seed") -> TestResult:
     """Fill ``res`` with the paired test of ``spec`` on two policies' trajectory rows.
 
     Args:
@@ -51,6 +51,7 @@ def paired_ratio_diff(sides: Mapping[str, Sequence[Row]], measure: Measure, spec
         res: the result to fill (``value``, ``ci95``, ``n``, ``interval``, ``verdict``, ``reason``,
             ``detail[label] = {ratio, units, problems}``).
         units: what the denominator counts, for the messages (e.g. "trajectories with a failed call").
+        within: what one unit's rows come from, for the interval's text (default "one seed").
     Returns:
         ``res``.
     Raises:
@@ -72,6 +73,6 @@ def paired_ratio_diff(sides: Mapping[str, Sequence[Row]], measure: Measure, spec
     (na, da), (nb, db) = parts["minuend"], parts["subtrahend"]
     res.value, lo, hi = bootstrap_ratio_diff_paired(na, da, nb, db)
     res.ci95, res.n = (lo, hi), len(common)
-    res.interval = f"paired bootstrap over {len(common)} problems (one seed)"
+    res.interval = f"paired bootstrap over {len(common)} problems ({within})"
     res.verdict, res.reason = decide(lo, hi, spec["comparison"], float(spec["threshold"]))
     return res

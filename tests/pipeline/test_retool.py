@@ -117,14 +117,20 @@ def test_the_emergence_arm_trains_a_clean_cold_start_then_ppo_from_it(tmp_path, 
 
     monkeypatch.setattr(emergence.sft, "run_sft", fake_sft)
     monkeypatch.setattr(emergence.runtime, "get", lambda c: Runtime)
-    monkeypatch.setattr(emergence, "evaluate_emergence", lambda c, root: order.append(("eval", str(root))) or {"rows": 0})
+    monkeypatch.setattr(emergence, "evaluate_emergence",
+                        lambda c, root, arms: order.append(("eval", str(root), arms)) or {"rows": 0})
     out = emergence.train_emergence(cfg, tmp_path / "retool", None)
     em = tmp_path / "retool" / "emergence"
     assert order == [("sft", 0.0, 2, cfg.seed, str(em / "cold_start")),
-                     ("ppo", "gae", "all", str(em / "ppo_seed0"), str(em / "cold_start")), ("eval", str(em))]
+                     ("ppo", "gae", "all", str(em / "ppo_seed0"), str(em / "cold_start")), ("eval", str(em), ["ppo_seed0"])]
     saved = json.loads((em / "cold_start" / "config.json").read_text())
     assert saved["data"]["demo_error_fraction"] == 0.0 and saved["sft"] == json.loads(json.dumps(cfg.to_dict()["sft"]))
     assert json.loads((em / "emergence.json").read_text()) == out and list(out["arms"]) == ["ppo_seed0"]
+    # a finished arm is reused only under the config it was trained with; asking for more seeds than exist is named
+    with pytest.raises(ValueError, match=r"trained with another config \(differs in: data\)"):
+        emergence.train_emergence(load("smoke", {"retool.clean_preamble_max": 1}, write=False), tmp_path / "retool", None)
+    with pytest.raises(ValueError, match="ReTool arm seeds"):
+        emergence.train_emergence(load("smoke", {"retool.emergence_seeds": 5}, write=False), tmp_path / "more", None)
     off = load("smoke", {"retool.emergence_seeds": 0}, write=False)
     assert emergence.train_emergence(off, tmp_path / "off", None) == {} and not (tmp_path / "off").exists()
     with pytest.raises(ValueError, match="retool.emergence_seeds = 0"):

@@ -26,6 +26,7 @@ the tiny task family's demonstrations, so a paper profile, whose cold start is y
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,8 @@ EVAL_FILE = "eval.jsonl"
 #: the policies of ``eval.jsonl``: the clean cold start and PPO from it
 POLICIES = ("cold_start", "ppo")
 #: one row of ``eval.jsonl``: ``policy`` (:data:`POLICIES`), ``seed`` (the PPO arm's; -1 for the cold start),
-#: ``problem`` (its id), ``sample`` (index among the problem's samples), ``correct`` (0/1), ``calls`` and
+#: ``problem`` (its id), ``sample`` (index in the problem's group as collected, which sorts a group by its
+#: tokens: not a sampling stream; the claims pair by problem), ``correct`` (0/1), ``calls`` and
 #: ``failed_calls`` (counted calls, those that failed by the model's fault), ``failed_call`` (0/1: at least one),
 #: ``self_corrected`` (0/1: a failed call whose next call ran cleanly, :func:`kit.analysis.code_behaviour.code_use`),
 #: ``first_call_position`` (tokens before the first call / response tokens; None without a call)
@@ -75,7 +77,8 @@ def train_emergence(cfg: KitConfig, run_dir: str | os.PathLike, data_dir: str | 
         ``retool.emergence_seeds`` is 0): ``{"cold_start": summary, "arms": {folder: summary}, "eval": {...}}``.
     Raises:
         ValueError: ``retool.emergence_seeds`` > 0 with a model other than the tiny one (its cold start is
-            not made of the tiny task family's demos; set ``retool.emergence_seeds = 0``).
+            not made of the tiny task family's demos; set ``retool.emergence_seeds = 0``); more emergence seeds
+            than the run has ReTool arm seeds; ``emergence/`` trained with another config (named; delete it).
     """
     if cfg.retool.emergence_seeds == 0:
         return {}
@@ -85,9 +88,21 @@ def train_emergence(cfg: KitConfig, run_dir: str | os.PathLike, data_dir: str | 
                          "does not use; set retool.emergence_seeds = 0 (the paper profiles do)")
     root = Path(run_dir) / EMERGENCE_DIR
     clean = clean_config(cfg, root / "cold_start")
+    stored = root / "cold_start" / "config.json"
+    if stored.exists():  # a finished part is reused only if it was trained with this config
+        before = json.loads(stored.read_text())
+        now = json.loads(json.dumps(clean.to_dict()))
+        # retool's own keys act through data.demo_preamble_max (training), the arm list and the eval key
+        differ = sorted(k for k in now if k not in ("run_dir", "retool", "logging") and before.get(k) != now.get(k))
+        if differ:
+            raise ValueError(f"{root} was trained with another config (differs in: {', '.join(differ)}); "
+                             "delete that folder to train the emergence arm again with this one")
+    plan = retool_arms(clean, root, n_seeds=cfg.retool.emergence_seeds)
+    if len(plan) < cfg.retool.emergence_seeds:
+        raise ValueError(f"retool.emergence_seeds = {cfg.retool.emergence_seeds}, but the run has {len(plan)} ReTool "
+                         "arm seeds (the first of the ablation's GRPO-RoC seeds, at most kit.plan.RETOOL_SEEDS)")
     save(clean, clean.run_dir)
     rt = runtime.get(cfg)
-    plan = retool_arms(clean, root, n_seeds=cfg.retool.emergence_seeds)
     arms = {}
     with StepBar(clean.sft.steps + cfg.ablation.steps * len(plan), "ReTool emergence: clean cold start, PPO",
                  count_rows=True) as bar:
@@ -99,7 +114,7 @@ def train_emergence(cfg: KitConfig, run_dir: str | os.PathLike, data_dir: str | 
         for folder, arm in plan:
             arms[folder] = rt.run_stage(arm, arm.stages[0].name, run_dir=arm.run_dir, init_dir=clean.run_dir,
                                         data_dir=data_dir, progress=relay)
-    out = jsonio.jsonable({"cold_start": cold, "arms": arms, "eval": evaluate_emergence(cfg, root)})
+    out = jsonio.jsonable({"cold_start": cold, "arms": arms, "eval": evaluate_emergence(cfg, root, list(arms))})
     jsonio.write_json(root / "emergence.json", out)
     return out
 
@@ -115,10 +130,11 @@ def trajectory_row(tr: Any, correct: bool, open_id: int | None) -> dict[str, Any
             "self_corrected": int(use.self_corrections > 0), "first_call_position": pos}
 
 
-def evaluate_emergence(cfg: KitConfig, root: str | os.PathLike) -> dict[str, Any]:
-    """Sample the clean cold start and each PPO arm under ``root`` (``emergence/``) on the first
+def evaluate_emergence(cfg: KitConfig, root: str | os.PathLike, arms: list[str]) -> dict[str, Any]:
+    """Sample the clean cold start and the PPO arms ``arms`` (folders under ``root``, ``emergence/``) on the first
     ``retool.eval_problems`` held-out tasks (0: all), ``retool.eval_samples`` each at T = 1, every policy with the
-    same backend seed (the same sampling streams), and write ``root/eval.jsonl`` (:data:`EVAL_FIELDS`) once.
+    same backend seed (the same sampling streams), and write ``root/eval.jsonl`` (:data:`EVAL_FIELDS`). A file
+    written for other problems, samples or arms is sampled again (its key is in ``root/eval_key.json``).
 
     Returns:
         ``{"problems", "samples", "rows"}``.
@@ -126,13 +142,14 @@ def evaluate_emergence(cfg: KitConfig, root: str | os.PathLike) -> dict[str, Any
         FileNotFoundError: a policy folder is missing (the arm did not finish).
     """
     root = Path(root)
-    out = root / EVAL_FILE
+    out, key_file = root / EVAL_FILE, root / "eval_key.json"
     problems = heldout_problems(cfg, cfg.retool.eval_problems)
     n = cfg.retool.eval_samples
-    if not out.exists():
-        seed = common.step_seed(cfg.seed, "retool-emergence-eval")
+    seed = common.step_seed(cfg.seed, "retool-emergence-eval")
+    key = {"problems": [p.id for p in problems], "samples": n, "arms": sorted(arms), "seed": seed}
+    if not (out.exists() and key_file.exists() and json.loads(key_file.read_text()) == key):
         policies = [("cold_start", -1, root / "cold_start" / "policy")]
-        policies += [("ppo", int(p.parent.name.rsplit("seed", 1)[1]), p) for p in sorted(root.glob("ppo_seed*/policy"))]
+        policies += [("ppo", int(a.rsplit("seed", 1)[1]), root / a / "policy") for a in sorted(arms)]
         rows = []
         for policy, arm_seed, path in policies:
             if not path.is_dir():
@@ -146,4 +163,5 @@ def evaluate_emergence(cfg: KitConfig, root: str | os.PathLike) -> dict[str, Any
         tmp = out.with_suffix(".jsonl.partial")
         tmp.write_text("".join(jsonio.dumps(r) + "\n" for r in rows))
         tmp.replace(out)
+        jsonio.write_json(key_file, key)
     return {"problems": len(problems), "samples": n, "rows": len(read_rows(out))}

@@ -56,7 +56,8 @@ def stat_retool_emergence_diff(dirs: RunDirs, spec: Mapping[str, Any], res: Test
         if not got:
             raise Missing(f"{EMERGENCE_DIR}/{EVAL_FILE} has no rows of {spec[side]!r}")
     measure, units = MEASURES[spec["measure"]]
-    return paired_ratio_diff(sides, measure, spec, res, units)
+    seeds = sorted({r.get("seed") for r in sides["minuend"] + sides["subtrahend"] if r.get("policy") == "ppo"})
+    return paired_ratio_diff(sides, measure, spec, res, units, within=f"one run; PPO over {len(seeds)} seed(s)")
 
 
 KINDS = {"retool_emergence_diff": stat_retool_emergence_diff}

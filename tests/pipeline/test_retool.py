@@ -122,7 +122,7 @@ def test_the_emergence_arm_trains_a_clean_cold_start_then_ppo_from_it(tmp_path, 
     out = emergence.train_emergence(cfg, tmp_path / "retool", None)
     em = tmp_path / "retool" / "emergence"
     assert order == [("sft", 0.0, 2, cfg.seed, str(em / "cold_start")),
-                     ("ppo", "gae", "all", str(em / "ppo_seed0"), str(em / "cold_start")), ("eval", str(em), ["ppo_seed0"])]
+                     ("ppo", "gae", "all", str(em / "ppo_seed0"), str(em / "cold_start")), ("eval", str(em), {"ppo_seed0": cfg.seed})]
     saved = json.loads((em / "cold_start" / "config.json").read_text())
     assert saved["data"]["demo_error_fraction"] == 0.0 and saved["sft"] == json.loads(json.dumps(cfg.to_dict()["sft"]))
     assert json.loads((em / "emergence.json").read_text()) == out and list(out["arms"]) == ["ppo_seed0"]

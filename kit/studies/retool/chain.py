@@ -35,6 +35,7 @@ from kit.progress import StepBar
 from kit.report.figures import collect_metrics, save_figure
 from kit.studies.retool.emergence import EMERGENCE_DIR, EVAL_FILE, train_emergence
 from kit.studies.retool.figures import figure_retool_behaviour
+from kit.studies.retool.kinds import MEASURES
 
 SECTION = "ReTool"  # the claims' section in kit/reference/claims.yaml
 
@@ -157,24 +158,28 @@ def last_rows(run_dir: str | os.PathLike) -> pd.DataFrame:
 
 def emergence_table(run_dir: str | os.PathLike) -> pd.DataFrame:
     """The emergence arm (``run_dir/emergence/eval.jsonl``, :mod:`kit.studies.retool.emergence`), one row per
-    policy (the clean cold start, PPO from it): trajectories, accuracy, the share with a failed call, the share of
-    those fixed by a later clean call, and the first-call position (over trajectories with a call). Empty when the
-    arm did not run (``retool.emergence_seeds = 0``).
+    policy (the clean cold start, PPO from it): trajectories, accuracy, the share with a failed call, then the
+    claims' measures over all of the policy's rows (:data:`kit.studies.retool.kinds.MEASURES`: failed calls fixed
+    later, first-call position) with the failed-call count. Empty when the arm did not run
+    (``retool.emergence_seeds = 0``).
 
     Raises:
         kit.metrics.MetricsError: the file is not JSON lines.
     """
     rows = read_rows(Path(run_dir) / EMERGENCE_DIR / EVAL_FILE, missing_ok=True)
-    if not rows:
-        return pd.DataFrame()
-    df = pd.DataFrame(rows)
-    df["first_call_position"] = pd.to_numeric(df["first_call_position"], errors="coerce")
-    out = {}
-    for policy, d in df.groupby("policy", sort=False):
-        failed = d[d["failed_call"] == 1]
-        out[policy] = {"trajectories": len(d), "accuracy": d["correct"].mean(), "with a failed call": d["failed_call"].mean(),
-                       "fixed after a failure": failed["self_corrected"].mean() if len(failed) else float("nan"),
-                       "failed, n": len(failed), "first-call position": d["first_call_position"].mean()}
+    out: dict[str, dict[str, Any]] = {}
+    for policy in dict.fromkeys(r["policy"] for r in rows):
+        mine = [r for r in rows if r["policy"] == policy]
+
+        def ratio(measure: str, mine=mine) -> float:
+            (num, den), _ = MEASURES[measure]
+            d = sum(den(r) for r in mine)
+            return sum(num(r) for r in mine) / d if d else float("nan")
+
+        out[policy] = {"trajectories": len(mine), "accuracy": ratio("accuracy"),
+                       "with a failed call": sum(r["failed_call"] for r in mine) / len(mine),
+                       "fixed after a failure": ratio("fix_after_failure"),
+                       "failed, n": sum(r["failed_call"] for r in mine), "first-call position": ratio("first_call_position")}
     return pd.DataFrame.from_dict(out, orient="index").rename_axis("policy")
 
 

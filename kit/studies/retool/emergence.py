@@ -114,7 +114,8 @@ def train_emergence(cfg: KitConfig, run_dir: str | os.PathLike, data_dir: str | 
         for folder, arm in plan:
             arms[folder] = rt.run_stage(arm, arm.stages[0].name, run_dir=arm.run_dir, init_dir=clean.run_dir,
                                         data_dir=data_dir, progress=relay)
-    out = jsonio.jsonable({"cold_start": cold, "arms": arms, "eval": evaluate_emergence(cfg, root, list(arms))})
+    seeds = {folder: arm.seed for folder, arm in plan}
+    out = jsonio.jsonable({"cold_start": cold, "arms": arms, "eval": evaluate_emergence(cfg, root, seeds)})
     jsonio.write_json(root / "emergence.json", out)
     return out
 
@@ -130,8 +131,8 @@ def trajectory_row(tr: Any, correct: bool, open_id: int | None) -> dict[str, Any
             "self_corrected": int(use.self_corrections > 0), "first_call_position": pos}
 
 
-def evaluate_emergence(cfg: KitConfig, root: str | os.PathLike, arms: list[str]) -> dict[str, Any]:
-    """Sample the clean cold start and the PPO arms ``arms`` (folders under ``root``, ``emergence/``) on the first
+def evaluate_emergence(cfg: KitConfig, root: str | os.PathLike, arms: dict[str, int]) -> dict[str, Any]:
+    """Sample the clean cold start and the PPO arms ``arms`` (folder under ``root``, ``emergence/`` -> its seed) on the first
     ``retool.eval_problems`` held-out tasks (0: all), ``retool.eval_samples`` each at T = 1, every policy with the
     same backend seed (the same sampling streams), and write ``root/eval.jsonl`` (:data:`EVAL_FIELDS`). A file
     written for other problems, samples or arms is sampled again (its key is in ``root/eval_key.json``).
@@ -147,9 +148,11 @@ def evaluate_emergence(cfg: KitConfig, root: str | os.PathLike, arms: list[str])
     n = cfg.retool.eval_samples
     seed = common.step_seed(cfg.seed, "retool-emergence-eval")
     key = {"problems": [p.id for p in problems], "samples": n, "arms": sorted(arms), "seed": seed}
-    if not (out.exists() and key_file.exists() and json.loads(key_file.read_text()) == key):
+    if out.exists() and key_file.exists() and json.loads(key_file.read_text()) == key:
+        rows_written = len(read_rows(out))
+    else:
         policies = [("cold_start", -1, root / "cold_start" / "policy")]
-        policies += [("ppo", int(a.rsplit("seed", 1)[1]), root / a / "policy") for a in sorted(arms)]
+        policies += [("ppo", arms[a], root / a / "policy") for a in sorted(arms)]
         rows = []
         for policy, arm_seed, path in policies:
             if not path.is_dir():
@@ -164,4 +167,5 @@ def evaluate_emergence(cfg: KitConfig, root: str | os.PathLike, arms: list[str])
         tmp.write_text("".join(jsonio.dumps(r) + "\n" for r in rows))
         tmp.replace(out)
         jsonio.write_json(key_file, key)
-    return {"problems": len(problems), "samples": n, "rows": len(read_rows(out))}
+        rows_written = len(rows)
+    return {"problems": len(problems), "samples": n, "rows": rows_written}

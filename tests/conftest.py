@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 
 import pytest
-from loaded_chain import SMOKE_PROFILE, LoadedChain
+from loaded_chain import BUSY, SMOKE_PROFILE, LoadedChain
 
 # the kit's tests are about the kit's own studies: a study registered from outside (KIT_STUDIES, DEVELOPERS.md
 # "Add a study") would join every registry the tests enumerate; the toy-study test sets it for its subprocess
@@ -62,7 +62,7 @@ def smoke_chain_loaded(smoke_chain, tmp_path_factory):
     quiet chain first, so a loaded chain is never started beside it."""
     from kit import pipeline
 
-    job = LoadedChain.start(tmp_path_factory, "two busy loops")
+    job = LoadedChain.start(tmp_path_factory, BUSY)
     code = job.finish()
     return pipeline.Layout.for_run(SMOKE_PROFILE, "t", job.root), code, job.beside
 

@@ -24,9 +24,14 @@ $(VENV)/bin/python:
 
 # torch first, pinned to the CPU wheel that installs offline on CPU machines; a GPU user who
 # already has a CUDA torch in the venv keeps it (the range in pyproject.toml admits it).
-$(STAMP): pyproject.toml | $(VENV)/bin/python
+# Then rfc3987-syntax goes: nbformat's jsonschema[format-nongpl] pulls it in for the `iri` formats (no schema the kit,
+# Jupyter or Ray validates uses them), and it builds ~35 Lark parsers at import, ~2 s of CPU in every process that
+# imports jsonschema: every Ray worker and VERL process, ~8 per VERL launch (python-jsonschema/jsonschema#1428).
+$(STAMP): pyproject.toml Makefile | $(VENV)/bin/python
 	@if ! $(PY) -c 'import torch' 2>/dev/null; then $(VENV)/bin/pip install -q torch==2.13.0; fi
 	$(VENV)/bin/pip install -q -e '.[dev]'
+	@if $(PY) -c 'import importlib.util as u, sys; sys.exit(u.find_spec("rfc3987_syntax") is None)'; then \
+	  $(VENV)/bin/pip uninstall -y -q rfc3987-syntax; fi
 	@touch $@
 
 # Debian packages: bubblewrap (sandbox isolation), TeX + pandoc (notebook PDFs), poppler (PDF checks),

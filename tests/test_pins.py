@@ -3,6 +3,8 @@ version specifiers, so a conda user and a ``make setup`` user get the same packa
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import tomllib
 from pathlib import Path
 
@@ -42,3 +44,12 @@ def test_environment_yml_installs_exactly_the_pyproject_packages():
     py, conda = pyproject_pins(), conda_pins()
     assert sorted(py.keys() - conda.keys()) == [], "declared in pyproject.toml, missing from environment.yml"
     assert sorted(conda.keys() - py.keys()) == [], "in environment.yml, not declared in pyproject.toml"
+
+
+def test_jsonschema_imports_without_building_rfc3987_syntax_parsers():
+    """``make setup`` removes rfc3987-syntax (see the Makefile's ``$(STAMP)`` rule): it costs ~2 s of CPU in every
+    process that imports jsonschema, which every Ray worker and VERL process does. A fresh process that imports
+    ``ray`` (hence jsonschema's format checkers) must not have loaded it."""
+    code = "import sys, ray, jsonschema; print('rfc3987_syntax' in sys.modules)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    assert out == "False", "rfc3987_syntax is installed: run `make setup` (or `pip uninstall rfc3987-syntax`)"

@@ -181,6 +181,7 @@ def retool_arms_and_inconclusive_verdicts(lay, cfg) -> None:
         return
     clean = json.loads((em / "cold_start" / "config.json").read_text())["data"]
     assert clean["demo_error_fraction"] == 0 and clean["demo_preamble_max"] == cfg.retool.clean_preamble_max
+    assert json.loads((em / "cold_start" / "config.json").read_text())["sft"]["steps"] == (cfg.retool.clean_sft_steps or cfg.sft.steps)
     sft_data = json.loads((em / "cold_start" / "sft_data.json").read_text())
     assert {d["kind"] for d in sft_data["demos"]} <= {"tool", "direct"}  # no demo fails and is then fixed
     assert sorted(summary["emergence"]["arms"]) == [f"ppo_seed{s}" for s in plan.arm_seeds(cfg)[:cfg.retool.emergence_seeds]]

@@ -71,6 +71,7 @@ RANGES: dict[str, tuple[str, object]] = {
     "data.demo_preamble_max": ("an integer in [0, 6] (kit.data.tasks has six preamble sentences)", lambda v: 0 <= v <= 6),
     "retool.emergence_seeds": ("an integer >= 0 (0: no emergence arm)", lambda v: v >= 0),
     "retool.clean_preamble_max": ("an integer in [0, 6] (kit.data.tasks has six preamble sentences)", lambda v: 0 <= v <= 6),
+    "retool.clean_sft_steps": ("an integer >= 0 (0: the run's sft.steps)", lambda v: v >= 0),
     "retool.eval_problems": ("an integer >= 0 (0: all held-out tasks)", lambda v: v >= 0),
     "retool.eval_samples": ("an integer >= 1", lambda v: v >= 1),
     "ablation.workers": ("an integer >= 1", lambda v: v >= 1),

@@ -381,6 +381,7 @@ class RetoolConfig:
 
     emergence_seeds: int = 1  # PPO seeds trained from the clean cold start (the ReTool arms' first); 0 = no emergence arm
     clean_preamble_max: int = 3  # the clean cold start's data.demo_preamble_max (0-6 reasoning sentences before a call)
+    clean_sft_steps: int = 0  # the clean cold start's sft.steps (0 = the run's: the two cold starts differ in their demos only)
     eval_problems: int = 0  # held-out tasks both policies are sampled on (0 = all of data.task_heldout_size)
     eval_samples: int = 4  # samples per held-out task and policy, at T = 1 (the policies' own distribution)
 

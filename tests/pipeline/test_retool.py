@@ -102,7 +102,8 @@ def test_the_emergence_arm_trains_a_clean_cold_start_then_ppo_from_it(tmp_path, 
     it; the evaluation follows; retool.emergence_seeds = 0 trains nothing; a non-tiny model is refused."""
     from kit.studies.retool import emergence
 
-    cfg = load("smoke", {"retool.emergence_seeds": 1, "retool.clean_preamble_max": 2}, write=False)
+    cfg = load("smoke", {"retool.emergence_seeds": 1, "retool.clean_preamble_max": 2, "retool.clean_sft_steps": 5},
+               write=False)
     order = []
 
     def fake_sft(clean, run_dir, progress=None):
@@ -124,11 +125,12 @@ def test_the_emergence_arm_trains_a_clean_cold_start_then_ppo_from_it(tmp_path, 
     assert order == [("sft", 0.0, 2, cfg.seed, str(em / "cold_start")),
                      ("ppo", "gae", "all", str(em / "ppo_seed0"), str(em / "cold_start")), ("eval", str(em), {"ppo_seed0": cfg.seed})]
     saved = json.loads((em / "cold_start" / "config.json").read_text())
-    assert saved["data"]["demo_error_fraction"] == 0.0 and saved["sft"] == json.loads(json.dumps(cfg.to_dict()["sft"]))
+    assert saved["data"]["demo_error_fraction"] == 0.0 and saved["sft"] == {**json.loads(json.dumps(cfg.to_dict()["sft"])), "steps": 5}
     assert json.loads((em / "emergence.json").read_text()) == out and list(out["arms"]) == ["ppo_seed0"]
     # a finished arm is reused only under the config it was trained with; asking for more seeds than exist is named
     with pytest.raises(ValueError, match=r"trained with another config \(differs in: data\)"):
-        emergence.train_emergence(load("smoke", {"retool.clean_preamble_max": 1}, write=False), tmp_path / "retool", None)
+        emergence.train_emergence(load("smoke", {"retool.clean_preamble_max": 1, "retool.clean_sft_steps": 5}, write=False),
+                                  tmp_path / "retool", None)
     with pytest.raises(ValueError, match="ReTool arm seeds"):
         emergence.train_emergence(load("smoke", {"retool.emergence_seeds": 5}, write=False), tmp_path / "more", None)
     off = load("smoke", {"retool.emergence_seeds": 0}, write=False)

@@ -55,11 +55,12 @@ EVAL_FIELDS = ("policy", "seed", "problem", "sample", "correct", "calls", "faile
 
 
 def clean_config(cfg: KitConfig, run_dir: str | os.PathLike) -> KitConfig:
-    """The clean cold start's config: ``cfg`` with ``data.demo_error_fraction = 0`` and ``data.demo_preamble_max
-    = cfg.retool.clean_preamble_max``, run in ``run_dir``; every other key, the seed included, is ``cfg``'s (the
-    run's cold start)."""
+    """The clean cold start's config: ``cfg`` with ``data.demo_error_fraction = 0``, ``data.demo_preamble_max
+    = cfg.retool.clean_preamble_max`` and ``sft.steps = cfg.retool.clean_sft_steps`` (when not 0), run in
+    ``run_dir``; every other key, the seed included, is ``cfg``'s (the run's cold start)."""
     data = dataclasses.replace(cfg.data, demo_error_fraction=0.0, demo_preamble_max=cfg.retool.clean_preamble_max)
-    return dataclasses.replace(cfg, data=data, run_dir=str(run_dir))
+    sft = dataclasses.replace(cfg.sft, steps=cfg.retool.clean_sft_steps or cfg.sft.steps)
+    return dataclasses.replace(cfg, data=data, sft=sft, run_dir=str(run_dir))
 
 
 def train_emergence(cfg: KitConfig, run_dir: str | os.PathLike, data_dir: str | os.PathLike | None) -> dict[str, Any]:

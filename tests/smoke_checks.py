@@ -199,7 +199,7 @@ def agent_r_runs_both_arms_and_stays_inconclusive(lay, cfg) -> None:
     a, d = cfg.agent_r, lay.root / "agent_r"
     ev = pd.DataFrame(rows(d / "policy_eval.jsonl"))
     per = ev.groupby(["policy", "iteration"]).size()
-    expect = {("cold_start", 0), ("good_only", a.iterations), *{("agent_r", k) for k in range(1, a.iterations + 1)}}
+    expect = {("cold_start", 0), *{(arm, k) for arm in ("agent_r", "good_only", "null") for k in range(1, a.iterations + 1)}}
     assert set(per.index) == expect and (per == a.eval_problems * a.eval_samples).all()
     cost = pd.DataFrame(rows(d / "search_cost.jsonl"))
     assert len(cost) == 2 * a.iterations and (cost["rollouts"] == a.tasks * a.simulations).all()

@@ -49,7 +49,7 @@ import yaml
 from kit import fingerprint, jsonio
 from kit.claims.files import Missing, RunDirs
 from kit.claims.kinds import all_kinds
-from kit.claims.results import DEFAULT_SECTION, ROLES, VERDICTS, ClaimResult, TestResult
+from kit.claims.results import DEFAULT_SECTION, INVALID, ROLES, VERDICTS, ClaimResult, TestResult
 from kit.config import ConfigError, available_profiles, load
 from kit.metrics import DECLARED
 from kit.plan import Layout, read_run_keys
@@ -59,8 +59,9 @@ CLAIMS_FILE = Path(__file__).resolve().parent.parent / "reference" / "claims.yam
 #: 2: each claim and each test carries its ``note`` (the claims file's ``note:``, "" without one);
 #: 3: the run's ``environment`` fingerprint and ``repeatable`` stamp (:mod:`kit.fingerprint`, issue #41);
 #: 4: each claim's ``role`` and ``requires``, the run's ``preconditions``, ``counts`` without world checks and
-#: ``world_check_counts`` (issue #45)
-SCHEMA_VERSION = 4
+#: ``world_check_counts`` (issue #45); 5: the verdict ``invalid design`` (in ``counts`` too) and each precondition
+#: row's ``on_fail`` (issue #46)
+SCHEMA_VERSION = 5
 #: test fields that name a metrics key: each must be declared in :mod:`kit.metrics` (``DECLARED``)
 KEY_FIELDS = ("key", "n_key")
 TEST_KEYS = ("name", "kind", "statistic", "interval", "comparison", "threshold")
@@ -160,6 +161,9 @@ def _preconditions(data: Any, path: Path) -> list[dict[str, Any]]:
                 raise ClaimsError(f"{path}: precondition {i}: missing key {k!r}")
         if q["comparison"] not in (">=", "<="):
             raise ClaimsError(f"{path}: precondition {q['name']!r}: comparison must be '>=' or '<=', got {q['comparison']!r}")
+        if q.get("on_fail", "inconclusive") not in ("inconclusive", INVALID):
+            raise ClaimsError(f"{path}: precondition {q['name']!r}: on_fail must be 'inconclusive' or {INVALID!r}, "
+                              f"got {q['on_fail']!r}")
     return pre
 
 
@@ -190,14 +194,15 @@ def evaluate_preconditions(dirs: RunDirs, preconditions: Sequence[Mapping[str, A
             value = json.loads(path.read_text()).get(q["key"])
         except (OSError, ValueError):
             value = None
-        thr = float(q["threshold"])
+        thr, on_fail = float(q["threshold"]), q.get("on_fail", "inconclusive")
         if not isinstance(value, int | float) or value != value:
             out[q["name"]] = {"passed": False, "value": None, "comparison": q["comparison"], "threshold": thr,
+                              "on_fail": "inconclusive",  # not checked is not a verdict on the design
                               "reason": f"{path} has no {q['key']!r}: the precondition could not be checked"}
             continue
         passed = value >= thr if q["comparison"] == ">=" else value <= thr
         out[q["name"]] = {"passed": bool(passed), "value": float(value), "comparison": q["comparison"],
-                          "threshold": thr,
+                          "threshold": thr, "on_fail": on_fail,
                           "reason": f"{q['folder']}/{q['file']} {q['key']} = {value:.4g} "
                                     f"{'meets' if passed else 'misses'} {q['comparison']} {thr:g}"}
     return out
@@ -222,8 +227,9 @@ def evaluate_claims(dirs: RunDirs, claims: Sequence[Mapping[str, Any]] | None = 
     Returns:
         One :class:`ClaimResult` per claim, in file order. A test whose inputs are missing or
         too small is ``inconclusive`` with the reason (never an exception). A claim that requires a
-        precondition the run did not pass is not judged: each test ``inconclusive``, its reason
-        ``precondition failed: ...`` (its statistic is still computed and shown).
+        precondition the run did not pass is not judged: each test ``inconclusive`` (``invalid design`` when
+        that precondition is registered ``on_fail: invalid design``), its reason ``precondition failed: ...``
+        (its statistic is still computed and shown).
     """
     claims = load_claims() if claims is None else claims
     pre = evaluate_preconditions(dirs) if preconditions is None else preconditions
@@ -232,6 +238,10 @@ def evaluate_claims(dirs: RunDirs, claims: Sequence[Mapping[str, Any]] | None = 
     for c in claims:
         failed = [f"{name} ({pre[name]['reason']})" for name in c.get("requires") or []
                   if not pre.get(name, {}).get("passed")]
+        # "invalid design" only when the design's own control is all that failed: a run that also failed another
+        # precondition (a cold start that did not learn) is not judged for that more basic reason
+        invalid = bool(failed) and all(pre.get(name, {}).get("on_fail") == INVALID for name in c.get("requires") or []
+                                       if not pre.get(name, {}).get("passed"))
         tests = []
         for spec in c["tests"]:
             res = TestResult(spec["name"], spec["kind"], spec["statistic"], spec["comparison"], float(spec["threshold"]),
@@ -241,8 +251,10 @@ def evaluate_claims(dirs: RunDirs, claims: Sequence[Mapping[str, Any]] | None = 
             except Missing as exc:
                 res.verdict, res.reason = "inconclusive", f"not enough data: {exc}"
             if failed:  # what the run would have said stays in the reason
-                res.verdict, res.reason = "inconclusive", (f"not judged, precondition failed: {'; '.join(failed)}"
-                                                           + (f"; {res.reason}" if res.reason else ""))
+                res.verdict = INVALID if invalid else "inconclusive"
+                res.reason = (f"not judged, precondition failed: {'; '.join(failed)}"
+                              + (f" (the design's own control failed: {INVALID})" if invalid else "")
+                              + (f"; {res.reason}" if res.reason else ""))
             tests.append(res)
         out.append(ClaimResult(c["id"], c["source"], c["claim"], c["paper"], tests, note=_note(c),
                                section=str(c.get("section") or DEFAULT_SECTION), role=str(c.get("role") or "secondary"),

@@ -52,7 +52,7 @@ from kit import fingerprint, jsonio, studies
 from kit.claims import ClaimsError, load_claims, read_claims
 from kit.claims.forest import over_seeds_page
 from kit.claims.over_seeds import environment_notes
-from kit.claims.results import DEFAULT_SECTION, VERDICTS
+from kit.claims.results import DEFAULT_SECTION, INVALID, VERDICTS
 from kit.claims.stats import CONFIDENCE, decide
 from kit.plan import run_parameters
 
@@ -216,7 +216,8 @@ def _precondition_failures(doc: Mapping[str, Any], requires: Sequence[str]) -> l
         if rec is None:
             out.append(f"precondition {name!r} not recorded")
         elif not rec.get("passed"):
-            out.append(f"precondition {name!r} failed: {rec.get('reason', '')}".rstrip(": "))
+            tail = f" ({INVALID})" if rec.get("on_fail") == INVALID else ""
+            out.append(f"precondition {name!r} failed{tail}: {rec.get('reason', '')}".rstrip(": "))
     return out
 
 
@@ -250,7 +251,7 @@ def pool_claims(docs: Sequence[tuple[str, Mapping[str, Any]]], claims: Sequence[
         requires = list(cspec.get("requires") or [])
         tests = []
         for ti, t0 in enumerate(c0["tests"]):
-            per_run, excluded, verdicts = {}, {}, []
+            per_run, excluded, verdicts, invalid_runs = {}, {}, [], []
             for name, claims_of, doc in by_run:
                 c = claims_of.get(cid)
                 if c is None:
@@ -264,6 +265,8 @@ def pool_claims(docs: Sequence[tuple[str, Mapping[str, Any]]], claims: Sequence[
                 failed = _precondition_failures(doc, requires)
                 if failed:
                     excluded[name] = "; ".join(failed)
+                    if all(f"({INVALID})" in f for f in failed):
+                        invalid_runs.append(name)
                 elif t.get("value") is None:
                     excluded[name] = f"no statistic ({t.get('reason', 'too little data')})"
                 else:
@@ -274,6 +277,10 @@ def pool_claims(docs: Sequence[tuple[str, Mapping[str, Any]]], claims: Sequence[
             mean, lo, hi, how = pooled_interval(vals)
             verdict, reason = decide(lo, hi, cmp_, thr) if len(vals) >= 2 else (
                 "inconclusive", f"{len(vals)} run(s) with the statistic: an interval over runs needs 2")
+            invalid = [n for n in invalid_runs if n in excluded]
+            if len(vals) < 2 and invalid:  # the design's own control failed in the runs that would have judged it
+                verdict, reason = INVALID, (f"{len(invalid)} of {len(per_run)} runs failed a precondition on the "
+                                            f"design's own control; {len(vals)} left to judge")
             v = _finite(vals)
             side = (v > thr) if cmp_ == ">" else (v < thr)
             test = {"name": t0["name"], "kind": t0["kind"], "comparison": cmp_, "threshold": thr,
@@ -294,7 +301,7 @@ def pool_claims(docs: Sequence[tuple[str, Mapping[str, Any]]], claims: Sequence[
              ("primary", "secondary", "world_check") else 1)  # stable: file order within a role
     for c in out:
         vs = [t["verdict"] for t in c["tests"]]
-        c["verdict"] = ("reproduced" if all(v == "reproduced" for v in vs)
+        c["verdict"] = (INVALID if INVALID in vs else "reproduced" if all(v == "reproduced" for v in vs)
                         else "not reproduced" if "not reproduced" in vs else "inconclusive")
     return out
 

@@ -9,7 +9,11 @@ from typing import Any
 
 import numpy as np
 
-VERDICTS = ("reproduced", "not reproduced", "inconclusive")
+#: "invalid design" (issue #46): the run failed a precondition registered with ``on_fail: invalid design``, one
+#: that checks the experiment's own control (e.g. Agent-R's null arm damaged the policy): its claims say nothing
+#: about the paper either way, and are not counted as reproduced or not reproduced
+VERDICTS = ("reproduced", "not reproduced", "inconclusive", "invalid design")
+INVALID = "invalid design"
 #: a claim's ``role`` in the claims file (issue #45): ``primary`` (Holm-corrected when pooled),
 #: ``secondary``, ``world_check`` (a property the tiny world guarantees: shown apart, never counted)
 ROLES = ("primary", "secondary", "world_check")
@@ -84,6 +88,8 @@ class ClaimResult:
     @property
     def verdict(self) -> str:
         verdicts = [t.verdict for t in self.tests]
+        if INVALID in verdicts:
+            return INVALID
         if verdicts and all(v == "reproduced" for v in verdicts):
             return "reproduced"
         if "not reproduced" in verdicts:

@@ -196,7 +196,7 @@ def check_agent_r(cfg: KitConfig) -> None:
     if not 0.0 <= a.beta <= min(a.alphas):
         raise ConfigError(f"agent_r.beta: must lie in [0, min(alphas)] (r(bad) < beta < r(good), alpha <= r(good)), "
                           f"got beta={a.beta} with alphas {list(a.alphas)}")
-    for key in ("eta", "c_uct", "lr", "temperature"):
+    for key in ("eta", "c_uct", "lr", "temperature", "passes"):
         if not (math.isfinite(getattr(a, key)) and getattr(a, key) >= 0):
             raise ConfigError(f"agent_r.{key}: must be a finite number >= 0, got {getattr(a, key)!r}")
     for key in ("width", "tasks", "max_pairs", "eval_samples", "sft_steps"):
@@ -207,6 +207,12 @@ def check_agent_r(cfg: KitConfig) -> None:
     for key in ("max_response_tokens", "max_turns", "batch_size", "eval_problems"):
         if getattr(a, key) < 0:
             raise ConfigError(f"agent_r.{key}: must be >= 0 (0 = the default it names), got {getattr(a, key)}")
+    if not 0.0 <= a.warmup_ratio < 1.0:
+        raise ConfigError(f"agent_r.warmup_ratio: must lie in [0, 1), got {a.warmup_ratio!r}")
+    if a.schedule not in ("cosine", "constant"):
+        raise ConfigError(f"agent_r.schedule: 'cosine' or 'constant', got {a.schedule!r}")
+    if a.train_from not in ("previous", "cold_start"):
+        raise ConfigError(f"agent_r.train_from: 'previous' or 'cold_start', got {a.train_from!r}")
     if a.transition not in ("first_failed_call", "value_drop"):
         raise ConfigError(f"agent_r.transition: 'first_failed_call' or 'value_drop', got {a.transition!r}")
 

@@ -364,8 +364,17 @@ class AgentRConfig:
     temperature: float = 1.0  # sampling temperature of the search
     max_response_tokens: int = 0  # search budget, tokens (0 = rollout.max_response_tokens)
     max_turns: int = 0  # search turn limit (0 = rollout.max_turns)
-    sft_steps: int = 40  # SFT steps per iteration (the cold-start trainer's loop, kit.train.sft.fit_rows)
-    lr: float = 0.0  # SFT learning rate (0 = sft.lr)
+    sft_steps: int = 40  # at most this many SFT steps per iteration (the cold-start trainer's loop, kit.train.sft.fit_rows)
+    # passes over an iteration's own rows (the reference trains a few epochs, Xtuner "e3"): steps = ceil(passes x own
+    # rows / own rows per batch), at most sft_steps; 0 = always sft_steps (the kit's v1 loop, 21-92 passes a row)
+    passes: float = 3.0
+    lr: float = 0.0  # SFT peak learning rate (0 = sft.lr); chosen on the null arm (kit.studies.agent_r, issue #46)
+    warmup_ratio: float = 0.1  # linear warm-up over this share of an iteration's steps, then `schedule`
+    schedule: Literal["cosine", "constant"] = "cosine"  # after the warm-up: cosine decay to 0.1 x lr, or constant
+    # where iteration k starts: "previous" (fine-tune iteration k-1's policy on iteration k's rows) or "cold_start"
+    # (retrain the cold start on the rows of iterations 1..k, as STaR and ReST-EM do)
+    train_from: Literal["previous", "cold_start"] = "previous"
+    train_signal: bool = True  # loss on the revision signal (the reference's path_collection.py trains that turn)
     batch_size: int = 0  # SFT rows per step (0 = sft.batch_size)
     eval_problems: int = 0  # held-out tasks every policy is sampled on (0 = all of data.task_heldout_size)
     eval_samples: int = 4  # samples per held-out task and policy, at T = 1 (the policies' own distribution)

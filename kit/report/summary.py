@@ -36,7 +36,7 @@ from kit.plan import Layout, read_run_keys
 from kit.report import tables
 from kit.studies import by_section
 
-VERDICT_COLOR = {"reproduced": "#1a7f37", "not reproduced": "#cf222e", "inconclusive": "#9a6700"}
+VERDICT_COLOR = {"reproduced": "#1a7f37", "not reproduced": "#cf222e", "inconclusive": "#9a6700", "invalid design": "#57606a"}
 FIGURES = (("figure4_tool_errors", "Figure 4"), ("figure9_roc_ablation", "Figure 9"), ("figure8_stages", "Figure 8"),
            ("passk_curves", "pass@k"))
 TABLES = ("table3_math", "table4_response_tokens", "table5_generalization", "table6_32b")
@@ -150,12 +150,15 @@ def ordered(docs: Any) -> list[Mapping[str, Any]]:
 def precondition_line(doc: Mapping[str, Any]) -> str:
     """"" when every registered precondition passed (or none was recorded), else the line naming the failed
     ones: the claims that require them were not judged on this run (issue #45)."""
-    failed = [f"{name} ({p.get('reason', '')})" for name, p in (doc.get("preconditions") or {}).items()
-              if not p.get("passed")]
+    pre = (doc.get("preconditions") or {}).items()
+    failed = [f"{name} ({p.get('reason', '')})" for name, p in pre if not p.get("passed")]
     if not failed:
         return ""
+    invalid = [name for name, p in pre if not p.get("passed") and p.get("on_fail") == "invalid design"]
     return (f"Precondition failed: {'; '.join(failed)}. The claims that require it were not judged on this run "
-            "(shown inconclusive with their statistic); a pool over seeds leaves this run out of them.")
+            "(shown inconclusive with their statistic"
+            + (f"; 'invalid design' where {', '.join(invalid)} failed: the experiment's own control" if invalid else "")
+            + "); a pool over seeds leaves this run out of them.")
 
 
 def claim_rows(doc: Mapping[str, Any], section: str = claims.DEFAULT_SECTION) -> list[list[str]]:
@@ -286,7 +289,8 @@ def summary_page(root: str | os.PathLike, *, title: str = "", profile: str = "",
                      for k, x in enumerate(sections(doc), start=2))
     primaries = sum(c.get("role") == "primary" for c in own)
     head = (f"Profile {profile}: {len(own)} claims pre-registered in kit/reference/claims.yaml before tuning "
-            f"({primaries} primary); " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICT_COLOR)
+            f"({primaries} primary); " + ", ".join(f"{counts.get(v, 0)} {v}" for v in VERDICT_COLOR
+                                                   if v != "invalid design" or counts.get(v))
             + (f"; {len(world)} world checks (properties the tiny world guarantees) listed last, not counted" if world
                else "") + others
             + ". A verdict compares the statistic's 95% interval with the pre-registered threshold: reproduced when "

@@ -49,8 +49,13 @@ def test_revision_row_masks(tok):
     seg = {k: (s, e) for k, s, e in row.segments}
     assert list(seg) == ["prompt", "bad", "signal", "good"]  # shared prefix = the prompt (depth 0)
     assert len(row.ids) == len(row.mask)
-    for k in ("prompt", "bad", "signal"):
-        assert sum(row.mask[slice(*seg[k])]) == 0, k  # no loss before and on the revision signal
+    for k in ("prompt", "bad"):
+        assert sum(row.mask[slice(*seg[k])]) == 0, k  # no loss before the revision signal
+    # the signal carries loss (issue #46: the reference trains the revision turn), all of it; v1 rows kept none
+    assert row.mask[slice(*seg["signal"])] == [1] * (seg["signal"][1] - seg["signal"][0])
+    v1 = revision.revision_row(tree, pair, t, revision.REVISION_SIGNALS[0], tok, train_signal=False)
+    assert v1.ids == row.ids and sum(v1.mask[slice(*seg["signal"])]) == 0
+    assert v1.mask[:seg["signal"][0]] == row.mask[:seg["signal"][0]] and v1.mask[seg["good"][0]:] == row.mask[seg["good"][0]:]
     good = tree.trajectories[pair.good]
     assert row.mask[seg["good"][0]:] == good.response_mask  # loss after it: model tokens only
     assert row.ids[seg["good"][0]:] == good.response_ids
@@ -71,8 +76,9 @@ def test_rows_of_the_two_arms(tok):
     assert g_counts["good"] == r_counts["good"] == 1  # two identical good trajectories count once
     assert r_counts["revision"] >= 1 and g_counts["revision"] == 0
     assert {r.kind for r in g_rows} == {"good"} and "revision" in {r.kind for r in r_rows}
-    with pytest.raises(ValueError, match="arm"):
-        iterate.build_rows([tree], tok, arm="x", alpha=1, beta=0.5, rule="value_drop", max_pairs=1, seed=0)
+    for arm in ("x", "null"):  # the null arm has no rows of its own
+        with pytest.raises(ValueError, match="arm"):
+            iterate.build_rows([tree], tok, arm=arm, alpha=1, beta=0.5, rule="value_drop", max_pairs=1, seed=0)
     with pytest.raises(ValueError, match="rule"):
         revision.tree_rows(tree, tok, alpha=1.0, beta=0.5, rule="actor", max_pairs=1, rng=random.Random(0))
 

@@ -18,6 +18,7 @@ from kit.claims import (
     claims_table,
     evaluate_claims,
     load_claims,
+    load_preconditions,
     read_claims,
     write_claims,
 )
@@ -26,7 +27,7 @@ from kit.claims.kinds import all_kinds, label_key
 CLAIMS = {c["id"]: c for c in load_claims()}
 #: the kinds' tests feed one part of a run: its cold start is taken to have learned (the precondition's
 #: own tests are below)
-PASS = {name: {"passed": True, "reason": "a test's run"} for name in ("cold_start_learns", "retool_clean_cold_start_learns")}
+PASS = {q["name"]: {"passed": True, "reason": "a test's run"} for q in load_preconditions()}  # every registered one
 
 
 def verdict(root: Path, claim_id: str) -> str:
@@ -398,8 +399,8 @@ def test_missing_run_is_inconclusive_and_claims_json_round_trips(tmp_path):
     path = write_claims(results, tmp_path / "claims.json", profile="smoke", run="t")
     doc = read_claims(path)
     world = sum(c.get("role") == "world_check" for c in CLAIMS.values())
-    assert doc["counts"] == {"reproduced": 0, "not reproduced": 0, "inconclusive": len(CLAIMS) - world}
-    assert doc["world_check_counts"] == {"reproduced": 0, "not reproduced": 0, "inconclusive": world}
+    assert doc["counts"] == {"reproduced": 0, "not reproduced": 0, "inconclusive": len(CLAIMS) - world, "invalid design": 0}
+    assert doc["world_check_counts"] == {"reproduced": 0, "not reproduced": 0, "inconclusive": world, "invalid design": 0}
     assert doc["preconditions"]["cold_start_learns"]["passed"] is False
     assert [c["id"] for c in doc["claims"]] == list(CLAIMS)
     assert all(c["verdict"] in VERDICTS for c in doc["claims"])
@@ -445,7 +446,7 @@ def test_each_claims_note_reaches_claims_json_and_the_summary_page(tmp_path):
 
     path = write_claims(evaluate_claims(RunDirs.under(tmp_path / "nothing")), tmp_path / "claims.json")
     doc = read_claims(path)
-    assert doc["schema_version"] == 4
+    assert doc["schema_version"] == 5
     notes = {c["id"]: c["note"] for c in doc["claims"]}
     assert "needs window_tokens" in notes[REFLECT]
     assert notes["fig9_roc_accuracy_not_below"].startswith("training accuracy on the tiny task family")

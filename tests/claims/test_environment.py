@@ -24,7 +24,7 @@ def test_claims_json_copies_the_series_record_of_pipeline_state(tmp_path, result
     (tmp_path / "pipeline_state.json").write_text(json.dumps({"environment": env, "repeatable": stamp,
                                                               "01_data_curation": {"status": "done"}}))
     doc = read_claims(write_claims(results, tmp_path / "claims.json", profile="tiny", run="r"))
-    assert doc["schema_version"] == 4 and doc["environment"] == env and doc["repeatable"] == stamp
+    assert doc["schema_version"] == 5 and doc["environment"] == env and doc["repeatable"] == stamp
 
 
 def test_without_a_series_record_claims_json_states_this_process_environment(tmp_path, results):

@@ -1,14 +1,16 @@
 """Notebook 11: Agent-R from the cold-start policy against two baselines with the same budget (issue #34).
 
 Arms, each ``agent_r.iterations`` iterations from the cold-start policy (:mod:`kit.studies.agent_r.iterate`):
-``agent_r`` (revision + good trajectories) and ``good_only`` (good trajectories only: rejection-
-sampling fine-tuning from the same search budget); the third policy is the cold start itself.
-Every policy is sampled on the same held-out tasks (``policy_eval.jsonl``, the file the Agent-R
-claims read, :mod:`kit.studies.agent_r.kinds`).
+``agent_r`` (revision + good trajectories), ``good_only`` (good trajectories only: rejection-
+sampling fine-tuning from the same search budget) and ``null`` (the same fine-tune, the Agent-R arm's
+steps, on the cold-start data alone: the design's control, issue #46); the fourth policy is the cold
+start itself. Every arm is sampled after every iteration on the same held-out tasks
+(``policy_eval.jsonl``, the file the Agent-R claims read, :mod:`kit.studies.agent_r.kinds`); ``summary.json``
+carries ``null_accuracy_change``, which the ``agent_r_null_arm_holds`` precondition reads.
 
 Files in ``run_dir``: ``config.json``, ``search_cost.jsonl`` (per arm and iteration: rollouts, model
 turns sampled and replayed, sandbox calls run and replayed, the engine's prefill and reused
-tokens, wall and CPU seconds of the search), ``iterations.jsonl`` (rows, pairs, alpha, loss),
+tokens, wall and CPU seconds of the search), ``iterations.jsonl`` (rows, pairs, alpha, steps, passes per row, peak lr, loss),
 ``policy_eval.jsonl``, ``trees/<arm>_iter<k>.json`` (one tree for the picture),
 ``revisions.jsonl`` (a few revision rows with their segments), ``<arm>/iter_<k>/policy/``,
 ``verl/revision_sft.parquet`` (the last Agent-R iteration's rows with the cold-start mix, for
@@ -165,26 +167,43 @@ def run_agent_r(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None
     for r in evaluate(cfg, cold, tok, heldout, policy="cold_start", iteration=0, seed=common.step_seed(cfg.seed, "ar-eval")):
         _append(run / EVAL_FILE, r)
     last_rows: list = []
+    agent_r_steps: dict[int, int] = {}  # iteration -> the Agent-R arm's steps, which the null arm takes
     for arm in iterate.ARMS:
         model, _ = load_policy(policy)
+        seen: list = []  # the arm's rows of every iteration so far (agent_r.train_from = "cold_start")
         for k in range(1, a.iterations + 1):
-            problems = iterate.task_slice(list(split.train), a.tasks, k)
-            seed = common.step_seed(cfg.seed, "agent_r-search", k)  # both arms' first search: the same samples
-
-            async def go(model=model, problems=problems, seed=seed):
-                async with SandboxPool(cfg.sandbox) as pool:
-                    return await iterate.collect_trees(model, tok, problems, pool, p, cfg.rollout, seed=seed)
-
-            trees, cost = run_coroutine(go())
             alpha = iterate.alpha_at(a.alphas, k)
-            rows, counts = iterate.build_rows(trees, tok, arm=arm, alpha=alpha, beta=a.beta, rule=a.transition,
-                                              max_pairs=a.max_pairs, seed=common.step_seed(cfg.seed, "rs", arm, k))
-            fit = iterate.train_iteration(cfg, model, tok, rows, general, iteration=k, arm=arm)
+            rows, counts, trees = [], {"good": 0, "pairs": 0, "revision": 0, "skipped": 0}, []
+            if arm in iterate.SEARCHED:
+                problems = iterate.task_slice(list(split.train), a.tasks, k)
+                seed = common.step_seed(cfg.seed, "agent_r-search", k)  # both arms' first search: the same samples
+
+                async def go(model=model, problems=problems, seed=seed):
+                    async with SandboxPool(cfg.sandbox) as pool:
+                        return await iterate.collect_trees(model, tok, problems, pool, p, cfg.rollout, seed=seed)
+
+                trees, cost = run_coroutine(go())
+                _append(run / COST_FILE, {"arm": arm, "iteration": k, "tasks": len(problems), **cost})
+                rows, counts = iterate.build_rows(trees, tok, arm=arm, alpha=alpha, beta=a.beta, rule=a.transition,
+                                                  max_pairs=a.max_pairs, seed=common.step_seed(cfg.seed, "rs", arm, k),
+                                                  train_signal=a.train_signal)
+            seen += rows
+            if a.train_from == "cold_start":  # retrain the cold start on every iteration's rows so far
+                model, _ = load_policy(policy)
+            train = seen if a.train_from == "cold_start" else rows
+            fit = iterate.train_iteration(cfg, model, tok, train, general, iteration=k, arm=arm,
+                                          steps=agent_r_steps.get(k, 0) if arm == "null" else None)
+            if arm == "agent_r":
+                agent_r_steps[k] = len(fit)
             save_policy(model, tok, run / arm / f"iter_{k}" / "policy")
-            _append(run / COST_FILE, {"arm": arm, "iteration": k, "tasks": len(problems), **cost})
             _append(run / ITER_FILE, {"arm": arm, "iteration": k, "alpha": alpha, "rows": len(rows), **counts,
-                                      "loss_tokens": sum(sum(r.mask) for r in rows),
-                                      "loss_first": fit[0]["loss"], "loss_last": fit[-1]["loss"]})
+                                      "trained_rows": len(train), "steps": len(fit),
+                                      "passes": (len(fit) * iterate.own_per_batch(a.batch_size or cfg.sft.batch_size, a.eta)
+                                                 / len(train)) if train else 0.0,
+                                      "lr_peak": max((f["lr"] for f in fit), default=0.0),
+                                      "loss_tokens": sum(sum(r.mask) for r in train),
+                                      "loss_first": fit[0]["loss"] if fit else None,
+                                      "loss_last": fit[-1]["loss"] if fit else None})
             if arm == "agent_r":
                 shown = next((t for t in trees if any(r.kind == "revision" and r.task == t.problem.id for r in rows)),
                              trees[0])
@@ -192,20 +211,31 @@ def run_agent_r(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None
                 for r in [r for r in rows if r.kind == "revision"][:3]:
                     _append(run / REV_FILE, {"iteration": k, **revision_json(r, tok)})
                 last_rows = rows
-            say(f"{arm} iteration {k}: {int(cost['rollouts'])} rollouts, {counts['good']} good, "
-                f"{counts['revision']} revision rows, alpha {alpha}, loss {fit[0]['loss']:.3f} -> {fit[-1]['loss']:.3f}")
-            if arm == "agent_r" or k == a.iterations:
-                for r in evaluate(cfg, model, tok, heldout, policy=arm, iteration=k,
-                                  seed=common.step_seed(cfg.seed, "ar-eval")):
-                    _append(run / EVAL_FILE, r)
+            loss = f"loss {fit[0]['loss']:.3f} -> {fit[-1]['loss']:.3f}" if fit else "no step (no rows)"
+            say(f"{arm} iteration {k}: {len(trees)} trees, {counts['good']} good, {counts['revision']} revision rows, "
+                f"alpha {alpha}, {len(fit)} steps, {loss}")
+            for r in evaluate(cfg, model, tok, heldout, policy=arm, iteration=k,  # every arm, every iteration
+                              seed=common.step_seed(cfg.seed, "ar-eval")):
+                _append(run / EVAL_FILE, r)
     mix = parquet.general_share(general, len(last_rows), a.eta, seed=cfg.seed)  # eta per Agent-R row, as the loop weighs it
     pq = parquet.write_rows(last_rows, run / "verl" / "revision_sft.parquet", tok, mix)
-    summary = {"policies": ["cold_start", *[f"agent_r_{k}" for k in range(1, a.iterations + 1)], "good_only"],
+    summary = {"policies": ["cold_start", *[f"{arm}_{k}" for arm in iterate.ARMS for k in range(1, a.iterations + 1)]],
                "eval_problems": len(heldout), "eval_samples": a.eval_samples, "parquet": str(pq),
+               "null_accuracy_change": null_accuracy_change(_rows(run / EVAL_FILE)),
                "cpu_s": time.process_time() - c0, "wall_s": time.perf_counter() - t0,
                "cost": cost_table(run).to_dict(orient="records")}
     jsonio.write_json(run / "summary.json", summary)
     return summary
+
+
+def null_accuracy_change(rows: list[dict[str, Any]]) -> float | None:
+    """The null arm's held-out sampled accuracy at its last iteration minus the cold start's (``policy_eval.jsonl``
+    rows; both sampled on the same problems with the same streams): what the fine-tune alone did to the policy,
+    the quantity of the ``agent_r_null_arm_holds`` precondition (issue #46). None without both policies' rows."""
+    cold = [r["correct"] for r in rows if r["policy"] == "cold_start"]
+    last = max((r["iteration"] for r in rows if r["policy"] == "null"), default=None)
+    null = [r["correct"] for r in rows if r["policy"] == "null" and r["iteration"] == last]
+    return (sum(null) / len(null) - sum(cold) / len(cold)) if cold and null else None
 
 
 def _rows(path: Path) -> list[dict[str, Any]]:
@@ -275,6 +305,11 @@ def agent_r_findings(run_dir: str | os.PathLike) -> str:
     lines.append(f"- Training rows: {rev} revision trajectories over the Agent-R iterations, {good} good-only rows; "
                  f"{sum(i.get('skipped', 0) for i in its if i['arm'] == 'agent_r')} good/bad pairs were skipped because "
                  "the transition turn had no tool observation to revise after.")
+    change = s.get("null_accuracy_change")
+    if change is not None:
+        lines.append(f"- Null arm (the same fine-tune, the Agent-R arm's steps, on the cold-start data alone): held-out "
+                     f"accuracy {change:+.3f} against the cold start at its last iteration; the precondition "
+                     "`agent_r_null_arm_holds` reads it (a damaged null arm makes the Agent-R claims 'invalid design').")
     cold = tab.loc["cold_start", "accuracy"] if "cold_start" in tab.index else float("nan")
     worse = [lab for lab, r in tab.iterrows() if lab != "cold_start" and r["accuracy"] < cold]
     if worse and len(worse) == len(tab) - 1:

@@ -21,8 +21,11 @@ from matplotlib.figure import Figure
 from kit.studies.agent_r.views import tree_figure
 
 #: the arms' labels and colours (``policy`` of the rows)
-LABEL = {"agent_r": "Agent-R (revision + good)", "good_only": "good only (rejection-sampling FT)", "cold_start": "cold start"}
-COLOR = {"agent_r": "#d62728", "good_only": "#1f77b4", "cold_start": "0.35"}
+LABEL = {"agent_r": "Agent-R (revision + good)", "good_only": "good only (rejection-sampling FT)",
+         "null": "null arm (cold-start data only)", "cold_start": "cold start"}
+COLOR = {"agent_r": "#d62728", "good_only": "#1f77b4", "null": "0.55", "cold_start": "0.35"}
+#: x offsets of the arms' points at one iteration, so their intervals do not overlap
+OFFSET = {"agent_r": -0.06, "good_only": 0.0, "null": 0.06}
 #: (panel title, y label, statistic over a policy's rows: (numerator column, denominator column or None, row filter))
 PANELS = (
     ("(a) held-out accuracy", "fraction correct", ("correct", None, None)),
@@ -61,7 +64,7 @@ def bootstrap_ratio(df: pd.DataFrame, num: str, den: str | None, *, draws: int =
 
 def policy_curves(rows: pd.DataFrame) -> pd.DataFrame:
     """Per arm, iteration and panel: statistic, 95% interval, rows (the cold start as iteration 0 of
-    both arms).
+    every arm; an arm without rows, e.g. the null arm of a run from before issue #46, is left out).
 
     Raises:
         KeyError: a column of :data:`COLUMNS` is missing (named).
@@ -71,8 +74,10 @@ def policy_curves(rows: pd.DataFrame) -> pd.DataFrame:
         raise KeyError(f"Agent-R policy rows lack column(s) {missing} (expected {list(COLUMNS)})")
     out = []
     cold = rows[rows["policy"] == "cold_start"]
-    for arm in ("agent_r", "good_only"):
+    for arm in ("agent_r", "good_only", "null"):
         mine = rows[rows["policy"] == arm]
+        if mine.empty:
+            continue
         for it, g in [(0, cold), *sorted(mine.groupby("iteration"), key=lambda kv: kv[0])]:
             for title, _, (num, den, where) in PANELS:
                 sub = g[g[where] > 0] if where else g
@@ -101,7 +106,7 @@ def figure_agent_r(rows: pd.DataFrame, *, tree: str | os.PathLike | None = None,
             if ok.any():
                 its = g["iteration"][ok]
                 gaps = bool((its.diff().dropna() > 1).any())  # good-only: sampled at the last iteration only
-                ax.errorbar(its + (0.04 if arm == "good_only" else -0.04), g["stat"][ok],
+                ax.errorbar(its + OFFSET[arm], g["stat"][ok],
                             yerr=[(g["stat"] - g["lo"])[ok], (g["hi"] - g["stat"])[ok]], color=COLOR[arm],
                             marker="o", ms=4, capsize=3, lw=1.0 if gaps else 1.5, ls=":" if gaps else "-",
                             label=LABEL[arm] + (" (evaluated at the last iteration)" if gaps else ""))

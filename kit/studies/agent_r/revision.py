@@ -7,7 +7,9 @@ first erroneous action of the bad trajectory (the *transition point*); the revis
     shared prefix + bad branch up to and including that action and its observation
     + a revision signal rs + the good branch's continuation,
 
-trained with loss only after ``rs`` (the wrong part is not imitated). Here rewards are the
+trained with loss on ``rs`` and after it (the wrong part is not imitated; the signal is, as the
+reference code trains its revision turn, ``path_collection.py``: the model learns to *emit* a
+reflection after a bad observation). Here rewards are the
 search's :func:`kit.studies.agent_r.search.score`; the transition point is a stated rule, not the
 actor's judgement (the tiny model cannot critique; see :mod:`kit.studies.agent_r`):
 
@@ -19,7 +21,8 @@ The chosen turn must carry an observation (a feedback block); a pair whose bad b
 there is skipped. Token layout of a revision row (mask 1 = loss)::
 
     prompt (0) | shared turns + feedback (0) | bad turns ... transition turn + its feedback (0)
-    | rs (0) | good turns from the branch point on: model tokens 1, tool feedback 0
+    | rs (1; 0 with ``train_signal=False``, the kit's v1 rows) | good turns from the branch point on:
+    model tokens 1, tool feedback 0
 """
 
 from __future__ import annotations
@@ -141,12 +144,14 @@ class RevisionRow:
     bad: int = -1
 
 
-def revision_row(tree: TaskTree, pair: Pair, t: int, signal: str, tokenizer: Any) -> RevisionRow:
+def revision_row(tree: TaskTree, pair: Pair, t: int, signal: str, tokenizer: Any, *,
+                 train_signal: bool = True) -> RevisionRow:
     """Assemble one revision trajectory (the layout in the module docstring).
 
     Args:
         t: the bad trajectory's transition turn (:func:`transition_turn`, not None).
         signal: the revision sentence; it is tokenized on its own and ends with a newline.
+        train_signal: loss on the signal's tokens (``agent_r.train_signal``).
     """
     bad, good = tree.trajectories[pair.bad], tree.trajectories[pair.good]
     d = pair.shared.depth
@@ -157,7 +162,7 @@ def revision_row(tree: TaskTree, pair: Pair, t: int, signal: str, tokenizer: Any
     g0 = gb[d][0]
     P = len(bad.prompt_ids)
     ids = list(bad.prompt_ids) + bad.response_ids[:bad_end] + rs + good.response_ids[g0:]
-    mask = [0] * (P + bad_end + len(rs)) + list(good.response_mask[g0:])
+    mask = [0] * (P + bad_end) + [int(train_signal)] * len(rs) + list(good.response_mask[g0:])
     a, b, c = P + shared_end, P + bad_end, P + bad_end + len(rs)
     segs = [("prompt", 0, P), ("shared", P, a), ("bad", a, b), ("signal", b, c), ("good", c, len(ids))]
     return RevisionRow(ids, mask, [s for s in segs if s[2] > s[1]], "revision", tree.problem.id, t, signal,
@@ -174,9 +179,10 @@ def good_row(tree: TaskTree, i: int) -> RevisionRow:
 
 
 def tree_rows(tree: TaskTree, tokenizer: Any, *, alpha: float, beta: float, rule: str, max_pairs: int,
-              rng: random.Random, revisions: bool = True) -> tuple[list[RevisionRow], dict[str, int]]:
+              rng: random.Random, revisions: bool = True, train_signal: bool = True
+              ) -> tuple[list[RevisionRow], dict[str, int]]:
     """Training rows of one tree: good trajectories (``score >= alpha``) and, with ``revisions``,
-    revision trajectories of its pairs (the signal drawn from ``rng``).
+    revision trajectories of its pairs (the signal drawn from ``rng``, trained with ``train_signal``).
 
     Returns:
         ``(rows, counts)``; counts: ``good``, ``pairs``, ``revision``, ``skipped`` (a pair whose
@@ -192,7 +198,7 @@ def tree_rows(tree: TaskTree, tokenizer: Any, *, alpha: float, beta: float, rule
         if t is None:
             counts["skipped"] += 1
             continue
-        rows.append(revision_row(tree, pair, t, rng.choice(REVISION_SIGNALS), tokenizer))
+        rows.append(revision_row(tree, pair, t, rng.choice(REVISION_SIGNALS), tokenizer, train_signal=train_signal))
         counts["revision"] += 1
     return rows, counts
 

@@ -349,8 +349,9 @@ class AgentRConfig:
 
     iterations: int = 3  # Phase II iterations (paper: 3), each collecting new trees with the current model
     # good-trajectory threshold alpha per iteration, r(good) >= alpha (paper: 0.5, 0.7, 1.0); later iterations
-    # take the last value. Scores are reward x (1 - failed/calls) on the kit's 0/1 tool tasks: with at most 3 calls
-    # they are 0, 1/3, 1/2, 2/3 or 1, so 0.7 and 1.0 keep the same trajectories (the schedule bites once, 1 -> 2)
+    # take the last value. Scores are reward x (1 - failed/calls) on the kit's 0/1 tool tasks; the tiny runs' were
+    # 0, 1/2, 2/3 or 1 (issue #46), where 0.7 and 1.0 keep the same trajectories: only a 3/4 (one failed call of
+    # four) lies between them, so the schedule bites once, between iterations 1 and 2
     alphas: tuple[float, ...] = (0.5, 0.7, 1.0)
     beta: float = 0.5  # bad-trajectory threshold, r(bad) < beta < r(good)
     eta: float = 0.2  # weight of the general (cold-start SFT) data (paper: 0.2): a share eta/(1+eta) of each batch

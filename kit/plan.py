@@ -30,7 +30,7 @@ from typing import Any
 
 from kit.config import KitConfig, StagesConfig, load
 from kit.config.paths import REPO_ROOT
-from kit.studies import STUDIES
+from kit.studies import SERIES_PARAMETERS, STUDIES
 
 REPORTS_ROOT = REPO_ROOT / "reports"
 STATE_FILE = "pipeline_state.json"
@@ -212,7 +212,29 @@ def series(stages: Sequence[str]) -> list[Entry]:
                    "sft_dir": "02_cold_start_sft", "analysis_dir": "07_behavior_analysis",
                    "study_dirs": {s.key: s.notebook for s in STUDIES}},
                   seeded=False)]
+    _check_study_upstream(out)
     return out
+
+
+def _check_study_upstream(entries: list[Entry]) -> None:
+    """Each study's ``upstream`` names entries that run before it, under parameter names of its own.
+
+    Raises:
+        ValueError: naming the study, the parameter and what is wrong (a parameter the runner sets itself, an
+            unknown entry, or one that runs at or after the study: 20 reads every study's folder).
+    """
+    names = [e.name for e in entries]
+    for s in STUDIES:
+        where = f"study {s.key!r} ({s.notebook}), upstream"
+        for key, entry in s.upstream.items():
+            if key in SERIES_PARAMETERS:
+                raise ValueError(f"{where} {key!r}: the runner sets {sorted(SERIES_PARAMETERS)} itself; name the "
+                                 "parameter otherwise (e.g. sft_dir)")
+            if entry not in names:
+                raise ValueError(f"{where} {key!r}: {entry!r} is no entry of the series ({', '.join(names)})")
+            if names.index(entry) >= names.index(s.notebook):
+                raise ValueError(f"{where} {key!r}: {entry!r} runs at or after {s.notebook}; a study reads what "
+                                 "runs before it")
 
 
 def stage_names(profile: str | None) -> tuple[str, ...]:

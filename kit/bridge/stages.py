@@ -382,6 +382,11 @@ def _related_work(cfg: KitConfig, dirs: Mapping[str, str], cluster: Cluster, sho
     whose notebook is shown and whose folder ``dirs`` names."""
     lines: list[str] = []
     for study in STUDIES:
-        if study.dry_run and shown(study.notebook) and study.key in dirs:
+        if not (shown(study.notebook) and study.key in dirs):
+            continue
+        if study.dry_run:
             lines += resolve(study.dry_run)(cfg, Path(dirs[study.key]).resolve(), dirs, cluster)
+        else:  # a study without dry-run lines of its own still says where it runs
+            lines += [f"## {study.notebook}  run_dir {Path(dirs[study.key]).resolve()}", "   runs in its notebook's "
+                      "kernel; it names no VERL launch (kit.studies.Study.dry_run is empty)", ""]
     return lines

@@ -87,13 +87,20 @@ def load_claims(path: str | os.PathLike | None = None, *, include_superseded: bo
             ``>``/``<``, a test kind is unknown, a test's ``key`` / ``n_key`` is not a key
             :mod:`kit.metrics` declares, a ``role`` is not one of :data:`ROLES`, or a claim
             ``requires`` a precondition the file does not define, or is superseded by a claim the file does
-            not hold, or a study's own file holds a claim of another section (the message names the file,
+            not hold, or a study's own file holds a claim of another section, or a claim of the kit's file names
+            a section that is neither the kit's paper's nor a registered study's (the message names the file,
             the claim and the key).
     """
     p = Path(path) if path is not None else CLAIMS_FILE
     data = _read_yaml(p)
     preconditions = {q["name"] for q in _preconditions(data, p)}
     claims = _checked(data, p, preconditions)
+    if path is None:  # the kit's file: each section is the kit's paper's or a registered study's (a typo has no page)
+        known = [DEFAULT_SECTION, *(s.section for s in STUDIES)]
+        for c in claims:
+            if c.get("section", DEFAULT_SECTION) not in known:
+                raise ClaimsError(f"{p}: claim {c['id']}: section {c['section']!r} is no registered study's; "
+                                  f"known: {known}")
     for study in STUDIES if path is None else ():
         if study.claims_file:
             own = Path(study.claims_file)

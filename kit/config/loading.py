@@ -25,7 +25,7 @@ from typing import Any, Literal
 
 from kit.config.checks import ConfigError, check
 from kit.config.schema import KitConfig, StageConfig, StagesConfig
-from kit.studies import FIXED_FOLDERS, STUDIES
+from kit.studies import FIXED_FOLDERS, STUDIES, STUDIES_ENV
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "profiles"
 #: more folders of profile files, searched after ``kit/profiles`` (``os.pathsep``-separated; the
@@ -69,8 +69,11 @@ def check_stage_name(name: str, where: str) -> None:
         raise ConfigError(f"{where}: stage name {name!r} must be a plain identifier (letters, digits and _, a letter "
                           "first): it is the stage's run folder and its key in overrides, stages.<name>.steps")
     if name in RUN_FOLDERS:
+        owner = next((f"study {s.key!r} ({s.notebook}; a study from outside the kit is named by {STUDIES_ENV})"
+                      for s in STUDIES if s.key == name), "")
         raise ConfigError(f"{where}: stage name {name!r} is a folder the run already uses for something else "
-                          f"({', '.join(sorted(RUN_FOLDERS))}); pick another (stage4, ...)")
+                          + (f"(the run folder of {owner}): rename the stage or the study's key"
+                             if owner else f"({', '.join(sorted(RUN_FOLDERS))}); pick another (stage4, ...)"))
 
 
 def _stage_tables(tables: Any, where: str) -> dict[str, dict[str, Any]]:

@@ -116,6 +116,10 @@ AGENT_R = Study(
     dry_run="kit.bridge.study_runs:agent_r_dry_run", claim_kinds="kit.studies.agent_r.kinds:KINDS",
     paired_kinds=("agent_r_diff",))
 
+#: the kit's own paper's claims section (``kit.claims.DEFAULT_SECTION``): no study may take it
+KIT_SECTION = "rStar2-Agent"
+#: parameters the runner gives every notebook itself: a study's ``upstream`` may not name them
+SERIES_PARAMETERS = frozenset({"profile", "seed", "overrides", "run_dir"})
 #: the environment variable naming studies that live outside the kit (``module:attribute``, comma-separated)
 STUDIES_ENV = "KIT_STUDIES"
 #: the kit's own studies (a study from outside may not reuse their key, section or notebook)
@@ -156,6 +160,9 @@ def plugin_studies(spec: str) -> tuple[Study, ...]:
             if clash:
                 raise ValueError(f"{STUDIES_ENV}: {item!r} has the {clash[0]} {getattr(study, clash[0])!r} of study "
                                  f"{s.key!r}; pick another")
+        if study.section == KIT_SECTION:
+            raise ValueError(f"{STUDIES_ENV}: {item!r}: section {KIT_SECTION!r} is the kit's own paper's; a study's "
+                             "claims need a section of their own (its report page's name)")
         if not study.key.isidentifier() or study.key in FIXED_FOLDERS:
             raise ValueError(f"{STUDIES_ENV}: {item!r}: key {study.key!r} must be a plain identifier that is not one of "
                              f"the run's own folders ({', '.join(sorted(FIXED_FOLDERS))})")

@@ -10,7 +10,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from kit import cli, pipeline
+from kit import cli, pipeline, studies
 from kit.pipeline import Layout, NotebookRun, PipelineError, overlap, run_series
 
 WRITE = "from pathlib import Path\nPath(run_dir).mkdir(parents=True, exist_ok=True)\n"
@@ -92,13 +92,13 @@ def test_standard_series_passes_upstream_run_dirs(tmp_path):
     lay = Layout.for_run("smoke", "t", reports_root=tmp_path)
     series = pipeline.standard_series(lay)
     assert [r.name for r in series] == list(pipeline.SERIES)
-    assert len(series) == 12 and series[0].name.startswith("00_") and series[-1].name.startswith("20_")
+    assert len(series) == 10 + len(studies.STUDIES) and series[0].name.startswith("00_") and series[-1].name.startswith("20_")
     by = {r.name: r.parameters for r in series}
     # ReTool's comparison (issue #33) and Agent-R (issue #34) run before 20, which reads their folders;
     # ReTool's training is a background job, Agent-R's search is not
-    assert [r.name for r in series][-3:] == ["10_retool", "11_agent_r", "20_figures_and_tables"]
-    assert by["20_figures_and_tables"]["study_dirs"] == {"retool": by["10_retool"]["run_dir"],
-                                                         "agent_r": by["11_agent_r"]["run_dir"]}
+    assert [r.name for r in series][-1 - len(studies.STUDIES):] == [*(s.notebook for s in studies.STUDIES),
+                                                                    "20_figures_and_tables"]
+    assert by["20_figures_and_tables"]["study_dirs"] == {s.key: by[s.notebook]["run_dir"] for s in studies.STUDIES}
     assert by["10_retool"]["ablation_dir"] == by["06_roc_ablation"]["run_dir"]
     assert by["10_retool"]["init_dir"] == by["02_cold_start_sft"]["run_dir"]
     assert by["11_agent_r"]["sft_dir"] == by["02_cold_start_sft"]["run_dir"]

@@ -6,6 +6,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import importlib
+import re
 from pathlib import Path
 
 import nbformat
@@ -37,7 +38,7 @@ def test_each_study_is_a_series_entry_with_its_folder_claims_job_and_dry_run(stu
     if study.job:
         assert overlap.STANDARD_JOBS[study.notebook].argv[-1] == study.job and importlib.util.find_spec(study.job)
     assert (study.notebook in pipeline.LAUNCHES_VERL) == study.launches_verl
-    assert callable(studies.resolve(study.dry_run))
+    assert not study.dry_run or callable(studies.resolve(study.dry_run))  # "" = no dry-run lines of its own
     assert len({study, studies.by_key(study.key)}) == 1  # a record is hashable (its upstream dict is not hashed)
 
 
@@ -47,7 +48,8 @@ def test_notebook_20_takes_one_folder_per_study_and_reads_its_figures():
     (default,) = [ast.literal_eval(n.value) for n in ast.parse(params).body
                   if isinstance(n, ast.AnnAssign) and n.target.id == "study_dirs"]
     assert default == {}  # every registered study's folder under run_dir: a new study needs no edit here
-    assert plan.study_folders("/r", {"retool": "/x/retool"}) == {"retool": "/x/retool", "agent_r": "/r/agent_r"}
+    assert plan.study_folders("/r", {"retool": "/x/retool"}) == {s.key: "/x/retool" if s.key == "retool" else f"/r/{s.key}"
+                                                                  for s in studies.STUDIES}
     with pytest.raises(ValueError, match=r"study_dirs: \['nope'\] are no registered study"):
         plan.study_folders("/r", {"nope": "/x"})
     assert BY_NAME["20_figures_and_tables"].upstream["study_dirs"] == {s.key: s.notebook for s in studies.STUDIES}
@@ -73,7 +75,8 @@ def test_20_s_upstream_check_names_the_study_that_writes_a_missing_folder(tmp_pa
     dirs = {s.key: lay.dir(s.key) for s in studies.STUDIES}
     with pytest.raises(UpstreamMissing, match=r"needs .*agent_r/summary.json, which 11_agent_r writes"):
         require_upstream("20_figures_and_tables", profile="smoke", study_dirs=dirs)
-    with pytest.raises(ValueError, match=r"study_dirs takes one folder per study, keyed \['agent_r', 'retool'\]"):
+    keyed = re.escape(str(sorted(s.key for s in studies.STUDIES)))
+    with pytest.raises(ValueError, match=rf"study_dirs takes one folder per study, keyed {keyed}"):
         require_upstream("20_figures_and_tables", study_dirs={"retool": lay.dir("retool")})
 
 
@@ -81,7 +84,7 @@ def test_each_study_has_its_report_page_text_and_a_resolvable_dry_run():
     for s in studies.STUDIES:
         assert studies.by_section(s.section) is s and studies.by_key(s.key) is s and s.title and s.what
     assert studies.by_section("rStar2-Agent") is None
-    with pytest.raises(KeyError, match="registered: \\['retool', 'agent_r'\\]"):
+    with pytest.raises(KeyError, match=re.escape(f"registered: {[s.key for s in studies.STUDIES]}")):
         studies.by_key("bstar")
     with pytest.raises(ValueError, match="expected 'module:function'"):
         studies.resolve("kit.bridge.study_runs")
@@ -102,6 +105,10 @@ def test_a_study_from_outside_the_kit_is_named_by_module_and_attribute(monkeypat
         monkeypatch.setattr(studies, "_probe", dataclasses.replace(studies.RETOOL, **fields), raising=False)
         with pytest.raises(ValueError, match="must be a plain identifier|is a notebook of the kit's series|numbered 10-19"):
             studies.plugin_studies("kit.studies:_probe")
+    monkeypatch.setattr(studies, "_probe", dataclasses.replace(studies.RETOOL, key="toy", notebook="19_toy",
+                                                               section=claims.DEFAULT_SECTION), raising=False)
+    with pytest.raises(ValueError, match="section 'rStar2-Agent' is the kit's own paper's"):
+        studies.plugin_studies("kit.studies:_probe")
 
 
 def test_a_study_s_own_claims_file_holds_only_its_section(tmp_path, monkeypatch):
@@ -187,3 +194,28 @@ def test_a_study_s_paired_kinds_must_be_its_own_kinds(monkeypatch):
     monkeypatch.setattr(studies, "STUDIES", (studies.RETOOL, bogus))
     with pytest.raises(ValueError, match=r"study 'agent_r': paired_kinds \['no_such_kind'\] are not kinds of"):
         kinds.all_kinds()
+
+
+def test_a_study_record_s_upstream_and_section_are_checked_when_the_series_is_built(monkeypatch):
+    """A fresh-user review (issue #43) could send a study's products into the cold start's folder (upstream named
+    ``run_dir``), make it read notebook 20 (a loop), or take the kit's own claims section: each is refused, naming
+    the study."""
+    base = studies.AGENT_R
+    cases = {"run_dir": ({"run_dir": studies.COLD_START}, "the runner sets"),
+             "loop": ({"sft_dir": "20_figures_and_tables"}, "runs at or after"),
+             "unknown": ({"sft_dir": "nope_notebook"}, "'nope_notebook' is no entry of the series")}
+    for what, (upstream, message) in cases.items():
+        bad = dataclasses.replace(base, upstream=upstream)
+        monkeypatch.setattr(plan, "STUDIES", (studies.RETOOL, bad))
+        with pytest.raises(ValueError, match=rf"study 'agent_r' \(11_agent_r\), upstream .*{message}"):
+            plan.series(("stage1",))
+    assert studies.KIT_SECTION == claims.DEFAULT_SECTION
+
+
+def test_a_claim_of_the_kit_s_file_names_a_known_section(tmp_path, monkeypatch):
+    text = claims.CLAIMS_FILE.read_text().replace("section: Agent-R", "section: Agent R", 1)
+    bad = tmp_path / "claims.yaml"
+    bad.write_text(text)
+    monkeypatch.setattr(claims, "CLAIMS_FILE", bad)
+    with pytest.raises(claims.ClaimsError, match="section 'Agent R' is no registered study's"):
+        claims.load_claims()

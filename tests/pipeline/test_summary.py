@@ -10,7 +10,7 @@ import pytest
 from matplotlib.backends.backend_pdf import PdfPages
 from matplotlib.figure import Figure
 
-from kit import claims
+from kit import claims, studies
 from kit.report import figures, summary, tables
 
 needs_poppler = pytest.mark.skipif(shutil.which("pdfinfo") is None or shutil.which("pdftotext") is None,
@@ -53,9 +53,10 @@ def test_claim_rows_show_every_claim_with_its_verdict_and_why(run):
     assert len(rows) == len(own) and {r[3] for r in rows} == {"inconclusive"}
     # another paper's claims (ReTool's, issue #33; Agent-R's, issue #34) are a section of their own, on a page
     # of their own, in the claims file's order
-    assert summary.sections(doc) == ["ReTool", "Agent-R"]
+    assert summary.sections(doc) == [s.section for s in studies.STUDIES]  # ReTool, Agent-R, then any study added
     retool, agent_r = summary.claim_rows(doc, "ReTool"), summary.claim_rows(doc, "Agent-R")
-    assert len(retool) >= 4 and len(agent_r) == 4 and len(own) + len(retool) + len(agent_r) == len(doc["claims"])
+    assert len(retool) >= 4 and len(agent_r) == 4
+    assert len(own) + sum(len(summary.claim_rows(doc, s.section)) for s in studies.STUDIES) == len(doc["claims"])
     assert all("ReTool" in r[0] for r in retool) and all("Agent-R" in r[0] for r in agent_r)
     flat = [[" ".join(cell.split()) for cell in r] for r in (retool[0], agent_r[0], rows[0])]
     assert "retool folder" in flat[0][2] and "policy_eval.jsonl" in flat[1][2]
@@ -70,7 +71,8 @@ def test_claim_rows_show_every_claim_with_its_verdict_and_why(run):
 @pytest.mark.slow  # over ~3 s: make test, not the inner loop (make test-fast)
 def test_summary_is_one_page_with_claims_figures_tables_and_limits(run, tmp_path):
     pdf = summary.write_summary_pdf(run, tmp_path / "s.pdf")
-    assert _pages(pdf) == 3  # the kit's claims, then ReTool's section (issue #33), then Agent-R's (issue #34)
+    # the kit's claims, then ReTool's section (issue #33), then Agent-R's (issue #34), then any study registered after
+    assert _pages(pdf) == 1 + len(studies.STUDIES)
     first = " ".join(_text(pdf).split())
     assert "ReTool claims on page 2" in first and "4 Agent-R claims on page 3" in first, first
     second, third = " ".join(_text(pdf, 2).split()), " ".join(_text(pdf, 3).split())
@@ -97,7 +99,7 @@ def test_the_first_page_links_the_run_s_static_rollout_explorer_pages(run, tmp_p
         (run / folder / "explorer.html").write_text("<html></html>")
     assert summary.explorer_pages(run) == ["ablation/explorer.html", "stage1/explorer.html"]
     pdf = summary.write_summary_pdf(run, tmp_path / "s.pdf")
-    assert _pages(pdf) == 3 and "stage1/explorer.html" in _text(pdf)  # page 1 of the kit, ReTool, Agent-R
+    assert _pages(pdf) == 1 + len(studies.STUDIES) and "stage1/explorer.html" in _text(pdf)  # the kit's, each study's
     raw = pdf.read_bytes()
     assert b"/URI (stage1/explorer.html)" in raw and b"/URI (ablation/explorer.html)" in raw  # links, not just text
 
@@ -110,7 +112,7 @@ def test_prepend_summary_opens_the_report_and_survives_problems(run, tmp_path):
             pp.savefig(Figure(figsize=(4, 3)))
     notices: list[str] = []
     assert summary.prepend_summary(run, report, echo=notices.append) == report
-    assert _pages(report) == 5 and not notices  # three summary pages (the kit's claims, ReTool's, Agent-R's)
+    assert _pages(report) == 3 + len(studies.STUDIES) and not notices  # summary pages (the kit's, each study's), then 2
     assert "What this profile cannot show" in _text(report, 1)
     assert (run / "summary.pdf").exists()
     # a broken claims.json: the report stays as it was, with a notice

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+from kit.studies import KIT_STUDIES
+
 pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -49,7 +51,8 @@ def test_a_study_from_outside_the_kit_runs_in_the_series_and_gets_its_page(smoke
     assert toy["id"] == "toy_heldout_reaches_the_claims" and toy["tests"][0]["value"] == 0.0
     assert toy["tests"][1]["kind"] == "toy_figures" and toy["tests"][1]["verdict"] == "reproduced"  # its own kind
     pages = subprocess.run(["pdfinfo", str(run / "summary.pdf")], capture_output=True, text=True, check=True).stdout
-    assert re.search(r"^Pages:\s+(\d+)$", pages, re.M).group(1) == "4"  # the kit's, ReTool's, Agent-R's, the toy's
+    # the kit's page, one per kit study (ReTool's, Agent-R's, any added inside the kit), the toy's
+    assert int(re.search(r"^Pages:\s+(\d+)$", pages, re.M).group(1)) == 2 + len(KIT_STUDIES)
     last = subprocess.run(["pdftotext", "-f", "4", "-l", "4", str(run / "summary.pdf"), "-"],
                           capture_output=True, text=True, check=True).stdout
     assert "Toy study (a test fixture) on this run" in last

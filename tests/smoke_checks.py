@@ -201,6 +201,8 @@ def agent_r_runs_both_arms_and_stays_inconclusive(lay, cfg) -> None:
     per = ev.groupby(["policy", "iteration"]).size()
     expect = {("cold_start", 0), *{(arm, k) for arm in ("agent_r", "good_only", "null") for k in range(1, a.iterations + 1)}}
     assert set(per.index) == expect and (per == a.eval_problems * a.eval_samples).all()
+    probe = pd.DataFrame(rows(d / "probe_eval.jsonl")).groupby(["policy", "iteration"]).size()  # issue #46
+    assert set(probe.index) == expect and (probe == a.eval_problems * a.probe_samples).all()
     cost = pd.DataFrame(rows(d / "search_cost.jsonl"))
     assert len(cost) == 2 * a.iterations and (cost["rollouts"] == a.tasks * a.simulations).all()
     assert (cost["live_calls"] >= 0).all() and (cost["cpu_s"] > 0).all()

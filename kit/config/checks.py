@@ -204,7 +204,7 @@ def check_agent_r(cfg: KitConfig) -> None:
             raise ConfigError(f"agent_r.{key}: must be >= 1, got {getattr(a, key)}")
     if a.simulations < a.width:
         raise ConfigError(f"agent_r.simulations: must be >= agent_r.width ({a.width}), got {a.simulations}")
-    for key in ("max_response_tokens", "max_turns", "batch_size", "eval_problems"):
+    for key in ("max_response_tokens", "max_turns", "batch_size", "eval_problems", "probe_samples"):
         if getattr(a, key) < 0:
             raise ConfigError(f"agent_r.{key}: must be >= 0 (0 = the default it names), got {getattr(a, key)}")
     if not 0.0 <= a.warmup_ratio < 1.0:

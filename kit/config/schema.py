@@ -380,6 +380,9 @@ class AgentRConfig:
     batch_size: int = 0  # SFT rows per step (0 = sft.batch_size)
     eval_problems: int = 0  # held-out tasks every policy is sampled on (0 = all of data.task_heldout_size)
     eval_samples: int = 4  # samples per held-out task and policy, at T = 1 (the policies' own distribution)
+    # forced-error probes (kit.studies.agent_r.probes): continuations per held-out task and policy of the same
+    # failing call in every policy's context, at T = 1; 0 = none
+    probe_samples: int = 0
 
 
 @dataclass(frozen=True)

@@ -347,6 +347,12 @@ def _break(code: str, rng: random.Random) -> str:
     return rng.choice(options)
 
 
+def failing_call(problem: TaskProblem, rng: random.Random) -> DemoCall:
+    """A first attempt at ``problem`` that fails as the ``tool_error`` demos' do (missing import, misspelt name or
+    unclosed paren, drawn from ``rng``): the task family's own error generator (Agent-R's probes, issue #46)."""
+    return DemoCall(_break(problem.code, rng), problem.input)
+
+
 def tool_call_text(call: DemoCall, name: str = prompts.TOOL_NAME) -> str:
     """The ``<tool_call>`` block for ``call``, Hermes style (JSON on its own line)."""
     payload = json.dumps({"name": name, "arguments": {"code": call.code, "input": call.input}}, ensure_ascii=False)

@@ -173,6 +173,7 @@ async def run_trajectory(
     timeout_s: float | None = None,
     call_factory: Callable[[str, str], Any] = _default_call_factory,
     system_prompt: str = prompts.SYSTEM_PROMPT,
+    forced_turn: str | None = None,
 ) -> Trajectory:
     """Roll out one problem to the end (rStar2-Agent §2.1; release ``RStar2AgentLoop.run``).
 
@@ -191,6 +192,11 @@ async def run_trajectory(
         call_factory: builds the executor's call object from ``(code, input)``; default
             ``kit.sandbox.ToolCall``.
         system_prompt: the system text (default: the release's with the tools block).
+        forced_turn: the first model turn's text (after the prefilled ``<reason>``, without ``<|im_end|>``),
+            written into the context instead of sampled: its tokens carry response mask 0, its tool calls
+            run as the model's would, and the policy continues from their feedback (Agent-R's forced-error
+            probes, issue #46: the same failure in every policy's context). The trajectory then has no
+            log-probs or entropy (``None``).
     Returns:
         The :class:`Trajectory`.
     Raises:
@@ -220,13 +226,19 @@ async def run_trajectory(
     for turn in range(max_turns):
         left = budget - len(tr.response_ids)
         t0 = time.perf_counter()
-        gen: Generation = await backend.generate(prompt_ids + tr.response_ids, left, temperature, top_p, list(stop_ids))
+        forced = turn == 0 and forced_turn is not None
+        if forced:  # written, not sampled: the same tokens in every policy's context
+            gen = Generation(_tokenize(tokenizer, forced_turn) + [im_end], None, "stop")
+            if len(gen.token_ids) > left:
+                raise ValueError(f"forced_turn of {len(gen.token_ids)} tokens exceeds the budget of {left}")
+        else:
+            gen = await backend.generate(prompt_ids + tr.response_ids, left, temperature, top_p, list(stop_ids))
         tr.time_generate_s += time.perf_counter() - t0
         if len(gen.token_ids) > left:
             raise ValueError(f"backend returned {len(gen.token_ids)} tokens for a budget of {left}")
         tr.turns += 1
         tr.response_ids += gen.token_ids
-        tr.response_mask += [1] * len(gen.token_ids)
+        tr.response_mask += [0 if forced else 1] * len(gen.token_ids)
         if lps is not None and gen.logprobs is not None:
             lps += gen.logprobs
         else:
@@ -347,7 +359,7 @@ async def run_group(backend, tokenizer, problem: str, executor, n: int, cfg: Rol
 
 async def rollout_batch(backend, tokenizer, problems: Sequence[str], executor, n: int,
                         cfg: RolloutConfig | None = None, *, max_concurrency: int | None = None,
-                        **kwargs) -> list[list[Trajectory]]:
+                        forced_turns: Sequence[str | None] | None = None, **kwargs) -> list[list[Trajectory]]:
     """Roll out ``P`` problems x ``n`` samples concurrently; return them grouped, (P, n).
 
     Args:
@@ -355,17 +367,23 @@ async def rollout_batch(backend, tokenizer, problems: Sequence[str], executor, n
         n: samples per problem (G, or 2G with RoC oversampling).
         max_concurrency: the most trajectories alive at once (None: all P*n), in fixed lanes
             (:func:`kit.rollout.cohort.gather_trajectories`).
+        forced_turns: per problem, :func:`run_trajectory`'s ``forced_turn`` for each of its samples (None: none).
         **kwargs: passed to :func:`run_trajectory` (``max_response_tokens``, ``max_turns``, ...).
     Returns:
         ``out[p][g]`` is sample ``g`` of problem ``p``, in problem order.
+    Raises:
+        ValueError: ``forced_turns`` is not one per problem.
 
     The ``P x n`` trajectories run as one cohort of the backend
     (:func:`kit.rollout.cohort.gather_trajectories`): a local backend batches them by its logical
     clock, so the samples do not depend on tool latency or machine load.
     """
+    forced = [None] * len(problems) if forced_turns is None else list(forced_turns)
+    if len(forced) != len(problems):
+        raise ValueError(f"rollout_batch: {len(forced)} forced turns for {len(problems)} problems")
     flat = await gather_trajectories(backend, [
-        (lambda p=p: run_trajectory(backend, tokenizer, p, executor, cfg, **kwargs)) for p in problems for _ in range(n)],
-        max_concurrency=max_concurrency)
+        (lambda p=p, f=f: run_trajectory(backend, tokenizer, p, executor, cfg, forced_turn=f, **kwargs))
+        for p, f in zip(problems, forced, strict=True) for _ in range(n)], max_concurrency=max_concurrency)
     return [list(flat[i * n:(i + 1) * n]) for i in range(len(problems))]
 
 

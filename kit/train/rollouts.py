@@ -74,7 +74,7 @@ class Batch:
 
 async def collect(cfg: KitConfig, model, tokenizer, problems: Sequence[TaskProblem], n: int, executor, *,
                   seed: int, max_response_tokens: int, max_turns: int, temperature: float,
-                  top_p: float = 1.0) -> Batch:
+                  top_p: float = 1.0, forced_turns: Sequence[str | None] | None = None) -> Batch:
     """Roll out ``problems`` x ``n`` with the agent loop and grade them.
 
     Args:
@@ -87,6 +87,8 @@ async def collect(cfg: KitConfig, model, tokenizer, problems: Sequence[TaskProbl
         max_response_tokens: budget shared by all turns (tokens).
         max_turns: model turns.
         temperature, top_p: sampling (temperature 0 = greedy).
+        forced_turns: per problem, a first model turn written into every sample's context instead of sampled
+            (:func:`kit.rollout.loop.rollout_batch`; Agent-R's forced-error probes).
     Returns:
         A :class:`Batch`.
     """
@@ -97,7 +99,8 @@ async def collect(cfg: KitConfig, model, tokenizer, problems: Sequence[TaskProbl
     try:
         groups = await rollout_batch(backend, tokenizer, [p.question for p in problems], executor, n, cfg.rollout,
                                      max_response_tokens=max_response_tokens, max_turns=max_turns,
-                                     temperature=temperature, top_p=top_p, timeout_s=cfg.sandbox.timeout_s)
+                                     temperature=temperature, top_p=top_p, timeout_s=cfg.sandbox.timeout_s,
+                                     forced_turns=forced_turns)
     finally:
         worker = getattr(backend, "_worker", None)  # the backend's batching task outlives the batch
         if worker is not None and not worker.done():

@@ -11,7 +11,7 @@ carries ``null_accuracy_change``, which the ``agent_r_null_arm_holds`` precondit
 Files in ``run_dir``: ``config.json``, ``search_cost.jsonl`` (per arm and iteration: rollouts, model
 turns sampled and replayed, sandbox calls run and replayed, the engine's prefill and reused
 tokens, wall and CPU seconds of the search), ``iterations.jsonl`` (rows, pairs, alpha, steps, passes per row, peak lr, loss),
-``policy_eval.jsonl``, ``trees/<arm>_iter<k>.json`` (one tree for the picture),
+``policy_eval.jsonl``, ``probe_eval.jsonl`` (forced-error probes, :mod:`kit.studies.agent_r.probes`), ``trees/<arm>_iter<k>.json`` (one tree for the picture),
 ``revisions.jsonl`` (a few revision rows with their segments), ``<arm>/iter_<k>/policy/``,
 ``verl/revision_sft.parquet`` (the last Agent-R iteration's rows with the cold-start mix, for
 VERL's SFT trainer) and ``summary.json`` (totals, CPU seconds of the notebook's process).
@@ -37,7 +37,7 @@ from kit.models import load_policy, save_policy
 from kit.report.figures import save_figure
 from kit.rollout import run_coroutine
 from kit.sandbox import SandboxPool
-from kit.studies.agent_r import iterate, parquet
+from kit.studies.agent_r import iterate, parquet, probes
 from kit.studies.agent_r.figures import figure_agent_r
 from kit.studies.agent_r.search import params_from_config
 from kit.studies.agent_r.tree import lowest_common
@@ -148,7 +148,7 @@ def run_agent_r(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None
                               "write the rows with kit.studies.agent_r.parquet and train them with kit.bridge.revision_sft"}
         jsonio.write_json(run / "summary.json", summary)
         return summary
-    for name in (EVAL_FILE, COST_FILE, ITER_FILE, REV_FILE):
+    for name in (EVAL_FILE, COST_FILE, ITER_FILE, REV_FILE, probes.PROBE_FILE):
         (run / name).unlink(missing_ok=True)
     c0, t0 = time.process_time(), time.perf_counter()
     say = progress or (lambda s: None)
@@ -163,9 +163,20 @@ def run_agent_r(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None
     a = cfg.agent_r
     heldout = list(split.heldout)[: a.eval_problems or None]
     p = params_from_config(cfg)
-    say(f"cold start: sampling {len(heldout)} held-out tasks x {a.eval_samples}")
-    for r in evaluate(cfg, cold, tok, heldout, policy="cold_start", iteration=0, seed=common.step_seed(cfg.seed, "ar-eval")):
-        _append(run / EVAL_FILE, r)
+    turns = probes.probe_turns(heldout, cfg.seed)
+
+    def sample(model, policy: str, iteration: int) -> None:  # a policy on the held-out tasks, then on the probes
+        for r in evaluate(cfg, model, tok, heldout, policy=policy, iteration=iteration,
+                          seed=common.step_seed(cfg.seed, "ar-eval")):
+            _append(run / EVAL_FILE, r)
+        if a.probe_samples:
+            for r in probes.evaluate_probes(cfg, model, tok, heldout, turns, policy=policy, iteration=iteration,
+                                            seed=common.step_seed(cfg.seed, "ar-probe")):
+                _append(run / probes.PROBE_FILE, r)
+
+    say(f"cold start: sampling {len(heldout)} held-out tasks x {a.eval_samples}"
+        + (f", and their forced-error probes x {a.probe_samples}" if a.probe_samples else ""))
+    sample(cold, "cold_start", 0)
     last_rows: list = []
     agent_r_steps: dict[int, int] = {}  # iteration -> the Agent-R arm's steps, which the null arm takes
     for arm in iterate.ARMS:
@@ -214,9 +225,7 @@ def run_agent_r(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None
             loss = f"loss {fit[0]['loss']:.3f} -> {fit[-1]['loss']:.3f}" if fit else "no step (no rows)"
             say(f"{arm} iteration {k}: {len(trees)} trees, {counts['good']} good, {counts['revision']} revision rows, "
                 f"alpha {alpha}, {len(fit)} steps, {loss}")
-            for r in evaluate(cfg, model, tok, heldout, policy=arm, iteration=k,  # every arm, every iteration
-                              seed=common.step_seed(cfg.seed, "ar-eval")):
-                _append(run / EVAL_FILE, r)
+            sample(model, arm, k)  # every arm, every iteration
     mix = parquet.general_share(general, len(last_rows), a.eta, seed=cfg.seed)  # eta per Agent-R row, as the loop weighs it
     pq = parquet.write_rows(last_rows, run / "verl" / "revision_sft.parquet", tok, mix)
     summary = {"policies": ["cold_start", *[f"{arm}_{k}" for arm in iterate.ARMS for k in range(1, a.iterations + 1)]],

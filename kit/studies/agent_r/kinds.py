@@ -12,8 +12,9 @@ trajectory to ``agent_r/policy_eval.jsonl``::
 (``failed_call``: the trajectory had at least one tool call that failed, the model's fault;
 ``reflection`` / ``high``: its §5.4 reflection tokens and high-entropy model tokens,
 :func:`kit.analysis.tokens.analyze_trajectory`). A test names two policies (``minuend``,
-``subtrahend``: ``cold_start``, ``good_only``, ``agent_r_first``, ``agent_r_last``, or
-``agent_r_<k>``) and a ``measure``; the statistic is the ratio of the minuend minus that of the
+``subtrahend``: ``cold_start``, ``good_only``, ``null`` (a baseline's last iteration), ``agent_r_first``,
+``agent_r_last``, or ``agent_r_<k>``) and a ``measure`` (``probe_recovery`` reads ``agent_r/probe_eval.jsonl``,
+the forced-error probes of :mod:`kit.studies.agent_r.probes`; the others the file above); the statistic is the ratio of the minuend minus that of the
 subtrahend, each ratio ``sum(num) / sum(den)`` over the problems both policies were sampled on, with
 a paired percentile bootstrap over those problems (:mod:`kit.claims.paired`, one seed: the policies share
 the problems and the sampling streams, issue #42).
@@ -29,17 +30,22 @@ from kit.claims.paired import SIDES, Measure, paired_ratio_diff
 from kit.claims.results import TestResult
 
 EVAL_FILE = "policy_eval.jsonl"
+PROBE_FILE = "probe_eval.jsonl"  # kit.studies.agent_r.probes.PROBE_FILE
 #: measure -> (numerator, denominator) of one trajectory row
 MEASURES: dict[str, Measure] = {
     "recovery": (lambda r: r["correct"] * r["failed_call"], lambda r: r["failed_call"]),
     "accuracy": (lambda r: r["correct"], lambda r: 1),
     "reflection": (lambda r: r["reflection"], lambda r: r["high"]),
+    # the forced-error probes (issue #46): correct answers after the same failing call in every policy's context
+    "probe_recovery": (lambda r: r["correct"], lambda r: 1),
 }
+#: the file each measure reads
+MEASURE_FILE = {m: PROBE_FILE if m.startswith("probe_") else EVAL_FILE for m in MEASURES}
 
 
 def _policy_rows(rows: list[dict[str, Any]], label: str) -> list[dict[str, Any]]:
     """Rows of the policy ``label`` (``agent_r_first``/``_last``/``_<k>`` pick an iteration)."""
-    if label in ("cold_start", "good_only"):  # a baseline's last iteration (the cold start has one)
+    if label in ("cold_start", "good_only", "null"):  # a baseline's last iteration (the cold start has one)
         mine = [r for r in rows if r.get("policy") == label]
         last = max((int(r.get("iteration", 0)) for r in mine), default=0)
         return [r for r in mine if int(r.get("iteration", 0)) == last]
@@ -67,7 +73,7 @@ def stat_agent_r_diff(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -
     """
     if spec["measure"] not in MEASURES:
         raise KeyError(f"agent_r_diff: unknown measure {spec['measure']!r}; known: {sorted(MEASURES)}")
-    rows = read_jsonl(dirs.folder("agent_r") / EVAL_FILE)
+    rows = read_jsonl(dirs.folder("agent_r") / MEASURE_FILE[spec["measure"]])
     sides = {side: _policy_rows(rows, spec[side]) for side in SIDES}
     return paired_ratio_diff(sides, MEASURES[spec["measure"]], spec, res, f"units for {spec['measure']}")
 

@@ -9,7 +9,6 @@ import json
 from pathlib import Path
 
 import pytest
-from test_agent_r_kind import _rows
 from test_arm_kinds import arm
 from test_claims import CLAIMS, ERR, PASS, ablation
 from test_retool_emergence_kind import _rows as emergence_rows
@@ -34,11 +33,16 @@ def _retool(root: Path, wrong: bool) -> Path:
     return root
 
 
-def _agent_r(root: Path, wrong: bool) -> Path:
-    ours = 0.1 if wrong else 0.9  # after a failed call Agent-R recovers less often than both baselines
-    rows = _rows("cold_start", 0, 0.5) + _rows("good_only", 3, 0.5) + _rows("agent_r", 3, ours)
+def _probes(root: Path, wrong: bool) -> Path:
+    """Issue #46: after the same forced failure Agent-R recovers less often than good-only and the null arm."""
+    def rows(policy, iteration, p_ok):
+        return [{"policy": policy, "iteration": iteration, "problem": f"p{p}", "correct": int((p * 4 + s) % 10 < p_ok * 10)}
+                for p in range(30) for s in range(4)]
+    ours = 0.2 if wrong else 0.8
+    out = (rows("cold_start", 0, 0.5) + rows("good_only", 3, 0.5) + rows("null", 3, 0.5)
+           + [r for k in (1, 2, 3) for r in rows("agent_r", k, ours)])
     (root / "agent_r").mkdir(parents=True)
-    (root / "agent_r" / "policy_eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    (root / "agent_r" / "probe_eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in out))
     return root
 
 
@@ -51,7 +55,7 @@ def _emergence(root: Path, wrong: bool) -> Path:
 
 
 CASES = {"fig4_roc_below_grpo": _fig4, "fig9_roc_accuracy_not_below": _fig9, "retool_code_ratio_rises": _retool,
-         "agentr_recovery_vs_baselines": _agent_r, "retool_self_correction_emerges": _emergence}
+         "agentr_probe_recovery_vs_baselines": _probes, "retool_self_correction_emerges": _emergence}
 
 
 def test_every_primary_claim_has_a_case():

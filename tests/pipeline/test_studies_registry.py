@@ -204,7 +204,7 @@ def test_a_study_record_s_upstream_and_section_are_checked_when_the_series_is_bu
     cases = {"run_dir": ({"run_dir": studies.COLD_START}, "the runner sets"),
              "loop": ({"sft_dir": "20_figures_and_tables"}, "runs at or after"),
              "unknown": ({"sft_dir": "nope_notebook"}, "'nope_notebook' is no entry of the series")}
-    for what, (upstream, message) in cases.items():
+    for upstream, message in cases.values():
         bad = dataclasses.replace(base, upstream=upstream)
         monkeypatch.setattr(plan, "STUDIES", (studies.RETOOL, bad))
         with pytest.raises(ValueError, match=rf"study 'agent_r' \(11_agent_r\), upstream .*{message}"):

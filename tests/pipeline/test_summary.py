@@ -59,7 +59,7 @@ def test_claim_rows_show_every_claim_with_its_verdict_and_why(run):
     assert len(own) + sum(len(summary.claim_rows(doc, s.section)) for s in studies.STUDIES) == len(doc["claims"])
     assert all("ReTool" in r[0] for r in retool) and all("Agent-R" in r[0] for r in agent_r)
     flat = [[" ".join(cell.split()) for cell in r] for r in (retool[0], agent_r[0], rows[0])]
-    assert "retool folder" in flat[0][2] and "policy_eval.jsonl" in flat[1][2]
+    assert "retool folder" in flat[0][2] and "probe_eval.jsonl" in flat[1][2]  # the primary Agent-R claim reads the probes (issue #46)
     assert "ablation folder" in flat[2][2]  # the reason an inconclusive claim is inconclusive
     # primaries first, world checks last and labelled (issue #45); a run without a cold start was not judged
     assert rows[0][0].startswith("[primary]") and rows[-1][0].startswith("[world check, not counted]")

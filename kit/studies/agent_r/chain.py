@@ -260,8 +260,9 @@ def cost_table(run_dir: str | os.PathLike):
 
 
 def policy_table(run_dir: str | os.PathLike):
-    """Per policy (cold start, each Agent-R iteration, good-only): trajectories, accuracy, share
-    with a failed call, recovery after a failed call, reflection share of high-entropy tokens."""
+    """Per policy (cold start, each arm's iterations): trajectories, accuracy, share with a failed call,
+    recovery after a failed call, reflection share of high-entropy tokens, and, when the run has forced-error
+    probes (``probe_eval.jsonl``), recovery after the forced failing call and the number of probes."""
     df = pd.DataFrame(_rows(Path(run_dir) / EVAL_FILE))
     if df.empty:
         return df
@@ -272,6 +273,11 @@ def policy_table(run_dir: str | os.PathLike):
                         "with_failed_call": g["failed_call"].mean(),
                         "recovery": fail["correct"].mean(), "failed_n": fail.size(),
                         "reflection_share": g["reflection"].sum() / g["high"].sum().where(g["high"].sum() > 0)})
+    pr = pd.DataFrame(_rows(Path(run_dir) / probes.PROBE_FILE))
+    if not pr.empty:
+        pr["label"] = [p if p == "cold_start" else f"{p}_{i}" for p, i in zip(pr["policy"], pr["iteration"], strict=True)]
+        by = pr.groupby("label", sort=False)["correct"]
+        out["probe_recovery"], out["probes"] = by.mean(), by.size()
     return out.round(3)
 
 
@@ -302,7 +308,9 @@ def agent_r_findings(run_dir: str | os.PathLike) -> str:
     lines = [f"- Held-out tasks: {s.get('eval_problems', '?')} x {s.get('eval_samples', '?')} samples per policy (T = 1)."]
     for label, r in tab.iterrows():
         rec = "n/a" if r["failed_n"] != r["failed_n"] or not r["failed_n"] else f"{r['recovery']:.3f} of {int(r['failed_n'])}"
-        lines.append(f"- `{label}`: accuracy {r['accuracy']:.3f}, recovery after a failed call {rec}, "
+        probe = (f", after the forced failing call {r['probe_recovery']:.3f} of {int(r['probes'])} probes"
+                 if "probes" in r and r["probes"] == r["probes"] else "")
+        lines.append(f"- `{label}`: accuracy {r['accuracy']:.3f}, recovery after a failed call {rec}{probe}, "
                      f"reflection share {r['reflection_share']:.3f}.")
     rev = sum(i.get("revision", 0) for i in its if i["arm"] == "agent_r")
     good = sum(i.get("good", 0) for i in its if i["arm"] == "good_only")

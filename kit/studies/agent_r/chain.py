@@ -42,7 +42,6 @@ from kit.studies.agent_r.figures import figure_agent_r
 from kit.studies.agent_r.search import params_from_config
 from kit.studies.agent_r.tree import lowest_common
 from kit.train import common
-from kit.train.rollouts import collect
 from kit.train.sft import SFT_DATA_FILE, encode_rows, prepare_sft_data
 
 EVAL_FILE, COST_FILE, ITER_FILE, REV_FILE = "policy_eval.jsonl", "search_cost.jsonl", "iterations.jsonl", "revisions.jsonl"
@@ -73,12 +72,7 @@ def evaluate(cfg: KitConfig, model, tok, problems, *, policy: str, iteration: in
     """Sample ``agent_r.eval_samples`` trajectories per held-out problem at T = 1 and label each:
     ``correct``, ``failed_call`` (a failed tool call, the model's fault), §5.4 ``reflection`` and
     ``high`` token counts (:func:`kit.analysis.tokens.analyze_trajectory`). Rows of ``policy_eval.jsonl``."""
-    async def go():
-        async with SandboxPool(cfg.sandbox) as pool:
-            return await collect(cfg, model, tok, problems, cfg.agent_r.eval_samples, pool, seed=seed,
-                                 max_response_tokens=cfg.eval.max_tokens, max_turns=cfg.eval.max_turns, temperature=1.0)
-
-    batch = run_coroutine(go())
+    batch = probes.sample_heldout(cfg, model, tok, problems, cfg.agent_r.eval_samples, seed=seed)
     rows = []
     for p, group, rewards in zip(batch.problems, batch.groups, batch.rewards, strict=True):
         for tr, r in zip(group, rewards, strict=True):
@@ -259,6 +253,11 @@ def cost_table(run_dir: str | os.PathLike):
     return df[[c for c in cols if c in df]] if not df.empty else df
 
 
+def _labels(df) -> list[str]:
+    """A policy label per row: ``cold_start``, else ``<arm>_<iteration>``."""
+    return [p if p == "cold_start" else f"{p}_{i}" for p, i in zip(df["policy"], df["iteration"], strict=True)]
+
+
 def policy_table(run_dir: str | os.PathLike):
     """Per policy (cold start, each arm's iterations): trajectories, accuracy, share with a failed call,
     recovery after a failed call, reflection share of high-entropy tokens, and, when the run has forced-error
@@ -266,7 +265,7 @@ def policy_table(run_dir: str | os.PathLike):
     df = pd.DataFrame(_rows(Path(run_dir) / EVAL_FILE))
     if df.empty:
         return df
-    df["label"] = [p if p == "cold_start" else f"{p}_{i}" for p, i in zip(df["policy"], df["iteration"], strict=True)]
+    df["label"] = _labels(df)
     g = df.groupby("label", sort=False)
     fail = df[df["failed_call"] > 0].groupby("label", sort=False)
     out = pd.DataFrame({"trajectories": g.size(), "accuracy": g["correct"].mean(),
@@ -275,7 +274,7 @@ def policy_table(run_dir: str | os.PathLike):
                         "reflection_share": g["reflection"].sum() / g["high"].sum().where(g["high"].sum() > 0)})
     pr = pd.DataFrame(_rows(Path(run_dir) / probes.PROBE_FILE))
     if not pr.empty:
-        pr["label"] = [p if p == "cold_start" else f"{p}_{i}" for p, i in zip(pr["policy"], pr["iteration"], strict=True)]
+        pr["label"] = _labels(pr)
         by = pr.groupby("label", sort=False)["correct"]
         out["probe_recovery"], out["probes"] = by.mean(), by.size()
     return out.round(3)

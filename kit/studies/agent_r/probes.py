@@ -40,17 +40,24 @@ def probe_turns(problems: Sequence[TaskProblem], seed: int) -> list[str]:
     return out
 
 
+def sample_heldout(cfg, model, tok, problems: Sequence[TaskProblem], n: int, *, seed: int,
+                   forced_turns: Sequence[str] | None = None):
+    """``n`` trajectories per problem at T = 1 with notebook 11's evaluation budget (``eval.max_tokens``,
+    ``eval.max_turns``) through the sandbox: a :class:`kit.train.rollouts.Batch`. The one sampler of the held-out
+    evaluation and the probes (``forced_turns``)."""
+    async def go():
+        async with SandboxPool(cfg.sandbox) as pool:
+            return await collect(cfg, model, tok, problems, n, pool, seed=seed, max_response_tokens=cfg.eval.max_tokens,
+                                 max_turns=cfg.eval.max_turns, temperature=1.0, forced_turns=forced_turns)
+
+    return run_coroutine(go())
+
+
 def evaluate_probes(cfg, model, tok, problems: Sequence[TaskProblem], turns: Sequence[str], *, policy: str,
                     iteration: int, seed: int) -> list[dict[str, Any]]:
     """Sample ``agent_r.probe_samples`` continuations of each probe at T = 1 with ``model``: rows of
     :data:`PROBE_FILE` (``correct``: the trajectory ended with the right answer after the forced failure)."""
-    async def go():
-        async with SandboxPool(cfg.sandbox) as pool:
-            return await collect(cfg, model, tok, problems, cfg.agent_r.probe_samples, pool, seed=seed,
-                                 max_response_tokens=cfg.eval.max_tokens, max_turns=cfg.eval.max_turns,
-                                 temperature=1.0, forced_turns=turns)
-
-    batch = run_coroutine(go())
+    batch = sample_heldout(cfg, model, tok, problems, cfg.agent_r.probe_samples, seed=seed, forced_turns=turns)
     return [{"policy": policy, "iteration": iteration, "problem": p.id, "correct": int(r > 0),
              "tool_calls": tr.tool_calls, "tokens": len(tr.response_ids)}
             for p, group, rewards in zip(batch.problems, batch.groups, batch.rewards, strict=True)

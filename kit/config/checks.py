@@ -209,6 +209,8 @@ def check_agent_r(cfg: KitConfig) -> None:
             raise ConfigError(f"agent_r.{key}: must be >= 0 (0 = the default it names), got {getattr(a, key)}")
     if not 0.0 <= a.warmup_ratio < 1.0:
         raise ConfigError(f"agent_r.warmup_ratio: must lie in [0, 1), got {a.warmup_ratio!r}")
+    if a.warmup_steps < 0:
+        raise ConfigError(f"agent_r.warmup_steps: must be >= 0, got {a.warmup_steps!r}")
     if a.schedule not in ("cosine", "constant"):
         raise ConfigError(f"agent_r.schedule: 'cosine' or 'constant', got {a.schedule!r}")
     if a.train_from not in ("previous", "cold_start"):

@@ -372,6 +372,10 @@ class AgentRConfig:
     passes: float = 3.0
     lr: float = 0.0  # SFT peak learning rate (0 = sft.lr); chosen on the null arm (kit.studies.agent_r, issue #46)
     warmup_ratio: float = 0.1  # linear warm-up over this share of an iteration's steps, then `schedule`
+    # at least this many warm-up steps (0 = the ratio alone): a fresh AdamW's first steps move every weight by about
+    # the lr, whatever its gradient, and a 1-5 step iteration has no warm-up from the ratio (issue #46); an
+    # iteration shorter than this ends inside its warm-up, below the peak lr
+    warmup_steps: int = 0
     schedule: Literal["cosine", "constant"] = "cosine"  # after the warm-up: cosine decay to 0.1 x lr, or constant
     # where iteration k starts: "previous" (fine-tune iteration k-1's policy on iteration k's rows) or "cold_start"
     # (retrain the cold start on the rows of iterations 1..k, as STaR and ReST-EM do)

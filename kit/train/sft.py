@@ -309,9 +309,16 @@ def run_sft(cfg: KitConfig, run_dir: str | Path, progress: Callable[[dict], None
     return summary
 
 
+def warmup_length(steps: int, ratio: float, at_least: int = 0) -> int:
+    """Warm-up steps of a ``steps``-step fine-tune: ``max(round(ratio * steps), at_least)``. It may exceed
+    ``steps``: the run then ends inside its warm-up, below the peak learning rate (issue #46)."""
+    return max(round(ratio * steps), at_least)
+
+
 def fit_rows(model, tokenizer, rows: list, mix_rows: list, *, steps: int, batch_size: int, mix_fraction: float,
              lr: float, seed: int, tag: str = "fit", warmup_ratio: float = 0.0, schedule: str = "constant",
-             min_lr_ratio: float = 0.1, progress: Callable[[dict], None] | None = None) -> list[dict[str, Any]]:
+             min_lr_ratio: float = 0.1, warmup_steps: int = 0,
+             progress: Callable[[dict], None] | None = None) -> list[dict[str, Any]]:
     """Fine-tune ``model`` in place on ``(ids, mask)`` rows with the cold-start trainer's step
     (:func:`batch_rows`, :func:`sft_loss_sum`, micro-batches, AdamW, clip 1.0): loss only where the
     mask is 1, so a caller's mask decides what is imitated (Agent-R's revision rows: nothing
@@ -322,6 +329,8 @@ def fit_rows(model, tokenizer, rows: list, mix_rows: list, *, steps: int, batch_
         mix_rows: general rows mixed into every batch (the cold-start data), a share ``mix_fraction``
             of each batch (``round(batch_size * (1 - mix_fraction))`` main rows).
         steps, batch_size, lr: the optimisation; a fresh optimizer (Agent-R trains each iteration anew).
+        warmup_ratio, warmup_steps: a linear warm-up over ``max(round(warmup_ratio * steps), warmup_steps)``
+            steps (:func:`warmup_length`), then ``schedule`` down to ``min_lr_ratio * lr``.
         seed: rows of step ``s`` are drawn from ``step_seed(seed, tag, s)``.
     Returns:
         One metrics row per step: ``step, loss, lr, tokens, grad_norm, time_s``.
@@ -332,7 +341,7 @@ def fit_rows(model, tokenizer, rows: list, mix_rows: list, *, steps: int, batch_
         raise ValueError(f"fit_rows: need steps >= 1 and some rows, got {steps} steps, {len(rows)}+{len(mix_rows)} rows")
     model.train()
     opt = common.make_optimizer(model, lr)
-    warmup = round(warmup_ratio * steps)
+    warmup = warmup_length(steps, warmup_ratio, warmup_steps)
     out = []
     for step in range(steps):
         t0 = time.perf_counter()

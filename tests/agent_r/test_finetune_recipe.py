@@ -8,6 +8,7 @@ import dataclasses
 import json
 
 import pytest
+from doubles import load_benchmark
 
 from kit.claims import RunDirs, evaluate_claims, evaluate_preconditions
 from kit.config import ConfigError, load
@@ -48,8 +49,20 @@ def test_the_fine_tune_warms_up_and_decays_and_the_null_arm_takes_the_steps_it_i
     assert iterate.train_iteration(cfg, model, tok, [], general, iteration=1, arm="good_only") == []  # no rows: no step
 
 
+def test_a_warm_up_floor_keeps_a_short_iteration_below_the_peak(tok):
+    cfg = load("tiny", {"agent_r.passes": 1.0, "agent_r.sft_steps": 10, "agent_r.batch_size": 6, "agent_r.lr": 1e-3,
+                        "agent_r.warmup_ratio": 0.1, "agent_r.warmup_steps": 4}, write=False)
+    model = build_tiny_model(cfg.model, tok, seed=0)
+    ids = tok.encode("What is 6 * 7? <answer>42</answer>", add_special_tokens=False)
+    general = [(ids, [1] * len(ids))] * 3
+    fit = iterate.train_iteration(cfg, model, tok, [], general, iteration=1, arm="null", steps=2)
+    assert [f["lr"] for f in fit] == pytest.approx([2.5e-4, 5e-4])  # round(0.1 x 2) = 0 < 4: a 4-step ramp, cut at 2
+    long = iterate.train_iteration(cfg, model, tok, [], general, iteration=2, arm="null", steps=10)
+    assert [f["lr"] for f in long][3] == pytest.approx(1e-3) and long[-1]["lr"] < 1e-3  # the floor, then the decay
+
+
 def test_recipe_keys_are_checked():
-    for key, bad in (("warmup_ratio", 1.0), ("schedule", "linear"), ("train_from", "base"), ("passes", -1.0)):
+    for key, bad in (("warmup_steps", -1), ("warmup_ratio", 1.0), ("schedule", "linear"), ("train_from", "base"), ("passes", -1.0)):
         with pytest.raises((ConfigError, ValueError, TypeError), match=f"agent_r.{key}|{key}"):
             load("tiny", {f"agent_r.{key}": bad}, write=False)
 
@@ -121,3 +134,19 @@ def test_pooled_runs_whose_null_arm_failed_read_invalid_design():
     assert c["verdict"] == "invalid design" and c["tests"][0]["excluded"].keys() == {"s1", "s2"}
     (c,) = pool_claims([("s1", doc(False)), ("s2", doc(True)), ("s3", doc(True))], spec)
     assert c["verdict"] != "invalid design"  # two runs left to judge: an interval over runs
+
+
+def test_the_recipe_rule_takes_the_largest_lr_that_holds_in_the_worst_run():
+    bench = load_benchmark("agent_r_null_lr")
+    recipes = ((3e-4, 0), (3e-4, 10), (1e-3, 0), (1e-3, 10))
+
+    def rows(changes):  # recipe -> changes over run x schedule
+        return [{"lr": lr, "floor": f, "change": c} for (lr, f), cs in changes.items() for c in cs]
+
+    found = rows({(3e-4, 0): [0.0, 0.01], (3e-4, 10): [0.0, 0.0], (1e-3, 0): [-0.3, 0.1], (1e-3, 10): [-0.01, 0.0]})
+    assert bench.choose(found, recipes, 0.02) == (1e-3, 10)  # 1e-3 without a floor fails in one run
+    assert bench.choose(found, recipes, 0.02, "mean") == (1e-3, 10)  # -0.1 on average: still out
+    found = rows({(3e-4, 0): [0.0], (3e-4, 10): [0.0], (1e-3, 0): [-0.03, 0.2], (1e-3, 10): [-0.03]})
+    assert bench.choose(found, recipes, 0.02) == (3e-4, 0)  # the smallest floor among equal lrs
+    assert bench.choose(found, recipes, 0.02, "mean") == (1e-3, 0)  # round 1's rule averages the bad run away
+    assert bench.choose(rows({(3e-4, 0): [-0.5]}), recipes, 0.02) is None

@@ -11,7 +11,8 @@ Iteration ``k`` (1-based) of an arm, from the arm's current policy:
 3. fine-tune with the cold-start trainer (:func:`kit.train.sft.fit_rows`): the rows mixed with the
    cold-start data, a share ``eta / (1 + eta)`` of each batch, loss where the row's mask is 1, for
    :func:`iteration_steps` steps (``agent_r.passes`` over the own rows, at most ``agent_r.sft_steps``)
-   with a warm-up and a decay (``agent_r.warmup_ratio``, ``agent_r.schedule``) from the peak
+   with a warm-up and a decay (``agent_r.warmup_ratio``, at least ``agent_r.warmup_steps``;
+   ``agent_r.schedule``) from the peak
    ``agent_r.lr``. The null arm takes the Agent-R arm's steps of the same iteration on the cold-start
    data alone: what the fine-tune itself does to the policy, the design's control (issue #46).
 
@@ -128,5 +129,6 @@ def train_iteration(cfg, model, tokenizer, rows: Sequence[RevisionRow], cold_row
         return []
     return fit_rows(model, tokenizer, [(r.ids, r.mask) for r in rows], cold_rows, steps=n, batch_size=batch,
                     mix_fraction=mix_fraction(a.eta), lr=a.lr or s.lr, warmup_ratio=a.warmup_ratio, schedule=a.schedule,
+                    warmup_steps=a.warmup_steps,
                     seed=common.step_seed(cfg.seed, "agent_r", arm, iteration), tag=f"agent_r-{arm}-{iteration}",
                     progress=progress)

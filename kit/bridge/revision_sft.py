@@ -11,6 +11,7 @@ the iteration's starting policy as ``model.path``.
 
 from __future__ import annotations
 
+import math
 import os
 import shlex
 from pathlib import Path
@@ -20,6 +21,7 @@ import pandas as pd
 import torch
 
 from kit.bridge.sft import sft_command
+from kit.train.sft import pass_steps, warmup_length
 
 
 class TokenSFTDataset(torch.utils.data.Dataset):
@@ -80,13 +82,30 @@ class TokenSFTDataset(torch.utils.data.Dataset):
 def revision_sft_command(cfg: Any, parquet: str | os.PathLike, run_dir: str | os.PathLike, *, model_path: str = "",
                          gpus_per_node: int = 8, python: str = "python3") -> list[str]:
     """argv of VERL's SFT trainer on the kit's revision parquet: :func:`kit.bridge.sft.sft_command`
-    plus ``data.custom_cls`` = :class:`TokenSFTDataset` (this file), ``data.truncation=right`` and
-    ``model.path = model_path`` (the iteration's starting policy; default ``cfg.model.name_or_path``)."""
-    cmd = sft_command(cfg, str(parquet), run_dir, gpus_per_node=gpus_per_node, python=python)
-    cmd = [c for c in cmd if not c.startswith("data.messages_key=")]
+    plus ``data.custom_cls`` = :class:`TokenSFTDataset` (this file), ``model.path = model_path`` (the
+    iteration's starting policy; default ``cfg.model.name_or_path``) and the local loop's fine-tune recipe
+    (``kit.studies.agent_r.iterate.train_iteration``), so both runtimes mean the same by ``[agent_r]``:
+    peak ``agent_r.lr``, its warm-up ratio and schedule, ``agent_r.batch_size`` rows a step,
+    ``ceil(agent_r.passes)`` epochs (the parquet holds the general rows at ``eta`` per own row, so an epoch
+    is one pass over the own rows) and, once the parquet exists, the local loop's step count and warm-up
+    steps (``agent_r.warmup_steps`` is a floor; VERL's ``optim.lr_warmup_steps`` an override, so the kit
+    computes it)."""
+    a, s = cfg.agent_r, cfg.sft
+    batch = a.batch_size or s.batch_size
+    recipe = {"optim.lr": repr(float(a.lr or s.lr)), "optim.lr_warmup_steps_ratio": repr(float(a.warmup_ratio)),
+              "optim.lr_scheduler_type": a.schedule, "data.train_batch_size": str(batch),
+              "trainer.total_epochs": str(math.ceil(a.passes) if a.passes else s.epochs)}
+    if Path(parquet).exists():
+        own = int((pd.read_parquet(parquet, columns=["kind"])["kind"] != "general").sum())
+        steps = pass_steps(own, a.passes, batch, a.eta / (1.0 + a.eta), a.sft_steps)  # the local loop's
+        recipe["trainer.total_training_steps"] = str(steps)
+        recipe["optim.lr_warmup_steps"] = str(warmup_length(steps, a.warmup_ratio, a.warmup_steps))
     if model_path:
-        cmd = [f"model.path={model_path}" if c.startswith("model.path=") else c for c in cmd]
-    return cmd + [f"data.custom_cls.path={Path(__file__).resolve()}", "data.custom_cls.name=TokenSFTDataset"]
+        recipe["model.path"] = model_path
+    cmd = [c for c in sft_command(cfg, str(parquet), run_dir, gpus_per_node=gpus_per_node, python=python)
+           if not c.startswith("data.messages_key=") and c.split("=", 1)[0] not in recipe]
+    return cmd + [f"{k}={v}" for k, v in recipe.items()] + [
+        f"data.custom_cls.path={Path(__file__).resolve()}", "data.custom_cls.name=TokenSFTDataset"]
 
 
 def dry_run_text(cfg: Any, parquet: str | os.PathLike, run_dir: str | os.PathLike, **kw: Any) -> str:

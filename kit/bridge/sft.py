@@ -30,7 +30,8 @@ from kit.train.tracking import tracking_env
 
 def sft_command(cfg: Any, train_files: str, run_dir: str | os.PathLike, *, gpus_per_node: int = 8,
                 python: str = "python3") -> list[str]:
-    """argv of VERL's SFT trainer on one node for the profile's ``[sft]`` settings."""
+    """argv of VERL's SFT trainer on one node for the profile's ``[sft]`` settings, meaning what the local
+    trainer (:mod:`kit.train.sft`) means by them (``sft.min_lr_ratio`` too: VERL's cosine floor defaults to 0)."""
     s = cfg.sft
     run = Path(run_dir).resolve()
     overrides = [
@@ -43,6 +44,7 @@ def sft_command(cfg: Any, train_files: str, run_dir: str | os.PathLike, *, gpus_
         f"optim.lr={float(s.lr)!r}",
         f"optim.lr_warmup_steps_ratio={float(s.warmup_ratio)!r}",
         f"optim.lr_scheduler_type={s.schedule}",
+        f"optim.min_lr_ratio={float(s.min_lr_ratio)!r}",  # the local trainer's cosine floor (VERL's default: 0.0)
         f"trainer.total_epochs={s.epochs}",
         *([f"trainer.total_training_steps={s.steps}"] if s.steps else []),
         f"trainer.default_local_dir={run / 'checkpoints'}",

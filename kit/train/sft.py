@@ -24,6 +24,7 @@ resumed from ``checkpoints/step_<k>`` repeats steps ``k+1..`` exactly.
 from __future__ import annotations
 
 import json
+import math
 import random
 import time
 from collections.abc import Callable
@@ -307,6 +308,18 @@ def run_sft(cfg: KitConfig, run_dir: str | Path, progress: Callable[[dict], None
     if progress is not None:
         progress({"stage": "sft", "summary": summary})
     return summary
+
+
+def pass_steps(n_rows: int, passes: float, batch_size: int, mix_fraction: float, cap: int) -> int:
+    """Optimizer steps for ``passes`` passes over ``n_rows`` main rows when a share ``mix_fraction`` of each
+    ``batch_size`` batch is general data (:func:`fit_rows`): ``ceil(passes * n_rows / main rows a batch)``, at
+    least 1 and at most ``cap``; ``cap`` when ``passes`` is 0; 0 without rows (Agent-R's iterations, issue #46)."""
+    if n_rows == 0:
+        return 0
+    if passes == 0:
+        return cap
+    per_batch = max(1, round(batch_size * (1.0 - mix_fraction)))
+    return max(1, min(cap, math.ceil(passes * n_rows / per_batch)))
 
 
 def warmup_length(steps: int, ratio: float, at_least: int = 0) -> int:

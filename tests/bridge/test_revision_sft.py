@@ -49,3 +49,21 @@ def test_launch_names_the_dataset_class_verl_loads(tmp_path):
     assert loaded(str(tmp_path / "r.parquet"), Tok(), {})[0]["loss_mask"].tolist() == [0, 0, 0, 1, 1]
     text = dry_run_text(cfg, tmp_path / "r.parquet", tmp_path)
     assert "2 rows (revision 1, good 1), 4 loss tokens" in text and "verl.trainer.sft_trainer" in text
+
+
+def test_verl_gets_the_local_loops_fine_tune_recipe(tmp_path):
+    from hydra import compose, initialize_config_module
+
+    cfg = load("paper-14b", {"agent_r.lr": 3e-6, "agent_r.batch_size": 12, "agent_r.passes": 2.5,
+                             "agent_r.sft_steps": 40, "agent_r.warmup_ratio": 0.1, "agent_r.warmup_steps": 3}, write=False)
+    rows = ROWS * 12  # 24 own rows, 10 of 12 a batch at eta = 0.2: ceil(2.5 x 24 / 10) = 6 steps
+    write_rows(rows, tmp_path / "r.parquet", general=[([1, 2], [0, 1])] * 5)
+    cmd = revision_sft_command(cfg, tmp_path / "r.parquet", tmp_path)
+    assert len([c for c in cmd if c.startswith("optim.lr=")]) == 1  # the [sft] value is replaced, not repeated
+    with initialize_config_module("verl.trainer.config", version_base=None):
+        c = compose(config_name="sft_trainer_engine", overrides=cmd[cmd.index("verl.trainer.sft_trainer") + 1:])
+    assert c.optim.lr == 3e-6 and c.data.train_batch_size == 12 and c.trainer.total_epochs == 3
+    assert c.trainer.total_training_steps == 6 and c.optim.lr_warmup_steps == 3  # round(0.6) = 1 < the floor 3
+    assert c.optim.lr_scheduler_type == "cosine" and c.optim.min_lr_ratio == 0.0  # paper-14b's [sft] floor
+    before = revision_sft_command(cfg, tmp_path / "absent.parquet", tmp_path)  # no parquet yet: epochs and ratio only
+    assert not any(x.startswith(("trainer.total_training_steps=", "optim.lr_warmup_steps=")) for x in before)

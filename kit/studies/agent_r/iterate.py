@@ -21,7 +21,6 @@ Iteration ``k`` (1-based) of an arm, from the arm's current policy:
 
 from __future__ import annotations
 
-import math
 import random
 from collections.abc import Sequence
 from typing import Any
@@ -29,7 +28,7 @@ from typing import Any
 from kit.studies.agent_r.revision import RevisionRow, tree_rows
 from kit.studies.agent_r.search import SearchParams, TaskTree, make_engine, search, stop_engine
 from kit.train import common
-from kit.train.sft import fit_rows
+from kit.train.sft import fit_rows, pass_steps
 
 #: the arms in training order: the null arm copies the Agent-R arm's steps, so it comes after it
 ARMS = ("agent_r", "good_only", "null")
@@ -103,12 +102,9 @@ def iteration_steps(a, n_rows: int, batch_size: int) -> int:
     """Optimizer steps of an iteration with ``n_rows`` own rows (``a``: the ``[agent_r]`` section):
     ``ceil(a.passes * n_rows / own rows per batch)``, at least 1 and at most ``a.sft_steps``;
     ``a.sft_steps`` when ``a.passes`` is 0; 0 without rows (nothing to fine-tune on: the policy is kept).
+    :func:`kit.train.sft.pass_steps`, which VERL's launch uses too (``kit.bridge.revision_sft``).
     """
-    if n_rows == 0:
-        return 0
-    if a.passes == 0:
-        return a.sft_steps
-    return max(1, min(a.sft_steps, math.ceil(a.passes * n_rows / max(1, own_per_batch(batch_size, a.eta)))))
+    return pass_steps(n_rows, a.passes, batch_size, mix_fraction(a.eta), a.sft_steps)
 
 
 def train_iteration(cfg, model, tokenizer, rows: Sequence[RevisionRow], cold_rows: list, *, iteration: int,

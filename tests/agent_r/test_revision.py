@@ -83,6 +83,26 @@ def test_rows_of_the_two_arms(tok):
         revision.tree_rows(tree, tok, alpha=1.0, beta=0.5, rule="actor", max_pairs=1, rng=random.Random(0))
 
 
+def test_direct_revision_revises_after_the_whole_bad_trajectory(tok):
+    tree, _, _ = _search(tok)
+    pair = revision.find_pairs(tree, alpha=1.0, beta=0.5, max_pairs=2)[0]
+    timely = revision.revision_row(tree, pair, 0, revision.REVISION_SIGNALS[0], tok)
+    direct = revision.revision_row(tree, pair, None, revision.REVISION_SIGNALS[0], tok)
+    bad, good = tree.trajectories[pair.bad], tree.trajectories[pair.good]
+    seg = {k: (s, e) for k, s, e in direct.segments}
+    assert direct.ids[slice(*seg["bad"])] == bad.response_ids  # all of it, its final turn included
+    assert len(turn_bounds(bad)) > 1 and seg["bad"][1] > {k: e for k, _, e in timely.segments}["bad"]  # timely cuts earlier
+    assert direct.transition == len(turn_bounds(bad)) - 1 and sum(direct.mask[:seg["signal"][0]]) == 0
+    assert direct.ids[seg["good"][0]:] == good.response_ids == timely.ids[-len(good.response_ids):]
+    assert direct.mask[seg["signal"][0]:] == timely.mask[-(len(direct.ids) - seg["signal"][0]):]  # signal + good: same loss
+    d_rows, d_counts = iterate.build_rows([tree], tok, arm="direct", alpha=1.0, beta=0.5, rule="first_failed_call",
+                                          max_pairs=2, seed=0)
+    r_rows, r_counts = iterate.build_rows([tree], tok, arm="agent_r", alpha=1.0, beta=0.5, rule="first_failed_call",
+                                          max_pairs=2, seed=0)
+    assert d_counts == {**r_counts, "revision": r_counts["pairs"], "skipped": 0}  # the same pairs, none skipped
+    assert [r.signal for r in d_rows] == [r.signal for r in r_rows]  # the same signals drawn
+
+
 def test_alpha_schedule_and_mix():
     assert [iterate.alpha_at((0.5, 0.7, 1.0), k) for k in (1, 2, 3, 4)] == [0.5, 0.7, 1.0, 1.0]
     assert iterate.mix_fraction(0.2) == pytest.approx(1 / 6)

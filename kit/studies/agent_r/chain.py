@@ -312,13 +312,15 @@ def agent_r_findings(run_dir: str | os.PathLike) -> str:
         lines.append(f"- `{label}`: accuracy {r['accuracy']:.3f}, recovery after a failed call {rec}{probe}, "
                      f"reflection share {r['reflection_share']:.3f}.")
     rev = sum(i.get("revision", 0) for i in its if i["arm"] == "agent_r")
+    direct = sum(i.get("revision", 0) for i in its if i["arm"] == "direct")
     good = sum(i.get("good", 0) for i in its if i["arm"] == "good_only")
     cost = cost_table(run)
     if not cost.empty:
         lines.append(f"- Search cost: {int(cost['rollouts'].sum())} rollouts, {int(cost['live_calls'].sum())} sandbox "
                      f"calls run and {int(cost['replayed_calls'].sum())} replayed, "
                      f"{cost['cpu_s'].sum():.1f} CPU s of search; the notebook's process used {s.get('cpu_s', 0):.1f} CPU s.")
-    lines.append(f"- Training rows: {rev} revision trajectories over the Agent-R iterations, {good} good-only rows; "
+    lines.append(f"- Training rows: {rev} revision trajectories over the Agent-R iterations, {direct} direct-revision "
+                 f"trajectories (revised after the whole bad trajectory), {good} good-only rows; "
                  f"{sum(i.get('skipped', 0) for i in its if i['arm'] == 'agent_r')} good/bad pairs were skipped because "
                  "the transition turn had no tool observation to revise after.")
     change = s.get("null_accuracy_change")

@@ -21,11 +21,12 @@ from matplotlib.figure import Figure
 from kit.studies.agent_r.views import tree_figure
 
 #: the arms' labels and colours (``policy`` of the rows)
-LABEL = {"agent_r": "Agent-R (revision + good)", "good_only": "good only (rejection-sampling FT)",
+LABEL = {"agent_r": "Agent-R (revision + good)", "direct": "direct revision (after the whole bad trajectory)",
+         "good_only": "good only (rejection-sampling FT)",
          "null": "null arm (cold-start data only)", "cold_start": "cold start"}
-COLOR = {"agent_r": "#d62728", "good_only": "#1f77b4", "null": "0.55", "cold_start": "0.35"}
+COLOR = {"agent_r": "#d62728", "direct": "#ff7f0e", "good_only": "#1f77b4", "null": "0.55", "cold_start": "0.35"}
 #: x offsets of the arms' points at one iteration, so their intervals do not overlap
-OFFSET = {"agent_r": -0.06, "good_only": 0.0, "null": 0.06}
+OFFSET = {"agent_r": -0.09, "direct": -0.03, "good_only": 0.03, "null": 0.09}
 #: (panel title, y label, statistic over a policy's rows: (numerator column, denominator column or None, row filter))
 PANELS = (
     ("(a) held-out accuracy", "fraction correct", ("correct", None, None)),
@@ -74,7 +75,7 @@ def policy_curves(rows: pd.DataFrame) -> pd.DataFrame:
         raise KeyError(f"Agent-R policy rows lack column(s) {missing} (expected {list(COLUMNS)})")
     out = []
     cold = rows[rows["policy"] == "cold_start"]
-    for arm in ("agent_r", "good_only", "null"):
+    for arm in ("agent_r", "direct", "good_only", "null"):
         mine = rows[rows["policy"] == arm]
         if mine.empty:
             continue

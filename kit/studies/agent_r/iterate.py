@@ -6,7 +6,8 @@ Iteration ``k`` (1-based) of an arm, from the arm's current policy:
    (:func:`kit.studies.agent_r.search.search`, ``agent_r.simulations`` rollouts per task);
 2. build rows: good trajectories (``score >= alpha_k``) and, for the ``agent_r`` arm, the revision
    trajectories of each tree's good/bad pairs (:func:`kit.studies.agent_r.revision.tree_rows`); the
-   ``good_only`` baseline (rejection-sampling fine-tuning) takes the good ones only, from the same
+   ``direct`` arm the same pairs revised after the whole bad trajectory instead of at its transition
+   point (the reference's direct-revision baseline: what *timely* revision adds); the ``good_only`` baseline (rejection-sampling fine-tuning) takes the good ones only, from the same
    search budget; the ``null`` arm searches nothing and has no rows of its own;
 3. fine-tune with the cold-start trainer (:func:`kit.train.sft.fit_rows`): the rows mixed with the
    cold-start data, a share ``eta / (1 + eta)`` of each batch, loss where the row's mask is 1, for
@@ -31,9 +32,11 @@ from kit.train import common
 from kit.train.sft import fit_rows, pass_steps
 
 #: the arms in training order: the null arm copies the Agent-R arm's steps, so it comes after it
-ARMS = ("agent_r", "good_only", "null")
+ARMS = ("agent_r", "direct", "good_only", "null")
 #: the arms that search and train on their own rows
-SEARCHED = ("agent_r", "good_only")
+SEARCHED = ("agent_r", "direct", "good_only")
+#: the arms whose rows include revision trajectories (``direct``: revised after the whole bad trajectory)
+REVISING = ("agent_r", "direct")
 
 
 def alpha_at(alphas: Sequence[float], iteration: int) -> float:
@@ -85,7 +88,7 @@ def build_rows(trees: Sequence[TaskTree], tokenizer, *, arm: str, alpha: float, 
     rows, counts = [], {"good": 0, "pairs": 0, "revision": 0, "skipped": 0}
     for t in trees:
         r, c = tree_rows(t, tokenizer, alpha=alpha, beta=beta, rule=rule, max_pairs=max_pairs, rng=rng,
-                         revisions=arm == "agent_r", train_signal=train_signal)
+                         revisions=arm in REVISING, train_signal=train_signal, direct=arm == "direct")
         rows += r
         for k, v in c.items():
             counts[k] += v

@@ -6,13 +6,13 @@ Notebook 11 (:mod:`kit.studies.agent_r.chain`) samples every policy it compares 
 good-only baseline, each Agent-R iteration) on the same held-out problems and writes one row per
 trajectory to ``agent_r/policy_eval.jsonl``::
 
-    {"policy": "cold_start" | "good_only" | "agent_r", "iteration": int, "problem": id,
+    {"policy": "cold_start" | "agent_r" | "direct" | "good_only" | "null", "iteration": int, "problem": id,
      "correct": 0/1, "failed_call": 0/1, "reflection": int, "high": int}
 
 (``failed_call``: the trajectory had at least one tool call that failed, the model's fault;
 ``reflection`` / ``high``: its §5.4 reflection tokens and high-entropy model tokens,
 :func:`kit.analysis.tokens.analyze_trajectory`). A test names two policies (``minuend``,
-``subtrahend``: ``cold_start``, ``good_only``, ``null`` (a baseline's last iteration), ``agent_r_first``,
+``subtrahend``: ``cold_start``, ``direct``, ``good_only``, ``null`` (a baseline's last iteration), ``agent_r_first``,
 ``agent_r_last``, or ``agent_r_<k>``) and a ``measure`` (``probe_recovery`` reads ``agent_r/probe_eval.jsonl``,
 the forced-error probes of :mod:`kit.studies.agent_r.probes`; the others the file above); the statistic is the ratio of the minuend minus that of the
 subtrahend, each ratio ``sum(num) / sum(den)`` over the problems both policies were sampled on, with
@@ -45,7 +45,7 @@ MEASURE_FILE = {m: PROBE_FILE if m.startswith("probe_") else EVAL_FILE for m in 
 
 def _policy_rows(rows: list[dict[str, Any]], label: str) -> list[dict[str, Any]]:
     """Rows of the policy ``label`` (``agent_r_first``/``_last``/``_<k>`` pick an iteration)."""
-    if label in ("cold_start", "good_only", "null"):  # a baseline's last iteration (the cold start has one)
+    if label in ("cold_start", "direct", "good_only", "null"):  # a baseline's last iteration (the cold start has one)
         mine = [r for r in rows if r.get("policy") == label]
         last = max((int(r.get("iteration", 0)) for r in mine), default=0)
         return [r for r in mine if int(r.get("iteration", 0)) == last]

@@ -144,12 +144,14 @@ class RevisionRow:
     bad: int = -1
 
 
-def revision_row(tree: TaskTree, pair: Pair, t: int, signal: str, tokenizer: Any, *,
+def revision_row(tree: TaskTree, pair: Pair, t: int | None, signal: str, tokenizer: Any, *,
                  train_signal: bool = True) -> RevisionRow:
     """Assemble one revision trajectory (the layout in the module docstring).
 
     Args:
-        t: the bad trajectory's transition turn (:func:`transition_turn`, not None).
+        t: the bad trajectory's transition turn (:func:`transition_turn`); None: *direct revision* (the
+            reference's baseline, Agent-R §4): the whole bad trajectory, its final answer included, then the
+            signal and the good branch's continuation; ``transition`` is then its last turn.
         signal: the revision sentence; it is tokenized on its own and ends with a newline.
         train_signal: loss on the signal's tokens (``agent_r.train_signal``).
     """
@@ -157,7 +159,10 @@ def revision_row(tree: TaskTree, pair: Pair, t: int, signal: str, tokenizer: Any
     d = pair.shared.depth
     bb, gb = turn_bounds(bad), turn_bounds(good)
     shared_end = bb[d][0]  # response offset where the branches part
-    bad_end = bb[t][2]
+    if t is None:
+        t, bad_end = len(bb) - 1, len(bad.response_ids)
+    else:
+        bad_end = bb[t][2]
     rs = tokenizer.encode(signal + "\n", add_special_tokens=False)
     g0 = gb[d][0]
     P = len(bad.prompt_ids)
@@ -179,10 +184,11 @@ def good_row(tree: TaskTree, i: int) -> RevisionRow:
 
 
 def tree_rows(tree: TaskTree, tokenizer: Any, *, alpha: float, beta: float, rule: str, max_pairs: int,
-              rng: random.Random, revisions: bool = True, train_signal: bool = True
+              rng: random.Random, revisions: bool = True, train_signal: bool = True, direct: bool = False
               ) -> tuple[list[RevisionRow], dict[str, int]]:
     """Training rows of one tree: good trajectories (``score >= alpha``) and, with ``revisions``,
-    revision trajectories of its pairs (the signal drawn from ``rng``, trained with ``train_signal``).
+    revision trajectories of its pairs (the signal drawn from ``rng``, trained with ``train_signal``),
+    cut at the transition turn or, with ``direct``, after the whole bad trajectory (no pair is skipped).
 
     Returns:
         ``(rows, counts)``; counts: ``good``, ``pairs``, ``revision``, ``skipped`` (a pair whose
@@ -194,8 +200,8 @@ def tree_rows(tree: TaskTree, tokenizer: Any, *, alpha: float, beta: float, rule
         return rows, counts
     for pair in find_pairs(tree, alpha, beta, max_pairs):
         counts["pairs"] += 1
-        t = transition_turn(tree, pair, rule, beta)
-        if t is None:
+        t = None if direct else transition_turn(tree, pair, rule, beta)
+        if t is None and not direct:
             counts["skipped"] += 1
             continue
         rows.append(revision_row(tree, pair, t, rng.choice(REVISION_SIGNALS), tokenizer, train_signal=train_signal))

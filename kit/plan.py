@@ -299,6 +299,32 @@ def _entries(profile: str | None) -> dict[str, Entry]:
     return {e.name: e for e in series(stage_names(profile))}
 
 
+def needed_for(prefixes: Sequence[str], profile: str | None = None) -> list[str]:
+    """The series entries that running the notebooks named by ``prefixes`` needs, in series order: those
+    whose name starts with a prefix, every entry they read a folder of (recursively), and the sandbox check
+    (00) first (``kit reproduce --only``: one study over seeds without the whole series).
+
+    Raises:
+        ValueError: a prefix that matches no entry of ``profile``'s series (the known names listed).
+    """
+    entries = _entries(profile)
+    want: set[str] = set()
+    for p in prefixes:
+        hit = [n for n in entries if n.startswith(p)]
+        if not hit:
+            raise ValueError(f"--only {p!r} matches no notebook of {', '.join(entries)}")
+        want |= set(hit)
+    todo = list(want)
+    while todo:
+        for up in entries[todo.pop()].upstream.values():
+            for name in up.values() if isinstance(up, dict) else (up,) if isinstance(up, str) else up:
+                if name not in want:
+                    want.add(name)
+                    todo.append(name)
+    want.add(next(iter(entries)))
+    return [n for n in entries if n in want]
+
+
 # ------------------------------------------------------------------ upstream checks of a notebook
 
 

@@ -44,6 +44,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from kit import claims
 from kit.algo import adv_estimator
 from kit.config import ConfigError, available_profiles, load
 from kit.pipeline.failures import PipelineError, mark_not_run
@@ -75,7 +76,7 @@ from kit.pipeline.verl_runtime import (
     ignored_device_warning,
     run_in_verl_cpu_session,
 )
-from kit.plan import SERIES, Layout, series_parameters
+from kit.plan import SERIES, Layout, needed_for, series_parameters
 from kit.report import builder
 from kit.studies import STUDIES
 
@@ -114,7 +115,7 @@ def dry_run_text(series: Sequence[NotebookRun], layout: Layout, overrides: dict[
 def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overrides: dict[str, Any] | None = None,
               force: bool = False, log_output: bool = False, cell_timeout: int | None = None, until: str | None = None,
               with_report: bool = True, overlap: bool = True, dry_run: bool = False, reports_root: str | None = None,
-              command: Sequence[str] = ()) -> int:
+              command: Sequence[str] = (), only: Sequence[str] = ()) -> int:
     """Run :data:`SERIES` into ``reports/<profile>/<run>/`` and then build ``report.pdf`` with
     :mod:`kit.report` (``python -m kit reproduce``; :mod:`kit.cli` documents each option).
 
@@ -123,6 +124,9 @@ def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overri
         cell_timeout: seconds per cell (None: :func:`default_cell_timeout` of the profile; 0: no limit).
         until: stop after the last notebook whose name starts with it (``"05"``: every stage run as
             ``05_rl_<stage>``; ``"05_rl_stage3"``: that one; no report then).
+        only: name prefixes (``["11"]``): run those notebooks and the ones whose folders they read
+            (:func:`kit.plan.needed_for`), then write ``claims.json`` over what exists (:func:`write_partial_claims`;
+            the claims of notebooks not run are inconclusive); no report. Not with ``until``.
         overlap: False runs strictly in order (06's training not in the background).
         dry_run: print :func:`dry_run_text` and run nothing.
         reports_root: another folder than ``reports/`` (tests).
@@ -145,6 +149,11 @@ def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overri
             raise ValueError(f"--cell-timeout must be 0 (no limit) or a number of seconds, got {cell_timeout}")
         layout = Layout.for_run(profile, run, reports_root)
         series = standard_series(layout, seed=seed, overrides=overrides, overlap_jobs=overlap)
+        if only and until:
+            raise ValueError("give --only or --until, not both")
+        if only:
+            keep = set(needed_for(only, profile if profile in available_profiles() else None))
+            series = [nb for nb in series if nb.name in keep]
         if until:
             # the last match: ``--until 05`` runs every stage the template runs as ``05_rl_<stage>``
             # (stage3, stage4, ...), a full name (``05_rl_stage3``) stops at that one
@@ -179,7 +188,10 @@ def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overri
     try:
         with run_lock(layout.root):  # one writer per run folder
             records = run_series(series, layout, force=force, log_output=log_output, cell_timeout_s=timeout)
-            pdf = builder.build_report(layout) if with_report and not until else None
+            partial = bool(only) and not any(nb.name.startswith("20") for nb in series)
+            if partial:
+                print(f"kit.pipeline: claims over the notebooks run -> {write_partial_claims(layout, profile, cfg.stages.names)}")
+            pdf = builder.build_report(layout) if with_report and not until and not partial else None
     except RunLocked as exc:
         print(f"kit.pipeline: {exc}. Nothing was run.", file=sys.stderr)
         return 2
@@ -205,3 +217,11 @@ def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overri
         print(speed)
     print(f"kit.pipeline: all {len(series)} notebooks finished in {wall:.0f} s")
     return 0
+
+
+def write_partial_claims(layout: Layout, profile: str, stages: Sequence[str]):
+    """``claims.json`` of a run that ran part of the series (``--only``): every claim judged on the folders
+    that exist (:func:`kit.claims.evaluate_claims`), as notebook 20 judges them; a claim whose files are
+    missing is inconclusive and says which. Returns its path."""
+    verdicts = claims.evaluate_claims(claims.RunDirs.under(layout.root, stages=list(stages)))
+    return claims.write_claims(verdicts, layout.root / "claims.json", profile=profile, run=layout.root.name)

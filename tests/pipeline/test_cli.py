@@ -34,7 +34,9 @@ def test_reproduce_passes_every_option_to_the_pipeline(monkeypatch):
     assert seen["args"] == ("smoke", "x")
     assert seen["kw"] == dict(seed=7, overrides={"eval.n_samples": 2, "data.task_families": "product"}, force=True,
                               log_output=True, cell_timeout=120, until="03", with_report=False, overlap=False,
-                              dry_run=True, reports_root="/tmp/r", command=argv)
+                              dry_run=True, reports_root="/tmp/r", command=argv, only=[])
+    cli.main(["reproduce", "--only", "11,10"])
+    assert seen["kw"]["only"] == ["11", "10"]
     cli.main(["reproduce"])
     assert seen["args"] == ("tiny", "main") and seen["kw"]["overlap"] and seen["kw"]["with_report"]
     assert seen["kw"]["cell_timeout"] is None and seen["kw"]["overrides"] == {}

@@ -6,7 +6,9 @@ import shutil
 import pytest
 
 from kit import cli
+from kit.pipeline import write_partial_claims
 from kit.pipeline.seeds import parse_seeds, pooled_name, reproduce_seeds, seed_command, seed_run_name
+from kit.plan import Layout, needed_for
 
 
 def test_seed_specs_are_ranges_and_lists_and_a_seed_counts_once():
@@ -96,3 +98,34 @@ def test_a_real_runs_claims_pool(smoke_chain, tmp_path):
     roles = [c["role"] for c in doc["claims"]]
     assert roles == sorted(roles, key=["primary", "secondary", "world_check"].index)  # primaries first
     assert sum(len(c["tests"]) for c in doc["claims"]) == sum(len(c["tests"]) for c in run["claims"])
+
+
+def test_only_runs_a_notebook_with_what_it_reads_and_names_a_bad_prefix(tmp_path, capsys):
+    assert needed_for(["11"], "tiny") == ["00_setup_and_sandbox_check", "02_cold_start_sft", "11_agent_r"]
+    assert needed_for(["08"], "tiny") == ["00_setup_and_sandbox_check", "01_data_curation", "02_cold_start_sft",
+                                          "03_rl_stage1", "04_rl_stage2", "05_rl_stage3", "08_evaluation"]
+    with pytest.raises(ValueError, match="'99' matches no notebook"):
+        needed_for(["99"], "tiny")
+    assert cli.main(["reproduce", "--profile", "smoke", "--only", "11", "--dry-run", "--reports-root",
+                     str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "] 11_agent_r:" in out and "] 02_cold_start_sft:" in out and "03_rl_stage1" not in out
+    assert cli.main(["reproduce", "--profile", "smoke", "--only", "11", "--until", "02", "--dry-run"]) == 2
+    assert "not both" in capsys.readouterr().err
+
+
+@pytest.mark.slow
+def test_a_partial_runs_claims_judge_what_it_ran(smoke_chain, tmp_path):
+    """``--only 11``'s claims.json: the Agent-R claims read the smoke chain's folders, the rest say what is missing."""
+    lay, code = smoke_chain
+    assert code == 0
+    part = Layout.for_run("smoke", "part", str(tmp_path))
+    for folder in ("sft", "agent_r"):
+        shutil.copytree(lay.root / folder, part.root / folder)
+    doc = json.loads(write_partial_claims(part, "smoke", ["stage1", "stage2"]).read_text())
+    full = {c["id"]: c for c in json.loads((lay.root / "claims.json").read_text())["claims"]}
+    for c in doc["claims"]:
+        if c["section"] == "Agent-R":  # the same verdicts as the full run's
+            assert [t["verdict"] for t in c["tests"]] == [t["verdict"] for t in full[c["id"]]["tests"]], c["id"]
+        elif c["section"] == "rStar2-Agent" and c["role"] != "world_check":
+            assert c["verdict"] == "inconclusive", c["id"]

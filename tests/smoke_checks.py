@@ -18,6 +18,7 @@ import pytest
 
 from kit import claims, pipeline, plan
 from kit.analysis import code_behaviour
+from kit.studies.agent_r import iterate
 
 #: keys every local RL row must have (each declared in kit.metrics.RL_KEYS: tests/test_metrics_schema.py)
 LOCAL_RL_KEYS = ("stage", "step", "global_step", "reward_mean", "accuracy", "response_len_mean", "truncation_ratio",
@@ -199,17 +200,23 @@ def agent_r_runs_both_arms_and_stays_inconclusive(lay, cfg) -> None:
     a, d = cfg.agent_r, lay.root / "agent_r"
     ev = pd.DataFrame(rows(d / "policy_eval.jsonl"))
     per = ev.groupby(["policy", "iteration"]).size()
-    expect = {("cold_start", 0), *{(arm, k) for arm in ("agent_r", "good_only", "null") for k in range(1, a.iterations + 1)}}
+    expect = {("cold_start", 0), *{(arm, k) for arm in iterate.ARMS for k in range(1, a.iterations + 1)}}
+    assert {"agent_r", "direct", "good_only", "null"} <= set(iterate.ARMS)  # issue #46's four arms
     assert set(per.index) == expect and (per == a.eval_problems * a.eval_samples).all()
     probe = pd.DataFrame(rows(d / "probe_eval.jsonl")).groupby(["policy", "iteration"]).size()  # issue #46
     assert set(probe.index) == expect and (probe == a.eval_problems * a.probe_samples).all()
     cost = pd.DataFrame(rows(d / "search_cost.jsonl"))
-    assert len(cost) == 2 * a.iterations and (cost["rollouts"] == a.tasks * a.simulations).all()
+    assert len(cost) == len(iterate.SEARCHED) * a.iterations and (cost["rollouts"] == a.tasks * a.simulations).all()
+    its = pd.DataFrame(rows(d / "iterations.jsonl")).set_index(["arm", "iteration"])
+    # iteration 1: both revising arms search the cold start with one seed, so they find the same pairs; direct
+    # revision skips none of them (later iterations search with different policies)
+    assert its.loc[("direct", 1), "pairs"] == its.loc[("agent_r", 1), "pairs"] and (its.xs("direct")["skipped"] == 0).all()
     assert (cost["live_calls"] >= 0).all() and (cost["cpu_s"] > 0).all()
     pq = pd.read_parquet(d / "verl" / "revision_sft.parquet")
     own = int((pq["kind"] != "general").sum())
     assert (pq["kind"] == "general").sum() == (max(1, round(a.eta * own)) if own else 0)  # eta per Agent-R row
     doc = claims.read_claims(lay.root / "claims.json")
     mine = [c for c in doc["claims"] if c["section"] == "Agent-R"]
-    assert len(mine) == 4 and all(c["id"].startswith("agentr_") and c["verdict"] == "inconclusive" for c in mine)
+    registered = [c for c in claims.load_claims() if c.get("section") == "Agent-R"]
+    assert len(mine) == len(registered) >= 5 and all(c["id"].startswith("agentr_") and c["verdict"] == "inconclusive" for c in mine)
     assert (lay.root / "figures" / "agent_r_policies.png").stat().st_size > 5000  # drawn by 11, copied by 20

@@ -46,3 +46,14 @@ def test_below_minimum_is_missing(tmp_path):
     with pytest.raises(Missing, match="problems"):
         _run(tmp_path, rows, {"measure": "accuracy", "minuend": "agent_r_last", "subtrahend": "cold_start",
                               "min_problems": 20})
+
+
+def test_a_baseline_arm_means_its_last_iteration(tmp_path):
+    rows = (_rows("agent_r", 3, 0.6) + _rows("direct", 1, 0.9) + _rows("direct", 3, 0.2)
+            + _rows("good_only", 3, 0.9))
+    res = _run(tmp_path, rows, {"measure": "recovery", "minuend": "agent_r_last", "subtrahend": "direct",
+                                "min_problems": 20, "min_units": 30})
+    early = _run(tmp_path, [r for r in rows if (r["policy"], r["iteration"]) != ("direct", 3)],
+                 {"measure": "recovery", "minuend": "agent_r_last", "subtrahend": "direct"})
+    assert res.detail["direct"]["ratio"] < early.detail["direct"]["ratio"]  # direct's iteration 3, not 1
+    assert res.verdict == "reproduced", res.reason

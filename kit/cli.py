@@ -70,7 +70,7 @@ def _reproduce(a: argparse.Namespace, argv: list[str]) -> int:
     options = dict(overrides=parse_sets(a.set), force=a.force, log_output=a.log_output, cell_timeout=a.cell_timeout,
                    until=a.until, with_report=not a.no_report, overlap=not a.no_overlap, dry_run=a.dry_run,
                    reports_root=a.reports_root, command=argv,
-                   only=[x for x in (a.only or "").split(",") if x])
+                   only=None if a.only is None else [x.strip() for x in a.only.split(",")])
     if a.seeds is None:
         return pipeline.reproduce(a.profile, a.run, seed=0 if a.seed is None else a.seed, **options)
     from kit.pipeline.seeds import parse_seeds, reproduce_seeds  # the claims' pooling: only with --seeds
@@ -226,8 +226,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "template runs as 05_rl_<stage>; 05_rl_stage3: that one); no report then")
     p.add_argument("--only", default=None, metavar="NN[,NN]",
                    help="run only the notebooks whose names start with these (11: Agent-R) and the ones whose folders "
-                        "they read (11: 00, 02), then write claims.json over them (the others' claims inconclusive); "
-                        "no report. With --seeds: one study pooled over seeds")
+                        "they read (11: 00, 02), then write claims.json over the folders the run holds (claims "
+                        "without their files inconclusive) and no report. With --seeds: one study pooled over seeds "
+                        "into <run>-only-<NN>-pooled/")
     p.add_argument("--cell-timeout", type=int, default=None, metavar="SECONDS",
                    help="stop a cell that runs longer than this and fail its notebook naming the cell "
                         "(default: the profile's limit, kit.pipeline.CELL_TIMEOUT_S; 0 = no limit)")

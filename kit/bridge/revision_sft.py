@@ -84,20 +84,33 @@ def revision_sft_command(cfg: Any, parquet: str | os.PathLike, run_dir: str | os
     """argv of VERL's SFT trainer on the kit's revision parquet: :func:`kit.bridge.sft.sft_command`
     plus ``data.custom_cls`` = :class:`TokenSFTDataset` (this file), ``model.path = model_path`` (the
     iteration's starting policy; default ``cfg.model.name_or_path``) and the local loop's fine-tune recipe
-    (``kit.studies.agent_r.iterate.train_iteration``), so both runtimes mean the same by ``[agent_r]``:
-    peak ``agent_r.lr``, its warm-up ratio and schedule, ``agent_r.batch_size`` rows a step,
-    ``ceil(agent_r.passes)`` epochs (the parquet holds the general rows at ``eta`` per own row, so an epoch
-    is one pass over the own rows) and, once the parquet exists, the local loop's step count and warm-up
-    steps (``agent_r.warmup_steps`` is a floor; VERL's ``optim.lr_warmup_steps`` an override, so the kit
-    computes it)."""
+    (``kit.studies.agent_r.iterate.train_iteration``) for the keys it writes: peak ``agent_r.lr``, the warm-up
+    (``agent_r.warmup_ratio`` with the floor ``agent_r.warmup_steps``, computed here: VERL's
+    ``optim.lr_warmup_steps`` overrides the ratio rather than bounding it), ``agent_r.schedule`` down to
+    ``sft.min_lr_ratio``, ``agent_r.batch_size`` rows a step, and, once the parquet exists, the local loop's step
+    count (``agent_r.passes`` over the own rows) with the epochs that reach it (VERL drops an epoch's last
+    partial batch). ``optim.zero_indexed_step=false`` makes VERL's warm-up the local ``(s + 1) / W``; its cosine
+    then runs one step ahead of the local one. VERL's AdamW betas and weight decay are its own (the local
+    trainer's are the tiny model's, not keys of the profile).
+
+    Raises:
+        ValueError: the parquet holds no own (revision or good) rows, or fewer rows than a batch (VERL would
+            divide by zero steps an epoch); the message names the parquet and ``agent_r.batch_size``.
+    """
     a, s = cfg.agent_r, cfg.sft
     batch = a.batch_size or s.batch_size
     recipe = {"optim.lr": repr(float(a.lr or s.lr)), "optim.lr_warmup_steps_ratio": repr(float(a.warmup_ratio)),
-              "optim.lr_scheduler_type": a.schedule, "data.train_batch_size": str(batch),
+              "optim.lr_scheduler_type": a.schedule, "optim.min_lr_ratio": repr(float(s.min_lr_ratio)),
+              "optim.zero_indexed_step": "false", "data.train_batch_size": str(batch),
               "trainer.total_epochs": str(math.ceil(a.passes) if a.passes else s.epochs)}
     if Path(parquet).exists():
-        own = int((pd.read_parquet(parquet, columns=["kind"])["kind"] != "general").sum())
+        kinds = pd.read_parquet(parquet, columns=["kind"])["kind"]
+        own, rows = int((kinds != "general").sum()), len(kinds)
+        if own == 0 or rows < batch:
+            raise ValueError(f"{parquet}: {own} own rows of {rows}; VERL's SFT needs own rows and at least one batch "
+                             f"of {batch} rows (agent_r.batch_size, else sft.batch_size)")
         steps = pass_steps(own, a.passes, batch, a.eta / (1.0 + a.eta), a.sft_steps)  # the local loop's
+        recipe["trainer.total_epochs"] = str(math.ceil(steps / (rows // batch)))
         recipe["trainer.total_training_steps"] = str(steps)
         recipe["optim.lr_warmup_steps"] = str(warmup_length(steps, a.warmup_ratio, a.warmup_steps))
     if model_path:
@@ -109,9 +122,14 @@ def revision_sft_command(cfg: Any, parquet: str | os.PathLike, run_dir: str | os
 
 
 def dry_run_text(cfg: Any, parquet: str | os.PathLike, run_dir: str | os.PathLike, **kw: Any) -> str:
-    """The launch as one printable shell line, with what it reads (nothing runs)."""
+    """The launch as one printable shell line, with what it reads (nothing runs); where the parquet cannot be
+    trained by VERL (:func:`revision_sft_command` raises), the line says why instead."""
     df = pd.read_parquet(parquet, columns=["kind", "loss_mask"]) if Path(parquet).exists() else None
     what = ("(parquet not written yet)" if df is None else
             f"{len(df)} rows ({', '.join(f'{k} {n}' for k, n in df['kind'].value_counts().items())}), "
             f"{int(sum(sum(m) for m in df['loss_mask']))} loss tokens")
-    return f"# VERL SFT on {parquet}: {what}\n" + shlex.join(revision_sft_command(cfg, parquet, run_dir, **kw))
+    try:
+        line = shlex.join(revision_sft_command(cfg, parquet, run_dir, **kw))
+    except ValueError as exc:
+        line = f"# not launchable as it stands: {exc}"
+    return f"# VERL SFT on {parquet}: {what}\n" + line

@@ -276,12 +276,13 @@ def _note(spec: Mapping[str, Any]) -> str:
 
 def write_claims(results: Sequence[ClaimResult], path: str | os.PathLike, *, profile: str = "",
                  run: str = "", claims_file: str | os.PathLike | None = None, cfg: Any = None,
-                 preconditions: Mapping[str, Any] | None = None) -> Path:
+                 preconditions: Mapping[str, Any] | None = None, only: Sequence[str] = ()) -> Path:
     """Write ``claims.json``: ``schema_version, profile, run, created_utc, claims_file,
     claims_sha256, study_claims_sha256 {study key: sha256 of its own claims file} (studies with one), environment, repeatable, preconditions {name: evaluate_preconditions row}, counts
     {verdict: n} (world checks left out), world_check_counts {verdict: n}, claims [ClaimResult.to_dict()]``
     (each claim's ``note``: what the claims file notes about it, for the reader of a verdict); returns the path.
-    ``preconditions``: default evaluated on the run folder of ``path``.
+    ``preconditions``: default evaluated on the run folder of ``path``. ``only``: the notebooks a partial run
+    (``kit reproduce --only``) ran, written as ``only`` (absent for a whole series).
 
     ``environment`` and ``repeatable`` (:mod:`kit.fingerprint`, issue #41) are the run's as the series
     recorded them in ``pipeline_state.json`` beside ``path``; without that file (a notebook run on its own)
@@ -302,6 +303,8 @@ def write_claims(results: Sequence[ClaimResult], path: str | os.PathLike, *, pro
                                    for s in STUDIES if s.claims_file and Path(s.claims_file).exists()},
            fingerprint.ENVIRONMENT_KEY: env, fingerprint.REPEATABLE_KEY: stamp, "preconditions": dict(preconditions),
            "counts": counts, "world_check_counts": world, "claims": [r.to_dict() for r in results]}
+    if only:
+        doc = {"only": list(only), **doc}
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     p.write_text(jsonio.dumps(doc, indent=2) + "\n")  # NaN as null, like every run file

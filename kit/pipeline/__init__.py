@@ -115,7 +115,7 @@ def dry_run_text(series: Sequence[NotebookRun], layout: Layout, overrides: dict[
 def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overrides: dict[str, Any] | None = None,
               force: bool = False, log_output: bool = False, cell_timeout: int | None = None, until: str | None = None,
               with_report: bool = True, overlap: bool = True, dry_run: bool = False, reports_root: str | None = None,
-              command: Sequence[str] = (), only: Sequence[str] = ()) -> int:
+              command: Sequence[str] = (), only: Sequence[str] | None = None) -> int:
     """Run :data:`SERIES` into ``reports/<profile>/<run>/`` and then build ``report.pdf`` with
     :mod:`kit.report` (``python -m kit reproduce``; :mod:`kit.cli` documents each option).
 
@@ -151,6 +151,8 @@ def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overri
         series = standard_series(layout, seed=seed, overrides=overrides, overlap_jobs=overlap)
         if only and until:
             raise ValueError("give --only or --until, not both")
+        if only is not None and not all(only) or only == []:
+            raise ValueError(f"--only needs notebook names or prefixes, e.g. --only 11; got {list(only)}")
         if only:
             keep = set(needed_for(only, profile if profile in available_profiles() else None))
             series = [nb for nb in series if nb.name in keep]
@@ -190,7 +192,8 @@ def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overri
             records = run_series(series, layout, force=force, log_output=log_output, cell_timeout_s=timeout)
             partial = bool(only) and not any(nb.name.startswith("20") for nb in series)
             if partial:
-                print(f"kit.pipeline: claims over the notebooks run -> {write_partial_claims(layout, profile, cfg.stages.names)}")
+                path = write_partial_claims(layout, profile, cfg.stages.names, [nb.name for nb in series])
+                print(f"kit.pipeline: claims over the folders this run holds -> {path} (no report: a partial run)")
             pdf = builder.build_report(layout) if with_report and not until and not partial else None
     except RunLocked as exc:
         print(f"kit.pipeline: {exc}. Nothing was run.", file=sys.stderr)
@@ -219,9 +222,11 @@ def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overri
     return 0
 
 
-def write_partial_claims(layout: Layout, profile: str, stages: Sequence[str]):
-    """``claims.json`` of a run that ran part of the series (``--only``): every claim judged on the folders
-    that exist (:func:`kit.claims.evaluate_claims`), as notebook 20 judges them; a claim whose files are
-    missing is inconclusive and says which. Returns its path."""
+def write_partial_claims(layout: Layout, profile: str, stages: Sequence[str], notebooks: Sequence[str] = ()):
+    """``claims.json`` of a run that ran part of the series (``--only``; ``notebooks``, written as its ``only``):
+    every claim judged on the folders the run holds (:func:`kit.claims.evaluate_claims`), as notebook 20 judges
+    them, a folder an earlier invocation left there included; a claim whose files are missing is inconclusive
+    and says which. Returns its path."""
     verdicts = claims.evaluate_claims(claims.RunDirs.under(layout.root, stages=list(stages)))
-    return claims.write_claims(verdicts, layout.root / "claims.json", profile=profile, run=layout.root.name)
+    return claims.write_claims(verdicts, layout.root / "claims.json", profile=profile, run=layout.root.name,
+                               only=notebooks)

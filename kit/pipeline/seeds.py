@@ -56,9 +56,11 @@ def seed_run_name(run: str, seed: int) -> str:
     return f"s{seed}" if run == DEFAULT_RUN else f"{run}-s{seed}"
 
 
-def pooled_name(run: str) -> str:
-    """The folder of the pooled claims: ``pooled``, or ``<run>-pooled``."""
-    return "pooled" if run == DEFAULT_RUN else f"{run}-pooled"
+def pooled_name(run: str, only: Sequence[str] | None = None) -> str:
+    """The folder of the pooled claims: ``pooled``, or ``<run>-pooled``; a partial series (``--only 11``):
+    ``only-11-pooled``, or ``<run>-only-11-pooled`` (never the whole series' pool)."""
+    stem = "" if run == DEFAULT_RUN else f"{run}-"
+    return f"{stem}only-{'-'.join(only)}-pooled" if only else f"{stem}pooled"
 
 
 def seed_command(command: Sequence[str], run: str, seed: int) -> list[str]:
@@ -113,7 +115,7 @@ def reproduce_seeds(reproduce: Callable[..., int], profile: str, run: str, seeds
         print(f"kit.pipeline: the series failed for seed(s) {', '.join(map(str, failed))}; rerun the same command "
               "to resume them (finished notebooks are skipped)", file=sys.stderr)
     if pool and len(finished) >= 2:
-        out = Layout.for_run(profile, pooled_name(run), reports_root).root
+        out = Layout.for_run(profile, pooled_name(run, kwargs.get("only")), reports_root).root
         try:
             doc = pool_runs([lay.root for lay in finished])
             write_pooled(doc, out)

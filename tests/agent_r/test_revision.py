@@ -5,7 +5,9 @@ import random
 
 import pytest
 from ar_doubles import BAD_CALL, GOOD_CALL, Task, TwoWay, fake_grade, sandbox
+from doubles import call
 
+from kit import prompts
 from kit.config import RolloutConfig
 from kit.rollout import ScriptedBackend, run_coroutine
 from kit.studies.agent_r import iterate, revision
@@ -83,24 +85,43 @@ def test_rows_of_the_two_arms(tok):
         revision.tree_rows(tree, tok, alpha=1.0, beta=0.5, rule="actor", max_pairs=1, rng=random.Random(0))
 
 
-def test_direct_revision_revises_after_the_whole_bad_trajectory(tok):
-    tree, _, _ = _search(tok)
+class LateAnswer(TwoWay):
+    """TwoWay, but after the broken call's error it makes a second, working call before answering wrong: the bad
+    branch has two observed turns, so timely and direct revision cut at different turns."""
+
+    def __call__(self, context: str) -> str:
+        if "<tool_response>" in context and "NameError" in context.split("<tool_response>")[-1]:
+            return "again " + call("print(6*7)")
+        if "NameError" in context:
+            return "so</reason> <answer> \\boxed{1} </answer>" + prompts.IM_END
+        return super().__call__(context)
+
+
+def test_direct_revision_cuts_at_the_bad_branchs_last_observation(tok):
+    p = SearchParams(simulations=4, width=2, c_uct=1.0, max_response_tokens=400, max_turns=3)
+    trees, _ = run_coroutine(search(ScriptedBackend(tok, LateAnswer()), tok, [TASK], sandbox(), p, RCFG,
+                                    graded=fake_grade))
+    tree = trees[0]
     pair = revision.find_pairs(tree, alpha=1.0, beta=0.5, max_pairs=2)[0]
-    timely = revision.revision_row(tree, pair, 0, revision.REVISION_SIGNALS[0], tok)
-    direct = revision.revision_row(tree, pair, None, revision.REVISION_SIGNALS[0], tok)
     bad, good = tree.trajectories[pair.bad], tree.trajectories[pair.good]
+    assert len(turn_bounds(bad)) == 3  # broken call, working call, wrong answer
+    assert revision.transition_turn(tree, pair, "first_failed_call", 0.5) == 0
+    assert revision.last_observed_turn(tree, pair) == 1  # the final answer has no observation after it
+    timely = revision.revision_row(tree, pair, 0, revision.REVISION_SIGNALS[0], tok)
+    direct = revision.revision_row(tree, pair, 1, revision.REVISION_SIGNALS[0], tok)
     seg = {k: (s, e) for k, s, e in direct.segments}
-    assert direct.ids[slice(*seg["bad"])] == bad.response_ids  # all of it, its final turn included
-    assert len(turn_bounds(bad)) > 1 and seg["bad"][1] > {k: e for k, _, e in timely.segments}["bad"]  # timely cuts earlier
-    assert direct.transition == len(turn_bounds(bad)) - 1 and sum(direct.mask[:seg["signal"][0]]) == 0
+    assert direct.ids[:seg["signal"][0]] == bad.prompt_ids + bad.response_ids[:turn_bounds(bad)[1][2]]
+    text = tok.decode(direct.ids[slice(*seg["bad"])], skip_special_tokens=False)
+    assert "pritn" in text and "again" in text and "boxed{1}" not in text  # both calls and their feedback, no answer
+    assert seg["signal"][0] > {k: s for k, s, _ in timely.segments}["signal"]  # later than the timely cut
     assert direct.ids[seg["good"][0]:] == good.response_ids == timely.ids[-len(good.response_ids):]
-    assert direct.mask[seg["signal"][0]:] == timely.mask[-(len(direct.ids) - seg["signal"][0]):]  # signal + good: same loss
-    d_rows, d_counts = iterate.build_rows([tree], tok, arm="direct", alpha=1.0, beta=0.5, rule="first_failed_call",
-                                          max_pairs=2, seed=0)
-    r_rows, r_counts = iterate.build_rows([tree], tok, arm="agent_r", alpha=1.0, beta=0.5, rule="first_failed_call",
-                                          max_pairs=2, seed=0)
-    assert d_counts == {**r_counts, "revision": r_counts["pairs"], "skipped": 0}  # the same pairs, none skipped
-    assert [r.signal for r in d_rows] == [r.signal for r in r_rows]  # the same signals drawn
+    assert direct.mask[seg["signal"][0]:] == timely.mask[-(len(direct.ids) - seg["signal"][0]):]  # same loss after
+    assert sum(direct.mask[:seg["signal"][0]]) == 0  # nothing before the signal is imitated
+    rows = {arm: iterate.build_rows([tree], tok, arm=arm, alpha=1.0, beta=0.5, rule="first_failed_call",
+                                    max_pairs=2, seed=0) for arm in ("agent_r", "direct")}
+    assert rows["direct"][1] == rows["agent_r"][1]  # the same pairs, the same skips, the same row counts
+    assert [r.transition for r in rows["direct"][0] if r.kind == "revision"] == \
+        [revision.last_observed_turn(tree, q) for q in revision.find_pairs(tree, 1.0, 0.5, 2)]
 
 
 def test_alpha_schedule_and_mix():

@@ -48,7 +48,9 @@ def test_launch_names_the_dataset_class_verl_loads(tmp_path):
     assert loaded.__name__ == TokenSFTDataset.__name__
     assert loaded(str(tmp_path / "r.parquet"), Tok(), {})[0]["loss_mask"].tolist() == [0, 0, 0, 1, 1]
     text = dry_run_text(cfg, tmp_path / "r.parquet", tmp_path)
-    assert "2 rows (revision 1, good 1), 4 loss tokens" in text and "verl.trainer.sft_trainer" in text
+    assert "2 rows (revision 1, good 1), 4 loss tokens" in text and "not launchable" in text  # 2 rows < a batch of 128
+    text = dry_run_text(load("paper-14b", {"agent_r.batch_size": 2}, write=False), tmp_path / "r.parquet", tmp_path)
+    assert "verl.trainer.sft_trainer" in text and "not launchable" not in text
 
 
 def test_verl_gets_the_local_loops_fine_tune_recipe(tmp_path):
@@ -62,8 +64,16 @@ def test_verl_gets_the_local_loops_fine_tune_recipe(tmp_path):
     assert len([c for c in cmd if c.startswith("optim.lr=")]) == 1  # the [sft] value is replaced, not repeated
     with initialize_config_module("verl.trainer.config", version_base=None):
         c = compose(config_name="sft_trainer_engine", overrides=cmd[cmd.index("verl.trainer.sft_trainer") + 1:])
-    assert c.optim.lr == 3e-6 and c.data.train_batch_size == 12 and c.trainer.total_epochs == 3
+    assert c.optim.lr == 3e-6 and c.data.train_batch_size == 12
     assert c.trainer.total_training_steps == 6 and c.optim.lr_warmup_steps == 3  # round(0.6) = 1 < the floor 3
-    assert c.optim.lr_scheduler_type == "cosine" and c.optim.min_lr_ratio == 0.0  # paper-14b's [sft] floor
+    assert c.trainer.total_epochs == 3  # 29 rows: 2 full batches an epoch (VERL drops the rest), 3 epochs for 6 steps
+    assert c.optim.lr_scheduler_type == "cosine" and c.optim.min_lr_ratio == 0.0  # [sft]'s floor, the local loop's too
+    assert c.optim.zero_indexed_step is False  # VERL's warm-up (s + 1) / W, as the local loop's
+    write_rows(ROWS * 40, tmp_path / "big.parquet", general=[([1, 2], [0, 1])] * 16)  # 96 rows: 8 batches an epoch
+    big = revision_sft_command(cfg, tmp_path / "big.parquet", tmp_path)
+    assert "trainer.total_training_steps=20" in big and "trainer.total_epochs=3" in big  # ceil(2.5 x 80 / 10); 20 / 8
+    with pytest.raises(ValueError, match="0 own rows"):
+        write_rows([], tmp_path / "none.parquet", general=[([1, 2], [0, 1])] * 20)
+        revision_sft_command(cfg, tmp_path / "none.parquet", tmp_path)
     before = revision_sft_command(cfg, tmp_path / "absent.parquet", tmp_path)  # no parquet yet: epochs and ratio only
     assert not any(x.startswith(("trainer.total_training_steps=", "optim.lr_warmup_steps=")) for x in before)

@@ -34,7 +34,7 @@ def test_reproduce_passes_every_option_to_the_pipeline(monkeypatch):
     assert seen["args"] == ("smoke", "x")
     assert seen["kw"] == dict(seed=7, overrides={"eval.n_samples": 2, "data.task_families": "product"}, force=True,
                               log_output=True, cell_timeout=120, until="03", with_report=False, overlap=False,
-                              dry_run=True, reports_root="/tmp/r", command=argv, only=[])
+                              dry_run=True, reports_root="/tmp/r", command=argv, only=None)
     cli.main(["reproduce", "--only", "11,10"])
     assert seen["kw"]["only"] == ["11", "10"]
     cli.main(["reproduce"])

@@ -23,6 +23,7 @@ def test_seed_specs_are_ranges_and_lists_and_a_seed_counts_once():
 def test_each_seed_has_its_folder_and_its_own_command():
     assert seed_run_name("main", 7) == "s7" and seed_run_name("exp", 7) == "exp-s7"
     assert pooled_name("main") == "pooled" and pooled_name("exp") == "exp-pooled"
+    assert pooled_name("main", ["11"]) == "only-11-pooled" and pooled_name("ar", ["10", "11"]) == "ar-only-10-11-pooled"
     cmd = ["reproduce", "--profile", "tiny", "--seeds", "1-2", "--run=exp", "--set", "a=1"]
     assert seed_command(cmd, "exp-s1", 1) == ["reproduce", "--profile", "tiny", "--set", "a=1",
                                               "--run", "exp-s1", "--seed", "1"]
@@ -112,6 +113,9 @@ def test_only_runs_a_notebook_with_what_it_reads_and_names_a_bad_prefix(tmp_path
     assert "] 11_agent_r:" in out and "] 02_cold_start_sft:" in out and "03_rl_stage1" not in out
     assert cli.main(["reproduce", "--profile", "smoke", "--only", "11", "--until", "02", "--dry-run"]) == 2
     assert "not both" in capsys.readouterr().err
+    for bad in ("", ",", "11,"):  # an empty name would run the whole series
+        assert cli.main(["reproduce", "--profile", "smoke", "--only", bad, "--dry-run"]) == 2
+        assert "--only needs notebook names" in capsys.readouterr().err
 
 
 @pytest.mark.slow
@@ -122,7 +126,9 @@ def test_a_partial_runs_claims_judge_what_it_ran(smoke_chain, tmp_path):
     part = Layout.for_run("smoke", "part", str(tmp_path))
     for folder in ("sft", "agent_r"):
         shutil.copytree(lay.root / folder, part.root / folder)
-    doc = json.loads(write_partial_claims(part, "smoke", ["stage1", "stage2"]).read_text())
+    doc = json.loads(write_partial_claims(part, "smoke", ["stage1", "stage2"], ["02_cold_start_sft", "11_agent_r"]
+                                          ).read_text())
+    assert doc["only"] == ["02_cold_start_sft", "11_agent_r"]
     full = {c["id"]: c for c in json.loads((lay.root / "claims.json").read_text())["claims"]}
     for c in doc["claims"]:
         if c["section"] == "Agent-R":  # the same verdicts as the full run's

@@ -35,11 +35,15 @@ general data ShareGPT    the cold-start SFT data (task demos and       the kit's
 weighted eta in the      function calling), a share eta/(1+eta) of     share instead of a loss weight (same
 loss                     each batch                                    expected weight up to token counts)
 revision signal in the   rs after the transition turn's observation,   the kit's chat format has no
-assistant turn           inside the next assistant turn (no loss)      separate reflection message
+assistant turn, trained  inside the next assistant turn, with loss      separate reflection message
 every good/bad pair      a pair whose transition turn has no tool      rs follows an observation; a bad
 gives a revision         observation (the bad branch ended on a wrong  branch that only answered wrongly has
 trajectory               final answer) is skipped and counted          none to revise after (on tiny: most
                          (``skipped`` in iterations.jsonl)             pairs of iteration 1, see the log)
+direct revision: the     the same pairs cut at the bad branch's last   a final answer has no observation
+whole bad trajectory,    observed turn (the latest point a revision    after it: the agent loop never goes
+then the revision        can follow one); pairs skipped as Agent-R's   past it, so a row revising there
+                                                                       teaches an unreachable state
 =======================  ===========================================  =====================================
 
 Does not: run the search on VERL (the paper-scale route writes the collected rows as a parquet for

@@ -190,7 +190,7 @@ def run_agent_r(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None
                 trees, cost = run_coroutine(go())
                 _append(run / COST_FILE, {"arm": arm, "iteration": k, "tasks": len(problems), **cost})
                 rows, counts = iterate.build_rows(trees, tok, arm=arm, alpha=alpha, beta=a.beta, rule=a.transition,
-                                                  max_pairs=a.max_pairs, seed=common.step_seed(cfg.seed, "rs", arm, k),
+                                                  max_pairs=a.max_pairs, seed=common.step_seed(cfg.seed, "rs", rs_arm(arm), k),
                                                   train_signal=a.train_signal)
             seen += rows
             if a.train_from == "cold_start":  # retrain the cold start on every iteration's rows so far
@@ -229,6 +229,12 @@ def run_agent_r(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None
                "cost": cost_table(run).to_dict(orient="records")}
     jsonio.write_json(run / "summary.json", summary)
     return summary
+
+
+def rs_arm(arm: str) -> str:
+    """The arm whose revision-signal stream ``arm`` draws from: both revising arms (Agent-R and direct revision)
+    share Agent-R's, so their rows differ only in where the signal cuts in; other arms their own."""
+    return "agent_r" if arm in iterate.REVISING else arm
 
 
 def null_accuracy_change(rows: list[dict[str, Any]]) -> float | None:
@@ -333,7 +339,7 @@ def agent_r_findings(run_dir: str | os.PathLike) -> str:
     if worse and len(worse) == len(tab) - 1:
         lines.append(f"- **Every trained policy scores below the cold start** ({cold:.3f}; "
                      + ", ".join(f"`{lab}` {tab.loc[lab, 'accuracy']:.3f}" for lab in worse)
-                     + "): the self-training itself hurts at this scale, for both arms, so the Agent-R against "
+                     + "): the self-training itself hurts at this scale, for every arm, so the Agent-R against "
                        "good-only comparison is between two damaged policies. reports/LOG.md has the runs.")
     lines.append("- The verdicts are notebook 20's (`claims.json`, section Agent-R); a short run is inconclusive by design.")
     return "\n".join(lines)

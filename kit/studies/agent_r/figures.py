@@ -6,7 +6,7 @@ with a failed call that end correct: what Agent-R's revision trajectories teach)
 trajectories with a failed call, (d) reflection share of high-entropy tokens (the §5.4 labeller of
 :mod:`kit.analysis`). Each point is the mean over the held-out trajectories with a 95% bootstrap
 interval over problems (samples of one problem are not independent); the cold-start policy is
-iteration 0 of both arms. The first Agent-R tree (:func:`kit.studies.agent_r.views.tree_figure`) is
+iteration 0 of every arm. The first Agent-R tree (:func:`kit.studies.agent_r.views.tree_figure`) is
 drawn beneath when one is given.
 """
 
@@ -21,7 +21,7 @@ from matplotlib.figure import Figure
 from kit.studies.agent_r.views import tree_figure
 
 #: the arms' labels and colours (``policy`` of the rows)
-LABEL = {"agent_r": "Agent-R (revision + good)", "direct": "direct revision (after the whole bad trajectory)",
+LABEL = {"agent_r": "Agent-R (revision + good)", "direct": "direct revision (at the bad branch's last observation)",
          "good_only": "good only (rejection-sampling FT)",
          "null": "null arm (cold-start data only)", "cold_start": "cold start"}
 COLOR = {"agent_r": "#d62728", "direct": "#ff7f0e", "good_only": "#1f77b4", "null": "0.55", "cold_start": "0.35"}

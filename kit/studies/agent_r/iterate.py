@@ -6,8 +6,9 @@ Iteration ``k`` (1-based) of an arm, from the arm's current policy:
    (:func:`kit.studies.agent_r.search.search`, ``agent_r.simulations`` rollouts per task);
 2. build rows: good trajectories (``score >= alpha_k``) and, for the ``agent_r`` arm, the revision
    trajectories of each tree's good/bad pairs (:func:`kit.studies.agent_r.revision.tree_rows`); the
-   ``direct`` arm the same pairs revised after the whole bad trajectory instead of at its transition
-   point (the reference's direct-revision baseline: what *timely* revision adds); the ``good_only`` baseline (rejection-sampling fine-tuning) takes the good ones only, from the same
+   ``direct`` arm the same pairs revised at the bad branch's last observed turn instead of its transition
+   point (the reference's direct-revision baseline, revising at the end: what *timely* revision adds); the
+   ``good_only`` baseline (rejection-sampling fine-tuning) takes the good ones only, from the same
    search budget; the ``null`` arm searches nothing and has no rows of its own;
 3. fine-tune with the cold-start trainer (:func:`kit.train.sft.fit_rows`): the rows mixed with the
    cold-start data, a share ``eta / (1 + eta)`` of each batch, loss where the row's mask is 1, for
@@ -35,7 +36,7 @@ from kit.train.sft import fit_rows, pass_steps
 ARMS = ("agent_r", "direct", "good_only", "null")
 #: the arms that search and train on their own rows
 SEARCHED = ("agent_r", "direct", "good_only")
-#: the arms whose rows include revision trajectories (``direct``: revised after the whole bad trajectory)
+#: the arms whose rows include revision trajectories (``direct``: revised at the bad branch's last observed turn)
 REVISING = ("agent_r", "direct")
 
 
@@ -114,7 +115,7 @@ def train_iteration(cfg, model, tokenizer, rows: Sequence[RevisionRow], cold_row
                     arm: str, steps: int | None = None, progress=None) -> list[dict[str, Any]]:
     """Fine-tune ``model`` in place on an iteration's rows with the cold-start data at ``eta``
     (:func:`kit.train.sft.fit_rows`, a fresh AdamW warmed up to the peak ``agent_r.lr`` and decayed by
-    ``agent_r.schedule``); returns its per-step metrics (``[]`` when it took no step).
+    ``agent_r.schedule`` to ``sft.min_lr_ratio`` of it, as VERL's launch does, ``kit.bridge.revision_sft``); returns its per-step metrics (``[]`` when it took no step).
 
     Args:
         rows: the arm's own rows (empty for the null arm).
@@ -128,6 +129,6 @@ def train_iteration(cfg, model, tokenizer, rows: Sequence[RevisionRow], cold_row
         return []
     return fit_rows(model, tokenizer, [(r.ids, r.mask) for r in rows], cold_rows, steps=n, batch_size=batch,
                     mix_fraction=mix_fraction(a.eta), lr=a.lr or s.lr, warmup_ratio=a.warmup_ratio, schedule=a.schedule,
-                    warmup_steps=a.warmup_steps,
+                    warmup_steps=a.warmup_steps, min_lr_ratio=s.min_lr_ratio,
                     seed=common.step_seed(cfg.seed, "agent_r", arm, iteration), tag=f"agent_r-{arm}-{iteration}",
                     progress=progress)

@@ -144,14 +144,27 @@ class RevisionRow:
     bad: int = -1
 
 
-def revision_row(tree: TaskTree, pair: Pair, t: int | None, signal: str, tokenizer: Any, *,
+def last_observed_turn(tree: TaskTree, pair: Pair) -> int | None:
+    """The last turn of the pair's bad branch that carries an observation (a tool call and its feedback), where
+    *direct revision* cuts in: as late in the bad trajectory as a revision can follow an observation (Agent-R
+    §4's direct-revision baseline revises at the end of the bad trajectory; in the kit's chat format a
+    trajectory's final answer has no observation after it, and the agent loop never continues past it).
+    None when the bad branch has none: the pair is skipped, as :func:`transition_turn` skips it."""
+    bad = tree.trajectories[pair.bad]
+    bounds = turn_bounds(bad)
+    for t in range(len(bounds) - 1, pair.shared.depth - 1, -1):
+        if bounds[t][2] > bounds[t][1]:
+            return t
+    return None
+
+
+def revision_row(tree: TaskTree, pair: Pair, t: int, signal: str, tokenizer: Any, *,
                  train_signal: bool = True) -> RevisionRow:
     """Assemble one revision trajectory (the layout in the module docstring).
 
     Args:
-        t: the bad trajectory's transition turn (:func:`transition_turn`); None: *direct revision* (the
-            reference's baseline, Agent-R §4): the whole bad trajectory, its final answer included, then the
-            signal and the good branch's continuation; ``transition`` is then its last turn.
+        t: the bad trajectory's turn whose observation the signal follows: its transition turn
+            (:func:`transition_turn`) or, for direct revision, its last observed turn (:func:`last_observed_turn`).
         signal: the revision sentence; it is tokenized on its own and ends with a newline.
         train_signal: loss on the signal's tokens (``agent_r.train_signal``).
     """
@@ -159,10 +172,7 @@ def revision_row(tree: TaskTree, pair: Pair, t: int | None, signal: str, tokeniz
     d = pair.shared.depth
     bb, gb = turn_bounds(bad), turn_bounds(good)
     shared_end = bb[d][0]  # response offset where the branches part
-    if t is None:
-        t, bad_end = len(bb) - 1, len(bad.response_ids)
-    else:
-        bad_end = bb[t][2]
+    bad_end = bb[t][2]
     rs = tokenizer.encode(signal + "\n", add_special_tokens=False)
     g0 = gb[d][0]
     P = len(bad.prompt_ids)
@@ -188,7 +198,8 @@ def tree_rows(tree: TaskTree, tokenizer: Any, *, alpha: float, beta: float, rule
               ) -> tuple[list[RevisionRow], dict[str, int]]:
     """Training rows of one tree: good trajectories (``score >= alpha``) and, with ``revisions``,
     revision trajectories of its pairs (the signal drawn from ``rng``, trained with ``train_signal``),
-    cut at the transition turn or, with ``direct``, after the whole bad trajectory (no pair is skipped).
+    cut at the transition turn or, with ``direct``, at the bad branch's last observed turn
+    (:func:`last_observed_turn`); both skip a pair whose chosen turn has no observation.
 
     Returns:
         ``(rows, counts)``; counts: ``good``, ``pairs``, ``revision``, ``skipped`` (a pair whose
@@ -200,8 +211,8 @@ def tree_rows(tree: TaskTree, tokenizer: Any, *, alpha: float, beta: float, rule
         return rows, counts
     for pair in find_pairs(tree, alpha, beta, max_pairs):
         counts["pairs"] += 1
-        t = None if direct else transition_turn(tree, pair, rule, beta)
-        if t is None and not direct:
+        t = last_observed_turn(tree, pair) if direct else transition_turn(tree, pair, rule, beta)
+        if t is None:
             counts["skipped"] += 1
             continue
         rows.append(revision_row(tree, pair, t, rng.choice(REVISION_SIGNALS), tokenizer, train_signal=train_signal))

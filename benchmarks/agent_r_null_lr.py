@@ -22,9 +22,10 @@ iteration needs 400 own rows, which no tiny search has come near; round 1 measur
 (0.02) in *every* run and schedule (the worst case: the precondition ``agent_r_null_arm_holds`` judges each run
 at -0.05). ``none`` when no recipe holds.
 
-Round 1 (2026-12-06, LOG): ``--recipes 1e-4:0,3e-4:0,1e-3:0,2e-3:0 --schedules 30,30,30 --rule mean`` (the
-largest lr whose change averaged over the runs is at least -0.02; it chose 1e-3, which the first v2 run then
-showed destroys the policy in 1-5 step iterations).
+Round 1 (2026-12-06, LOG; run then as ``--grid 1e-4,3e-4,1e-3,2e-3``, which this script restates as ``--recipes
+1e-4:0,3e-4:0,1e-3:0,2e-3:0 --schedules 30,30,30 --rule mean``): the largest lr whose change averaged over the
+runs is at least -0.02; it chose 1e-3, which the first v2 run then showed destroys the policy in 1-5 step
+iterations.
 
 Last line: ``agent_r_null_lr runs=<n> chosen=<lr:floor or none>``.
 """
@@ -110,15 +111,19 @@ def main(argv=None) -> int:
     ap.add_argument("--margin", type=float, default=MARGIN)
     ap.add_argument("--out", default="", help="also write the rows here (JSON lines)")
     args = ap.parse_args(argv)
-    recipes = tuple((float(lr), int(f)) for lr, f in (x.split(":") for x in args.recipes.split(",")))
-    schedules = tuple(tuple(int(n) for n in s.split(",")) for s in args.schedules.split(";"))
+    try:
+        recipes = tuple((float(lr), int(f)) for lr, f in (x.split(":") for x in args.recipes.split(",")))
+        schedules = tuple(tuple(int(n) for n in s.split(",")) for s in args.schedules.split(";"))
+    except ValueError as exc:
+        ap.error(f"--recipes takes lr:floor pairs (1e-3:10,3e-4:0) and --schedules step counts (5,3,1;30,30,30): {exc}")
     rows = []
     for name in args.runs:
         run = Path(name)
-        failed = [q for q, p in evaluate_preconditions(RunDirs.under(run)).items()
-                  if q == "cold_start_learns" and not p["passed"]]
-        if failed or not (run / "sft" / "policy" / "config.json").exists():
-            print(f"{run.name:>16}  left out: {'cold_start_learns failed' if failed else 'no finished cold start'}")
+        if not (run / "sft" / "policy" / "config.json").exists():
+            print(f"{run.name:>16}  left out: no finished cold start ({run / 'sft' / 'policy'})")
+            continue
+        if not evaluate_preconditions(RunDirs.under(run))["cold_start_learns"]["passed"]:
+            print(f"{run.name:>16}  left out: cold_start_learns failed")
             continue
         rows += sweep_run(run, args.profile, recipes, schedules)
     if args.out:

@@ -57,3 +57,23 @@ def test_a_baseline_arm_means_its_last_iteration(tmp_path):
                  {"measure": "recovery", "minuend": "agent_r_last", "subtrahend": "direct"})
     assert res.detail["direct"]["ratio"] < early.detail["direct"]["ratio"]  # direct's iteration 3, not 1
     assert res.verdict == "reproduced", res.reason
+
+
+def test_the_registered_timely_claim_reads_the_probes_and_can_fail(tmp_path):
+    from kit.claims import load_claims
+
+    spec = next(c for c in load_claims() if c["id"] == "agentr_timely_above_direct")["tests"][0]
+    d = tmp_path / "agent_r"
+    d.mkdir()
+
+    def probes(agent_r_p, direct_p):
+        rows = []
+        for policy, p in (("agent_r", agent_r_p), ("direct", direct_p)):
+            rows += [{"policy": policy, "iteration": 3, "problem": f"p{i}", "correct": int((i * 4 + s) % 10 < p * 10)}
+                     for i in range(40) for s in range(4)]
+        (d / "probe_eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        res = results.TestResult("t", spec["kind"], spec["statistic"], spec["comparison"], spec["threshold"])
+        return all_kinds()[spec["kind"]](RunDirs.under(tmp_path), spec, res)
+
+    assert probes(0.8, 0.2).verdict == "reproduced"
+    assert probes(0.2, 0.8).verdict == "not reproduced"  # the wrong side

@@ -33,7 +33,7 @@ def test_steps_are_passes_over_the_own_rows_capped_by_sft_steps():
 
 
 def test_the_fine_tune_warms_up_and_decays_and_the_null_arm_takes_the_steps_it_is_given(tok):
-    cfg = load("tiny", {"agent_r.passes": 2.0, "agent_r.sft_steps": 10, "agent_r.batch_size": 6, "agent_r.lr": 1e-3,
+    cfg = load("tiny", {"agent_r.passes": 2.0, "agent_r.sft_steps": 10, "agent_r.batch_size": 6, "agent_r.lr": 1e-3, "agent_r.warmup_steps": 0,
                         "agent_r.warmup_ratio": 0.25, "agent_r.schedule": "cosine"}, write=False)
     model = build_tiny_model(cfg.model, tok, seed=0)
     ids = tok.encode("What is 6 * 7? <answer>42</answer>", add_special_tokens=False)

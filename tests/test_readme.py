@@ -51,11 +51,15 @@ def test_readme_is_short_and_names_no_commit():
     assert not hashes, f"commit hashes in README.md (history goes to reports/LOG.md): {hashes}"
 
 
-def test_readme_claims_table_is_the_shipped_file():
-    with (ROOT / CLAIMS_FILE).open(newline="") as fh:
-        shipped = [[c.strip() for c in row] for row in csv.reader(fh)]
-    table = markdown_table_after(README.read_text(), f"<!-- claims-table: {CLAIMS_FILE} -->")
-    assert table == shipped
+def test_readme_claims_tables_are_the_shipped_files():
+    """Every ``<!-- claims-table: FILE -->`` marker is followed by FILE's rows, FILE a committed CSV."""
+    text = README.read_text()
+    files = re.findall(r"^<!-- claims-table: (\S+) -->$", text, re.M)
+    assert CLAIMS_FILE in files
+    for name in files:
+        with (ROOT / name).open(newline="") as fh:
+            shipped = [[c.strip() for c in row] for row in csv.reader(fh)]
+        assert markdown_table_after(text, f"<!-- claims-table: {name} -->") == shipped, name
 
 
 def test_readme_marks_runnable_blocks_and_every_other_command_block_is_plain():

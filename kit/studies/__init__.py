@@ -106,12 +106,13 @@ RETOOL = Study(
 AGENT_R = Study(
     key="agent_r", section="Agent-R", notebook="11_agent_r",
     upstream={"sft_dir": COLD_START}, product="summary.json",
-    title="Agent-R (Yuan et al. 2025) on this run: revision trajectories against good-only",
+    title="Agent-R (Yuan et al. 2025) on this run: revision trajectories against three baselines",
     what=("Notebook 11 searches the cold-start policy's trajectories (MCTS over assistant turns), trains "
-          "agent_r.iterations rounds of SFT on revision + good trajectories (Agent-R), with the same "
-          "search budget on good trajectories only, and the same fine-tune on the cold-start data alone (the null "
-          "arm, the design's control), and samples every policy after every iteration on the same held-out tasks "
-          "(agent_r/policy_eval.jsonl)."),
+          "agent_r.iterations rounds of SFT on revision + good trajectories (Agent-R), on the same pairs revised "
+          "at the bad trajectory's last observation (direct revision), with the same search budget on good "
+          "trajectories only, and the same fine-tune on the cold-start data alone (the null arm, the design's "
+          "control), and samples every policy after every iteration on the same held-out tasks "
+          "(agent_r/policy_eval.jsonl) and after the same forced failing call (agent_r/probe_eval.jsonl)."),
     figures=(("agent_r_policies", "Agent-R's policies by iteration and one search tree"),),
     dry_run="kit.bridge.study_runs:agent_r_dry_run", claim_kinds="kit.studies.agent_r.kinds:KINDS",
     paired_kinds=("agent_r_diff",))

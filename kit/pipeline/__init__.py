@@ -125,8 +125,9 @@ def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overri
         until: stop after the last notebook whose name starts with it (``"05"``: every stage run as
             ``05_rl_<stage>``; ``"05_rl_stage3"``: that one; no report then).
         only: name prefixes (``["11"]``): run those notebooks and the ones whose folders they read
-            (:func:`kit.plan.needed_for`), then write ``claims.json`` over what exists (:func:`write_partial_claims`;
-            the claims of notebooks not run are inconclusive); no report. Not with ``until``.
+            (:func:`kit.plan.needed_for`), then write ``claims.json`` over the folders the run holds
+            (:func:`write_partial_claims`; a claim without its files is inconclusive); no report. Not with ``until``;
+            empty names are refused.
         overlap: False runs strictly in order (06's training not in the background).
         dry_run: print :func:`dry_run_text` and run nothing.
         reports_root: another folder than ``reports/`` (tests).

@@ -165,6 +165,12 @@ class Entry:
     notebook_dir: str = ""
 
     @property
+    def producers(self) -> tuple[str, ...]:
+        """The entries whose folders it reads, flat, in :attr:`upstream`'s order (a list or a dict counts each)."""
+        return tuple(n for up in self.upstream.values()
+                     for n in (up.values() if isinstance(up, dict) else (up,) if isinstance(up, str) else up))
+
+    @property
     def source(self) -> Path:
         """The notebook file this entry executes."""
         return (Path(self.notebook_dir) if self.notebook_dir else NOTEBOOK_DIR) / f"{self.notebook}.ipynb"
@@ -316,11 +322,10 @@ def needed_for(prefixes: Sequence[str], profile: str | None = None) -> list[str]
         want |= set(hit)
     todo = list(want)
     while todo:
-        for up in entries[todo.pop()].upstream.values():
-            for name in up.values() if isinstance(up, dict) else (up,) if isinstance(up, str) else up:
-                if name not in want:
-                    want.add(name)
-                    todo.append(name)
+        for name in entries[todo.pop()].producers:
+            if name not in want:
+                want.add(name)
+                todo.append(name)
     want.add(next(iter(entries)))
     return [n for n in entries if n in want]
 

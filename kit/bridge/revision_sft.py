@@ -21,7 +21,7 @@ import pandas as pd
 import torch
 
 from kit.bridge.sft import sft_command
-from kit.train.sft import pass_steps, warmup_length
+from kit.train.sft import mix_fraction, pass_steps, warmup_length
 
 
 class TokenSFTDataset(torch.utils.data.Dataset):
@@ -109,7 +109,7 @@ def revision_sft_command(cfg: Any, parquet: str | os.PathLike, run_dir: str | os
         if own == 0 or rows < batch:
             raise ValueError(f"{parquet}: {own} own rows of {rows}; VERL's SFT needs own rows and at least one batch "
                              f"of {batch} rows (agent_r.batch_size, else sft.batch_size)")
-        steps = pass_steps(own, a.passes, batch, a.eta / (1.0 + a.eta), a.sft_steps)  # the local loop's
+        steps = pass_steps(own, a.passes, batch, mix_fraction(a.eta), a.sft_steps)  # the local loop's
         recipe["trainer.total_epochs"] = str(math.ceil(steps / (rows // batch)))
         recipe["trainer.total_training_steps"] = str(steps)
         recipe["optim.lr_warmup_steps"] = str(warmup_length(steps, a.warmup_ratio, a.warmup_steps))

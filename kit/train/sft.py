@@ -310,6 +310,17 @@ def run_sft(cfg: KitConfig, run_dir: str | Path, progress: Callable[[dict], None
     return summary
 
 
+def mix_fraction(eta: float) -> float:
+    """Share of a batch drawn from the general data so that its weight relative to the main rows is ``eta``:
+    ``eta / (1 + eta)`` (0.2 -> 1/6; Agent-R's mix, issue #34)."""
+    return eta / (1.0 + eta)
+
+
+def main_per_batch(batch_size: int, mix: float) -> int:
+    """Main rows in a batch of ``batch_size`` whose share ``mix`` is general data (as :func:`batch_rows` draws)."""
+    return round(batch_size * (1.0 - mix))
+
+
 def pass_steps(n_rows: int, passes: float, batch_size: int, mix_fraction: float, cap: int) -> int:
     """Optimizer steps for ``passes`` passes over ``n_rows`` main rows when a share ``mix_fraction`` of each
     ``batch_size`` batch is general data (:func:`fit_rows`): ``ceil(passes * n_rows / main rows a batch)``, at
@@ -318,7 +329,7 @@ def pass_steps(n_rows: int, passes: float, batch_size: int, mix_fraction: float,
         return 0
     if passes == 0:
         return cap
-    per_batch = max(1, round(batch_size * (1.0 - mix_fraction)))
+    per_batch = max(1, main_per_batch(batch_size, mix_fraction))
     return max(1, min(cap, math.ceil(passes * n_rows / per_batch)))
 
 

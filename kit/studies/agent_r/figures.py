@@ -75,7 +75,7 @@ def policy_curves(rows: pd.DataFrame) -> pd.DataFrame:
         raise KeyError(f"Agent-R policy rows lack column(s) {missing} (expected {list(COLUMNS)})")
     out = []
     cold = rows[rows["policy"] == "cold_start"]
-    for arm in ("agent_r", "direct", "good_only", "null"):
+    for arm in OFFSET:  # the arms, in training order
         mine = rows[rows["policy"] == arm]
         if mine.empty:
             continue

@@ -30,7 +30,7 @@ from typing import Any
 from kit.studies.agent_r.revision import RevisionRow, tree_rows
 from kit.studies.agent_r.search import SearchParams, TaskTree, make_engine, search, stop_engine
 from kit.train import common
-from kit.train.sft import fit_rows, pass_steps
+from kit.train.sft import fit_rows, main_per_batch, mix_fraction, pass_steps
 
 #: the arms in training order: the null arm copies the Agent-R arm's steps, so it comes after it
 ARMS = ("agent_r", "direct", "good_only", "null")
@@ -49,12 +49,6 @@ def alpha_at(alphas: Sequence[float], iteration: int) -> float:
     if iteration < 1 or not alphas:
         raise ValueError(f"alpha_at: need iteration >= 1 and alphas, got {iteration}, {list(alphas)}")
     return float(alphas[min(iteration, len(alphas)) - 1])
-
-
-def mix_fraction(eta: float) -> float:
-    """Share of a batch drawn from the general data so that its weight relative to the Agent-R
-    rows is ``eta``: ``eta / (1 + eta)`` (0.2 -> 1/6)."""
-    return eta / (1.0 + eta)
 
 
 def task_slice(problems: Sequence[Any], n: int, iteration: int) -> list[Any]:
@@ -99,7 +93,7 @@ def build_rows(trees: Sequence[TaskTree], tokenizer, *, arm: str, alpha: float, 
 def own_per_batch(batch_size: int, eta: float) -> int:
     """Own rows (revision and good trajectories) in a batch of ``batch_size``: the rest of the
     general share :func:`mix_fraction` (as :func:`kit.train.sft.batch_rows` draws them)."""
-    return round(batch_size * (1.0 - mix_fraction(eta)))
+    return main_per_batch(batch_size, mix_fraction(eta))
 
 
 def iteration_steps(a, n_rows: int, batch_size: int) -> int:

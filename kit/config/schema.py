@@ -380,6 +380,11 @@ class AgentRConfig:
     # where iteration k starts: "previous" (fine-tune iteration k-1's policy on iteration k's rows) or "cold_start"
     # (retrain the cold start on the rows of iterations 1..k, as STaR and ReST-EM do)
     train_from: Literal["previous", "cold_start"] = "previous"
+    # the policy every arm starts from: "run" (notebook 02's: a quarter of its tool demos fail and are then fixed,
+    # so recovery is taught before Agent-R runs) or "clean" (a cold start trained in agent_r/cold_start/ with the
+    # run's recipe and seed and data.demo_error_fraction = 0: recovery is left to be learned, the paper's premise;
+    # the tiny model only; issue #46 item 4). Its demos are then the general data as well
+    cold_start: Literal["run", "clean"] = "run"
     train_signal: bool = True  # loss on the revision signal (the reference's path_collection.py trains that turn)
     batch_size: int = 0  # SFT rows per step (0 = sft.batch_size)
     eval_problems: int = 0  # held-out tasks every policy is sampled on (0 = all of data.task_heldout_size)

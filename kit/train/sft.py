@@ -23,6 +23,7 @@ resumed from ``checkpoints/step_<k>`` repeats steps ``k+1..`` exactly.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import random
@@ -308,6 +309,36 @@ def run_sft(cfg: KitConfig, run_dir: str | Path, progress: Callable[[dict], None
     if progress is not None:
         progress({"stage": "sft", "summary": summary})
     return summary
+
+
+def clean_config(cfg: KitConfig, run_dir: str | Path, *, preamble_max: int | None = None, steps: int = 0) -> KitConfig:
+    """A *clean* cold start's config: ``cfg`` with ``data.demo_error_fraction = 0`` (no tool demo fails and is
+    then fixed, so recovery after a failed call is not taught), ``data.demo_preamble_max = preamble_max`` when
+    given and ``sft.steps = steps`` when not 0, run in ``run_dir``; every other key, the seed included, is
+    ``cfg``'s. ReTool's emergence arm (issue #45, :mod:`kit.studies.retool.emergence`) and Agent-R's
+    ``agent_r.cold_start = "clean"`` (issue #46) train from it."""
+    data = dataclasses.replace(cfg.data, demo_error_fraction=0.0, demo_preamble_max=(
+        cfg.data.demo_preamble_max if preamble_max is None else preamble_max))
+    return dataclasses.replace(cfg, data=data, sft=dataclasses.replace(cfg.sft, steps=steps or cfg.sft.steps),
+                               run_dir=str(run_dir))
+
+
+def refuse_other_config(folder: str | Path, cfg: KitConfig, ignore: tuple[str, ...] = ()) -> None:
+    """Refuse to reuse what ``folder`` holds when its ``config.json`` differs from ``cfg`` in a section other
+    than ``run_dir``, ``logging`` and ``ignore`` (nothing to check when there is no ``config.json``).
+
+    Raises:
+        ValueError: names the folder and the differing sections, and says to delete the folder.
+    """
+    stored = Path(folder) / "config.json"
+    if not stored.exists():
+        return
+    before, now = json.loads(stored.read_text()), json.loads(json.dumps(cfg.to_dict()))
+    skip = {"run_dir", "logging", *ignore}
+    differ = sorted(k for k in now if k not in skip and before.get(k) != now.get(k))
+    if differ:
+        raise ValueError(f"{folder} was trained with another config (differs in: {', '.join(differ)}); "
+                         "delete that folder to train it again with this one")
 
 
 def mix_fraction(eta: float) -> float:

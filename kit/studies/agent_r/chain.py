@@ -1,10 +1,11 @@
-"""Notebook 11: Agent-R from the cold-start policy against two baselines with the same budget (issue #34).
+"""Notebook 11: Agent-R from the cold-start policy against three baselines with the same budget (issue #34).
 
 Arms, each ``agent_r.iterations`` iterations from the cold-start policy (:mod:`kit.studies.agent_r.iterate`):
-``agent_r`` (revision + good trajectories), ``good_only`` (good trajectories only: rejection-
-sampling fine-tuning from the same search budget) and ``null`` (the same fine-tune, the Agent-R arm's
-steps, on the cold-start data alone: the design's control, issue #46); the fourth policy is the cold
-start itself. Every arm is sampled after every iteration on the same held-out tasks
+``agent_r`` (revision + good trajectories), ``direct`` (the same pairs revised at the bad branch's last
+observed turn), ``good_only`` (good trajectories only: rejection-sampling fine-tuning from the same search
+budget) and ``null`` (the same fine-tune, the Agent-R arm's steps, on the cold-start data alone: the design's
+control, issue #46); the fifth policy is the cold start itself: notebook 02's, or with ``agent_r.cold_start =
+"clean"`` one trained in ``cold_start/`` without failed-then-fixed demos (:func:`base_cold_start`). Every arm is sampled after every iteration on the same held-out tasks
 (``policy_eval.jsonl``, the file the Agent-R claims read, :mod:`kit.studies.agent_r.kinds`); ``summary.json``
 carries ``null_accuracy_change``, which the ``agent_r_null_arm_holds`` precondition reads.
 
@@ -41,7 +42,7 @@ from kit.studies.agent_r import iterate, parquet, probes
 from kit.studies.agent_r.figures import figure_agent_r
 from kit.studies.agent_r.search import params_from_config
 from kit.studies.agent_r.tree import lowest_common
-from kit.train import common
+from kit.train import common, sft
 from kit.train.sft import SFT_DATA_FILE, encode_rows, prepare_sft_data
 
 EVAL_FILE, COST_FILE, ITER_FILE, REV_FILE = "policy_eval.jsonl", "search_cost.jsonl", "iterations.jsonl", "revisions.jsonl"
@@ -57,6 +58,30 @@ def agent_r_config(profile: str, overrides: Mapping[str, Any] | None, run_dir, s
 def _append(path: Path, row: dict[str, Any]) -> None:
     with path.open("a") as fh:
         fh.write(jsonio.dumps(row) + "\n")
+
+
+def base_cold_start(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None] = print) -> Path:
+    """The folder whose ``policy/`` every arm starts from and whose demos are the general data: ``sft_dir``
+    (notebook 02's cold start) for ``agent_r.cold_start = "run"``; for ``"clean"``, ``run_dir/cold_start/``,
+    trained there first when it holds no policy (:func:`kit.train.sft.clean_config`: the run's recipe and
+    seed, no demo whose call fails and is then fixed, so recovery is not taught; Agent-R's premise, issue #46).
+
+    Raises:
+        ValueError: ``"clean"`` with a model other than the tiny one (its cold start is not made of the task
+            family's demos), or ``cold_start/`` trained with another config (named; delete it).
+    """
+    if cfg.agent_r.cold_start == "run":
+        return Path(sft_dir)
+    if cfg.model.name_or_path != "tiny":
+        raise ValueError(f"agent_r.cold_start = 'clean' trains a cold start from the tiny task family's demos, which "
+                         f"model {cfg.model.name_or_path!r} does not use; set agent_r.cold_start = 'run'")
+    clean = sft.clean_config(cfg, Path(run_dir) / "cold_start")
+    sft.refuse_other_config(clean.run_dir, clean, ignore=("agent_r",))  # agent_r's keys do not reach the cold start
+    if not (Path(clean.run_dir) / "policy" / "config.json").exists():
+        progress(f"clean cold start: {clean.sft.steps} SFT steps, data.demo_error_fraction = 0")
+        save(clean, clean.run_dir)
+        sft.run_sft(clean, clean.run_dir)
+    return Path(clean.run_dir)
 
 
 def cold_start_rows(cfg: KitConfig, tok, sft_dir, run_dir) -> list:
@@ -125,7 +150,8 @@ def revision_json(row, tok) -> dict[str, Any]:
 
 
 def run_agent_r(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None] | None = print) -> dict[str, Any]:
-    """Agent-R and its two baselines from ``sft_dir/policy`` (module docstring: what it writes).
+    """Agent-R and its three baselines from the base cold start's policy (:func:`base_cold_start`: ``sft_dir``'s,
+    or a clean one trained in ``run_dir/cold_start/``); the module docstring says what it writes.
 
     On ``runtime = "verl"`` nothing is searched (the search runs on the local engine; the paper
     scale trains the parquet of :func:`kit.studies.agent_r.parquet.write_rows` with VERL's SFT trainer,
@@ -133,6 +159,7 @@ def run_agent_r(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None
 
     Raises:
         FileNotFoundError: ``sft_dir/policy`` is missing.
+        ValueError: from :func:`base_cold_start`.
     """
     run = Path(run_dir)
     run.mkdir(parents=True, exist_ok=True)
@@ -147,6 +174,7 @@ def run_agent_r(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None
     c0, t0 = time.process_time(), time.perf_counter()
     say = progress or (lambda s: None)
     common.set_threads(cfg.model.torch_threads)
+    sft_dir = base_cold_start(cfg, run, sft_dir, say)
     policy = Path(sft_dir) / "policy"
     if not (policy / "config.json").exists():
         raise FileNotFoundError(f"{policy}: the cold-start policy is missing (notebook 02 writes it)")

@@ -25,7 +25,6 @@ the tiny task family's demonstrations, so a paper profile, whose cold start is y
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 from pathlib import Path
@@ -55,12 +54,10 @@ EVAL_FIELDS = ("policy", "seed", "problem", "sample", "correct", "calls", "faile
 
 
 def clean_config(cfg: KitConfig, run_dir: str | os.PathLike) -> KitConfig:
-    """The clean cold start's config: ``cfg`` with ``data.demo_error_fraction = 0``, ``data.demo_preamble_max
-    = cfg.retool.clean_preamble_max`` and ``sft.steps = cfg.retool.clean_sft_steps`` (when not 0), run in
-    ``run_dir``; every other key, the seed included, is ``cfg``'s (the run's cold start)."""
-    data = dataclasses.replace(cfg.data, demo_error_fraction=0.0, demo_preamble_max=cfg.retool.clean_preamble_max)
-    sft = dataclasses.replace(cfg.sft, steps=cfg.retool.clean_sft_steps or cfg.sft.steps)
-    return dataclasses.replace(cfg, data=data, sft=sft, run_dir=str(run_dir))
+    """The clean cold start's config (:func:`kit.train.sft.clean_config`): ``cfg`` with ``data.demo_error_fraction
+    = 0``, ``data.demo_preamble_max = cfg.retool.clean_preamble_max`` and ``sft.steps = cfg.retool.clean_sft_steps``
+    (when not 0), run in ``run_dir``; every other key, the seed included, is ``cfg``'s (the run's cold start)."""
+    return sft.clean_config(cfg, run_dir, preamble_max=cfg.retool.clean_preamble_max, steps=cfg.retool.clean_sft_steps)
 
 
 def train_emergence(cfg: KitConfig, run_dir: str | os.PathLike, data_dir: str | os.PathLike | None) -> dict[str, Any]:
@@ -89,15 +86,9 @@ def train_emergence(cfg: KitConfig, run_dir: str | os.PathLike, data_dir: str | 
                          "does not use; set retool.emergence_seeds = 0 (the paper profiles do)")
     root = Path(run_dir) / EMERGENCE_DIR
     clean = clean_config(cfg, root / "cold_start")
-    stored = root / "cold_start" / "config.json"
-    if stored.exists():  # a finished part is reused only if it was trained with this config
-        before = json.loads(stored.read_text())
-        now = json.loads(json.dumps(clean.to_dict()))
-        # retool's own keys act through data.demo_preamble_max (training), the arm list and the eval key
-        differ = sorted(k for k in now if k not in ("run_dir", "retool", "logging") and before.get(k) != now.get(k))
-        if differ:
-            raise ValueError(f"{root} was trained with another config (differs in: {', '.join(differ)}); "
-                             "delete that folder to train the emergence arm again with this one")
+    # a finished part is reused only if it was trained with this config; retool's own keys act through
+    # data.demo_preamble_max (training), the arm list and the eval key
+    sft.refuse_other_config(root / "cold_start", clean, ignore=("retool",))
     plan = retool_arms(clean, root, n_seeds=cfg.retool.emergence_seeds)
     if len(plan) < cfg.retool.emergence_seeds:
         raise ValueError(f"retool.emergence_seeds = {cfg.retool.emergence_seeds}, but the run has {len(plan)} ReTool "

@@ -221,3 +221,35 @@ def agent_r_runs_both_arms_and_stays_inconclusive(lay, cfg) -> None:
     registered = [c for c in claims.load_claims() if c.get("section") == "Agent-R"]
     assert len(mine) == len(registered) >= 5 and all(c["id"].startswith("agentr_") and c["verdict"] == "inconclusive" for c in mine)
     assert (lay.root / "figures" / "agent_r_policies.png").stat().st_size > 5000  # drawn by 11, copied by 20
+
+
+def bstar_runs_both_arms_and_stays_inconclusive(lay, cfg) -> None:
+    """Notebook 12 (issue #47): both arms sample the same training tasks each iteration; B-STaR's pair is the best
+    of its own dev sweep and its threshold the best on its full pool; every policy is sampled on the same held-out
+    tasks; the curves are drawn and copied; the B-STaR claims are inconclusive on smoke (below their minimum data)."""
+    b, d = cfg.bstar, lay.root / "bstar"
+    its = pd.DataFrame(rows(d / "iterations.jsonl")).set_index(["arm", "iteration"])
+    sweep = pd.DataFrame(rows(d / "sweep.jsonl"))
+    assert set(its.index) == {(arm, k) for arm in ("bstar", "fixed") for k in range(1, b.iterations + 1)}
+    assert (its.loc["fixed", "temperature"] == b.fixed_temperature).all()
+    assert (its.loc["fixed", "threshold"] == b.fixed_threshold).all()
+    assert list(its.loc["bstar", "tasks"]) == list(its.loc["fixed", "tasks"])  # the same tasks, iteration by iteration
+    for k in range(1, b.iterations + 1):
+        dev = sweep[(sweep["iteration"] == k) & (sweep["phase"] == "dev")]
+        assert len(dev) == len(b.temperatures) * len(b.thresholds)
+        best = dev.dropna(subset=["balance"]).sort_values(["balance", "temperature", "threshold"],
+                                                          ascending=[False, True, True])
+        if len(best):
+            assert its.loc[("bstar", k), "temperature"] == best.iloc[0]["temperature"]
+        full = sweep[(sweep["iteration"] == k) & (sweep["phase"] == "full")].dropna(subset=["balance"])
+        if len(full):
+            assert its.loc[("bstar", k), "balance"] == full["balance"].max()
+    ev = pd.DataFrame(rows(d / "eval.jsonl"))
+    per = ev.groupby(["policy", "iteration"])["problem"].apply(tuple)
+    assert len(per) == 1 + 2 * b.iterations and per.nunique() == 1  # every policy, the same held-out tasks
+    assert (ev["samples"] == b.eval_samples).all() and len(per.iloc[0]) == b.eval_problems
+    doc = claims.read_claims(lay.root / "claims.json")
+    mine = [c for c in doc["claims"] if c["section"] == "B-STaR"]
+    registered = [c for c in claims.load_claims() if c.get("section") == "B-STaR"]
+    assert len(mine) == len(registered) and all(c["verdict"] == "inconclusive" for c in mine)
+    assert (lay.root / "figures" / "bstar_curves.png").stat().st_size > 5000  # drawn by 12, copied by 20

@@ -141,16 +141,38 @@ def balance_score_selected(correct: Sequence[bool], responses: Sequence[str], sc
         raise ValueError(f"{len(correct)} correctness flags, {len(responses)} responses, {len(scores)} scores")
     if n_star < 1 or (cap is not None and cap < 1):
         raise ValueError(f"n_star and cap must be >= 1, got {n_star} and {cap}")
-    pool = [(float(sc), str(r), bool(c)) for c, r, sc in zip(correct, responses, scores, strict=True)]
+    ok, texts, sc = [bool(c) for c in correct], [str(r) for r in responses], [float(x) for x in scores]
     if reference is not None:
-        pool.append((1.0, str(reference), True))
-    chosen = [p for p in sorted(pool, key=lambda p: -p[0]) if p[0] > threshold][:cap]  # stable: sample order in ties
-    seen: set[str] = set()
-    kept = [p for p in chosen if not (p[1] in seen or seen.add(p[1]))]
+        ok, texts, sc = [*ok, True], [*texts, str(reference)], [*sc, 1.0]
+    kept = selected_indices(texts, sc, threshold, cap)
     if not kept:
         return None
-    c, s = sum(p[2] for p in kept), len(kept)
+    c, s = sum(ok[i] for i in kept), len(kept)
     return min(c / n_star, 1.0) * c / s
+
+
+def selected_indices(responses: Sequence[str], scores: Sequence[float], threshold: float,
+                     cap: int | None = None) -> list[int]:
+    """The samples the authors' selection keeps (``determine_hyper.py``): those scored strictly above
+    ``threshold``, the highest ``cap`` first (sample order among equal scores), then exact-text duplicates
+    dropped (the first kept). B-STaR trains on exactly these (:mod:`kit.studies.bstar`).
+
+    Args:
+        responses: (n,) response texts.
+        scores: (n,) the reward each is selected by.
+        threshold: the reward threshold.
+        cap: at most this many before deduplication (None: all).
+    Returns:
+        Indices into ``responses``, highest score first.
+    Raises:
+        ValueError: the lengths differ.
+    """
+    if len(responses) != len(scores):
+        raise ValueError(f"{len(responses)} responses but {len(scores)} scores")
+    order = sorted(range(len(scores)), key=lambda i: -float(scores[i]))  # stable: sample order in ties
+    chosen = [i for i in order if float(scores[i]) > threshold][:cap]
+    seen: set[str] = set()
+    return [i for i in chosen if not (str(responses[i]) in seen or seen.add(str(responses[i])))]
 
 
 def balance_score_authors(correct: Sequence[Sequence[bool]], responses: Sequence[Sequence[str]],

@@ -80,7 +80,7 @@ class TokenSFTDataset(torch.utils.data.Dataset):
 
 
 def revision_sft_command(cfg: Any, parquet: str | os.PathLike, run_dir: str | os.PathLike, *, model_path: str = "",
-                         gpus_per_node: int = 8, python: str = "python3") -> list[str]:
+                         gpus_per_node: int = 8, python: str = "python3", section: str = "agent_r") -> list[str]:
     """argv of VERL's SFT trainer on the kit's revision parquet: :func:`kit.bridge.sft.sft_command`
     plus ``data.custom_cls`` = :class:`TokenSFTDataset` (this file), ``model.path = model_path`` (the
     iteration's starting policy; default ``cfg.model.name_or_path``) and the local loop's fine-tune recipe
@@ -93,14 +93,18 @@ def revision_sft_command(cfg: Any, parquet: str | os.PathLike, run_dir: str | os
     then runs one step ahead of the local one. VERL's AdamW betas and weight decay are its own (the local
     trainer's are the tiny model's, not keys of the profile).
 
+    ``section``: the config section whose fine-tune it is: ``"agent_r"``, or ``"bstar"`` (B-STaR's iterations,
+    issue #47: no general data, no warm-up ratio beyond its floor, a cosine decay; the other keys as above).
+
     Raises:
         ValueError: the parquet holds no own (revision or good) rows, or fewer rows than a batch (VERL would
-            divide by zero steps an epoch); the message names the parquet and ``agent_r.batch_size``.
+            divide by zero steps an epoch); the message names the parquet and ``<section>.batch_size``.
     """
-    a, s = cfg.agent_r, cfg.sft
+    a, s = getattr(cfg, section), cfg.sft
+    eta, ratio, schedule = getattr(a, "eta", 0.0), getattr(a, "warmup_ratio", 0.0), getattr(a, "schedule", "cosine")
     batch = a.batch_size or s.batch_size
-    recipe = {"optim.lr": repr(float(a.lr or s.lr)), "optim.lr_warmup_steps_ratio": repr(float(a.warmup_ratio)),
-              "optim.lr_scheduler_type": a.schedule, "optim.min_lr_ratio": repr(float(s.min_lr_ratio)),
+    recipe = {"optim.lr": repr(float(a.lr or s.lr)), "optim.lr_warmup_steps_ratio": repr(float(ratio)),
+              "optim.lr_scheduler_type": schedule, "optim.min_lr_ratio": repr(float(s.min_lr_ratio)),
               "optim.zero_indexed_step": "false", "data.train_batch_size": str(batch),
               "trainer.total_epochs": str(math.ceil(a.passes) if a.passes else s.epochs)}
     if Path(parquet).exists():
@@ -108,11 +112,11 @@ def revision_sft_command(cfg: Any, parquet: str | os.PathLike, run_dir: str | os
         own, rows = int((kinds != "general").sum()), len(kinds)
         if own == 0 or rows < batch:
             raise ValueError(f"{parquet}: {own} own rows of {rows}; VERL's SFT needs own rows and at least one batch "
-                             f"of {batch} rows (agent_r.batch_size, else sft.batch_size)")
-        steps = pass_steps(own, a.passes, batch, mix_fraction(a.eta), a.sft_steps)  # the local loop's
+                             f"of {batch} rows ({section}.batch_size, else sft.batch_size)")
+        steps = pass_steps(own, a.passes, batch, mix_fraction(eta), a.sft_steps)  # the local loop's
         recipe["trainer.total_epochs"] = str(math.ceil(steps / (rows // batch)))
         recipe["trainer.total_training_steps"] = str(steps)
-        recipe["optim.lr_warmup_steps"] = str(warmup_length(steps, a.warmup_ratio, a.warmup_steps))
+        recipe["optim.lr_warmup_steps"] = str(warmup_length(steps, ratio, a.warmup_steps))
     if model_path:
         recipe["model.path"] = model_path
     cmd = [c for c in sft_command(cfg, str(parquet), run_dir, gpus_per_node=gpus_per_node, python=python)

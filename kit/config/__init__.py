@@ -29,6 +29,7 @@ from kit.config.checks import (
     ConfigError,
     check,
     check_agent_r,
+    check_bstar,
     check_limits,
     check_minimums,
     check_ranges,
@@ -39,6 +40,7 @@ from kit.config.schema import (
     AblationConfig,
     AgentRConfig,
     AlgorithmConfig,
+    BStarConfig,
     CriticConfig,
     DataConfig,
     EvalConfig,
@@ -55,8 +57,8 @@ from kit.config.schema import (
 )
 
 __all__ = [
-    "LOG_BACKENDS", "POSITIVE_LIMITS", "PROFILE_DIR", "AblationConfig", "AgentRConfig", "AlgorithmConfig", "ConfigError", "CriticConfig",
+    "LOG_BACKENDS", "POSITIVE_LIMITS", "PROFILE_DIR", "AblationConfig", "AgentRConfig", "BStarConfig", "AlgorithmConfig", "ConfigError", "CriticConfig",
     "DataConfig", "EvalConfig", "KitConfig", "LogBackend", "LoggingConfig", "ModelConfig", "RetoolConfig", "RolloutConfig", "SFTConfig", "SandboxConfig",
-    "StageConfig", "StagesConfig", "available_profiles", "check", "check_agent_r", "check_limits", "check_minimums", "check_ranges",
+    "StageConfig", "StagesConfig", "available_profiles", "check", "check_agent_r", "check_bstar", "check_limits", "check_minimums", "check_ranges",
     "RANGES", "from_json", "load", "save",
 ]

@@ -219,6 +219,36 @@ def check_agent_r(cfg: KitConfig) -> None:
         raise ConfigError(f"agent_r.transition: 'first_failed_call' or 'value_drop', got {a.transition!r}")
 
 
+def check_bstar(cfg: KitConfig) -> None:
+    """The ``[bstar]`` values (issue #47): counts >= 1, temperatures > 0 and thresholds in [0, 1) (a vote
+    share above 1 selects nothing), each list non-empty and without repeats, the fixed pair inside those
+    ranges, a finite learning rate >= 0 (0: sft.lr) and passes > 0.
+
+    Raises:
+        ConfigError: naming the key and its value.
+    """
+    b = cfg.bstar
+    for key in ("iterations", "tasks", "samples", "dev_problems", "n_star", "sft_steps", "eval_samples"):
+        if getattr(b, key) < 1:
+            raise ConfigError(f"bstar.{key}: must be >= 1, got {getattr(b, key)}")
+    for key in ("batch_size", "eval_problems", "warmup_steps"):
+        if getattr(b, key) < 0:
+            raise ConfigError(f"bstar.{key}: must be >= 0 (0 = the default it names), got {getattr(b, key)}")
+    if not b.temperatures or len(set(b.temperatures)) < len(b.temperatures) or any(
+            not (math.isfinite(t) and t > 0) for t in b.temperatures):
+        raise ConfigError(f"bstar.temperatures: distinct finite numbers > 0, got {list(b.temperatures)}")
+    if not b.thresholds or len(set(b.thresholds)) < len(b.thresholds) or any(not 0 <= t < 1 for t in b.thresholds):
+        raise ConfigError(f"bstar.thresholds: distinct vote shares in [0, 1), got {list(b.thresholds)}")
+    if not (math.isfinite(b.fixed_temperature) and b.fixed_temperature > 0):
+        raise ConfigError(f"bstar.fixed_temperature: a finite number > 0, got {b.fixed_temperature!r}")
+    if not 0 <= b.fixed_threshold < 1:
+        raise ConfigError(f"bstar.fixed_threshold: a vote share in [0, 1), got {b.fixed_threshold!r}")
+    if not (math.isfinite(b.lr) and b.lr >= 0):
+        raise ConfigError(f"bstar.lr: must be a finite number >= 0 (0 = sft.lr), got {b.lr!r}")
+    if not (math.isfinite(b.passes) and b.passes > 0):
+        raise ConfigError(f"bstar.passes: must be a finite number > 0, got {b.passes!r}")
+
+
 def check(cfg: KitConfig) -> KitConfig:
     """Rules between keys that one key's type cannot say; returns ``cfg`` unchanged.
 
@@ -232,11 +262,12 @@ def check(cfg: KitConfig) -> KitConfig:
             ``sandbox.num_workers``, or a ``logging.records_every`` / ``records_max_prompts``
             that is not a whole number >= 0 (the message names the key and the value); a training
             or sampling key outside its range, or a repeated ablation seed (:func:`check_ranges`);
-            a bad ``[agent_r]`` value (:func:`check_agent_r`).
+            a bad ``[agent_r]`` value (:func:`check_agent_r`); a bad ``[bstar]`` value (:func:`check_bstar`).
     """
     check_limits(cfg)
     check_ranges(cfg)
     check_agent_r(cfg)
+    check_bstar(cfg)
     if cfg.runtime == "verl" and cfg.data.source == "tasks":
         raise ConfigError("data.source: 'tasks' (the generated task family) is the local runtime's pool; VERL trains on "
                           "<01 run>/data/curated.parquet: set data.source='curated' (or 'auto'), or runtime='local'")

@@ -409,6 +409,36 @@ class RetoolConfig:
     eval_samples: int = 4  # samples per held-out task and policy, at T = 1 (the policies' own distribution)
 
 
+@dataclass(frozen=True)
+class BStarConfig:
+    """B-STaR (Zeng et al., ICLR 2025; issue #47, notebook 12, :mod:`kit.studies.bstar`): self-training that
+    retunes the sampling temperature and the reward threshold every iteration to the pair with the highest
+    balance score, against the same loop at a fixed pair (the paper's online RFT).
+
+    The reward a sample is selected by is its *vote share*, the share of its query's samples with the same final
+    answer (self-consistency): the kit's verifier is 0/1, under which every threshold below 1 selects the same
+    samples and the threshold could not be tuned. Correctness (the verifier, against the gold answer) is only
+    read to score the selection (the balance score's exploitation factor is its precision) and to evaluate."""
+
+    iterations: int = 3  # self-training iterations, each on new training tasks with the current policy
+    tasks: int = 32  # training tasks sampled per iteration and arm (the next slice of the training split)
+    samples: int = 8  # samples per task, in the sweep and in the iteration's pool
+    dev_problems: int = 16  # the dev subset the sweep samples (the training split's last tasks, never trained on)
+    temperatures: tuple[float, ...] = (0.6, 0.8, 1.0, 1.2)  # swept (the authors': 0.50-1.20 by 0.05)
+    thresholds: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75)  # swept vote-share thresholds, selected when strictly above
+    n_star: int = 8  # correct selected samples at which the exploration factor saturates (the authors' 8)
+    reference: bool = False  # join the gold solution to every pool with score 1, as the authors' code does
+    fixed_temperature: float = 1.0  # the fixed arm's pair (online RFT): T = 1, the majority answer's samples
+    fixed_threshold: float = 0.5
+    lr: float = 0.0  # the continuation fine-tune's peak lr (0 = sft.lr; kit.train.sft.fit_rows, fresh AdamW each iteration)
+    warmup_steps: int = 0  # warm-up floor (steps); cosine decay to sft.min_lr_ratio of lr after it
+    passes: float = 3.0  # passes over an iteration's selected rows, at most sft_steps steps
+    sft_steps: int = 30
+    batch_size: int = 0  # rows per step (0 = sft.batch_size)
+    eval_problems: int = 64  # held-out tasks every policy is sampled on after every iteration (0 = all)
+    eval_samples: int = 4  # samples per held-out task at T = 1: accuracy, pass@eval_samples, distinct correct
+
+
 #: Experiment trackers the kit passes to VERL's ``verl.utils.tracking.Tracking`` (VERL 0.9.1 also knows
 #: swanlab, clearml, vemlp_wandb and rl_insight; they are left out because they log to a server by
 #: default). ``tests/bridge/test_tracking.py`` checks each name against VERL's ``supported_backend``.
@@ -464,6 +494,7 @@ class KitConfig:
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     agent_r: AgentRConfig = field(default_factory=AgentRConfig)
     retool: RetoolConfig = field(default_factory=RetoolConfig)
+    bstar: BStarConfig = field(default_factory=BStarConfig)
 
     def __post_init__(self) -> None:
         # stages without their own budget or turn limit take rollout's (the one source)

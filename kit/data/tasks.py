@@ -34,6 +34,7 @@ import math
 import random
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from kit import prompts
 from kit.config import KitConfig
@@ -317,6 +318,15 @@ def make_split(train_size: int, heldout_size: int, seed: int, families: Sequence
     heldout = generate(heldout_size, seed + 1_000_003, families)
     train = generate(train_size, seed, families, exclude={p.question for p in heldout})
     return TaskSplit(tuple(train), tuple(heldout))
+
+
+def task_slice(problems: Sequence[Any], n: int, iteration: int) -> list[Any]:
+    """The ``n`` training tasks of 1-based ``iteration`` of a self-training loop (Agent-R, B-STaR): consecutive
+    slices of ``problems``, wrapping around."""
+    if not problems:
+        return []
+    start = (iteration - 1) * n
+    return [problems[(start + i) % len(problems)] for i in range(min(n, len(problems)))]
 
 
 def task_split(cfg: KitConfig) -> TaskSplit:

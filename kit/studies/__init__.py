@@ -1,7 +1,7 @@
 """The related-work studies as data: one :class:`Study` record each, one registry (:data:`STUDIES`).
 
 A study is a paper the kit reruns beside rStar2-Agent on the same seams (ReTool's PPO arms, issue
-#33; Agent-R's revision self-training, issue #34): a notebook of the series with its own run folder,
+#33; Agent-R's revision self-training, issue #34; B-STaR's balanced self-training, issue #47): a notebook of the series with its own run folder,
 its claims section in ``kit/reference/claims.yaml``, its page in the report. Everything that used to
 name the studies one by one reads this registry instead (issue #43):
 
@@ -117,6 +117,19 @@ AGENT_R = Study(
     dry_run="kit.bridge.study_runs:agent_r_dry_run", claim_kinds="kit.studies.agent_r.kinds:KINDS",
     paired_kinds=("agent_r_diff",))
 
+BSTAR = Study(
+    key="bstar", section="B-STaR", notebook="12_bstar",
+    upstream={"sft_dir": COLD_START}, product="summary.json",
+    title="B-STaR (Zeng et al. 2025) on this run: temperature and threshold retuned every iteration, against a fixed pair",
+    what=("Notebook 12 self-trains the cold-start policy for bstar.iterations rounds twice: B-STaR picks each round's "
+          "sampling temperature and vote-share threshold by the authors' balance score on a dev subset (and the "
+          "threshold again on the full pool), the fixed arm keeps one pair (online RFT); both sample the same "
+          "training tasks with the same seeds and fine-tune with the same recipe, and every policy is sampled after "
+          "every round on the same held-out tasks (bstar/eval.jsonl)."),
+    figures=(("bstar_curves", "B-STaR's balance score, chosen pair, exploration and exploitation by iteration"),),
+    dry_run="kit.bridge.study_runs:bstar_dry_run", claim_kinds="kit.studies.bstar.kinds:KINDS",
+    paired_kinds=("bstar_diff",))
+
 #: the kit's own paper's claims section (``kit.claims.DEFAULT_SECTION``): no study may take it
 KIT_SECTION = "rStar2-Agent"
 #: parameters the runner gives every notebook itself: a study's ``upstream`` may not name them
@@ -124,7 +137,7 @@ SERIES_PARAMETERS = frozenset({"profile", "seed", "overrides", "run_dir"})
 #: the environment variable naming studies that live outside the kit (``module:attribute``, comma-separated)
 STUDIES_ENV = "KIT_STUDIES"
 #: the kit's own studies (a study from outside may not reuse their key, section or notebook)
-KIT_STUDIES: tuple[Study, ...] = (RETOOL, AGENT_R)
+KIT_STUDIES: tuple[Study, ...] = (RETOOL, AGENT_R, BSTAR)
 #: folders of a pipeline run that are not a study's (nor a stage's: :data:`kit.config.loading.RUN_FOLDERS`),
 #: and the names :meth:`kit.claims.RunDirs.folder` keeps for itself
 FIXED_FOLDERS = frozenset({"setup", "data", "sft", "ablation", "analysis", "eval", "figures", "tables", "notebooks",

@@ -64,3 +64,7 @@ def test_claims_file_and_summary_page(smoke_run):
 
 def test_agent_r_runs_both_arms_and_stays_inconclusive(smoke_run):
     checks.agent_r_runs_both_arms_and_stays_inconclusive(*smoke_run)
+
+
+def test_bstar_runs_both_arms_and_stays_inconclusive(smoke_run):
+    checks.bstar_runs_both_arms_and_stays_inconclusive(*smoke_run)

@@ -27,6 +27,7 @@ import random
 from collections.abc import Sequence
 from typing import Any
 
+from kit.data.tasks import task_slice  # noqa: F401  (re-exported: the Agent-R loop's name)
 from kit.studies.agent_r.revision import RevisionRow, tree_rows
 from kit.studies.agent_r.search import SearchParams, TaskTree, make_engine, search, stop_engine
 from kit.train import common
@@ -49,14 +50,6 @@ def alpha_at(alphas: Sequence[float], iteration: int) -> float:
     if iteration < 1 or not alphas:
         raise ValueError(f"alpha_at: need iteration >= 1 and alphas, got {iteration}, {list(alphas)}")
     return float(alphas[min(iteration, len(alphas)) - 1])
-
-
-def task_slice(problems: Sequence[Any], n: int, iteration: int) -> list[Any]:
-    """The ``n`` training tasks of 1-based ``iteration``: consecutive slices, wrapping around."""
-    if not problems:
-        return []
-    start = (iteration - 1) * n
-    return [problems[(start + i) % len(problems)] for i in range(min(n, len(problems)))]
 
 
 async def collect_trees(model, tokenizer, problems: Sequence[Any], executor, p: SearchParams, cfg_rollout, *,

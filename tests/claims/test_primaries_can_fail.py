@@ -54,8 +54,25 @@ def _emergence(root: Path, wrong: bool) -> Path:
     return root
 
 
+def _bstar(measure: str):
+    """Issue #47: B-STaR's last policy against the fixed arm's on 30 held-out tasks x 4 samples."""
+    def build(root: Path, wrong: bool) -> Path:
+        ours, theirs = ((1, 3) if wrong else (3, 1)) if measure == "accuracy" else ((0, 1) if wrong else (1, 0))
+        out = []
+        for p in range(30):
+            for policy, it, good in (("cold_start", 0, 2), ("bstar", 3, ours), ("fixed", 3, theirs)):
+                hit = good if measure == "accuracy" else good * (p % 2 == 0) + (p % 2)  # pass@k: half the tasks differ
+                out.append({"policy": policy, "iteration": it, "problem": f"p{p}", "samples": 4, "correct": hit,
+                            "pass_at_k": int(hit > 0), "distinct_correct": hit})
+        (root / "bstar").mkdir(parents=True)
+        (root / "bstar" / "eval.jsonl").write_text("".join(json.dumps(r) + "\n" for r in out))
+        return root
+    return build
+
+
 CASES = {"fig4_roc_below_grpo": _fig4, "fig9_roc_accuracy_not_below": _fig9, "retool_code_ratio_rises": _retool,
-         "agentr_probe_recovery_vs_baselines": _probes, "retool_self_correction_emerges": _emergence}
+         "agentr_probe_recovery_vs_baselines": _probes, "retool_self_correction_emerges": _emergence,
+         "bstar_accuracy_not_below_fixed": _bstar("accuracy"), "bstar_passk_above_fixed": _bstar("pass_at_k")}
 
 
 def test_every_primary_claim_has_a_case():

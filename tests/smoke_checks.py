@@ -19,6 +19,7 @@ import pytest
 from kit import claims, pipeline, plan
 from kit.analysis import code_behaviour
 from kit.studies.agent_r import iterate
+from kit.studies.bstar import loop
 
 #: keys every local RL row must have (each declared in kit.metrics.RL_KEYS: tests/test_metrics_schema.py)
 LOCAL_RL_KEYS = ("stage", "step", "global_step", "reward_mean", "accuracy", "response_len_mean", "truncation_ratio",
@@ -237,10 +238,9 @@ def bstar_runs_both_arms_and_stays_inconclusive(lay, cfg) -> None:
     for k in range(1, b.iterations + 1):
         dev = sweep[(sweep["iteration"] == k) & (sweep["phase"] == "dev")]
         assert len(dev) == len(b.temperatures) * len(b.thresholds)
-        best = dev.dropna(subset=["balance"]).sort_values(["balance", "temperature", "threshold"],
-                                                          ascending=[False, True, True])
-        if len(best):
-            assert its.loc[("bstar", k), "temperature"] == best.iloc[0]["temperature"]
+        best = loop.choose(dev.to_dict("records"))  # the rule the loop applied
+        if best is not None:
+            assert its.loc[("bstar", k), "temperature"] == best["temperature"]
         full = sweep[(sweep["iteration"] == k) & (sweep["phase"] == "full")].dropna(subset=["balance"])
         if len(full):
             assert its.loc[("bstar", k), "balance"] == full["balance"].max()

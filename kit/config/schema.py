@@ -427,12 +427,17 @@ class BStarConfig:
     temperatures: tuple[float, ...] = (0.6, 0.8, 1.0, 1.2)  # swept (the authors': 0.50-1.20 by 0.05)
     thresholds: tuple[float, ...] = (0.0, 0.25, 0.5, 0.75)  # swept vote-share thresholds, selected when strictly above
     n_star: int = 8  # correct selected samples at which the exploration factor saturates (the authors' 8)
-    reference: bool = False  # join the gold solution to every pool with score 1, as the authors' code does
+    # join the gold answer to every pool as a correct sample with score 1, as the authors' code does: every query then
+    # counts in the balance score (without it a query that selects nothing drops out of the mean, which favours the
+    # strictest threshold); the reference scores the pool only, it is never trained on
+    reference: bool = True
     fixed_temperature: float = 1.0  # the fixed arm's pair (online RFT): T = 1, the majority answer's samples
     fixed_threshold: float = 0.5
     lr: float = 0.0  # the continuation fine-tune's peak lr (0 = sft.lr; kit.train.sft.fit_rows, fresh AdamW each iteration)
     warmup_steps: int = 0  # warm-up floor (steps); cosine decay to sft.min_lr_ratio of lr after it
-    passes: float = 3.0  # passes over an iteration's selected rows, at most sft_steps steps
+    # optimizer steps per iteration: passes over the selected rows, at most sft_steps; 0 = sft_steps every iteration
+    # (the paper's fixed steps per iteration: both arms train as long whatever their selected sets' sizes)
+    passes: float = 0.0
     sft_steps: int = 30
     batch_size: int = 0  # rows per step (0 = sft.batch_size)
     eval_problems: int = 64  # held-out tasks every policy is sampled on after every iteration (0 = all)

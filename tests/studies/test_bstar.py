@@ -61,6 +61,7 @@ def test_sweep_and_choose_take_the_best_pair_with_a_stated_tie_rule():
            {"temperature": 0.6, "threshold": 0.0, "balance": math.nan}]
     assert loop.choose(tie)["temperature"] == 0.8
     assert loop.choose([{"temperature": 1.0, "threshold": 0.5, "balance": math.nan}]) is None
+    assert loop.choose([{"temperature": 1.0, "threshold": 0.5, "balance": None}]) is None  # as read from sweep.jsonl
 
 
 def _eval_file(tmp_path, rows):

@@ -25,12 +25,23 @@ by 0.05, thresholds      0.2), ``bstar.thresholds`` (tiny: 0, 1/4,
 by 0.01                  1/2, 3/4)
 per-query cap grown to   no cap                                       the tiny pools are 8 samples
 a target selected size
-reference solution in    off (``bstar.reference``; on, the gold       it lifts every query's score
-every pool (score 1)     answer stands in for the solution)
+reference solution in    the gold answer joins every pool as a        the balance score only (it is never
+every pool (score 1)     correct sample with score 1                  trained on); off (``bstar.reference``),
+                         (``bstar.reference``, on)                    a query selecting nothing drops out
+                                                                      and the strictest threshold wins
+online RFT: a fixed      the fixed arm: the same vote-share           the issue's baseline ("the same loop
+configuration            selection at T = 1 and threshold 1/2 (the   at a fixed temperature and
+                         majority answer's samples); neither arm      threshold"); B-STaR reads the gold
+                         selects by the gold answer                   answers to score its pairs, as the
+                                                                      balance score needs them
+accuracy: greedy Pass@1  accuracy of samples at T = 1, and pass@k,    pass@k and distinct correct answers
+                         with k = ``bstar.eval_samples``              need samples; one stream for all
+same sampling budget     the same training pools; B-STaR's dev        ``iterations.jsonl`` counts each
+                         sweep is extra sampling                      iteration's trajectories
 9 iterations x 500       ``bstar.iterations`` (tiny: 3) of a short     the tiny series' budget; the recipe
-steps, 1k dev queries    fine-tune (3 passes, Agent-R's null-arm-      is the one chosen on Agent-R's null
-                         chosen lr 1e-4, warm-up floor 10), 16 dev    arm (benchmarks/agent_r_null_lr.py),
-                         tasks                                        not tuned on B-STaR's outcome
+steps, 1k dev queries    fine-tune (15 steps, both arms, Agent-R's     is the one chosen on Agent-R's null
+                         null-arm-chosen lr 1e-4, warm-up floor 10),   arm (benchmarks/agent_r_null_lr.py),
+                         16 dev tasks                                 not tuned on B-STaR's outcome
 =======================  ===========================================  =====================================
 
 Does not: run the loop on VERL (the paper profiles' dry run prints how it would: the fine-tune through the kit's

@@ -14,15 +14,14 @@ same held-out tasks with the same seed at T = 1.
 
 Files in ``run_dir``: ``config.json``; ``sweep.jsonl`` (one row per arm, iteration, phase ``dev``/``full``,
 temperature and threshold: balance, selected per query, precision, accuracy, pass@n, distinct correct);
-``iterations.jsonl`` (per arm and iteration: the pair used, the pool's figures at it, its task ids, rows and
-steps trained, loss); ``eval.jsonl`` (one row per policy, iteration and held-out task: ``samples``, ``correct``,
+``iterations.jsonl`` (per arm and iteration: the pair used, the pool's figures at it, its task ids, trajectories
+sampled (B-STaR's dev sweep included), rows and steps trained, loss); ``eval.jsonl`` (one row per policy, iteration and held-out task: ``samples``, ``correct``,
 ``distinct_correct``, ``pass_at_k``, the rows the B-STaR claims read, :mod:`kit.studies.bstar.kinds`);
 ``<arm>/iter_<k>/policy/``; ``summary.json``.
 """
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -101,9 +100,9 @@ def pick_pair(cfg: KitConfig, model, tok, dev, *, iteration: int, previous: tupl
     the best pair (``previous`` when no pair selects anything). Each row goes to ``write``."""
     b = cfg.bstar
     pools = {}
-    for j, t in enumerate(b.temperatures):
-        pools[t], _ = sample(cfg, model, tok, dev, b.samples, temperature=t,
-                             seed=common.step_seed(cfg.seed, "bstar-dev", iteration, j))
+    for t in b.temperatures:
+        pools[t], _ = sample(cfg, model, tok, dev, b.samples, temperature=t,  # one stream for every temperature
+                             seed=common.step_seed(cfg.seed, "bstar-dev", iteration))
     rows = loop.sweep(pools, b.thresholds, b.n_star)
     for r in rows:
         write({"arm": "bstar", "iteration": iteration, "phase": "dev", **r})
@@ -178,13 +177,17 @@ def run_bstar(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None] 
             steps = pass_steps(len(rows), b.passes, batch, 0.0, b.sft_steps)
             fit = fit_rows(model, tok, rows, [], steps=steps, batch_size=batch, mix_fraction=0.0, lr=b.lr or cfg.sft.lr,
                            warmup_steps=b.warmup_steps, schedule="cosine", min_lr_ratio=cfg.sft.min_lr_ratio,
-                           seed=common.step_seed(cfg.seed, "bstar", arm, k), tag=f"bstar-{arm}-{k}") if steps else []
+                           seed=common.step_seed(cfg.seed, "bstar-fit", k),  # one batch stream for both arms
+                           tag=f"bstar-{k}") if steps else []
             model.eval()
             save_policy(model, tok, run / arm / f"iter_{k}" / "policy")
             stats = loop.pool_stats(pools, threshold, b.n_star)
             _append(run / ITER_FILE, {"arm": arm, "iteration": k, "temperature": temperature, "threshold": threshold,
                                       "dev_threshold": dev_threshold, **stats, "rows": len(rows), "steps": steps,
                                       "tasks": [p.id for p in problems],
+                                      # trajectories sampled this iteration: the pool, and B-STaR's dev sweep
+                                      "sampled": len(problems) * b.samples + (len(b.temperatures) * len(dev) * b.samples
+                                                                               if arm == "bstar" else 0),
                                       "loss_first": fit[0]["loss"] if fit else None,
                                       "loss_last": fit[-1]["loss"] if fit else None})
             say(f"{arm} iteration {k}: T = {temperature}, threshold {threshold}, balance {stats['balance']:.3f}, "
@@ -203,12 +206,13 @@ def _rows(path: Path) -> list[dict[str, Any]]:
 
 def iterations_table(run_dir) -> pd.DataFrame:
     """``iterations.jsonl`` as a table indexed by (arm, iteration): the pair, balance, exploration (distinct
-    correct, pass@n) and exploitation (precision) of each iteration's pool, rows and steps trained."""
+    correct, pass@n) and exploitation (precision) of each iteration's pool, trajectories sampled, rows and steps
+    trained."""
     df = pd.DataFrame(_rows(Path(run_dir) / ITER_FILE))
     if df.empty:
         return df
     cols = ["temperature", "threshold", "balance", "selected", "precision", "accuracy", "pass_at_n",
-            "distinct_correct", "rows", "steps"]
+            "distinct_correct", "sampled", "rows", "steps"]
     return df.set_index(["arm", "iteration"])[cols]
 
 
@@ -255,7 +259,7 @@ def bstar_findings(run_dir) -> str:
     c = pol.loc["cold_start"]
     lines.append(f"The cold start: accuracy {c.accuracy:.3f}, pass@k {c.pass_at_k:.3f}, "
                  f"{c.distinct_correct:.2f} distinct correct per task.")
-    nan = [f"{a} {i}" for (a, i), r in it.iterrows() if math.isnan(r.precision)]
+    nan = [f"{a} {i}" for (a, i), r in it.iterrows() if pd.isna(r.precision)]
     if nan:
         lines.append(f"No sample was selected at: {', '.join(nan)} (the policy was kept).")
     return " ".join(lines)

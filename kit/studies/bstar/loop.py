@@ -109,8 +109,8 @@ def sweep(pools_by_temperature: Mapping[float, Sequence[Pool]], thresholds: Sequ
 def choose(rows: Sequence[Mapping[str, float]]) -> Mapping[str, float] | None:
     """The row with the highest balance score; ties go to the lower temperature, then the lower threshold (a
     rule, so the choice is a function of the samples only). None when no row has a balance score (no query
-    selected anything at any pair)."""
-    scored = [r for r in rows if not math.isnan(r["balance"])]
+    selected anything at any pair; a missing score is NaN, or None in rows read back from ``sweep.jsonl``)."""
+    scored = [r for r in rows if r["balance"] is not None and not math.isnan(r["balance"])]  # None: read back from JSON
     if not scored:
         return None
     # rounded: two pairs equal in exact arithmetic may differ in the last bits of a float sum

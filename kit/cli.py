@@ -39,7 +39,7 @@ from typing import Any
 
 from kit.config import ConfigError, SandboxConfig, available_profiles, load
 from kit.config.keyhelp import config_rows, format_rows
-from kit.studies import STUDIES
+from kit.studies import KIT_SECTION, STUDIES
 
 
 def parse_sets(items: Sequence[str]) -> dict[str, Any]:
@@ -136,13 +136,18 @@ def _claims(a: argparse.Namespace, argv: list[str]) -> int:
     from kit.claims import ClaimsError  # reads claims.json files only
     from kit.claims.over_seeds import seeds_table, write_csv  # reads claims.json files only
 
+    sections = {KIT_SECTION, *(s.section for s in STUDIES)}
+    if a.section != "all" and a.section not in sections:
+        print(f"kit claims: --section {a.section!r} is no paper's; one of {', '.join(sorted(sections))} or all",
+              file=sys.stderr)
+        return 2
     if a.runs[0] != "pool":
         write_csv(seeds_table(a.runs, None if a.section == "all" else a.section), a.out)
         return 0
     from kit.claims import pool  # scipy's bootstrap; matplotlib for the page
 
     try:
-        doc = pool.pool_runs(a.runs[1:])
+        doc = pool.pool_runs(a.runs[1:], section=None if a.section == "all" else a.section)
     except ClaimsError as exc:
         print(f"kit claims pool: {exc}", file=sys.stderr)
         return 2

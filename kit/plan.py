@@ -307,8 +307,9 @@ def _entries(profile: str | None) -> dict[str, Entry]:
 
 def needed_for(prefixes: Sequence[str], profile: str | None = None) -> list[str]:
     """The series entries that running the notebooks named by ``prefixes`` needs, in series order: those
-    whose name starts with a prefix, every entry they read a folder of (recursively), and the sandbox check
-    (00) first (``kit reproduce --only``: one study over seeds without the whole series).
+    whose name starts with a prefix (a number names its notebook exactly: ``1`` matches none of 01, 10, 11), every
+    entry they read a folder of (recursively), and the sandbox check (00) first (``kit reproduce --only``: one study
+    over seeds without the whole series).
 
     Raises:
         ValueError: a prefix that matches no entry of ``profile``'s series (the known names listed).
@@ -316,9 +317,12 @@ def needed_for(prefixes: Sequence[str], profile: str | None = None) -> list[str]
     entries = _entries(profile)
     want: set[str] = set()
     for p in prefixes:
-        hit = [n for n in entries if n.startswith(p)]
+        # a number names its notebook exactly ("1" is none of 01, 10, 11, 12); any other prefix by its start
+        hit = [n for n in entries if (n.split("_", 1)[0] == p if p.isdigit() else n.startswith(p))]
         if not hit:
-            raise ValueError(f"--only {p!r} matches no notebook of {', '.join(entries)}")
+            near = [n.split("_", 1)[0] for n in entries if p in n.split("_", 1)[0]]
+            raise ValueError(f"--only {p!r} matches no notebook of {', '.join(entries)}"
+                             + (f" (a number names one exactly: {', '.join(near)}?)" if p.isdigit() and near else ""))
         want |= set(hit)
     todo = list(want)
     while todo:

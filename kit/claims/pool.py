@@ -221,12 +221,13 @@ def _precondition_failures(doc: Mapping[str, Any], requires: Sequence[str]) -> l
     return out
 
 
-def pool_claims(docs: Sequence[tuple[str, Mapping[str, Any]]], claims: Sequence[Mapping[str, Any]] | None = None
-                ) -> list[dict[str, Any]]:
+def pool_claims(docs: Sequence[tuple[str, Mapping[str, Any]]], claims: Sequence[Mapping[str, Any]] | None = None,
+                section: str | None = None) -> list[dict[str, Any]]:
     """Pool each claim's tests over runs.
 
     Args:
         docs: (R,) ``(run name, claims.json document)``; the first run's claim order is kept.
+        section: pool only this paper's claims (None: all); a claim of another section need not be in every run.
         claims: the claims file's claims (default :func:`kit.claims.load_claims`): their ``role``
             (``primary`` / ``secondary``, default secondary) and ``requires`` (precondition names).
     Returns:
@@ -236,8 +237,8 @@ def pool_claims(docs: Sequence[tuple[str, Mapping[str, Any]]], claims: Sequence[
         share_claimed_side, share_runs_reproduced, seeds_needed`` (:func:`seeds_needed` on these runs) and, for arm comparisons (:data:`ARM_COMPARISONS`),
         ``probability_of_improvement``.
     Raises:
-        ClaimsError: a claim of the first run is missing from another, or a test's comparison or
-            threshold differs between runs (the claims file changed: such runs test different claims).
+        ClaimsError: a claim of the first run (of ``section``) is missing from another, or a test's comparison
+            or threshold differs between runs (the claims file changed: such runs test different claims).
     """
     if not docs:
         raise ClaimsError("no runs to pool")
@@ -245,6 +246,8 @@ def pool_claims(docs: Sequence[tuple[str, Mapping[str, Any]]], claims: Sequence[
     by_run = [(name, {c["id"]: c for c in d["claims"]}, d) for name, d in docs]
     out = []
     for c0 in docs[0][1]["claims"]:
+        if section is not None and (c0.get("section") or DEFAULT_SECTION) != section:
+            continue
         cid = c0["id"]
         cspec = spec.get(cid, {})
         role = str(cspec.get("role") or c0.get("role") or "secondary")
@@ -255,7 +258,8 @@ def pool_claims(docs: Sequence[tuple[str, Mapping[str, Any]]], claims: Sequence[
             for name, claims_of, doc in by_run:
                 c = claims_of.get(cid)
                 if c is None:
-                    raise ClaimsError(f"claim {cid!r} is not in {name}/claims.json")
+                    raise ClaimsError(f"claim {cid!r} is in {docs[0][0]}/claims.json but not in {name}/claims.json (the "
+                                      "runs were judged by different claims files; pool one paper with --section)")
                 t = c["tests"][ti]
                 if (t["comparison"], t["threshold"]) != (t0["comparison"], t0["threshold"]):
                     raise ClaimsError(f"claim {cid!r}, test {t0['name']!r}: {name} tests {t['comparison']} "
@@ -325,8 +329,23 @@ def _apply_holm(pooled: list[dict[str, Any]]) -> None:
                                     f"{section} (adjusted p = {t['p_holm']:.3g})")
 
 
-def pool_runs(runs: Sequence[str | os.PathLike]) -> dict[str, Any]:
-    """The pooled document of run folders (each with a ``claims.json``, notebook 20).
+def claims_file_notes(docs: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """A line when the runs were judged by different claims files (``claims_sha256`` of ``claims.json``), naming
+    the runs of each; [] when they agree or do not say. A pooled claim is still the same claim wherever its test's
+    comparison and threshold agree (:func:`pool_claims` checks that), but a reader should know."""
+    groups: dict[str, list[str]] = {}
+    for name, d in docs:
+        if d.get("claims_sha256"):
+            groups.setdefault(d["claims_sha256"], []).append(name)
+    if len(groups) < 2:
+        return []
+    return ["the runs were judged by different claims files: " + "; ".join(
+        f"{', '.join(names)} ({sha[:12]})" for sha, names in groups.items())]
+
+
+def pool_runs(runs: Sequence[str | os.PathLike], section: str | None = None) -> dict[str, Any]:
+    """The pooled document of run folders (each with a ``claims.json``, notebook 20); ``section``: one paper's
+    claims only (None: all).
 
     Returns:
         ``{schema_version, kind: "pooled", profile, created_utc, runs [{name, path, seed, environment_key,
@@ -354,14 +373,14 @@ def pool_runs(runs: Sequence[str | os.PathLike]) -> dict[str, Any]:
                               "so a seed counts once")
         if s is not None:
             seeds[s] = p
-    pooled = pool_claims(docs)
+    pooled = pool_claims(docs, section=section)
     return {"schema_version": SCHEMA, "kind": "pooled", "profile": profiles.pop(),
             "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "runs": [{"name": n, "path": str(p), "seed": _seed(p),
                       "environment_key": fingerprint.fingerprint_key(d[fingerprint.ENVIRONMENT_KEY])
                       if d.get(fingerprint.ENVIRONMENT_KEY) else None,
                       "repeatable": d.get(fingerprint.REPEATABLE_KEY)} for (n, d), p in zip(docs, paths, strict=True)],
-            "notes": environment_notes(docs),
+            "notes": environment_notes(docs) + claims_file_notes(docs),
             "counts": {v: sum(c["verdict"] == v for c in pooled if c["role"] != "world_check") for v in VERDICTS},
             "world_check_counts": {v: sum(c["verdict"] == v for c in pooled if c["role"] == "world_check")
                                    for v in VERDICTS},

@@ -39,6 +39,7 @@ so ``kit.pipeline.run_series`` & co. are what :func:`reproduce` calls.
 
 from __future__ import annotations
 
+import json
 import sys
 import time
 from collections.abc import Sequence
@@ -224,10 +225,14 @@ def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overri
 
 
 def write_partial_claims(layout: Layout, profile: str, stages: Sequence[str], notebooks: Sequence[str] = ()):
-    """``claims.json`` of a run that ran part of the series (``--only``; ``notebooks``, written as its ``only``):
-    every claim judged on the folders the run holds (:func:`kit.claims.evaluate_claims`), as notebook 20 judges
-    them, a folder an earlier invocation left there included; a claim whose files are missing is inconclusive
-    and says which. Returns its path."""
+    """``claims.json`` of a run that ran part of the series (``--only``): every claim judged on the folders the run
+    holds (:func:`kit.claims.evaluate_claims`), as notebook 20 judges them, a folder an earlier invocation left there
+    included; a claim whose files are missing is inconclusive and says which. Its ``only`` names what it was judged
+    on: ``notebooks`` (this invocation's) and every notebook ``pipeline_state.json`` records as done (an earlier
+    ``--only`` run's included). Returns its path."""
     verdicts = claims.evaluate_claims(claims.RunDirs.under(layout.root, stages=list(stages)))
+    state_file = layout.root / "pipeline_state.json"
+    state = json.loads(state_file.read_text()) if state_file.exists() else {}
+    done = {k for k, v in state.items() if isinstance(v, dict) and v.get("status") == "done"}
     return claims.write_claims(verdicts, layout.root / "claims.json", profile=profile, run=layout.root.name,
-                               only=notebooks)
+                               only=sorted(done | set(notebooks)))

@@ -144,3 +144,16 @@ def test_the_verl_parquet_carries_general_data_at_eta_per_agent_r_row():
     assert len(mix) == 4 and len(set(map(str, mix))) == 4 and mix == general_share(general, 20, 0.2, seed=3)
     assert general_share(general, 2, 0.2) and len(general_share(general, 2, 0.2)) == 1  # at least one row
     assert general_share(general, 20, 0.0) == [] and general_share([], 20, 0.2) == []
+
+
+def test_the_coloured_view_marks_the_trained_revision_signal(tok):
+    """Issue #46 review: revisions.jsonl said loss 0 for the signal although the row trains it; the view reads the mask."""
+    from kit.studies.agent_r.chain import revision_json
+    from kit.studies.agent_r.revision import RevisionRow
+
+    segs = [("prompt", 0, 2), ("bad", 2, 4), ("signal", 4, 6), ("good", 6, 10)]
+    for trained in (1, 0):
+        row = RevisionRow(list(range(10, 20)), [0, 0, 0, 0, trained, trained, 1, 1, 0, 1], segs, "revision", "t", 1, "rs")
+        loss = {s["kind"]: s["loss"] for s in revision_json(row, tok)["segments"]}
+        assert loss["signal"] == trained and loss["bad"] == 0 and loss["prompt"] == 0
+        assert loss["good"] == 1 and loss["feedback"] == 0  # the continuation split by its mask

@@ -173,9 +173,24 @@ def test_runs_that_cannot_be_pooled_are_named(tmp_path):
     with pytest.raises(ClaimsError, match="different claims files"):
         pool_runs([a, c])
     d = _run(tmp_path, "d", [], seed=5)
-    with pytest.raises(ClaimsError, match="'x' is not in d"):
+    with pytest.raises(ClaimsError, match="'x' is in a/claims.json but not in d"):
         pool_runs([a, d])
     assert cli.main(["claims", "pool", str(a), str(b)]) == 2
+    assert cli.main(["claims", "pool", str(a), str(c), "--section", "bogus"]) == 2  # no paper's: named, not empty
+
+
+def test_one_paper_pools_over_runs_judged_by_different_claims_files(tmp_path):
+    """A run whose claims.json also holds another paper's claims (a later --only run of another study) pools with
+    the others on one --section; the note says the claims files differ."""
+    old = [_run(tmp_path, f"s{i}", [_claim("x", [_test(0.1 + 0.01 * i)], section="Agent-R")], seed=i,
+                claims_sha256="aaa") for i in range(2)]
+    new = _run(tmp_path, "s2", [_claim("x", [_test(0.12)], section="Agent-R"), _claim("y", [_test(0.3)], section="B-STaR")],
+               seed=2, claims_sha256="bbb")
+    with pytest.raises(ClaimsError, match="'y' is in s2/claims.json but not in s0"):
+        pool_runs([new, *old])
+    doc = pool_runs([new, *old], section="Agent-R")
+    assert [c["id"] for c in doc["claims"]] == ["x"] and doc["claims"][0]["tests"][0]["n"] == 3
+    assert any("different claims files: s2 (bbb); s0, s1 (aaa)" in n for n in doc["notes"])
 
 
 def test_the_cli_prints_one_row_per_test_and_writes_the_folder(tmp_path, capsys):

@@ -107,6 +107,9 @@ def test_only_runs_a_notebook_with_what_it_reads_and_names_a_bad_prefix(tmp_path
                                           "03_rl_stage1", "04_rl_stage2", "05_rl_stage3", "08_evaluation"]
     with pytest.raises(ValueError, match="'99' matches no notebook"):
         needed_for(["99"], "tiny")
+    with pytest.raises(ValueError, match=r"a number names one exactly: 01, 10, 11, 12\?"):  # not 01, 10, 11 and 12 at once
+        needed_for(["1"], "tiny")
+    assert needed_for(["12_b"], "tiny")[-1] == "12_bstar"  # a longer prefix by its start
     assert cli.main(["reproduce", "--profile", "smoke", "--only", "11", "--dry-run", "--reports-root",
                      str(tmp_path)]) == 0
     out = capsys.readouterr().out
@@ -126,9 +129,12 @@ def test_a_partial_runs_claims_judge_what_it_ran(smoke_chain, tmp_path):
     part = Layout.for_run("smoke", "part", str(tmp_path))
     for folder in ("sft", "agent_r"):
         shutil.copytree(lay.root / folder, part.root / folder)
+    # an earlier --only run finished 12 here and left 03 unfinished: only says what the claims were judged on
+    (part.root / "pipeline_state.json").write_text(json.dumps({"12_bstar": {"status": "done"},
+                                                               "03_rl_stage1": {"status": "running"}}))
     doc = json.loads(write_partial_claims(part, "smoke", ["stage1", "stage2"], ["02_cold_start_sft", "11_agent_r"]
                                           ).read_text())
-    assert doc["only"] == ["02_cold_start_sft", "11_agent_r"]
+    assert doc["only"] == ["02_cold_start_sft", "11_agent_r", "12_bstar"]
     full = {c["id"]: c for c in json.loads((lay.root / "claims.json").read_text())["claims"]}
     for c in doc["claims"]:
         if c["section"] == "Agent-R":  # the same verdicts as the full run's

@@ -40,6 +40,13 @@ every good/bad pair      a pair whose transition turn has no tool      rs follow
 gives a revision         observation (the bad branch ended on a wrong  branch that only answered wrongly has
 trajectory               final answer) is skipped and counted          none to revise after (on tiny: most
                          (``skipped`` in iterations.jsonl)             pairs of iteration 1, see the log)
+each iteration trains    continues in place (``agent_r.train_from =    the reference code stops at the rows
+the current model        "previous"``); ``"cold_start"`` retrains the  (its training is Xtuner's) and the
+                         cold start on every iteration's rows so far   paper's text is not reachable here:
+                         (STaR, ReST-EM)                               a stated choice, not a verified one
+eta weights the general  ``eta / (1 + eta)`` of each batch; whether    the same unverified reading of the
+data in the loss         the paper's eta weights the general data or   paper's equation; AgentTuning's eta
+                         the agent data is not verified here           weights the agent data
 direct revision: the     the same pairs cut at the bad branch's last   a final answer has no observation
 whole bad trajectory,    observed turn (the latest point a revision    after it: the agent loop never goes
 then the revision        can follow one); pairs skipped as Agent-R's   past it, so a row revising there

@@ -132,11 +132,13 @@ def tree_json(tree, tok, rows) -> dict[str, Any]:
 
 def revision_json(row, tok) -> dict[str, Any]:
     """A revision row as text segments ``[{kind, text, loss}]`` for the coloured view (feedback
-    inside the good continuation is its own ``feedback`` segment, without loss)."""
+    inside the good continuation is its own ``feedback`` segment, without loss); a segment's ``loss`` is its
+    training mask (the revision signal's is 1 when ``agent_r.train_signal`` trained it)."""
     segs = []
     for kind, s, e in row.segments:
         if kind != "good":
-            segs.append({"kind": kind, "text": tok.decode(row.ids[s:e], skip_special_tokens=False), "loss": 0})
+            segs.append({"kind": kind, "text": tok.decode(row.ids[s:e], skip_special_tokens=False),
+                         "loss": int(any(row.mask[s:e]))})
             continue
         t = s
         while t < e:  # split the continuation by its mask: model tokens (loss) and tool feedback (none)
@@ -354,7 +356,7 @@ def agent_r_findings(run_dir: str | os.PathLike) -> str:
                      f"calls run and {int(cost['replayed_calls'].sum())} replayed, "
                      f"{cost['cpu_s'].sum():.1f} CPU s of search; the notebook's process used {s.get('cpu_s', 0):.1f} CPU s.")
     lines.append(f"- Training rows: {rev} revision trajectories over the Agent-R iterations, {direct} direct-revision "
-                 f"trajectories (revised after the whole bad trajectory), {good} good-only rows; "
+                 f"trajectories (revised at the bad branch's last observation), {good} good-only rows; "
                  f"{sum(i.get('skipped', 0) for i in its if i['arm'] == 'agent_r')} good/bad pairs were skipped because "
                  "the transition turn had no tool observation to revise after.")
     change = s.get("null_accuracy_change")

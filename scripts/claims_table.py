@@ -1,0 +1,39 @@
+"""The README's pooled claims table from a ``pooled_claims.json`` (``python -m kit claims pool ... --out DIR``):
+one row per test of SECTION's current claims (superseded ones left out), the test's name shortened, its runs, the
+pooled statistic with its 95% interval over runs, and the verdict.
+
+    python scripts/claims_table.py reports/tiny/ar-only-11-pooled/pooled_claims.json Agent-R reports/claims_agent_r_pooled.csv
+"""
+import csv
+import json
+import sys
+
+doc = json.load(open(sys.argv[1]))
+section = sys.argv[2]
+SHORT = {"minus good-only": "minus good-only", "minus the null arm": "minus null arm",
+         "last minus first iteration": "last minus first iteration", "minus direct revision": "minus direct revision",
+         "accuracy, Agent-R (last iteration) minus good-only": "accuracy minus good-only, margin 0.05",
+         "reflection share, Agent-R (last iteration) minus cold start": "reflection share minus cold start",
+         "accuracy, B-STaR (last iteration) minus the fixed arm": "accuracy minus fixed arm, margin 0.05",
+         "pass@k, B-STaR (last iteration) minus the fixed arm": "pass@k minus fixed arm",
+         "distinct correct per task, cold start minus the fixed arm (last iteration)": "distinct correct, cold start minus fixed arm"}
+def short(name):
+    for k, v in sorted(SHORT.items(), key=lambda kv: -len(kv[0])):  # the longest match first
+        if name.endswith(k):
+            return v
+    return name
+def f(x):
+    return "n/a" if x is None else f"{x:+.3f}"
+rows = []
+for c in doc["claims"]:
+    if c["section"] != section or c.get("superseded_by"):
+        continue
+    for t in c["tests"]:
+        lab = f"`{c['id']}`" + (" (primary)" if c.get("role") == "primary" else "") + f": {short(t['name'])}"
+        lo, hi = t.get("ci95") or (None, None)
+        rows.append([lab, t["n"], f"{f(t['value'])} ({f(lo)} to {f(hi)})", t["verdict"]])
+with open(sys.argv[3], "w", newline="") as fh:
+    w = csv.writer(fh)
+    w.writerow(["claim (test)", "runs", "pooled (95% interval over runs)", "verdict"])
+    w.writerows(rows)
+print(open(sys.argv[3]).read())

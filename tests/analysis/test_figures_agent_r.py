@@ -44,3 +44,18 @@ def test_a_missing_column_is_named():
 def test_the_figure_has_four_panels():
     fig = figure_agent_r(_rows())
     assert len(fig.axes) == 4 and all(ax.has_data() for ax in fig.axes)
+
+
+def test_with_probes_panel_b_is_recovery_after_the_same_forced_failure():
+    """Issue #46 review: the primary claim's measure is drawn; panel (b) reads the probe rows."""
+    from kit.studies.agent_r.figures import PROBE_PANEL
+
+    probes = pd.DataFrame([{"policy": p, "iteration": it, "problem": f"p{j}", "correct": c}
+                           for p, it, cs in (("cold_start", 0, [1, 1, 0, 0]), ("agent_r", 1, [1, 0, 0, 0]),
+                                             ("good_only", 1, [1, 1, 1, 0])) for j, c in enumerate(cs)])
+    c = policy_curves(_rows(), probes)
+    rec = c[c["panel"] == PROBE_PANEL[0]].set_index(["arm", "iteration"])["stat"]
+    assert rec[("agent_r", 0)] == 0.5 and rec[("agent_r", 1)] == 0.25 and rec[("good_only", 1)] == 0.75
+    assert PANELS[1][0] not in set(c["panel"])
+    fig = figure_agent_r(_rows(), probes=probes)
+    assert fig.axes[1].get_title() == PROBE_PANEL[0] and len(fig.legends) == 1 and not fig.axes[0].get_legend()

@@ -327,7 +327,9 @@ def policies_figure(run_dir: str | os.PathLike, note: str = ""):
         print(f"no policy was evaluated in {run_dir} (no {EVAL_FILE})")
         return None
     trees = sorted(Path(run_dir, "trees").glob("agent_r_iter*.json"))
-    fig = figure_agent_r(pd.read_json(path, lines=True), tree=trees[0] if trees else None, note=note)
+    probe_rows = _rows(Path(run_dir) / probes.PROBE_FILE)
+    fig = figure_agent_r(pd.read_json(path, lines=True), probes=pd.DataFrame(probe_rows) if probe_rows else None,
+                         tree=trees[0] if trees else None, note=note)
     save_figure(fig, run_dir, AGENT_R_FIGURE)
     return fig
 

@@ -1,8 +1,9 @@
 """Agent-R's figure for this run (Yuan et al. 2025, issue #34): the compared policies on the same
 held-out tasks, by self-training iteration, from notebook 11's ``agent_r/policy_eval.jsonl``.
 
-Four panels: (a) held-out accuracy, (b) recovery after a failed tool call (the share of trajectories
-with a failed call that end correct: what Agent-R's revision trajectories teach), (c) share of
+Four panels: (a) held-out accuracy, (b) recovery after the same forced failing call (the forced-error probes
+of ``probe_eval.jsonl``, the primary claim's measure; without probes, recovery after the policy's own failed
+calls: the share of trajectories with a failed call that end correct), (c) share of
 trajectories with a failed call, (d) reflection share of high-entropy tokens (the §5.4 labeller of
 :mod:`kit.analysis`). Each point is the mean over the held-out trajectories with a 95% bootstrap
 interval over problems (samples of one problem are not independent); the cold-start policy is
@@ -35,6 +36,10 @@ PANELS = (
     ("(d) reflection among high-entropy tokens", "reflection tokens / high-entropy tokens", ("reflection", "high", None)),
 )
 COLUMNS = ("policy", "iteration", "problem", "correct", "failed_call", "reflection", "high")
+#: panel (b) when the run has forced-error probes (``probe_eval.jsonl``, issue #46): the primary claim's measure,
+#: recovery after the same failing call in every policy's context, in place of recovery after the policy's own
+PROBE_PANEL = ("(b) recovery after the same forced failing call", "correct after the forced failure (probes)",
+               ("correct", None, None))
 
 
 def bootstrap_ratio(df: pd.DataFrame, num: str, den: str | None, *, draws: int = 1000, seed: int = 0) -> tuple[float, float, float, int]:
@@ -63,9 +68,15 @@ def bootstrap_ratio(df: pd.DataFrame, num: str, den: str | None, *, draws: int =
     return float(total[0] / total[1]), float(lo), float(hi), len(df)
 
 
-def policy_curves(rows: pd.DataFrame) -> pd.DataFrame:
-    """Per arm, iteration and panel: statistic, 95% interval, rows (the cold start as iteration 0 of
-    every arm; an arm without rows, e.g. the null arm of a run from before issue #46, is left out).
+def panels(probes: pd.DataFrame | None = None) -> tuple:
+    """The four panels drawn: :data:`PANELS`, with :data:`PROBE_PANEL` as (b) when ``probes`` has rows."""
+    return PANELS if probes is None or probes.empty else (PANELS[0], PROBE_PANEL, *PANELS[2:])
+
+
+def policy_curves(rows: pd.DataFrame, probes: pd.DataFrame | None = None) -> pd.DataFrame:
+    """Per arm, iteration and panel of :func:`panels`: statistic, 95% interval, rows (the cold start as iteration
+    0 of every arm; an arm without rows, e.g. the null arm of a run from before issue #46, is left out). The probe
+    panel reads ``probes`` (``probe_eval.jsonl`` rows: ``policy``, ``iteration``, ``problem``, ``correct``).
 
     Raises:
         KeyError: a column of :data:`COLUMNS` is missing (named).
@@ -74,32 +85,36 @@ def policy_curves(rows: pd.DataFrame) -> pd.DataFrame:
     if missing:
         raise KeyError(f"Agent-R policy rows lack column(s) {missing} (expected {list(COLUMNS)})")
     out = []
-    cold = rows[rows["policy"] == "cold_start"]
-    for arm in OFFSET:  # the arms, in training order
-        mine = rows[rows["policy"] == arm]
-        if mine.empty:
-            continue
-        for it, g in [(0, cold), *sorted(mine.groupby("iteration"), key=lambda kv: kv[0])]:
-            for title, _, (num, den, where) in PANELS:
+    for title, _, (num, den, where) in panels(probes):
+        src = probes if title == PROBE_PANEL[0] else rows
+        cold = src[src["policy"] == "cold_start"]
+        for arm in OFFSET:  # the arms, in training order
+            mine = src[src["policy"] == arm]
+            if mine.empty:
+                continue
+            for it, g in [(0, cold), *sorted(mine.groupby("iteration"), key=lambda kv: kv[0])]:
                 sub = g[g[where] > 0] if where else g
                 stat, lo, hi, n = bootstrap_ratio(sub, num, den)
                 out.append({"arm": arm, "iteration": int(it), "panel": title, "stat": stat, "lo": lo, "hi": hi, "n": n})
     return pd.DataFrame(out)
 
 
-def figure_agent_r(rows: pd.DataFrame, *, tree: str | os.PathLike | None = None, note: str = "") -> Figure:
-    """The four panels of the module docstring over ``rows`` (``policy_eval.jsonl`` as a DataFrame),
-    with the search tree ``tree`` (a ``trees/*.json``) beneath when given.
+def figure_agent_r(rows: pd.DataFrame, *, probes: pd.DataFrame | None = None, tree: str | os.PathLike | None = None,
+                   note: str = "") -> Figure:
+    """The four panels of the module docstring over ``rows`` (``policy_eval.jsonl`` as a DataFrame; panel (b) from
+    ``probes``, ``probe_eval.jsonl``, when given), with the search tree ``tree`` (a ``trees/*.json``) beneath when
+    given; one legend under the panels.
 
     Returns:
         A Figure (8 x 7.5 in, or 8 x 11 with the tree).
     Raises:
         KeyError: a column of :data:`COLUMNS` is missing.
     """
-    curves = policy_curves(rows)
-    fig = Figure(figsize=(8, 11 if tree else 7.5), layout="constrained")
+    curves = policy_curves(rows, probes)
+    fig = Figure(figsize=(8, 11.5 if tree else 8), layout="constrained")
     grid = fig.add_gridspec(3 if tree else 2, 2, height_ratios=[1, 1, 1.3] if tree else [1, 1])
-    for k, (title, ylabel, _) in enumerate(PANELS):
+    legend: dict[str, object] = {}
+    for k, (title, ylabel, _) in enumerate(panels(probes)):
         ax = fig.add_subplot(grid[k // 2, k % 2])
         for arm, g in curves[curves["panel"] == title].groupby("arm", sort=False):
             g = g.sort_values("iteration")
@@ -117,9 +132,12 @@ def figure_agent_r(rows: pd.DataFrame, *, tree: str | os.PathLike | None = None,
         ax.set_xticks(sorted(curves["iteration"].unique()))
         ax.tick_params(labelsize=7)
         if ax.has_data():
-            ax.legend(fontsize=7)
+            for h, lab in zip(*ax.get_legend_handles_labels(), strict=True):
+                legend.setdefault(lab, h)
         else:
             ax.text(0.5, 0.5, "no trajectory with this quantity", ha="center", transform=ax.transAxes, fontsize=8, color="0.4")
+    if legend:
+        fig.legend(list(legend.values()), list(legend), loc="outside lower center", ncol=2, fontsize=7)
     if tree:
         tree_figure(tree, ax=fig.add_subplot(grid[2, :]))
     fig.suptitle("Agent-R on this run: the policies on the same held-out tasks (95% intervals over problems)"

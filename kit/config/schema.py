@@ -431,14 +431,14 @@ class BStarConfig:
     # counts in the balance score (without it a query that selects nothing drops out of the mean, which favours the
     # strictest threshold); the reference scores the pool only, it is never trained on
     reference: bool = True
-    fixed_temperature: float = 1.0  # the fixed arm's pair (online RFT): T = 1, the majority answer's samples
-    fixed_threshold: float = 0.5
+    fixed_temperature: float = 1.0  # the fixed arm's sampling temperature (online RFT's fixed configuration)
+    fixed_threshold: float = 0.5  # the fixed arm's vote-share threshold: above 1/2, the majority answer's samples
     lr: float = 0.0  # the continuation fine-tune's peak lr (0 = sft.lr; kit.train.sft.fit_rows, fresh AdamW each iteration)
     warmup_steps: int = 0  # warm-up floor (steps); cosine decay to sft.min_lr_ratio of lr after it
     # optimizer steps per iteration: passes over the selected rows, at most sft_steps; 0 = sft_steps every iteration
     # (the paper's fixed steps per iteration: both arms train as long whatever their selected sets' sizes)
     passes: float = 0.0
-    sft_steps: int = 30
+    sft_steps: int = 30  # optimizer steps per iteration (bstar.passes = 0), else the most an iteration takes
     batch_size: int = 0  # rows per step (0 = sft.batch_size)
     eval_problems: int = 64  # held-out tasks every policy is sampled on after every iteration (0 = all)
     eval_samples: int = 4  # samples per held-out task at T = 1: accuracy, pass@eval_samples, distinct correct

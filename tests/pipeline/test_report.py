@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from matplotlib.figure import Figure
 
-from kit import cli
+from kit import cli, studies
 from kit.pipeline import Layout
 from kit.report import builder, figures, tables
 
@@ -110,7 +110,8 @@ def test_fallback_without_tex_prints_notice_and_keeps_figures(tmp_path, monkeypa
     notices: list[str] = []
     pdf = builder.build_report(lay, echo=notices.append)
     assert len(notices) == 1 and "xelatex not found" in notices[0]
-    assert _pages(pdf) == 3 + 1 + 2 + 1  # the summary (kit.report.summary: the kit's claims, ReTool's, Agent-R's), title, two figures, one table
+    # the summary (kit.report.summary: the kit's claims, then each study's), title, two figures, one table
+    assert _pages(pdf) == 1 + len(studies.STUDIES) + 1 + 2 + 1
     assert _images(pdf) == 2
 
 

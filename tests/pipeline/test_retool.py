@@ -69,8 +69,10 @@ def test_figure_findings_and_verdicts_from_synthetic_arms(tmp_path):
     text = retool.retool_findings(root / "retool")
     assert "PPO (3 seeds" in text and "code ratio 0.8" in text and "retool_code_ratio_rises` reproduced" in text
     retool.save_figure(fig, root / "retool", "retool_behaviour", formats=("png",))
-    copies = copy_study_figures({"retool": root / "retool", "agent_r": root / "agent_r"}, root / "figures")
-    assert {nb: [p.name for p in c] for nb, c in copies.items()} == {"10_retool": ["retool_behaviour.png"], "11_agent_r": []}
+    copies = copy_study_figures({"retool": root / "retool", "agent_r": root / "agent_r", "bstar": root / "bstar"},
+                                root / "figures")
+    assert {nb: [p.name for p in c] for nb, c in copies.items()} == {"10_retool": ["retool_behaviour.png"], "11_agent_r": [],
+                                                                     "12_bstar": []}
     last = retool.last_rows(root / "retool")
     assert list(last["arm"]) == ["ppo_seed0", "ppo_seed1", "ppo_seed2"] and not math.isnan(last["code_ratio"][0])
     assert set(code_behaviour.KEYS) <= set(last.columns)

@@ -106,7 +106,7 @@ def test_standard_series_passes_upstream_run_dirs(tmp_path):
     order = [names[i] for i in overlap.execution_order(names, [r.parameters for r in series],
                                                                  ["06_roc_ablation", "10_retool"])]
     # each deferred notebook just before its first reader
-    assert order[-4:] == ["11_agent_r", "06_roc_ablation", "10_retool", "20_figures_and_tables"]
+    assert order[-5:] == ["11_agent_r", "12_bstar", "06_roc_ablation", "10_retool", "20_figures_and_tables"]
     assert by["04_rl_stage2"]["init_dir"] == by["03_rl_stage1"]["run_dir"]
     assert by["05_rl_stage3"]["init_dir"] == by["04_rl_stage2"]["run_dir"]
     assert by["08_evaluation"]["policy_dir"] == by["05_rl_stage3"]["run_dir"]

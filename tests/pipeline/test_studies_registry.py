@@ -62,8 +62,8 @@ def test_the_claims_find_each_study_s_folder_by_its_key(tmp_path):
     dirs = claims.RunDirs.under(tmp_path, studies={"retool": tmp_path / "elsewhere"})
     assert dirs.folder("retool") == tmp_path / "elsewhere" and dirs.folder("agent_r") == tmp_path / "agent_r"
     assert claims.RunDirs.under(tmp_path, agent_r=tmp_path / "x").folder("agent_r") == tmp_path / "x"
-    with pytest.raises(ValueError, match=r"unknown run folder\(s\) \['bstar'\]"):
-        claims.RunDirs.under(tmp_path, studies={"bstar": tmp_path})
+    with pytest.raises(ValueError, match=r"unknown run folder\(s\) \['star_r'\]"):
+        claims.RunDirs.under(tmp_path, studies={"star_r": tmp_path})
     with pytest.raises(claims.Missing, match="no run folder called 'studies'"):
         dirs.folder("studies")
 
@@ -85,7 +85,7 @@ def test_each_study_has_its_report_page_text_and_a_resolvable_dry_run():
         assert studies.by_section(s.section) is s and studies.by_key(s.key) is s and s.title and s.what
     assert studies.by_section("rStar2-Agent") is None
     with pytest.raises(KeyError, match=re.escape(f"registered: {[s.key for s in studies.STUDIES]}")):
-        studies.by_key("bstar")
+        studies.by_key("star_r")
     with pytest.raises(ValueError, match="expected 'module:function'"):
         studies.resolve("kit.bridge.study_runs")
 

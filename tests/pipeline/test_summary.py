@@ -120,7 +120,7 @@ def test_prepend_summary_opens_the_report_and_survives_problems(run, tmp_path):
     # a broken claims.json: the report stays as it was, with a notice
     (run / "claims.json").write_text(json.dumps({"claims": []}))
     summary.prepend_summary(run, report, echo=notices.append)
-    assert _pages(report) == 5 and len(notices) == 1 and "could not be drawn" in notices[0]
+    assert _pages(report) == 3 + len(studies.STUDIES) and len(notices) == 1 and "could not be drawn" in notices[0]
 
 
 def test_without_pdfunite_the_summary_is_a_separate_file(run, tmp_path, monkeypatch):

@@ -119,6 +119,7 @@ def run_bstar(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None] 
 
     Raises:
         FileNotFoundError: ``sft_dir/policy`` is missing.
+        ValueError: ``bstar.dev_problems`` leaves no training task.
     """
     run = Path(run_dir)
     run.mkdir(parents=True, exist_ok=True)
@@ -139,6 +140,9 @@ def run_bstar(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None] 
     b = cfg.bstar
     split = tasks.task_split(cfg)
     train = list(split.train)
+    if b.dev_problems >= len(train):
+        raise ValueError(f"bstar.dev_problems = {b.dev_problems} leaves no training task of data.task_train_size = "
+                         f"{len(train)} (the dev subset is the training split's last tasks)")
     dev, pool_tasks = train[-b.dev_problems:], train[:-b.dev_problems]
     heldout = list(split.heldout)[: b.eval_problems or None]
     eval_seed = common.step_seed(cfg.seed, "bstar-eval")  # every policy: the same tasks and sampling stream

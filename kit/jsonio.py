@@ -43,6 +43,12 @@ def dumps(obj: Any, indent: int | None = None) -> str:
     return json.dumps(jsonable(obj), indent=indent, allow_nan=False, default=str)
 
 
+def append_jsonl(path: str | os.PathLike, row: Any) -> None:
+    """Append ``row`` as one JSON line (NaN as null, :func:`dumps`) to ``path`` (created if absent)."""
+    with Path(path).open("a") as fh:
+        fh.write(dumps(row) + "\n")
+
+
 def write_json(path: str | os.PathLike, obj: Any) -> Path:
     """Write ``obj`` as indented JSON (NaN as null) to ``path``, creating parent folders.
 

@@ -23,6 +23,23 @@ Measure = tuple[Callable[[Row], float], Callable[[Row], float]]
 SIDES = ("minuend", "subtrahend")
 
 
+def iteration_rows(rows: Sequence[Row], policy: str, which: str = "last") -> list[Row]:
+    """The rows of ``policy`` at one of its iterations: ``"first"``, ``"last"`` or a number (the self-training
+    studies' policy labels ``<arm>_first``, ``<arm>_last``, ``<arm>_<k>``).
+
+    Raises:
+        Missing: no rows of ``policy``, or a first asked of a policy evaluated at one iteration only (first and
+            last would be the same policy).
+    """
+    its = sorted({int(r.get("iteration", 0)) for r in rows if r.get("policy") == policy})
+    if not its:
+        raise Missing(f"no {policy} rows")
+    if which == "first" and len(its) < 2:
+        raise Missing(f"{len(its)} {policy} iteration evaluated; a first distinct from the last needs two")
+    it = its[0] if which == "first" else its[-1] if which == "last" else int(which)
+    return [r for r in rows if r.get("policy") == policy and int(r.get("iteration", 0)) == it]
+
+
 def sums_by_problem(rows: Sequence[Row], measure: Measure) -> dict[str, list[float]]:
     """``{problem: [numerator, denominator]}`` of ``measure`` summed over each problem's trajectories.
 

@@ -55,11 +55,6 @@ def agent_r_config(profile: str, overrides: Mapping[str, Any] | None, run_dir, s
     return load(profile, dict(overrides or {}), run_dir=run_dir, seed=seed)
 
 
-def _append(path: Path, row: dict[str, Any]) -> None:
-    with path.open("a") as fh:
-        fh.write(jsonio.dumps(row) + "\n")
-
-
 def base_cold_start(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None] = print) -> Path:
     """The folder whose ``policy/`` every arm starts from and whose demos are the general data: ``sft_dir``
     (notebook 02's cold start) for ``agent_r.cold_start = "run"``; for ``"clean"``, ``run_dir/cold_start/``,
@@ -192,11 +187,11 @@ def run_agent_r(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None
     def sample(model, policy: str, iteration: int) -> None:  # a policy on the held-out tasks, then on the probes
         for r in evaluate(cfg, model, tok, heldout, policy=policy, iteration=iteration,
                           seed=common.step_seed(cfg.seed, "ar-eval")):
-            _append(run / EVAL_FILE, r)
+            jsonio.append_jsonl(run / EVAL_FILE, r)
         if a.probe_samples:
             for r in probes.evaluate_probes(cfg, model, tok, heldout, turns, policy=policy, iteration=iteration,
                                             seed=common.step_seed(cfg.seed, "ar-probe")):
-                _append(run / probes.PROBE_FILE, r)
+                jsonio.append_jsonl(run / probes.PROBE_FILE, r)
 
     say(f"cold start: sampling {len(heldout)} held-out tasks x {a.eval_samples}"
         + (f", and their forced-error probes x {a.probe_samples}" if a.probe_samples else ""))
@@ -218,7 +213,7 @@ def run_agent_r(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None
                         return await iterate.collect_trees(model, tok, problems, pool, p, cfg.rollout, seed=seed)
 
                 trees, cost = run_coroutine(go())
-                _append(run / COST_FILE, {"arm": arm, "iteration": k, "tasks": len(problems), **cost})
+                jsonio.append_jsonl(run / COST_FILE, {"arm": arm, "iteration": k, "tasks": len(problems), **cost})
                 rows, counts = iterate.build_rows(trees, tok, arm=arm, alpha=alpha, beta=a.beta, rule=a.transition,
                                                   max_pairs=a.max_pairs, seed=common.step_seed(cfg.seed, "rs", rs_arm(arm), k),
                                                   train_signal=a.train_signal)
@@ -231,7 +226,7 @@ def run_agent_r(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None
             if arm == "agent_r":
                 agent_r_steps[k] = len(fit)
             save_policy(model, tok, run / arm / f"iter_{k}" / "policy")
-            _append(run / ITER_FILE, {"arm": arm, "iteration": k, "alpha": alpha, "rows": len(rows), **counts,
+            jsonio.append_jsonl(run / ITER_FILE, {"arm": arm, "iteration": k, "alpha": alpha, "rows": len(rows), **counts,
                                       "trained_rows": len(train), "steps": len(fit),
                                       "passes": (len(fit) * iterate.own_per_batch(a.batch_size or cfg.sft.batch_size, a.eta)
                                                  / len(train)) if train else 0.0,
@@ -244,7 +239,7 @@ def run_agent_r(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None
                              trees[0])
                 jsonio.write_json(run / "trees" / f"{arm}_iter{k}.json", tree_json(shown, tok, rows))
                 for r in [r for r in rows if r.kind == "revision"][:3]:
-                    _append(run / REV_FILE, {"iteration": k, **revision_json(r, tok)})
+                    jsonio.append_jsonl(run / REV_FILE, {"iteration": k, **revision_json(r, tok)})
                 last_rows = rows
             loss = f"loss {fit[0]['loss']:.3f} -> {fit[-1]['loss']:.3f}" if fit else "no step (no rows)"
             say(f"{arm} iteration {k}: {len(trees)} trees, {counts['good']} good, {counts['revision']} revision rows, "

@@ -26,7 +26,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kit.claims.files import Missing, RunDirs, read_jsonl
-from kit.claims.paired import SIDES, Measure, paired_ratio_diff
+from kit.claims.paired import SIDES, Measure, iteration_rows, paired_ratio_diff
 from kit.claims.results import TestResult
 
 EVAL_FILE = "policy_eval.jsonl"
@@ -44,21 +44,14 @@ MEASURE_FILE = {m: PROBE_FILE if m.startswith("probe_") else EVAL_FILE for m in 
 
 
 def _policy_rows(rows: list[dict[str, Any]], label: str) -> list[dict[str, Any]]:
-    """Rows of the policy ``label`` (``agent_r_first``/``_last``/``_<k>`` pick an iteration)."""
+    """Rows of the policy ``label`` (``agent_r_first``/``_last``/``_<k>`` pick an iteration; a baseline's is its last)."""
     if label in ("cold_start", "direct", "good_only", "null"):  # a baseline's last iteration (the cold start has one)
-        mine = [r for r in rows if r.get("policy") == label]
-        last = max((int(r.get("iteration", 0)) for r in mine), default=0)
-        return [r for r in mine if int(r.get("iteration", 0)) == last]
+        if not any(r.get("policy") == label for r in rows):
+            return []
+        return iteration_rows(rows, label, "last")
     if not label.startswith("agent_r"):
         raise Missing(f"unknown policy label {label!r}")
-    its = sorted({int(r.get("iteration", 0)) for r in rows if r.get("policy") == "agent_r"})
-    if not its:
-        raise Missing("no agent_r rows")
-    tail = label[len("agent_r_"):]
-    it = its[0] if tail == "first" else its[-1] if tail == "last" else int(tail)
-    if tail == "first" and len(its) < 2:
-        raise Missing(f"{len(its)} Agent-R iteration evaluated; a first distinct from the last needs two")
-    return [r for r in rows if r.get("policy") == "agent_r" and int(r.get("iteration", 0)) == it]
+    return iteration_rows(rows, "agent_r", label[len("agent_r_"):])
 
 
 def stat_agent_r_diff(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -> TestResult:

@@ -54,11 +54,6 @@ def bstar_config(profile: str, overrides: Mapping[str, Any] | None, run_dir, see
     return load(profile, dict(overrides or {}), run_dir=run_dir, seed=seed)
 
 
-def _append(path: Path, row: Mapping[str, Any]) -> None:
-    with path.open("a") as fh:
-        fh.write(jsonio.dumps(dict(row)) + "\n")
-
-
 def sample(cfg: KitConfig, model, tok, problems: Sequence[tasks.TaskProblem], n: int, *, temperature: float,
            seed: int, budget: str = "rollout"):
     """``n`` samples per problem through the agent loop and the sandbox, graded: ``(pools, groups)``, one
@@ -150,7 +145,7 @@ def run_bstar(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None] 
     def evaluate(model, policy_name: str, iteration: int) -> None:
         pools, _ = sample(cfg, model, tok, heldout, b.eval_samples, temperature=1.0, seed=eval_seed, budget="eval")
         for r in eval_rows(pools, policy=policy_name, iteration=iteration):
-            _append(run / EVAL_FILE, r)
+            jsonio.append_jsonl(run / EVAL_FILE, r)
 
     cold, tok = load_policy(policy)
     cold.eval()
@@ -164,7 +159,7 @@ def run_bstar(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None] 
         for k in range(1, b.iterations + 1):
             if arm == "bstar":
                 pair = pick_pair(cfg, model, tok, dev, iteration=k, previous=pair,
-                                 write=lambda r: _append(run / SWEEP_FILE, r))
+                                 write=lambda r: jsonio.append_jsonl(run / SWEEP_FILE, r))
             temperature, dev_threshold = pair
             problems = tasks.task_slice(pool_tasks, b.tasks, k)
             pools, groups = sample(cfg, model, tok, problems, b.samples, temperature=temperature,
@@ -173,7 +168,7 @@ def run_bstar(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None] 
             if arm == "bstar":  # the authors re-pick the threshold on the full set at the chosen temperature
                 full = loop.sweep({temperature: pools}, b.thresholds, b.n_star)
                 for r in full:
-                    _append(run / SWEEP_FILE, {"arm": arm, "iteration": k, "phase": "full", **r})
+                    jsonio.append_jsonl(run / SWEEP_FILE, {"arm": arm, "iteration": k, "phase": "full", **r})
                 best = loop.choose(full)
                 threshold = dev_threshold if best is None else best["threshold"]
             index = {id(p): g for p, g in zip(pools, groups, strict=True)}
@@ -186,7 +181,7 @@ def run_bstar(cfg: KitConfig, run_dir, sft_dir, progress: Callable[[str], None] 
             model.eval()
             save_policy(model, tok, run / arm / f"iter_{k}" / "policy")
             stats = loop.pool_stats(pools, threshold, b.n_star)
-            _append(run / ITER_FILE, {"arm": arm, "iteration": k, "temperature": temperature, "threshold": threshold,
+            jsonio.append_jsonl(run / ITER_FILE, {"arm": arm, "iteration": k, "temperature": temperature, "threshold": threshold,
                                       "dev_threshold": dev_threshold, **stats, "rows": len(rows), "steps": steps,
                                       "tasks": [p.id for p in problems],
                                       # trajectories sampled this iteration: the pool, and B-STaR's dev sweep

@@ -14,6 +14,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from kit.claims.stats import bootstrap_ratio
+
 #: the arms' labels and colours
 LABEL = {"bstar": "B-STaR (retuned every iteration)", "fixed": "fixed pair (online RFT)"}
 COLOR = {"bstar": "#d62728", "fixed": "#1f77b4"}
@@ -24,14 +26,6 @@ POOL_PANELS = (("(a) balance score of the pool", "balance"), ("(b) temperature u
                ("(c) vote-share threshold used", "threshold"),
                ("(d) exploration: distinct correct per query", "distinct_correct"),
                ("(e) exploitation: precision of the selected", "precision"))
-
-
-def _interval(values: np.ndarray, den: np.ndarray, draws: int = 1000, seed: int = 0) -> tuple[float, float, float]:
-    """Ratio ``sum(values) / sum(den)`` over tasks and its 95% percentile bootstrap interval over tasks."""
-    rng = np.random.default_rng(seed)
-    idx = rng.integers(0, len(values), size=(draws, len(values)))
-    boot = values[idx].sum(axis=1) / np.maximum(den[idx].sum(axis=1), 1e-12)
-    return float(values.sum() / den.sum()), float(np.percentile(boot, 2.5)), float(np.percentile(boot, 97.5))
 
 
 def figure_bstar(iterations: pd.DataFrame, evals: pd.DataFrame, note: str = "") -> Figure:
@@ -64,7 +58,7 @@ def figure_bstar(iterations: pd.DataFrame, evals: pd.DataFrame, note: str = "") 
             for it, df in rows.groupby("iteration"):
                 num = df["correct"].to_numpy(float) if measure == "accuracy" else df["pass_at_k"].to_numpy(float)
                 den = df["samples"].to_numpy(float) if measure == "accuracy" else np.ones(len(df))
-                pts.append((it, *_interval(num, den)))
+                pts.append((it, *bootstrap_ratio(num, den)))  # 95% interval over tasks
             if pts:
                 x, y, lo, hi = map(np.array, zip(*pts, strict=True))
                 ax.errorbar(x + OFFSET[arm], y, yerr=[y - lo, hi - y], fmt=style, color=COLOR[arm], capsize=3,

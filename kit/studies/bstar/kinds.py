@@ -21,7 +21,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from kit.claims.files import Missing, RunDirs, read_jsonl
-from kit.claims.paired import SIDES, Measure, paired_ratio_diff
+from kit.claims.paired import SIDES, Measure, iteration_rows, paired_ratio_diff
 from kit.claims.results import TestResult
 from kit.studies.bstar import ARMS, EVAL_FILE
 
@@ -41,16 +41,10 @@ def policy_rows(rows: list[dict[str, Any]], label: str) -> list[dict[str, Any]]:
     """
     if label == "cold_start":
         return [r for r in rows if r.get("policy") == "cold_start"]
-    arm, _, tail = label.rpartition("_")
+    arm, _, which = label.rpartition("_")
     if arm not in ARMS:
         raise Missing(f"unknown policy label {label!r} (cold_start or <arm>_first/_last/_<k>, arms {ARMS})")
-    its = sorted({int(r.get("iteration", 0)) for r in rows if r.get("policy") == arm})
-    if not its:
-        raise Missing(f"no {arm} rows")
-    if tail == "first" and len(its) < 2:
-        raise Missing(f"{len(its)} {arm} iteration evaluated; a first distinct from the last needs two")
-    it = its[0] if tail == "first" else its[-1] if tail == "last" else int(tail)
-    return [r for r in rows if r.get("policy") == arm and int(r.get("iteration", 0)) == it]
+    return iteration_rows(rows, arm, which)
 
 
 def stat_bstar_diff(dirs: RunDirs, spec: Mapping[str, Any], res: TestResult) -> TestResult:

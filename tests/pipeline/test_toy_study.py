@@ -53,6 +53,7 @@ def test_a_study_from_outside_the_kit_runs_in_the_series_and_gets_its_page(smoke
     pages = subprocess.run(["pdfinfo", str(run / "summary.pdf")], capture_output=True, text=True, check=True).stdout
     # the kit's page, one per kit study (ReTool's, Agent-R's, any added inside the kit), the toy's
     assert int(re.search(r"^Pages:\s+(\d+)$", pages, re.M).group(1)) == 2 + len(KIT_STUDIES)
-    last = subprocess.run(["pdftotext", "-f", "4", "-l", "4", str(run / "summary.pdf"), "-"],
+    page = str(2 + len(KIT_STUDIES))  # the toy's page comes after the kit's studies'
+    last = subprocess.run(["pdftotext", "-f", page, "-l", page, str(run / "summary.pdf"), "-"],
                           capture_output=True, text=True, check=True).stdout
     assert "Toy study (a test fixture) on this run" in last

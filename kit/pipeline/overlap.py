@@ -82,6 +82,28 @@ def mentions(parameters: dict[str, Any], run_dir: str) -> bool:
     return False
 
 
+def upstream_indices(parameters: Sequence[dict[str, Any]]) -> list[set[int]]:
+    """Per notebook of a series, the positions of the notebooks whose folders it reads, directly (its
+    parameters name their ``run_dir``: :func:`mentions`) or through another notebook it reads.
+
+    Args:
+        parameters: (N,) the series' papermill parameters, in series order (each with ``run_dir``).
+    Returns:
+        (N,) sets of positions; a notebook that reads no other notebook's folder has an empty set.
+    """
+    direct = [{j for j, q in enumerate(parameters) if j != i and q.get("run_dir") and mentions(p, q["run_dir"])}
+              for i, p in enumerate(parameters)]
+    closed: list[set[int]] = []
+    for i in range(len(parameters)):
+        seen, todo = set(direct[i]), list(direct[i])
+        while todo:
+            for j in direct[todo.pop()] - seen:
+                seen.add(j)
+                todo.append(j)
+        closed.append(seen - {i})
+    return closed
+
+
 def execution_order(names: Sequence[str], parameters: Sequence[dict[str, Any]],
                     deferred: Sequence[str]) -> list[int]:
     """Indices of the series in the order to execute it: each ``deferred`` notebook moves to just

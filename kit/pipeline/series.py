@@ -234,11 +234,14 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
     deferred = [nb.name for nb in notebooks if nb.background is not None and nb.background.after in names]
     jobs: dict[str, overlap.BackgroundRun] = {}
 
+    reads = overlap.upstream_indices([nb.parameters for nb in notebooks])
+
     def upstream_rerun(idx: int) -> bool:
-        """Whether a notebook before position ``idx`` *in the series* ran in this invocation (its inputs
-        may have changed). By series position, not execution order: 07 and 08, executed before the
-        deferred 06, are after it in the series and never make it rerun."""
-        return any(j < idx for j in ran)
+        """Whether a notebook whose folder the notebook at series position ``idx`` reads (directly or through
+        another one: :func:`overlap.upstream_indices`) ran in this invocation: its inputs may have changed.
+        A notebook that reads none of them is not rerun (a rerun 01 does not rerun 02, which builds its own
+        demos, nor 11, which reads only 02)."""
+        return any(j in reads[idx] for j in ran)
 
     def start_jobs_after(name: str) -> None:
         """Start the background job of each deferred notebook that waits for ``name`` and will run."""
@@ -255,7 +258,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
             write_state(layout, state)
             log = layout.executed / f"{nb.name}.background.log"
             jobs[nb.name] = overlap.start(nb.name, nb.background, nb.parameters, log, cwd=nb.source.parent)
-            ran.append(idx)  # it reruns from now on: the notebooks after it in the series rerun too
+            ran.append(idx)  # it reruns from now on: the notebooks that read its folder rerun too
             echo(f"[bg] {nb.name}: its training runs in the background from now on (nice {overlap.BACKGROUND_NICE}; "
                  f"log {log}); the notebook itself runs before the first notebook that reads its folder")
 

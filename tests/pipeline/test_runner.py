@@ -66,6 +66,27 @@ def test_failure_names_notebook_and_cell_then_resume_skips_finished(tmp_path, ma
     assert "skipped" in lines[0] and lines[0].startswith("[1/3] a")
 
 
+@pytest.mark.slow  # two invocations of a three-notebook series (~5 kernel starts)
+def test_a_rerun_notebook_reruns_its_readers_and_not_the_notebooks_that_only_follow_it(tmp_path, make_notebook):
+    runs, lay = _series(tmp_path, make_notebook, fail_second=False)
+    run_series(runs, lay, progress_bar=False, echo=lambda s: None)
+    c_mtime = (lay.executed / "c.ipynb").stat().st_mtime_ns
+    # a's source changes (it now writes 3 * value): b reads a's folder and reruns on the new file; c reads
+    # nothing of a's and is skipped although it comes after a in the series
+    make_notebook(runs[0].source, 'run_dir = ""\nvalue = 0',
+                  WRITE + "Path(run_dir, 'a.txt').write_text(str(value * 3))")
+    records = run_series(runs, lay, progress_bar=False, echo=lambda s: None)
+    assert [r["status"] for r in records] == ["done", "done", "skipped"]
+    assert (lay.root / "b" / "b.txt").read_text() == "64"
+    assert (lay.executed / "c.ipynb").stat().st_mtime_ns == c_mtime
+
+
+def test_upstream_indices_follow_the_folders_a_notebook_reads_transitively():
+    params = [{"run_dir": "/r/a"}, {"run_dir": "/r/b", "init_dir": "/r/a"}, {"run_dir": "/r/c"},
+              {"run_dir": "/r/d", "dirs": ["/r/b"]}, {"run_dir": "/r/e", "study_dirs": {"x": "/r/c"}}]
+    assert overlap.upstream_indices(params) == [set(), {0}, set(), {0, 1}, {2}]
+
+
 def test_finished_series_is_skipped_and_force_reruns(tmp_path, make_notebook):
     src = tmp_path / "src"
     a = make_notebook(src / "a.ipynb", 'run_dir = ""',

@@ -71,6 +71,13 @@ def _reproduce(a: argparse.Namespace, argv: list[str]) -> int:
                    until=a.until, with_report=not a.no_report, overlap=not a.no_overlap, dry_run=a.dry_run,
                    reports_root=a.reports_root, command=argv,
                    only=None if a.only is None else [x.strip() for x in a.only.split(",")])
+    if a.seeds is None and (a.ray or a.ray_cpus):
+        print("kit reproduce: --ray runs several seeds side by side; give them with --seeds", file=sys.stderr)
+        return 2
+    if a.ray_cpus is not None and (a.ray_cpus < 1 or a.ray != "local"):
+        print("kit reproduce: --ray-cpus is the CPU count of a local Ray head: give it with --ray local, "
+              "at least 1", file=sys.stderr)
+        return 2
     if a.seeds is None:
         return pipeline.reproduce(a.profile, a.run, seed=0 if a.seed is None else a.seed, **options)
     from kit.pipeline.seeds import parse_seeds, reproduce_seeds  # the claims' pooling: only with --seeds
@@ -83,7 +90,8 @@ def _reproduce(a: argparse.Namespace, argv: list[str]) -> int:
     except ValueError as exc:
         print(f"kit reproduce: {exc}", file=sys.stderr)
         return 2
-    return reproduce_seeds(pipeline.reproduce, a.profile, a.run, seeds, pool=not (a.until or a.dry_run), **options)
+    return reproduce_seeds(pipeline.reproduce, a.profile, a.run, seeds, pool=not (a.until or a.dry_run), ray=a.ray,
+                           ray_cpus=a.ray_cpus, **options)
 
 
 def _report(a: argparse.Namespace, argv: list[str]) -> int:
@@ -224,6 +232,13 @@ def build_parser() -> argparse.ArgumentParser:
                    help="run the series once per pipeline seed (a range or a list: 101-105, 1,3,7), one after another, "
                         "each into reports/<profile>/s<seed>/ (<run>-s<seed>/ with --run), then pool the claims over "
                         "them into reports/<profile>/pooled/ (kit.claims.pool); resumable like one run")
+    p.add_argument("--ray", default=None, metavar="local|ADDRESS",
+                   help="with --seeds: run the seeds side by side as Ray tasks, each asking for model.torch_threads "
+                        "CPUs, into the same run folders, then pool. 'local': a Ray head the kit starts on this "
+                        "machine in a private network namespace (loopback only) and stops at the end; an address "
+                        "(host:port): an existing cluster whose nodes see this checkout at the same path")
+    p.add_argument("--ray-cpus", type=int, default=None, metavar="N",
+                   help="with --ray local: the CPUs the head announces (default: those this process may use)")
     _sets(p)
     p.add_argument("--force", action="store_true", help="rerun notebooks that already finished")
     p.add_argument("--until", default=None, metavar="NN",

@@ -5,8 +5,9 @@ after another on this machine, into its own run folder (``reports/<profile>/s<se
 ``<run>-s<seed>/`` with ``--run``), each resumable as any run is; then it pools the claims of every
 seed whose series finished (:func:`kit.claims.pool.pool_runs`) into ``reports/<profile>/pooled/``
 (``<run>-pooled/``): ``pooled_claims.json``, ``pooled_claims.csv`` and ``over_seeds.pdf``. A seed
-whose series fails does not stop the others; the exit code says it failed. Seeds side by side on
-a Ray cluster are the speed issue's (#48).
+whose series fails does not stop the others; the exit code says it failed. With ``--ray local`` or
+``--ray <address>`` the seeds run side by side as Ray tasks instead (:mod:`kit.pipeline.fanout`,
+issue #48), into the same run folders, and are pooled the same way.
 """
 
 from __future__ import annotations
@@ -64,8 +65,8 @@ def pooled_name(run: str, only: Sequence[str] | None = None) -> str:
 
 
 def seed_command(command: Sequence[str], run: str, seed: int) -> list[str]:
-    """``python -m kit`` arguments of one seed's series: ``command`` without ``--seeds``, ``--seed`` and
-    ``--run`` (either ``--x v`` or ``--x=v``), with ``--run <run> --seed <seed>`` (what the VERL CPU
+    """``python -m kit`` arguments of one seed's series: ``command`` without ``--seeds``, ``--seed``, ``--run``,
+    ``--ray`` and ``--ray-cpus`` (either ``--x v`` or ``--x=v``), with ``--run <run> --seed <seed>`` (what the VERL CPU
     session re-runs, :func:`kit.pipeline.run_in_verl_cpu_session`)."""
     out: list[str] = []
     skip = False
@@ -74,7 +75,7 @@ def seed_command(command: Sequence[str], run: str, seed: int) -> list[str]:
             skip = False
             continue
         name = arg.split("=", 1)[0]
-        if name in ("--seeds", "--seed", "--run"):
+        if name in ("--seeds", "--seed", "--run", "--ray", "--ray-cpus"):
             skip = "=" not in arg
             continue
         out.append(arg)
@@ -83,7 +84,7 @@ def seed_command(command: Sequence[str], run: str, seed: int) -> list[str]:
 
 def reproduce_seeds(reproduce: Callable[..., int], profile: str, run: str, seeds: Sequence[int], *,
                     command: Sequence[str] = (), reports_root: str | None = None, pool: bool = True,
-                    **kwargs: Any) -> int:
+                    ray: str | None = None, ray_cpus: int | None = None, **kwargs: Any) -> int:
     """Run the series for each seed, then pool the claims of those that finished.
 
     Args:
@@ -92,25 +93,35 @@ def reproduce_seeds(reproduce: Callable[..., int], profile: str, run: str, seeds
         seeds: (S,) pipeline seeds, in order (:func:`parse_seeds`).
         command: the ``python -m kit`` arguments of this call (each seed gets :func:`seed_command`).
         pool: pool the claims afterwards (off with ``--until`` or ``--dry-run``: no claims then).
+        ray: None runs the seeds one after another here; ``"local"`` or a cluster's address runs them side by
+            side as Ray tasks (:func:`kit.pipeline.fanout.fan_out`; not with ``--dry-run``, not for ``runtime=verl``).
+        ray_cpus: CPUs a local Ray head announces (default: those this process may use).
         kwargs: the other options of :func:`kit.pipeline.reproduce`.
     Returns:
         2 when a seed's arguments are bad (nothing more is run), 1 when some seed's series or the
         pool failed (every seed is still run), else 0.
     """
     failed: list[int] = []
-    finished: list[Layout] = []
-    for i, seed in enumerate(seeds, 1):
-        name = seed_run_name(run, seed)
-        print(f"kit.pipeline: seed {seed} ({i} of {len(seeds)}) -> run {name}", flush=True)
-        code = reproduce(profile, name, seed=seed, command=seed_command(command, name, seed),
-                         reports_root=reports_root, **kwargs)
-        if code == 2:
+    if ray and not kwargs.get("dry_run"):
+        codes = _fan_out(reproduce, profile, run, seeds, command, reports_root, ray, ray_cpus, kwargs)
+        if codes is None:
             return 2
-        if code:
-            failed.append(seed)
-        lay = Layout.for_run(profile, name, reports_root)
-        if (lay.root / "claims.json").exists():
-            finished.append(lay)
+        failed = [s for s in seeds if codes[s]]
+    else:
+        for i, seed in enumerate(seeds, 1):
+            name = seed_run_name(run, seed)
+            print(f"kit.pipeline: seed {seed} ({i} of {len(seeds)}) -> run {name}", flush=True)
+            code = reproduce(profile, name, seed=seed, command=seed_command(command, name, seed),
+                             reports_root=reports_root, **kwargs)
+            if code == 2:
+                return 2
+            if code:
+                failed.append(seed)
+        if ray:
+            print(f"kit.pipeline (dry run): with --ray {ray} these seeds would run side by side as Ray tasks "
+                  "(kit.pipeline.fanout), each asking for model.torch_threads CPUs", flush=True)
+    finished = [lay for lay in (Layout.for_run(profile, seed_run_name(run, s), reports_root) for s in seeds)
+                if (lay.root / "claims.json").exists()]
     if failed:
         print(f"kit.pipeline: the series failed for seed(s) {', '.join(map(str, failed))}; rerun the same command "
               "to resume them (finished notebooks are skipped)", file=sys.stderr)
@@ -127,3 +138,46 @@ def reproduce_seeds(reproduce: Callable[..., int], profile: str, run: str, seeds
     elif pool:
         print(f"kit.pipeline: {len(finished)} seed(s) with claims: nothing to pool (a pool needs 2)", file=sys.stderr)
     return 1 if failed else 0
+
+
+def _fan_out(reproduce: Callable[..., int], profile: str, run: str, seeds: Sequence[int], command: Sequence[str],
+             reports_root: str | None, ray: str, ray_cpus: int | None, kwargs: dict[str, Any]) -> dict[int, int] | None:
+    """The seeds as Ray tasks (:mod:`kit.pipeline.fanout`); None (after printing why) when the arguments are bad:
+    checked here first, with the first seed's dry run, so that no Ray starts for a command every seed refuses."""
+    import contextlib
+    import io
+
+    from kit.config import ConfigError, load
+    from kit.pipeline import fanout
+
+    name = seed_run_name(run, seeds[0])
+    quiet = io.StringIO()
+    with contextlib.redirect_stdout(quiet):
+        code = reproduce(profile, name, seed=seeds[0], command=seed_command(command, name, seeds[0]),
+                         reports_root=reports_root, **{**kwargs, "dry_run": True})
+    if code:
+        return None
+    try:
+        cfg = load(profile, kwargs.get("overrides") or {}, write=False)
+    except (ConfigError, FileNotFoundError, ValueError) as exc:
+        print(f"kit.pipeline: {exc}", file=sys.stderr)
+        return None
+    if cfg.runtime != "local":
+        print(f"kit.pipeline: --ray runs the local runtime's seeds side by side; profile {profile} has runtime="
+              f"{cfg.runtime}, whose VERL trainer schedules its own workers on the cluster: run its seeds one after "
+              "another (without --ray), or submit one `kit reproduce --seed N` per seed", file=sys.stderr)
+        return None
+    per_seed = fanout.cpus_per_seed(cfg.model.torch_threads)
+    out = Layout.for_run(profile, fanout.fanout_name(run), reports_root).root
+    try:
+        at_once = fanout.seed_parallelism(ray_cpus or len(fanout.usable_cpus()), per_seed, len(seeds)) \
+            if ray == fanout.LOCAL else None
+    except ValueError as exc:
+        print(f"kit.pipeline: {exc}", file=sys.stderr)
+        return None
+    where = (f"a local Ray head (private network namespace, loopback only), {at_once} at once"
+             if ray == fanout.LOCAL else f"the Ray cluster at {ray}")
+    print(f"kit.pipeline: seeds {', '.join(map(str, seeds))} side by side on {where}, {per_seed} CPU(s) each; "
+          f"runs {', '.join(seed_run_name(run, s) for s in seeds)}; logs in {out}", flush=True)
+    commands = {s: seed_command(command, seed_run_name(run, s), s) for s in seeds}
+    return fanout.fan_out(commands, out, ray=ray, cpus_per_seed=per_seed, local_cpus=ray_cpus)

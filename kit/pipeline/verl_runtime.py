@@ -138,7 +138,7 @@ def run_in_verl_cpu_session(argv: Sequence[str], layout: Layout, overrides: dict
           f"private network namespace); output also in {log}", flush=True)
     launch = runner.Launch("chain", [sys.executable, "-m", "kit", *argv], str(log))
     done = threading.Event()
-    tail = threading.Thread(target=_follow, args=(log, done), daemon=True)
+    tail = threading.Thread(target=follow, args=(log, done), daemon=True)
     tail.start()
     try:
         res = runner.run_session([launch], out, timeout_s=session_timeout_s)
@@ -157,7 +157,7 @@ def run_in_verl_cpu_session(argv: Sequence[str], layout: Layout, overrides: dict
     return res.codes.get("chain", 1)
 
 
-def _follow(path: Path, done: threading.Event, period_s: float = 1.0) -> None:
+def follow(path: Path, done: threading.Event, period_s: float = 1.0) -> None:
     """Copy what is appended to ``path`` to stdout until ``done`` is set (then the rest)."""
     with open(path, errors="replace") as fh:
         while True:

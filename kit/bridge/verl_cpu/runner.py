@@ -149,19 +149,24 @@ def _cpu_base(address: str, test_freq: int) -> list[str]:
 
 
 def session_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Environment of the Ray daemons and VERL processes of a CPU session."""
-    root = str(Path(__file__).resolve().parents[3])  # the checkout holding this `kit`
-    pp = os.environ.get("PYTHONPATH", "")
-    return {
+    """Environment of the Ray daemons and VERL processes of a CPU session (:func:`ray_env` plus VERL's)."""
+    return ray_env({
         "VERL_PLATFORM": "cpu",
         "VERL_ENGINE_DEVICE": "cuda",  # VERL registers its FSDP engine for cuda/npu only (engine/base.py:405)
-        "RAY_AUTH_MODE": "disabled",
         "OMP_NUM_THREADS": str(os.cpu_count() or 1),
         "TOKENIZERS_PARALLELISM": "false",
-        "PYTHONPATH": root + (os.pathsep + pp if pp else ""),
         **plugin_route(),
         **(extra or {}),
-    }
+    })
+
+
+def ray_env(extra: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Environment of a session's Ray daemons when it runs no VERL trainer (``run_session(verl=False)``):
+    token auth off (the head listens on the namespace's loopback only) and this checkout first on
+    ``PYTHONPATH``, so that Ray's workers import this ``kit``."""
+    root = str(Path(__file__).resolve().parents[3])
+    pp = os.environ.get("PYTHONPATH", "")
+    return {"RAY_AUTH_MODE": "disabled", "PYTHONPATH": root + (os.pathsep + pp if pp else ""), **(extra or {})}
 
 
 @dataclass
@@ -240,7 +245,8 @@ class SessionResult:
 
 
 def run_session(launches: Sequence[Launch], out_dir: str | os.PathLike, *, num_cpus: int = 8, num_gpus: int = 1,
-                timeout_s: float = 3600.0, env: Mapping[str, str] | None = None, start_ray: bool = True) -> SessionResult:
+                timeout_s: float = 3600.0, env: Mapping[str, str] | None = None, start_ray: bool = True,
+                verl: bool = True) -> SessionResult:
     """Run ``launches`` one after the other in one private namespace sharing one Ray head.
 
     Args:
@@ -258,19 +264,23 @@ def run_session(launches: Sequence[Launch], out_dir: str | os.PathLike, *, num_c
             session lives until that child ends as well.
         env: more environment for every process.
         start_ray: False runs the launches in the namespace without a Ray head (tests).
+        verl: False for a session that runs no VERL trainer (the seeds side by side,
+            :mod:`kit.pipeline.fanout`): no GPU-machine or VERL-version check, and only Ray's own
+            environment (``RAY_AUTH_MODE``, ``PYTHONPATH``) instead of :func:`session_env`.
     Returns:
         :class:`SessionResult`; ``orphans`` lists processes left in the session's namespace after
         it ended (killed, and reported: should be empty).
     Raises:
         VerlCpuError: checks failed (GPU machine, VERL version, plugin).
     """
-    require_cpu_machine()
-    check_verl_version()
+    if verl:
+        require_cpu_machine()
+        check_verl_version()
     out = Path(out_dir).resolve()
     out.mkdir(parents=True, exist_ok=True)
     lifeline_r, lifeline_w = os.pipe()  # both close-on-exec; the read end is passed to the session alone
     spec = {"launches": [vars(launch) for launch in launches], "out": str(out), "num_cpus": num_cpus,
-            "num_gpus": num_gpus, "env": session_env(env), "start_ray": start_ray,
+            "num_gpus": num_gpus, "env": session_env(env) if verl else ray_env(env), "start_ray": start_ray,
             "ray_temp": f"/tmp/kitray-{uuid.uuid4().hex[:8]}", "lifeline_fd": lifeline_r}
     (out / "session_spec.json").write_text(json.dumps(spec, indent=2))
     result_file = out / "session.json"

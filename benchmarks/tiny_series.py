@@ -6,6 +6,7 @@ Usage::
     .venv/bin/python benchmarks/tiny_series.py [--profile tiny] [--run bench] [--seed 0] [--until 08]
         [--set key=value ...] [--force] [--no-overlap] [--no-report] [--no-limits]
     .venv/bin/python benchmarks/tiny_series.py --read reports/tiny/main [--no-limits]   # a finished run's state
+    .venv/bin/python benchmarks/tiny_series.py --read reports/tiny/s10{1..5}             # per notebook and per seed
 
 It runs the series as ``python -m kit reproduce`` does (:func:`kit.pipeline.run_series` into
 ``reports/<profile>/<run>/``, resumable; then the report unless ``--until`` or ``--no-report``) and prints,
@@ -27,7 +28,15 @@ sustained fp32/bf16 matmul FLOP/s at 2 threads and the SFT step's, an RL update'
 FLOPs utilisation against the fp32 bound; and the run's own rollout decode tokens/s (stage metrics'
 ``perf_decoded_tokens`` over ``time_generate_s``) against the probe's.
 
-Last line: ``series_wall_s=<x> series_cpu_s=<y> machine_cpu_s=<z> host_factor=<f>`` (the invocation's wall
+``--read`` with several run folders (the seeds of ``kit reproduce --seeds``, issue #48) prints per notebook each
+seed's wall and machine CPU seconds and their mean, then per seed its totals, its host factor, and the series'
+per-seed target (:data:`TARGET_WALL_S` wall, :data:`TARGET_MACHINE_S` machine CPU seconds on 2 quiet cores of
+the reference host's speed) against the measured mean scaled by the host factor. A notebook a seed did not run
+(an ``--only`` run) is ``-`` and its totals say how many notebooks they cover; the wall column sums notebook
+seconds, which overcounts a series whose background training overlapped the notebooks beside it.
+Last line then: ``seeds=<n> mean_wall_s=<x> mean_machine_cpu_s=<y> host_factor=<f>``.
+
+Last line (one run): ``series_wall_s=<x> series_cpu_s=<y> machine_cpu_s=<z> host_factor=<f>`` (the invocation's wall
 seconds including the report, the runner's CPU seconds summed over the notebooks run now, the machine's busy
 CPU seconds over the whole invocation; with ``--read``: the state's sums, machine over the notebooks that
 have it). Ratios between two runs are only meaningful at the same ``host_factor`` and load.
@@ -103,6 +112,72 @@ def state_records(root: Path) -> list[dict[str, Any]]:
     return [{"notebook": name, **entry} for name, entry in state.items() if entry.get("status") == "done"]
 
 
+#: issue #48's target for one seed of the tiny series, B-STaR in it, on 2 quiet cores of the reference host
+TARGET_WALL_S, TARGET_MACHINE_S = 1200.0, 2000.0
+
+
+def seeds_table(roots: list[Path]) -> tuple[str, dict[str, float]]:
+    """Per notebook x seed wall and machine CPU seconds of several run folders, per-seed totals and host factors,
+    and the target line (see the module docstring). Returns ``(text, {"mean_wall_s", "mean_machine_cpu_s",
+    "host_factor"})``; the host factor is the median of the seeds' (nan where none has one).
+
+    Raises:
+        FileNotFoundError: a folder without ``pipeline_state.json`` (named).
+    """
+    runs = {r.name: {x["notebook"]: x for x in state_records(r)} for r in roots}
+    names = sorted({n for recs in runs.values() for n in recs})
+    width = max(12, *(len(n) for n in runs))
+    lines = [f"{'notebook':<28}" + "".join(f" {n[-width:]:>{width}}" for n in runs) + f" {'mean':>12}",
+             f"{'':<28}" + "".join(f" {'wall/machine':>{width}}" for _ in runs) + f" {'wall/machine':>12}"]
+
+    def cell(rec: dict[str, Any] | None) -> str:
+        if rec is None:
+            return "-"
+        mach = rec.get("machine_cpu_seconds")
+        return f"{rec.get('seconds', 0.0):.0f}/{'-' if mach is None else f'{mach:.0f}'}"
+
+    for name in names:
+        got = [recs.get(name) for recs in runs.values()]
+        have = [g for g in got if g is not None]
+        mw = sum(g.get("seconds", 0.0) for g in have) / len(have)
+        mm = [g["machine_cpu_seconds"] for g in have if g.get("machine_cpu_seconds") is not None]
+        mean = f"{mw:.0f}/{sum(mm) / len(mm):.0f}" if mm else f"{mw:.0f}/-"
+        lines.append(f"{name:<28}" + "".join(f" {cell(g):>{width}}" for g in got) + f" {mean:>12}")
+    walls, machines, factors = [], [], []
+    lines.append("")
+    for root, (run, recs) in zip(roots, runs.items(), strict=True):
+        wall = sum(r.get("seconds", 0.0) for r in recs.values())
+        mach = sum(r.get("machine_cpu_seconds") or 0.0 for r in recs.values())
+        ref = reference_profile(_profile_of(root))
+        factor = host_speed_factor(root / "sft" / "metrics.jsonl", ref) if ref else None
+        walls.append(wall)
+        machines.append(mach)
+        if factor is not None and math.isfinite(factor):
+            factors.append(factor)
+        lines.append(f"{run}: {len(recs)} of {len(names)} notebooks, wall {wall:.0f} s, machine {mach:.0f} CPU s, "
+                     f"host factor {'nan' if factor is None else f'{factor:.2f}'}")
+    factor = sorted(factors)[len(factors) // 2] if factors else math.nan
+    mean_wall, mean_mach = sum(walls) / len(walls), sum(machines) / len(machines)
+    full = [i for i, recs in enumerate(runs.values()) if len(recs) == len(names)]
+    if not full:
+        lines.append("per-seed target: no seed ran every notebook of the table (partial runs), so no per-seed figure")
+    elif not math.isfinite(factor):
+        lines.append("per-seed target: no host factor (no cold start at its reference threads)")
+    else:
+        w = sum(walls[i] for i in full) / len(full) / factor
+        m = sum(machines[i] for i in full) / len(full) / factor
+        lines.append(f"per seed at the reference host's speed ({len(full)} complete seed(s), mean / host factor "
+                     f"{factor:.2f}): wall {w:.0f} s (target {TARGET_WALL_S:.0f}: {'met' if w <= TARGET_WALL_S else 'not met'}), "
+                     f"machine {m:.0f} CPU s (target {TARGET_MACHINE_S:.0f}: {'met' if m <= TARGET_MACHINE_S else 'not met'}); "
+                     "a loaded machine's figures are not a quiet run's")
+    return "\n".join(lines), {"mean_wall_s": mean_wall, "mean_machine_cpu_s": mean_mach, "host_factor": factor}
+
+
+def _profile_of(root: Path) -> str:
+    cfg = root / "sft" / "config.json"
+    return json.loads(cfg.read_text()).get("profile", "tiny") if cfg.is_file() else "tiny"
+
+
 def run_decode_rate(root: Path, stages: tuple[str, ...]) -> float | None:
     """The run's rollout decode tokens per wall second over its RL stages' steps (``perf_decoded_tokens``
     over ``time_generate_s``; tool calls overlap generation, so this is a lower bound of the engine's rate),
@@ -122,7 +197,7 @@ def run(args: argparse.Namespace) -> tuple[list[dict[str, Any]], Path, float, fl
 
     overrides = parse_sets(args.set)
     if args.read:
-        root = Path(args.read)
+        root = Path(args.read[0])
         cfg = json.loads((root / "sft" / "config.json").read_text()) if (root / "sft" / "config.json").is_file() else {}
         recs = state_records(root)
         mach = [r["machine_cpu_seconds"] for r in recs if r.get("machine_cpu_seconds") is not None]
@@ -161,9 +236,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-overlap", action="store_true", help="06's training in order, not in the background")
     ap.add_argument("--no-report", action="store_true", help="do not build report.pdf at the end")
     ap.add_argument("--no-limits", action="store_true", help="skip the matmul bound and MFU probes")
-    ap.add_argument("--read", default="", help="print a finished run folder's times instead of running")
+    ap.add_argument("--read", nargs="+", default=[], metavar="RUN",
+                    help="print a finished run folder's times instead of running; several: per notebook and per seed")
     ap.add_argument("--reports-root", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if len(args.read) > 1:
+        text, means = seeds_table([Path(r) for r in args.read])
+        print(text)
+        print(f"seeds={len(args.read)} mean_wall_s={means['mean_wall_s']:.0f} "
+              f"mean_machine_cpu_s={means['mean_machine_cpu_s']:.0f} host_factor={means['host_factor']:.2f}")
+        return 0
     recs, root, wall, machine, profile, overrides = run(args)
     print(table(recs))
     cpu = sum(r.get("cpu_seconds", 0.0) for r in recs if r["status"] == "done")

@@ -30,3 +30,30 @@ def test_read_prints_the_table_the_host_factor_and_the_result_line(tmp_path, cap
     assert "the tiny reference: the same step" in next(x for x in out if x.startswith("host speed"))
     assert bench.reference_profile("smoke") == "tiny" and bench.reference_profile("tiny") == "tiny"
     assert bench.reference_profile("smoke", {"sft.batch_size": 8}) is None  # other work per step
+
+
+def _run_folder(root, state, step_s):
+    root.mkdir()
+    (root / "pipeline_state.json").write_text(json.dumps(state))
+    (root / "sft").mkdir()
+    (root / "sft" / "config.json").write_text(json.dumps({"profile": "tiny"}))
+    rows = [{"step": i, "loss": 1.0, "time_s": step_s, "threads": 2} for i in range(1, 4)]
+    (root / "sft" / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_read_of_several_seeds_prints_each_seed_per_notebook_and_the_target_on_complete_seeds(tmp_path, capsys):
+    bench = load_benchmark("tiny_series")
+    ref = SFT_STEP_REFERENCE_S["tiny"][0]
+    nb = lambda w, m: {"status": "done", "seconds": w, "cpu_seconds": w, "machine_cpu_seconds": m}  # noqa: E731
+    _run_folder(tmp_path / "s1", {"02_cold_start_sft": nb(600, 1200), "12_bstar": nb(300, 600)}, 1.5 * ref)
+    _run_folder(tmp_path / "s2", {"02_cold_start_sft": nb(800, 1600), "12_bstar": nb(400, 800)}, 2.0 * ref)
+    _run_folder(tmp_path / "s3", {"02_cold_start_sft": nb(500, 900)}, 1.0 * ref)  # a partial seed
+    assert bench.main(["--read", *(str(tmp_path / s) for s in ("s1", "s2", "s3"))]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert next(x for x in out if x.startswith("12_bstar")).split() == ["12_bstar", "300/600", "400/800", "-", "350/700"]
+    assert next(x for x in out if x.startswith("s3:")).startswith("s3: 1 of 2 notebooks, wall 500 s")
+    # the target on the two complete seeds: mean wall 1050 s, machine 2100 CPU s over the median factor 1.5
+    target = next(x for x in out if x.startswith("per seed"))
+    assert "2 complete seed(s)" in target and "wall 700 s (target 1200: met)" in target
+    assert "machine 1400 CPU s (target 2000: met)" in target
+    assert out[-1] == "seeds=3 mean_wall_s=867 mean_machine_cpu_s=1700 host_factor=1.50"

@@ -1,6 +1,7 @@
 """The README's pooled claims table from a ``pooled_claims.json`` (``python -m kit claims pool ... --out DIR``):
-one row per test of SECTION's current claims (superseded ones left out), the test's name shortened, its runs, the
-pooled statistic with its 95% interval over runs, and the verdict.
+one row per test of SECTION's current claims (superseded ones left out), primaries first, then secondaries, then
+world checks (marked: never counted), the test's name shortened, its runs, the pooled statistic with its 95%
+interval over runs, and the verdict.
 
     python scripts/claims_table.py reports/tiny/ar-only-11-pooled/pooled_claims.json Agent-R reports/claims_agent_r_pooled.csv
 """
@@ -16,7 +17,11 @@ SHORT = {"minus good-only": "minus good-only", "minus the null arm": "minus null
          "reflection share, Agent-R (last iteration) minus cold start": "reflection share minus cold start",
          "accuracy, B-STaR (last iteration) minus the fixed arm": "accuracy minus fixed arm, margin 0.05",
          "pass@k, B-STaR (last iteration) minus the fixed arm": "pass@k minus fixed arm",
-         "distinct correct per task, cold start minus the fixed arm (last iteration)": "distinct correct, cold start minus fixed arm"}
+         "distinct correct per task, cold start minus the fixed arm (last iteration)": "distinct correct, cold start minus fixed arm",
+         "PPO minus its clean cold start, failed calls fixed, paired over problems": "fixed failed calls, PPO minus clean cold start",
+         "PPO minus its clean cold start, first-call position, paired over problems": "first-call position, PPO minus clean cold start",
+         "reflection tokens per post-feedback token, RL minus SFT": "reflection per post-feedback token, RL minus SFT"}
+ORDER = {"primary": 0, "secondary": 1, "world_check": 2}
 def short(name):
     for k, v in sorted(SHORT.items(), key=lambda kv: -len(kv[0])):  # the longest match first
         if name.endswith(k):
@@ -25,11 +30,11 @@ def short(name):
 def f(x):
     return "n/a" if x is None else f"{x:+.3f}"
 rows = []
-for c in doc["claims"]:
-    if c["section"] != section or c.get("superseded_by"):
-        continue
+claims = [c for c in doc["claims"] if c["section"] == section and not c.get("superseded_by")]
+for c in sorted(claims, key=lambda c: ORDER.get(c.get("role"), 1)):  # stable: the file's order within a role
+    role = {"primary": " (primary)", "world_check": " (world check, not counted)"}.get(c.get("role"), "")
     for t in c["tests"]:
-        lab = f"`{c['id']}`" + (" (primary)" if c.get("role") == "primary" else "") + f": {short(t['name'])}"
+        lab = f"`{c['id']}`{role}: {short(t['name'])}"
         lo, hi = t.get("ci95") or (None, None)
         rows.append([lab, t["n"], f"{f(t['value'])} ({f(lo)} to {f(hi)})", t["verdict"]])
 with open(sys.argv[3], "w", newline="") as fh:

@@ -216,7 +216,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="verb", required=True, metavar="<verb>", title="verbs")
 
     def verb(name: str, fn: Any, summary: str, description: str = "") -> argparse.ArgumentParser:
-        p = sub.add_parser(name, help=summary, description=description or summary)
+        # no abbreviations: a verb's arguments are re-run as given (each seed's series, the VERL CPU session), and
+        # an abbreviated --ray-c would survive into the seed's command where --ray-cpus is stripped
+        p = sub.add_parser(name, help=summary, description=description or summary, allow_abbrev=False)
         p.set_defaults(fn=fn)
         return p
 

@@ -1,31 +1,39 @@
 """Pipeline seeds side by side on Ray (issue #48): ``python -m kit reproduce --seeds 101-105 --ray local``.
 
 Each seed's series is one Ray task that runs ``python -m kit reproduce --run <run>-s<seed> --seed <seed> ...``
-(:func:`kit.pipeline.seeds.seed_command`) as a subprocess: the same command, environment and run folder as
-the seeds run one after another, so a seed's result files do not depend on how it was scheduled (its
-fixed thread count, ``model.torch_threads``, is what makes them repeatable: :mod:`kit.fingerprint`). A
-task asks Ray for that many CPUs (``cpus_per_seed``), so Ray runs as many seeds at once as the CPUs
-allow and queues the rest. Resuming works as for one run: a seed's finished notebooks are skipped.
+(:func:`kit.pipeline.seeds.seed_command`) as a subprocess, from the caller's working folder, into the same
+run folder as the seeds run one after another; a seed's result files do not depend on how it was scheduled
+(its fixed thread count, ``model.torch_threads``, is what makes them repeatable: :mod:`kit.fingerprint`).
+A task asks Ray for that many CPUs (:func:`seed_cpus`), so Ray runs as many seeds at once as the CPUs allow
+and queues the rest. That count is the seed's torch threads only: its background training (06, 10 beside
+the notebooks) and its sandbox workers come on top, and Ray pins nothing to cores, so a machine full of
+seeds is oversubscribed (the results stay the same; the time does not scale perfectly). Resuming works as
+for one run: a seed's finished notebooks are skipped.
 
 Two places to run:
 
 * ``--ray local``: a Ray head the kit starts on this machine inside a private network and PID
   namespace with only loopback (:func:`kit.bridge.verl_cpu.runner.run_session`, ``verl=False``),
-  announcing the CPUs this process may use; it is stopped, and every process left in the namespace
-  killed, when the seeds end, fail or this command is killed.
-* ``--ray <address>``: an existing cluster's head (``host:port``); the tasks run on its nodes, which
-  must see this checkout and its ``reports/`` at the same path (a shared file system). Nothing is
-  started or stopped there; tasks still running when this command is interrupted are cancelled and
-  their seed's processes killed.
+  announcing the CPUs this process may use (``--ray-cpus``); it is stopped, and every process left in the
+  namespace killed, when the seeds end, fail or this command is killed. Seeds get this command's
+  environment (no network but loopback: a seed that needs one, an online tracker, cannot run here).
+* ``--ray <host:port>``: an existing cluster's head; the tasks run on its nodes, which must see this
+  checkout, the working folder and ``reports/`` at the same paths (a shared file system), and get the
+  node's environment plus this command's ``KIT_*`` variables. Nothing is started or stopped there;
+  seeds still running when this command is interrupted or times out are cancelled and their
+  processes killed.
 
-The per-seed output goes to ``reports/<profile>/<fanout folder>/seed-<seed>.log``
-(:func:`fanout_name`); a line per seed is printed when it ends.
+One seed's failure (its series, or its Ray task: out of memory, a lost node) does not stop the others.
+The fan-out folder (:func:`kit.pipeline.seeds.fanout_name`) holds ``seed-<seed>.log`` per seed,
+``results.json`` (each finished seed's exit code, written as it ends) and, with ``local``, the session's
+record; it is locked while a fan-out writes it.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -35,119 +43,169 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from kit.config.paths import REPO_ROOT
-from kit.pipeline.timing import usable_cpus
-
-__all__ = ["LOCAL", "cpus_per_seed", "drive", "fan_out", "fanout_name", "main", "seed_parallelism", "usable_cpus"]
+__all__ = ["LOCAL", "FanOutError", "drive", "fan_out", "main", "plan", "seed_cpus"]
 
 #: ``--ray local``: a Ray head of the kit's own on this machine (private namespace, loopback only)
 LOCAL = "local"
-#: environment a Ray worker sets for its task that a seed run one after another does not have
-_RAY_ENV_PREFIXES = ("RAY_", "KIT_VERL_SESSION_NS")
+#: what the local session adds to the environment (Ray's head, the namespace's mark): a seed run one after
+#: another does not have them
+_SESSION_VARS = ("RAY_ADDRESS", "RAY_AUTH_MODE", "KIT_VERL_SESSION_NS")
+#: ``--ray`` addresses: ``host:port`` or ``ray://host:port``
+_ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9_.\-\[\]:]+:\d+")
 
 
-def fanout_name(run: str) -> str:
-    """The folder of the fan-out's logs and session record: ``fanout``, or ``<run>-fanout``."""
-    from kit.pipeline.seeds import DEFAULT_RUN
-
-    return "fanout" if run == DEFAULT_RUN else f"{run}-fanout"
+class FanOutError(RuntimeError):
+    """The seeds cannot be fanned out as asked (the message says why and what to do)."""
 
 
-def seed_parallelism(cpus: int, cpus_per_seed: int, seeds: int) -> int:
-    """How many of ``seeds`` seeds run at once on ``cpus`` Ray CPUs when each asks for ``cpus_per_seed``.
+def seed_cpus(threads: int) -> int:
+    """CPUs a seed's task asks Ray for: its torch thread count ``model.torch_threads`` (a negative count,
+    adaptive up to that many, asks for that many).
 
     Raises:
-        ValueError: ``cpus_per_seed`` above ``cpus`` (no seed could ever be scheduled) or not positive.
+        FanOutError: ``threads`` is 0 (the machine's default: neither a budget nor bitwise repeatable).
     """
-    if cpus_per_seed < 1:
-        raise ValueError(f"a seed needs at least one CPU, got {cpus_per_seed}")
-    if cpus_per_seed > cpus:
-        raise ValueError(f"each seed asks for {cpus_per_seed} CPUs (model.torch_threads) but Ray has {cpus}: "
-                         "no seed could be scheduled")
-    return max(1, min(seeds, cpus // cpus_per_seed))
+    if int(threads) == 0:
+        raise FanOutError("--ray needs each seed's thread count fixed (model.torch_threads = 0 means the machine's "
+                          "default, which neither bounds a seed nor repeats bitwise): --set model.torch_threads=N")
+    return abs(int(threads))
+
+
+def plan(threads: int, ray: str, seeds: int, local_cpus: int) -> tuple[int, int | None]:
+    """``(CPUs per seed, seeds at once)`` of a fan-out; seeds at once is None for a cluster (its CPUs are
+    known once joined).
+
+    Args:
+        threads: the profile's ``model.torch_threads``.
+        ray: ``"local"`` or a cluster's ``host:port`` (``ray://host:port``).
+        seeds: how many seeds.
+        local_cpus: the CPUs a local head announces.
+    Raises:
+        FanOutError: a thread count of 0 (:func:`seed_cpus`), a seed that needs more CPUs than a local head
+            has, or an address that is not ``host:port``.
+    """
+    per_seed = seed_cpus(threads)
+    if ray != LOCAL:
+        if not _ADDRESS.fullmatch(ray):
+            raise FanOutError(f"--ray {ray!r}: give 'local' or a Ray head's address host:port (ray://host:port)")
+        return per_seed, None
+    if per_seed > local_cpus:
+        raise FanOutError(f"each seed asks for {per_seed} CPUs (model.torch_threads) but the local Ray head has "
+                          f"{local_cpus} (--ray-cpus): no seed could be scheduled")
+    return per_seed, max(1, min(seeds, local_cpus // per_seed))
 
 
 def fan_out(commands: dict[int, list[str]], out_dir: str | os.PathLike, *, ray: str, cpus_per_seed: int,
-            local_cpus: int | None = None, timeout_s: float = 7 * 86400.0) -> dict[int, int]:
+            local_cpus: int, timeout_s: float = 7 * 86400.0) -> dict[int, int]:
     """Run each seed's ``python -m kit`` command as one Ray task; returns each seed's exit code.
 
     Args:
         commands: seed -> the ``python -m kit`` arguments of its series (:func:`kit.pipeline.seeds.seed_command`).
-        out_dir: the fan-out folder (:func:`fanout_name`): ``seed-<seed>.log`` per seed, the spec and, with
-            ``ray="local"``, the session's record (``session.json``, ``session.log``).
+        out_dir: the fan-out folder (locked while this runs).
         ray: ``"local"`` (a private Ray head on this machine) or a cluster's address.
-        cpus_per_seed: CPUs each task asks Ray for (the profile's ``model.torch_threads``).
-        local_cpus: CPUs the local head announces (default: those this process may use).
-        timeout_s: the whole fan-out, seconds (the local session is killed after it).
+        cpus_per_seed: CPUs each task asks Ray for (:func:`plan`).
+        local_cpus: CPUs a local head announces.
+        timeout_s: the whole fan-out, seconds: seeds still running then are stopped (exit code 124).
     Returns:
-        seed -> exit code of its series (1 for a seed that never reported: the session died or timed out).
+        seed -> exit code of its series (1 for a seed whose Ray task failed or that never reported).
     Raises:
-        ValueError: a seed that cannot be scheduled (:func:`seed_parallelism`).
+        FanOutError: the cluster could not be joined.
+        kit.pipeline.lock.RunLocked: another fan-out writes ``out_dir``.
+        SystemExit: 130 when interrupted (Ctrl-C): the seeds are stopped, their finished notebooks kept.
     """
-    out = Path(out_dir).resolve()
-    out.mkdir(parents=True, exist_ok=True)
-    cpus = local_cpus or len(usable_cpus())
-    if ray == LOCAL:
-        seed_parallelism(cpus, cpus_per_seed, len(commands))
-    spec = {"commands": {str(s): list(c) for s, c in commands.items()}, "cpus_per_seed": cpus_per_seed,
-            "cwd": str(REPO_ROOT), "python": sys.executable, "out": str(out), "results": str(out / "results.json"),
-            # local: the seed runs with exactly the environment of a seed run one after another from here
-            "env": dict(os.environ) if ray == LOCAL else {k: v for k, v in os.environ.items() if k.startswith("KIT_")},
-            "exact_env": ray == LOCAL, "address": None if ray == LOCAL else ray}
-    spec_path = out / "fanout_spec.json"
-    spec_path.write_text(json.dumps(spec, indent=2))
-    results = out / "results.json"
-    results.unlink(missing_ok=True)
-    if ray == LOCAL:
-        from kit.bridge.verl_cpu import runner  # Ray in a private namespace: only for --ray local
-        from kit.pipeline.verl_runtime import follow
+    from kit.pipeline.lock import run_lock
 
-        log = out / "driver.log"
-        log.write_text("")
-        done = threading.Event()
-        tail = threading.Thread(target=follow, args=(log, done), daemon=True)
-        tail.start()
+    out = Path(out_dir).resolve()
+    with run_lock(out):
+        spec = {"commands": {str(s): list(c) for s, c in commands.items()}, "cpus_per_seed": cpus_per_seed,
+                "cwd": os.getcwd(), "python": sys.executable, "out": str(out), "results": str(out / "results.json"),
+                "address": None if ray == LOCAL else ray, "timeout_s": timeout_s,
+                "kit_env": {} if ray == LOCAL else {k: v for k, v in os.environ.items() if k.startswith("KIT_")},
+                # the one variable the local session changes that a seed must get back as it was here
+                "pythonpath": os.environ.get("PYTHONPATH")}
+        spec_path = out / "fanout_spec.json"
+        spec_path.write_text(json.dumps(spec, indent=2))
+        results = out / "results.json"
+        results.unlink(missing_ok=True)
         try:
-            res = runner.run_session([runner.Launch("seeds", [sys.executable, "-m", "kit.pipeline.fanout",
-                                                              str(spec_path)], str(log), cwd=str(REPO_ROOT))],
-                                     out, num_cpus=cpus, num_gpus=0, timeout_s=timeout_s, verl=False)
-        finally:
-            done.set()
-            tail.join()
-        if res.orphans:
-            print(f"kit.pipeline: {len(res.orphans)} processes were still running after the seeds' Ray session and "
-                  f"were killed: {res.orphans}", file=sys.stderr)
-        if res.error:
-            print(f"kit.pipeline: the seeds' Ray session failed: {res.error}", file=sys.stderr)
-    else:
-        drive(spec)
-    codes = {int(k): int(v) for k, v in json.loads(results.read_text()).items()} if results.exists() else {}
+            if ray == LOCAL:
+                _local(spec, spec_path, out, local_cpus, timeout_s)
+            else:
+                drive(spec)
+        except KeyboardInterrupt:
+            print("\nkit.pipeline: interrupted; the seeds were stopped and their finished notebooks kept: rerun the "
+                  "same command to resume them", file=sys.stderr)
+            raise SystemExit(130) from None
+        codes = {int(k): int(v) for k, v in json.loads(results.read_text()).items()} if results.exists() else {}
     return {seed: codes.get(seed, 1) for seed in commands}
 
 
+def _local(spec: dict[str, Any], spec_path: Path, out: Path, cpus: int, timeout_s: float) -> None:
+    """The driver in a private session with a Ray head of its own (its output streamed here)."""
+    from kit.bridge.verl_cpu import runner  # Ray in a private namespace: only for --ray local
+    from kit.pipeline.verl_runtime import follow
+
+    log = out / "driver.log"
+    log.write_text("")
+    done = threading.Event()
+    tail = threading.Thread(target=follow, args=(log, done), daemon=True)
+    tail.start()
+    try:
+        res = runner.run_session([runner.Launch("seeds", [sys.executable, "-m", "kit.pipeline.fanout", str(spec_path)],
+                                                str(log), cwd=spec["cwd"])],
+                                 out, num_cpus=cpus, num_gpus=0, timeout_s=timeout_s + 120, verl=False)
+    finally:
+        done.set()
+        tail.join()
+    if res.orphans:
+        print(f"kit.pipeline: {len(res.orphans)} processes were still running after the seeds' Ray session and were "
+              f"killed: {res.orphans}", file=sys.stderr)
+    if res.error:
+        print(f"kit.pipeline: the seeds' Ray session failed: {res.error}", file=sys.stderr)
+
+
 def drive(spec: dict[str, Any]) -> dict[int, int]:
-    """The fan-out's driver (inside the local session, or against a cluster): one task per seed, each
-    seed's end printed as it comes, the exit codes written to ``spec["results"]`` as they come (a seed
-    that finished stays recorded if a later one kills the session). Returns seed -> exit code."""
+    """The fan-out's driver (inside the local session, or against a cluster): one task per seed, each seed's
+    end printed as it comes (a failed seed with its log's last lines), the exit codes written to
+    ``spec["results"]`` as they come (a seed that finished stays recorded whatever happens later). Returns
+    seed -> exit code.
+
+    Raises:
+        FanOutError: the cluster could not be joined.
+    """
     import ray  # Ray: the paper path's dependency, only for --ray
 
     address = spec["address"] or os.environ["RAY_ADDRESS"]
-    ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+    try:
+        ray.init(address=address, logging_level="WARNING", log_to_driver=False)
+    except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, ValueError, RuntimeError, ...
+        raise FanOutError(f"could not join the Ray cluster at {address}: {type(exc).__name__}: {exc}") from exc
     codes: dict[int, int] = {}
     try:
+        env = _seed_env(spec)
         run_seed = ray.remote(_run_seed).options(num_cpus=spec["cpus_per_seed"], max_retries=0)
-        pending = {run_seed.remote(spec, int(s)): int(s) for s in spec["commands"]}
+        pending = {run_seed.remote(spec, int(s), env): int(s) for s in spec["commands"]}
         cpus = int(ray.cluster_resources().get("CPU", 0))
-        print(f"kit: {len(pending)} seeds on Ray at {address}: {cpus} CPUs, {spec['cpus_per_seed']} per seed "
-              f"({max(1, min(len(pending), cpus // spec['cpus_per_seed']))} at once)", flush=True)
+        print(f"kit: {len(pending)} seeds on Ray at {address}: {cpus} CPUs, {spec['cpus_per_seed']} per seed", flush=True)
+        deadline = time.monotonic() + float(spec["timeout_s"])
         try:
             while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1)
+                ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
+                if not ready:
+                    print(f"kit: the fan-out ran past {spec['timeout_s']:.0f} s: seeds "
+                          f"{', '.join(map(str, pending.values()))} are stopped", flush=True)
+                    for ref, seed in pending.items():
+                        ray.cancel(ref)
+                        _record(spec, codes, seed, 124)
+                    break
                 seed = pending.pop(ready[0])
-                code, seconds = ray.get(ready[0])
-                codes[seed] = code
-                Path(spec["results"]).write_text(json.dumps({str(k): v for k, v in codes.items()}))
-                print(f"kit: seed {seed} exited {code} after {seconds:.0f} s (log {_log(spec, seed)})", flush=True)
+                try:
+                    code, seconds = ray.get(ready[0])
+                    how = f"exited {code} after {seconds:.0f} s"
+                except ray.exceptions.RayError as exc:  # its task died (out of memory, a lost node): this seed only
+                    code, how = 1, f"failed: its Ray task ended with {type(exc).__name__}: {str(exc)[:300]}"
+                _record(spec, codes, seed, code)
+                print(f"kit: seed {seed} {how} (log {_log(spec, seed)})" + _tail(spec, seed, code), flush=True)
         except BaseException:
             for ref in pending:  # an interrupted driver leaves no seed running on a cluster
                 ray.cancel(ref)
@@ -157,16 +215,47 @@ def drive(spec: dict[str, Any]) -> dict[int, int]:
     return codes
 
 
+def _seed_env(spec: dict[str, Any]) -> dict[str, str] | None:
+    """The environment of each seed: locally this command's (the session's additions taken back out);
+    None on a cluster (each node's own, :func:`_run_seed`)."""
+    if spec["address"]:
+        return None
+    env = {k: v for k, v in os.environ.items() if k not in _SESSION_VARS}
+    if spec["pythonpath"] is None:
+        env.pop("PYTHONPATH", None)
+    else:
+        env["PYTHONPATH"] = spec["pythonpath"]
+    return env
+
+
+def _record(spec: dict[str, Any], codes: dict[int, int], seed: int, code: int) -> None:
+    codes[seed] = code
+    Path(spec["results"]).write_text(json.dumps({str(k): v for k, v in codes.items()}))
+
+
 def _log(spec: dict[str, Any], seed: int) -> str:
     return str(Path(spec["out"]) / f"seed-{seed}.log")
 
 
-def _run_seed(spec: dict[str, Any], seed: int) -> tuple[int, float]:
+def _tail(spec: dict[str, Any], seed: int, code: int, lines: int = 6) -> str:
+    """A failed seed's last log lines (its STOPPED message names the notebook and cell), indented."""
+    if code == 0:
+        return ""
+    try:
+        text = Path(_log(spec, seed)).read_text(errors="replace").replace("\r", "\n")
+    except OSError:
+        return ""
+    last = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("Executing")][-lines:]
+    return "".join(f"\n    {ln}" for ln in last)
+
+
+def _run_seed(spec: dict[str, Any], seed: int, env: dict[str, str] | None) -> tuple[int, float]:
     """One Ray task: seed ``seed``'s series as a subprocess in its own process group, killed with the task
-    (a cancelled task gets ``KeyboardInterrupt``). Returns ``(exit code, seconds)``."""
-    env = dict(spec["env"]) if spec["exact_env"] else {
-        **{k: v for k, v in os.environ.items() if not k.startswith(_RAY_ENV_PREFIXES) and k != "OMP_NUM_THREADS"},
-        **spec["env"]}
+    (a cancelled task gets ``KeyboardInterrupt``). ``env`` None: this node's environment without Ray's
+    additions, plus the caller's ``KIT_*`` variables. Returns ``(exit code, seconds)``."""
+    if env is None:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") and k != "OMP_NUM_THREADS"}
+        env.update(spec.get("kit_env", {}))
     t0 = time.perf_counter()
     with open(_log(spec, seed), "w") as log:
         proc = subprocess.Popen([spec["python"], "-m", "kit", *spec["commands"][str(seed)]], cwd=spec["cwd"], env=env,
@@ -186,15 +275,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m kit.pipeline.fanout <fanout_spec.json>", file=sys.stderr)
         return 2
-    spec = json.loads(Path(args[0]).read_text())
-    codes = drive(spec)
+    codes = drive(json.loads(Path(args[0]).read_text()))
     return 0 if codes and not any(codes.values()) else 1
-
-
-def cpus_per_seed(threads: int) -> int:
-    """CPUs a seed's task asks Ray for: its fixed thread count (``model.torch_threads``); 0 (the machine's
-    default, not bitwise repeatable: :mod:`kit.fingerprint`) counts as one."""
-    return max(1, int(threads))
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from kit.claims import ClaimsError
 from kit.claims.pool import pool_runs, write_pooled
 from kit.plan import Layout
 
-__all__ = ["DEFAULT_RUN", "parse_seeds", "pooled_name", "reproduce_seeds", "seed_command", "seed_run_name"]
+__all__ = ["DEFAULT_RUN", "fanout_name", "parse_seeds", "pooled_name", "reproduce_seeds", "seed_command", "seed_run_name"]
 
 #: the ``--run`` default of ``kit reproduce``: with ``--seeds`` the folders are then ``s<seed>``
 DEFAULT_RUN = "main"
@@ -62,6 +62,12 @@ def pooled_name(run: str, only: Sequence[str] | None = None) -> str:
     ``only-11-pooled``, or ``<run>-only-11-pooled`` (never the whole series' pool)."""
     stem = "" if run == DEFAULT_RUN else f"{run}-"
     return f"{stem}only-{'-'.join(only)}-pooled" if only else f"{stem}pooled"
+
+
+def fanout_name(run: str) -> str:
+    """The folder of a ``--ray`` fan-out's logs and records (:mod:`kit.pipeline.fanout`): ``fanout``, or
+    ``<run>-fanout``."""
+    return "fanout" if run == DEFAULT_RUN else f"{run}-fanout"
 
 
 def seed_command(command: Sequence[str], run: str, seed: int) -> list[str]:
@@ -106,6 +112,11 @@ def reproduce_seeds(reproduce: Callable[..., int], profile: str, run: str, seeds
         codes = _fan_out(reproduce, profile, run, seeds, command, reports_root, ray, ray_cpus, kwargs)
         if codes is None:
             return 2
+        refused = [s for s in seeds if codes[s] == 2]
+        if refused:  # as one after another: a refused seed (its arguments, a locked run folder) is not resumed
+            print(f"kit.pipeline: seed(s) {', '.join(map(str, refused))} refused to run (exit 2: see the message in "
+                  "each seed's log); nothing was pooled", file=sys.stderr)
+            return 2
         failed = [s for s in seeds if codes[s]]
     else:
         for i, seed in enumerate(seeds, 1):
@@ -117,9 +128,11 @@ def reproduce_seeds(reproduce: Callable[..., int], profile: str, run: str, seeds
                 return 2
             if code:
                 failed.append(seed)
-        if ray:
-            print(f"kit.pipeline (dry run): with --ray {ray} these seeds would run side by side as Ray tasks "
-                  "(kit.pipeline.fanout), each asking for model.torch_threads CPUs", flush=True)
+        if ray:  # a dry run: the same checks as the real fan-out, and its plan
+            planned = _fan_out_plan(profile, run, seeds, ray, ray_cpus, {**kwargs, "reports_root": reports_root})
+            if planned is None:
+                return 2
+            print(f"kit.pipeline (dry run): {planned[0]}", flush=True)
     finished = [lay for lay in (Layout.for_run(profile, seed_run_name(run, s), reports_root) for s in seeds)
                 if (lay.root / "claims.json").exists()]
     if failed:
@@ -140,44 +153,59 @@ def reproduce_seeds(reproduce: Callable[..., int], profile: str, run: str, seeds
     return 1 if failed else 0
 
 
+def _fan_out_plan(profile: str, run: str, seeds: Sequence[int], ray: str, ray_cpus: int | None,
+                  kwargs: dict[str, Any]) -> tuple[str, int] | None:
+    """``(the line that says how the seeds will be fanned out, CPUs per seed)``, or None (after printing why)
+    when they cannot be:
+    another runtime than the local one, a thread count of 0, a seed larger than the local head, a bad address."""
+    from kit.config import load
+    from kit.pipeline import fanout
+    from kit.pipeline.timing import usable_cpus
+
+    cfg = load(profile, kwargs.get("overrides") or {}, write=False)  # (already checked by the seed's dry run)
+    try:
+        if cfg.runtime != "local":
+            raise fanout.FanOutError(
+                f"--ray runs the local runtime's seeds side by side; profile {profile} has runtime={cfg.runtime}, "
+                "whose VERL trainer schedules its own workers on the cluster: run its seeds one after another "
+                "(without --ray), or submit one `kit reproduce --seed N` per seed")
+        per_seed, at_once = fanout.plan(cfg.model.torch_threads, ray, len(seeds), ray_cpus or len(usable_cpus()))
+    except fanout.FanOutError as exc:
+        print(f"kit.pipeline: {exc}", file=sys.stderr)
+        return None
+    where = (f"a local Ray head ({ray_cpus or len(usable_cpus())} CPUs, private network namespace, loopback only), "
+             f"{at_once} at once" if at_once else f"the Ray cluster at {ray}")
+    return (f"seeds {', '.join(map(str, seeds))} side by side on {where}, {per_seed} CPU(s) each (model.torch_threads); "
+            f"runs {', '.join(seed_run_name(run, s) for s in seeds)}; logs in "
+            f"{Layout.for_run(profile, fanout_name(run), kwargs.get('reports_root')).root}"), per_seed
+
+
 def _fan_out(reproduce: Callable[..., int], profile: str, run: str, seeds: Sequence[int], command: Sequence[str],
              reports_root: str | None, ray: str, ray_cpus: int | None, kwargs: dict[str, Any]) -> dict[int, int] | None:
-    """The seeds as Ray tasks (:mod:`kit.pipeline.fanout`); None (after printing why) when the arguments are bad:
-    checked here first, with the first seed's dry run, so that no Ray starts for a command every seed refuses."""
+    """The seeds as Ray tasks (:mod:`kit.pipeline.fanout`); None (after printing why) when they cannot run:
+    the first seed's dry run (bad arguments) and :func:`_fan_out_plan` first, so that no Ray starts for a
+    command every seed would refuse; a fan-out folder another fan-out holds; a cluster that cannot be joined."""
     import contextlib
     import io
 
-    from kit.config import ConfigError, load
     from kit.pipeline import fanout
+    from kit.pipeline.lock import RunLocked
+    from kit.pipeline.timing import usable_cpus
 
     name = seed_run_name(run, seeds[0])
-    quiet = io.StringIO()
-    with contextlib.redirect_stdout(quiet):
+    with contextlib.redirect_stdout(io.StringIO()):
         code = reproduce(profile, name, seed=seeds[0], command=seed_command(command, name, seeds[0]),
                          reports_root=reports_root, **{**kwargs, "dry_run": True})
-    if code:
+    planned = None if code else _fan_out_plan(profile, run, seeds, ray, ray_cpus,
+                                              {**kwargs, "reports_root": reports_root})
+    if planned is None:
         return None
-    try:
-        cfg = load(profile, kwargs.get("overrides") or {}, write=False)
-    except (ConfigError, FileNotFoundError, ValueError) as exc:
-        print(f"kit.pipeline: {exc}", file=sys.stderr)
-        return None
-    if cfg.runtime != "local":
-        print(f"kit.pipeline: --ray runs the local runtime's seeds side by side; profile {profile} has runtime="
-              f"{cfg.runtime}, whose VERL trainer schedules its own workers on the cluster: run its seeds one after "
-              "another (without --ray), or submit one `kit reproduce --seed N` per seed", file=sys.stderr)
-        return None
-    per_seed = fanout.cpus_per_seed(cfg.model.torch_threads)
-    out = Layout.for_run(profile, fanout.fanout_name(run), reports_root).root
-    try:
-        at_once = fanout.seed_parallelism(ray_cpus or len(fanout.usable_cpus()), per_seed, len(seeds)) \
-            if ray == fanout.LOCAL else None
-    except ValueError as exc:
-        print(f"kit.pipeline: {exc}", file=sys.stderr)
-        return None
-    where = (f"a local Ray head (private network namespace, loopback only), {at_once} at once"
-             if ray == fanout.LOCAL else f"the Ray cluster at {ray}")
-    print(f"kit.pipeline: seeds {', '.join(map(str, seeds))} side by side on {where}, {per_seed} CPU(s) each; "
-          f"runs {', '.join(seed_run_name(run, s) for s in seeds)}; logs in {out}", flush=True)
+    line, per_seed = planned
+    print(f"kit.pipeline: {line}", flush=True)
     commands = {s: seed_command(command, seed_run_name(run, s), s) for s in seeds}
-    return fanout.fan_out(commands, out, ray=ray, cpus_per_seed=per_seed, local_cpus=ray_cpus)
+    try:
+        return fanout.fan_out(commands, Layout.for_run(profile, fanout_name(run), reports_root).root, ray=ray,
+                              cpus_per_seed=per_seed, local_cpus=ray_cpus or len(usable_cpus()))
+    except (fanout.FanOutError, RunLocked) as exc:
+        print(f"kit.pipeline: {exc}", file=sys.stderr)
+        return None

@@ -201,4 +201,21 @@ def worker_uid(index: int, isolation: str = "bwrap") -> int | None:
         return None
     if isolation == "none" and not world_readable_python():
         return None  # the unprivileged uid could not import anything; stay root (documented)
-    return 100_000_000 + (os.getpid() % (1 << 22)) * 256 + index % 256
+    uid = 100_000_000 + (os.getpid() % (1 << 22)) * 256 + index % 256
+    # root of a user namespace that maps only itself (``unshare --map-root-user``, as a non-root user's Ray or VERL
+    # session runs): no other uid exists there, and chown to one fails (EINVAL); the call stays this uid
+    return uid if uid_mapped(uid) else None
+
+
+def uid_mapped(uid: int, uid_map: str = "/proc/self/uid_map") -> bool:
+    """Whether ``uid`` exists in this process's user namespace (a line ``inside outside count`` of
+    ``uid_map`` covers it); True where the file cannot be read (no user namespaces: every uid exists)."""
+    try:
+        lines = Path(uid_map).read_text().split("\n")
+    except OSError:
+        return True
+    for line in lines:
+        parts = line.split()
+        if len(parts) == 3 and int(parts[0]) <= uid < int(parts[0]) + int(parts[2]):
+            return True
+    return False

@@ -3,7 +3,6 @@ one after another, Ray in a private namespace and nothing left running."""
 
 import json
 from datetime import datetime
-from pathlib import Path
 
 import psutil
 import pytest
@@ -11,7 +10,8 @@ import pytest
 from kit import cli
 from kit.pipeline import fanout
 from kit.pipeline.compare import compare_runs
-from kit.pipeline.seeds import seed_command
+from kit.pipeline.lock import run_lock
+from kit.pipeline.seeds import fanout_name, seed_command
 
 
 def test_a_seeds_command_drops_the_fan_out_options():
@@ -19,28 +19,53 @@ def test_a_seeds_command_drops_the_fan_out_options():
     assert seed_command(cmd, "s1", 1) == ["reproduce", "--profile", "tiny", "--only", "02", "--run", "s1", "--seed", "1"]
 
 
-def test_seeds_at_once_follow_the_cpus_and_a_seed_that_cannot_fit_is_refused():
-    assert fanout.seed_parallelism(16, 2, 5) == 5
-    assert fanout.seed_parallelism(6, 2, 5) == 3
-    assert fanout.seed_parallelism(2, 2, 5) == 1
-    with pytest.raises(ValueError, match="asks for 4 CPUs .* Ray has 2"):
-        fanout.seed_parallelism(2, 4, 5)
-    assert fanout.cpus_per_seed(2) == 2 and fanout.cpus_per_seed(0) == 1
-    assert fanout.fanout_name("main") == "fanout" and fanout.fanout_name("ar") == "ar-fanout"
+def test_a_seed_asks_for_its_thread_count_and_a_plan_that_cannot_run_is_refused():
+    assert fanout.plan(2, "local", 5, 16) == (2, 5)
+    assert fanout.plan(2, "local", 5, 6) == (2, 3)
+    assert fanout.plan(-3, "local", 5, 6) == (3, 2)  # adaptive up to 3 threads asks for 3
+    assert fanout.plan(2, "10.0.0.5:6379", 5, 2) == (2, None)  # a cluster's CPUs are known once joined
+    assert fanout.plan(1, "ray://head:10001", 2, 2) == (1, None)
+    with pytest.raises(fanout.FanOutError, match="asks for 4 CPUs .* has 2"):
+        fanout.plan(4, "local", 5, 2)
+    with pytest.raises(fanout.FanOutError, match="torch_threads=N"):
+        fanout.plan(0, "local", 5, 16)
+    with pytest.raises(fanout.FanOutError, match="host:port"):
+        fanout.plan(1, "foo", 2, 2)
+    assert fanout_name("main") == "fanout" and fanout_name("ar") == "ar-fanout"
 
 
-def test_the_command_line_refuses_ray_without_seeds_and_for_the_verl_runtime(tmp_path, capsys):
+def test_a_local_seed_gets_this_commands_environment_back(monkeypatch):
+    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
+    monkeypatch.setenv("KIT_VERL_SESSION_NS", "pid:[1]")
+    monkeypatch.setenv("PYTHONPATH", "/checkout:/mine")
+    monkeypatch.setenv("MKL_CBWR", "AUTO,STRICT")
+    env = fanout._seed_env({"address": None, "pythonpath": "/mine"})
+    assert "RAY_ADDRESS" not in env and "KIT_VERL_SESSION_NS" not in env
+    assert env["PYTHONPATH"] == "/mine" and env["MKL_CBWR"] == "AUTO,STRICT"
+    assert "PYTHONPATH" not in fanout._seed_env({"address": None, "pythonpath": None})
+    assert fanout._seed_env({"address": "h:1", "pythonpath": None}) is None  # a cluster node's own
+
+
+def test_the_command_line_refuses_what_the_fan_out_cannot_run_dry_run_included(tmp_path, capsys):
     root = ["--reports-root", str(tmp_path)]
     assert cli.main(["reproduce", "--profile", "smoke", "--seed", "1", "--ray", "local", *root]) == 2
     assert "give them with --seeds" in capsys.readouterr().err
     assert cli.main(["reproduce", "--profile", "smoke", "--seeds", "1-2", "--ray", "h:6379", "--ray-cpus", "2",
                      *root]) == 2
     assert "--ray-cpus is the CPU count of a local Ray head" in capsys.readouterr().err
-    assert cli.main(["reproduce", "--profile", "paper-14b", "--seeds", "1-2", "--ray", "local", *root]) == 2
-    assert "runtime=verl" in capsys.readouterr().err
-    assert cli.main(["reproduce", "--profile", "smoke", "--seeds", "1-2", "--ray", "local", "--ray-cpus", "1",
-                     "--set", "model.torch_threads=2", *root]) == 2
-    assert "asks for 2 CPUs" in capsys.readouterr().err
+    for dry in ([], ["--dry-run"]):  # a dry run refuses what the real run refuses
+        assert cli.main(["reproduce", "--profile", "paper-14b", "--seeds", "1-2", "--ray", "local", *dry, *root]) == 2
+        assert "runtime=verl" in capsys.readouterr().err
+        assert cli.main(["reproduce", "--profile", "smoke", "--seeds", "1-2", "--ray", "local", "--ray-cpus", "1",
+                         "--set", "model.torch_threads=2", *dry, *root]) == 2
+        assert "asks for 2 CPUs" in capsys.readouterr().err
+        assert cli.main(["reproduce", "--profile", "smoke", "--seeds", "1-2", "--ray", "nohost", *dry, *root]) == 2
+        assert "host:port" in capsys.readouterr().err
+    assert cli.main(["reproduce", "--profile", "smoke", "--seeds", "1-2", "--ray", "local", "--ray-cpus", "4",
+                     "--set", "model.torch_threads=1", "--dry-run", *root]) == 0
+    assert "side by side on a local Ray head (4 CPUs" in capsys.readouterr().out
+    with pytest.raises(SystemExit):  # no abbreviations: each seed's command is re-run as given
+        cli.main(["reproduce", "--profile", "smoke", "--seeds", "1-2", "--ray", "local", "--ray-c", "2", *root])
     assert not (tmp_path / "smoke" / "fanout").exists(), "nothing starts for a refused command"
 
 
@@ -65,33 +90,38 @@ def _ray_processes(marker: str) -> list[int]:
     return out
 
 
-@pytest.mark.slow  # a local Ray head (~20-80 s to start on 2 loaded cores) and three short smoke runs (~3 min)
-def test_two_smoke_seeds_side_by_side_on_a_local_ray_match_the_serial_run(tmp_path, capsys):
+@pytest.mark.slow  # a local Ray head (~20-80 s to start on 2 loaded cores) and four short smoke runs (~4 min)
+def test_smoke_seeds_side_by_side_on_a_local_ray_match_the_serial_run_and_a_refused_seed_stops_no_other(
+        tmp_path, capsys, monkeypatch):
     common = ["--profile", "smoke", "--only", "01", "--set", "model.torch_threads=1"]
     fanned, serial = tmp_path / "fanned", tmp_path / "serial"
-    code = cli.main(["reproduce", *common, "--seeds", "3-4", "--ray", "local", "--ray-cpus", "2",
-                     "--reports-root", str(fanned)])
-    out = capsys.readouterr().out
-    assert code == 0, out
+    monkeypatch.chdir(tmp_path)  # a relative --reports-root is the caller's, for the seeds as for the pool
+    with run_lock(fanned / "smoke" / "s5"):  # seed 5's folder is held by "another run": that seed alone refuses
+        code = cli.main(["reproduce", *common, "--seeds", "3-5", "--ray", "local", "--ray-cpus", "2",
+                         "--reports-root", "fanned"])
+    captured = capsys.readouterr()
+    out, err = captured.out, captured.err
+    assert code == 2, out + err
     assert "2 at once, 1 CPU(s) each" in out and "seed 3 exited 0" in out and "seed 4 exited 0" in out
-    # each seed in its own run folder, as one after another would write it, and pooled afterwards
+    assert "seed 5 exited 2" in out and "being written by another run" in out  # its log's last lines
+    assert "seed(s) 5 refused to run" in err
+    # each seed in its own run folder, as one after another would write it
     runs = {s: fanned / "smoke" / f"s{s}" for s in (3, 4)}
     states = {s: json.loads((r / "pipeline_state.json").read_text()) for s, r in runs.items()}
     for s, st in states.items():
         assert st["01_data_curation"]["status"] == "done" and st["01_data_curation"]["parameters"]["seed"] == s
-    assert (fanned / "smoke" / "only-01-pooled" / "pooled_claims.json").exists()
     # side by side: the two seeds' notebooks ran in overlapping windows
     (a0, a1), (b0, b1) = _window(states[3]), _window(states[4])
     assert a0 < b1 and b0 < a1, f"the seeds ran one after another: {(a0, a1)} {(b0, b1)}"
     # Ray ran in a private namespace that was emptied at the end: no process of it left on the host
     session = json.loads((fanned / "smoke" / "fanout" / "session.json").read_text())
-    assert session["codes"] == {"seeds": 0} and session["orphans"] == [] and session["error"] is None
-    spec = json.loads((fanned / "smoke" / "fanout" / "fanout_spec.json").read_text())
-    assert spec["cpus_per_seed"] == 1
+    assert session["codes"] == {"seeds": 1} and session["orphans"] == [] and session["error"] is None
+    assert json.loads((fanned / "smoke" / "fanout" / "results.json").read_text()) == {"3": 0, "4": 0, "5": 2}
     assert not _ray_processes("kitray-"), "a Ray process of the session outlived it"
     assert not _ray_processes(str(fanned)), "a seed's process outlived the fan-out"
+    # the fanned-out seeds pool as any runs do
+    assert cli.main(["claims", "pool", str(runs[3]), str(runs[4]), "--out", str(tmp_path / "pooled")]) == 0
     # the same seed one after another, here, gives the same result files byte for byte
     assert cli.main(["reproduce", *common, "--seeds", "3", "--reports-root", str(serial)]) == 0
     diffs = compare_runs(runs[3], serial / "smoke" / "s3")  # result files, paths and time fields aside
     assert not diffs, "a seed's files depend on how it was scheduled: " + "; ".join(f"{d.path} ({d.what})" for d in diffs)
-    assert Path(fanned / "smoke" / "fanout" / "seed-3.log").read_text().strip()

@@ -210,3 +210,19 @@ async def test_a_preimport_that_does_not_import_stops_the_pool_naming_the_key(ma
             pass
     async with SandboxPool(make_cfg(num_workers=1, preimport=()), preload=(name,)) as pool:
         assert (await pool.run("6 * 7")).value == "42"
+
+
+def test_a_user_namespace_that_maps_only_its_root_gives_no_call_uid(tmp_path, monkeypatch):
+    """``unshare --map-root-user`` (a non-root user's Ray or VERL session): root there, but no other uid exists,
+    so chown to a dedicated call uid would fail (EINVAL); the worker keeps its own uid instead."""
+    whole, only_root = tmp_path / "whole", tmp_path / "only_root"
+    whole.write_text("         0          0 4294967295\n")
+    only_root.write_text("         0       1000          1\n")
+    assert isolation.uid_mapped(100_000_000, str(whole)) and isolation.uid_mapped(0, str(only_root))
+    assert not isolation.uid_mapped(100_000_000, str(only_root))
+    assert isolation.uid_mapped(5, str(tmp_path / "missing"))  # no user namespaces: every uid exists
+    monkeypatch.setattr(isolation.os, "geteuid", lambda: 0)
+    monkeypatch.setattr(isolation, "uid_mapped", lambda uid: False)
+    assert isolation.worker_uid(3) is None
+    monkeypatch.setattr(isolation, "uid_mapped", lambda uid: True)
+    assert isolation.worker_uid(3) is not None

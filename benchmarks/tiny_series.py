@@ -7,6 +7,7 @@ Usage::
         [--set key=value ...] [--force] [--no-overlap] [--no-report] [--no-limits]
     .venv/bin/python benchmarks/tiny_series.py --read reports/tiny/main [--no-limits]   # a finished run's state
     .venv/bin/python benchmarks/tiny_series.py --read reports/tiny/s10{1..5}             # per notebook and per seed
+    .venv/bin/python benchmarks/tiny_series.py --fanout reports/tiny/fanout --solo reports/tiny/s101  # Ray fan-out
 
 It runs the series as ``python -m kit reproduce`` does (:func:`kit.pipeline.run_series` into
 ``reports/<profile>/<run>/``, resumable; then the report unless ``--until`` or ``--no-report``) and prints,
@@ -35,6 +36,13 @@ the reference host's speed) against the measured mean scaled by the host factor.
 (an ``--only`` run) is ``-`` and its totals say how many notebooks they cover; the wall column sums notebook
 seconds, which overcounts a series whose background training overlapped the notebooks beside it.
 Last line then: ``seeds=<n> mean_wall_s=<x> mean_machine_cpu_s=<y> host_factor=<f>``.
+
+``--fanout DIR`` reads a ``kit reproduce --seeds ... --ray`` fan-out's ``timings.json`` (:mod:`kit.pipeline.fanout`)
+and prints its wall seconds (first task submitted to last seed ended; Ray's start apart), each seed's own, and,
+with ``--solo RUN`` (the same profile's series of one seed run alone, e.g. one seed of ``--seeds`` without
+``--ray``), the ratio of the fan-out's wall to that seed's (the sum of its notebooks' seconds): issue #48's
+target is at most :data:`TARGET_FANOUT_RATIO` for 5 seeds on 16 or more cores. Last line then:
+``fanout_seeds=<n> fanout_wall_s=<x> solo_wall_s=<y> ratio=<r>``.
 
 Last line (one run): ``series_wall_s=<x> series_cpu_s=<y> machine_cpu_s=<z> host_factor=<f>`` (the invocation's wall
 seconds including the report, the runner's CPU seconds summed over the notebooks run now, the machine's busy
@@ -114,6 +122,32 @@ def state_records(root: Path) -> list[dict[str, Any]]:
 
 #: issue #48's target for one seed of the tiny series, B-STaR in it, on 2 quiet cores of the reference host
 TARGET_WALL_S, TARGET_MACHINE_S = 1200.0, 2000.0
+#: issue #48's fan-out target: 5 seeds side by side on 16 or more cores within this many times one seed's wall
+TARGET_FANOUT_RATIO = 1.3
+
+
+def fanout_lines(folder: Path, solo: Path | None) -> tuple[list[str], dict[str, float]]:
+    """The fan-out's figures (see the module docstring); returns ``(lines, {"seeds", "wall_s", "solo_wall_s",
+    "ratio"})`` (nan where there is no solo run).
+
+    Raises:
+        FileNotFoundError: no ``timings.json`` in ``folder`` (not a finished fan-out), or no state in ``solo``.
+    """
+    path = folder / "timings.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no timings.json in {folder} (not the folder of a finished kit reproduce --ray)")
+    t = json.loads(path.read_text())
+    seeds = t.get("seeds_s", {})
+    lines = [f"fan-out {folder}: {len(seeds)} seeds, {t.get('cpus_per_seed')} CPU(s) each on {t.get('ray_cpus')} Ray "
+             f"CPUs, wall {t['wall_s']:.0f} s; each seed's own: "
+             + ", ".join(f"{k} {v:.0f} s" for k, v in sorted(seeds.items()))]
+    solo_wall = ratio = math.nan
+    if solo is not None:
+        solo_wall = sum(r.get("seconds", 0.0) for r in state_records(solo))
+        ratio = t["wall_s"] / solo_wall if solo_wall > 0 else math.nan
+        lines.append(f"one seed alone ({solo}): {solo_wall:.0f} s; fan-out / alone = {ratio:.2f} (target <= "
+                     f"{TARGET_FANOUT_RATIO} for 5 seeds on 16 or more cores; {len(usable_cpus())} cores here)")
+    return lines, {"seeds": len(seeds), "wall_s": t["wall_s"], "solo_wall_s": solo_wall, "ratio": ratio}
 
 
 def seeds_table(roots: list[Path]) -> tuple[str, dict[str, float]]:
@@ -238,8 +272,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-limits", action="store_true", help="skip the matmul bound and MFU probes")
     ap.add_argument("--read", nargs="+", default=[], metavar="RUN",
                     help="print a finished run folder's times instead of running; several: per notebook and per seed")
+    ap.add_argument("--fanout", default="", metavar="DIR", help="print a --ray fan-out's figures (its folder)")
+    ap.add_argument("--solo", default="", metavar="RUN", help="with --fanout: one seed's run folder, run alone")
     ap.add_argument("--reports-root", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.fanout:
+        lines, f = fanout_lines(Path(args.fanout), Path(args.solo) if args.solo else None)
+        print("\n".join(lines))
+        print(f"fanout_seeds={f['seeds']} fanout_wall_s={f['wall_s']:.0f} solo_wall_s={f['solo_wall_s']:.0f} "
+              f"ratio={f['ratio']:.2f}")
+        return 0
     if len(args.read) > 1:
         text, means = seeds_table([Path(r) for r in args.read])
         print(text)

@@ -25,8 +25,9 @@ Two places to run:
 
 One seed's failure (its series, or its Ray task: out of memory, a lost node) does not stop the others.
 The fan-out folder (:func:`kit.pipeline.seeds.fanout_name`) holds ``seed-<seed>.log`` per seed,
-``results.json`` (each finished seed's exit code, written as it ends) and, with ``local``, the session's
-record; it is locked while a fan-out writes it.
+``results.json`` (each finished seed's exit code, written as it ends), ``timings.json`` (the fan-out's wall
+seconds from the first task submitted to the last seed's end, each seed's own, Ray's CPUs) and, with
+``local``, the session's record; it is locked while a fan-out writes it.
 """
 
 from __future__ import annotations
@@ -181,6 +182,7 @@ def drive(spec: dict[str, Any]) -> dict[int, int]:
     except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, ValueError, RuntimeError, ...
         raise FanOutError(f"could not join the Ray cluster at {address}: {type(exc).__name__}: {exc}") from exc
     codes: dict[int, int] = {}
+    t0, seconds_of, cpus = time.perf_counter(), {}, None
     try:
         env = _seed_env(spec)
         run_seed = ray.remote(_run_seed).options(num_cpus=spec["cpus_per_seed"], max_retries=0)
@@ -202,6 +204,7 @@ def drive(spec: dict[str, Any]) -> dict[int, int]:
                 try:
                     code, seconds = ray.get(ready[0])
                     how = f"exited {code} after {seconds:.0f} s"
+                    seconds_of[seed] = seconds
                 except ray.exceptions.RayError as exc:  # its task died (out of memory, a lost node): this seed only
                     code, how = 1, f"failed: its Ray task ended with {type(exc).__name__}: {str(exc)[:300]}"
                 _record(spec, codes, seed, code)
@@ -212,6 +215,10 @@ def drive(spec: dict[str, Any]) -> dict[int, int]:
             raise
     finally:
         ray.shutdown()
+        # the fan-out's wall (the benchmark's ratio to one seed alone: benchmarks/tiny_series.py --fanout)
+        Path(spec["out"], "timings.json").write_text(json.dumps(
+            {"wall_s": time.perf_counter() - t0, "seeds_s": {str(k): v for k, v in seconds_of.items()},
+             "cpus_per_seed": spec["cpus_per_seed"], "ray_cpus": cpus}, indent=1))
     return codes
 
 

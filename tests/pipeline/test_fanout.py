@@ -117,6 +117,9 @@ def test_smoke_seeds_side_by_side_on_a_local_ray_match_the_serial_run_and_a_refu
     session = json.loads((fanned / "smoke" / "fanout" / "session.json").read_text())
     assert session["codes"] == {"seeds": 1} and session["orphans"] == [] and session["error"] is None
     assert json.loads((fanned / "smoke" / "fanout" / "results.json").read_text()) == {"3": 0, "4": 0, "5": 2}
+    timings = json.loads((fanned / "smoke" / "fanout" / "timings.json").read_text())
+    assert set(timings["seeds_s"]) == {"3", "4", "5"} and timings["ray_cpus"] == 2 and timings["cpus_per_seed"] == 1
+    assert timings["wall_s"] < timings["seeds_s"]["3"] + timings["seeds_s"]["4"]  # side by side, not in a row
     assert not _ray_processes("kitray-"), "a Ray process of the session outlived it"
     assert not _ray_processes(str(fanned)), "a seed's process outlived the fan-out"
     # the fanned-out seeds pool as any runs do

@@ -57,3 +57,17 @@ def test_read_of_several_seeds_prints_each_seed_per_notebook_and_the_target_on_c
     assert "2 complete seed(s)" in target and "wall 700 s (target 1200: met)" in target
     assert "machine 1400 CPU s (target 2000: met)" in target
     assert out[-1] == "seeds=3 mean_wall_s=867 mean_machine_cpu_s=1700 host_factor=1.50"
+
+
+def test_fanout_prints_its_wall_each_seed_and_the_ratio_to_one_seed_alone(tmp_path, capsys):
+    bench = load_benchmark("tiny_series")
+    (tmp_path / "fanout").mkdir()
+    (tmp_path / "fanout" / "timings.json").write_text(json.dumps(
+        {"wall_s": 1300.0, "seeds_s": {"1": 1250.0, "2": 1290.0}, "cpus_per_seed": 2, "ray_cpus": 16}))
+    nb = {"status": "done", "seconds": 500.0, "cpu_seconds": 500.0}
+    _run_folder(tmp_path / "solo", {"02_cold_start_sft": nb, "12_bstar": nb}, SFT_STEP_REFERENCE_S["tiny"][0])
+    assert bench.main(["--fanout", str(tmp_path / "fanout"), "--solo", str(tmp_path / "solo")]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert "2 seeds, 2 CPU(s) each on 16 Ray CPUs, wall 1300 s; each seed's own: 1 1250 s, 2 1290 s" in out[0]
+    assert "fan-out / alone = 1.30 (target <= 1.3" in out[1]
+    assert out[-1] == "fanout_seeds=2 fanout_wall_s=1300 solo_wall_s=1000 ratio=1.30"

@@ -35,8 +35,10 @@ LAZY_PENDING = {
 PRIVATE_PENDING = {("kit.bridge.ray_sandbox", "kit.sandbox.workers", "_infra"): "#18 owns kit/sandbox/workers.py",
                    ("kit.bridge.verl_cpu.tiny_run", "kit.bridge.launch", "_task_rows"): "#15 (tiny_run's parquet rows)"}
 #: the only modules that may import kit.bridge (the rest of the kit runs without VERL)
-#: (kit.pipeline: the paper profiles' dry run; kit.pipeline.verl_runtime: the device check, the VERL CPU session)
-BRIDGE_IMPORTERS = {"kit.runtime.verl", "kit.runtime.paper", "kit.pipeline", "kit.pipeline.verl_runtime"}
+#: (kit.pipeline: the paper profiles' dry run; kit.pipeline.verl_runtime: the device check, the VERL CPU session;
+#: kit.pipeline.fanout: seeds side by side on Ray, kit.bridge.seed_fanout)
+BRIDGE_IMPORTERS = {"kit.runtime.verl", "kit.runtime.paper", "kit.pipeline", "kit.pipeline.verl_runtime",
+                    "kit.pipeline.fanout"}
 
 
 @cache

@@ -4,6 +4,7 @@ Each seed's series is one Ray task that runs ``python -m kit reproduce --run <ru
 (:func:`kit.pipeline.seeds.seed_command`) as a subprocess, from the caller's working folder, into the same
 run folder as the seeds run one after another; a seed's result files do not depend on how it was scheduled
 (its fixed thread count, ``model.torch_threads``, is what makes them repeatable: :mod:`kit.fingerprint`).
+The Ray side (the tasks, the driver) is :mod:`kit.bridge.seed_fanout`.
 A task asks Ray for that many CPUs (:func:`seed_cpus`), so Ray runs as many seeds at once as the CPUs allow
 and queues the rest. That count is the seed's torch threads only: its background training (06, 10 beside
 the notebooks) and its sandbox workers come on top, and Ray pins nothing to cores, so a machine full of
@@ -35,22 +36,19 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
-import subprocess
 import sys
 import threading
-import time
-from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["LOCAL", "FanOutError", "drive", "fan_out", "main", "plan", "seed_cpus"]
+from kit.jsonio import write_json
+from kit.pipeline.lock import run_lock
+from kit.pipeline.verl_runtime import follow
+
+__all__ = ["LOCAL", "FanOutError", "fan_out", "plan", "seed_cpus"]
 
 #: ``--ray local``: a Ray head of the kit's own on this machine (private namespace, loopback only)
 LOCAL = "local"
-#: what the local session adds to the environment (Ray's head, the namespace's mark): a seed run one after
-#: another does not have them
-_SESSION_VARS = ("RAY_ADDRESS", "RAY_AUTH_MODE", "KIT_VERL_SESSION_NS")
 #: ``--ray`` addresses: ``host:port`` or ``ray://host:port``
 _ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9_.\-\[\]:]+:\d+")
 
@@ -114,8 +112,6 @@ def fan_out(commands: dict[int, list[str]], out_dir: str | os.PathLike, *, ray: 
         kit.pipeline.lock.RunLocked: another fan-out writes ``out_dir``.
         SystemExit: 130 when interrupted (Ctrl-C): the seeds are stopped, their finished notebooks kept.
     """
-    from kit.pipeline.lock import run_lock
-
     out = Path(out_dir).resolve()
     with run_lock(out):
         spec = {"commands": {str(s): list(c) for s, c in commands.items()}, "cpus_per_seed": cpus_per_seed,
@@ -124,15 +120,19 @@ def fan_out(commands: dict[int, list[str]], out_dir: str | os.PathLike, *, ray: 
                 "kit_env": {} if ray == LOCAL else {k: v for k, v in os.environ.items() if k.startswith("KIT_")},
                 # the one variable the local session changes that a seed must get back as it was here
                 "pythonpath": os.environ.get("PYTHONPATH")}
-        spec_path = out / "fanout_spec.json"
-        spec_path.write_text(json.dumps(spec, indent=2))
+        spec_path = write_json(out / "fanout_spec.json", spec)
         results = out / "results.json"
         results.unlink(missing_ok=True)
         try:
             if ray == LOCAL:
                 _local(spec, spec_path, out, local_cpus, timeout_s)
             else:
-                drive(spec)
+                from kit.bridge.seed_fanout import JoinError, drive  # Ray: only for --ray
+
+                try:
+                    drive(spec)
+                except JoinError as exc:
+                    raise FanOutError(str(exc)) from exc
         except KeyboardInterrupt:
             print("\nkit.pipeline: interrupted; the seeds were stopped and their finished notebooks kept: rerun the "
                   "same command to resume them", file=sys.stderr)
@@ -144,7 +144,6 @@ def fan_out(commands: dict[int, list[str]], out_dir: str | os.PathLike, *, ray: 
 def _local(spec: dict[str, Any], spec_path: Path, out: Path, cpus: int, timeout_s: float) -> None:
     """The driver in a private session with a Ray head of its own (its output streamed here)."""
     from kit.bridge.verl_cpu import runner  # Ray in a private namespace: only for --ray local
-    from kit.pipeline.verl_runtime import follow
 
     log = out / "driver.log"
     log.write_text("")
@@ -152,7 +151,7 @@ def _local(spec: dict[str, Any], spec_path: Path, out: Path, cpus: int, timeout_
     tail = threading.Thread(target=follow, args=(log, done), daemon=True)
     tail.start()
     try:
-        res = runner.run_session([runner.Launch("seeds", [sys.executable, "-m", "kit.pipeline.fanout", str(spec_path)],
+        res = runner.run_session([runner.Launch("seeds", [sys.executable, "-m", "kit.bridge.seed_fanout", str(spec_path)],
                                                 str(log), cwd=spec["cwd"])],
                                  out, num_cpus=cpus, num_gpus=0, timeout_s=timeout_s + 120, verl=False)
     finally:
@@ -163,128 +162,3 @@ def _local(spec: dict[str, Any], spec_path: Path, out: Path, cpus: int, timeout_
               f"killed: {res.orphans}", file=sys.stderr)
     if res.error:
         print(f"kit.pipeline: the seeds' Ray session failed: {res.error}", file=sys.stderr)
-
-
-def drive(spec: dict[str, Any]) -> dict[int, int]:
-    """The fan-out's driver (inside the local session, or against a cluster): one task per seed, each seed's
-    end printed as it comes (a failed seed with its log's last lines), the exit codes written to
-    ``spec["results"]`` as they come (a seed that finished stays recorded whatever happens later). Returns
-    seed -> exit code.
-
-    Raises:
-        FanOutError: the cluster could not be joined.
-    """
-    import ray  # Ray: the paper path's dependency, only for --ray
-
-    address = spec["address"] or os.environ["RAY_ADDRESS"]
-    try:
-        ray.init(address=address, logging_level="WARNING", log_to_driver=False)
-    except Exception as exc:  # noqa: BLE001 - Ray raises ConnectionError, ValueError, RuntimeError, ...
-        raise FanOutError(f"could not join the Ray cluster at {address}: {type(exc).__name__}: {exc}") from exc
-    codes: dict[int, int] = {}
-    t0, seconds_of, cpus = time.perf_counter(), {}, None
-    try:
-        env = _seed_env(spec)
-        run_seed = ray.remote(_run_seed).options(num_cpus=spec["cpus_per_seed"], max_retries=0)
-        pending = {run_seed.remote(spec, int(s), env): int(s) for s in spec["commands"]}
-        cpus = int(ray.cluster_resources().get("CPU", 0))
-        print(f"kit: {len(pending)} seeds on Ray at {address}: {cpus} CPUs, {spec['cpus_per_seed']} per seed", flush=True)
-        deadline = time.monotonic() + float(spec["timeout_s"])
-        try:
-            while pending:
-                ready, _ = ray.wait(list(pending), num_returns=1, timeout=max(0.0, deadline - time.monotonic()))
-                if not ready:
-                    print(f"kit: the fan-out ran past {spec['timeout_s']:.0f} s: seeds "
-                          f"{', '.join(map(str, pending.values()))} are stopped", flush=True)
-                    for ref, seed in pending.items():
-                        ray.cancel(ref)
-                        _record(spec, codes, seed, 124)
-                    break
-                seed = pending.pop(ready[0])
-                try:
-                    code, seconds = ray.get(ready[0])
-                    how = f"exited {code} after {seconds:.0f} s"
-                    seconds_of[seed] = seconds
-                except ray.exceptions.RayError as exc:  # its task died (out of memory, a lost node): this seed only
-                    code, how = 1, f"failed: its Ray task ended with {type(exc).__name__}: {str(exc)[:300]}"
-                _record(spec, codes, seed, code)
-                print(f"kit: seed {seed} {how} (log {_log(spec, seed)})" + _tail(spec, seed, code), flush=True)
-        except BaseException:
-            for ref in pending:  # an interrupted driver leaves no seed running on a cluster
-                ray.cancel(ref)
-            raise
-    finally:
-        ray.shutdown()
-        # the fan-out's wall (the benchmark's ratio to one seed alone: benchmarks/tiny_series.py --fanout)
-        Path(spec["out"], "timings.json").write_text(json.dumps(
-            {"wall_s": time.perf_counter() - t0, "seeds_s": {str(k): v for k, v in seconds_of.items()},
-             "cpus_per_seed": spec["cpus_per_seed"], "ray_cpus": cpus}, indent=1))
-    return codes
-
-
-def _seed_env(spec: dict[str, Any]) -> dict[str, str] | None:
-    """The environment of each seed: locally this command's (the session's additions taken back out);
-    None on a cluster (each node's own, :func:`_run_seed`)."""
-    if spec["address"]:
-        return None
-    env = {k: v for k, v in os.environ.items() if k not in _SESSION_VARS}
-    if spec["pythonpath"] is None:
-        env.pop("PYTHONPATH", None)
-    else:
-        env["PYTHONPATH"] = spec["pythonpath"]
-    return env
-
-
-def _record(spec: dict[str, Any], codes: dict[int, int], seed: int, code: int) -> None:
-    codes[seed] = code
-    Path(spec["results"]).write_text(json.dumps({str(k): v for k, v in codes.items()}))
-
-
-def _log(spec: dict[str, Any], seed: int) -> str:
-    return str(Path(spec["out"]) / f"seed-{seed}.log")
-
-
-def _tail(spec: dict[str, Any], seed: int, code: int, lines: int = 6) -> str:
-    """A failed seed's last log lines (its STOPPED message names the notebook and cell), indented."""
-    if code == 0:
-        return ""
-    try:
-        text = Path(_log(spec, seed)).read_text(errors="replace").replace("\r", "\n")
-    except OSError:
-        return ""
-    last = [ln for ln in text.splitlines() if ln.strip() and not ln.startswith("Executing")][-lines:]
-    return "".join(f"\n    {ln}" for ln in last)
-
-
-def _run_seed(spec: dict[str, Any], seed: int, env: dict[str, str] | None) -> tuple[int, float]:
-    """One Ray task: seed ``seed``'s series as a subprocess in its own process group, killed with the task
-    (a cancelled task gets ``KeyboardInterrupt``). ``env`` None: this node's environment without Ray's
-    additions, plus the caller's ``KIT_*`` variables. Returns ``(exit code, seconds)``."""
-    if env is None:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("RAY_") and k != "OMP_NUM_THREADS"}
-        env.update(spec.get("kit_env", {}))
-    t0 = time.perf_counter()
-    with open(_log(spec, seed), "w") as log:
-        proc = subprocess.Popen([spec["python"], "-m", "kit", *spec["commands"][str(seed)]], cwd=spec["cwd"], env=env,
-                                stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        try:
-            code = proc.wait()
-        except BaseException:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-            raise
-    return code, time.perf_counter() - t0
-
-
-def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m kit.pipeline.fanout <spec.json>``: the driver inside the local session."""
-    args = list(sys.argv[1:] if argv is None else argv)
-    if len(args) != 1:
-        print("usage: python -m kit.pipeline.fanout <fanout_spec.json>", file=sys.stderr)
-        return 2
-    codes = drive(json.loads(Path(args[0]).read_text()))
-    return 0 if codes and not any(codes.values()) else 1
-
-
-if __name__ == "__main__":
-    sys.exit(main())

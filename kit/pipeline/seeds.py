@@ -12,6 +12,8 @@ issue #48), into the same run folders, and are pooled the same way.
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
 import sys
 from collections.abc import Callable, Sequence
@@ -19,6 +21,10 @@ from typing import Any
 
 from kit.claims import ClaimsError
 from kit.claims.pool import pool_runs, write_pooled
+from kit.config import load
+from kit.pipeline import fanout
+from kit.pipeline.lock import RunLocked
+from kit.pipeline.timing import usable_cpus
 from kit.plan import Layout
 
 __all__ = ["DEFAULT_RUN", "fanout_name", "parse_seeds", "pooled_name", "reproduce_seeds", "seed_command", "seed_run_name"]
@@ -158,10 +164,6 @@ def _fan_out_plan(profile: str, run: str, seeds: Sequence[int], ray: str, ray_cp
     """``(the line that says how the seeds will be fanned out, CPUs per seed)``, or None (after printing why)
     when they cannot be:
     another runtime than the local one, a thread count of 0, a seed larger than the local head, a bad address."""
-    from kit.config import load
-    from kit.pipeline import fanout
-    from kit.pipeline.timing import usable_cpus
-
     cfg = load(profile, kwargs.get("overrides") or {}, write=False)  # (already checked by the seed's dry run)
     try:
         if cfg.runtime != "local":
@@ -185,13 +187,6 @@ def _fan_out(reproduce: Callable[..., int], profile: str, run: str, seeds: Seque
     """The seeds as Ray tasks (:mod:`kit.pipeline.fanout`); None (after printing why) when they cannot run:
     the first seed's dry run (bad arguments) and :func:`_fan_out_plan` first, so that no Ray starts for a
     command every seed would refuse; a fan-out folder another fan-out holds; a cluster that cannot be joined."""
-    import contextlib
-    import io
-
-    from kit.pipeline import fanout
-    from kit.pipeline.lock import RunLocked
-    from kit.pipeline.timing import usable_cpus
-
     name = seed_run_name(run, seeds[0])
     with contextlib.redirect_stdout(io.StringIO()):
         code = reproduce(profile, name, seed=seeds[0], command=seed_command(command, name, seeds[0]),

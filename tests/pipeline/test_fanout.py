@@ -8,6 +8,7 @@ import psutil
 import pytest
 
 from kit import cli
+from kit.bridge import seed_fanout
 from kit.pipeline import fanout
 from kit.pipeline.compare import compare_runs
 from kit.pipeline.lock import run_lock
@@ -39,11 +40,11 @@ def test_a_local_seed_gets_this_commands_environment_back(monkeypatch):
     monkeypatch.setenv("KIT_VERL_SESSION_NS", "pid:[1]")
     monkeypatch.setenv("PYTHONPATH", "/checkout:/mine")
     monkeypatch.setenv("MKL_CBWR", "AUTO,STRICT")
-    env = fanout._seed_env({"address": None, "pythonpath": "/mine"})
+    env = seed_fanout._seed_env({"address": None, "pythonpath": "/mine"})
     assert "RAY_ADDRESS" not in env and "KIT_VERL_SESSION_NS" not in env
     assert env["PYTHONPATH"] == "/mine" and env["MKL_CBWR"] == "AUTO,STRICT"
-    assert "PYTHONPATH" not in fanout._seed_env({"address": None, "pythonpath": None})
-    assert fanout._seed_env({"address": "h:1", "pythonpath": None}) is None  # a cluster node's own
+    assert "PYTHONPATH" not in seed_fanout._seed_env({"address": None, "pythonpath": None})
+    assert seed_fanout._seed_env({"address": "h:1", "pythonpath": None}) is None  # a cluster node's own
 
 
 def test_the_command_line_refuses_what_the_fan_out_cannot_run_dry_run_included(tmp_path, capsys):

@@ -39,9 +39,10 @@ Last line then: ``seeds=<n> mean_wall_s=<x> mean_machine_cpu_s=<y> host_factor=<
 
 ``--fanout DIR`` reads a ``kit reproduce --seeds ... --ray`` fan-out's ``timings.json`` (:mod:`kit.pipeline.fanout`)
 and prints its wall seconds (first task submitted to last seed ended; Ray's start apart), each seed's own, and,
-with ``--solo RUN`` (the same profile's series of one seed run alone, e.g. one seed of ``--seeds`` without
-``--ray``), the ratio of the fan-out's wall to that seed's (the sum of its notebooks' seconds): issue #48's
-target is at most :data:`TARGET_FANOUT_RATIO` for 5 seeds on 16 or more cores. Last line then:
+with ``--solo DIR`` (one seed of the same series alone: best the fan-out folder of ``--seeds N --ray local``, the
+same clock; a run folder's summed notebook seconds overcount overlapped training), the ratio of the fan-out's
+wall to that seed's; no ratio where a seed did not exit 0. Issue #48's target is at most
+:data:`TARGET_FANOUT_RATIO` for 5 seeds on 16 or more cores. Last line then:
 ``fanout_seeds=<n> fanout_wall_s=<x> solo_wall_s=<y> ratio=<r>``.
 
 Last line (one run): ``series_wall_s=<x> series_cpu_s=<y> machine_cpu_s=<z> host_factor=<f>`` (the invocation's wall
@@ -128,26 +129,36 @@ TARGET_FANOUT_RATIO = 1.3
 
 def fanout_lines(folder: Path, solo: Path | None) -> tuple[list[str], dict[str, float]]:
     """The fan-out's figures (see the module docstring); returns ``(lines, {"seeds", "wall_s", "solo_wall_s",
-    "ratio"})`` (nan where there is no solo run).
+    "ratio"})`` (nan where there is no solo run, or where a seed did not finish with exit 0: no ratio then).
 
     Raises:
         FileNotFoundError: no ``timings.json`` in ``folder`` (not a finished fan-out), or no state in ``solo``.
     """
-    path = folder / "timings.json"
-    if not path.is_file():
-        raise FileNotFoundError(f"no timings.json in {folder} (not the folder of a finished kit reproduce --ray)")
-    t = json.loads(path.read_text())
-    seeds = t.get("seeds_s", {})
-    lines = [f"fan-out {folder}: {len(seeds)} seeds, {t.get('cpus_per_seed')} CPU(s) each on {t.get('ray_cpus')} Ray "
+    t = _timings(folder)
+    seeds, codes = t.get("seeds_s", {}), t.get("codes", {})
+    bad = {k: v for k, v in codes.items() if v != 0}
+    lines = [f"fan-out {folder}: {len(codes)} seeds, {t.get('cpus_per_seed')} CPU(s) each on {t.get('ray_cpus')} Ray "
              f"CPUs, wall {t['wall_s']:.0f} s; each seed's own: "
              + ", ".join(f"{k} {v:.0f} s" for k, v in sorted(seeds.items()))]
     solo_wall = ratio = math.nan
+    if bad:
+        lines.append(f"no ratio: seeds {', '.join(f'{k} (exit {v})' for k, v in sorted(bad.items()))} did not finish")
     if solo is not None:
-        solo_wall = sum(r.get("seconds", 0.0) for r in state_records(solo))
-        ratio = t["wall_s"] / solo_wall if solo_wall > 0 else math.nan
-        lines.append(f"one seed alone ({solo}): {solo_wall:.0f} s; fan-out / alone = {ratio:.2f} (target <= "
+        if (solo / "timings.json").is_file():  # one seed fanned out alone: the same clock as the fan-out's
+            solo_wall, how = _timings(solo)["wall_s"], "its fan-out's wall"
+        else:  # a run folder: its notebooks' seconds, which overcount overlapped background training
+            solo_wall, how = sum(r.get("seconds", 0.0) for r in state_records(solo)), "its notebooks' summed seconds"
+        ratio = t["wall_s"] / solo_wall if solo_wall > 0 and not bad else math.nan
+        lines.append(f"one seed alone ({solo}, {how}): {solo_wall:.0f} s; fan-out / alone = {ratio:.2f} (target <= "
                      f"{TARGET_FANOUT_RATIO} for 5 seeds on 16 or more cores; {len(usable_cpus())} cores here)")
-    return lines, {"seeds": len(seeds), "wall_s": t["wall_s"], "solo_wall_s": solo_wall, "ratio": ratio}
+    return lines, {"seeds": len(codes), "wall_s": t["wall_s"], "solo_wall_s": solo_wall, "ratio": ratio}
+
+
+def _timings(folder: Path) -> dict[str, Any]:
+    path = folder / "timings.json"
+    if not path.is_file():
+        raise FileNotFoundError(f"no timings.json in {folder} (not the folder of a finished kit reproduce --ray)")
+    return json.loads(path.read_text())
 
 
 def seeds_table(roots: list[Path]) -> tuple[str, dict[str, float]]:
@@ -276,6 +287,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--solo", default="", metavar="RUN", help="with --fanout: one seed's run folder, run alone")
     ap.add_argument("--reports-root", default=None, help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
+    if args.solo and not args.fanout:
+        ap.error("--solo goes with --fanout")
     if args.fanout:
         lines, f = fanout_lines(Path(args.fanout), Path(args.solo) if args.solo else None)
         print("\n".join(lines))

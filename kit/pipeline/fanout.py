@@ -49,6 +49,12 @@ __all__ = ["LOCAL", "FanOutError", "fan_out", "plan", "seed_cpus"]
 
 #: ``--ray local``: a Ray head of the kit's own on this machine (private namespace, loopback only)
 LOCAL = "local"
+#: what the local session sets in every process's environment (its Ray head, the namespace's mark, and this
+#: checkout first on PYTHONPATH): each seed gets the caller's values back
+SESSION_VARS = ("PYTHONPATH", "RAY_ADDRESS", "RAY_AUTH_MODE", "KIT_VERL_SESSION_NS")
+#: seconds the local session may take beyond the fan-out's own limit: Ray's start (up to 4 tries on a loaded
+#: machine, :func:`kit.bridge.verl_cpu.ray_local.start_ray`) and stop
+RAY_START_ALLOWANCE_S = 1800.0
 #: ``--ray`` addresses: ``host:port`` or ``ray://host:port``
 _ADDRESS = re.compile(r"(ray://)?[A-Za-z0-9_.\-\[\]:]+:\d+")
 
@@ -108,7 +114,7 @@ def fan_out(commands: dict[int, list[str]], out_dir: str | os.PathLike, *, ray: 
     Returns:
         seed -> exit code of its series (1 for a seed whose Ray task failed or that never reported).
     Raises:
-        FanOutError: the cluster could not be joined.
+        FanOutError: the cluster could not be joined, or the local session did not start.
         kit.pipeline.lock.RunLocked: another fan-out writes ``out_dir``.
         SystemExit: 130 when interrupted (Ctrl-C): the seeds are stopped, their finished notebooks kept.
     """
@@ -118,11 +124,12 @@ def fan_out(commands: dict[int, list[str]], out_dir: str | os.PathLike, *, ray: 
                 "cwd": os.getcwd(), "python": sys.executable, "out": str(out), "results": str(out / "results.json"),
                 "address": None if ray == LOCAL else ray, "timeout_s": timeout_s,
                 "kit_env": {} if ray == LOCAL else {k: v for k, v in os.environ.items() if k.startswith("KIT_")},
-                # the one variable the local session changes that a seed must get back as it was here
-                "pythonpath": os.environ.get("PYTHONPATH")}
+                # what the local session sets that a seed gets back as it is here (None: unset)
+                "restore": {k: os.environ.get(k) for k in SESSION_VARS}}
         spec_path = write_json(out / "fanout_spec.json", spec)
         results = out / "results.json"
         results.unlink(missing_ok=True)
+        (out / "timings.json").unlink(missing_ok=True)  # a failed start leaves none, not the last fan-out's
         try:
             if ray == LOCAL:
                 _local(spec, spec_path, out, local_cpus, timeout_s)
@@ -153,12 +160,14 @@ def _local(spec: dict[str, Any], spec_path: Path, out: Path, cpus: int, timeout_
     try:
         res = runner.run_session([runner.Launch("seeds", [sys.executable, "-m", "kit.bridge.seed_fanout", str(spec_path)],
                                                 str(log), cwd=spec["cwd"])],
-                                 out, num_cpus=cpus, num_gpus=0, timeout_s=timeout_s + 120, verl=False)
+                                 out, num_cpus=cpus, num_gpus=0, timeout_s=timeout_s + RAY_START_ALLOWANCE_S, verl=False)
     finally:
         done.set()
         tail.join()
     if res.orphans:
         print(f"kit.pipeline: {len(res.orphans)} processes were still running after the seeds' Ray session and were "
               f"killed: {res.orphans}", file=sys.stderr)
+    if res.error and not (out / "results.json").exists():  # no seed ran: the session did not start
+        raise FanOutError(f"the seeds' Ray session did not start: {res.error}")
     if res.error:
         print(f"kit.pipeline: the seeds' Ray session failed: {res.error}", file=sys.stderr)

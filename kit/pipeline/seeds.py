@@ -110,12 +110,14 @@ def reproduce_seeds(reproduce: Callable[..., int], profile: str, run: str, seeds
         ray_cpus: CPUs a local Ray head announces (default: those this process may use).
         kwargs: the other options of :func:`kit.pipeline.reproduce`.
     Returns:
-        2 when a seed's arguments are bad (nothing more is run), 1 when some seed's series or the
+        2 when a seed's arguments are bad (one after another: nothing more is run; side by side: the others have
+        run, nothing is pooled) or the fan-out cannot run, 1 when some seed's series or the
         pool failed (every seed is still run), else 0.
     """
     failed: list[int] = []
+    local_cpus = ray_cpus or len(usable_cpus())  # a local Ray head's CPUs
     if ray and not kwargs.get("dry_run"):
-        codes = _fan_out(reproduce, profile, run, seeds, command, reports_root, ray, ray_cpus, kwargs)
+        codes = _fan_out(reproduce, profile, run, seeds, command, reports_root, ray, local_cpus, kwargs)
         if codes is None:
             return 2
         refused = [s for s in seeds if codes[s] == 2]
@@ -135,7 +137,7 @@ def reproduce_seeds(reproduce: Callable[..., int], profile: str, run: str, seeds
             if code:
                 failed.append(seed)
         if ray:  # a dry run: the same checks as the real fan-out, and its plan
-            planned = _fan_out_plan(profile, run, seeds, ray, ray_cpus, {**kwargs, "reports_root": reports_root})
+            planned = _fan_out_plan(profile, run, seeds, ray, local_cpus, {**kwargs, "reports_root": reports_root})
             if planned is None:
                 return 2
             print(f"kit.pipeline (dry run): {planned[0]}", flush=True)
@@ -159,7 +161,7 @@ def reproduce_seeds(reproduce: Callable[..., int], profile: str, run: str, seeds
     return 1 if failed else 0
 
 
-def _fan_out_plan(profile: str, run: str, seeds: Sequence[int], ray: str, ray_cpus: int | None,
+def _fan_out_plan(profile: str, run: str, seeds: Sequence[int], ray: str, local_cpus: int,
                   kwargs: dict[str, Any]) -> tuple[str, int] | None:
     """``(the line that says how the seeds will be fanned out, CPUs per seed)``, or None (after printing why)
     when they cannot be:
@@ -171,11 +173,11 @@ def _fan_out_plan(profile: str, run: str, seeds: Sequence[int], ray: str, ray_cp
                 f"--ray runs the local runtime's seeds side by side; profile {profile} has runtime={cfg.runtime}, "
                 "whose VERL trainer schedules its own workers on the cluster: run its seeds one after another "
                 "(without --ray), or submit one `kit reproduce --seed N` per seed")
-        per_seed, at_once = fanout.plan(cfg.model.torch_threads, ray, len(seeds), ray_cpus or len(usable_cpus()))
+        per_seed, at_once = fanout.plan(cfg.model.torch_threads, ray, len(seeds), local_cpus)
     except fanout.FanOutError as exc:
         print(f"kit.pipeline: {exc}", file=sys.stderr)
         return None
-    where = (f"a local Ray head ({ray_cpus or len(usable_cpus())} CPUs, private network namespace, loopback only), "
+    where = (f"a local Ray head ({local_cpus} CPUs, private network namespace, loopback only), "
              f"{at_once} at once" if at_once else f"the Ray cluster at {ray}")
     return (f"seeds {', '.join(map(str, seeds))} side by side on {where}, {per_seed} CPU(s) each (model.torch_threads); "
             f"runs {', '.join(seed_run_name(run, s) for s in seeds)}; logs in "
@@ -183,7 +185,7 @@ def _fan_out_plan(profile: str, run: str, seeds: Sequence[int], ray: str, ray_cp
 
 
 def _fan_out(reproduce: Callable[..., int], profile: str, run: str, seeds: Sequence[int], command: Sequence[str],
-             reports_root: str | None, ray: str, ray_cpus: int | None, kwargs: dict[str, Any]) -> dict[int, int] | None:
+             reports_root: str | None, ray: str, local_cpus: int, kwargs: dict[str, Any]) -> dict[int, int] | None:
     """The seeds as Ray tasks (:mod:`kit.pipeline.fanout`); None (after printing why) when they cannot run:
     the first seed's dry run (bad arguments) and :func:`_fan_out_plan` first, so that no Ray starts for a
     command every seed would refuse; a fan-out folder another fan-out holds; a cluster that cannot be joined."""
@@ -191,7 +193,7 @@ def _fan_out(reproduce: Callable[..., int], profile: str, run: str, seeds: Seque
     with contextlib.redirect_stdout(io.StringIO()):
         code = reproduce(profile, name, seed=seeds[0], command=seed_command(command, name, seeds[0]),
                          reports_root=reports_root, **{**kwargs, "dry_run": True})
-    planned = None if code else _fan_out_plan(profile, run, seeds, ray, ray_cpus,
+    planned = None if code else _fan_out_plan(profile, run, seeds, ray, local_cpus,
                                               {**kwargs, "reports_root": reports_root})
     if planned is None:
         return None
@@ -200,7 +202,7 @@ def _fan_out(reproduce: Callable[..., int], profile: str, run: str, seeds: Seque
     commands = {s: seed_command(command, seed_run_name(run, s), s) for s in seeds}
     try:
         return fanout.fan_out(commands, Layout.for_run(profile, fanout_name(run), reports_root).root, ray=ray,
-                              cpus_per_seed=per_seed, local_cpus=ray_cpus or len(usable_cpus()))
+                              cpus_per_seed=per_seed, local_cpus=local_cpus)
     except (fanout.FanOutError, RunLocked) as exc:
         print(f"kit.pipeline: {exc}", file=sys.stderr)
         return None

@@ -35,7 +35,8 @@ What the sandbox does:
       ``random``, numpy's global ``np.random`` and sympy's generator seeded from the call's code and
       input (:mod:`kit.sandbox.seeds`: the same call draws the same numbers everywhere; clock reads
       and OS randomness still differ);
-      a dedicated unprivileged uid per worker when the kit runs as root, which makes
+      a dedicated unprivileged uid per worker when the kit runs as root (not as the root of a user namespace
+      that maps only itself, as a non-root user's Ray session is: there, as for a non-root user, none), which makes
       RLIMIT_NPROC (``max_procs``) hold and stops the call from signalling its worker or
       writing root-owned paths; a kill of the whole group at its time limit (used time, not
       load: :mod:`kit.sandbox.limits`; a call starved by load is retried once, then

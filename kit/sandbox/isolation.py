@@ -192,7 +192,9 @@ def world_readable_python() -> bool:
 
 
 def worker_uid(index: int, isolation: str = "bwrap") -> int | None:
-    """A uid of its own for worker ``index`` when we are root (None otherwise).
+    """A uid of its own for worker ``index`` when we are root and that uid exists in our user namespace (None
+    otherwise: not root, or root of a namespace that maps only itself, where the call runs as the worker's uid
+    and so, as for a non-root user, RLIMIT_NPROC and the protection of the worker from the call do not hold).
 
     Unique per live host process and worker slot, so RLIMIT_NPROC counts only that worker's
     call and the post-call sweep kills only that call's leftovers.

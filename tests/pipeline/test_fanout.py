@@ -35,16 +35,14 @@ def test_a_seed_asks_for_its_thread_count_and_a_plan_that_cannot_run_is_refused(
     assert fanout_name("main") == "fanout" and fanout_name("ar") == "ar-fanout"
 
 
-def test_a_local_seed_gets_this_commands_environment_back(monkeypatch):
-    monkeypatch.setenv("RAY_ADDRESS", "127.0.0.1:6379")
-    monkeypatch.setenv("KIT_VERL_SESSION_NS", "pid:[1]")
-    monkeypatch.setenv("PYTHONPATH", "/checkout:/mine")
-    monkeypatch.setenv("MKL_CBWR", "AUTO,STRICT")
-    env = seed_fanout._seed_env({"address": None, "pythonpath": "/mine"})
-    assert "RAY_ADDRESS" not in env and "KIT_VERL_SESSION_NS" not in env
-    assert env["PYTHONPATH"] == "/mine" and env["MKL_CBWR"] == "AUTO,STRICT"
-    assert "PYTHONPATH" not in seed_fanout._seed_env({"address": None, "pythonpath": None})
-    assert seed_fanout._seed_env({"address": "h:1", "pythonpath": None}) is None  # a cluster node's own
+def test_a_local_seed_gets_the_callers_environment_back():
+    caller = {"PYTHONPATH": "/mine", "RAY_ADDRESS": None, "RAY_AUTH_MODE": None, "KIT_VERL_SESSION_NS": None}
+    assert set(caller) == set(fanout.SESSION_VARS)
+    in_session = {"PYTHONPATH": "/checkout:/mine", "RAY_ADDRESS": "127.0.0.1:6379", "RAY_AUTH_MODE": "disabled",
+                  "KIT_VERL_SESSION_NS": "pid:[1]", "MKL_CBWR": "AUTO,STRICT"}
+    env = seed_fanout._seed_env({"address": None, "restore": caller}, in_session)
+    assert env == {"PYTHONPATH": "/mine", "MKL_CBWR": "AUTO,STRICT"}
+    assert seed_fanout._seed_env({"address": "h:1", "restore": caller}, in_session) is None  # a cluster node's own
 
 
 def test_the_command_line_refuses_what_the_fan_out_cannot_run_dry_run_included(tmp_path, capsys):

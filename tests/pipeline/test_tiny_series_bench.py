@@ -63,7 +63,8 @@ def test_fanout_prints_its_wall_each_seed_and_the_ratio_to_one_seed_alone(tmp_pa
     bench = load_benchmark("tiny_series")
     (tmp_path / "fanout").mkdir()
     (tmp_path / "fanout" / "timings.json").write_text(json.dumps(
-        {"wall_s": 1300.0, "seeds_s": {"1": 1250.0, "2": 1290.0}, "cpus_per_seed": 2, "ray_cpus": 16}))
+        {"wall_s": 1300.0, "seeds_s": {"1": 1250.0, "2": 1290.0}, "codes": {"1": 0, "2": 0}, "cpus_per_seed": 2,
+         "ray_cpus": 16}))
     nb = {"status": "done", "seconds": 500.0, "cpu_seconds": 500.0}
     _run_folder(tmp_path / "solo", {"02_cold_start_sft": nb, "12_bstar": nb}, SFT_STEP_REFERENCE_S["tiny"][0])
     assert bench.main(["--fanout", str(tmp_path / "fanout"), "--solo", str(tmp_path / "solo")]) == 0
@@ -71,3 +72,12 @@ def test_fanout_prints_its_wall_each_seed_and_the_ratio_to_one_seed_alone(tmp_pa
     assert "2 seeds, 2 CPU(s) each on 16 Ray CPUs, wall 1300 s; each seed's own: 1 1250 s, 2 1290 s" in out[0]
     assert "fan-out / alone = 1.30 (target <= 1.3" in out[1]
     assert out[-1] == "fanout_seeds=2 fanout_wall_s=1300 solo_wall_s=1000 ratio=1.30"
+
+    (tmp_path / "alone").mkdir()  # one seed fanned out alone: the same clock
+    (tmp_path / "alone" / "timings.json").write_text(json.dumps({"wall_s": 1100.0, "codes": {"1": 0}}))
+    assert bench.main(["--fanout", str(tmp_path / "fanout"), "--solo", str(tmp_path / "alone")]) == 0
+    assert capsys.readouterr().out.strip().splitlines()[-1].endswith("solo_wall_s=1100 ratio=1.18")
+    (tmp_path / "fanout" / "timings.json").write_text(json.dumps({"wall_s": 900.0, "codes": {"1": 0, "2": 124}}))
+    assert bench.main(["--fanout", str(tmp_path / "fanout"), "--solo", str(tmp_path / "alone")]) == 0
+    out = capsys.readouterr().out
+    assert "no ratio: seeds 2 (exit 124) did not finish" in out and out.strip().endswith("ratio=nan")

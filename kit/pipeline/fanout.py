@@ -37,13 +37,12 @@ import json
 import os
 import re
 import sys
-import threading
 from pathlib import Path
 from typing import Any
 
 from kit.jsonio import write_json
 from kit.pipeline.lock import run_lock
-from kit.pipeline.verl_runtime import follow
+from kit.pipeline.verl_runtime import followed
 
 __all__ = ["LOCAL", "FanOutError", "fan_out", "plan", "seed_cpus"]
 
@@ -154,16 +153,10 @@ def _local(spec: dict[str, Any], spec_path: Path, out: Path, cpus: int, timeout_
 
     log = out / "driver.log"
     log.write_text("")
-    done = threading.Event()
-    tail = threading.Thread(target=follow, args=(log, done), daemon=True)
-    tail.start()
-    try:
-        res = runner.run_session([runner.Launch("seeds", [sys.executable, "-m", "kit.bridge.seed_fanout", str(spec_path)],
-                                                str(log), cwd=spec["cwd"])],
-                                 out, num_cpus=cpus, num_gpus=0, timeout_s=timeout_s + RAY_START_ALLOWANCE_S, verl=False)
-    finally:
-        done.set()
-        tail.join()
+    launch = runner.Launch("seeds", [sys.executable, "-m", "kit.bridge.seed_fanout", str(spec_path)], str(log),
+                           cwd=spec["cwd"])
+    res = followed(lambda: runner.run_session([launch], out, num_cpus=cpus, num_gpus=0,
+                                              timeout_s=timeout_s + RAY_START_ALLOWANCE_S, verl=False), log)
     if res.orphans:
         print(f"kit.pipeline: {len(res.orphans)} processes were still running after the seeds' Ray session and were "
               f"killed: {res.orphans}", file=sys.stderr)

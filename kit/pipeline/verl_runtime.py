@@ -18,13 +18,15 @@ from __future__ import annotations
 import os
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from kit.config import load
 from kit.plan import SERIES, Layout, is_stage_entry
 from kit.studies import STUDIES
+
+T = TypeVar("T")
 
 #: the environment variable that picks VERL's device (``kit.bridge.verl_cpu.runner.DEVICE_ENV``,
 #: named here too so that a local run reads it without importing kit.bridge; a test keeps them equal)
@@ -137,14 +139,7 @@ def run_in_verl_cpu_session(argv: Sequence[str], layout: Layout, overrides: dict
     print(f"kit.pipeline: runtime=verl on this CPU: the whole series runs in one kit session (one Ray head, "
           f"private network namespace); output also in {log}", flush=True)
     launch = runner.Launch("chain", [sys.executable, "-m", "kit", *argv], str(log))
-    done = threading.Event()
-    tail = threading.Thread(target=follow, args=(log, done), daemon=True)
-    tail.start()
-    try:
-        res = runner.run_session([launch], out, timeout_s=session_timeout_s)
-    finally:
-        done.set()
-        tail.join()
+    res = followed(lambda: runner.run_session([launch], out, timeout_s=session_timeout_s), log)
     if res.orphans:
         print(f"kit.pipeline: {len(res.orphans)} processes were still running after the session and were killed: "
               f"{res.orphans}", file=sys.stderr)
@@ -155,6 +150,19 @@ def run_in_verl_cpu_session(argv: Sequence[str], layout: Layout, overrides: dict
           f"{res.timings.get('ray_start_s', float('nan')):.0f} s), peak PSS {res.peak_pss_bytes / 2**30:.1f} GiB, "
           f"sandbox workers steady {res.sandbox_workers_steady}; {out / 'session.json'}")
     return res.codes.get("chain", 1)
+
+
+def followed(run: Callable[[], T], log: Path) -> T:
+    """``run()`` while what is appended to ``log`` is copied to stdout (:func:`follow`): a session's output as it
+    comes (the VERL CPU chain here, the seeds' Ray session in :mod:`kit.pipeline.fanout`)."""
+    done = threading.Event()
+    tail = threading.Thread(target=follow, args=(log, done), daemon=True)
+    tail.start()
+    try:
+        return run()
+    finally:
+        done.set()
+        tail.join()
 
 
 def follow(path: Path, done: threading.Event, period_s: float = 1.0) -> None:

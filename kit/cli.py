@@ -242,7 +242,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ray-cpus", type=int, default=None, metavar="N",
                    help="with --ray local: the CPUs the head announces (default: those this process may use)")
     _sets(p)
-    p.add_argument("--force", action="store_true", help="rerun notebooks that already finished")
+    p.add_argument("--force", action="store_true",
+                   help="rerun notebooks that already finished; with --only, the named ones and the notebooks that "
+                        "read their folders, not the ones they read (--only 08 --force keeps the cold start)")
     p.add_argument("--until", default=None, metavar="NN",
                    help="stop after the last notebook whose name starts with NN (03: stage 1; 05: every stage the "
                         "template runs as 05_rl_<stage>; 05_rl_stage3: that one); no report then")

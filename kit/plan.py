@@ -305,11 +305,11 @@ def _entries(profile: str | None) -> dict[str, Entry]:
     return {e.name: e for e in series(stage_names(profile))}
 
 
-def needed_for(prefixes: Sequence[str], profile: str | None = None) -> list[str]:
+def needed_for(prefixes: Sequence[str], profile: str | None = None, *, producers: bool = True) -> list[str]:
     """The series entries that running the notebooks named by ``prefixes`` needs, in series order: those
     whose name starts with a prefix (a number names its notebook exactly: ``1`` matches none of 01, 10, 11), every
     entry they read a folder of (recursively), and the sandbox check (00) first (``kit reproduce --only``: one study
-    over seeds without the whole series).
+    over seeds without the whole series). ``producers=False``: the named entries alone.
 
     Raises:
         ValueError: a prefix that matches no entry of ``profile``'s series (the known names listed).
@@ -324,6 +324,8 @@ def needed_for(prefixes: Sequence[str], profile: str | None = None) -> list[str]
             raise ValueError(f"--only {p!r} matches no notebook of {', '.join(entries)}"
                              + (f" (a number names one exactly: {', '.join(near)}?)" if p.isdigit() and near else ""))
         want |= set(hit)
+    if not producers:
+        return [n for n in entries if n in want]
     todo = list(want)
     while todo:
         for name in entries[todo.pop()].producers:

@@ -128,7 +128,8 @@ def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overri
         only: name prefixes (``["11"]``): run those notebooks and the ones whose folders they read
             (:func:`kit.plan.needed_for`), then write ``claims.json`` over the folders the run holds
             (:func:`write_partial_claims`; a claim without its files is inconclusive); no report. Not with ``until``;
-            empty names are refused.
+            empty names are refused. With ``force``, only the named notebooks rerun (and those that read their
+            folders); the ones they read are skipped or resumed as usual (``--only 08 --force``: not the cold start).
         overlap: False runs strictly in order (06's training not in the background).
         dry_run: print :func:`dry_run_text` and run nothing.
         reports_root: another folder than ``reports/`` (tests).
@@ -158,6 +159,8 @@ def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overri
         if only:
             keep = set(needed_for(only, profile if profile in available_profiles() else None))
             series = [nb for nb in series if nb.name in keep]
+            if force:  # the named notebooks (and, by the series, their readers), not the ones they read
+                force = [nb.name for nb in series if nb.name in needed_for(only, profile, producers=False)]
         if until:
             # the last match: ``--until 05`` runs every stage the template runs as ``05_rl_<stage>``
             # (stage3, stage4, ...), a full name (``05_rl_stage3``) stops at that one

@@ -15,7 +15,7 @@ import logging
 import os
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -135,7 +135,7 @@ def run_series(
     notebooks: Sequence[NotebookRun],
     layout: Layout,
     *,
-    force: bool = False,
+    force: bool | Collection[str] = False,
     log_output: bool = False,
     progress_bar: bool = True,
     cell_timeout_s: int | None = None,
@@ -151,7 +151,8 @@ def run_series(
     Args:
         notebooks: the series; each gets its ``parameters`` injected after its ``parameters`` cell.
         layout: where the executed notebooks and ``pipeline_state.json`` go.
-        force: run every notebook even when it already finished.
+        force: True reruns every notebook even when it already finished; a collection of names reruns those
+            (``--only 08 --force``: 08 and the notebooks that read its folder, not the cold start it reads).
         log_output: stream cell outputs to the terminal as they are produced.
         progress_bar: show papermill's per-cell progress bar.
         cell_timeout_s: kill a cell that runs longer than this many seconds (None or 0: no
@@ -227,9 +228,10 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
     records = []
     total = len(notebooks)
     names = [nb.name for nb in notebooks]
+    forced = set(names) if force is True else set(force or ())
     # issue #41: the run's fingerprint and repeatability stamp first (kit.fingerprint); a resume elsewhere warns
     state = fingerprint.stamp_state(state, read_run_keys(layout), layout.profile, [nb.parameters for nb in notebooks],
-                                    names if force else (), echo)
+                                    [n for n in names if n in forced], echo)
     write_state(layout, state)  # also when every notebook is skipped: the warning is kept with the run
     deferred = [nb.name for nb in notebooks if nb.background is not None and nb.background.after in names]
     jobs: dict[str, overlap.BackgroundRun] = {}
@@ -250,9 +252,10 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
                 continue
             rerun_downstream = upstream_rerun(idx)
             done, _ = is_finished(state.get(nb.name), nb, layout.executed / f"{nb.name}.ipynb", layout.root)
-            if done and not force and not rerun_downstream:
+            again = nb.name in forced
+            if done and not again and not rerun_downstream:
                 continue  # finished earlier: the loop skips it too
-            if not (not force and not rerun_downstream and resumable(state.get(nb.name), nb, layout.root)):
+            if not (not again and not rerun_downstream and resumable(state.get(nb.name), nb, layout.root)):
                 clear_outputs(nb, layout, echo)
             state[nb.name] = {"status": "running", "parameters": nb.parameters}
             write_state(layout, state)
@@ -269,7 +272,8 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
             out = layout.executed / f"{nb.name}.ipynb"
             done, why = is_finished(state.get(nb.name), nb, out, layout.root)
             rerun_downstream = upstream_rerun(idx)
-            if done and not force and not rerun_downstream:
+            again = nb.name in forced
+            if done and not again and not rerun_downstream:
                 echo(f"[{i}/{total}] {nb.name}: finished earlier ({state[nb.name]['seconds']:.0f} s), "
                      "skipped (--force reruns it)")
                 records.append({"notebook": nb.name, "status": "skipped", "seconds": 0.0,
@@ -278,7 +282,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
                 start_jobs_after(nb.name)
                 continue
             job = jobs.get(nb.name)
-            reason = ("its background job ran" if job else "forced" if force
+            reason = ("its background job ran" if job else "forced" if again
                       else ("an earlier notebook was rerun" if rerun_downstream and done else why))
             echo(f"[{i}/{total}] {nb.name}: running ({reason})")
             t0, c0 = time.perf_counter(), children_cpu_s()  # a job's CPU counts once it is reaped below
@@ -300,7 +304,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
             else:
                 # an interrupted notebook with unchanged inputs resumes (trainers continue from their last
                 # checkpoint); any other rerun starts from empty output folders
-                if not (not force and not rerun_downstream and resumable(state.get(nb.name), nb, layout.root)):
+                if not (not again and not rerun_downstream and resumable(state.get(nb.name), nb, layout.root)):
                     clear_outputs(nb, layout, echo)
             state[nb.name] = {"status": "running", "parameters": nb.parameters}
             write_state(layout, state)

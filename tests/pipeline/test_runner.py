@@ -81,6 +81,21 @@ def test_a_rerun_notebook_reruns_its_readers_and_not_the_notebooks_that_only_fol
     assert (lay.executed / "c.ipynb").stat().st_mtime_ns == c_mtime
 
 
+@pytest.mark.slow  # five kernel starts
+def test_forcing_named_notebooks_reruns_them_and_their_readers_only(tmp_path, make_notebook):
+    runs, lay = _series(tmp_path, make_notebook, fail_second=False)
+    run_series(runs, lay, progress_bar=False, echo=lambda s: None)
+    (lay.root / "a" / "stale.txt").write_text("from the first run")
+    lines: list[str] = []
+    records = run_series(runs, lay, force={"a"}, progress_bar=False, echo=lines.append)
+    assert [r["status"] for r in records] == ["done", "done", "skipped"]  # b reads a's folder, c does not
+    running = [s for s in lines if ": running (" in s]
+    assert "a: running (forced)" in running[0] and "b: running (an earlier notebook was rerun)" in running[1]
+    assert not (lay.root / "a" / "stale.txt").exists(), "a forced notebook starts from an empty folder"
+    records = run_series(runs, lay, force={"b"}, progress_bar=False, echo=lambda s: None)
+    assert [r["status"] for r in records] == ["skipped", "done", "skipped"]
+
+
 def test_upstream_indices_follow_the_folders_a_notebook_reads_transitively():
     params = [{"run_dir": "/r/a"}, {"run_dir": "/r/b", "init_dir": "/r/a"}, {"run_dir": "/r/c"},
               {"run_dir": "/r/d", "dirs": ["/r/b"]}, {"run_dir": "/r/e", "study_dirs": {"x": "/r/c"}}]

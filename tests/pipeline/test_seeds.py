@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from kit import cli
+from kit import cli, pipeline
 from kit.pipeline import write_partial_claims
 from kit.pipeline.seeds import parse_seeds, pooled_name, reproduce_seeds, seed_command, seed_run_name
 from kit.plan import Layout, needed_for
@@ -110,6 +110,7 @@ def test_only_runs_a_notebook_with_what_it_reads_and_names_a_bad_prefix(tmp_path
     with pytest.raises(ValueError, match=r"a number names one exactly: 01, 10, 11, 12\?"):  # not 01, 10, 11 and 12 at once
         needed_for(["1"], "tiny")
     assert needed_for(["12_b"], "tiny")[-1] == "12_bstar"  # a longer prefix by its start
+    assert needed_for(["08", "10"], "tiny", producers=False) == ["08_evaluation", "10_retool"]
     assert cli.main(["reproduce", "--profile", "smoke", "--only", "11", "--dry-run", "--reports-root",
                      str(tmp_path)]) == 0
     out = capsys.readouterr().out
@@ -141,3 +142,21 @@ def test_a_partial_runs_claims_judge_what_it_ran(smoke_chain, tmp_path):
             assert [t["verdict"] for t in c["tests"]] == [t["verdict"] for t in full[c["id"]]["tests"]], c["id"]
         elif c["section"] == "rStar2-Agent" and c["role"] != "world_check":
             assert c["verdict"] == "inconclusive", c["id"]
+
+
+def test_only_with_force_reruns_the_named_notebooks_not_the_ones_they_read(tmp_path, monkeypatch):
+    """``--only 08 --force`` (a changed evaluation design on finished seeds): 08 is forced, the cold start and
+    the stages it reads are left to the usual resume rule, which skips them when finished."""
+    seen = {}
+
+    def fake_series(series, layout, *, force, **kw):
+        seen["names"], seen["force"] = [nb.name for nb in series], force
+        return []
+
+    monkeypatch.setattr(pipeline, "run_series", fake_series)
+    monkeypatch.setattr(pipeline, "write_partial_claims", lambda *a, **k: tmp_path / "claims.json")
+    assert pipeline.reproduce("smoke", "t", only=["08"], force=True, reports_root=str(tmp_path)) == 0
+    assert seen["names"][-1] == "08_evaluation" and "02_cold_start_sft" in seen["names"]
+    assert seen["force"] == ["08_evaluation"]
+    assert pipeline.reproduce("smoke", "t", only=["08"], reports_root=str(tmp_path)) == 0
+    assert seen["force"] is False

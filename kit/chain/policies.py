@@ -18,9 +18,8 @@ from safetensors import safe_open
 from kit.config import KitConfig
 from kit.data.tasks import task_split
 from kit.models import load_policy
-from kit.rollout import HFBackend, run_coroutine
-from kit.sandbox import SandboxPool
-from kit.train.rollouts import collect
+from kit.rollout import HFBackend
+from kit.train.rollouts import collect_sync
 
 
 def load_run_policy(policy_dir: str | os.PathLike):
@@ -82,12 +81,8 @@ def sample_trajectories(cfg: KitConfig, policy_dir: str | os.PathLike, *, n_prob
     model, tok = load_run_policy(policy_dir)
     probs = list(problems) if problems is not None else heldout_problems(cfg, n_problems)
 
-    async def go():
-        async with SandboxPool(cfg.sandbox) as pool:
-            return await collect(cfg, model, tok, probs, n, pool, seed=seed, max_response_tokens=cfg.eval.max_tokens,
-                                 max_turns=cfg.eval.max_turns, temperature=temperature)
-
-    batch = run_coroutine(go())
+    batch = collect_sync(cfg, model, tok, probs, n, seed=seed, max_response_tokens=cfg.eval.max_tokens,
+                         max_turns=cfg.eval.max_turns, temperature=temperature)
     return batch.flat(), tok, batch
 
 

@@ -119,6 +119,25 @@ async def collect(cfg: KitConfig, model, tokenizer, problems: Sequence[TaskProbl
                  dict(executor.stats) if isinstance(executor, StepCache) else {})
 
 
+def collect_sync(cfg: KitConfig, model, tokenizer, problems: Sequence[TaskProblem], n: int, *, seed: int,
+                 max_response_tokens: int, max_turns: int, temperature: float,
+                 forced_turns: Sequence[str | None] | None = None) -> Batch:
+    """:func:`collect` from synchronous code (a notebook, a study's loop) with a sandbox pool of its own
+    (``cfg.sandbox``), started and stopped around the batch: the one synchronous sampler of the held-out
+    evaluations, probes and self-training loops. Arguments and return as :func:`collect`.
+
+    Raises:
+        RuntimeError: the sandbox pool could not start (:class:`kit.sandbox.SandboxPool`).
+    """
+    async def go():
+        async with SandboxPool(cfg.sandbox) as pool:
+            return await collect(cfg, model, tokenizer, problems, n, pool, seed=seed,
+                                 max_response_tokens=max_response_tokens, max_turns=max_turns,
+                                 temperature=temperature, forced_turns=forced_turns)
+
+    return run_coroutine(go())
+
+
 def cut_truncated(verdicts: Sequence[Any], trajectories: Sequence[Any]) -> list[Any]:
     """(B,) verdicts with every trajectory the budget cut (``truncated``) scored 0, reason ``no_answer``,
     whatever it boxed before the cut (:func:`kit.reward.verdict.cut_off`; rStar2-Agent §4.3: no

@@ -165,3 +165,15 @@ def test_a_failed_forward_fails_the_rows_in_flight_and_the_cohort_goes_on(produc
     out = asyncio.run(run())
     assert raised and out == ["ok"] + ["injected forward failure"] * 5
     assert not eng.cohort.due  # every trajectory left
+
+
+def test_the_synchronous_sampler_is_collect_with_a_pool_of_its_own(fitted, tok):
+    """:func:`kit.train.rollouts.collect_sync` (the held-out evaluations', probes' and study loops' sampler)
+    gives bitwise the batch :func:`collect` gives inside a pool the caller started."""
+    base = load("tiny", write=False)
+    cfg = dataclasses.replace(base, sandbox=dataclasses.replace(base.sandbox, num_workers=2),
+                              rollout=dataclasses.replace(base.rollout, batch_size=8))
+    sync = rollouts.collect_sync(cfg, fitted, tok, PROBLEMS, 4, seed=7, max_response_tokens=120, max_turns=3,
+                                 temperature=1.0)
+    assert sum(t.tool_calls for t in sync.flat()) >= 10
+    assert _fingerprint(sync) == _fingerprint(_collect(cfg.rollout.scheduler, fitted, tok, None))

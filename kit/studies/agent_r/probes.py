@@ -21,10 +21,8 @@ from collections.abc import Sequence
 from typing import Any
 
 from kit.data.tasks import TaskProblem, failing_call, opening, tool_call_text
-from kit.rollout import run_coroutine
-from kit.sandbox import SandboxPool
 from kit.train import common
-from kit.train.rollouts import collect
+from kit.train.rollouts import collect_sync
 
 PROBE_FILE = "probe_eval.jsonl"
 
@@ -45,12 +43,8 @@ def sample_heldout(cfg, model, tok, problems: Sequence[TaskProblem], n: int, *, 
     """``n`` trajectories per problem at T = 1 with notebook 11's evaluation budget (``eval.max_tokens``,
     ``eval.max_turns``) through the sandbox: a :class:`kit.train.rollouts.Batch`. The one sampler of the held-out
     evaluation and the probes (``forced_turns``)."""
-    async def go():
-        async with SandboxPool(cfg.sandbox) as pool:
-            return await collect(cfg, model, tok, problems, n, pool, seed=seed, max_response_tokens=cfg.eval.max_tokens,
-                                 max_turns=cfg.eval.max_turns, temperature=1.0, forced_turns=forced_turns)
-
-    return run_coroutine(go())
+    return collect_sync(cfg, model, tok, problems, n, seed=seed, max_response_tokens=cfg.eval.max_tokens,
+                        max_turns=cfg.eval.max_turns, temperature=1.0, forced_turns=forced_turns)
 
 
 def evaluate_probes(cfg, model, tok, problems: Sequence[TaskProblem], turns: Sequence[str], *, policy: str,

@@ -36,12 +36,10 @@ from kit.metrics import read_rows
 from kit.models import load_policy, save_policy
 from kit.report.figures import save_figure
 from kit.reward import extract_final_answer
-from kit.rollout import run_coroutine
-from kit.sandbox import SandboxPool
 from kit.studies.bstar import ARMS, EVAL_FILE, loop
 from kit.studies.bstar.figures import figure_bstar
 from kit.train import common
-from kit.train.rollouts import collect
+from kit.train.rollouts import collect_sync
 from kit.train.sft import fit_rows, pass_steps
 
 SWEEP_FILE, ITER_FILE = "sweep.jsonl", "iterations.jsonl"
@@ -63,12 +61,8 @@ def sample(cfg: KitConfig, model, tok, problems: Sequence[tasks.TaskProblem], n:
     tokens, turns = ((cfg.rollout.max_response_tokens, cfg.rollout.max_turns) if budget == "rollout"
                      else (cfg.eval.max_tokens, cfg.eval.max_turns))
 
-    async def go():
-        async with SandboxPool(cfg.sandbox) as pool:
-            return await collect(cfg, model, tok, problems, n, pool, seed=seed, max_response_tokens=tokens,
-                                 max_turns=turns, temperature=temperature)
-
-    batch = run_coroutine(go())
+    batch = collect_sync(cfg, model, tok, problems, n, seed=seed, max_response_tokens=tokens, max_turns=turns,
+                         temperature=temperature)
     pools = [loop.make_pool(p.id, [tr.response_text for tr in group], [extract_final_answer(tr.response_text)
                                                                        for tr in group], [r > 0 for r in rewards],
                             reference=p.answer if cfg.bstar.reference else None)  # the gold answer stands in

@@ -13,9 +13,6 @@ from kit.bridge.stages import Cluster, plan_stage
 from kit.config import KitConfig
 from kit.plan import retool_arms
 
-#: notebook 12's arms (kit.studies.bstar.ARMS; the bridge may not import the studies' packages)
-BSTAR_ARMS = ("bstar", "fixed")
-
 
 def retool_dry_run(cfg: KitConfig, run_dir: Path, dirs: Mapping[str, str], cluster: Cluster) -> list[str]:
     """Notebook 10's dry-run lines: ReTool's PPO arms, VERL's critic and GAE, one first-stage run per
@@ -49,7 +46,7 @@ def bstar_dry_run(cfg: KitConfig, run_dir: Path, dirs: Mapping[str, str], cluste
     b = cfg.bstar
     policy = f"{Path(dirs['sft']).resolve()}/policy"
     lines = [f"## {studies.BSTAR.notebook}  run_dir {run_dir}  (B-STaR: {b.iterations} iterations per arm, "
-             f"arms {', '.join(BSTAR_ARMS)}, from {policy})",
+             f"arms {', '.join(studies.BSTAR.arms)}, from {policy})",
              "   on this runtime the notebook samples nothing and its claims read inconclusive; at paper scale, per "
              "arm and iteration k:",
              f"   1. serve iteration k-1's policy (k = 1: {policy}):",
@@ -62,7 +59,7 @@ def bstar_dry_run(cfg: KitConfig, run_dir: Path, dirs: Mapping[str, str], cluste
              f"   3. sample {b.tasks} training tasks x {b.samples} at that T; bstar: re-pick the threshold on that pool; "
              "write the selected samples (vote share above it) as a token parquet (kit.studies.agent_r.parquet)",
              "   4. fine-tune on it with VERL's SFT trainer:"]
-    for arm in BSTAR_ARMS:
+    for arm in studies.BSTAR.arms:
         out = Path(run_dir) / arm / "iter_<k>"
         cmd = revision_sft_command(cfg, out / "selected.parquet", out, model_path="<iteration k-1's policy>",
                                    gpus_per_node=cluster.gpus_per_node, python=cluster.python, section="bstar")

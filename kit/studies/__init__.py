@@ -71,6 +71,8 @@ class Study:
             uses the kit's. :func:`kit.claims.kinds.all_kinds` adds them.
         paired_kinds: which of :attr:`claim_kinds` compare two arms or checkpoints of one run (pooled over
             seeds as paired differences, :func:`kit.claims.pool.arm_comparisons`).
+        arms: the arms its notebook trains, each in ``<key>/<arm>/`` (read by its own package and by its
+            dry run in :mod:`kit.bridge.study_runs`, which may not import the study's package); ``()``: not named here.
     """
 
     key: str
@@ -89,6 +91,7 @@ class Study:
     claims_file: str = ""
     claim_kinds: str = ""
     paired_kinds: tuple[str, ...] = ()
+    arms: tuple[str, ...] = ()
 
 
 RETOOL = Study(
@@ -128,7 +131,7 @@ BSTAR = Study(
           "every round on the same held-out tasks (bstar/eval.jsonl)."),
     figures=(("bstar_curves", "B-STaR's balance score, chosen pair, exploration and exploitation by iteration"),),
     dry_run="kit.bridge.study_runs:bstar_dry_run", claim_kinds="kit.studies.bstar.kinds:KINDS",
-    paired_kinds=("bstar_diff",))
+    paired_kinds=("bstar_diff",), arms=("bstar", "fixed"))  # B-STaR's adaptive loop and the fixed pair (online RFT)
 
 #: the kit's own paper's claims section (``kit.claims.DEFAULT_SECTION``): no study may take it
 KIT_SECTION = "rStar2-Agent"

@@ -48,7 +48,9 @@ Does not: run the loop on VERL (the paper profiles' dry run prints how it would:
 VERL SFT path, the sampling through the paper profile's sampler).
 """
 
-#: the arms of notebook 12: B-STaR's adaptive loop and the fixed pair (online RFT)
-ARMS = ("bstar", "fixed")
+from kit.studies import BSTAR
+
+#: the arms of notebook 12: B-STaR's adaptive loop and the fixed pair (online RFT), as its study record names them
+ARMS = BSTAR.arms
 #: the file the claims read (one row per policy, iteration and held-out task)
 EVAL_FILE = "eval.jsonl"

@@ -280,7 +280,7 @@ def resume_warning(stored: Mapping[str, Any] | None, current: Mapping[str, Any],
     old = stored.get("key") if stored else None
     return (f"resuming a run whose stored environment ({old or 'not recorded'}) differs from this machine's "
             f"({current.get('key')}): {diff}. The notebooks finished there ({', '.join(kept)}) are kept, so this run's "
-            "files mix two environments and are not bitwise what a run on either would give; --force reruns them all here.")
+            "files mix two environments and are not bitwise what a run on either would give; --force (without --only) reruns them all here.")
 
 
 

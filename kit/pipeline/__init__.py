@@ -128,8 +128,9 @@ def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overri
         only: name prefixes (``["11"]``): run those notebooks and the ones whose folders they read
             (:func:`kit.plan.needed_for`), then write ``claims.json`` over the folders the run holds
             (:func:`write_partial_claims`; a claim without its files is inconclusive); no report. Not with ``until``;
-            empty names are refused. With ``force``, only the named notebooks rerun (and those that read their
-            folders); the ones they read are skipped or resumed as usual (``--only 08 --force``: not the cold start).
+            empty names are refused. With ``force``, only the named notebooks rerun (and the selected ones that read
+            their folders); the ones they read are skipped or resumed as usual (``--only 08 --force``: not the cold
+            start). A finished notebook outside the selection that reads them (20) is not rerun.
         overlap: False runs strictly in order (06's training not in the background).
         dry_run: print :func:`dry_run_text` and run nothing.
         reports_root: another folder than ``reports/`` (tests).

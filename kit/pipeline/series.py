@@ -151,8 +151,8 @@ def run_series(
     Args:
         notebooks: the series; each gets its ``parameters`` injected after its ``parameters`` cell.
         layout: where the executed notebooks and ``pipeline_state.json`` go.
-        force: True reruns every notebook even when it already finished; a collection of names reruns those
-            (``--only 08 --force``: 08 and the notebooks that read its folder, not the cold start it reads).
+        force: True reruns every notebook even when it already finished; a collection of names reruns those and
+            the notebooks of ``notebooks`` that read their folders (``--only 08 --force``: not the cold start 08 reads).
         log_output: stream cell outputs to the terminal as they are produced.
         progress_bar: show papermill's per-cell progress bar.
         cell_timeout_s: kill a cell that runs longer than this many seconds (None or 0: no
@@ -168,6 +168,7 @@ def run_series(
             (:func:`check_parameters_cell`); else the first notebook that fails; the message names the notebook, the
             cell index (as in the executed notebook, injected-parameters cell included), its first
             source line and the error. Later notebooks are not run.
+        TypeError: ``force`` is a string (a name must come in a collection).
     """
     layout.executed.mkdir(parents=True, exist_ok=True)
     saved = {k: os.environ.get(k) for k in KERNEL_ENV}
@@ -228,15 +229,20 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
     records = []
     total = len(notebooks)
     names = [nb.name for nb in notebooks]
+    if isinstance(force, str):  # a str is a Collection: set("08_evaluation") would force nothing, silently
+        raise TypeError(f"force must be True, False or a collection of notebook names, not the string {force!r}")
     forced = set(names) if force is True else set(force or ())
+    reads = overlap.upstream_indices([nb.parameters for nb in notebooks])
+    # forced now, with the notebooks of the series that read a forced one's folder (they rerun on its new files)
+    rerun = [n for i, n in enumerate(names) if n in forced or any(names[j] in forced for j in reads[i])]
     # issue #41: the run's fingerprint and repeatability stamp first (kit.fingerprint); a resume elsewhere warns
     state = fingerprint.stamp_state(state, read_run_keys(layout), layout.profile, [nb.parameters for nb in notebooks],
-                                    [n for n in names if n in forced], echo)
+                                    rerun, echo)
     write_state(layout, state)  # also when every notebook is skipped: the warning is kept with the run
     deferred = [nb.name for nb in notebooks if nb.background is not None and nb.background.after in names]
     jobs: dict[str, overlap.BackgroundRun] = {}
-
-    reads = overlap.upstream_indices([nb.parameters for nb in notebooks])
+    kept_why = ("skipped (--force reruns only the notebooks named and their readers)" if forced and force is not True
+                else "skipped (--force reruns it)")
 
     def upstream_rerun(idx: int) -> bool:
         """Whether a notebook whose folder the notebook at series position ``idx`` reads (directly or through
@@ -274,8 +280,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
             rerun_downstream = upstream_rerun(idx)
             again = nb.name in forced
             if done and not again and not rerun_downstream:
-                echo(f"[{i}/{total}] {nb.name}: finished earlier ({state[nb.name]['seconds']:.0f} s), "
-                     "skipped (--force reruns it)")
+                echo(f"[{i}/{total}] {nb.name}: finished earlier ({state[nb.name]['seconds']:.0f} s), {kept_why}")
                 records.append({"notebook": nb.name, "status": "skipped", "seconds": 0.0,
                                 "earlier_seconds": state[nb.name].get("seconds", 0.0),
                                 "earlier_cpu_seconds": state[nb.name].get("cpu_seconds", float("nan"))})

@@ -42,7 +42,8 @@ def test_a_lever_that_keeps_runs_close_is_equivalent_and_the_world_check_is_left
     assert eq.main(["--old", *map(str, old), "--new", *map(str, new)]) == 0
     out = capsys.readouterr().out
     assert "fig4: gap" in out and "world" not in out and "too little data" not in out
-    assert out.strip().splitlines()[-1] == "lever_equivalence tests=1 equivalent=1 different=0 undetermined=0 adopt=yes"
+    assert out.strip().splitlines()[-1] == ("lever_equivalence tests=1 equivalent=1 different=0 undetermined=0 "
+                                            "not_judged=0 adopt=yes")
 
 
 def test_hand_computed_interval_and_margin():
@@ -69,18 +70,42 @@ def test_a_shift_beyond_the_margin_is_different_and_a_reseeding_lever_at_five_pa
     new2 = {s: {"t": v} for s, v in zip(OLD, [0.35, 0.15, 0.40, 0.20, 0.15], strict=True)}
     (row,) = eq.check(old2, new2)
     assert row["verdict"] == "undetermined" and row["pairs_needed"] > 5
+    assert eq.pairs_needed(math.sqrt(2.0), 1.0) == 19  # 80% power, a lever that reseeds every run
+
+
+def test_identical_runs_are_equivalent_even_without_spread_and_the_margin_is_fixed_by_the_old_runs():
+    flat = {s: {"t": 0.5} for s in OLD}
+    (row,) = eq.check(flat, flat)
+    assert row["margin"] == 0 and row["verdict"] == "equivalent"
+    (row,) = eq.check(flat, {s: {"t": v} for s, v in zip(OLD, [0.5, 0.6, 0.4, 0.5, 0.5], strict=True)})
+    assert row["verdict"] == "undetermined" and row["pairs_needed"] is None
+    # six old runs, the sixth's new run without the statistic: the margin is still all six old runs' spread
+    old = {**{s: {"t": v} for s, v in OLD.items()}, 106: {"t": 0.9}}
+    new = {s: {"t": v + 0.05} for s, v in OLD.items()}
+    (row,) = eq.check(old, new)
+    vals = [*OLD.values(), 0.9]
+    m = sum(vals) / 6
+    assert row["pairs"] == 5 and row["margin"] == pytest.approx(math.sqrt(sum((v - m) ** 2 for v in vals) / 5))
+
+
+def test_a_test_the_new_runs_lose_is_not_judged_and_blocks_adoption(tmp_path, capsys):
+    old, new = _sets(tmp_path, 0.0, [0.0] * 5)
+    lost = [_run(tmp_path / f"lost-{s}", s, v, learned=False) for s, v in OLD.items()]  # the cold start broke
+    assert eq.main(["--old", *map(str, old), "--new", *map(str, lost)]) == 0
+    out = capsys.readouterr().out
+    assert "not judged: 0 pairs" in out and out.strip().endswith("not_judged=1 adopt=no")
 
 
 def test_fewer_than_five_pairs_judge_nothing_and_unpaired_seeds_are_named(tmp_path, capsys):
     old, new = _sets(tmp_path, 0.0, [0.0] * 5)
     assert eq.main(["--old", *map(str, old[:4]), "--new", *map(str, new)]) == 0
     out = capsys.readouterr().out
-    assert "seeds in only one set, left out: [105]" in out and "tests=0" in out and "adopt=no" in out
+    assert "seeds in only one set, left out: [105]" in out and "nothing to judge" in out and "adopt=no" in out
     # a pair whose new run failed the claim's precondition leaves that test with 4 pairs: not judged
     _run(tmp_path / "new-103-unlearned", 103, 0.2, learned=False)
     runs = [*map(str, old), *(str(r) for r in new if not r.name.endswith("103")), str(tmp_path / "new-103-unlearned")]
     assert eq.main(["--old", *runs[:5], "--new", *runs[5:]]) == 0
-    assert "tests=0" in capsys.readouterr().out
+    assert "not judged: 4 pairs" in capsys.readouterr().out
 
 
 def test_the_plan_states_what_five_pairs_can_certify(tmp_path, capsys):
@@ -88,7 +113,7 @@ def test_the_plan_states_what_five_pairs_can_certify(tmp_path, capsys):
     assert eq.main(["--plan", *map(str, old)]) == 0
     out = capsys.readouterr().out
     assert "half-width 1.35 seed spreads at 5 pairs" in out
-    assert out.strip().splitlines()[-1] == "lever_equivalence_plan tests=1 pairs_needed_if_reseeded=8"
+    assert out.strip().splitlines()[-1] == "lever_equivalence_plan tests=1 pairs_needed_if_reseeded=19"
 
 
 def test_bad_folders_are_named(tmp_path, capsys):
@@ -98,3 +123,7 @@ def test_bad_folders_are_named(tmp_path, capsys):
     assert "bare: no readable pipeline_state.json" in capsys.readouterr().err
     assert eq.main(["--old", str(old[0]), str(old[0]), "--new", str(old[1])]) == 2
     assert "both pipeline seed 101" in capsys.readouterr().err
+    other = json.loads((old[1] / "claims.json").read_text())
+    (old[1] / "claims.json").write_text(json.dumps({**other, "claims_sha256": "another file"}))
+    assert eq.main(["--old", str(old[0]), "--new", str(old[1])]) == 2
+    assert "different claims files" in capsys.readouterr().err

@@ -86,14 +86,24 @@ def test_forcing_named_notebooks_reruns_them_and_their_readers_only(tmp_path, ma
     runs, lay = _series(tmp_path, make_notebook, fail_second=False)
     run_series(runs, lay, progress_bar=False, echo=lambda s: None)
     (lay.root / "a" / "stale.txt").write_text("from the first run")
+    # resumed "elsewhere" (the stored environment differs): what is kept of the other machine is said
+    raw = json.loads(lay.state_path.read_text())
+    raw["environment"]["cpu"]["model"] = "Some Other CPU"
+    raw["environment"]["key"] = "elsewhere"
+    lay.state_path.write_text(json.dumps(raw))
     lines: list[str] = []
     records = run_series(runs, lay, force={"a"}, progress_bar=False, echo=lines.append)
     assert [r["status"] for r in records] == ["done", "done", "skipped"]  # b reads a's folder, c does not
     running = [s for s in lines if ": running (" in s]
     assert "a: running (forced)" in running[0] and "b: running (an earlier notebook was rerun)" in running[1]
     assert not (lay.root / "a" / "stale.txt").exists(), "a forced notebook starts from an empty folder"
+    warning = next(s for s in lines if s.startswith("WARNING"))
+    assert "finished there (c) are kept" in warning, warning  # b reruns on a's new files: not kept
+    assert "c: finished earlier" in lines[-1] and "--force reruns only the notebooks named" in lines[-1]
     records = run_series(runs, lay, force={"b"}, progress_bar=False, echo=lambda s: None)
     assert [r["status"] for r in records] == ["skipped", "done", "skipped"]
+    with pytest.raises(TypeError, match="not the string 'b'"):
+        run_series(runs, lay, force="b", progress_bar=False, echo=lambda s: None)
 
 
 def test_upstream_indices_follow_the_folders_a_notebook_reads_transitively():

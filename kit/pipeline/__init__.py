@@ -91,15 +91,17 @@ __all__ = [
 ]
 
 
-def dry_run_text(series: Sequence[NotebookRun], layout: Layout, overrides: dict[str, Any] | None = None) -> str:
-    """What ``run`` would do, as text: each notebook with its parameters; on the paper profiles
-    also the cluster chain (:func:`kit.bridge.stages.describe_chain`: VERL commands, merges,
-    folders). Nothing runs and nothing is written."""
+def dry_run_text(series: Sequence[NotebookRun], layout: Layout, overrides: dict[str, Any] | None = None,
+                 forced: Sequence[str] = ()) -> str:
+    """What ``run`` would do, as text: each notebook with its parameters, ``(forced)`` after those in ``forced``
+    (``--force``: rerun even if finished); on the paper profiles also the cluster chain
+    (:func:`kit.bridge.stages.describe_chain`: VERL commands, merges, folders). Nothing runs and nothing is written."""
     cfg = load(layout.profile, overrides or {}, write=False)
     lines = [f"kit.pipeline (dry run): profile {layout.profile} -> {layout.root}", ""]
     for i, nb in enumerate(series, 1):
         params = {k: v for k, v in nb.parameters.items() if k not in ("profile", "seed", "overrides")}
-        lines.append(f"[{i}/{len(series)}] {nb.name}: " + ", ".join(f"{k}={v}" for k, v in params.items()))
+        lines.append(f"[{i}/{len(series)}] {nb.name}{' (forced)' if nb.name in forced else ''}: "
+                     + ", ".join(f"{k}={v}" for k, v in params.items()))
     for nb in series:
         if nb.background is not None and nb.background.after in {n.name for n in series}:
             lines.append(f"    {nb.name}: its training starts as a background job once {nb.background.after} is done, "
@@ -179,7 +181,8 @@ def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overri
     if warning:  # once, before anything runs (the notebooks' kernels do not read the variable)
         print(f"kit.pipeline: {warning}", file=sys.stderr)
     if dry_run:
-        print(dry_run_text(series, layout, overrides))
+        print(dry_run_text(series, layout, overrides,
+                           [nb.name for nb in series] if force is True else list(force or ())))
         return 0
     try:  # before the first notebook, not at 03 after minutes of SFT
         check_verl_device(runtime, [nb.name for nb in series])

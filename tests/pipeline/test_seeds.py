@@ -144,7 +144,7 @@ def test_a_partial_runs_claims_judge_what_it_ran(smoke_chain, tmp_path):
             assert c["verdict"] == "inconclusive", c["id"]
 
 
-def test_only_with_force_reruns_the_named_notebooks_not_the_ones_they_read(tmp_path, monkeypatch):
+def test_only_with_force_reruns_the_named_notebooks_not_the_ones_they_read(tmp_path, monkeypatch, capsys):
     """``--only 08 --force`` (a changed evaluation design on finished seeds): 08 is forced, the cold start and
     the stages it reads are left to the usual resume rule, which skips them when finished."""
     seen = {}
@@ -160,3 +160,6 @@ def test_only_with_force_reruns_the_named_notebooks_not_the_ones_they_read(tmp_p
     assert seen["force"] == ["08_evaluation"]
     assert pipeline.reproduce("smoke", "t", only=["08"], reports_root=str(tmp_path)) == 0
     assert seen["force"] is False
+    assert pipeline.reproduce("smoke", "t", only=["08"], force=True, dry_run=True, reports_root=str(tmp_path)) == 0
+    out = capsys.readouterr().out
+    assert "08_evaluation (forced):" in out and "02_cold_start_sft:" in out and "02_cold_start_sft (forced)" not in out

@@ -1,16 +1,22 @@
 """The README's pooled claims table from a ``pooled_claims.json`` (``python -m kit claims pool ... --out DIR``):
-one row per test of SECTION's current claims (superseded ones left out), primaries first, then secondaries, then
-world checks (marked: never counted), the test's name shortened, its runs, the pooled statistic with its 95%
-interval over runs, and the verdict.
+one row per test of each SECTION's current claims (superseded ones left out; SECTIONS comma-separated, in that
+order), within a section primaries first, then secondaries, then world checks (marked: never counted), the test's
+name shortened, its runs, the pooled statistic with its 95% interval over runs, and the verdict.
+``--no-world-checks``: the world checks left out (the README states them apart).
 
-    python scripts/claims_table.py reports/tiny/ar-only-11-pooled/pooled_claims.json Agent-R reports/claims_agent_r_pooled.csv
+    python scripts/claims_table.py reports/tiny/ar-pooled/pooled_claims.json rStar2-Agent,ReTool,Agent-R,B-STaR \
+        reports/claims_pooled.csv --no-world-checks
 """
 import csv
 import json
 import sys
 
-doc = json.load(open(sys.argv[1]))
-section = sys.argv[2]
+args = [a for a in sys.argv[1:] if a != "--no-world-checks"]
+world = "--no-world-checks" not in sys.argv[1:]
+if len(args) != 3:
+    sys.exit("usage: claims_table.py POOLED_CLAIMS.json SECTION[,SECTION...] OUT.csv [--no-world-checks]")
+doc = json.load(open(args[0]))
+sections = args[1].split(",")
 SHORT = {"minus good-only": "minus good-only", "minus the null arm": "minus null arm",
          "last minus first iteration": "last minus first iteration", "minus direct revision": "minus direct revision",
          "accuracy, Agent-R (last iteration) minus good-only": "accuracy minus good-only, margin 0.05",
@@ -30,15 +36,20 @@ def short(name):
 def f(x):
     return "n/a" if x is None else f"{x:+.3f}"
 rows = []
-claims = [c for c in doc["claims"] if c["section"] == section and not c.get("superseded_by")]
-for c in sorted(claims, key=lambda c: ORDER.get(c.get("role"), 1)):  # stable: the file's order within a role
+claims = [c for c in doc["claims"] if c["section"] in sections and not c.get("superseded_by")
+          and (world or c.get("role") != "world_check")]
+missing = set(sections) - {c["section"] for c in claims}
+if missing:
+    sys.exit(f"no claims of section(s) {sorted(missing)} in {args[0]}")
+# stable: the file's order within a section and role
+for c in sorted(claims, key=lambda c: (sections.index(c["section"]), ORDER.get(c.get("role"), 1))):
     role = {"primary": " (primary)", "world_check": " (world check, not counted)"}.get(c.get("role"), "")
     for t in c["tests"]:
         lab = f"`{c['id']}`{role}: {short(t['name'])}"
         lo, hi = t.get("ci95") or (None, None)
         rows.append([lab, t["n"], f"{f(t['value'])} ({f(lo)} to {f(hi)})", t["verdict"]])
-with open(sys.argv[3], "w", newline="") as fh:
+with open(args[2], "w", newline="") as fh:
     w = csv.writer(fh)
     w.writerow(["claim (test)", "runs", "pooled (95% interval over runs)", "verdict"])
     w.writerows(rows)
-print(open(sys.argv[3]).read())
+print(open(args[2]).read())

@@ -18,7 +18,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / "README.md"
-CLAIMS_FILE = "reports/claims_agent_r_pooled.csv"  # the pooled table (issue #42: at least 5 untuned seeds)
+CLAIMS_FILE = "reports/claims_pooled.csv"  # the pooled table (issue #42: at least 5 untuned seeds)
 
 #: a fenced block whose info string is ``bash runnable``: its body runs in the repository root
 RUNNABLE = re.compile(r"^```bash runnable\n(.*?)^```", re.S | re.M)

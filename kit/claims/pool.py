@@ -235,7 +235,8 @@ def pool_claims(docs: Sequence[tuple[str, Mapping[str, Any]]], claims: Sequence[
         ``name, kind, comparison, threshold, per_run {run: statistic or None}, used [runs], excluded
         {run: reason}, value, ci95, interval, n, p_interval, p_holm, verdict, reason,
         share_claimed_side, share_runs_reproduced, seeds_needed`` (:func:`seeds_needed` on these runs) and, for arm comparisons (:data:`ARM_COMPARISONS`),
-        ``probability_of_improvement``.
+        ``probability_of_improvement``. Grouped by paper (in the order the first run names them), within a paper
+        primaries first and world checks last.
     Raises:
         ClaimsError: a claim of the first run (of ``section``) is missing from another, or a test's comparison
             or threshold differs between runs (the claims file changed: such runs test different claims).
@@ -301,8 +302,11 @@ def pool_claims(docs: Sequence[tuple[str, Mapping[str, Any]]], claims: Sequence[
         out.append({"id": cid, "section": c0.get("section") or DEFAULT_SECTION, "source": c0["source"],
                     "claim": c0["claim"], "role": role, "requires": requires, "tests": tests})
     _apply_holm(out)
-    out.sort(key=lambda c: ("primary", "secondary", "world_check").index(c["role"]) if c["role"] in
-             ("primary", "secondary", "world_check") else 1)  # stable: file order within a role
+    # by paper (in the order the claims file first names it), within a paper primaries first, world checks last;
+    # stable: the file's order within a role
+    papers = list(dict.fromkeys(c["section"] for c in out))
+    roles = ("primary", "secondary", "world_check")
+    out.sort(key=lambda c: (papers.index(c["section"]), roles.index(c["role"]) if c["role"] in roles else 1))
     for c in out:
         vs = [t["verdict"] for t in c["tests"]]
         c["verdict"] = (INVALID if INVALID in vs else "reproduced" if all(v == "reproduced" for v in vs)

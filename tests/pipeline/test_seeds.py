@@ -96,8 +96,11 @@ def test_a_real_runs_claims_pool(smoke_chain, tmp_path):
     doc = json.loads((tmp_path / "p" / "pooled_claims.json").read_text())
     run = json.loads((lay.root / "claims.json").read_text())
     assert sorted(c["id"] for c in doc["claims"]) == sorted(c["id"] for c in run["claims"])
-    roles = [c["role"] for c in doc["claims"]]
-    assert roles == sorted(roles, key=["primary", "secondary", "world_check"].index)  # primaries first
+    papers = list(dict.fromkeys(c["section"] for c in doc["claims"]))
+    assert [c["section"] for c in doc["claims"]] == sorted((c["section"] for c in doc["claims"]), key=papers.index)
+    for paper in papers:  # grouped by paper, within each primaries first and world checks last
+        roles = [c["role"] for c in doc["claims"] if c["section"] == paper]
+        assert roles == sorted(roles, key=["primary", "secondary", "world_check"].index), paper
     assert sum(len(c["tests"]) for c in doc["claims"]) == sum(len(c["tests"]) for c in run["claims"])
 
 

@@ -59,6 +59,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from kit.claims import read_claims  # noqa: E402
+from kit.claims.pool import precondition_failures  # noqa: E402
 from kit.plan import run_parameters  # noqa: E402
 
 #: the registered rule (see the module docstring); not changed after a lever's runs
@@ -87,10 +88,8 @@ def run_values(run: str | Path) -> tuple[int, dict[str, float], str]:
         raise ValueError(f"{run}/pipeline_state.json records no pipeline seed")
     out: dict[str, float] = {}
     doc = read_claims(run / "claims.json")
-    pre = doc.get("preconditions") or {}
     for claim in doc["claims"]:
-        if claim.get("role") == "world_check" or not all((pre.get(r) or {}).get("passed")
-                                                          for r in claim.get("requires", [])):
+        if claim.get("role") == "world_check" or precondition_failures(doc, claim.get("requires", [])):
             continue  # a world check, or a run whose registered precondition failed (as the pooled verdict)
         for test in claim.get("tests", []):
             v = test.get("value")
@@ -192,10 +191,9 @@ def plan(old: Mapping[int, Mapping[str, float]]) -> tuple[list[dict[str, Any]], 
     tests = list(dict.fromkeys(t for v in old.values() for t in v))
     rows = []
     for test in tests:
-        a = np.array([v[test] for v in old.values() if test in v])
-        if a.size >= 2:
-            rows.append({"test": test, "runs": int(a.size), "mean": float(a.mean()), "sd": float(a.std(ddof=1)),
-                         "margin": MARGIN_SD * float(a.std(ddof=1))})
+        a = [v[test] for v in old.values() if test in v]
+        if len(a) >= 2:
+            rows.append({"test": test, "runs": len(a), "mean": float(np.mean(a)), "sd": _sd(a), "margin": MARGIN_SD * _sd(a)})
     return rows, pairs_needed(math.sqrt(2.0), MARGIN_SD)
 
 

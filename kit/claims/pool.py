@@ -57,7 +57,7 @@ from kit.claims.stats import CONFIDENCE, decide
 from kit.plan import run_parameters
 
 __all__ = ["ARM_COMPARISONS", "BOOTSTRAP_FROM", "BOOTSTRAP_RESAMPLES", "POOLED_FILE", "SCHEMA", "holm",
-           "interval_p", "pool_claims", "pool_runs", "pooled_interval", "probability_of_improvement",
+           "interval_p", "pool_claims", "pool_runs", "pooled_interval", "precondition_failures", "probability_of_improvement",
            "arm_comparisons", "seeds_needed", "write_pooled"]
 
 SCHEMA = 1
@@ -208,7 +208,10 @@ def _seed(run: Path) -> int | None:
     return seed if isinstance(seed, int) else None
 
 
-def _precondition_failures(doc: Mapping[str, Any], requires: Sequence[str]) -> list[str]:
+def precondition_failures(doc: Mapping[str, Any], requires: Sequence[str]) -> list[str]:
+    """Why a run's ``claims.json`` document ``doc`` may not judge a claim that ``requires`` these preconditions: one
+    line per precondition not recorded or failed (``[]``: all passed). The pooled verdict's rule, and the lever
+    equivalence check's (``benchmarks/lever_equivalence.py``)."""
     pre = doc.get("preconditions") or {}
     out = []
     for name in requires:
@@ -267,7 +270,7 @@ def pool_claims(docs: Sequence[tuple[str, Mapping[str, Any]]], claims: Sequence[
                                       f"{t['threshold']}, {docs[0][0]} tests {t0['comparison']} {t0['threshold']}: "
                                       "the runs were judged by different claims files")
                 per_run[name] = t.get("value")
-                failed = _precondition_failures(doc, requires)
+                failed = precondition_failures(doc, requires)
                 if failed:
                     excluded[name] = "; ".join(failed)
                     if all(f"({INVALID})" in f for f in failed):

@@ -160,10 +160,11 @@ def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overri
         if only is not None and not all(only) or only == []:
             raise ValueError(f"--only needs notebook names or prefixes, e.g. --only 11; got {list(only)}")
         if only:
-            keep = set(needed_for(only, profile if profile in available_profiles() else None))
+            keep = set(needed_for(only, profile))
             series = [nb for nb in series if nb.name in keep]
             if force:  # the named notebooks (and, by the series, their readers), not the ones they read
-                force = [nb.name for nb in series if nb.name in needed_for(only, profile, producers=False)]
+                named = set(needed_for(only, profile, producers=False))
+                force = [nb.name for nb in series if nb.name in named]
         if until:
             # the last match: ``--until 05`` runs every stage the template runs as ``05_rl_<stage>``
             # (stage3, stage4, ...), a full name (``05_rl_stage3``) stops at that one

@@ -245,7 +245,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--force", action="store_true",
                    help="rerun notebooks that already finished; with --only, only the named ones (and the selected notebooks "
                         "that read their folders), not the ones they read: --only 08 --force keeps the cold start. "
-                        "A finished notebook outside --only that reads them (20) is not rerun: name it too")
+                        "A finished notebook outside --only that reads them (20) reruns the next time it is selected "
+                        "(a plain reproduce): every notebook records which finishing of its inputs it read")
     p.add_argument("--until", default=None, metavar="NN",
                    help="stop after the last notebook whose name starts with NN (03: stage 1; 05: every stage the "
                         "template runs as 05_rl_<stage>; 05_rl_stage3: that one); no report then")

@@ -132,7 +132,8 @@ def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overri
             (:func:`write_partial_claims`; a claim without its files is inconclusive); no report. Not with ``until``;
             empty names are refused. With ``force``, only the named notebooks rerun (and the selected ones that read
             their folders); the ones they read are skipped or resumed as usual (``--only 08 --force``: not the cold
-            start). A finished notebook outside the selection that reads them (20) is not rerun.
+            start). A finished notebook outside the selection that reads them (20) reruns the next time it is
+            selected (:func:`kit.pipeline.state.inputs_changed`).
         overlap: False runs strictly in order (06's training not in the background).
         dry_run: print :func:`dry_run_text` and run nothing.
         reports_root: another folder than ``reports/`` (tests).

@@ -15,6 +15,7 @@ import logging
 import os
 import sys
 import time
+import uuid
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -28,7 +29,7 @@ from kit.config.paths import REPO_ROOT
 from kit.pipeline import overlap
 from kit.pipeline.failures import PipelineError, describe_failure, failed_cell, mark_not_run
 from kit.pipeline.kernels import KERNEL_NAME, QuietKernelManager, record_kernelspec
-from kit.pipeline.state import clear_outputs, is_finished, notebook_sha, resumable, write_state
+from kit.pipeline.state import clear_outputs, inputs_changed, is_finished, notebook_sha, resumable, write_state
 from kit.pipeline.timing import children_cpu_s, machine_busy_cpu_s, own_cpu_seconds
 from kit.plan import Layout, ablation_arms, read_run_keys, read_state, series, series_parameters
 
@@ -146,7 +147,8 @@ def run_series(
     A notebook that failed or was interrupted last time, with the same parameters and no rerun
     upstream, resumes into its output folders as they are (the trainers continue from their last
     checkpoint). Every other rerun (``force``, changed parameters or source, an upstream notebook
-    rerun) first empties the notebook's ``outputs`` folders.
+    rerun now or after it finished: :func:`kit.pipeline.state.inputs_changed`) first empties the notebook's
+    ``outputs`` folders.
 
     Args:
         notebooks: the series; each gets its ``parameters`` injected after its ``parameters`` cell.
@@ -234,7 +236,10 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
     forced = set(names) if force is True else set(force or ())
     reads = overlap.upstream_indices([nb.parameters for nb in notebooks])
     # forced now, with the notebooks of the series that read a forced one's folder (they rerun on its new files)
-    rerun = [n for i, n in enumerate(names) if n in forced or any(names[j] in forced for j in reads[i])]
+    # and those whose inputs finished again since they ran (in an earlier invocation: state.inputs_changed)
+    stale = {names[i]: inputs_changed(state.get(n), [names[j] for j in reads[i]], state) for i, n in enumerate(names)}
+    starts = forced | {n for n, changed in stale.items() if changed}
+    rerun = [n for i, n in enumerate(names) if n in starts or any(names[j] in starts for j in reads[i])]
     # issue #41: the run's fingerprint and repeatability stamp first (kit.fingerprint); a resume elsewhere warns
     state = fingerprint.stamp_state(state, read_run_keys(layout), layout.profile, [nb.parameters for nb in notebooks],
                                     rerun, echo)
@@ -248,8 +253,15 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
         """Whether a notebook whose folder the notebook at series position ``idx`` reads (directly or through
         another one: :func:`overlap.upstream_indices`) ran in this invocation: its inputs may have changed.
         A notebook that reads none of them is not rerun (a rerun 01 does not rerun 02, which builds its own
-        demos, nor 11, which reads only 02)."""
-        return any(j in reads[idx] for j in ran)
+        demos, nor 11, which reads only 02). So is one whose inputs finished again after it ran, in an earlier
+        invocation (``stale``)."""
+        return any(j in reads[idx] for j in ran) or bool(stale[names[idx]])
+
+    def changed_why(idx: int) -> str:
+        """Why a finished notebook reruns on its inputs: rerun now, or since it ran (named)."""
+        if any(j in reads[idx] for j in ran):
+            return "an earlier notebook was rerun"
+        return f"{', '.join(stale[names[idx]])} finished again after it ran"
 
     def start_jobs_after(name: str) -> None:
         """Start the background job of each deferred notebook that waits for ``name`` and will run."""
@@ -288,7 +300,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
                 continue
             job = jobs.get(nb.name)
             reason = ("its background job ran" if job else "forced" if again
-                      else ("an earlier notebook was rerun" if rerun_downstream and done else why))
+                      else (changed_why(idx) if rerun_downstream and done else why))
             echo(f"[{i}/{total}] {nb.name}: running ({reason})")
             t0, c0 = time.perf_counter(), children_cpu_s()  # a job's CPU counts once it is reaped below
             m0 = machine_busy_cpu_s()  # every process's on the run's CPUs (a background job's beside it too)
@@ -344,8 +356,10 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
             extra = {"background_seconds": job.seconds, "background_exit": job.returncode} if job else {}
             if m0 is not None and m1 is not None:
                 extra["machine_cpu_seconds"] = m1 - m0
+            # run_id: which finishing of it the notebooks after it read (state.inputs_changed); read: theirs
+            read = {names[j]: (state.get(names[j]) or {}).get("run_id") for j in sorted(reads[idx])}
             state[nb.name] = {"status": "done", "parameters": json.loads(json.dumps(nb.parameters)),
-                              "source_sha": sha, "seconds": seconds, "cpu_seconds": cpu, "load_avg": load_avg,
+                              "source_sha": sha, "run_id": uuid.uuid4().hex, "read": read, "seconds": seconds, "cpu_seconds": cpu, "load_avg": load_avg,
                               "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **extra,
                               "environment_key": state[fingerprint.ENVIRONMENT_KEY]["key"]}
             write_state(layout, state)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -89,6 +89,22 @@ def is_finished(entry: dict[str, Any] | None, nb: Any, out: Path, root: Path) ->
     if entry.get("source_sha") != notebook_sha(nb.source):
         return False, "notebook source changed"
     return True, ""
+
+
+def inputs_changed(entry: dict[str, Any] | None, upstream: Sequence[str], state: dict[str, Any]) -> list[str]:
+    """The notebooks of ``upstream`` (those whose folders ``entry``'s notebook reads, directly or not) that
+    finished again, or began to, after that notebook ran: the ``run_id`` of their entry in ``state`` is not the
+    one it recorded in ``entry["read"]`` when it finished. Its results then rest on files that are gone, and it
+    reruns, also in a later invocation (``--only 08 --force``, then a plain ``kit reproduce``: 20 rebuilds the
+    report on 08's new files).
+
+    An entry that records nothing (a notebook not finished, or finished before the runner kept ``read``)
+    counts as unchanged: an older run folder is not rerun wholesale.
+    """
+    read = entry.get("read") if isinstance(entry, dict) and entry.get("status") == "done" else None
+    if not isinstance(read, dict):
+        return []
+    return [n for n in upstream if (state.get(n) or {}).get("run_id") != read.get(n)]
 
 
 def resumable(entry: dict[str, Any] | None, nb: Any, root: Path) -> bool:

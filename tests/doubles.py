@@ -205,3 +205,17 @@ def sft_rows(vocab: int, n: int = 48, seed: int = 3) -> list[tuple[list[int], li
         k = rng.randint(10, length - 10)
         rows.append((ids, [0] * k + [1] * (length - k)))
     return rows
+
+
+def write_notebook(path: Path, parameters: str, *cells: str) -> Path:
+    """Write a notebook (the pipeline tests' throwaway notebooks: ``make_notebook`` in tests/pipeline/conftest.py) with a cell tagged ``parameters`` followed by ``cells`` (code)."""
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
+    p = nbformat.v4.new_code_cell(parameters)
+    p.metadata["tags"] = ["parameters"]
+    nb.cells = [nbformat.v4.new_markdown_cell(f"# {path.stem}"), p] + [nbformat.v4.new_code_cell(c) for c in cells]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    nbformat.write(nb, path)
+    return path

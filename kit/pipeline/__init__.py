@@ -12,7 +12,8 @@ One run of the series lives in ``reports/<profile>/<run>/``::
 The runner executes the notebooks in order, shows a progress bar per notebook (one tick per cell),
 stops at the first failure naming the notebook and the cell, and is resumable: a notebook that
 already finished with the same parameters and the same source is skipped, unless ``--force`` is
-given or an earlier notebook was run again in this invocation (its inputs may have changed).
+given or a notebook whose folder it reads ran again, in this invocation or since it finished
+(:func:`kit.pipeline.state.inputs_changed`; ``--dry-run`` says which would run and why).
 
 Command line: ``python -m kit reproduce --profile tiny --run main [--force] [--until NN] ...``
 (:mod:`kit.cli` declares the options; :func:`reproduce` does the work).
@@ -42,7 +43,7 @@ from __future__ import annotations
 import json
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import Any
 
 from kit import claims
@@ -61,6 +62,7 @@ from kit.pipeline.series import (
     run_series,
     standard_series,
 )
+from kit.pipeline.state import plan
 from kit.pipeline.timing import (
     children_cpu_s,
     cores_busy_line,
@@ -92,16 +94,23 @@ __all__ = [
 
 
 def dry_run_text(series: Sequence[NotebookRun], layout: Layout, overrides: dict[str, Any] | None = None,
-                 forced: Sequence[str] = ()) -> str:
-    """What ``run`` would do, as text: each notebook with its parameters, ``(forced)`` after those in ``forced``
-    (``--force``: rerun even if finished); on the paper profiles also the cluster chain
-    (:func:`kit.bridge.stages.describe_chain`: VERL commands, merges, folders). Nothing runs and nothing is written."""
+                 force: bool | Collection[str] = False, graph: Sequence[NotebookRun] | None = None) -> str:
+    """What ``run`` would do, as text: each notebook with what the runner would do with it
+    (:func:`kit.pipeline.state.plan` over the run folder's state: ``(forced)``, ``(runs: not run yet)``,
+    ``(runs: 08_evaluation ran again since it did)``, ``(skipped: finished)``) and its parameters; on the
+    paper profiles also the cluster chain (:func:`kit.bridge.stages.describe_chain`: VERL commands, merges,
+    folders). Nothing runs and nothing is written.
+
+    Raises:
+        TypeError: ``force`` is a string.
+    """
     cfg = load(layout.profile, overrides or {}, write=False)
     lines = [f"kit.pipeline (dry run): profile {layout.profile} -> {layout.root}", ""]
-    for i, nb in enumerate(series, 1):
+    what = plan(series, layout, force=force, graph=graph)
+    for i, (nb, why) in enumerate(zip(series, what, strict=True), 1):
         params = {k: v for k, v in nb.parameters.items() if k not in ("profile", "seed", "overrides")}
-        lines.append(f"[{i}/{len(series)}] {nb.name}{' (forced)' if nb.name in forced else ''}: "
-                     + ", ".join(f"{k}={v}" for k, v in params.items()))
+        mark = "forced" if why == "forced" else f"runs: {why}" if why else "skipped: finished"
+        lines.append(f"[{i}/{len(series)}] {nb.name} ({mark}): " + ", ".join(f"{k}={v}" for k, v in params.items()))
     for nb in series:
         if nb.background is not None and nb.background.after in {n.name for n in series}:
             lines.append(f"    {nb.name}: its training starts as a background job once {nb.background.after} is done, "
@@ -155,7 +164,7 @@ def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overri
         if cell_timeout is not None and cell_timeout < 0:  # nbclient reads < 0 as "no limit"
             raise ValueError(f"--cell-timeout must be 0 (no limit) or a number of seconds, got {cell_timeout}")
         layout = Layout.for_run(profile, run, reports_root)
-        series = standard_series(layout, seed=seed, overrides=overrides, overlap_jobs=overlap)
+        series = whole = standard_series(layout, seed=seed, overrides=overrides, overlap_jobs=overlap)
         if only and until:
             raise ValueError("give --only or --until, not both")
         if only is not None and not all(only) or only == []:
@@ -183,8 +192,7 @@ def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overri
     if warning:  # once, before anything runs (the notebooks' kernels do not read the variable)
         print(f"kit.pipeline: {warning}", file=sys.stderr)
     if dry_run:
-        print(dry_run_text(series, layout, overrides,
-                           [nb.name for nb in series] if force is True else list(force or ())))
+        print(dry_run_text(series, layout, overrides, force, graph=whole))
         return 0
     try:  # before the first notebook, not at 03 after minutes of SFT
         check_verl_device(runtime, [nb.name for nb in series])
@@ -200,7 +208,8 @@ def reproduce(profile: str = "tiny", run: str = "main", *, seed: int = 0, overri
     t0, busy0 = time.perf_counter(), machine_busy_cpu_s()
     try:
         with run_lock(layout.root):  # one writer per run folder
-            records = run_series(series, layout, force=force, log_output=log_output, cell_timeout_s=timeout)
+            records = run_series(series, layout, force=force, log_output=log_output, cell_timeout_s=timeout,
+                                 graph=whole)
             partial = bool(only) and not any(nb.name.startswith("20") for nb in series)
             if partial:
                 path = write_partial_claims(layout, profile, cfg.stages.names, [nb.name for nb in series])

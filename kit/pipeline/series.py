@@ -29,7 +29,17 @@ from kit.config.paths import REPO_ROOT
 from kit.pipeline import overlap
 from kit.pipeline.failures import PipelineError, describe_failure, failed_cell, mark_not_run
 from kit.pipeline.kernels import KERNEL_NAME, QuietKernelManager, record_kernelspec
-from kit.pipeline.state import clear_outputs, inputs_changed, is_finished, notebook_sha, resumable, write_state
+from kit.pipeline.state import (
+    changed_reason,
+    clear_outputs,
+    forced_names,
+    inputs_changed,
+    is_finished,
+    notebook_sha,
+    resumable,
+    upstream_names,
+    write_state,
+)
 from kit.pipeline.timing import children_cpu_s, machine_busy_cpu_s, own_cpu_seconds
 from kit.plan import Layout, ablation_arms, read_run_keys, read_state, series, series_parameters
 
@@ -141,6 +151,7 @@ def run_series(
     progress_bar: bool = True,
     cell_timeout_s: int | None = None,
     echo: Callable[[str], None] = print,
+    graph: Sequence[NotebookRun] | None = None,
 ) -> list[dict[str, Any]]:
     """Execute ``notebooks`` in order with papermill into ``layout.executed``.
 
@@ -160,6 +171,9 @@ def run_series(
         cell_timeout_s: kill a cell that runs longer than this many seconds (None or 0: no
             limit; the command line defaults to the profile's :func:`default_cell_timeout`).
         echo: where the one-line status of each notebook is written.
+        graph: the whole series ``notebooks`` was selected from (``--only``, ``--until``; default ``notebooks``):
+            which notebooks' folders each one reads is taken from it (:func:`upstream_names`), so that what a
+            notebook records as read does not depend on the selection it ran in.
     Returns:
         One record per notebook: ``{"notebook", "status" ("done" | "skipped"), "seconds"}``; a notebook run now
         also has ``cpu_seconds`` (its kernel and reaped children), ``load_avg`` and, where ``/proc/stat`` exists,
@@ -184,7 +198,7 @@ def run_series(
         pm_log.setLevel(logging.INFO)
         pm_log.propagate = False  # a root handler the caller configured would print every line twice
     try:
-        return _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout_s, echo)
+        return _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout_s, echo, graph)
     finally:
         pm_log.removeHandler(shown)
         pm_log.setLevel(old_level)
@@ -221,7 +235,7 @@ def check_parameters_cell(nb: NotebookRun) -> None:
         "and run again.", nb.name)
 
 
-def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout_s, echo) -> list[dict[str, Any]]:
+def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout_s, echo, graph) -> list[dict[str, Any]]:
     import papermill as pm  # papermill: the notebook kernels' runner, only when notebooks run
 
     for nb in notebooks:  # every notebook of the series, before the first one runs
@@ -231,13 +245,12 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
     records = []
     total = len(notebooks)
     names = [nb.name for nb in notebooks]
-    if isinstance(force, str):  # a str is a Collection: set("08_evaluation") would force nothing, silently
-        raise TypeError(f"force must be True, False or a collection of notebook names, not the string {force!r}")
-    forced = set(names) if force is True else set(force or ())
+    forced = forced_names(force, names)
     reads = overlap.upstream_indices([nb.parameters for nb in notebooks])
+    ups = upstream_names(notebooks, graph)  # what each records as read, whatever the selection
     # forced now, with the notebooks of the series that read a forced one's folder (they rerun on its new files)
-    # and those whose inputs finished again since they ran (in an earlier invocation: state.inputs_changed)
-    stale = {names[i]: inputs_changed(state.get(n), [names[j] for j in reads[i]], state) for i, n in enumerate(names)}
+    # and those whose inputs ran again since they ran or began (in an earlier invocation: state.inputs_changed)
+    stale = {n: inputs_changed(state.get(n), ups[n], state) for n in names}
     starts = forced | {n for n, changed in stale.items() if changed}
     rerun = [n for i, n in enumerate(names) if n in starts or any(names[j] in starts for j in reads[i])]
     # issue #41: the run's fingerprint and repeatability stamp first (kit.fingerprint); a resume elsewhere warns
@@ -261,7 +274,11 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
         """Why a finished notebook reruns on its inputs: rerun now, or since it ran (named)."""
         if any(j in reads[idx] for j in ran):
             return "an earlier notebook was rerun"
-        return f"{', '.join(stale[names[idx]])} finished again after it ran"
+        return changed_reason(stale[names[idx]])
+
+    def read_now(name: str) -> dict[str, str | None]:
+        """The run_ids of the notebooks ``name`` reads, as it starts (kept in its entry: state.inputs_changed)."""
+        return {u: (state.get(u) or {}).get("run_id") for u in ups[name]}
 
     def start_jobs_after(name: str) -> None:
         """Start the background job of each deferred notebook that waits for ``name`` and will run."""
@@ -275,7 +292,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
                 continue  # finished earlier: the loop skips it too
             if not (not again and not rerun_downstream and resumable(state.get(nb.name), nb, layout.root)):
                 clear_outputs(nb, layout, echo)
-            state[nb.name] = {"status": "running", "parameters": nb.parameters}
+            state[nb.name] = {"status": "running", "parameters": nb.parameters, "read": read_now(nb.name)}
             write_state(layout, state)
             log = layout.executed / f"{nb.name}.background.log"
             jobs[nb.name] = overlap.start(nb.name, nb.background, nb.parameters, log, cwd=nb.source.parent)
@@ -300,7 +317,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
                 continue
             job = jobs.get(nb.name)
             reason = ("its background job ran" if job else "forced" if again
-                      else (changed_why(idx) if rerun_downstream and done else why))
+                      else (changed_why(idx) if rerun_downstream and (done or stale[nb.name]) else why))
             echo(f"[{i}/{total}] {nb.name}: running ({reason})")
             t0, c0 = time.perf_counter(), children_cpu_s()  # a job's CPU counts once it is reaped below
             m0 = machine_busy_cpu_s()  # every process's on the run's CPUs (a background job's beside it too)
@@ -310,7 +327,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
                 code = job.join(cell_timeout_s or None)  # the cell's limit, as the notebook's cell would have
                 if code is None:
                     job.stop()
-                    state[nb.name] = {"status": "failed", "parameters": nb.parameters,
+                    state[nb.name] = {"status": "failed", "parameters": nb.parameters, "read": read_now(nb.name),
                                       "seconds": time.perf_counter() - t0, "error": "background job timed out"}
                     write_state(layout, state)
                     raise PipelineError(f"notebook {nb.name}: its background job was still running {cell_timeout_s} s "
@@ -323,8 +340,10 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
                 # checkpoint); any other rerun starts from empty output folders
                 if not (not again and not rerun_downstream and resumable(state.get(nb.name), nb, layout.root)):
                     clear_outputs(nb, layout, echo)
-            state[nb.name] = {"status": "running", "parameters": nb.parameters}
+            if not (job and state.get(nb.name, {}).get("status") == "running"):  # a job's entry has its read
+                state[nb.name] = {"status": "running", "parameters": nb.parameters, "read": read_now(nb.name)}
             write_state(layout, state)
+            read = state[nb.name]["read"]  # what it started on (a background job: when the job started)
             sha = notebook_sha(nb.source)  # of the source that runs, not of a later edit
             kwargs: dict[str, Any] = {}
             if cell_timeout_s:  # None or 0: no limit
@@ -345,7 +364,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
                 # raised (a banner first, an anchor before the failing cell), so err.cell_index, the
                 # index papermill reports, is not that cell's index in the file
                 mark_not_run(out, failed_cell(out)[0], err.error)
-                state[nb.name] = {"status": "failed", "parameters": nb.parameters, "seconds": seconds,
+                state[nb.name] = {"status": "failed", "parameters": nb.parameters, "read": read, "seconds": seconds,
                                   "error": str(err)}
                 write_state(layout, state)
                 raise err from exc
@@ -357,9 +376,9 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
             if m0 is not None and m1 is not None:
                 extra["machine_cpu_seconds"] = m1 - m0
             # run_id: which finishing of it the notebooks after it read (state.inputs_changed); read: theirs
-            read = {names[j]: (state.get(names[j]) or {}).get("run_id") for j in sorted(reads[idx])}
             state[nb.name] = {"status": "done", "parameters": json.loads(json.dumps(nb.parameters)),
-                              "source_sha": sha, "run_id": uuid.uuid4().hex, "read": read, "seconds": seconds, "cpu_seconds": cpu, "load_avg": load_avg,
+                              "source_sha": sha, "run_id": uuid.uuid4().hex, "read": read, "seconds": seconds,
+                              "cpu_seconds": cpu, "load_avg": load_avg,
                               "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), **extra,
                               "environment_key": state[fingerprint.ENVIRONMENT_KEY]["key"]}
             write_state(layout, state)

@@ -12,11 +12,12 @@ from __future__ import annotations
 import hashlib
 import json
 import shutil
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from pathlib import Path
 from typing import Any
 
-from kit.plan import Layout
+from kit.pipeline import overlap
+from kit.plan import Layout, read_state
 
 
 def notebook_sha(path: Path) -> str:
@@ -92,16 +93,18 @@ def is_finished(entry: dict[str, Any] | None, nb: Any, out: Path, root: Path) ->
 
 
 def inputs_changed(entry: dict[str, Any] | None, upstream: Sequence[str], state: dict[str, Any]) -> list[str]:
-    """The notebooks of ``upstream`` (those whose folders ``entry``'s notebook reads, directly or not) that
-    finished again, or began to, after that notebook ran: the ``run_id`` of their entry in ``state`` is not the
-    one it recorded in ``entry["read"]`` when it finished. Its results then rest on files that are gone, and it
-    reruns, also in a later invocation (``--only 08 --force``, then a plain ``kit reproduce``: 20 rebuilds the
-    report on 08's new files).
+    """The notebooks of ``upstream`` (those whose folders ``entry``'s notebook reads, directly or not:
+    :func:`kit.pipeline.series.upstream_names`) that ran again, or began to, after that notebook ran or
+    began: the ``run_id`` of their entry in ``state`` is not the one it recorded in ``entry["read"]``. A
+    finished notebook then rests on files that are gone and reruns, also in a later invocation (``--only 08
+    --force``, then a plain ``kit reproduce``: 20 rebuilds the report on 08's new files); a failed or
+    interrupted one starts afresh instead of resuming from checkpoints made on the old files.
 
-    An entry that records nothing (a notebook not finished, or finished before the runner kept ``read``)
-    counts as unchanged: an older run folder is not rerun wholesale.
+    An entry that records nothing (a notebook not run, or run before the runner kept ``read``: run folders
+    from before 2026-12-07) counts as unchanged: an older run folder is not rerun wholesale, and keeps the
+    older rule (a reader reruns only when what it reads reruns in the same invocation).
     """
-    read = entry.get("read") if isinstance(entry, dict) and entry.get("status") == "done" else None
+    read = entry.get("read") if isinstance(entry, dict) and entry.get("status") in ("done", "failed", "running") else None
     if not isinstance(read, dict):
         return []
     return [n for n in upstream if (state.get(n) or {}).get("run_id") != read.get(n)]
@@ -112,3 +115,55 @@ def resumable(entry: dict[str, Any] | None, nb: Any, root: Path) -> bool:
     into its output folders (trainers continue from their last checkpoint) instead of starting afresh."""
     entry = entry or {}
     return entry.get("status") in ("failed", "running") and same_parameters(entry.get("parameters"), nb.parameters, root)
+
+
+def forced_names(force: bool | Collection[str], names: Sequence[str]) -> set[str]:
+    """The notebooks ``force`` reruns whatever their state: all of ``names`` for True, none for False, else
+    the names given.
+
+    Raises:
+        TypeError: ``force`` is a string (a str is a Collection: ``set("08_evaluation")`` would force nothing).
+    """
+    if isinstance(force, str):
+        raise TypeError(f"force must be True, False or a collection of notebook names, not the string {force!r}")
+    return set(names) if force is True else set(force or ())
+
+
+def upstream_names(notebooks: Sequence[Any], graph: Sequence[Any] | None = None) -> dict[str, list[str]]:
+    """Per notebook of ``notebooks``, the names of the notebooks whose folders it reads, directly or through
+    another (:func:`kit.pipeline.overlap.upstream_indices`), found in ``graph`` (the whole series; default ``notebooks``): a
+    selection that leaves out a producer (``--only 06`` without stage 1, whose folder 06 reuses when it is
+    there) still names it. A notebook missing from ``graph`` gets its readings within ``notebooks``."""
+    whole = list(graph) if graph else list(notebooks)
+    in_whole = overlap.upstream_indices([nb.parameters for nb in whole])
+    by = {nb.name: [whole[j].name for j in sorted(in_whole[i])] for i, nb in enumerate(whole)}
+    own = overlap.upstream_indices([nb.parameters for nb in notebooks])
+    return {nb.name: by.get(nb.name, [notebooks[j].name for j in sorted(own[i])]) for i, nb in enumerate(notebooks)}
+
+
+def plan(notebooks: Sequence[Any], layout: Layout, *, force: bool | Collection[str] = False,
+         graph: Sequence[Any] | None = None) -> list[str | None]:
+    """What :func:`kit.pipeline.series.run_series` with the same arguments would do, before anything runs: per notebook of
+    ``notebooks``, why it would run (``"forced"``, ``"not run yet"``, ``"08_evaluation ran again since it
+    did"``, ``"an earlier notebook reruns"``, ...), or None where it would be skipped (finished, same
+    parameters and source, inputs unchanged). Reads ``pipeline_state.json``; writes nothing.
+
+    Raises:
+        TypeError: ``force`` is a string (:func:`forced_names`).
+    """
+    state = read_state(layout)
+    forced = forced_names(force, [nb.name for nb in notebooks])
+    ups = upstream_names(notebooks, graph)
+    reads = overlap.upstream_indices([nb.parameters for nb in notebooks])
+    base: list[str | None] = []
+    for nb in notebooks:
+        done, why = is_finished(state.get(nb.name), nb, layout.executed / f"{nb.name}.ipynb", layout.root)
+        changed = inputs_changed(state.get(nb.name), ups[nb.name], state)
+        base.append("forced" if nb.name in forced else changed_reason(changed) if changed else None if done else why)
+    # reads are transitive: a notebook reruns when anything it reads (re)runs before it
+    return [b or ("an earlier notebook reruns" if any(base[j] for j in reads[i]) else None) for i, b in enumerate(base)]
+
+
+def changed_reason(changed: Sequence[str]) -> str:
+    """The runner's words for a notebook whose inputs ran again since it did (:func:`inputs_changed`)."""
+    return f"{', '.join(changed)} ran again since it did"

@@ -6,20 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-import nbformat
 import pytest
-
-
-def write_notebook(path: Path, parameters: str, *cells: str) -> Path:
-    """Write a notebook with a cell tagged ``parameters`` followed by ``cells`` (code)."""
-    nb = nbformat.v4.new_notebook()
-    nb.metadata["kernelspec"] = {"name": "python3", "display_name": "Python 3", "language": "python"}
-    p = nbformat.v4.new_code_cell(parameters)
-    p.metadata["tags"] = ["parameters"]
-    nb.cells = [nbformat.v4.new_markdown_cell(f"# {path.stem}"), p] + [nbformat.v4.new_code_cell(c) for c in cells]
-    path.parent.mkdir(parents=True, exist_ok=True)
-    nbformat.write(nb, path)
-    return path
+from doubles import write_notebook
 
 
 @pytest.fixture

@@ -64,7 +64,7 @@ def test_paper_dry_run_prints_the_verl_chain_and_writes_nothing(tmp_path, capsys
     assert rc == 0 and not any(tmp_path.iterdir())
     root = tmp_path / "paper-14b" / "r"
     n = len(plan.series(load("paper-14b", write=False).stages.names))  # the series grows with each study
-    assert f"[4/{n}] 03_rl_stage1: run_dir={root}/stage1, init_dir={root}/sft" in out
+    assert f"[4/{n}] 03_rl_stage1 (runs: not run yet): run_dir={root}/stage1, init_dir={root}/sft" in out
     ppo = [shlex.split(ln.split("$ ", 1)[1]) for ln in out.splitlines() if "verl.trainer.main_ppo" in ln]
     assert len(ppo) == 6 and all("trainer.nnodes=8" in c for c in ppo)  # 3 stages, 2 ablation arms, ReTool's PPO arm
     assert "algorithm.adv_estimator=gae" in ppo[-1] and "critic.enable=True" in ppo[-1]

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import write_notebook
+from doubles import write_notebook
 
 from kit.pipeline import Layout, NotebookRun, PipelineError, overlap, run_series
 

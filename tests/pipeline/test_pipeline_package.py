@@ -47,5 +47,5 @@ def test_the_command_line_runs_the_package(tmp_path):
     assert res.returncode == 0, res.stderr
     assert "kit.pipeline (dry run): profile smoke" in res.stdout
     n = len(plan.series(load("smoke", write=False).stages.names))
-    assert f"[{n}/{n}] 20_figures_and_tables:" in res.stdout  # the studies (10-12) run before it
+    assert f"[{n}/{n}] 20_figures_and_tables (runs: not run yet):" in res.stdout  # the studies (10-12) run before it
     assert not any(tmp_path.iterdir())

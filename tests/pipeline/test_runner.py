@@ -12,7 +12,7 @@ import pytest
 
 from kit import cli, pipeline, studies
 from kit.pipeline import Layout, NotebookRun, PipelineError, overlap, run_series
-from kit.pipeline.state import inputs_changed
+from kit.pipeline.state import forced_names, inputs_changed, plan, upstream_names
 
 WRITE = "from pathlib import Path\nPath(run_dir).mkdir(parents=True, exist_ok=True)\n"
 
@@ -107,40 +107,86 @@ def test_forcing_named_notebooks_reruns_them_and_their_readers_only(tmp_path, ma
         run_series(runs, lay, force="b", progress_bar=False, echo=lambda s: None)
 
 
-@pytest.mark.slow  # four kernel starts
+@pytest.mark.slow  # five kernel starts
 def test_a_reader_left_out_of_a_forced_rerun_reruns_the_next_time_it_is_selected(tmp_path, make_notebook):
     """``--only 08 --force`` reruns 08 but not 20, which reads it and lies outside the selection; the next plain
     ``kit reproduce`` found 20 finished and kept a report built on 08's old files."""
     runs, lay = _series(tmp_path, make_notebook, fail_second=False)
     run_series(runs, lay, progress_bar=False, echo=lambda s: None)
     c_mtime = (lay.executed / "c.ipynb").stat().st_mtime_ns
-    make_notebook(runs[0].source, 'run_dir = ""\nvalue = 0',
-                  WRITE + "Path(run_dir, 'a.txt').write_text(str(value * 3))")
-    assert [r["status"] for r in run_series(runs[:1], lay, force={"a"}, progress_bar=False,
+    (lay.root / "b" / "from_old_a.txt").write_text("b's output on a's old files")
+    assert [r["status"] for r in run_series(runs[:1], lay, force={"a"}, graph=runs, progress_bar=False,
                                             echo=lambda s: None)] == ["done"]  # b is not in this selection
-    assert (lay.root / "b" / "b.txt").read_text() == "43"  # built on a's old file
+    assert plan(runs, lay) == [None, "a ran again since it did", None]  # what --dry-run prints
     lines: list[str] = []
     records = run_series(runs, lay, progress_bar=False, echo=lines.append)
     assert [r["status"] for r in records] == ["skipped", "done", "skipped"]
-    assert "b: running (a finished again after it ran)" in next(s for s in lines if ": running (" in s)
-    assert (lay.root / "b" / "b.txt").read_text() == "64"
+    assert "b: running (a ran again since it did)" in next(s for s in lines if ": running (" in s)
+    assert not (lay.root / "b" / "from_old_a.txt").exists(), "b reran from an empty folder"
     assert (lay.executed / "c.ipynb").stat().st_mtime_ns == c_mtime  # c reads nothing of a's
+    assert plan(runs, lay) == [None, None, None]
     assert [r["status"] for r in run_series(runs, lay, progress_bar=False, echo=lambda s: None)] == ["skipped"] * 3
 
 
-def test_inputs_changed_compares_the_finishing_a_notebook_read():
+@pytest.mark.slow  # six kernel starts
+def test_what_a_notebook_read_does_not_depend_on_the_selection_it_ran_in(tmp_path, make_notebook):
+    """Review of eb2bae5: ``--only 06`` leaves out stage 1, whose folder 06 reuses; 06 recorded no read of it, and
+    the next plain run rerun it "because stage 1 ran again", which it had not. ``graph`` names the whole series."""
+    runs, lay = _series(tmp_path, make_notebook, fail_second=False)
+    run_series(runs, lay, progress_bar=False, echo=lambda s: None)
+    assert [r["status"] for r in run_series(runs[1:2], lay, force={"b"}, graph=runs, progress_bar=False,
+                                            echo=lambda s: None)] == ["done"]
+    assert json.loads(lay.state_path.read_text())["b"]["read"] == {"a": json.loads(lay.state_path.read_text())["a"]["run_id"]}
+    assert plan(runs, lay) == [None, None, None]
+    assert [r["status"] for r in run_series(runs, lay, progress_bar=False, echo=lambda s: None)] == ["skipped"] * 3
+
+
+@pytest.mark.slow  # five kernel starts
+def test_a_failed_reader_starts_afresh_when_what_it_read_ran_again_since(tmp_path, make_notebook):
+    """A failed or interrupted notebook resumes from its checkpoints, unless what it read ran again in between
+    (an interrupted 06 resumed its arms on checkpoints of the old cold start after ``--only 02 --force``)."""
+    runs, lay = _series(tmp_path, make_notebook, fail_second=True)
+    with pytest.raises(PipelineError):
+        run_series(runs, lay, progress_bar=False, echo=lambda s: None)
+    (lay.root / "b").mkdir()
+    (lay.root / "b" / "checkpoint.txt").write_text("made on a's old files")
+    run_series(runs[:1], lay, force={"a"}, graph=runs, progress_bar=False, echo=lambda s: None)
+    nb = nbformat.read(runs[1].source, as_version=4)
+    nb.cells[3].source = "y = x + 1"
+    nbformat.write(nb, runs[1].source)
+    assert plan(runs, lay) == [None, "a ran again since it did", "not run yet"]
+    lines: list[str] = []
+    assert [r["status"] for r in run_series(runs, lay, progress_bar=False, echo=lines.append)] == ["skipped", "done",
+                                                                                                 "done"]
+    assert "b: running (a ran again since it did)" in next(s for s in lines if ": running (" in s)
+    assert not (lay.root / "b" / "checkpoint.txt").exists(), "b started afresh, not from the old checkpoint"
+
+
+def test_inputs_changed_compares_the_run_a_notebook_read():
     state = {"a": {"status": "done", "run_id": "a2"}, "b": {"status": "done", "run_id": "b1"},
              "c": {"status": "running"}}
     reader = {"status": "done", "read": {"a": "a1", "b": "b1", "c": "c1"}}
     assert inputs_changed(reader, ["a", "b", "c"], state) == ["a", "c"]  # a finished again; c is running again
     assert inputs_changed(reader, ["b"], state) == []
-    # a run folder from before ``read`` was kept, or a notebook not finished: nothing to compare, not rerun
+    # a failed or interrupted reader keeps what it began on: it resumes only on the same inputs
+    assert inputs_changed({**reader, "status": "failed"}, ["a"], state) == ["a"]
+    assert inputs_changed({**reader, "status": "running"}, ["b"], state) == []
+    # a run folder from before ``read`` was kept: nothing to compare, not rerun wholesale
     assert inputs_changed({"status": "done"}, ["a"], state) == []
-    assert inputs_changed({**reader, "status": "failed"}, ["a"], state) == []
     assert inputs_changed(None, ["a"], state) == []
     # an upstream that finished before ``run_id`` was kept, read as None, then rerun: changed
     assert inputs_changed({"status": "done", "read": {"a": None}}, ["a"], state) == ["a"]
     assert inputs_changed({"status": "done", "read": {"a": None}}, ["a"], {"a": {"status": "done"}}) == []
+
+
+def test_upstream_names_come_from_the_whole_series_not_the_selection(tmp_path, make_notebook):
+    runs, _ = _series(tmp_path, make_notebook, fail_second=False)
+    assert upstream_names(runs) == {"a": [], "b": ["a"], "c": []}
+    assert upstream_names(runs[1:2]) == {"b": []}
+    assert upstream_names(runs[1:2], graph=runs) == {"b": ["a"]}
+    with pytest.raises(TypeError, match="not the string 'a'"):
+        forced_names("a", ["a"])
+    assert forced_names(True, ["a", "b"]) == {"a", "b"} and forced_names(False, ["a"]) == set()
 
 
 def test_upstream_indices_follow_the_folders_a_notebook_reads_transitively():

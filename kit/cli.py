@@ -263,8 +263,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-report", action="store_true", help="do not build report.pdf at the end")
     p.add_argument("--log-output", action="store_true", help="stream the cells' outputs to the terminal")
     p.add_argument("--dry-run", action="store_true",
-                   help="print each notebook's parameters (paper profiles: also the VERL and merge commands with the "
-                        "folders each stage reads and writes) and run nothing")
+                   help="print what each notebook would do (skipped: finished; runs: why; forced) with its parameters "
+                        "(paper profiles: also the VERL and merge commands with the folders each stage reads and "
+                        "writes) and run nothing")
 
     p = verb("report", _report, "build the report PDF of a run (reports/<profile>/<run>/report.pdf)")
     _profile(p, "tiny")

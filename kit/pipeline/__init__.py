@@ -97,7 +97,7 @@ def dry_run_text(series: Sequence[NotebookRun], layout: Layout, overrides: dict[
                  force: bool | Collection[str] = False, graph: Sequence[NotebookRun] | None = None) -> str:
     """What ``run`` would do, as text: each notebook with what the runner would do with it
     (:func:`kit.pipeline.state.plan` over the run folder's state: ``(forced)``, ``(runs: not run yet)``,
-    ``(runs: 08_evaluation ran again since it did)``, ``(skipped: finished)``) and its parameters; on the
+    ``(runs: 08_evaluation ran again since it finished)``, ``(skipped: finished)``) and its parameters; on the
     paper profiles also the cluster chain (:func:`kit.bridge.stages.describe_chain`: VERL commands, merges,
     folders). Nothing runs and nothing is written.
 

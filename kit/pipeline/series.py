@@ -249,7 +249,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
     reads = overlap.upstream_indices([nb.parameters for nb in notebooks])
     ups = upstream_names(notebooks, graph)  # what each records as read, whatever the selection
     # forced now, with the notebooks of the series that read a forced one's folder (they rerun on its new files)
-    # and those whose inputs ran again since they ran or began (in an earlier invocation: state.inputs_changed)
+    # and those whose inputs ran again since they finished or began (an earlier invocation: state.inputs_changed)
     stale = {n: inputs_changed(state.get(n), ups[n], state) for n in names}
     starts = forced | {n for n, changed in stale.items() if changed}
     rerun = [n for i, n in enumerate(names) if n in starts or any(names[j] in starts for j in reads[i])]
@@ -266,19 +266,25 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
         """Whether a notebook whose folder the notebook at series position ``idx`` reads (directly or through
         another one: :func:`overlap.upstream_indices`) ran in this invocation: its inputs may have changed.
         A notebook that reads none of them is not rerun (a rerun 01 does not rerun 02, which builds its own
-        demos, nor 11, which reads only 02). So is one whose inputs finished again after it ran, in an earlier
-        invocation (``stale``)."""
+        demos, nor 11, which reads only 02). So is one whose inputs ran again since it finished or began, in an
+        earlier invocation (``stale``)."""
         return any(j in reads[idx] for j in ran) or bool(stale[names[idx]])
 
     def changed_why(idx: int) -> str:
-        """Why a finished notebook reruns on its inputs: rerun now, or since it ran (named)."""
-        if any(j in reads[idx] for j in ran):
-            return "an earlier notebook was rerun"
-        return changed_reason(stale[names[idx]])
+        """Why a notebook with an entry reruns on its inputs: they ran again since (named, as :func:`plan` says
+        it), else one of them reruns now."""
+        name = names[idx]
+        if stale[name]:
+            return changed_reason(stale[name], finished=(state.get(name) or {}).get("status") == "done")
+        return "an earlier notebook was rerun"
 
-    def read_now(name: str) -> dict[str, str | None]:
-        """The run_ids of the notebooks ``name`` reads, as it starts (kept in its entry: state.inputs_changed)."""
-        return {u: (state.get(u) or {}).get("run_id") for u in ups[name]}
+    def read_now(name: str, finished_only: bool = False) -> dict[str, str | None]:
+        """The run_ids of the notebooks ``name`` reads, now (kept in its entry: state.inputs_changed): of all
+        of them as the notebook itself starts (each has finished, or is not in this run folder: None), of
+        the finished ones only as its background job starts (stage 1 finishes beside 06's job: not counted
+        as changed when the job resumes)."""
+        entries = {u: state.get(u) or {} for u in ups[name]}
+        return {u: e.get("run_id") for u, e in entries.items() if not finished_only or e.get("status") == "done"}
 
     def start_jobs_after(name: str) -> None:
         """Start the background job of each deferred notebook that waits for ``name`` and will run."""
@@ -292,7 +298,8 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
                 continue  # finished earlier: the loop skips it too
             if not (not again and not rerun_downstream and resumable(state.get(nb.name), nb, layout.root)):
                 clear_outputs(nb, layout, echo)
-            state[nb.name] = {"status": "running", "parameters": nb.parameters, "read": read_now(nb.name)}
+            state[nb.name] = {"status": "running", "parameters": nb.parameters,
+                              "read": read_now(nb.name, finished_only=True)}
             write_state(layout, state)
             log = layout.executed / f"{nb.name}.background.log"
             jobs[nb.name] = overlap.start(nb.name, nb.background, nb.parameters, log, cwd=nb.source.parent)
@@ -327,7 +334,8 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
                 code = job.join(cell_timeout_s or None)  # the cell's limit, as the notebook's cell would have
                 if code is None:
                     job.stop()
-                    state[nb.name] = {"status": "failed", "parameters": nb.parameters, "read": read_now(nb.name),
+                    state[nb.name] = {"status": "failed", "parameters": nb.parameters,
+                                      "read": state[nb.name].get("read"),  # what the job began on
                                       "seconds": time.perf_counter() - t0, "error": "background job timed out"}
                     write_state(layout, state)
                     raise PipelineError(f"notebook {nb.name}: its background job was still running {cell_timeout_s} s "
@@ -340,10 +348,11 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
                 # checkpoint); any other rerun starts from empty output folders
                 if not (not again and not rerun_downstream and resumable(state.get(nb.name), nb, layout.root)):
                     clear_outputs(nb, layout, echo)
-            if not (job and state.get(nb.name, {}).get("status") == "running"):  # a job's entry has its read
-                state[nb.name] = {"status": "running", "parameters": nb.parameters, "read": read_now(nb.name)}
+            read = read_now(nb.name)  # what its cells read, recorded when it is done
+            if not (job and state.get(nb.name, {}).get("status") == "running"):  # a job's entry: what the job began on
+                state[nb.name] = {"status": "running", "parameters": nb.parameters, "read": read}
             write_state(layout, state)
-            read = state[nb.name]["read"]  # what it started on (a background job: when the job started)
+            began = state[nb.name]["read"]  # a failed notebook resumes only on these
             sha = notebook_sha(nb.source)  # of the source that runs, not of a later edit
             kwargs: dict[str, Any] = {}
             if cell_timeout_s:  # None or 0: no limit
@@ -364,7 +373,7 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
                 # raised (a banner first, an anchor before the failing cell), so err.cell_index, the
                 # index papermill reports, is not that cell's index in the file
                 mark_not_run(out, failed_cell(out)[0], err.error)
-                state[nb.name] = {"status": "failed", "parameters": nb.parameters, "read": read, "seconds": seconds,
+                state[nb.name] = {"status": "failed", "parameters": nb.parameters, "read": began, "seconds": seconds,
                                   "error": str(err)}
                 write_state(layout, state)
                 raise err from exc

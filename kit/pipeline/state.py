@@ -100,14 +100,17 @@ def inputs_changed(entry: dict[str, Any] | None, upstream: Sequence[str], state:
     --force``, then a plain ``kit reproduce``: 20 rebuilds the report on 08's new files); a failed or
     interrupted one starts afresh instead of resuming from checkpoints made on the old files.
 
-    An entry that records nothing (a notebook not run, or run before the runner kept ``read``: run folders
-    from before 2026-12-07) counts as unchanged: an older run folder is not rerun wholesale, and keeps the
-    older rule (a reader reruns only when what it reads reruns in the same invocation).
+    Only the notebooks ``read`` names are compared: a background job's entry names those finished when the
+    job began (stage 1 finishes beside 06's job; the notebook's own entry, when it is done, names all, a
+    notebook not in the run folder as None). An entry that records nothing (a notebook not run, or run before
+    the runner kept ``read``: run folders from before 2026-12-07) counts as unchanged: an older run folder is
+    not rerun wholesale, and keeps the older rule (a reader reruns only when what it reads reruns in the same
+    invocation).
     """
     read = entry.get("read") if isinstance(entry, dict) and entry.get("status") in ("done", "failed", "running") else None
     if not isinstance(read, dict):
         return []
-    return [n for n in upstream if (state.get(n) or {}).get("run_id") != read.get(n)]
+    return [n for n in upstream if n in read and (state.get(n) or {}).get("run_id") != read[n]]
 
 
 def resumable(entry: dict[str, Any] | None, nb: Any, root: Path) -> bool:
@@ -145,7 +148,7 @@ def plan(notebooks: Sequence[Any], layout: Layout, *, force: bool | Collection[s
          graph: Sequence[Any] | None = None) -> list[str | None]:
     """What :func:`kit.pipeline.series.run_series` with the same arguments would do, before anything runs: per notebook of
     ``notebooks``, why it would run (``"forced"``, ``"not run yet"``, ``"08_evaluation ran again since it
-    did"``, ``"an earlier notebook reruns"``, ...), or None where it would be skipped (finished, same
+    finished"``, ``"an earlier notebook reruns"``, ...), or None where it would be skipped (finished, same
     parameters and source, inputs unchanged). Reads ``pipeline_state.json``; writes nothing.
 
     Raises:
@@ -158,12 +161,15 @@ def plan(notebooks: Sequence[Any], layout: Layout, *, force: bool | Collection[s
     base: list[str | None] = []
     for nb in notebooks:
         done, why = is_finished(state.get(nb.name), nb, layout.executed / f"{nb.name}.ipynb", layout.root)
-        changed = inputs_changed(state.get(nb.name), ups[nb.name], state)
-        base.append("forced" if nb.name in forced else changed_reason(changed) if changed else None if done else why)
+        entry = state.get(nb.name)
+        changed = inputs_changed(entry, ups[nb.name], state)
+        base.append("forced" if nb.name in forced else changed_reason(changed, entry.get("status") == "done")
+                    if changed else None if done else why)
     # reads are transitive: a notebook reruns when anything it reads (re)runs before it
     return [b or ("an earlier notebook reruns" if any(base[j] for j in reads[i]) else None) for i, b in enumerate(base)]
 
 
-def changed_reason(changed: Sequence[str]) -> str:
-    """The runner's words for a notebook whose inputs ran again since it did (:func:`inputs_changed`)."""
-    return f"{', '.join(changed)} ran again since it did"
+def changed_reason(changed: Sequence[str], finished: bool = True) -> str:
+    """The runner's words for a notebook whose inputs ran again since it ``finished`` (else: since it began;
+    :func:`inputs_changed`)."""
+    return f"{', '.join(changed)} ran again since it {'finished' if finished else 'began'}"

@@ -117,11 +117,11 @@ def test_a_reader_left_out_of_a_forced_rerun_reruns_the_next_time_it_is_selected
     (lay.root / "b" / "from_old_a.txt").write_text("b's output on a's old files")
     assert [r["status"] for r in run_series(runs[:1], lay, force={"a"}, graph=runs, progress_bar=False,
                                             echo=lambda s: None)] == ["done"]  # b is not in this selection
-    assert plan(runs, lay) == [None, "a ran again since it did", None]  # what --dry-run prints
+    assert plan(runs, lay) == [None, "a ran again since it finished", None]  # what --dry-run prints
     lines: list[str] = []
     records = run_series(runs, lay, progress_bar=False, echo=lines.append)
     assert [r["status"] for r in records] == ["skipped", "done", "skipped"]
-    assert "b: running (a ran again since it did)" in next(s for s in lines if ": running (" in s)
+    assert "b: running (a ran again since it finished)" in next(s for s in lines if ": running (" in s)
     assert not (lay.root / "b" / "from_old_a.txt").exists(), "b reran from an empty folder"
     assert (lay.executed / "c.ipynb").stat().st_mtime_ns == c_mtime  # c reads nothing of a's
     assert plan(runs, lay) == [None, None, None]
@@ -154,11 +154,11 @@ def test_a_failed_reader_starts_afresh_when_what_it_read_ran_again_since(tmp_pat
     nb = nbformat.read(runs[1].source, as_version=4)
     nb.cells[3].source = "y = x + 1"
     nbformat.write(nb, runs[1].source)
-    assert plan(runs, lay) == [None, "a ran again since it did", "not run yet"]
+    assert plan(runs, lay) == [None, "a ran again since it began", "not run yet"]
     lines: list[str] = []
     assert [r["status"] for r in run_series(runs, lay, progress_bar=False, echo=lines.append)] == ["skipped", "done",
                                                                                                  "done"]
-    assert "b: running (a ran again since it did)" in next(s for s in lines if ": running (" in s)
+    assert "b: running (a ran again since it began)" in next(s for s in lines if ": running (" in s)
     assert not (lay.root / "b" / "checkpoint.txt").exists(), "b started afresh, not from the old checkpoint"
 
 
@@ -171,6 +171,8 @@ def test_inputs_changed_compares_the_run_a_notebook_read():
     # a failed or interrupted reader keeps what it began on: it resumes only on the same inputs
     assert inputs_changed({**reader, "status": "failed"}, ["a"], state) == ["a"]
     assert inputs_changed({**reader, "status": "running"}, ["b"], state) == []
+    # a name the entry does not record (a background job's entry: not finished when the job began) is not compared
+    assert inputs_changed({"status": "running", "read": {"b": "b1"}}, ["a", "b"], state) == []
     # a run folder from before ``read`` was kept: nothing to compare, not rerun wholesale
     assert inputs_changed({"status": "done"}, ["a"], state) == []
     assert inputs_changed(None, ["a"], state) == []

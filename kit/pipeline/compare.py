@@ -10,6 +10,10 @@ results; they are stripped before comparing (:data:`TIME_KEYS`). What is compare
   except in data files such as a tokenizer or a config (:data:`NEVER_STRIP`), the run folder's own
   paths (where it is and where it was written) written as ``<run>``, then compared as canonical JSON (floats by their exact ``repr``, so any
   rounding difference shows);
+* ``*.pt`` (trainer states, optimizer and RNG states): bytes; where the bytes differ, the values, loaded
+  with ``torch.load(weights_only=True)`` (tensors by dtype, shape and every bit): the same state can pickle
+  in other bytes (another memo layout: seed 101's cold-start trainer states from two commits, the same
+  values, 12 bytes apart in ``data.pkl``), which is the same run;
 * every other file but renderings: bytes (weights, tokenizers, parquet, CSV, text);
 * not compared: the executed notebooks (``notebooks/``: cell timings and progress output), PDFs,
   images and HTML (renderings of the files above, with timestamps or timing plots), logs,
@@ -171,8 +175,40 @@ def compare_runs(a: str | os.PathLike, b: str | os.PathLike) -> list[Difference]
             if ja != jb:
                 out.append(Difference(p, _first_json_difference(ja, jb)))
         elif pa.read_bytes() != pb.read_bytes():
-            out.append(Difference(p, "bytes differ"))
+            what = _torch_difference(pa, pb) if pa.suffix == ".pt" else "bytes differ"
+            if what:
+                out.append(Difference(p, what))
     return sorted(out, key=lambda d: d.path)
+
+
+def _torch_difference(pa: Path, pb: Path) -> str:
+    """What differs between two ``torch.save`` files whose bytes differ: "" when their values are the same
+    (tensors bit for bit, with dtype and shape; every other value by ``==``), else the first path that differs,
+    or "bytes differ" where one does not load with ``weights_only=True`` (nothing unsafe is unpickled)."""
+    import torch  # only where two checkpoints' bytes differ
+
+    try:
+        va, vb = (torch.load(p, map_location="cpu", weights_only=True) for p in (pa, pb))
+    except Exception:  # noqa: BLE001 - not a plain state (a pickled object): compared as bytes
+        return "bytes differ"
+
+    def first(x: Any, y: Any, where: str) -> str:
+        if torch.is_tensor(x) or torch.is_tensor(y):
+            same = (torch.is_tensor(x) and torch.is_tensor(y) and x.dtype == y.dtype and x.shape == y.shape
+                    and torch.equal(*(z.contiguous().reshape(-1).view(torch.uint8) for z in (x, y))))
+            return "" if same else where or "the tensor"
+        if isinstance(x, dict) and isinstance(y, dict):
+            if list(x) != list(y):
+                return f"{where or 'top'}: keys"
+            return next((d for k in x if (d := first(x[k], y[k], f"{where}/{k}"))), "")
+        if isinstance(x, list | tuple) and isinstance(y, list | tuple) and type(x) is type(y):
+            if len(x) != len(y):
+                return f"{where or 'top'}: length"
+            return next((d for i, (u, v) in enumerate(zip(x, y, strict=True)) if (d := first(u, v, f"{where}[{i}]"))), "")
+        return "" if type(x) is type(y) and x == y else where or "the value"
+
+    where = first(va, vb, "")
+    return f"values differ at {where}" if where else ""
 
 
 def _state(root: Path) -> dict[str, Any]:

@@ -33,6 +33,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import torch
+
 from kit.plan import run_parameters
 
 __all__ = ["TIME_KEYS", "Difference", "compare_runs", "run_notes", "strip_time_fields"]
@@ -185,8 +187,6 @@ def _torch_difference(pa: Path, pb: Path) -> str:
     """What differs between two ``torch.save`` files whose bytes differ: "" when their values are the same
     (tensors bit for bit, with dtype and shape; every other value by ``==``), else the first path that differs,
     or "bytes differ" where one does not load with ``weights_only=True`` (nothing unsafe is unpickled)."""
-    import torch  # only where two checkpoints' bytes differ
-
     try:
         va, vb = (torch.load(p, map_location="cpu", weights_only=True) for p in (pa, pb))
     except Exception:  # noqa: BLE001 - not a plain state (a pickled object): compared as bytes

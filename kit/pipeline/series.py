@@ -271,18 +271,15 @@ def _run_series(notebooks, layout, force, log_output, progress_bar, cell_timeout
         return any(j in reads[idx] for j in ran) or bool(stale[names[idx]])
 
     def changed_why(idx: int) -> str:
-        """Why a notebook with an entry reruns on its inputs: they ran again since (named, as :func:`plan` says
-        it), else one of them reruns now."""
+        """Why a notebook with an entry reruns on its inputs (as :func:`plan` says it)."""
         name = names[idx]
         if stale[name]:
             return changed_reason(stale[name], finished=(state.get(name) or {}).get("status") == "done")
         return "an earlier notebook was rerun"
 
     def read_now(name: str, finished_only: bool = False) -> dict[str, str | None]:
-        """The run_ids of the notebooks ``name`` reads, now (kept in its entry: state.inputs_changed): of all
-        of them as the notebook itself starts (each has finished, or is not in this run folder: None), of
-        the finished ones only as its background job starts (stage 1 finishes beside 06's job: not counted
-        as changed when the job resumes)."""
+        """The run_ids of the notebooks ``name`` reads (state.inputs_changed): all as it starts (None: not in
+        this run folder); only the finished ones as its background job starts (stage 1 finishes beside 06's)."""
         entries = {u: state.get(u) or {} for u in ups[name]}
         return {u: e.get("run_id") for u, e in entries.items() if not finished_only or e.get("status") == "done"}
 

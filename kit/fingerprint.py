@@ -230,7 +230,8 @@ def repeatability(cfg: Any) -> dict[str, Any]:
     """Whether a run of ``cfg`` is stamped bitwise repeatable on one machine type: the one place that decides it.
 
     Bitwise repeatable needs every thread count fixed for the whole run, so that each float reduction
-    has one order: ``model.torch_threads > 0`` (each notebook, background job and ablation arm then sets
+    has one order (and no tool call within reach of its CPU limit: the stamp's ``why`` says so, the run
+    does not count them; LOG 2026-12-07: 1 timeout in a seed's 43,954 rollout calls, 1 probe of 3,328 flipped): ``model.torch_threads > 0`` (each notebook, background job and ablation arm then sets
     a fixed count), on the local runtime. ``torch_threads < 0`` is the load-adaptive speed mode
     (:class:`kit.train.common.LoadAdaptiveThreads`: the count follows what else the machine runs);
     ``0`` leaves torch's default, which follows the machine's cores. The VERL runtime is never stamped
@@ -258,7 +259,10 @@ def repeatability(cfg: Any) -> dict[str, Any]:
     if reasons:
         return {"bitwise": False, "why": "; ".join(reasons)}
     return {"bitwise": True, "why": f"model.torch_threads = {n}: a fixed thread count in every process, on the "
-                                    "local runtime (same code, seed and machine type give the same result files)"}
+                                    "local runtime (same code, seed and machine type give the same result files), "
+                                    f"except after a tool call that ends near its CPU limit (sandbox.cpu_s = "
+                                    f"{cfg.sandbox.cpu_s:g} s): used CPU grows with contention, so on a loaded machine "
+                                    "such a call can end the other way (kit.sandbox.limits)"}
 
 
 def resume_warning(stored: Mapping[str, Any] | None, current: Mapping[str, Any], kept: Iterable[str]) -> str | None:

@@ -94,7 +94,7 @@ def is_finished(entry: dict[str, Any] | None, nb: Any, out: Path, root: Path) ->
 
 def inputs_changed(entry: dict[str, Any] | None, upstream: Sequence[str], state: dict[str, Any]) -> list[str]:
     """The notebooks of ``upstream`` (those whose folders ``entry``'s notebook reads, directly or not:
-    :func:`kit.pipeline.series.upstream_names`) that ran again, or began to, after that notebook ran or
+    :func:`upstream_names`) that ran again, or began to, after that notebook ran or
     began: the ``run_id`` of their entry in ``state`` is not the one it recorded in ``entry["read"]``. A
     finished notebook then rests on files that are gone and reruns, also in a later invocation (``--only 08
     --force``, then a plain ``kit reproduce``: 20 rebuilds the report on 08's new files); a failed or

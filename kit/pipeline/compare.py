@@ -127,6 +127,8 @@ def _first_json_difference(a: list[str], b: list[str]) -> str:
         if x != y:
             dx, dy = json.loads(x), json.loads(y)
             keys = sorted(k for k in set(dx) | set(dy) if dx.get(k) != dy.get(k)) if isinstance(dx, dict) and isinstance(dy, dict) else []
+            # a key on one side only (a newer kit's config section) is named as such, not as a changed value
+            keys = [f"{k} ({'a' if k in dx else 'b'} only)" if (k in dx) != (k in dy) else k for k in keys]
             return f"record {i}: " + (", ".join(keys[:6]) + (" ..." if len(keys) > 6 else "") if keys else "values")
     return "same"
 

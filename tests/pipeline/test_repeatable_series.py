@@ -60,10 +60,10 @@ def test_the_comparison_sees_a_one_ulp_change_and_ignores_time_fields(tmp_path):
     (b / "sft" / "metrics.jsonl").write_text(json.dumps({**row, "loss": 0.10000000000000002, "perf_decode_steps": 41}) + "\n")
     (b / "w.bin").write_bytes(b"\x00\x02")
     (b / "sft" / "policy" / "tokenizer.json").write_text(json.dumps({"model": {"vocab": {"date": 8}}}))
-    (b / "sft" / "config.json").write_text(json.dumps({"sandbox": {"cpu_s": 6.0}}))
+    (b / "sft" / "config.json").write_text(json.dumps({"sandbox": {"cpu_s": 6.0}, "bstar": {}}))
     got = {d.path: d.what for d in compare_runs(a, b)}
     assert got == {"sft/metrics.jsonl": "record 0: loss, perf_decode_steps", "w.bin": "bytes differ",
-                   "sft/policy/tokenizer.json": "record 0: model", "sft/config.json": "record 0: sandbox"}
+                   "sft/policy/tokenizer.json": "record 0: model", "sft/config.json": "record 0: bstar (b only), sandbox"}
     assert strip_time_fields({"cpu_s": 1, "loss_mean": 2, "nested": [{"seconds": 3, "accuracy": 4}]}) == \
         {"loss_mean": 2, "nested": [{"accuracy": 4}]}
 

@@ -230,9 +230,10 @@ def repeatability(cfg: Any) -> dict[str, Any]:
     """Whether a run of ``cfg`` is stamped bitwise repeatable on one machine type: the one place that decides it.
 
     Bitwise repeatable needs every thread count fixed for the whole run, so that each float reduction
-    has one order (and no tool call within reach of its CPU limit: the stamp's ``why`` says so, the run
-    does not count them; LOG 2026-12-07: 1 timeout in a seed's 43,954 rollout calls, 1 probe of 3,328 flipped): ``model.torch_threads > 0`` (each notebook, background job and ablation arm then sets
-    a fixed count), on the local runtime. ``torch_threads < 0`` is the load-adaptive speed mode
+    has one order: ``model.torch_threads > 0`` (each notebook, background job and ablation arm then sets
+    a fixed count), on the local runtime; and no tool call within reach of its CPU limit, which the stamp's
+    ``why`` states and the run does not count (LOG 2026-12-07: 1 timeout in a seed's 43,954 rollout calls,
+    1 probe of 3,328 flipped in a rerun). ``torch_threads < 0`` is the load-adaptive speed mode
     (:class:`kit.train.common.LoadAdaptiveThreads`: the count follows what else the machine runs);
     ``0`` leaves torch's default, which follows the machine's cores. The VERL runtime is never stamped
     repeatable: its GPU kernels and multi-turn tool rollouts are not bitwise reproducible (VERL's

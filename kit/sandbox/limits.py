@@ -27,13 +27,18 @@ is the model's, at ``timeout_s`` as before, on an idle and on a loaded machine a
 blocks on its input: stdin is a memfd holding ``ToolCall.input``, so ``input()`` past its end
 raises ``EOFError`` at once.
 
-What the rule does not see: used CPU itself grows with contention (shared caches): a call within about a
-quarter of its limit can end ``timeout`` on a loaded machine and not on a quiet one (2026-12-07: a prime
-count using 3.2-4.0 CPU s of a 5 s limit, most likely the one Agent-R probe of a seed's 3,328 that a rerun
-under load ended otherwise; reports/LOG.md). Nor run-queue waits of a call's other processes (its first process
-waiting on them counts them as its own time, so a multiprocessing call starved by load can still
-time out), waits for disk I/O (they count as the call's own time), time stolen by a hypervisor
-(counted as the call's), and the CPU of orphans the worker reaps. Where ``/proc/<pid>/schedstat``
+A call whose first process has exited is judged on its CPU alone (:func:`verdict_at_exit`), even when the
+worker looks late: a worker kept from its CPU (a series at nice 19 beside other work) once charged its own
+wait to calls that had long ended, so a ``SyntaxError`` call ended ``timeout`` (2026-12-07, fixed in
+:mod:`kit.sandbox.worker`; most likely also the one Agent-R probe of a seed's 3,328 that such a rerun ended
+otherwise, a prime count using 3.2-4.0 CPU s of a 5 s limit; reports/LOG.md).
+
+What the rule does not see: used CPU itself grows with contention (shared caches), so a call within about a
+quarter of its limit can still end ``timeout`` on a loaded machine and not on a quiet one. Nor run-queue
+waits of a call's other processes (its first process waiting on them counts them as its own time, so a
+multiprocessing call starved by load can still time out), a running call blocked on a full output pipe that
+a starved worker does not drain (over 64 KiB of output), waits for disk I/O (they count as the call's own
+time), time stolen by a hypervisor (counted as the call's), and the CPU of orphans the worker reaps. Where ``/proc/<pid>/schedstat``
 is missing (a kernel without ``CONFIG_SCHED_INFO``) the own time is the plain wall clock: the old
 rule, load-dependent again.
 """

@@ -279,7 +279,7 @@ class Worker:
         look = t0 + next_check(0.0, 0.0, lim, check_s)  # the next look at the call's used time (kit.sandbox.limits)
         while True:
             now = time.monotonic()
-            if now >= look:
+            if now >= look and not _exited(pidfd):  # an exited call is judged at exit, on its CPU only
                 d = run_delay(pid)
                 delay = None if d is None or delay0 is None else d - delay0
                 used = used_time(now - t0, delay, self._call_cpu(pid))
@@ -351,6 +351,17 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
+
+
+def _exited(pidfd: int) -> bool:
+    """Whether the process behind ``pidfd`` has exited (its pidfd is readable then; it stays unreaped).
+
+    The worker checks this before judging a call on its own time (wall clock minus run-queue wait):
+    a worker that was itself kept from its CPU looks late, and a call that had long exited would
+    otherwise be charged the worker's wait as its own time and end ``timeout`` (2026-12-07: a
+    ``SyntaxError`` and a ``NameError`` call did, in two ablation arms of a series run at nice 19
+    beside other work; reports/LOG.md)."""
+    return bool(select.select([pidfd], [], [], 0)[0])
 
 
 def _kill_group(pid: int) -> None:

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -201,3 +202,35 @@ def test_the_worker_judges_a_call_on_the_cpu_its_processes_used_at_exit(monkeypa
     req = {"kind": "code", "code": "print('done')", "input": "", "timeout_s": None}
     out = w.run(req, json.dumps(req).encode())
     assert (out["status"], out["stdout"]) == (status, "done\n") and out["wall_s"] < 3.0, out
+
+
+@pytest.mark.parametrize("code", ["print(1266 * 139", "print(math.lcm(459292, 14528))", "print('done')"])
+def test_a_worker_kept_off_its_cpu_does_not_charge_its_wait_to_a_call_that_had_exited(monkeypatch, tmp_path, code):
+    """The worker loop in this process, kept from running after it handed the call over: it reads the
+    call's run-queue wait only once the call has exited, then "sleeps" past the 0.5 s limit, so its first
+    look falls after the call's end. The call is judged at exit on its CPU (a few ms), not charged the
+    worker's wait as its own time. Before the fix both error calls, copied from a series run at nice 19
+    (2026-12-07, seed 102's ablation), ended ``timeout`` this way."""
+    from kit.sandbox import worker as worker_mod
+
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    w = worker_mod.Worker({"timeout_s": 0.5, "cpu_s": 0.5, "memory_mb": 1 << 20, "max_output_chars": 2000,
+                           "max_procs": 4096, "check_s": 0.05, "isolation": "none", "uid": None})
+    real, first = worker_mod.run_delay, []
+
+    def starved_worker(pid):
+        if not first:  # right after the hand-over: the call runs to its end while the worker waits
+            first.append(pid)
+            deadline = time.monotonic() + 10.0
+            while os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is None:
+                assert time.monotonic() < deadline, "the call did not exit within 10 s"
+                time.sleep(0.005)
+            time.sleep(0.8)  # past the call's 0.5 s limit before the worker's first look
+        return real(pid)
+
+    monkeypatch.setattr(worker_mod, "run_delay", starved_worker)
+    req = {"kind": "code", "code": code, "input": "", "timeout_s": None}
+    out = w.run(req, json.dumps(req).encode())
+    assert first and out["wall_s"] >= 0.8, out  # the worker did look late
+    assert out["status"] == ("ok" if code == "print('done')" else "error"), out
+    assert "time limit" not in out["stderr"] and "Timeout" not in out["stderr"], out

@@ -29,7 +29,8 @@ What the sandbox does:
       scrubbed to a fixed list (no inherited variables, tokens or secrets), one hash seed for
       every worker (``PYTHONHASHSEED=0``: set order repeats across workers and runs) and address
       randomisation off (builtins and pre-imported objects at the same addresses; what a call
-      creates still is not, issue #41).
+      creates still is not, issue #41, so the addresses in default reprs of its output are
+      renumbered in order of appearance: :func:`kit.sandbox.outcome.canonical_addresses`).
     * per call: a new session/process group, RLIMIT_AS (``memory_mb``), RLIMIT_CPU (``cpu_s``),
       RLIMIT_FSIZE (64 MiB), RLIMIT_NOFILE (256), RLIMIT_CORE=0, ``OPENBLAS_NUM_THREADS=1``;
       ``random``, numpy's global ``np.random`` and sympy's generator seeded from the call's code and

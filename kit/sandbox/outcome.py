@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 
 from kit.sandbox.limits import rlimit_cpu
@@ -80,10 +81,44 @@ def make_result(status: int, ru, wall: float, killed_by: str | None, out: Captur
         stderr = stderr + ("\n" if stderr and not stderr.endswith("\n") else "") + note
     if stdout:
         value = ""
+    stdout, stderr, value = canonical_addresses(stdout, stderr, value)
     return {"timings": child_stamps(rec.get("t")), "status": st, "stdout": stdout, "stderr": stderr, "value": value,
             "exit_code": exit_code, "wall_s": round(wall, 6), "cpu_s": round(cpu, 6),
             "truncated": bool(t_out or t_err or rec.get("value_truncated")),
             "data": rec.get("data"), "rss_mb": rss_mb()}
+
+
+#: an object's address in a default ``repr``: ``<function f at 0x7ffff743be00>``, ``<map object at 0x...>``
+REPR_ADDRESS = re.compile(r"(?<= at )0x[0-9a-f]+(?=>)")
+#: the first address :func:`canonical_addresses` gives out; the next ones are :data:`ADDRESS_STEP` apart
+ADDRESS_BASE, ADDRESS_STEP = 0x7F0000000000, 0x40
+
+
+def canonical_addresses(*texts: str) -> tuple[str, ...]:
+    """``texts`` with every object address in a default ``repr`` (:data:`REPR_ADDRESS`) renumbered in
+    order of first appearance across them: the k-th distinct address becomes ``ADDRESS_BASE + k *
+    ADDRESS_STEP`` in hex, the same object keeping the same number.
+
+    Why: what a call creates sits where the worker's heap had room at the fork, which depends on the
+    calls the worker served before, so ``print(x for x in ...)`` printed another address on another
+    worker or in a rerun, and the trajectory, its tokens and everything trained on it followed
+    (2026-12-07: one call in seed 102's ablation, 1 of about 30,000; reports/LOG.md). Builtins and
+    pre-imported objects already sit at the same address everywhere (address randomisation off).
+    Not covered: an address the code turns into other text (``id(x)``, ``hex(id(x))``) or acts on
+    (the order of a set of objects hashed by identity); :mod:`kit.sandbox.step_cache` does not reuse
+    such calls.
+
+    Args:
+        texts: stdout, stderr and value of one call (any number of strings).
+    Returns:
+        The strings, renumbered, in the same order.
+    """
+    seen: dict[str, str] = {}
+
+    def sub(m: re.Match) -> str:
+        return seen.setdefault(m.group(0), f"0x{ADDRESS_BASE + len(seen) * ADDRESS_STEP:x}")
+
+    return tuple(REPR_ADDRESS.sub(sub, t) if t else t for t in texts)
 
 
 def child_stamps(t: object) -> dict:

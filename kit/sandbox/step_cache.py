@@ -15,7 +15,9 @@ A repeat is answered only where a second run could not differ (:func:`determinis
     * its output (stdout, stderr, value) shows no object address (:data:`ADDRESS`, `` at 0x...``: a
       default ``repr`` of an object, function, generator, ...; or a bare ``0x`` and 6 or more hex
       digits, an address cut out of a repr): addresses differ between workers and runs (issue #44
-      item 6; ``tests/sandbox/test_sandbox_repeatable.py`` measures what repeats). An address
+      item 6; ``tests/sandbox/test_sandbox_repeatable.py`` measures what repeats). The sandbox
+      renumbers those of default reprs (:func:`kit.sandbox.outcome.canonical_addresses`), but a call
+      that shows one may also act on it (set order, ``hash``), so it is still not reused. An address
       turned into decimal text by the code itself is not seen;
     * the code is deterministic by a conservative reading of its syntax tree: it imports only modules
       of :data:`PURE_MODULES` and uses none of :data:`IMPURE_NAMES` (OS randomness, clocks, files, the

@@ -66,3 +66,33 @@ def test_the_boot_code_turns_address_randomisation_off_by_re_executing_once():
     code = isolation.FIXED_LAYOUT + "\nprint(int(open('/proc/self/personality').read(), 16) & 0x40000)"
     once = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert once == f"{isolation.ADDR_NO_RANDOMIZE}\n"
+
+
+
+CREATED = ("class A: pass\na = A()\nprint(a, a, (x for x in 'ab'), map(len, []))\n"
+           "def f(): pass\nprint(f)\nprint(hex(2**44 + 5))")
+VALUE_ONLY = "def g(): pass\ng"
+WARM_UP = "xs = [object() for _ in range({n})]\nprint(len(xs))"
+
+
+def test_addresses_of_what_a_call_creates_are_renumbered_in_order_of_appearance():
+    """Objects a call builds sit where its worker's heap had room, which depends on the calls the
+    worker served before: each worker here first runs other calls (different allocations), then the
+    same calls. Their output is the same on every worker of two pool starts, with the addresses of
+    default reprs renumbered (kit.sandbox.outcome.canonical_addresses): the same object keeps its
+    number, a call's value is renumbered too, and a hex number the code computed is left alone."""
+    cfg = SandboxConfig(isolation="bwrap", timeout_s=5.0, cpu_s=5.0, memory_mb=768, num_workers=2, preimport=())
+    seen = set()
+    for start in range(2):
+        with SyncSandboxPool(cfg) as pool:
+            pool.run_batch([WARM_UP.format(n=10 ** (k + start)) for k in range(4)])
+            rs = pool.run_batch([CREATED, VALUE_ONLY] * 3)
+        assert all(r.status == "ok" for r in rs), rs
+        seen |= {tuple((r.stdout, r.value) for r in rs[i:i + 2]) for i in range(0, len(rs), 2)}
+    assert len(seen) == 1, seen
+    (stdout, _), (_, value) = seen.pop()
+    first, second, third = stdout.splitlines()
+    assert first.count(" at 0x7f0000000000>") == 2, first  # a, printed twice: one number
+    assert "<generator object <genexpr> at 0x7f0000000040>" in first and "<map object at 0x7f0000000080>" in first
+    assert second.startswith("<function f at 0x7f00000000c0>") and third == "0x100000000005", stdout
+    assert value.startswith("<function g at 0x7f0000000000>"), value

@@ -35,6 +35,7 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any
 
 from kit.config import ConfigError, SandboxConfig, available_profiles, load
@@ -145,6 +146,8 @@ def _claims(a: argparse.Namespace, argv: list[str]) -> int:
     from kit.claims.over_seeds import seeds_table, write_csv  # reads claims.json files only
 
     sections = {KIT_SECTION, *(s.section for s in STUDIES)}
+    if a.section is None:
+        a.section = "all" if a.runs[0] == "pool" else KIT_SECTION
     if a.section != "all" and a.section not in sections:
         print(f"kit claims: --section {a.section!r} is no paper's; one of {', '.join(sorted(sections))} or all",
               file=sys.stderr)
@@ -156,6 +159,8 @@ def _claims(a: argparse.Namespace, argv: list[str]) -> int:
 
     try:
         doc = pool.pool_runs(a.runs[1:], section=None if a.section == "all" else a.section)
+        if a.out and Path(a.out).exists() and not Path(a.out).is_dir():
+            raise ClaimsError(f"--out {a.out} is a file, not a folder")
     except ClaimsError as exc:
         print(f"kit claims pool: {exc}", file=sys.stderr)
         return 2
@@ -330,8 +335,9 @@ def build_parser() -> argparse.ArgumentParser:
              "with --out DIR it writes pooled_claims.json, pooled_claims.csv and over_seeds.pdf there. Exit 2 on "
              "runs that cannot be pooled (named).")
     p.add_argument("runs", nargs="+", help="run folders with a claims.json, e.g. reports/tiny/s7; or `pool` and the runs")
-    p.add_argument("--section", default="rStar2-Agent",
-                   help=f"the claims' paper: rStar2-Agent (default), {', '.join(s.section for s in STUDIES)}, or all")
+    p.add_argument("--section", default=None,
+                   help=f"the claims' paper: rStar2-Agent, {', '.join(s.section for s in STUDIES)}, or all (default: "
+                        "all for `claims pool`, rStar2-Agent for the side-by-side view)")
     p.add_argument("--out", default=None, help="the CSV file to write (default: print); with `pool`, a folder")
 
     p = verb("compare", _compare, "are two run folders the same run? result files compared byte for byte",

@@ -332,13 +332,18 @@ def read_claims(path: str | os.PathLike) -> dict[str, Any]:
     """A ``claims.json`` written by :func:`write_claims`, checked against its schema.
 
     Raises:
-        ClaimsError: a missing key (``note`` from schema version 2; ``environment`` and ``repeatable``
-            from 3) or a verdict that is not one of :data:`VERDICTS` (names the claim).
+        ClaimsError: a missing file, one that is not JSON (named), a missing key (``note`` from schema version 2;
+            ``environment`` and ``repeatable`` from 3) or a verdict that is not one of :data:`VERDICTS` (names the claim).
     """
     p = Path(path)
     if not p.exists():
         raise ClaimsError(f"claims file not found: {p} (written by notebook 20)")
-    doc = json.loads(p.read_text())
+    try:
+        doc = json.loads(p.read_text())
+    except ValueError as exc:  # a truncated or hand-edited file: name it
+        raise ClaimsError(f"{p} is not valid JSON ({exc}): rerun notebook 20 for that run") from exc
+    if not isinstance(doc, dict):
+        raise ClaimsError(f"{p} holds a JSON {type(doc).__name__}, not a claims document")
     top = ("schema_version", "profile", "counts", "claims")
     if doc.get("schema_version", 0) >= 3:
         top += (fingerprint.ENVIRONMENT_KEY, fingerprint.REPEATABLE_KEY)

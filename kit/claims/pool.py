@@ -208,6 +208,17 @@ def _seed(run: Path) -> int | None:
     return seed if isinstance(seed, int) else None
 
 
+def _unfinished(run: Path) -> list[str]:
+    """``"<notebook> <status>"`` for every notebook of the run's ``pipeline_state.json`` that did not finish
+    (failed, interrupted, running); [] when all finished or the file is missing."""
+    try:
+        state = json.loads((run / "pipeline_state.json").read_text())
+    except (OSError, ValueError):
+        return []
+    return [f"{k} {v['status']}" for k, v in state.items()
+            if isinstance(v, dict) and "status" in v and v["status"] != "done"] if isinstance(state, dict) else []
+
+
 def precondition_failures(doc: Mapping[str, Any], requires: Sequence[str]) -> list[str]:
     """Why a run's ``claims.json`` document ``doc`` may not judge a claim that ``requires`` these preconditions: one
     line per precondition not recorded or failed (``[]``: all passed). The pooled verdict's rule, and the lever
@@ -241,13 +252,20 @@ def pool_claims(docs: Sequence[tuple[str, Mapping[str, Any]]], claims: Sequence[
         ``probability_of_improvement``. Grouped by paper (in the order the first run names them), within a paper
         primaries first and world checks last.
     Raises:
-        ClaimsError: a claim of the first run (of ``section``) is missing from another, or a test's comparison
-            or threshold differs between runs (the claims file changed: such runs test different claims).
+        ClaimsError: the runs do not hold the same claims (of ``section``) or a claim the same tests (matched
+            by name), or a test's comparison or threshold differs between runs (the claims file changed: such
+            runs test different claims).
     """
     if not docs:
         raise ClaimsError("no runs to pool")
     spec = {c["id"]: c for c in (load_claims() if claims is None else claims)}
     by_run = [(name, {c["id"]: c for c in d["claims"]}, d) for name, d in docs]
+    mine = lambda d: {c["id"] for c in d["claims"] if section is None or (c.get("section") or DEFAULT_SECTION) == section}  # noqa: E731
+    for name, d in docs[1:]:
+        extra = sorted(mine(d) - mine(docs[0][1]))
+        if extra:  # the first run must not decide alone which claims exist
+            raise ClaimsError(f"claim {extra[0]!r} is in {name}/claims.json but not in {docs[0][0]}/claims.json (the runs "
+                              "were judged by different claims files; pool one paper with --section)")
     out = []
     for c0 in docs[0][1]["claims"]:
         if section is not None and (c0.get("section") or DEFAULT_SECTION) != section:
@@ -257,14 +275,23 @@ def pool_claims(docs: Sequence[tuple[str, Mapping[str, Any]]], claims: Sequence[
         role = str(cspec.get("role") or c0.get("role") or "secondary")
         requires = list(cspec.get("requires") or [])
         tests = []
-        for ti, t0 in enumerate(c0["tests"]):
+        for name, claims_of, _ in by_run[1:]:
+            extra = [t["name"] for t in (claims_of.get(cid) or {}).get("tests", [])
+                     if t["name"] not in {t0["name"] for t0 in c0["tests"]}]
+            if extra:
+                raise ClaimsError(f"claim {cid!r}: {name}/claims.json has a test {extra[0]!r} that "
+                                  f"{docs[0][0]}/claims.json has not: the runs were judged by different claims files")
+        for t0 in c0["tests"]:
             per_run, excluded, verdicts, invalid_runs = {}, {}, [], []
             for name, claims_of, doc in by_run:
                 c = claims_of.get(cid)
                 if c is None:
                     raise ClaimsError(f"claim {cid!r} is in {docs[0][0]}/claims.json but not in {name}/claims.json (the "
                                       "runs were judged by different claims files; pool one paper with --section)")
-                t = c["tests"][ti]
+                t = next((x for x in c["tests"] if x["name"] == t0["name"]), None)
+                if t is None:  # tests are matched by name, never by position
+                    raise ClaimsError(f"claim {cid!r}: {name}/claims.json has no test {t0['name']!r} "
+                                      f"({docs[0][0]} has it): the runs were judged by different claims files")
                 if (t["comparison"], t["threshold"]) != (t0["comparison"], t0["threshold"]):
                     raise ClaimsError(f"claim {cid!r}, test {t0['name']!r}: {name} tests {t['comparison']} "
                                       f"{t['threshold']}, {docs[0][0]} tests {t0['comparison']} {t0['threshold']}: "
@@ -359,13 +386,21 @@ def pool_runs(runs: Sequence[str | os.PathLike], section: str | None = None) -> 
         repeatable}], notes [environment notes], counts {verdict: n} (world checks left out),
         world_check_counts {verdict: n}, claims [pool_claims rows]}``.
     Raises:
-        ClaimsError: no runs, a missing or invalid ``claims.json`` (named), runs of different profiles,
-            two runs of one pipeline seed (the unit would count twice), or :func:`pool_claims`'s errors.
+        ClaimsError: fewer than 2 runs, a missing or invalid ``claims.json`` (named), a run that has not
+            finished (a notebook failed, interrupted or running in its ``pipeline_state.json``), runs of
+            different profiles, a run without a recorded pipeline seed or two runs of one seed (the unit would
+            count twice), or :func:`pool_claims`'s errors.
     """
     paths = [Path(r) for r in runs]
-    if not paths:
-        raise ClaimsError("no runs to pool")
+    if len(paths) < 2:
+        raise ClaimsError(f"a pool needs at least 2 runs (an interval over runs), got {len(paths)}"
+                          + (f": {paths[0]}" if paths else ""))
     docs = [(p.name, read_claims(p / "claims.json")) for p in paths]
+    for p in paths:
+        unfinished = _unfinished(p)
+        if unfinished:
+            raise ClaimsError(f"{p} has not finished ({'; '.join(unfinished)}), so its claims.json may be older than its "
+                              "results: finish it (rerun its python -m kit reproduce command) or leave it out")
     names = [n for n, _ in docs]
     if len(set(names)) != len(names):
         raise ClaimsError(f"run folder names repeat ({', '.join(names)}): each run is named by its folder")
@@ -375,11 +410,14 @@ def pool_runs(runs: Sequence[str | os.PathLike], section: str | None = None) -> 
     seeds = {}
     for p in paths:
         s = _seed(p)
-        if s is not None and s in seeds:
+        if s is None:
+            raise ClaimsError(f"{p}: no pipeline seed recorded ({p / 'pipeline_state.json'} is missing or names none; "
+                              "python -m kit reproduce records it): the unit of the pool is the seed, so each run's "
+                              "must be known")
+        if s in seeds:
             raise ClaimsError(f"{seeds[s]} and {p} are both pipeline seed {s}: the unit of the pool is the seed, "
                               "so a seed counts once")
-        if s is not None:
-            seeds[s] = p
+        seeds[s] = p
     pooled = pool_claims(docs, section=section)
     return {"schema_version": SCHEMA, "kind": "pooled", "profile": profiles.pop(),
             "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
@@ -400,9 +438,10 @@ def _fmt(x: Any) -> str:
 
 def table_rows(doc: Mapping[str, Any]) -> list[list[str]]:
     """Rows ``[section, claim, test, runs, pooled statistic (interval), verdict, share of runs on the claimed
-    side, probability of improvement, seeds needed]`` (header first) of a pooled document."""
+    side, probability of improvement, seeds needed, runs left out (run: why)]`` (header first) of a pooled
+    document."""
     rows = [["section", "claim", "test", "runs", "pooled (95% interval over runs)", "verdict", "share claimed side",
-             "P(improvement)", "seeds needed"]]
+             "P(improvement)", "seeds needed", "left out"]]
     for c in doc["claims"]:
         for t in c["tests"]:
             lo, hi = t["ci95"]
@@ -411,7 +450,8 @@ def table_rows(doc: Mapping[str, Any]) -> list[list[str]]:
                          f"{t['share_claimed_side']:.2f}" if t["share_claimed_side"] == t["share_claimed_side"] else "n/a",
                          (f"{t['probability_of_improvement']:.2f}" if t["probability_of_improvement"] == t["probability_of_improvement"]
                           else "n/a") if "probability_of_improvement" in t else "",
-                         "" if t.get("seeds_needed") is None else str(t["seeds_needed"])])
+                         "" if t.get("seeds_needed") is None else str(t["seeds_needed"]),
+                         "; ".join(f"{run}: {why}" for run, why in t.get("excluded", {}).items())])
     return rows
 
 
@@ -419,6 +459,9 @@ def write_pooled(doc: Mapping[str, Any], out: str | os.PathLike, *, page: bool =
     """Write ``pooled_claims.json``, ``pooled_claims.csv`` and (``page``) the "over seeds" page
     ``over_seeds.pdf`` into the folder ``out`` (created); returns the paths written."""
     d = Path(out)
+    if d.exists() and not d.is_dir():
+        raise ClaimsError(f"--out {d} is a file, not a folder: name a folder for pooled_claims.json, "
+                          "pooled_claims.csv and over_seeds.pdf")
     d.mkdir(parents=True, exist_ok=True)
     paths = [d / POOLED_FILE, d / "pooled_claims.csv"]
     paths[0].write_text(jsonio.dumps(doc, indent=2) + "\n")

@@ -141,8 +141,8 @@ def reproduce_seeds(reproduce: Callable[..., int], profile: str, run: str, seeds
             if planned is None:
                 return 2
             print(f"kit.pipeline (dry run): {planned[0]}", flush=True)
-    finished = [lay for lay in (Layout.for_run(profile, seed_run_name(run, s), reports_root) for s in seeds)
-                if (lay.root / "claims.json").exists()]
+    finished = [lay for s, lay in ((s, Layout.for_run(profile, seed_run_name(run, s), reports_root)) for s in seeds)
+                if s not in failed and (lay.root / "claims.json").exists()]  # a failed seed's claims.json is stale
     if failed:
         print(f"kit.pipeline: the series failed for seed(s) {', '.join(map(str, failed))}; rerun the same command "
               "to resume them (finished notebooks are skipped)", file=sys.stderr)

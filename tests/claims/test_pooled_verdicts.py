@@ -3,6 +3,7 @@
 import json
 import math
 
+import numpy as np
 import pytest
 
 from kit import cli
@@ -126,11 +127,14 @@ def test_runs_on_either_side_of_the_threshold(tmp_path):
 
 def test_a_paired_arm_comparison_reports_the_probability_of_improvement(tmp_path):
     diffs = [0.02, 0.03, -0.01, 0.04]
-    runs = [_run(tmp_path, f"s{i}", [_claim("c", [_test(d, kind="ablation_paired_last", comparison="<")])])
+    runs = [_run(tmp_path, f"s{i}", [_claim("c", [_test(d, kind="ablation_paired_last", comparison="<")])], seed=i)
             for i, d in enumerate(diffs)]
     t = pool_runs(runs)["claims"][0]["tests"][0]
     assert t["probability_of_improvement"] == 0.25  # one run of four has RoC below GRPO
-    assert t["verdict"] == "inconclusive"  # mean 0.02, t interval (-0.014, 0.054) contains 0
+    # by hand: the per-seed differences' mean 0.02, sd sqrt(0.0014 / 3) = 0.021602, t(0.975, 3) = 3.182446,
+    # half-width 3.182446 * 0.021602 / 2 = 0.034374
+    assert t["value"] == pytest.approx(0.02) and t["ci95"] == pytest.approx([-0.014374, 0.054374], abs=1e-6)
+    assert t["interval"] == "t over 4 runs" and t["verdict"] == "inconclusive"
 
 
 def test_holm_over_primary_claims_turns_a_marginal_pair_inconclusive(tmp_path):
@@ -210,3 +214,109 @@ def test_the_constants_are_the_registered_rules():
     assert rules["t_below_runs"] == pool.BOOTSTRAP_FROM
     assert rules["bootstrap_over_runs"] == {"method": "BCa", "resamples": pool.BOOTSTRAP_RESAMPLES,
                                             "seed": pool.BOOTSTRAP_SEED}
+
+
+# --------------------------------------------------------------------------- review of issue #42: rules a broken pool would pass
+
+
+def test_tests_are_matched_by_name_not_by_position(tmp_path):
+    """A run whose tests of a claim come in another order pools the same numbers; one that lacks a test, or has
+    one more, is refused with the claim and the test named (the pool crossed two tests' values before)."""
+    two = lambda a, b: [_claim("c", [_test(a, name="minus good-only"), _test(b, name="minus null arm")])]  # noqa: E731
+    ordered = [_run(tmp_path, f"s{i}", two(0.1 + 0.01 * i, -0.5 - 0.01 * i), seed=i) for i in range(3)]
+    flipped = tmp_path / "s2f"
+    flipped.mkdir()
+    doc = json.loads((ordered[2] / "claims.json").read_text())
+    doc["claims"][0]["tests"].reverse()
+    (flipped / "claims.json").write_text(json.dumps(doc))
+    (flipped / "pipeline_state.json").write_text((ordered[2] / "pipeline_state.json").read_text())
+    a = pool_runs(ordered)["claims"][0]["tests"]
+    b = pool_runs([*ordered[:2], flipped])["claims"][0]["tests"]
+    assert [(t["name"], t["value"], t["ci95"]) for t in a] == [(t["name"], t["value"], t["ci95"]) for t in b]
+    assert a[0]["value"] == pytest.approx(0.11) and a[1]["value"] == pytest.approx(-0.51)
+    short = _run(tmp_path, "s9", [_claim("c", [_test(0.1, name="minus good-only")])], seed=9)
+    with pytest.raises(ClaimsError, match="s9/claims.json has no test 'minus null arm'"):
+        pool_runs([ordered[0], short])
+    with pytest.raises(ClaimsError, match="s0/claims.json has a test 'minus null arm' that s9/claims.json has not"):
+        pool_runs([short, ordered[0]])
+
+
+def test_a_claim_only_a_later_run_holds_is_refused_not_dropped(tmp_path):
+    a = _run(tmp_path, "a", [_claim("x", [_test(0.1)])], seed=1)
+    b = _run(tmp_path, "b", [_claim("x", [_test(0.2)]), _claim("y", [_test(0.3)])], seed=2)
+    with pytest.raises(ClaimsError, match="'y' is in b/claims.json but not in a/claims.json"):
+        pool_runs([a, b])
+
+
+def test_unfinished_unseeded_single_and_unreadable_runs_are_refused_by_name(tmp_path, capsys):
+    a = _run(tmp_path, "a", [_claim("x", [_test(0.1)])], seed=1)
+    b = _run(tmp_path, "b", [_claim("x", [_test(0.2)])], seed=2)
+    state = {"01_data_curation": {"status": "done", "parameters": {"seed": 2}},
+             "06_roc_ablation": {"status": "failed", "parameters": {"seed": 2}}}
+    (b / "pipeline_state.json").write_text(json.dumps(state))
+    with pytest.raises(ClaimsError, match=r"b has not finished \(06_roc_ablation failed\)"):
+        pool_runs([a, b])
+    c = _run(tmp_path, "c", [_claim("x", [_test(0.2)])])  # no pipeline_state.json: its seed is unknown
+    with pytest.raises(ClaimsError, match="c: no pipeline seed recorded"):
+        pool_runs([a, c])
+    with pytest.raises(ClaimsError, match="at least 2 runs"):
+        pool_runs([a])
+    d = _run(tmp_path, "d", [_claim("x", [_test(0.2)])], seed=4)
+    (d / "claims.json").write_text((d / "claims.json").read_text()[:40])
+    with pytest.raises(ClaimsError, match=r"d/claims.json is not valid JSON"):
+        pool_runs([a, d])
+    e = _run(tmp_path, "e", [_claim("x", [_test(0.3)])], seed=5)
+    (tmp_path / "afile").write_text("")
+    assert cli.main(["claims", "pool", str(a), str(e), "--out", str(tmp_path / "afile")]) == 2
+    assert "is a file, not a folder" in capsys.readouterr().err
+
+
+def test_claims_pool_judges_every_paper_by_default(tmp_path, capsys):
+    runs = [_run(tmp_path, f"s{i}", [_claim("x", [_test(0.1 + 0.01 * i)]),
+                                     _claim("y", [_test(0.2 + 0.01 * i)], section="B-STaR")], seed=i) for i in range(2)]
+    assert cli.main(["claims", "pool", *map(str, runs)]) == 0
+    rows = capsys.readouterr().out.splitlines()[1:]
+    assert [r.split(",")[0] for r in rows] == ["rStar2-Agent", "B-STaR"]
+
+
+def test_holm_runs_within_each_paper_not_over_all_papers():
+    """One primary in each of two papers, each p = 0.0305: a family of one per paper, so both stay reproduced
+    (Holm over both papers' primaries together would double each p past 0.05)."""
+    vals = [1.0, 2.0, 3.0, 4.0]
+    docs = [(f"s{i}", _doc([_claim("a", [_test(v)]), _claim("b", [_test(v)], section="ReTool")]))
+            for i, v in enumerate(vals)]
+    got = pool_claims(docs, [_spec("a", "primary"), _spec("b", "primary")])
+    assert [c["verdict"] for c in got] == ["reproduced", "reproduced"]
+    assert [c["tests"][0]["p_holm"] for c in got] == pytest.approx([0.0304663] * 2, abs=1e-6)
+
+
+def test_the_switch_to_the_bootstrap_is_at_ten_runs_and_the_bootstrap_is_bca():
+    from scipy import stats
+
+    from kit.claims.pool import BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED
+
+    skewed = [0.01, 0.02, 0.02, 0.03, 0.03, 0.04, 0.05, 0.08, 0.15, 0.40]  # ten runs, a long right tail
+    assert pooled_interval(skewed[:BOOTSTRAP_FROM - 1])[3] == f"t over {BOOTSTRAP_FROM - 1} runs"
+    m, lo, hi, how = pooled_interval(skewed[:BOOTSTRAP_FROM])
+    assert how == f"BCa bootstrap over {BOOTSTRAP_FROM} runs"
+
+    def boot(method):
+        r = stats.bootstrap((skewed,), np.mean, n_resamples=BOOTSTRAP_RESAMPLES, method=method,
+                            random_state=np.random.default_rng(BOOTSTRAP_SEED))
+        return r.confidence_interval.low, r.confidence_interval.high
+
+    assert (lo, hi) == pytest.approx(boot("BCa"), rel=1e-12)
+    assert abs(lo - boot("percentile")[0]) > 1e-3  # the skew separates BCa from the percentile interval
+
+
+def test_only_a_failed_control_precondition_makes_a_design_invalid():
+    from kit.claims import INVALID
+
+    ok = {"control": {"passed": True}}
+    fails = lambda on_fail: {"control": {"passed": False, "reason": "r", "on_fail": on_fail}}  # noqa: E731
+    for on_fail, expected in ((INVALID, INVALID), ("not judged", "inconclusive")):
+        docs = [("s1", _doc([_claim("a", [_test(0.05)])], preconditions=ok)),
+                ("s2", _doc([_claim("a", [_test(0.06)])], preconditions=fails(on_fail))),
+                ("s3", _doc([_claim("a", [_test(0.07)])], preconditions=fails(on_fail)))]
+        got = pool_claims(docs, [_spec("a", requires=["control"])])[0]
+        assert got["verdict"] == expected, (on_fail, got)

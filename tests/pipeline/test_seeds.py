@@ -45,8 +45,9 @@ def test_every_seed_runs_a_failed_one_is_reported_and_the_finished_are_pooled(tm
         root = tmp_path / profile / run
         root.mkdir(parents=True)
         (root / "pipeline_state.json").write_text(json.dumps({"01": {"parameters": {"seed": seed}}}))
-        if seed == 2:
-            return 1  # this seed's series failed: no claims.json
+        if seed == 2:  # this seed's series failed, after an earlier run of it wrote a claims.json: stale, not pooled
+            (root / "claims.json").write_text(json.dumps(_claims_doc(-0.9)))
+            return 1
         (root / "claims.json").write_text(json.dumps(_claims_doc(0.05 + 0.01 * seed)))
         return 0
 
@@ -85,12 +86,14 @@ def test_the_command_line_takes_a_range_and_refuses_seed_with_seeds(tmp_path, ca
 
 @pytest.mark.slow
 def test_a_real_runs_claims_pool(smoke_chain, tmp_path):
-    """The smoke chain's claims.json, as notebook 20 writes it, pools (two copies stand in for two seeds)."""
+    """The smoke chain's claims.json, as notebook 20 writes it, pools (two copies stand in for two seeds, each
+    with a seed of its own: a pool refuses runs whose seed is not recorded)."""
     lay, code = smoke_chain
     assert code == 0
-    for name in ("a", "b"):
+    for seed, name in enumerate(("a", "b")):
         (tmp_path / name).mkdir()
         shutil.copy(lay.root / "claims.json", tmp_path / name / "claims.json")
+        (tmp_path / name / "pipeline_state.json").write_text(json.dumps({"01": {"parameters": {"seed": seed}}}))
     assert cli.main(["claims", "pool", str(tmp_path / "a"), str(tmp_path / "b"), "--section", "all",
                      "--out", str(tmp_path / "p")]) == 0
     doc = json.loads((tmp_path / "p" / "pooled_claims.json").read_text())

@@ -158,6 +158,9 @@ def reproduce_seeds(reproduce: Callable[..., int], profile: str, run: str, seeds
         print(f"kit.pipeline: claims pooled over {len(finished)} seeds: {counts} -> {out}")
     elif pool:
         print(f"kit.pipeline: {len(finished)} seed(s) with claims: nothing to pool (a pool needs 2)", file=sys.stderr)
+    elif kwargs.get("dry_run") and not kwargs.get("until") and len(seeds) >= 2:
+        out = Layout.for_run(profile, pooled_name(run, kwargs.get("only")), reports_root).root
+        print(f"kit.pipeline (dry run): then the claims of the seeds whose series finished are pooled into {out}")
     return 1 if failed else 0
 
 

@@ -170,3 +170,11 @@ def test_only_with_force_reruns_the_named_notebooks_not_the_ones_they_read(tmp_p
     assert pipeline.reproduce("smoke", "t", only=["08"], force=True, dry_run=True, reports_root=str(tmp_path)) == 0
     out = capsys.readouterr().out
     assert "08_evaluation (forced):" in out and "02_cold_start_sft (runs: not run yet):" in out
+
+
+def test_a_dry_run_of_several_seeds_says_where_the_pool_goes(tmp_path, capsys):
+    ran = []
+    code = reproduce_seeds(lambda profile, run, **kw: ran.append(run) or 0, "tiny", "ar", [1, 2], pool=False,
+                           reports_root=str(tmp_path), dry_run=True)
+    assert code == 0 and ran == ["ar-s1", "ar-s2"]
+    assert f"pooled into {tmp_path / 'tiny' / 'ar-pooled'}" in capsys.readouterr().out

@@ -2,9 +2,9 @@
 
 One panel per test of each claim: every run's statistic (a dot, labelled by run), the pooled mean
 with its 95% interval over runs (a bar), and the pre-registered threshold (a dashed line), with the
-verdict, the share of runs on the claimed side and, for arm comparisons, the probability of
-improvement written beside it. The share is a description of the runs, not the verdict: the
-verdict is the pooled interval's (:mod:`kit.claims.pool`).
+verdict, the share of runs on the claimed side and of runs that reproduced it on their own, the runs
+left out (and why) and, for arm comparisons, the probability of improvement written beside it. The
+shares describe the runs, not the verdict: the verdict is the pooled interval's (:mod:`kit.claims.pool`).
 """
 
 from __future__ import annotations
@@ -35,11 +35,13 @@ def _finite(x: Any) -> bool:
 def _panel(ax, claim: Mapping[str, Any], test: Mapping[str, Any]) -> None:
     runs = list(test["per_run"])
     used = set(test["used"])
-    for i, name in enumerate(runs):
+    ranked = sorted((v, name) for name, v in test["per_run"].items() if _finite(v))
+    lift = {name: k % 3 for k, (_, name) in enumerate(ranked)}  # neighbours by value on three label rows
+    for name in runs:
         v = test["per_run"][name]
         if _finite(v):
             ax.plot([v], [0.0], "o", ms=5, color="#404040" if name in used else "#c0c0c0", zorder=3)
-            ax.annotate(name, (v, 0.0), textcoords="offset points", xytext=(0, 6 + 7 * (i % 2)), ha="center",
+            ax.annotate(name, (v, 0.0), textcoords="offset points", xytext=(0, 5 + 6 * lift[name]), ha="center",
                         fontsize=6, color="#404040")
     lo, hi = test["ci95"]
     colour = COLOURS.get(test["verdict"], "#7f7f7f")
@@ -49,20 +51,22 @@ def _panel(ax, claim: Mapping[str, Any], test: Mapping[str, Any]) -> None:
             ax.plot([lo, hi], [-0.5, -0.5], "-", lw=3, color=colour, solid_capstyle="butt")
     ax.axvline(test["threshold"], ls="--", lw=1, color="#2166ac")
     ax.set_yticks([0.0, -0.5], ["runs", "pooled"], fontsize=7)
-    ax.set_ylim(-1.0, 0.8)
+    ax.set_ylim(-1.0, 1.0)
     ax.tick_params(axis="x", labelsize=7)
     share = test.get("share_claimed_side")
     desc = f"{test['verdict']} ({test['interval']}); claimed {test['comparison']} {test['threshold']:g}"
     if _finite(share):
         desc += f"; {share:.0%} of runs on the claimed side"
+    if _finite(test.get("share_runs_reproduced")):
+        desc += f", {test['share_runs_reproduced']:.0%} reproduced it alone"
     if "probability_of_improvement" in test and _finite(test["probability_of_improvement"]):
         desc += f"; P(improvement) {test['probability_of_improvement']:.2f}"
-    if test["excluded"]:
-        desc += f"; left out: {', '.join(test['excluded'])}"
+    if test["excluded"]:  # each run with the first clause of its reason (the CSV and the JSON hold it whole)
+        desc += "; left out: " + ", ".join(f"{n} ({why.split(':')[0]})" for n, why in test["excluded"].items())
     title = f"{claim['source'].split(' (')[0]} [{claim['role']}]: {claim['claim']}"
     if len(claim["tests"]) > 1:
         title += f" -- test '{test['name']}'"
-    ax.set_title("\n".join(textwrap.wrap(title, 130)) + "\n" + desc, fontsize=7, loc="left")
+    ax.set_title("\n".join(textwrap.wrap(title, 130) + textwrap.wrap(desc, 140)), fontsize=7, loc="left")
 
 
 def over_seeds_page(doc: Mapping[str, Any], path: str | os.PathLike) -> Path:

@@ -35,7 +35,6 @@ import json
 import os
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from kit.config import ConfigError, SandboxConfig, available_profiles, load
@@ -159,8 +158,6 @@ def _claims(a: argparse.Namespace, argv: list[str]) -> int:
 
     try:
         doc = pool.pool_runs(a.runs[1:], section=None if a.section == "all" else a.section)
-        if a.out and Path(a.out).exists() and not Path(a.out).is_dir():
-            raise ClaimsError(f"--out {a.out} is a file, not a folder")
     except ClaimsError as exc:
         print(f"kit claims pool: {exc}", file=sys.stderr)
         return 2
@@ -171,7 +168,12 @@ def _claims(a: argparse.Namespace, argv: list[str]) -> int:
         rows = rows[:1] + [r for r in rows[1:] if r[0] == a.section]
     write_csv(rows, None)
     if a.out:
-        for path in pool.write_pooled(doc, a.out):
+        try:
+            paths = pool.write_pooled(doc, a.out)
+        except ClaimsError as exc:  # the table above is printed already
+            print(f"kit claims pool: {exc}", file=sys.stderr)
+            return 2
+        for path in paths:
             print(f"kit claims pool: wrote {path}", file=sys.stderr)
     return 0
 

@@ -32,6 +32,12 @@ def _finite(x: Any) -> bool:
     return x is not None and isinstance(x, int | float) and math.isfinite(x)
 
 
+def _first_clause(why: str) -> str:
+    """A left-out reason up to its first ``": "`` or ``"; "``, with its brackets closed."""
+    head = why.split("; ")[0].split(": ")[0]
+    return head + ")" * max(0, head.count("(") - head.count(")"))
+
+
 def _panel(ax, claim: Mapping[str, Any], test: Mapping[str, Any]) -> None:
     runs = list(test["per_run"])
     used = set(test["used"])
@@ -62,7 +68,7 @@ def _panel(ax, claim: Mapping[str, Any], test: Mapping[str, Any]) -> None:
     if "probability_of_improvement" in test and _finite(test["probability_of_improvement"]):
         desc += f"; P(improvement) {test['probability_of_improvement']:.2f}"
     if test["excluded"]:  # each run with the first clause of its reason (the CSV and the JSON hold it whole)
-        desc += "; left out: " + ", ".join(f"{n} ({why.split(':')[0]})" for n, why in test["excluded"].items())
+        desc += "; left out: " + ", ".join(f"{n} ({_first_clause(why)})" for n, why in test["excluded"].items())
     title = f"{claim['source'].split(' (')[0]} [{claim['role']}]: {claim['claim']}"
     if len(claim["tests"]) > 1:
         title += f" -- test '{test['name']}'"

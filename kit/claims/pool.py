@@ -260,6 +260,13 @@ def pool_claims(docs: Sequence[tuple[str, Mapping[str, Any]]], claims: Sequence[
         raise ClaimsError("no runs to pool")
     spec = {c["id"]: c for c in (load_claims() if claims is None else claims)}
     by_run = [(name, {c["id"]: c for c in d["claims"]}, d) for name, d in docs]
+    for name, d in docs:  # tests are matched by name: two of one name would pool one twice and lose the other
+        for c in d["claims"]:
+            names = [t["name"] for t in c["tests"]]
+            dup = next((n for n in names if names.count(n) > 1), None)
+            if dup is not None:
+                raise ClaimsError(f"claim {c['id']!r} in {name}/claims.json has two tests named {dup!r}: test names "
+                                  "must be unique within a claim")
     mine = lambda d: {c["id"] for c in d["claims"] if section is None or (c.get("section") or DEFAULT_SECTION) == section}  # noqa: E731
     for name, d in docs[1:]:
         extra = sorted(mine(d) - mine(docs[0][1]))
@@ -395,7 +402,7 @@ def pool_runs(runs: Sequence[str | os.PathLike], section: str | None = None) -> 
     if len(paths) < 2:
         raise ClaimsError(f"a pool needs at least 2 runs (an interval over runs), got {len(paths)}"
                           + (f": {paths[0]}" if paths else ""))
-    docs = [(p.name, read_claims(p / "claims.json")) for p in paths]
+    docs = [(p.name or p.resolve().name, read_claims(p / "claims.json")) for p in paths]  # "." is named too
     for p in paths:
         unfinished = _unfinished(p)
         if unfinished:
@@ -411,7 +418,7 @@ def pool_runs(runs: Sequence[str | os.PathLike], section: str | None = None) -> 
     for p in paths:
         s = _seed(p)
         if s is None:
-            raise ClaimsError(f"{p}: no pipeline seed recorded ({p / 'pipeline_state.json'} is missing or names none; "
+            raise ClaimsError(f"{p}: no pipeline seed recorded ({p / 'pipeline_state.json'} is missing, unreadable or names none; "
                               "python -m kit reproduce records it): the unit of the pool is the seed, so each run's "
                               "must be known")
         if s in seeds:
@@ -462,7 +469,10 @@ def write_pooled(doc: Mapping[str, Any], out: str | os.PathLike, *, page: bool =
     if d.exists() and not d.is_dir():
         raise ClaimsError(f"--out {d} is a file, not a folder: name a folder for pooled_claims.json, "
                           "pooled_claims.csv and over_seeds.pdf")
-    d.mkdir(parents=True, exist_ok=True)
+    try:
+        d.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file on the way to it, no permission
+        raise ClaimsError(f"--out {d}: cannot make the folder ({exc})") from exc
     paths = [d / POOLED_FILE, d / "pooled_claims.csv"]
     paths[0].write_text(jsonio.dumps(doc, indent=2) + "\n")
     with open(paths[1], "w", newline="") as fh:

@@ -320,3 +320,18 @@ def test_only_a_failed_control_precondition_makes_a_design_invalid():
                 ("s3", _doc([_claim("a", [_test(0.07)])], preconditions=fails(on_fail)))]
         got = pool_claims(docs, [_spec("a", requires=["control"])])[0]
         assert got["verdict"] == expected, (on_fail, got)
+
+
+def test_duplicate_test_names_a_file_on_the_out_path_and_a_dot_run(tmp_path, capsys, monkeypatch):
+    """Second review of #42: two tests of one name made the pool count one twice and lose the other; an --out
+    under a file gave a traceback; a run given as "." had an empty name."""
+    dup = [_claim("c", [_test(0.1, name="same"), _test(-0.5, name="same")])]
+    runs = [_run(tmp_path, f"s{i}", dup, seed=i) for i in range(2)]
+    with pytest.raises(ClaimsError, match="'c' in s0/claims.json has two tests named 'same'"):
+        pool_runs(runs)
+    ok = [_run(tmp_path, f"k{i}", [_claim("x", [_test(0.1 + 0.01 * i)])], seed=10 + i) for i in range(2)]
+    (tmp_path / "afile").write_text("")
+    assert cli.main(["claims", "pool", *map(str, ok), "--out", str(tmp_path / "afile" / "sub")]) == 2
+    assert "cannot make the folder" in capsys.readouterr().err
+    monkeypatch.chdir(ok[0])
+    assert [r["name"] for r in pool_runs([".", str(ok[1])])["runs"]] == ["k0", "k1"]

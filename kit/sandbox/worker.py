@@ -277,16 +277,7 @@ class Worker:
         used, delay = 0.0, None
         check_s = float(opts.get("check_s") or CHECK_S)
         look = t0 + next_check(0.0, 0.0, lim, check_s)  # the next look at the call's used time (kit.sandbox.limits)
-        while True:
-            now = time.monotonic()
-            if now >= look and not _exited(pidfd):  # an exited call is judged at exit, on its CPU only
-                d = run_delay(pid)
-                delay = None if d is None or delay0 is None else d - delay0
-                used = used_time(now - t0, delay, self._call_cpu(pid))
-                killed_by = verdict(used, now - t0, lim)
-                if killed_by is not None:
-                    break
-                look = now + next_check(used, now - t0, lim, check_s)
+        while True:  # events first, then the look: a call that has exited is judged at exit, on its CPU only
             events = poller.poll(max(1, int((look - time.monotonic()) * 1000) + 1))
             exited = False
             for fd, _ev in events:
@@ -304,6 +295,15 @@ class Worker:
                 used = max(used, cpu_all)
                 killed_by = verdict_at_exit(cpu_all, lim)
                 break
+            now = time.monotonic()
+            if now >= look:  # still running: judged on its used time (a late look finds an exit above instead)
+                d = run_delay(pid)
+                delay = None if d is None or delay0 is None else d - delay0
+                used = used_time(now - t0, delay, self._call_cpu(pid))
+                killed_by = verdict(used, now - t0, lim)
+                if killed_by is not None:
+                    break
+                look = now + next_check(used, now - t0, lim, check_s)
         _kill_group(pid)
         _, status, ru = os.wait4(pid, 0)
         t_reaped = time.monotonic()
@@ -351,17 +351,6 @@ def _write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
-
-
-def _exited(pidfd: int) -> bool:
-    """Whether the process behind ``pidfd`` has exited (its pidfd is readable then; it stays unreaped).
-
-    The worker checks this before judging a call on its own time (wall clock minus run-queue wait):
-    a worker that was itself kept from its CPU looks late, and a call that had long exited would
-    otherwise be charged the worker's wait as its own time and end ``timeout`` (2026-12-07: a
-    ``SyntaxError`` and a ``NameError`` call did, in two ablation arms of a series run at nice 19
-    beside other work; reports/LOG.md)."""
-    return bool(select.select([pidfd], [], [], 0)[0])
 
 
 def _kill_group(pid: int) -> None:

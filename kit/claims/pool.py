@@ -197,26 +197,25 @@ def seeds_needed(values: Sequence[float | None], comparison: str, threshold: flo
 # --------------------------------------------------------------------------- pooling claims.json documents
 
 
-def _seed(run: Path) -> int | None:
-    """The pipeline seed of a run folder (its ``pipeline_state.json``, :func:`kit.plan.run_parameters`),
-    None when not recorded."""
+def _state(run: Path) -> dict[str, Any]:
+    """A run folder's ``pipeline_state.json``; {} when it is missing or unreadable."""
     try:
         state = json.loads((run / "pipeline_state.json").read_text())
     except (OSError, ValueError):
-        return None
-    seed = run_parameters(state).get("seed") if isinstance(state, dict) else None
+        return {}
+    return state if isinstance(state, dict) else {}
+
+
+def _seed(state: Mapping[str, Any]) -> int | None:
+    """The pipeline seed a run's state records (:func:`kit.plan.run_parameters`), None when it records none."""
+    seed = run_parameters(state).get("seed")
     return seed if isinstance(seed, int) else None
 
 
-def _unfinished(run: Path) -> list[str]:
-    """``"<notebook> <status>"`` for every notebook of the run's ``pipeline_state.json`` that did not finish
-    (failed, interrupted, running); [] when all finished or the file is missing."""
-    try:
-        state = json.loads((run / "pipeline_state.json").read_text())
-    except (OSError, ValueError):
-        return []
-    return [f"{k} {v['status']}" for k, v in state.items()
-            if isinstance(v, dict) and "status" in v and v["status"] != "done"] if isinstance(state, dict) else []
+def _unfinished(state: Mapping[str, Any]) -> list[str]:
+    """``"<notebook> <status>"`` for every notebook of a run's state that did not finish (failed, interrupted,
+    running)."""
+    return [f"{k} {v['status']}" for k, v in state.items() if isinstance(v, dict) and v.get("status", "done") != "done"]
 
 
 def precondition_failures(doc: Mapping[str, Any], requires: Sequence[str]) -> list[str]:
@@ -403,8 +402,9 @@ def pool_runs(runs: Sequence[str | os.PathLike], section: str | None = None) -> 
         raise ClaimsError(f"a pool needs at least 2 runs (an interval over runs), got {len(paths)}"
                           + (f": {paths[0]}" if paths else ""))
     docs = [(p.name or p.resolve().name, read_claims(p / "claims.json")) for p in paths]  # "." is named too
+    states = {p: _state(p) for p in paths}
     for p in paths:
-        unfinished = _unfinished(p)
+        unfinished = _unfinished(states[p])
         if unfinished:
             raise ClaimsError(f"{p} has not finished ({'; '.join(unfinished)}), so its claims.json may be older than its "
                               "results: finish it (rerun its python -m kit reproduce command) or leave it out")
@@ -414,9 +414,9 @@ def pool_runs(runs: Sequence[str | os.PathLike], section: str | None = None) -> 
     profiles = {d["profile"] for _, d in docs}
     if len(profiles) > 1:
         raise ClaimsError(f"the runs are of different profiles ({', '.join(sorted(profiles))}): pool one profile")
-    seeds = {}
+    seeds: dict[int, Path] = {}
     for p in paths:
-        s = _seed(p)
+        s = _seed(states[p])
         if s is None:
             raise ClaimsError(f"{p}: no pipeline seed recorded ({p / 'pipeline_state.json'} is missing, unreadable or names none; "
                               "python -m kit reproduce records it): the unit of the pool is the seed, so each run's "
@@ -428,7 +428,7 @@ def pool_runs(runs: Sequence[str | os.PathLike], section: str | None = None) -> 
     pooled = pool_claims(docs, section=section)
     return {"schema_version": SCHEMA, "kind": "pooled", "profile": profiles.pop(),
             "created_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "runs": [{"name": n, "path": str(p), "seed": _seed(p),
+            "runs": [{"name": n, "path": str(p), "seed": _seed(states[p]),
                       "environment_key": fingerprint.fingerprint_key(d[fingerprint.ENVIRONMENT_KEY])
                       if d.get(fingerprint.ENVIRONMENT_KEY) else None,
                       "repeatable": d.get(fingerprint.REPEATABLE_KEY)} for (n, d), p in zip(docs, paths, strict=True)],

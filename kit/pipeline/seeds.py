@@ -141,15 +141,16 @@ def reproduce_seeds(reproduce: Callable[..., int], profile: str, run: str, seeds
             if planned is None:
                 return 2
             print(f"kit.pipeline (dry run): {planned[0]}", flush=True)
-    finished = [lay for s, lay in ((s, Layout.for_run(profile, seed_run_name(run, s), reports_root)) for s in seeds)
-                if s not in failed and (lay.root / "claims.json").exists()]  # a failed seed's claims.json is stale
+    finished = [Layout.for_run(profile, seed_run_name(run, s), reports_root).root for s in seeds
+                if s not in failed]  # a failed seed's claims.json (from an earlier try) is stale
+    finished = [root for root in finished if (root / "claims.json").exists()]
+    out = Layout.for_run(profile, pooled_name(run, kwargs.get("only")), reports_root).root
     if failed:
         print(f"kit.pipeline: the series failed for seed(s) {', '.join(map(str, failed))}; rerun the same command "
               "to resume them (finished notebooks are skipped)", file=sys.stderr)
     if pool and len(finished) >= 2:
-        out = Layout.for_run(profile, pooled_name(run, kwargs.get("only")), reports_root).root
         try:
-            doc = pool_runs([lay.root for lay in finished])
+            doc = pool_runs(finished)
             write_pooled(doc, out)
         except ClaimsError as exc:
             print(f"kit.pipeline: the claims could not be pooled: {exc}", file=sys.stderr)
@@ -159,7 +160,6 @@ def reproduce_seeds(reproduce: Callable[..., int], profile: str, run: str, seeds
     elif pool:
         print(f"kit.pipeline: {len(finished)} seed(s) with claims: nothing to pool (a pool needs 2)", file=sys.stderr)
     elif kwargs.get("dry_run") and not kwargs.get("until") and len(seeds) >= 2:
-        out = Layout.for_run(profile, pooled_name(run, kwargs.get("only")), reports_root).root
         print(f"kit.pipeline (dry run): then the claims of the seeds whose series finished are pooled into {out}")
     return 1 if failed else 0
 

@@ -277,8 +277,10 @@ class Worker:
         used, delay = 0.0, None
         check_s = float(opts.get("check_s") or CHECK_S)
         look = t0 + next_check(0.0, 0.0, lim, check_s)  # the next look at the call's used time (kit.sandbox.limits)
-        while True:  # events first, then the look: a call that has exited is judged at exit, on its CPU only
-            events = poller.poll(max(1, int((look - time.monotonic()) * 1000) + 1))
+        while True:  # the clock is read before the poll that looks for an exit: an exited call is judged at exit
+            now = time.monotonic()  # (on its CPU only), and a look never charges time after the call was seen alive
+            due = now >= look
+            events = poller.poll(0 if due else int((look - now) * 1000) + 1)
             exited = False
             for fd, _ev in events:
                 if fd == pidfd:
@@ -295,8 +297,7 @@ class Worker:
                 used = max(used, cpu_all)
                 killed_by = verdict_at_exit(cpu_all, lim)
                 break
-            now = time.monotonic()
-            if now >= look:  # still running: judged on its used time (a late look finds an exit above instead)
+            if due:  # alive at the poll after `now`: judged on its used time up to `now`
                 d = run_delay(pid)
                 delay = None if d is None or delay0 is None else d - delay0
                 used = used_time(now - t0, delay, self._call_cpu(pid))
